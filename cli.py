@@ -1,0 +1,3 @@
+from trnsim.cli import main
+
+main()

@@ -1,0 +1,6 @@
+"""Package list for setuptools (the rest is in pyproject.toml): every trnsim* package, plus
+`trnsim.configs`, the repo-root configs/ directory mapped in pyproject.toml's package-dir."""
+
+from setuptools import find_packages, setup
+
+setup(packages=[*find_packages(include=["trnsim", "trnsim.*"]), "trnsim.configs"])

@@ -1,0 +1,303 @@
+"""YAML with positions: mappings and lists that remember the line of every key and item.
+
+`load_yaml(text, source)` parses one YAML document with PyYAML's safe loader and returns plain
+Python data, except that mappings are `PosDict` and sequences are `PosList`: dict and list
+subclasses that carry `.line` (1-based line where they start) and `.line_of(key or index)`.
+Validators use these to point errors at the exact line of the offending key or item.
+
+Every problem (syntax, duplicate keys, unhashable keys, bad explicit tags, recursive aliases,
+nesting too deep) raises `error` (default `TraceError`) with a one-line message
+`<source>:<line>: <key path>: <what is wrong>; expected <what>`; never a bare PyYAML exception.
+
+`Loc` and the `want_*` / `check_keys` helpers validate such data with those messages.
+
+Scalars follow YAML 1.2's core schema where YAML 1.1 surprises people: only `true`/`false` are
+booleans (so `on: host` keeps its key `on`, and `yes` stays a string); `1e-5` is a float; `010`
+is ten (not octal) and `1:30` a string (not sexagesimal); dates and a bare `=` stay strings.
+Null, `.inf`/`.nan`, `0x`/`0o`/`0b` integers, anchors, aliases and `<<` merge keys work as usual.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
+
+import yaml
+
+from trnsim.errors import TraceError
+
+_BOOL = "tag:yaml.org,2002:bool"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_DROPPED = (_BOOL, _INT, _FLOAT, "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value")
+_EXP = r"[eE][-+]?[0-9]+"
+_INT_RE = re.compile(
+    r"^[-+]?(?:[0-9][0-9_]*|0x[0-9a-fA-F][0-9a-fA-F_]*|0o[0-7][0-7_]*|0b[01][01_]*)$")
+_FLOAT_RE = re.compile(
+    rf"^[-+]?(?:\.[0-9][0-9_]*(?:{_EXP})?|[0-9][0-9_]*(?:\.[0-9_]*(?:{_EXP})?|{_EXP}))$"
+    r"|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$")
+
+
+class PosDict(dict):
+    """A mapping that knows the line it starts on and the line of each of its keys."""
+
+    def __init__(self, *args, line: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.line = line
+        self.key_lines: dict[Any, int] = {}
+
+    def line_of(self, key: Any) -> int:
+        """The line of `key` (the mapping's own line when unknown)."""
+        return self.key_lines.get(key, self.line)
+
+
+class PosList(list):
+    """A list that knows the line it starts on and the line of each of its items."""
+
+    def __init__(self, *args, line: int = 0):
+        super().__init__(*args)
+        self.line = line
+        self.item_lines: list[int] = []
+
+    def line_of(self, index: int) -> int:
+        """The line of item `index` (the list's own line when unknown)."""
+        if 0 <= index < len(self.item_lines):
+            return self.item_lines[index]
+        return self.line
+
+
+def _path(parts: list) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "top level"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader building PosDict/PosList, rejecting duplicate keys, YAML 1.2 booleans."""
+
+    yaml_implicit_resolvers = {
+        ch: [r for r in resolvers if r[0] not in _DROPPED]
+        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def __init__(self, text: str, source: str, error: type[Exception]):
+        super().__init__(text)
+        self.source = source
+        self.error = error
+        self.keys: list = []  # the key path of the node under construction
+
+    def fail(self, node: yaml.Node, what: str, expected: str):
+        line = node.start_mark.line + 1
+        msg = f"{self.source}:{line}: {_path(self.keys)}: {what}; expected {expected}"
+        raise self.error(" ".join(msg.splitlines()))
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except (self.error, yaml.YAMLError):
+            raise
+        except Exception as e:  # e.g. `!!int abc` or `!!timestamp 2020-13-45` -> ValueError
+            self.fail(node, f"cannot read {node.tag!r} value: {e}", "a valid value for the tag")
+
+    def construct_pos_map(self, node: yaml.MappingNode) -> PosDict:
+        explicit = sum(1 for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge")
+        self.flatten_mapping(node)
+        first_explicit = len(node.value) - explicit
+        result = PosDict(line=node.start_mark.line + 1)
+        seen = set()
+        for i, (key_node, value_node) in enumerate(node.value):
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                self.fail(key_node, "a mapping key must be a plain value", "a name as the key")
+            if i >= first_explicit:
+                if key in seen:
+                    self.fail(key_node, f"duplicate key {key!r}", "each key at most once")
+                seen.add(key)
+            self.keys.append(key)
+            result[key] = self.construct_object(value_node, deep=True)
+            self.keys.pop()
+            result.key_lines[key] = key_node.start_mark.line + 1
+        return result
+
+    def construct_pos_seq(self, node: yaml.SequenceNode) -> PosList:
+        result = PosList(line=node.start_mark.line + 1)
+        for i, item in enumerate(node.value):
+            self.keys.append(i)
+            result.append(self.construct_object(item, deep=True))
+            self.keys.pop()
+            result.item_lines.append(item.start_mark.line + 1)
+        return result
+
+
+def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
+    """Decimal (leading zeros allowed, not octal), 0x, 0o, 0b; underscores ignored."""
+    text = loader.construct_scalar(node).replace("_", "")
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("+-")
+    return sign * int(digits, 0 if digits[:2] in ("0x", "0o", "0b") else 10)
+
+
+_Loader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
+_Loader.add_implicit_resolver(_INT, _INT_RE, list("-+0123456789"))
+_Loader.add_constructor(_INT, _construct_int)
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_pos_map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_pos_seq)
+
+
+def _syntax_message(e: yaml.YAMLError, text: str, source: str) -> str:
+    """One line for a PyYAML error: `<source>:<line>: syntax: <problem>; expected valid YAML`."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    if mark is not None:
+        line = mark.line + 1
+        what = ", ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None))
+                         if x) or "invalid YAML"
+        what += f" (column {mark.column + 1})"
+    elif isinstance(e, yaml.reader.ReaderError):
+        line = text[: e.position].count("\n") + 1
+        char = chr(e.character) if isinstance(e.character, int) else e.character
+        what = f"character {char!r} is not allowed in YAML"
+    else:
+        line, what = 1, str(e)
+    return " ".join(f"{source}:{line}: syntax: {what}; expected valid YAML".splitlines())
+
+
+def load_yaml(text: str, source: str = "<string>", error: type[Exception] = TraceError) -> Any:
+    """Parse one YAML document from `text` into PosDict/PosList/scalars (None if empty).
+
+    `source` names the text in error messages; `error` is the exception class raised.
+    """
+    loader = None
+    try:
+        loader = _Loader(text, source, error)
+        node = loader.get_single_node()
+        return None if node is None else loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise error(_syntax_message(e, text, source)) from None
+    except RecursionError:
+        raise error(f"{source}:1: syntax: nesting is too deep; expected a flatter document"
+                    ) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+# ----------------------------------------------------------------------------------------------
+# validating positioned data
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where a value sits: source, line and key path (`kernels.k.instructions[2].src`).
+
+    `key`/`item` step into a PosDict/PosList (taking the child's line when known); `fail`
+    raises the one-line error `<source>:<line>: <key path>: <what is wrong>; expected <what>`.
+    """
+
+    source: str
+    line: int
+    path: str
+    error: type[Exception] = TraceError
+
+    def key(self, mapping: Any, key: Any) -> Loc:
+        """The location of `mapping[key]`."""
+        line = mapping.line_of(key) if isinstance(mapping, PosDict) else self.line
+        return replace(self, line=line or self.line,
+                       path=f"{self.path}.{key}" if self.path else str(key))
+
+    def item(self, seq: Any, index: int) -> Loc:
+        """The location of `seq[index]`."""
+        line = seq.line_of(index) if isinstance(seq, PosList) else self.line
+        return replace(self, line=line or self.line, path=f"{self.path}[{index}]")
+
+    def fail(self, what: str, expected: str) -> NoReturn:
+        msg = f"{self.source}:{self.line}: {self.path or 'top level'}: {what}; expected {expected}"
+        raise self.error(" ".join(msg.splitlines()))
+
+
+def show(value: Any, limit: int = 60) -> str:
+    """A short one-line description of a user value for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    text = repr(value) if isinstance(value, (str, int, float)) else type(value).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def hint(value: Any, choices: Iterable[Any]) -> str:
+    """` (did you mean 'x'?)` for the closest string in `choices`, or ''."""
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def one_of(choices: Iterable[Any], limit: int = 24) -> str:
+    """`one of a, b, c` (shortened after `limit` names); `nothing defined` when empty."""
+    names = [str(c) for c in choices]
+    if not names:
+        return "a name, but none is defined"
+    more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
+    return "one of " + ", ".join(names[:limit]) + more
+
+
+def is_int(value: Any) -> bool:
+    """An int that is not a bool (YAML `true` must not pass as 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def want_map(value: Any, loc: Loc, expected: str) -> dict:
+    if not isinstance(value, dict):
+        loc.fail(f"got {show(value)}", expected)
+    return value
+
+
+def want_list(value: Any, loc: Loc, expected: str) -> list:
+    if not isinstance(value, list):
+        loc.fail(f"got {show(value)}", expected)
+    return value
+
+
+def want_str(value: Any, loc: Loc, expected: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        loc.fail(f"got {show(value)}", expected)
+    return value
+
+
+def want_int(value: Any, loc: Loc, expected: str, minimum: int | None = None) -> int:
+    if not is_int(value) or (minimum is not None and value < minimum):
+        loc.fail(f"got {show(value)}", expected)
+    return value
+
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def want_name(value: Any, loc: Loc, what: str, ident: bool = False) -> str:
+    """A name of a `what` (tensor, event, ...): a non-empty string; an identifier if `ident`."""
+    if ident and not (isinstance(value, str) and IDENTIFIER.fullmatch(value)):
+        loc.fail(f"{what} name {show(value)} is not an identifier",
+                 f"a {what} name made of letters, digits and _ (not starting with a digit)")
+    return want_str(value, loc, f"a {what} name (a string)")
+
+
+def check_keys(mapping: dict, loc: Loc, allowed: Iterable[str], what: str = "key",
+               expected: str | None = None) -> None:
+    """Fail on the first key of `mapping` that is not in `allowed`, at that key's line."""
+    allowed = list(allowed)
+    for key in mapping:
+        if key not in allowed:
+            loc.key(mapping, key).fail(f"unknown {what} {show(key)}{hint(key, allowed)}",
+                                       expected or one_of(allowed))
