@@ -86,6 +86,7 @@ class GpSimdEngineConfig:
     clock_hz: int = q("Hz", "GpSimd clock")
     min_ii_cycles: int = q("cycles", "MIN_II")
     start_cycles: int = q("cycles", "GPSIMD_START: fixed start cost of iota/affine_select")
+    fixed_overhead_cycles: int = q("cycles", "static overhead added to a dependent instruction")
 
 
 @dataclass(frozen=True)

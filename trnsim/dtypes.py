@@ -69,7 +69,8 @@ def to_dtype(values: np.ndarray, dt: DType) -> np.ndarray:
     assumption; NaN becomes 0.
     """
     if dt.is_float:
-        return values.astype(dt.np)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return values.astype(dt.np)
     info = np.iinfo(dt.np)
     v = np.nan_to_num(np.rint(values.astype(np.float64)), nan=0.0)
     return np.clip(v, info.min, info.max).astype(dt.np)

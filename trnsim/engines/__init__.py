@@ -1,0 +1,1 @@
+"""Compute engines: one file per engine kind, each a pure cost model plus numpy semantics."""

@@ -1,0 +1,95 @@
+"""What every engine model supplies, and the helpers they share.
+
+An engine model is pure: `check(ins)` validates an instruction against the hardware's rules,
+`cost(ins, prev)` gives its duration in the engine's own cycles (`prev` is the instruction before
+it on the same queue, or None), `execute(ins)` computes its values with numpy, and `flops(ins)`
+counts its floating-point operations. Dispatch is by op name to `check_<op>`, `cost_<op>`,
+`exec_<op>` methods (tinygrad's `_exec_<packet>` pattern). The SimPy run loop lives once, in
+`trnsim.core`, and calls none of these while the simulation runs except `execute`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.config import CoreConfig
+from trnsim.errors import SimError
+from trnsim.isa import Engine, Instr
+from trnsim.memory.buffer import Ref
+
+
+class EngineModel:
+    """Base of the four compute-engine models. Subclasses set `engine` and `clock_hz`."""
+
+    engine: Engine = Engine.VECTOR
+
+    def __init__(self, core: CoreConfig):
+        self.core = core
+
+    @property
+    def clock_hz(self) -> int:
+        return getattr(self.core, self.engine.label).clock_hz
+
+    def _method(self, prefix: str, ins: Instr):
+        fn = getattr(self, f"{prefix}_{ins.OP}", None)
+        if fn is None:
+            raise SimError(f"{ins.label}: not supported on the {self.engine.label} engine")
+        return fn
+
+    def check(self, ins: Instr) -> None:
+        """Raise SimError naming the instruction if the hardware would reject it."""
+        self._method("check", ins)(ins)
+
+    def cost(self, ins: Instr, prev: Instr | None) -> float:
+        """Duration in this engine's cycles."""
+        return self._method("cost", ins)(ins, prev)
+
+    def execute(self, ins: Instr) -> None:
+        """Compute the instruction's values into its destination(s)."""
+        self._method("exec", ins)(ins)
+
+    def flops(self, ins: Instr) -> int:
+        """Floating-point operations performed (for FLOP/s reports); 0 when not counted."""
+        fn = getattr(self, f"flops_{ins.OP}", None)
+        return fn(ins) if fn else 0
+
+
+# ----------------------------------------------------------------------------------------------
+# shared checks
+
+
+def check_memory(ins: Instr, name: str, ref, allowed: tuple[str, ...]) -> None:
+    """The operand `name` must live in one of `allowed` memories."""
+    if isinstance(ref, Ref) and ref.memory not in allowed:
+        raise SimError(f"{ins.label}: {name} '{ref}' is in {ref.memory.upper()}, expected "
+                       f"{' or '.join(m.upper() for m in allowed)}")
+
+
+def check_partition_start(ins: Instr, name: str, ref: Ref, partitions: int = 128) -> None:
+    """Partition-start rule (isa.md section 4): 64 < n <= 128 starts at 0; 32 < n <= 64 at 0 or
+    64; n <= 32 at 0, 32, 64 or 96. Also n <= the memory's partition count."""
+    n, s = ref.partitions, ref.p_start
+    if n > partitions:
+        raise SimError(f"{ins.label}: {name} '{ref}' spans {n} partitions, more than {partitions}")
+    step = 128 if n > 64 else 64 if n > 32 else 32
+    if s % step:
+        allowed = ", ".join(str(x) for x in range(0, 128, step))
+        raise SimError(f"{ins.label}: {name} '{ref}' spans {n} partitions starting at "
+                       f"partition {s}; it must start at {allowed}")
+
+
+def check_same_partitions(ins: Instr, a: str, ra: Ref, b: str, rb: Ref) -> None:
+    if ra.partitions != rb.partitions:
+        raise SimError(f"{ins.label}: {a} '{ra}' has {ra.partitions} partitions but {b} '{rb}' "
+                       f"has {rb.partitions}")
+
+
+def check_same_free(ins: Instr, a: str, ra: Ref, b: str, rb: Ref) -> None:
+    if ra.free_size != rb.free_size:
+        raise SimError(f"{ins.label}: {a} '{ra}' has {ra.free_size} elements per partition but "
+                       f"{b} '{rb}' has {rb.free_size}")
+
+
+def per_partition(values: np.ndarray, partitions: int) -> np.ndarray:
+    """View values as [partitions, elements per partition]."""
+    return values.reshape(partitions, -1)

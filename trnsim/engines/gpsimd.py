@@ -1,0 +1,61 @@
+"""GpSimd (Pool): eight SIMD cores of 16 partitions; iota, affine masks, integer-exact ALU ops.
+
+All operands live in SBUF (`isa.md` 1). Semantics follow `isa.md` 8.4; costs `trainium.md` 3.3.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.engines.alu import AluEngine, alu, is_int
+from trnsim.isa import Engine
+
+
+class GpSimdEngine(AluEngine):
+    """The GpSimd engine: SBUF only; integer operands are computed exactly, not through fp32."""
+
+    engine = Engine.GPSIMD
+    OPS = ("iota", "affine_select", "tensor_copy", "memset", "tensor_scalar", "tensor_tensor")
+    MEMORIES = ("sbuf",)
+    INT_EXACT = True
+
+    def cost_tensor_tensor(self, ins, prev) -> float:
+        # assumption: like VectorE without its fast paths, two input streams at one element per
+        # cycle each: max(MIN_II, 2N) (no GpSimd figure is published, trainium.md 3.3)
+        return self.ii(2 * ins.dst.free_size) + self.overhead(ins)
+
+    # -- iota / affine_select ------------------------------------------------------------------
+
+    def affine(self, ins, partitions: int, n: int) -> np.ndarray:
+        """[P, N] of start + p*partition_step + i*step: int32 arithmetic (wrapping) when all
+        three are integers, else fp32 (isa.md 8.4)."""
+        terms = (ins.start, ins.partition_step, ins.step)
+        if all(is_int(t) for t in terms):
+            start, ps, step = (np.int64(t) for t in terms)
+            p, i = np.arange(partitions, dtype=np.int64), np.arange(n, dtype=np.int64)
+            return (start + p[:, None] * ps + i[None, :] * step).astype(np.int32)
+        start, ps, step = (np.float32(t) for t in terms)
+        p, i = np.arange(partitions, dtype=np.float32), np.arange(n, dtype=np.float32)
+        return (start + p[:, None] * ps) + i[None, :] * step
+
+    def check_iota(self, ins) -> None:
+        self.check_operand(ins, "dst", ins.dst)
+
+    def cost_iota(self, ins, prev) -> float:
+        # GPSIMD_START + N (trainium.md 3.3)
+        return self.cfg.start_cycles + ins.dst.free_size + self.overhead(ins)
+
+    def exec_iota(self, ins) -> None:
+        v = self.affine(ins, ins.dst.partitions, ins.dst.free_size)
+        # an int32 result reaches a float dst through fp32, the engines' cast path
+        ins.dst.write(v.astype(np.float32) if ins.dst.dtype.is_float else v)
+
+    def check_affine_select(self, ins) -> None:
+        self.check_like(ins, "dst", ins.dst, ("on_true", ins.on_true))
+
+    cost_affine_select = cost_iota
+
+    def exec_affine_select(self, ins) -> None:
+        v = self.affine(ins, ins.dst.partitions, ins.dst.free_size)
+        pred = alu(ins.cmp, v, v.dtype.type(0)) != 0
+        self.where(pred, ins.on_true, ins.on_false, ins.dst)
