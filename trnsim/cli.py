@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import click
 
 from trnsim import __version__
 from trnsim.config import ChipConfig, derived, list_chips, load_chip, to_dict
 from trnsim.errors import TrnsimError
+from trnsim.perfetto import write_chrome_trace
+from trnsim.profile import write_profile
+from trnsim.report import format_comparison, format_summary
+from trnsim.session import check_program, run_program, save_outputs
+from trnsim.trace import load as load_trace
 from trnsim.units import fmt_bytes, fmt_flops, fmt_hz, fmt_rate, fmt_time_ns
 
 chip_option = click.option(
@@ -36,18 +42,141 @@ class _Group(click.Group):
         except TrnsimError as e:
             click.echo(f"error: {' '.join(str(e).split())}", err=True)
             ctx.exit(2)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:  # a bug in trnsim: still one line, unless --debug
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+                       f"(a bug in trnsim; rerun with `trnsim --debug ...` for a traceback)",
+                       err=True)
+            ctx.exit(3)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="trnsim")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
+def main(debug: bool) -> None:
     """trnsim: an emulator and timing simulator of AWS Trainium chips.
 
     \b
     Examples:
-      trnsim configs list
+      trnsim run traces/gemm_double_buffered.yaml
+      trnsim run traces/gemm_double_buffered.yaml --chip trn3 --perfetto out.json
+      trnsim validate traces/two_streams.yaml
+      trnsim compare traces/gemm_double_buffered.yaml --chip trn2 --chip trn3
       trnsim configs show trn2 --set hbm.bandwidth=4TB/s
     """
+
+
+mode_option = click.option(
+    "--mode", type=click.Choice(["functional", "timing"]), default=None,
+    help="functional computes values; timing keeps shapes only (for workloads too large for "
+         "this machine's memory). Default: the trace's `mode:`.")
+
+
+def _chip_for(program, chip: str | None, overrides) -> ChipConfig:
+    return load_chip(chip or program.chip, overrides)
+
+
+def _progress(quiet: bool):
+    """A progress callback for long runs, shown only on an interactive terminal."""
+    if quiet or not sys.stderr.isatty():
+        return None
+
+    def show(now_ps: int, steps: int) -> None:
+        click.echo(f"\rsimulating: {fmt_time_ns(now_ps / 1000)} simulated, {steps:,} events",
+                   err=True, nl=False)
+    return show
+
+
+@main.command()
+@click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
+@chip_option
+@set_option
+@mode_option
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option("--perfetto", "perfetto_file", metavar="FILE", default=None,
+              help="Write the timeline as Chrome trace JSON (open it in ui.perfetto.dev).")
+@click.option("--profile", "profile_file", metavar="FILE", default=None,
+              help="Write one row per instruction: FILE.csv, or FILE.parquet with pyarrow.")
+@click.option("--check", is_flag=True,
+              help="Compare each high-level op's output with its numpy reference.")
+@click.option("--out-dir", metavar="DIR", default=None,
+              help="Save the trace's `outputs:` (all HBM tensors if none) as DIR/<name>.npy.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (and --json).")
+def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file, check, out_dir,
+        quiet) -> None:
+    """Simulate TRACE (a trace YAML file) and report time, engine utilization, DMA and HBM
+    traffic, FLOP/s against the chip's peak, and memory high-water marks.
+
+    \b
+    Examples:
+      trnsim run traces/gemm_double_buffered.yaml
+      trnsim run traces/gemm_double_buffered.yaml --chip trn3 --set hbm.bandwidth=6TB/s
+      trnsim run traces/llama70b_layer_timing.yaml --json > summary.json
+      trnsim run traces/softmax_rows.yaml --perfetto timeline.json --profile instrs.csv
+    """
+    program = load_trace(trace_file)
+    cfg = _chip_for(program, chip, overrides)
+    result = run_program(program, cfg, mode, progress=_progress(quiet), check=check)
+    if _progress(quiet):
+        click.echo("\r" + " " * 70 + "\r", err=True, nl=False)
+    if perfetto_file:
+        write_chrome_trace(result.device.recorder, perfetto_file, cfg.name)
+    if profile_file:
+        write_profile(result.device.recorder, profile_file)
+    saved = save_outputs(result, out_dir) if out_dir else []
+    if as_json:
+        click.echo(json.dumps(result.summary, indent=2))
+    elif not quiet:
+        click.echo(format_summary(result.summary))
+        for label, path in (("timeline", perfetto_file), ("profile", profile_file)):
+            if path:
+                click.echo(f"{label:<16}{path}")
+        if saved:
+            click.echo(f"{'outputs':<16}{len(saved)} tensors in {out_dir}")
+
+
+@main.command()
+@click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
+@chip_option
+@set_option
+def validate(trace_file, chip, overrides) -> None:
+    """Load and check TRACE without simulating it: the YAML, every key, operand and semaphore,
+    and (against the chip) every instruction's shapes, memories and limits.
+
+    \b
+    Example:
+      trnsim validate traces/two_streams.yaml --chip trn3
+    """
+    program = load_trace(trace_file)
+    cfg = _chip_for(program, chip, overrides)
+    n = check_program(program, cfg)
+    click.echo(f"{trace_file}: ok ({len(program.kernels)} kernels, {n} instructions, "
+               f"{len(program.streams)} streams) on {cfg.name}")
+
+
+@main.command()
+@click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.option("--chip", "chips", metavar="NAME|PATH", multiple=True, required=True,
+              help="A chip to run on (repeat: --chip trn2 --chip trn3).")
+@set_option
+@mode_option
+@click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
+def compare(trace_file, chips, overrides, mode, as_json) -> None:
+    """Run TRACE on several chips and show the results side by side, with ratios to the first.
+
+    \b
+    Example:
+      trnsim compare traces/gemm_double_buffered.yaml --chip trn2 --chip trn3
+    """
+    program = load_trace(trace_file)
+    results = [run_program(program, load_chip(c, overrides), mode).summary for c in chips]
+    if as_json:
+        click.echo(json.dumps({s["chip"]: s for s in results}, indent=2))
+        return
+    click.echo(format_comparison(results))
 
 
 @main.group()

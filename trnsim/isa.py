@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 
 class Engine(enum.IntEnum):
@@ -27,10 +27,10 @@ class Engine(enum.IntEnum):
         return self.name.lower()
 
 
-@dataclass(frozen=True)
-class Ap:
+class Ap(NamedTuple):
     """An operand as written: `name` or `name[a:b, c:d]`. `index` holds one entry per indexed
-    dim: an int (numpy-style, drops the dim) or a (start, stop, step) triple of optional ints."""
+    dim: an int (numpy-style, drops the dim) or a (start, stop, step) triple of optional ints.
+    A tuple, so that hashing it (the simulator memoises per distinct operand) runs in C."""
 
     name: str
     index: tuple[Any, ...] = ()
@@ -75,9 +75,15 @@ class Instr:
         return f"instruction {self.index} ({self.OP})"
 
     @classmethod
-    def op_fields(cls):
+    def op_fields(cls) -> tuple:
         """The op-specific fields (those with a `kind`), in declaration order."""
-        return [x for x in fields(cls) if "kind" in x.metadata]
+        found = _OP_FIELDS.get(cls)
+        if found is None:
+            found = _OP_FIELDS[cls] = tuple(x for x in fields(cls) if "kind" in x.metadata)
+        return found
+
+
+_OP_FIELDS: dict[type, tuple] = {}
 
 
 @dataclass(frozen=True)

@@ -229,9 +229,13 @@ def show(value: Any, limit: int = 60) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
-        return "a mapping"
+        keys = [str(k) for k in list(value)[:4]]
+        more = ", ..." if len(value) > 3 else ""
+        noun = "key" if len(value) == 1 else "keys"
+        text = f"a mapping with {noun} {', '.join(keys[:3])}{more}" if value else "an empty mapping"
+        return text if len(text) <= limit else text[: limit - 3] + "..."
     if isinstance(value, (list, tuple)):
-        return "a list"
+        return "a list" if value else "an empty list"
     text = repr(value) if isinstance(value, (str, int, float)) else type(value).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -242,6 +246,13 @@ def hint(value: Any, choices: Iterable[Any]) -> str:
         return ""
     close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown(what: str, value: Any, choices: Iterable[Any]) -> str:
+    """`unknown <what> 'name' (did you mean ...?)`, or `got <value>` when it is no string."""
+    if not isinstance(value, str):
+        return f"got {show(value)}"
+    return f"unknown {what} {show(value)}{hint(value, choices)}"
 
 
 def one_of(choices: Iterable[Any], limit: int = 24) -> str:
@@ -259,26 +270,38 @@ def is_int(value: Any) -> bool:
 
 
 def want_map(value: Any, loc: Loc, expected: str) -> dict:
+    """`value` if it is a mapping, else fail with `got <value>; expected <expected>`."""
     if not isinstance(value, dict):
         loc.fail(f"got {show(value)}", expected)
     return value
 
 
 def want_list(value: Any, loc: Loc, expected: str) -> list:
+    """`value` if it is a list, else fail."""
     if not isinstance(value, list):
         loc.fail(f"got {show(value)}", expected)
     return value
 
 
 def want_str(value: Any, loc: Loc, expected: str) -> str:
+    """`value` if it is a non-blank string, else fail."""
     if not isinstance(value, str) or not value.strip():
         loc.fail(f"got {show(value)}", expected)
     return value
 
 
 def want_int(value: Any, loc: Loc, expected: str, minimum: int | None = None) -> int:
+    """`value` if it is an int (not a bool) >= `minimum`, else fail."""
     if not is_int(value) or (minimum is not None and value < minimum):
         loc.fail(f"got {show(value)}", expected)
+    return value
+
+
+def want_choice(value: Any, loc: Loc, choices: Iterable[str]) -> str:
+    """`value` if it is one of `choices`, else fail suggesting the closest."""
+    choices = list(choices)
+    if not isinstance(value, str) or value not in choices:
+        loc.fail(f"got {show(value)}{hint(value, choices)}", one_of(choices))
     return value
 
 

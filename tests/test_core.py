@@ -1,0 +1,141 @@
+"""A NeuronCore's queues: exact timelines of small programs, peak matmul rates, deadlocks."""
+
+import numpy as np
+import pytest
+
+from trnsim.api import Trace
+from trnsim.config import load_chip
+from trnsim.errors import DeadlockError, SimError
+from trnsim.units import cycles_to_ps
+
+TRN2 = load_chip("trn2")
+TE, SE, VE = (TRN2.core.tensor.clock_hz, TRN2.core.scalar.clock_hz, TRN2.core.vector.clock_hz)
+
+
+def spans(result):
+    return [(s.track, s.op, s.start_ps, s.end_ps) for s in result.device.recorder.spans]
+
+
+def gemm_kernel(t, name="k"):
+    k = t.kernel(name)
+    k.tile("x", "sbuf", [128, 128], "bfloat16", init="normal")
+    k.tile("w", "sbuf", [128, 512], "bfloat16", init="normal")
+    k.tile("acc", "psum", [128, 512], "float32")
+    k.tile("o", "sbuf", [128, 512], "bfloat16")
+    return k
+
+
+def test_semaphore_serializes_two_engines_exactly():
+    t = Trace()
+    k = gemm_kernel(t)
+    k.matmul(stationary="x", moving="w", dst="acc", signal={"mm": 1})
+    k.activation(func="relu", src="acc", dst="o", wait={"mm": 1})
+    r = t.run(TRN2)
+    (t0, op0, s0, e0), (t1, op1, s1, e1) = spans(r)
+    # matmul, cold: 512 + MM_INIT 64 + LoadStationary 32 = 608 TensorE cycles
+    assert (t0, op0, e0 - s0) == ("tensor", "matmul", cycles_to_ps(608, TE))
+    # activation starts the instant the matmul signals: max(64, 512) + 100 overhead cycles
+    assert (t1, op1, s1, e1 - s1) == ("scalar", "activation", e0, cycles_to_ps(612, SE))
+    # and it computed relu(x^T w) rounded to bf16
+    x = r.tile("k", "x").astype(np.float32)
+    w = r.tile("k", "w").astype(np.float32)
+    ref = np.maximum(x.T @ w, 0)
+    np.testing.assert_allclose(r.tile("k", "o").astype(np.float32), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_independent_instructions_overlap():
+    t = Trace()
+    k = gemm_kernel(t)
+    k.tile("v", "sbuf", [128, 512], "float32", init="ones")
+    k.matmul(stationary="x", moving="w", dst="acc")
+    k.tensor_scalar(src="v", dst="v", op0="add", operand0=1.0)
+    r = t.run(TRN2)
+    (_, _, s0, e0), (_, _, s1, e1) = sorted(spans(r))
+    assert s0 == s1 == r.device.recorder.spans[0].start_ps  # both start at launch
+    assert r.summary["device_time_ns"] * 1000 == max(e0, e1) - s0  # overlap, not sum
+
+
+def test_in_order_queue_is_back_to_back():
+    t = Trace()
+    k = gemm_kernel(t)
+    for _ in range(3):
+        k.matmul(stationary="x", moving="w", dst="acc")
+    r = t.run(TRN2)
+    ss = spans(r)
+    assert [e - s for _, _, s, e in ss] == [cycles_to_ps(608, TE)] + [cycles_to_ps(512, TE)] * 2
+    assert ss[1][2] == ss[0][3] and ss[2][2] == ss[1][3]
+
+
+def peak_trace(dt, stationary, moving, n=1000):
+    t = Trace()
+    k = t.kernel("k")
+    k.tile("x", "sbuf", stationary, dt, init="normal")
+    k.tile("w", "sbuf", moving, dt, init="normal")
+    k.tile("acc", "psum", [128, 512], "float32")
+    for _ in range(n):
+        k.matmul(stationary="x", moving="w", dst="acc")
+    return t
+
+
+def test_thousand_bf16_matmuls_reach_peak():
+    # 1000 x 512 cycles at 2.4 GHz = 213.33 us, plus one cold start of 96 cycles
+    r = peak_trace("bfloat16", [128, 128], [128, 512]).run(TRN2, mode="timing")
+    device_ps = r.summary["device_time_ns"] * 1000
+    assert device_ps == cycles_to_ps(608, TE) + 999 * cycles_to_ps(512, TE)
+    assert r.summary["peak_fraction"] >= 0.95
+    assert r.summary["flops"] == 1000 * 2 * 128 * 128 * 512
+
+
+def test_fp32_takes_four_times_as_long():
+    bf = peak_trace("bfloat16", [128, 128], [128, 512]).run(TRN2, mode="timing").summary
+    fp = peak_trace("float32", [128, 128], [128, 512]).run(TRN2, mode="timing").summary
+    assert fp["device_time_ns"] == pytest.approx(4 * bf["device_time_ns"], rel=1e-3)
+    assert fp["peak_fraction"] >= 0.95  # against the fp32 peak
+
+
+def test_fp8_double_row_doubles_the_flop_rate():
+    bf = peak_trace("bfloat16", [128, 128], [128, 512]).run(TRN2, mode="timing").summary
+    f8 = peak_trace("float8_e4m3", [128, 2, 128], [128, 2, 512]).run(TRN2, mode="timing").summary
+    assert f8["flops_per_s"] == pytest.approx(2 * bf["flops_per_s"], rel=1e-9)
+    assert f8["peak_fraction"] >= 0.95
+
+
+def test_deadlock_names_stuck_engines_and_semaphores():
+    t = Trace()
+    k = gemm_kernel(t)
+    # tensor waits for 'a', which scalar signals only after waiting for 'b' from tensor
+    k.matmul(stationary="x", moving="w", dst="acc", wait={"a": 1}, signal={"b": 1})
+    k.activation(func="relu", src="acc", dst="o", wait={"b": 1}, signal={"a": 1})
+    with pytest.raises(DeadlockError) as e:
+        t.run(TRN2)
+    msg = str(e.value)
+    assert "core0.tensor in kernel k waits for semaphore 'a' >= 1 (it is 0)" in msg
+    assert "core0.scalar in kernel k waits for semaphore 'b' >= 1 (it is 0)" in msg
+
+
+def test_sbuf_overflow_is_an_error():
+    t = Trace()
+    k = t.kernel("big")
+    k.tile("a", "sbuf", [128, 60000], "float32")  # 240,000 B per partition > 224 KiB
+    k.memset(dst="a", value=0.0)
+    with pytest.raises(SimError, match="SBUF overflow: tiles need 240000 bytes per partition "
+                                       "but SBUF has 229376"):
+        t.run(TRN2)
+    # ... and fits when SBUF is made larger
+    t.run(load_chip("trn2", ["core.sbuf.partition_bytes=448KiB"]), mode="timing")
+
+
+def test_trn1_vector_and_gpsimd_share_the_sbuf_port():
+    trn1 = load_chip("trn1")
+    t = Trace()
+    k = t.kernel("k")
+    k.tile("a", "sbuf", [128, 512], "float32")
+    k.tile("b", "sbuf", [128, 512], "float32")
+    k.memset(dst="a", value=1.0)
+    k.iota(dst="b")
+    r = t.run(trn1)
+    (_, _, s0, e0), (_, _, s1, e1) = sorted(spans(r), key=lambda x: x[2])
+    assert s1 == e0  # GpSimd waited for Vector to release the SBUF port
+    r2 = t.run(TRN2)
+    (_, _, s0, _), (_, _, s1, _) = spans(r2)
+    assert s0 == s1  # on Trn2 they run side by side

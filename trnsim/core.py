@@ -1,0 +1,287 @@
+"""A NeuronCore: its four compute engines and its DMA queues, run as in-order SimPy processes.
+
+`prepare` turns one core's part of a low-level kernel into per-queue lists of `Issue`s: tiles are
+placed and initialised, operands bound and checked, costs computed — all before the clock starts,
+so the run loop only waits on semaphores, executes, advances time and records.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import simpy
+
+from trnsim.config import ChipConfig
+from trnsim.engines.base import EngineModel
+from trnsim.engines.gpsimd import GpSimdEngine
+from trnsim.engines.scalar import ScalarEngine
+from trnsim.engines.tensor import TensorEngine
+from trnsim.engines.vector import VectorEngine
+from trnsim.errors import DeadlockError, SimError
+from trnsim.isa import Ap, Engine, Instr
+from trnsim.memory.buffer import Buffer, Ref, bind
+from trnsim.memory.init import initial_values
+from trnsim.memory.onchip import place_tiles
+from trnsim.program import CoreProgram
+from trnsim.recorder import Recorder
+from trnsim.sync import Semaphores
+from trnsim.units import cycles_to_ps
+
+ENGINE_MODELS: dict[Engine, type[EngineModel]] = {
+    Engine.TENSOR: TensorEngine,
+    Engine.VECTOR: VectorEngine,
+    Engine.SCALAR: ScalarEngine,
+    Engine.GPSIMD: GpSimdEngine,
+}
+
+
+@dataclass(slots=True)
+class Issue:
+    """One instruction, bound and costed, as its queue runs it."""
+
+    ins: Instr  # bound; shared by identical instructions, so its own index may differ
+    index: int  # this instruction's position in its kernel
+    dur: int  # ps
+    waits: tuple[tuple[int, int], ...]
+    signals: tuple[tuple[int, int], ...]
+    op: str
+    run: object  # callable(ins) computing values, or None in timing-only mode
+    flops: int
+    nbytes: int
+    dtype: str
+    port: object = None  # a shared SBUF/PSUM port (simpy.Resource) this instruction holds
+
+
+@dataclass
+class Launch:
+    """One core's share of a kernel launch, ready to run."""
+
+    kernel: str
+    core: int
+    queues: dict[str, list[Issue]]  # track -> issues ("tensor", ..., "q3")
+    sems: Semaphores
+    tiles: dict[str, Buffer]
+    sbuf_bytes: int
+    psum_bytes: int
+    blocked: dict[str, tuple | None] = field(default_factory=dict)  # track -> (sem, value)
+    pending: int = 0  # DMA transfers in flight
+
+
+class NeuronCore:
+    """One physical NeuronCore on a chip's SimPy environment."""
+
+    def __init__(self, env: simpy.Environment, index: int, cfg: ChipConfig, dma, recorder: Recorder,
+                 functional: bool):
+        self.env, self.index, self.cfg, self.dma = env, index, cfg, dma
+        self.recorder, self.functional = recorder, functional
+        self.models = {e: cls(cfg.core) for e, cls in ENGINE_MODELS.items()}
+        c = cfg.core
+        self.sbuf_port = simpy.Resource(env, 1) if c.vector_gpsimd_share_sbuf else None
+        self.psum_port = simpy.Resource(env, 1) if c.vector_scalar_share_psum else None
+
+    # -- building ------------------------------------------------------------------------------
+
+    def prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
+                rng: np.random.Generator, base_dir: str = ".") -> Launch:
+        """Place tiles, bind operands, check every instruction and compute its cost."""
+        specs = list(prog.tiles.values())
+        offsets, sbuf_used, psum_used = place_tiles(
+            [(t.name, t.memory, t.shape[0], math.prod(t.shape[1:]) * t.dtype.itemsize)
+             for t in specs], self.cfg.core, kernel)
+        tiles = {}
+        for t in specs:
+            arr = (initial_values(t.init, t.shape, t.dtype, rng, base_dir, f"tile {t.name}")
+                   if self.functional else None)
+            tiles[t.name] = Buffer(t.name, t.memory, t.shape, t.dtype, arr, offsets[t.name],
+                                   self.index)
+        names: dict[str, int] = {}
+        for ins in prog.instructions:
+            for s, _ in ins.wait + ins.signal:
+                names.setdefault(s, len(names))
+        if len(names) > self.cfg.core.semaphores:
+            raise SimError(f"kernel {kernel}: uses {len(names)} semaphores; a core has "
+                           f"{self.cfg.core.semaphores}")
+        sems = Semaphores(self.env, list(names))
+        queues: dict[str, list[Issue]] = {}
+        # Kernels repeat the same instruction on the same operands many times: bind and check
+        # each distinct one once, and cost each distinct (instruction, waits?, previous) once.
+        bound_memo: dict[tuple, tuple] = {}
+        cost_memo: dict[tuple, int] = {}
+        prev: dict[Engine, tuple] = {}  # engine -> (key, bound instruction) of the last one
+        for raw in prog.instructions:
+            key = (type(raw), raw.engine, *_op_values(type(raw))(raw))
+            entry = bound_memo.get(key)
+            if entry is None:
+                entry = bound_memo[key] = self._build(raw, tiles, tensors)
+            ins, track, issue_args = entry
+            if raw.engine == Engine.DMA:
+                if ins.index != raw.index:
+                    ins = replace(ins, index=raw.index, line=raw.line)
+                dur = 0
+            else:
+                before = prev.get(raw.engine)
+                ckey = (key, bool(raw.wait), before[0] if before else None)
+                dur = cost_memo.get(ckey)
+                if dur is None:
+                    model = self.models[raw.engine]
+                    timed = ins if bool(ins.wait) == bool(raw.wait) else replace(ins, wait=raw.wait)
+                    cycles = model.cost(timed, before[1] if before else None)
+                    dur = cost_memo[ckey] = cycles_to_ps(cycles, model.clock_hz)
+                prev[raw.engine] = (key, ins)
+            queues.setdefault(track, []).append(Issue(
+                ins, raw.index, dur, tuple((names[s], v) for s, v in raw.wait),
+                tuple((names[s], n) for s, n in raw.signal), *issue_args))
+        return Launch(kernel, self.index, queues, sems, tiles, sbuf_used, psum_used)
+
+    def _build(self, raw: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]):
+        """Bind and check one distinct instruction: (bound, track, the Issue's static fields)."""
+        ins = self._bind(raw, tiles, tensors)
+        if ins.engine == Engine.DMA:
+            self.dma.check(ins, self.index)
+            return ins, f"q{ins.queue}", (ins.OP, None, 0, 0, ins.dst.dtype.name, None)
+        model = self.models[ins.engine]
+        model.check(ins)
+        run = model.execute if self.functional else None
+        return ins, ins.engine.label, (ins.OP, run, model.flops(ins), _bytes(ins), _dtype(ins),
+                                       self._port(ins))
+
+    def _bind(self, ins: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]) -> Instr:
+        changes = {}
+        for fld in ins.op_fields():
+            v = getattr(ins, fld.name)
+            if isinstance(v, Ap):
+                buf = tiles.get(v.name) or tensors.get(v.name)
+                if buf is None:
+                    raise SimError(f"{ins.label}: {fld.name} '{v}' names no tile or tensor")
+                changes[fld.name] = bind(v, buf, f"{ins.label} {fld.name}")
+        return replace(ins, **changes) if changes else ins
+
+    def _port(self, ins: Instr):
+        """The shared memory port this instruction must hold, on cores that share one."""
+        if ins.engine in (Engine.VECTOR, Engine.GPSIMD) and self.sbuf_port is not None:
+            if any(r.memory == "sbuf" for r in _refs(ins)):
+                return self.sbuf_port
+        if ins.engine in (Engine.VECTOR, Engine.SCALAR) and self.psum_port is not None:
+            if any(r.memory == "psum" for r in _refs(ins)):
+                return self.psum_port
+        return None
+
+    # -- running -------------------------------------------------------------------------------
+
+    def start(self, launch: Launch) -> simpy.Event:
+        """Start every queue of the launch; the returned event fires when all have finished."""
+        env = self.env
+        procs = []
+        for track, issues in sorted(launch.queues.items(), key=lambda kv: _track_order(kv[0])):
+            if track.startswith("q"):
+                procs.append(env.process(self._dma_queue(launch, track, issues)))
+            else:
+                procs.append(env.process(self._engine_queue(launch, track, issues)))
+        return env.all_of(procs)
+
+    def _wait(self, launch: Launch, track: str, issue: Issue):
+        """Yield for each of the issue's semaphore waits that is not yet met."""
+        sems = launch.sems
+        for s, v in issue.waits:
+            if sems.values[s] < v:
+                launch.blocked[track] = (s, v)
+                yield sems.wait(s, v)
+                del launch.blocked[track]
+
+    def _engine_queue(self, launch: Launch, track: str, issues: list[Issue]):
+        env, sems, core, kernel = self.env, launch.sems, self.index, launch.kernel
+        span = self.recorder.spans_raw.append
+        timeout = env.timeout
+        values = sems.values
+        for it in issues:
+            for s, v in it.waits:
+                if values[s] < v:
+                    launch.blocked[track] = (s, v)
+                    yield sems.wait(s, v)
+                    del launch.blocked[track]
+            req = None
+            if it.port is not None:
+                req = it.port.request()
+                yield req
+            start = env.now
+            if it.run is not None:
+                it.run(it.ins)
+            yield timeout(it.dur)
+            if req is not None:
+                it.port.release(req)
+            for s, n in it.signals:
+                sems.signal(s, n)
+            span((core, track, it.op, start, env.now, it.nbytes, it.flops, it.index, kernel,
+                  it.dtype))
+
+    def _dma_queue(self, launch: Launch, track: str, issues: list[Issue]):
+        """Issue transfers in order; each signals its semaphores when it completes."""
+        queue = int(track[1:])
+        done = self.env.event()
+        state = {"left": len(issues)}
+
+        def finished(issue: Issue):
+            def cb():
+                for s, n in issue.signals:
+                    launch.sems.signal(s, n)
+                state["left"] -= 1
+                launch.pending -= 1
+                if state["left"] == 0:
+                    done.succeed()
+            return cb
+
+        for it in issues:
+            if it.waits:
+                yield from self._wait(launch, track, it)
+            launch.pending += 1
+            self.dma.submit(self.index, queue, it.ins, launch.kernel, finished(it))
+        if state["left"]:
+            launch.blocked[track] = None  # waiting for its own transfers
+            yield done
+            launch.blocked.pop(track, None)
+
+
+def deadlock_error(launches: list[Launch], extra: list[str] = ()) -> DeadlockError:
+    """Describe which queues are stuck on which semaphore, for a run whose event queue ran dry."""
+    stuck = []
+    for la in launches:
+        for track, b in sorted(la.blocked.items(), key=lambda kv: _track_order(kv[0])):
+            if b is not None:
+                s, v = b
+                stuck.append(f"core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
+                             f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]})")
+    return DeadlockError("deadlock: nothing can run but work is pending: "
+                         + "; ".join(stuck + list(extra)))
+
+
+def _track_order(track: str) -> tuple[int, int]:
+    if track.startswith("q"):
+        return (len(Engine), int(track[1:]))
+    return (Engine[track.upper()].value, 0)
+
+
+@functools.cache
+def _op_values(cls: type[Instr]):
+    """A fast getter of an instruction's op-specific field values, as a tuple."""
+    names = [f.name for f in cls.op_fields()]
+    get = operator.attrgetter(*names)
+    return get if len(names) > 1 else (lambda ins: (get(ins),))
+
+
+def _refs(ins: Instr) -> list[Ref]:
+    return [getattr(ins, f.name) for f in ins.op_fields() if isinstance(getattr(ins, f.name), Ref)]
+
+
+def _bytes(ins: Instr) -> int:
+    """Bytes an instruction reads and writes on-chip (for the profile table)."""
+    return sum(r.nbytes for r in _refs(ins))
+
+
+def _dtype(ins: Instr) -> str:
+    """The dtype that sets an instruction's rate: a matmul's inputs, otherwise its output."""
+    r = getattr(ins, "stationary", None) or getattr(ins, "src", None) or getattr(ins, "dst", None)
+    return r.dtype.name if isinstance(r, Ref) else ""

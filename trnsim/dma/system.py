@@ -1,0 +1,250 @@
+"""The chip's DMA: every core's engines and queues, the HBM stacks and the host link, as flows.
+
+A transfer submitted at `t0` on queue `q` of core `c` is cut into per-engine pieces
+(`descriptors.cut`). Piece on engine `e`:
+
+- becomes ready at `t0 + fixed_cost` (latency: descriptor setup, semaphore-to-start; it overlaps
+  the data movement of earlier transfers, so it is paid once per pipeline, not per transfer);
+- starts its data phase when ready and when the previous piece on lane (c, q, e) has finished
+  (queues are FIFO per engine);
+- has work `W = descriptors * descriptor_cost + engine_bytes / (engine_bandwidth * f)` seconds
+  of its engine's time, `f` = transpose_hbm_rate / transpose_sbuf_rate for a transpose from
+  HBM / SBUF, else 1; `engine_bytes` = max(src bytes, dst bytes) (a cast moves the larger);
+- progresses at rate `r` (engine-seconds per second, <= 1) where the engine is a resource of
+  capacity 1 (round-robin between its busy queues = processor sharing: k lanes get 1/k each)
+  and each HBM stack is a resource of capacity `hbm.bandwidth / stacks` bytes/s, which the piece
+  uses at `hbm_bytes / W` bytes per engine-second (src bytes on the source's stack, dst bytes on
+  the destination's; both on one stack when they share it). Rates are max-min fair (`fluid`).
+
+The transfer ends when its last piece does: values are copied (functional mode), one span is
+recorded on track `q<queue>` from `t0` to the end, then `on_done()` is called. Host copies are one
+flow on the host link (capacity `host_link.bandwidth`, shared by concurrent copies) and the HBM
+stack, after `host_link.latency`; they record HBM bytes and counters but no span (the timeline
+writers know engine and `q<N>` tracks only; the stream that issued the copy owns its timing).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+from trnsim.config import ChipConfig
+from trnsim.dma.checks import check_copy, check_host_copy
+from trnsim.dma.descriptors import Piece, cut
+from trnsim.dma.fluid import Flow, FluidModel
+from trnsim.isa import DmaCopy
+from trnsim.memory.buffer import Ref
+from trnsim.memory.hbm import Hbm
+from trnsim.recorder import Recorder
+from trnsim.units import PS_PER_S, seconds_to_ps
+
+
+class _Transfer:
+    """One submitted copy: its endpoints, its pieces still in flight, and who to tell."""
+
+    __slots__ = ("core", "queue", "ins", "kernel", "on_done", "start", "left", "ready",
+                 "lanes", "src", "dst", "transpose")
+
+    def __init__(self, core, queue, ins, kernel, on_done, start, src, dst, transpose):
+        self.core, self.queue, self.ins, self.kernel = core, queue, ins, kernel
+        self.on_done, self.start = on_done, start
+        self.src, self.dst, self.transpose = src, dst, transpose
+        self.left = 0
+        self.ready = False
+        self.lanes: list[_Lane] = []
+
+
+class _Lane:
+    """One queue on one engine: pieces waiting in FIFO order, at most one moving data."""
+
+    __slots__ = ("waiting", "busy")
+
+    def __init__(self):
+        self.waiting: deque[Flow] = deque()
+        self.busy = False
+
+
+class DmaSystem:
+    """All DMA of one chip: `check` copies when kernels are built, `submit` them while running."""
+
+    def __init__(self, env: simpy.Environment, cfg: ChipConfig, hbm: Hbm, recorder: Recorder):
+        self.env, self.cfg, self.hbm, self.rec = env, cfg, hbm, recorder
+        d = cfg.core.dma
+        self.engines = d.engines
+        self.fluid = FluidModel(env)
+        self.fluid.on_change = self._sample
+        # engine (c, e) is resource c * E + e: capacity one engine-second per second
+        for _ in range(cfg.cores * d.engines):
+            self.fluid.add_resource(1.0)
+        stack_rate = cfg.hbm.bandwidth / cfg.hbm.stacks / PS_PER_S  # bytes per ps
+        self._stack_rid = [self.fluid.add_resource(stack_rate) for _ in range(cfg.hbm.stacks)]
+        self._host_rid = self.fluid.add_resource(1.0)
+        self._fixed_ps = seconds_to_ps(d.fixed_cost)
+        self._desc_ps = d.descriptor_cost * PS_PER_S
+        self._engine_bpps = d.engine_bandwidth / PS_PER_S  # bytes per ps
+        self._host_bpps = cfg.host_link.bandwidth / PS_PER_S
+        self._host_ps = seconds_to_ps(cfg.host_link.latency)
+        self._lanes: dict[tuple[int, int, int], _Lane] = {}
+        self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._seq = 0
+        self._intervals: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self._bytes: dict[tuple[int, int], int] = {}
+        self._last_rate = [0.0] * cfg.hbm.stacks
+        self._last_sample = [-1] * cfg.hbm.stacks  # index in recorder.hbm_samples
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def check(self, ins: DmaCopy, core: int) -> None:
+        """Raise SimError (message starts with `ins.label`) if the copy cannot run on `core`."""
+        check_copy(ins, self.cfg)
+        for ref in (ins.src, ins.dst):
+            if ref.memory == "hbm":
+                self.hbm.stack_of(ref.buf.offset)
+
+    # -- submitting ----------------------------------------------------------------------------
+
+    def submit(self, core: int, queue: int, ins: DmaCopy, kernel: str,
+               on_done: Callable[[], None]) -> None:
+        """Start transfer `ins` on `queue` of `core` now; `on_done()` runs when it completes.
+
+        `ins` must have passed `check`. Transfers on one queue move their data in submit order
+        on each engine; `kernel` names the span's kernel.
+        """
+        pieces = self._plan(ins)
+        src, dst = ins.src, ins.dst
+        t = _Transfer(core, queue, ins, kernel, on_done, self.env.now, src, dst, ins.transpose)
+        f = 1.0
+        if ins.transpose:
+            d = self.cfg.core.dma
+            f = d.transpose_hbm_rate if src.memory == "hbm" else d.transpose_sbuf_rate
+        rate = self._engine_bpps * f
+        for p in pieces:
+            work = p.descriptors * self._desc_ps + p.engine_bytes / rate
+            uses = ((core * self.engines + p.engine, 1.0),) + self._hbm_uses(src, dst, p, work)
+            lane = self._lanes.get((core, queue, p.engine))
+            if lane is None:
+                lane = self._lanes[(core, queue, p.engine)] = _Lane()
+            lane.waiting.append(Flow((core, queue, p.engine, self._seq), work, uses, math.inf,
+                                     self._piece_done, (t, lane)))
+            t.lanes.append(lane)
+        self._seq += 1
+        t.left = len(pieces)
+        self.env.timeout(self._fixed_ps).callbacks.append(lambda _ev: self._ready(t))
+
+    def submit_host(self, core: int, src: Ref, dst: Ref, on_done: Callable[[], None]) -> None:
+        """Copy between host memory and HBM over the host link, for `core`'s stream.
+
+        Takes `host_link.latency`, then moves max(src, dst) bytes at the link's rate (shared
+        with concurrent host copies) and the HBM stack's.
+        """
+        check_host_copy(src, dst)
+        t = _Transfer(core, -1, None, "", on_done, self.env.now, src, dst, False)
+        nbytes = max(src.nbytes, dst.nbytes)
+        work = max(nbytes / self._host_bpps, 1e-9)
+        p = Piece(0, 1, dst.size, src.nbytes, dst.nbytes)
+        uses = ((self._host_rid, 1.0),) + self._hbm_uses(src, dst, p, work)
+        flow = Flow((core, -1, -1, self._seq), work, uses, math.inf, self._piece_done, (t, None))
+        self._seq += 1
+        t.left = 1
+        self.env.timeout(self._host_ps).callbacks.append(lambda _ev: self.fluid.start(flow))
+
+    def _plan(self, ins: DmaCopy) -> list[Piece]:
+        try:
+            pieces = self._plans.get(ins)
+        except TypeError:  # an unhashable instruction: plan it every time
+            return cut(ins.src, ins.dst, ins.transpose, self.cfg.core.dma,
+                       self.cfg.core.sbuf.partitions)
+        if pieces is None:
+            pieces = self._plans[ins] = cut(ins.src, ins.dst, ins.transpose, self.cfg.core.dma,
+                                            self.cfg.core.sbuf.partitions)
+        return pieces
+
+    def _hbm_uses(self, src: Ref, dst: Ref, p: Piece, work: float) -> tuple[tuple[int, float], ...]:
+        """(stack resource, HBM bytes per unit of work) for the HBM endpoints of a piece."""
+        uses: dict[int, float] = {}
+        for ref, nbytes in ((src, p.src_bytes), (dst, p.dst_bytes)):
+            if ref.memory == "hbm":
+                rid = self._stack_rid[self.hbm.stack_of(ref.buf.offset)]
+                uses[rid] = uses.get(rid, 0.0) + nbytes / work
+        return tuple(uses.items())
+
+    # -- progress ------------------------------------------------------------------------------
+
+    def _ready(self, t: _Transfer) -> None:
+        t.ready = True
+        for lane in t.lanes:
+            self._kick(lane)
+
+    def _kick(self, lane: _Lane) -> None:
+        """Start the lane's next piece if the lane is free and that piece's fixed cost is paid."""
+        if not lane.busy and lane.waiting and lane.waiting[0].data[0].ready:
+            lane.busy = True
+            self.fluid.start(lane.waiting.popleft())
+
+    def _piece_done(self, flow: Flow) -> None:
+        t, lane = flow.data
+        if lane is not None:
+            lane.busy = False
+            self._kick(lane)
+        t.left -= 1
+        if t.left == 0:
+            self._finish(t)
+
+    def _finish(self, t: _Transfer) -> None:
+        src, dst, now = t.src, t.dst, self.env.now
+        if src.buf.array is not None and dst.buf.array is not None:
+            v = src.read()
+            if t.transpose:
+                v = v.T
+            elif src.dtype.name != dst.dtype.name:
+                v = v.astype(np.float32)  # DMA casts src -> fp32 -> dst
+            dst.write(v)
+        nbytes = max(src.nbytes, dst.nbytes)
+        rec = self.rec
+        if src.memory == "hbm":
+            rec.hbm_bytes_read += src.nbytes
+        if dst.memory == "hbm":
+            rec.hbm_bytes_written += dst.nbytes
+        if t.ins is not None:
+            rec.span(t.core, f"q{t.queue}", "dma_copy", t.start, now, nbytes, 0, t.ins.index,
+                     t.kernel, dst.dtype.name)
+            key = (t.core, t.queue)
+            self._intervals.setdefault(key, []).append((t.start, now))
+            self._bytes[key] = self._bytes.get(key, 0) + nbytes
+        t.on_done()
+
+    def _sample(self) -> None:
+        """Append (ps, stack, bytes/s) to the recorder whenever a stack's total rate changes."""
+        load, now, samples = self.fluid.load, self.env.now, self.rec.hbm_samples
+        for s, rid in enumerate(self._stack_rid):
+            rate = load.get(rid, 0.0) * PS_PER_S
+            if abs(rate - self._last_rate[s]) <= 1e-9 * max(rate, self._last_rate[s]):
+                continue
+            self._last_rate[s] = rate
+            i = self._last_sample[s]
+            if i >= 0 and samples[i][0] == now:
+                samples[i] = (now, s, rate)
+            else:
+                self._last_sample[s] = len(samples)
+                samples.append((now, s, rate))
+
+    # -- statistics ----------------------------------------------------------------------------
+
+    def queue_stats(self) -> dict[tuple[int, int], dict[str, int]]:
+        """(core, queue) -> {busy_ps: union of its transfers' [submit, end] intervals, bytes,
+        transfers}, for completed transfers, in (core, queue) order."""
+        out = {}
+        for key in sorted(self._intervals):
+            busy, end = 0, -1
+            for a, b in sorted(self._intervals[key]):
+                if b > end:
+                    busy += b - max(a, end)
+                    end = b
+            out[key] = {"busy_ps": busy, "bytes": self._bytes[key],
+                        "transfers": len(self._intervals[key])}
+        return out

@@ -1,0 +1,44 @@
+"""The per-instruction profile table: one row per span, for analysis in pandas.
+
+CSV always; Parquet when pyarrow is installed (the `parquet` extra).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from trnsim.errors import TrnsimError
+from trnsim.recorder import Recorder
+
+COLUMNS = ("core", "track", "kernel", "index", "op", "dtype", "start_ns", "end_ns",
+           "duration_ns", "bytes", "flops")
+
+
+def rows(rec: Recorder) -> list[tuple]:
+    """The profile rows in timeline order."""
+    return [(s.core, s.track, s.kernel, s.index, s.op, s.dtype, s.start_ps / 1000,
+             s.end_ps / 1000, s.duration_ps / 1000, s.bytes, s.flops) for s in rec.spans]
+
+
+def write_profile(rec: Recorder, path: str | Path) -> None:
+    """Write the table; the format follows the extension (.csv or .parquet)."""
+    path = Path(path)
+    data = rows(rec)
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise TrnsimError(f"{path}: writing Parquet needs pyarrow "
+                              f"(pip install 'trnsim[parquet]'); or use a .csv file") from None
+        table = pa.table({c: [r[i] for r in data] for i, c in enumerate(COLUMNS)})
+        pq.write_table(table, path)
+        return
+    if path.suffix != ".csv":
+        raise TrnsimError(f"{path}: unknown profile format '{path.suffix}'; expected .csv or "
+                          f".parquet")
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        w.writerows(data)

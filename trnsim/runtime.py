@@ -1,0 +1,270 @@
+"""The device API: memory, streams, events and launches over a simulated chip.
+
+Names follow CUDA's (malloc, memcpy, Stream, Event, synchronize). Simulation advances lazily: host
+calls enqueue work on streams; a synchronizing call (`Device.synchronize`, `Stream.synchronize`,
+`Event.synchronize`, `Event.query`) runs the SimPy clock until what it waits for is complete.
+Streams are in-order queues bound to a logical NeuronCore; kernels on one logical core run one at
+a time, while copies and kernels of different streams overlap when they use different hardware.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import simpy
+
+from trnsim.chip import Chip
+from trnsim.config import ChipConfig
+from trnsim.core import Launch, deadlock_error
+from trnsim.dtypes import DType
+from trnsim.errors import DeadlockError, TrnsimError
+from trnsim.isa import Ap, DmaCopy, Engine
+from trnsim.memory.buffer import Buffer, bind
+from trnsim.memory.init import initial_values
+from trnsim.program import KernelSpec
+from trnsim.recorder import Recorder
+from trnsim.units import seconds_to_ps
+
+
+class Event:
+    """A point in a stream. `elapsed_time` gives simulated milliseconds, like CUDA's."""
+
+    def __init__(self, device: Device, name: str = ""):
+        self.device, self.name = device, name
+        self.time_ps: int | None = None
+        self._done = device.env.event()
+
+    def _fire(self) -> None:
+        self.time_ps = self.device.env.now
+        if not self._done.triggered:
+            self._done.succeed()
+        if self.name:
+            self.device.recorder.events[self.name] = self.time_ps
+
+    def record(self, stream: Stream | None = None) -> None:
+        (stream or self.device.default_stream).record_event(self)
+
+    def query(self) -> bool:
+        """True once the work before the record has completed (runs the clock up to now)."""
+        self.device.run()
+        return self.time_ps is not None
+
+    def synchronize(self) -> None:
+        self.device.run(until=self._done)
+
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds of simulated time from this event to `end` (both must have completed)."""
+        for e in (self, end):
+            if e.time_ps is None:
+                e.synchronize()
+        return (end.time_ps - self.time_ps) / 1e9
+
+
+class Stream:
+    """An in-order queue of device work bound to a logical NeuronCore."""
+
+    def __init__(self, device: Device, core: int = 0, name: str = ""):
+        device.chip.physical(core)  # validates the index
+        self.device, self.core, self.name = device, core, name or f"stream{len(device.streams)}"
+        self._work = simpy.Store(device.env)
+        self._pending = 0
+        self._idle = device.env.event()
+        self._idle.succeed()
+        self.blocked_on: str | None = None
+        device.streams.append(self)
+        device.env.process(self._run())
+
+    def _enqueue(self, kind: str, *args) -> None:
+        if self._pending == 0:
+            self._idle = self.device.env.event()
+        self._pending += 1
+        self._work.put((kind, args))
+
+    def launch(self, kernel: KernelSpec) -> None:
+        """Run a kernel on this stream's logical core after the work before it."""
+        self.device.check_launch(kernel, self.core)
+        self._enqueue("launch", kernel)
+
+    def memcpy(self, dst: Buffer, src: Buffer) -> None:
+        """Copy a whole tensor: host<->device over the host link, device->device by DMA."""
+        if dst.nbytes != src.nbytes and math.prod(dst.shape) != math.prod(src.shape):
+            raise TrnsimError(f"copy {src.name} -> {dst.name}: {list(src.shape)} and "
+                              f"{list(dst.shape)} have different element counts")
+        self._enqueue("copy", src, dst)
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event or Event(self.device)
+        self._enqueue("record", event)
+        return event
+
+    def wait_event(self, event: Event) -> None:
+        self._enqueue("wait", event)
+
+    def synchronize(self) -> None:
+        self.device.run(until=self._idle)
+
+    def query(self) -> bool:
+        self.device.run()
+        return self._pending == 0
+
+    # -- the stream's process ------------------------------------------------------------------
+
+    def _run(self):
+        dev = self.device
+        while True:
+            kind, args = yield self._work.get()
+            if kind == "launch":
+                yield from dev._launch(self, args[0])
+            elif kind == "copy":
+                yield from dev._copy(self, *args)
+            elif kind == "record":
+                args[0]._fire()
+            elif kind == "wait":
+                if not args[0]._done.triggered:
+                    self.blocked_on = f"event '{args[0].name}'"
+                    yield args[0]._done
+                    self.blocked_on = None
+            self._pending -= 1
+            if self._pending == 0:
+                self._idle.succeed()
+
+
+class Device:
+    """A simulated chip with the device API on top."""
+
+    def __init__(self, cfg: ChipConfig, mode: str = "functional", lnc: int | None = None,
+                 seed: int = 0, base_dir: str = "."):
+        if mode not in ("functional", "timing"):
+            raise TrnsimError(f"mode '{mode}': expected functional or timing")
+        self.cfg, self.mode, self.base_dir = cfg, mode, base_dir
+        self.functional = mode == "functional"
+        self.env = simpy.Environment()
+        self.recorder = Recorder()
+        self.chip = Chip(self.env, cfg, self.recorder, self.functional, lnc)
+        self.rng = np.random.default_rng(seed)
+        self.tensors: dict[str, Buffer] = {}
+        self.streams: list[Stream] = []
+        self.launches: list[Launch] = []  # running now (for deadlock reports)
+        self.kernel_tiles: dict[tuple[str, int], dict[str, Buffer]] = {}  # last launch's tiles
+        self._core_busy = [simpy.Resource(self.env, 1) for _ in range(self.chip.logical_cores)]
+        self._host = simpy.Resource(self.env, 1)
+        self.progress = None  # callable(now_ps, events) called every 100,000 events
+        self.default_stream = Stream(self, 0, "default")
+
+    # -- memory --------------------------------------------------------------------------------
+
+    def malloc(self, name: str, shape, dt: DType, init=None, on: str = "hbm",
+               core: int = 0) -> Buffer:
+        """Allocate a named tensor in HBM (near logical core `core`) or host memory."""
+        if name in self.tensors:
+            raise TrnsimError(f"tensor {name} already exists")
+        shape = tuple(int(x) for x in shape)
+        arr = (initial_values(init, shape, dt, self.rng, self.base_dir, f"tensor {name}")
+               if self.functional or on == "host" else None)
+        addr = 0
+        if on == "hbm":
+            stack = self.chip.hbm.home_stack(self.chip.physical(core)[0].index)
+            addr = self.chip.hbm.allocate(math.prod(shape) * dt.itemsize, name, stack)
+            self.recorder.hbm_peak = max(self.recorder.hbm_peak, self.chip.hbm.used)
+        buf = Buffer(name, on, shape, dt, arr, addr)
+        self.tensors[name] = buf
+        return buf
+
+    def view(self, name: str, of: str, shape) -> Buffer:
+        """A tensor sharing `of`'s memory with another shape (no copy, no traffic)."""
+        base = self.tensors[of]
+        shape = tuple(int(x) for x in shape)
+        if math.prod(shape) != math.prod(base.shape):
+            raise TrnsimError(f"view {name} of {of}: {list(shape)} has a different element "
+                              f"count than {list(base.shape)}")
+        arr = base.array.reshape(shape) if base.array is not None else None
+        buf = Buffer(name, base.memory, shape, base.dtype, arr, base.offset)
+        self.tensors[name] = buf
+        return buf
+
+    def free(self, name: str) -> None:
+        buf = self.tensors.pop(name)
+        if buf.memory == "hbm" and not any(t.offset == buf.offset and t.memory == "hbm"
+                                           for t in self.tensors.values()):
+            self.chip.hbm.free(buf.offset)
+
+    def check_launch(self, kernel: KernelSpec, core: int) -> None:
+        """Raise if `kernel` cannot be launched on logical core `core`."""
+        if not kernel.low_level:
+            ops = ", ".join(sorted({o.op for o in kernel.ops}))
+            raise TrnsimError(f"kernel {kernel.name}: high-level ops ({ops}) are not yet "
+                              f"supported; the kernel library lands in a later release — "
+                              f"write it as a low-level kernel (instructions:)")
+        phys = len(self.chip.physical(core))
+        if len(kernel.per_core) > phys:
+            raise TrnsimError(f"kernel {kernel.name}: per_core has {len(kernel.per_core)} "
+                              f"programs but logical core {core} has {phys} physical cores "
+                              f"(lnc={self.chip.lnc})")
+
+    def stream(self, core: int = 0, name: str = "") -> Stream:
+        return Stream(self, core, name)
+
+    def event(self, name: str = "") -> Event:
+        return Event(self, name)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(self, until: simpy.Event | None = None) -> None:
+        """Advance the clock until `until` fires (or until nothing is left to do)."""
+        env, step, peek, inf = self.env, self.env.step, self.env.peek, math.inf
+        progress, n = self.progress, 0
+        while (until is None or not until.processed) and peek() != inf:
+            step()
+            n += 1
+            if progress is not None and n % 100_000 == 0:
+                progress(env.now, n)
+        if until is not None and not until.processed:
+            raise self._deadlock()
+        if until is None and any(s._pending for s in self.streams):
+            raise self._deadlock()
+
+    def synchronize(self) -> None:
+        """Wait for all work on all streams."""
+        self.run()
+
+    def _deadlock(self) -> DeadlockError:
+        extra = [f"stream {s.name} waits for {s.blocked_on} that is never recorded"
+                 for s in self.streams if s.blocked_on]
+        live = [la for la in self.launches if la.blocked]
+        return deadlock_error(live, extra)
+
+    def _launch(self, stream: Stream, kernel: KernelSpec):
+        env = self.env
+        with self._host.request() as req:  # the host thread issues launches one at a time
+            yield req
+            yield env.timeout(seconds_to_ps(self.cfg.host_link.launch_overhead))
+        with self._core_busy[stream.core].request() as req:
+            yield req
+            cores = self.chip.physical(stream.core)
+            launches = [core.prepare(kernel.name, prog, self.tensors, self.rng, self.base_dir)
+                        for core, prog in zip(cores, kernel.per_core)]
+            for la in launches:
+                self.launches.append(la)
+                self.kernel_tiles[(kernel.name, la.core)] = la.tiles
+                rec = self.recorder
+                rec.sbuf_peak = max(rec.sbuf_peak, _tile_bytes(la, "sbuf"))
+                rec.psum_peak = max(rec.psum_peak, _tile_bytes(la, "psum"))
+            yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
+            self.launches = [la for la in self.launches if la not in launches]
+
+    def _copy(self, stream: Stream, src: Buffer, dst: Buffer):
+        done = self.env.event()
+        s, d = bind(Ap(src.name), src, "copy src"), bind(Ap(dst.name), dst, "copy dst")
+        core = self.chip.physical(stream.core)[0].index
+        if "host" in (src.memory, dst.memory):
+            self.chip.dma.submit_host(core, s, d, done.succeed)
+        else:
+            ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
+            self.chip.dma.check(ins, core)
+            self.chip.dma.submit(core, 0, ins, f"copy {src.name}->{dst.name}", done.succeed)
+        yield done
+
+
+def _tile_bytes(launch: Launch, memory: str) -> int:
+    return sum(b.nbytes for b in launch.tiles.values() if b.memory == memory)

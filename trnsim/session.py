@@ -1,0 +1,150 @@
+"""Run a whole Program on a Device: allocate its tensors, replay its streams, report.
+
+This is what `trnsim run` does, as a library call: `run_program(load("x.yaml"), load_chip("trn2"))`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trnsim.config import ChipConfig
+from trnsim.errors import TrnsimError
+from trnsim.isa import Ap
+from trnsim.program import Program
+from trnsim.report import summarize
+from trnsim.runtime import Device, Event
+
+
+@dataclass
+class RunResult:
+    """What a run produced: the device (tensors, recorder) and the summary dict."""
+
+    device: Device
+    summary: dict
+    program: Program
+
+    @property
+    def total_ps(self) -> int:
+        return self.device.env.now
+
+    def tensor(self, name: str) -> np.ndarray:
+        """A tensor's final values (functional mode)."""
+        arr = self.device.tensors[name].array
+        if arr is None:
+            raise TrnsimError(f"tensor {name} has no values: the run was timing-only")
+        return arr
+
+
+    def tile(self, kernel: str, name: str, core: int = 0) -> np.ndarray:
+        """A tile's values after the last launch of `kernel` on physical core `core`."""
+        tiles = self.device.kernel_tiles.get((kernel, core))
+        if tiles is None or name not in tiles:
+            raise TrnsimError(f"no tile {name} of kernel {kernel} on core {core}")
+        if tiles[name].array is None:
+            raise TrnsimError(f"tile {name} has no values: the run was timing-only")
+        return tiles[name].array
+
+
+def home_cores(program: Program) -> dict[str, int]:
+    """The logical core whose HBM stack each tensor lives on: the first stream core using it."""
+    used: dict[str, list[str]] = {}  # kernel -> operand names, in order
+    for name, k in program.kernels.items():
+        seen = dict.fromkeys(getattr(ins, f.name).name for prog in k.per_core
+                             for ins in prog.instructions for f in ins.op_fields()
+                             if isinstance(getattr(ins, f.name), Ap))
+        used[name] = list(seen)
+    homes: dict[str, int] = {}
+    for stream in program.streams:
+        for step in stream.steps:
+            if step.kind == "copy":
+                names = [a.name if isinstance(a, Ap) else a for a in step.arg]
+            else:
+                names = used[step.arg] if step.kind == "launch" else []
+            for n in names:
+                homes.setdefault(n, stream.core)
+    return homes
+
+
+def _device(program: Program, cfg: ChipConfig, mode: str, lnc: int | None) -> Device:
+    """A device with the program's tensors allocated, each on its home core's HBM stack."""
+    dev = Device(cfg, mode, lnc if lnc is not None else program.lnc, program.seed,
+                 program.base_dir)
+    homes = home_cores(program)
+    for t in program.tensors.values():
+        if t.view is None:
+            dev.malloc(t.name, t.shape, t.dtype, t.init, t.on, homes.get(t.name, 0))
+    for t in program.tensors.values():
+        if t.view is not None:
+            dev.view(t.name, t.view, t.shape)
+    return dev
+
+
+def check_program(program: Program, cfg: ChipConfig, lnc: int | None = None) -> int:
+    """Check everything a run would check before the clock starts (tensors fit in HBM, tiles in
+    SBUF/PSUM, every instruction's operands, shapes and limits), without simulating. Returns the
+    number of instructions checked."""
+    dev = _device(program, cfg, "timing", lnc)
+    count = 0
+    for stream in program.streams:
+        cores = dev.chip.physical(stream.core)
+        for step in stream.steps:
+            if step.kind != "launch":
+                continue
+            kernel = program.kernels[step.arg]
+            dev.check_launch(kernel, stream.core)
+            for core, prog in zip(cores, kernel.per_core):
+                core.prepare(kernel.name, prog, dev.tensors, dev.rng, program.base_dir)
+                count += len(prog.instructions)
+    return count
+
+
+def run_program(program: Program, cfg: ChipConfig, mode: str | None = None,
+                lnc: int | None = None, progress=None, check: bool = False) -> RunResult:
+    """Simulate `program` on a chip described by `cfg` and summarise the run.
+
+    `progress(now_ps, events)` is called now and then during long runs. `check` compares each
+    high-level op's output with its numpy reference (high-level ops are not supported yet, so
+    there is nothing to compare and the summary's `check` is empty).
+    """
+    mode = mode or program.mode
+    dev = _device(program, cfg, mode, lnc)
+    dev.progress = progress
+    events: dict[str, Event] = {}
+    streams = {s.name: dev.stream(s.core, s.name) for s in program.streams}
+    for s in program.streams:
+        st = streams[s.name]
+        for step in s.steps:
+            if step.kind == "launch":
+                st.launch(program.kernels[step.arg])
+            elif step.kind == "copy":
+                src, dst = (a.name if isinstance(a, Ap) else a for a in step.arg)
+                st.memcpy(dev.tensors[dst], dev.tensors[src])
+            elif step.kind == "record":
+                ev = events[step.arg] = events.get(step.arg) or dev.event(step.arg)
+                st.record_event(ev)
+            elif step.kind == "wait":
+                ev = events[step.arg] = events.get(step.arg) or dev.event(step.arg)
+                st.wait_event(ev)
+    dev.synchronize()
+    summary = summarize(dev.recorder, cfg, dev.chip.dma.queue_stats(), dev.env.now,
+                        trace=program.name, mode=mode, timing=program.timing)
+    if check:
+        summary["check"] = {}
+    return RunResult(dev, summary, program)
+
+
+def save_outputs(result: RunResult, out_dir: str | Path) -> list[Path]:
+    """Save the program's `outputs:` (all HBM tensors when none are listed) as .npy files."""
+    prog = result.program
+    names = prog.outputs or [n for n, t in prog.tensors.items() if t.on == "hbm"]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for n in names:
+        p = out / f"{n}.npy"
+        np.save(p, result.tensor(n))
+        paths.append(p)
+    return paths
