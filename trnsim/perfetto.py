@@ -12,7 +12,7 @@ from pathlib import Path
 
 from trnsim.recorder import Recorder
 
-ENGINE_TIDS = {"tensor": 0, "vector": 1, "scalar": 2, "gpsimd": 3}
+ENGINE_TIDS = {"tensor": 0, "vector": 1, "scalar": 2, "gpsimd": 3, "host": 99}
 HBM_PID = 10_000
 
 
@@ -30,7 +30,7 @@ def chrome_trace(rec: Recorder, chip: str = "") -> dict:
         events.append({"ph": "M", "name": "process_sort_index", "pid": core, "tid": 0,
                        "args": {"sort_index": core}})
     for core, track in tracks:
-        name = track if track in ENGINE_TIDS else f"dma {track}"
+        name = {"host": "host copies"}.get(track, track if track in ENGINE_TIDS else f"dma {track}")
         events.append({"ph": "M", "name": "thread_name", "pid": core, "tid": _tid(track),
                        "args": {"name": name}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": core, "tid": _tid(track),

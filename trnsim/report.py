@@ -16,7 +16,8 @@ def summarize(rec: Recorder, cfg: ChipConfig, dma_stats: dict, total_ps: int, *,
     """Summarise a run. `dma_stats` maps (core, queue) -> {busy_ps, bytes, transfers}.
 
     `total_time_ns` is the whole simulated time, host launch overheads included;
-    `device_time_ns` runs from the first instruction's start to the last one's end. Engine
+    `device_time_ns` runs from the start of the first span (instruction, DMA transfer or host
+    copy) to the end of the last. Engine
     utilization, achieved FLOP/s and `peak_fraction` are measured over the device time, so a
     kernel's efficiency does not depend on the host's launch cost.
     """
@@ -95,7 +96,7 @@ def format_summary(s: dict) -> str:
     """The summary as a readable table (what `trnsim run` prints)."""
     out = [f"trace {s['trace']!r} on {s['chip']} ({s['mode']})",
            f"total time      {fmt_time_ns(s['total_time_ns'])} (host launch costs included)",
-           f"device time     {fmt_time_ns(s['device_time_ns'])} (first instruction to last; "
+           f"device time     {fmt_time_ns(s['device_time_ns'])} (first activity to last; "
            f"utilization and FLOP/s are over this)", ""]
     if s["engines"]:
         out.append(f"{'engine':<16}{'busy':>12}{'util':>8}{'instrs':>9}")

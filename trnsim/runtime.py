@@ -24,7 +24,11 @@ from trnsim.memory.buffer import Buffer, bind
 from trnsim.memory.init import initial_values
 from trnsim.program import KernelSpec
 from trnsim.recorder import Recorder
-from trnsim.units import seconds_to_ps
+from trnsim.units import fmt_bytes, seconds_to_ps
+
+# Values of tensors live in this machine's RAM in functional mode: a tensor that fits the chip's
+# HBM may not fit here. Beyond this many bytes, runs must use timing mode.
+MAX_BACKING_BYTES = 8 * 2**30
 
 
 class Event:
@@ -150,6 +154,8 @@ class Device:
         self._core_busy = [simpy.Resource(self.env, 1) for _ in range(self.chip.logical_cores)]
         self._host = simpy.Resource(self.env, 1)
         self.progress = None  # callable(now_ps, events) called every 100,000 events
+        self.max_backing_bytes = MAX_BACKING_BYTES
+        self._backed = 0  # bytes of numpy backing store held by tensors
         self.default_stream = Stream(self, 0, "default")
 
     # -- memory --------------------------------------------------------------------------------
@@ -160,13 +166,21 @@ class Device:
         if name in self.tensors:
             raise TrnsimError(f"tensor {name} already exists")
         shape = tuple(int(x) for x in shape)
+        nbytes = math.prod(shape) * dt.itemsize
+        if (self.functional or on == "host") and nbytes > self.max_backing_bytes - self._backed:
+            raise TrnsimError(
+                f"tensor {name}: {list(shape)} {dt.name} needs {fmt_bytes(nbytes)} of this "
+                f"machine's memory for its values, beyond the functional-mode limit of "
+                f"{fmt_bytes(self.max_backing_bytes)} ({fmt_bytes(self._backed)} already used); "
+                f"run with --mode timing (shapes only), or raise Device.max_backing_bytes")
+        self._backed += nbytes if (self.functional or on == "host") else 0
         arr = (initial_values(init, shape, dt, self.rng, self.base_dir, f"tensor {name}")
                if self.functional or on == "host" else None)
         addr = 0
         if on == "hbm":
             stack = self.chip.hbm.home_stack(self.chip.physical(core)[0].index)
             addr = self.chip.hbm.allocate(math.prod(shape) * dt.itemsize, name, stack)
-            self.recorder.hbm_peak = max(self.recorder.hbm_peak, self.chip.hbm.used)
+            self.recorder.hbm_peak = self.chip.hbm.peak
         buf = Buffer(name, on, shape, dt, arr, addr)
         self.tensors[name] = buf
         return buf
@@ -258,11 +272,15 @@ class Device:
         s, d = bind(Ap(src.name), src, "copy src"), bind(Ap(dst.name), dst, "copy dst")
         core = self.chip.physical(stream.core)[0].index
         if "host" in (src.memory, dst.memory):
+            start = self.env.now
             self.chip.dma.submit_host(core, s, d, done.succeed)
-        else:
-            ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
-            self.chip.dma.check(ins, core)
-            self.chip.dma.submit(core, 0, ins, f"copy {src.name}->{dst.name}", done.succeed)
+            yield done
+            self.recorder.span(core, "host", "copy", start, self.env.now, max(s.nbytes, d.nbytes),
+                               0, 0, f"copy {src.name}->{dst.name}", dst.dtype.name)
+            return
+        ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
+        self.chip.dma.check(ins, core)
+        self.chip.dma.submit(core, 0, ins, f"copy {src.name}->{dst.name}", done.succeed)
         yield done
 
 
