@@ -109,32 +109,35 @@ class NeuronCore:
         queues: dict[str, list[Issue]] = {}
         # Kernels repeat the same instruction on the same operands many times: bind and check
         # each distinct one once, and cost each distinct (instruction, waits?, previous) once.
-        bound_memo: dict[tuple, tuple] = {}
+        bound_memo: dict[tuple, tuple] = {}  # op fields -> (id, bound, track, static fields)
         cost_memo: dict[tuple, int] = {}
-        prev: dict[Engine, tuple] = {}  # engine -> (key, bound instruction) of the last one
+        prev: dict[Engine, tuple] = {}  # engine -> (id, bound instruction) of the last one
+        dma = Engine.DMA
         for raw in prog.instructions:
             key = (type(raw), raw.engine, *_op_values(type(raw))(raw))
             entry = bound_memo.get(key)
             if entry is None:
-                entry = bound_memo[key] = self._build(raw, tiles, tensors)
-            ins, track, issue_args = entry
-            if raw.engine == Engine.DMA:
+                entry = bound_memo[key] = (len(bound_memo), *self._build(raw, tiles, tensors))
+            kid, ins, track, issue_args = entry
+            engine = raw.engine
+            if engine is dma:
                 if ins.index != raw.index:
                     ins = replace(ins, index=raw.index, line=raw.line)
                 dur = 0
             else:
-                before = prev.get(raw.engine)
-                ckey = (key, bool(raw.wait), before[0] if before else None)
+                before = prev.get(engine)
+                ckey = (kid, not raw.wait, before[0] if before else -1)
                 dur = cost_memo.get(ckey)
                 if dur is None:
-                    model = self.models[raw.engine]
+                    model = self.models[engine]
                     timed = ins if bool(ins.wait) == bool(raw.wait) else replace(ins, wait=raw.wait)
                     cycles = model.cost(timed, before[1] if before else None)
                     dur = cost_memo[ckey] = cycles_to_ps(cycles, model.clock_hz)
-                prev[raw.engine] = (key, ins)
-            queues.setdefault(track, []).append(Issue(
-                ins, raw.index, dur, tuple((names[s], v) for s, v in raw.wait),
-                tuple((names[s], n) for s, n in raw.signal), *issue_args))
+                prev[engine] = (kid, ins)
+            waits = tuple([(names[s], v) for s, v in raw.wait]) if raw.wait else ()
+            signals = tuple([(names[s], n) for s, n in raw.signal]) if raw.signal else ()
+            queues.setdefault(track, []).append(
+                Issue(ins, raw.index, dur, waits, signals, *issue_args))
         return Launch(kernel, self.index, queues, sems, tiles, sbuf_used, psum_used)
 
     def _build(self, raw: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]):
@@ -193,11 +196,19 @@ class NeuronCore:
                 del launch.blocked[track]
 
     def _engine_queue(self, launch: Launch, track: str, issues: list[Issue]):
+        """Run one engine's instructions in order.
+
+        A block is an instruction followed by every next one that neither waits, nor holds a
+        shared port, up to and including the first that signals: nothing can observe the
+        instants inside a block, so it costs one SimPy timeout however long it is. Values are
+        computed, in order, when the block starts."""
         env, sems, core, kernel = self.env, launch.sems, self.index, launch.kernel
         span = self.recorder.spans_raw.append
         timeout = env.timeout
         values = sems.values
-        for it in issues:
+        n, i = len(issues), 0
+        while i < n:
+            it = issues[i]
             for s, v in it.waits:
                 if values[s] < v:
                     launch.blocked[track] = (s, v)
@@ -207,16 +218,33 @@ class NeuronCore:
             if it.port is not None:
                 req = it.port.request()
                 yield req
+            j, dur = i + 1, it.dur
+            if req is None and not it.signals:
+                while j < n:
+                    nxt = issues[j]
+                    if nxt.waits or nxt.port is not None:
+                        break
+                    dur += nxt.dur
+                    j += 1
+                    if nxt.signals:
+                        break
             start = env.now
-            if it.run is not None:
-                it.run(it.ins)
-            yield timeout(it.dur)
+            for k in range(i, j):
+                it = issues[k]
+                if it.run is not None:
+                    it.run(it.ins)
+            yield timeout(dur)
             if req is not None:
-                it.port.release(req)
-            for s, n in it.signals:
-                sems.signal(s, n)
-            span((core, track, it.op, start, env.now, it.nbytes, it.flops, it.index, kernel,
-                  it.dtype))
+                issues[i].port.release(req)
+            t = start
+            for k in range(i, j):
+                it = issues[k]
+                span((core, track, it.op, t, t + it.dur, it.nbytes, it.flops, it.index, kernel,
+                      it.dtype))
+                t += it.dur
+            for s, n_ in it.signals:
+                sems.signal(s, n_)
+            i = j
 
     def _dma_queue(self, launch: Launch, track: str, issues: list[Issue]):
         """Issue transfers in order; each signals its semaphores when it completes."""

@@ -113,7 +113,7 @@ class TensorEngine(EngineModel):
         _, k, _ = self._mkn(ins)
         st = ins.stationary.read_f32().reshape(k, -1)
         mv = ins.moving.read_f32().reshape(k, -1)
-        out = st.T @ mv
+        out = np.ascontiguousarray(st.T) @ mv
         if ins.accumulate:
             out = ins.dst.read_f32().reshape(out.shape) + out
         ins.dst.write(out.astype(np.float32))
