@@ -153,8 +153,8 @@ def validate(trace_file, chip, overrides) -> None:
     program = load_trace(trace_file)
     cfg = _chip_for(program, chip, overrides)
     n = check_program(program, cfg)
-    click.echo(f"{trace_file}: ok ({len(program.kernels)} kernels, {n} instructions, "
-               f"{len(program.streams)} streams) on {cfg.name}")
+    click.echo(f"{trace_file}: ok on {cfg.name}: kernels {len(program.kernels)}, instructions "
+               f"{n}, streams {len(program.streams)}")
 
 
 @main.command()

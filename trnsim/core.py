@@ -86,12 +86,23 @@ class NeuronCore:
     # -- building ------------------------------------------------------------------------------
 
     def prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
-                rng: np.random.Generator, base_dir: str = ".") -> Launch:
-        """Place tiles, bind operands, check every instruction and compute its cost."""
+                rng: np.random.Generator, base_dir: str = ".", source: str = "") -> Launch:
+        """Place tiles, bind operands, check every instruction and compute its cost.
+
+        Errors name the trace file and line of the instruction when `source` is given."""
+        try:
+            return self._prepare(kernel, prog, tensors, rng, base_dir)
+        except SimError as e:
+            line = getattr(e, "line", 0)
+            where = f"{source}:{line}: " if source and line else f"{source}: " if source else ""
+            raise SimError(f"{where}kernel {kernel}, core {self.index}: {e}") from None
+
+    def _prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
+                 rng: np.random.Generator, base_dir: str) -> Launch:
         specs = list(prog.tiles.values())
         offsets, sbuf_used, psum_used = place_tiles(
             [(t.name, t.memory, t.shape[0], math.prod(t.shape[1:]) * t.dtype.itemsize)
-             for t in specs], self.cfg.core, kernel)
+             for t in specs], self.cfg.core)
         tiles = {}
         for t in specs:
             arr = (initial_values(t.init, t.shape, t.dtype, rng, base_dir, f"tile {t.name}")
@@ -103,7 +114,7 @@ class NeuronCore:
             for s, _ in ins.wait + ins.signal:
                 names.setdefault(s, len(names))
         if len(names) > self.cfg.core.semaphores:
-            raise SimError(f"kernel {kernel}: uses {len(names)} semaphores; a core has "
+            raise SimError(f"uses {len(names)} semaphores; a core has "
                            f"{self.cfg.core.semaphores}")
         sems = Semaphores(self.env, list(names))
         queues: dict[str, list[Issue]] = {}
@@ -117,7 +128,12 @@ class NeuronCore:
             key = (type(raw), raw.engine, *_op_values(type(raw))(raw))
             entry = bound_memo.get(key)
             if entry is None:
-                entry = bound_memo[key] = (len(bound_memo), *self._build(raw, tiles, tensors))
+                try:
+                    entry = (len(bound_memo), *self._build(raw, tiles, tensors))
+                except SimError as e:
+                    e.line = raw.line
+                    raise
+                bound_memo[key] = entry
             kid, ins, track, issue_args = entry
             engine = raw.engine
             if engine is dma:

@@ -138,10 +138,10 @@ class Device:
     """A simulated chip with the device API on top."""
 
     def __init__(self, cfg: ChipConfig, mode: str = "functional", lnc: int | None = None,
-                 seed: int = 0, base_dir: str = "."):
+                 seed: int = 0, base_dir: str = ".", source: str = ""):
         if mode not in ("functional", "timing"):
             raise TrnsimError(f"mode '{mode}': expected functional or timing")
-        self.cfg, self.mode, self.base_dir = cfg, mode, base_dir
+        self.cfg, self.mode, self.base_dir, self.source = cfg, mode, base_dir, source
         self.functional = mode == "functional"
         self.env = simpy.Environment()
         self.recorder = Recorder()
@@ -256,8 +256,8 @@ class Device:
         with self._core_busy[stream.core].request() as req:
             yield req
             cores = self.chip.physical(stream.core)
-            launches = [core.prepare(kernel.name, prog, self.tensors, self.rng, self.base_dir)
-                        for core, prog in zip(cores, kernel.per_core)]
+            launches = [core.prepare(kernel.name, prog, self.tensors, self.rng, self.base_dir,
+                                     self.source) for core, prog in zip(cores, kernel.per_core)]
             for la in launches:
                 self.launches.append(la)
                 self.kernel_tiles[(kernel.name, la.core)] = la.tiles

@@ -11,7 +11,7 @@ from trnsim.config import CoreConfig
 from trnsim.errors import SimError
 
 
-def place_tiles(tiles: list[tuple[str, str, int, int]], core: CoreConfig, kernel: str
+def place_tiles(tiles: list[tuple[str, str, int, int]], core: CoreConfig
                 ) -> tuple[dict[str, int], int, int]:
     """Assign each (name, memory, partitions, partition_bytes) tile a byte offset.
 
@@ -25,7 +25,7 @@ def place_tiles(tiles: list[tuple[str, str, int, int]], core: CoreConfig, kernel
     for name, memory, partitions, nbytes in tiles:
         limit = core.sbuf.partitions if memory == "sbuf" else core.psum.partitions
         if partitions > limit:
-            raise SimError(f"kernel {kernel}: tile {name} has {partitions} partitions; "
+            raise SimError(f"tile {name} has {partitions} partitions; "
                            f"{memory.upper()} has {limit}")
         if memory == "sbuf":
             offsets[name] = sbuf_top
@@ -36,15 +36,15 @@ def place_tiles(tiles: list[tuple[str, str, int, int]], core: CoreConfig, kernel
                 start = -(-start // bank) * bank
             offsets[name] = start
             psum_top = start + nbytes
-    _check(tiles, "sbuf", sbuf_top, core.sbuf.partition_bytes, kernel)
-    _check(tiles, "psum", psum_top, core.psum.banks * bank, kernel)
+    _check(tiles, "sbuf", sbuf_top, core.sbuf.partition_bytes)
+    _check(tiles, "psum", psum_top, core.psum.banks * bank)
     return offsets, sbuf_top, psum_top
 
 
-def _check(tiles, memory: str, used: int, capacity: int, kernel: str) -> None:
+def _check(tiles, memory: str, used: int, capacity: int) -> None:
     if used <= capacity:
         return
     mine = sorted((t for t in tiles if t[1] == memory), key=lambda t: -t[3])[:3]
     big = ", ".join(f"{n} {b} B" for n, _, _, b in mine)
-    raise SimError(f"kernel {kernel}: {memory.upper()} overflow: tiles need {used} bytes per "
+    raise SimError(f"{memory.upper()} overflow: tiles need {used} bytes per "
                    f"partition but {memory.upper()} has {capacity} (largest: {big})")
