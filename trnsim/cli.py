@@ -134,8 +134,9 @@ def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file,
         for label, path in (("timeline", perfetto_file), ("profile", profile_file)):
             if path:
                 click.echo(f"{label:<16}{path}")
-        if saved:
-            click.echo(f"{'outputs':<16}{len(saved)} tensors in {out_dir}")
+        if out_dir:
+            click.echo(f"{'outputs':<16}{len(saved)} tensors saved in {out_dir}"
+                       + ("" if saved else " (the trace has no HBM tensors)"))
 
 
 @main.command()

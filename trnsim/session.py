@@ -138,7 +138,10 @@ def run_program(program: Program, cfg: ChipConfig, mode: str | None = None,
 
 
 def save_outputs(result: RunResult, out_dir: str | Path) -> list[Path]:
-    """Save the program's `outputs:` (all HBM tensors when none are listed) as .npy files."""
+    """Save the program's `outputs:` (all HBM tensors when none are listed) as .npy files.
+
+    numpy's .npy format has no bfloat16 or fp8 types (they would load as raw bytes), so those
+    tensors are saved as float32, which holds each of their values exactly."""
     prog = result.program
     names = prog.outputs or [n for n, t in prog.tensors.items() if t.on == "hbm"]
     out = Path(out_dir)
@@ -146,6 +149,10 @@ def save_outputs(result: RunResult, out_dir: str | Path) -> list[Path]:
     paths = []
     for n in names:
         p = out / f"{n}.npy"
-        np.save(p, result.tensor(n))
+        values = result.tensor(n)
+        dt = prog.tensors[n].dtype
+        if dt.is_float and dt.name not in ("float32", "float16"):
+            values = values.astype(np.float32)
+        np.save(p, values)
         paths.append(p)
     return paths

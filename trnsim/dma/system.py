@@ -26,7 +26,6 @@ writers know engine and `q<N>` tracks only; the stream that issued the copy owns
 from __future__ import annotations
 
 import math
-import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -90,7 +89,7 @@ class DmaSystem:
         self._host_bpps = cfg.host_link.bandwidth / PS_PER_S
         self._host_ps = seconds_to_ps(cfg.host_link.latency)
         self._lanes: dict[tuple[int, int, int], _Lane] = {}
-        self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._plans: dict[tuple, list[Piece]] = {}
         self._seq = 0
         self._intervals: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._bytes: dict[tuple[int, int], int] = {}
@@ -154,13 +153,12 @@ class DmaSystem:
         self.env.timeout(self._host_ps).callbacks.append(lambda _ev: self.fluid.start(flow))
 
     def _plan(self, ins: DmaCopy) -> list[Piece]:
-        try:
-            pieces = self._plans.get(ins)
-        except TypeError:  # an unhashable instruction: plan it every time
-            return cut(ins.src, ins.dst, ins.transpose, self.cfg.core.dma,
-                       self.cfg.core.sbuf.partitions)
+        # Identical instructions share their bound operands (core.prepare), so the operands'
+        # identities key the plan: each distinct copy is cut into descriptors once.
+        key = (ins.src, ins.dst, ins.transpose)
+        pieces = self._plans.get(key)
         if pieces is None:
-            pieces = self._plans[ins] = cut(ins.src, ins.dst, ins.transpose, self.cfg.core.dma,
+            pieces = self._plans[key] = cut(ins.src, ins.dst, ins.transpose, self.cfg.core.dma,
                                             self.cfg.core.sbuf.partitions)
         return pieces
 
