@@ -131,7 +131,8 @@ def format_summary(s: dict) -> str:
     return "\n".join(out)
 
 
-COMPARED = (("total time", lambda s: s["total_time_ns"], lambda v: fmt_time_ns(v)),
+COMPARED = (("total time", lambda s: s["total_time_ns"], fmt_time_ns),
+            ("device time", lambda s: s["device_time_ns"], fmt_time_ns),
             ("FLOP/s", lambda s: s["flops_per_s"], fmt_flops),
             ("peak fraction", lambda s: s["peak_fraction"], lambda v: f"{v:.1%}"),
             ("HBM bandwidth", lambda s: s["hbm"]["bandwidth_bytes_per_s"], fmt_rate),
