@@ -16,6 +16,25 @@ Decisions the contract leaves open:
 - An optional instruction field given as null takes its default.
 - Names of tensors and tiles are identifiers (`[A-Za-z_][A-Za-z0-9_]*`), so that operands like
   `x[0:128, :]` can refer to them; kernels, streams, events and semaphores may be any string.
+- A wait value may be 0 (trivially met; useful in repeat bodies, below).
+
+Extension (documented in `docs/trace_extensions.md`): `repeat` blocks. Wherever an instruction
+list appears (`instructions:`, each `per_core` list, the body of another repeat), an item may be
+`{repeat: N, instructions: [...]}` (both keys required, no others; N an int >= 1, the body a
+non-empty list of instructions and/or repeat blocks). It unrolls to N copies of the body, where
+copy i (0-based) turns every `wait: {s: v}` into `v + i * k_s`, k_s being the sum of the
+increments the body (one copy of it, nested repeats expanded) signals on `s`; waits on
+semaphores the body does not signal keep their value. So in a body `wait: {s: 0}` waits for the
+previous iterations' signals on s (a software pipeline), and `wait: {ld: 1}` with the body
+signalling `ld: 1` waits for this iteration's own load. Nested repeats compose (the inner one is
+expanded first). Expanded instructions are numbered consecutively (`index`) and keep the `line` of
+the body instruction they come from; errors inside a body name its key path, such as
+`instructions[1].instructions[0].wait.mm`. A core's program may expand to at most
+MAX_INSTRUCTIONS (10,000,000) instructions. The semaphore check runs on the expanded program.
+
+Speed: the YAML is read by libyaml's event parser when available (`yamlpos`), identical
+instruction mappings (and a repeat body in all its copies) are parsed once, and the cyclic GC is
+paused while loading.
 """
 
 from __future__ import annotations
@@ -26,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,10 +64,12 @@ from trnsim.program import (
 )
 from trnsim.yamlpos import (
     Loc,
+    PosList,
     check_keys,
     hint,
     is_int,
     load_yaml,
+    no_gc,
     one_of,
     show,
     unknown,
@@ -90,8 +111,9 @@ def load(path: str | Path) -> Program:
 
 def loads(text: str, source: str = "<string>", base_dir: str | Path = ".") -> Program:
     """Validate trace YAML `text`; `source` names it in errors, `base_dir` anchors init files."""
-    doc = load_yaml(text, source)
-    return _TraceParser(source, Path(base_dir)).parse(doc)
+    with no_gc():
+        doc = load_yaml(text, source)
+        return _TraceParser(source, Path(base_dir)).parse(doc)
 
 
 def parse_instruction(d: dict, index: int, where: str, *, names: Collection[str] | None = None,
@@ -103,8 +125,9 @@ def parse_instruction(d: dict, index: int, where: str, *, names: Collection[str]
     the core and the tensors; a set is listed sorted in errors) unless it is None. The line
     comes from `d.line` (a PosDict) or `line`. Raises TraceError.
     """
-    loc = Loc(source, getattr(d, "line", 0) or line, where)
-    return _instruction(d, index, loc, names)
+    line = getattr(d, "line", 0) or line
+    ins = _instruction_fast(d, index, line, names)
+    return ins if ins is not None else _instruction(d, index, Loc(source, line, where), names)
 
 
 def parse_ap(text: Any, where: str | Loc = "operand", *, source: str = "<api>",
@@ -112,6 +135,10 @@ def parse_ap(text: Any, where: str | Loc = "operand", *, source: str = "<api>",
     """Parse an operand: `name`, `name[3]`, `name[a:b, :, 0:128:2]` (ints may be negative,
     bounds and steps may be omitted, whitespace is free). `where` is the key path for errors
     (or a `Loc`). Raises TraceError showing the text and the expected form."""
+    if isinstance(text, str):
+        ap = _AP_CACHE.get(text) or _parse_ap(text)
+        if ap is not None:
+            return ap
     loc = where if isinstance(where, Loc) else Loc(source, line, where)
     if not isinstance(text, str):
         loc.fail(f"got {show(text)}", "an operand like name or name[start:stop, ...]")
@@ -134,6 +161,30 @@ def parse_ap(text: Any, where: str | Loc = "operand", *, source: str = "<api>",
 _AP = re.compile(r"\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?:\[(?P<index>[^\[\]]*)\]\s*)?")
 _INT = re.compile(r"[+-]?[0-9]+")
 _AP_FORM = "name or name[start:stop, ...] with integer start, stop, step (each optional)"
+_AP_CACHE: dict[str, Ap] = {}
+_AP_CACHE_SIZE = 1 << 16
+
+
+def _parse_ap(text: str) -> Ap | None:
+    """`parse_ap` without errors: the Ap (remembered), or None when `text` is no operand."""
+    m = _AP.fullmatch(text)
+    if m is None:
+        return None
+    if m["index"] is None:
+        ap = Ap(m["name"], (), m["name"])
+    else:
+        index = []
+        for part in m["index"].split(","):
+            bounds = [b.strip() for b in part.split(":")]
+            if len(bounds) > 3 or not all(_INT.fullmatch(b) or (b == "" and len(bounds) > 1)
+                                          for b in bounds):
+                return None
+            ints = [int(b) if b else None for b in bounds]
+            index.append(ints[0] if len(ints) == 1 else tuple(ints + [None] * (3 - len(ints))))
+        ap = Ap(m["name"], tuple(index), text.strip())
+    if len(_AP_CACHE) < _AP_CACHE_SIZE:
+        _AP_CACHE[text] = ap
+    return ap
 
 
 def check_semaphores(instructions: list[Instr],
@@ -144,6 +195,19 @@ def check_semaphores(instructions: list[Instr],
 
     `where` is the key path of the list (errors point at `<where>[i].wait.<sem>` on the
     instruction's line), or a function (index, semaphore) -> Loc."""
+
+    def loc_of(ins: Instr, sem: str) -> tuple[Loc, Any]:
+        if callable(where):
+            return where(ins.index, sem), None
+        return Loc(source, ins.line, f"{where}[{ins.index}].wait.{sem}"), None
+
+    _check_semaphores(instructions, loc_of)
+
+
+def _check_semaphores(instructions: list[Instr],
+                      loc_of: Callable[[Instr, str], tuple[Loc, Any]]) -> None:
+    """`check_semaphores`; `loc_of(ins, sem)` gives the Loc of the wait and the value written
+    in the trace (which differs from `ins.wait` in repeated instructions; None if unknown)."""
     total: dict[str, int] = defaultdict(int)
     for ins in instructions:
         for sem, n in ins.signal:
@@ -152,14 +216,14 @@ def check_semaphores(instructions: list[Instr],
         for sem, value in ins.wait:
             if total.get(sem, 0) >= value:
                 continue
-            if callable(where):
-                loc = where(ins.index, sem)
-            else:
-                loc = Loc(source, ins.line, f"{where}[{ins.index}].wait.{sem}")
+            loc, written = loc_of(ins, sem)
             if sem not in total:
                 loc.fail(f"semaphore {sem!r} is waited on but never signalled",
                          f"an instruction of this core with signal: {{{sem}: 1}}")
-            loc.fail(f"semaphore {sem!r} is waited on for {value} but its signals add up to "
+            shown = str(value)
+            if written is not None and written != value:
+                shown += f" ({written} as written plus the increments of earlier repeat iterations)"
+            loc.fail(f"semaphore {sem!r} is waited on for {shown} but its signals add up to "
                      f"only {total[sem]}", f"signal increments of {sem!r} summing to >= {value}")
 
 
@@ -218,7 +282,9 @@ def _semaphores(d: dict, key: str, loc: Loc) -> tuple[tuple[str, int], ...]:
     for name, value in sems.items():
         sloc = kloc.key(sems, name)
         want_name(name, sloc, "semaphore")
-        out.append((name, want_int(value, sloc, f"{verb} (an integer >= 1)", minimum=1)))
+        minimum = 0 if key == "wait" else 1
+        out.append((name, want_int(value, sloc, f"{verb} (an integer >= {minimum})",
+                                   minimum=minimum)))
     return tuple(out)
 
 
@@ -257,6 +323,237 @@ def _field(value: Any, meta: dict, loc: Loc, names: Collection[str] | None) -> A
         return tuple(want_int(a, loc.item(axes, i), "an axis (integer)")
                      for i, a in enumerate(axes))
     raise AssertionError(f"unknown field kind {kind!r}")  # a bug in isa.py, not in the trace
+
+
+class _Spec(NamedTuple):
+    """What the fast path needs to know about one instruction class."""
+
+    cls: type[Instr]
+    allowed: frozenset
+    fields: tuple[tuple[str, str, bool, tuple], ...]  # (name, kind, required, choices)
+    engines: dict[str, Engine]
+
+
+_SPECS = {
+    op: _Spec(cls, frozenset((*COMMON_KEYS, *(x.name for x in cls.op_fields()))),
+              tuple((x.name, x.metadata["kind"], x.metadata["required"], x.metadata["choices"])
+                    for x in cls.op_fields()),
+              {e.label: e for e in (cls.ENGINE, *cls.ENGINES)})
+    for op, cls in INSTRUCTIONS.items()
+}
+_BAD = object()
+
+
+def _instruction_fast(d: Any, index: int, line: int,
+                      names: Collection[str] | None) -> Instr | None:
+    """`_instruction` for a valid mapping without building any Loc; None when anything is off
+    (then `_instruction` reports the error). Accepts exactly what `_instruction` accepts."""
+    if not isinstance(d, dict):
+        return None
+    op = d.get("op")
+    spec = _SPECS.get(op) if op.__class__ is str else None
+    if spec is None:
+        return None
+    allowed = spec.allowed
+    for key in d:
+        if key not in allowed:
+            return None
+    values = {}
+    for name, kind, required, choices in spec.fields:
+        value = d.get(name)
+        if value is None:
+            if required:
+                return None
+            continue
+        value = _field_fast(value, kind, choices, names)
+        if value is _BAD:
+            return None
+        values[name] = value
+    engine = d.get("engine")
+    if engine is None:
+        engine = spec.cls.ENGINE
+    elif engine.__class__ is not str or (engine := spec.engines.get(engine)) is None:
+        return None
+    wait = _semaphores_fast(d.get("wait"), 0)
+    signal = _semaphores_fast(d.get("signal"), 1)
+    if wait is None or signal is None:
+        return None
+    return spec.cls(index=index, line=line, engine=engine, wait=wait, signal=signal, **values)
+
+
+def _field_fast(value: Any, kind: str, choices: tuple, names: Collection[str] | None) -> Any:
+    """`_field` for a valid value, else _BAD."""
+    c = value.__class__
+    if c is str:
+        if kind == "ap" or kind == "ap_or_num":
+            ap = _AP_CACHE.get(value) or _parse_ap(value)
+            if ap is None or (names is not None and ap.name not in names):
+                return _BAD
+            return ap
+        if kind == "choice":
+            return value if value in choices else _BAD
+        if kind == "str":
+            return value if value.strip() else _BAD
+        return _BAD
+    if c is int or c is float:
+        if kind == "num" or kind == "ap_or_num":
+            return value
+        if c is int and (kind == "axes" or (kind == "int" and value >= 0)):
+            return value
+        return _BAD
+    if c is bool:
+        return value if kind == "bool" else _BAD
+    if kind == "axes" and isinstance(value, list) and value:
+        if all(a.__class__ is int for a in value):
+            return tuple(value)
+    return _BAD
+
+
+def _semaphores_fast(value: Any, minimum: int) -> tuple[tuple[str, int], ...] | None:
+    """`_semaphores` for a valid mapping (or null), else None."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        return None
+    out = []
+    for name, n in value.items():
+        if name.__class__ is not str or not name.strip() or n.__class__ is not int or n < minimum:
+            return None
+        out.append((name, n))
+    return tuple(out)
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable key that tells apart every two instruction mappings that could parse
+    differently (so 1, 1.0 and true differ); raises TypeError for unhashable scalars."""
+    c = value.__class__
+    if c is str:
+        return value
+    if isinstance(value, dict):
+        key: list = [dict]
+        for k, v in value.items():
+            key.append(k)
+            key.append(v if v.__class__ is str else _freeze(v))
+        return tuple(key)
+    if isinstance(value, list):
+        return (list, *[_freeze(v) for v in value])
+    hash(value)
+    return (c, value)
+
+
+# ----------------------------------------------------------------------------------------------
+# instruction lists and repeat blocks
+
+MAX_INSTRUCTIONS = 10_000_000
+"""The most instructions one core's program may have once repeat blocks are expanded."""
+REPEAT_KEYS = ("repeat", "instructions")
+_FAST_CLONE = all("__dict__" in dir(cls) and not hasattr(cls, "__post_init__")
+                  for cls in INSTRUCTIONS.values())
+
+# An expanded instruction before it gets its index: (parsed instruction, line, wait, where),
+# `where` = (list, position, Loc of the list) of the mapping it came from (for errors only).
+_Template = tuple[Instr, int, tuple[tuple[str, int], ...], tuple[list, int, Loc]]
+
+
+class _Expander:
+    """Parses one core's instruction list, expanding repeat blocks, into templates.
+
+    Identical instruction mappings are parsed once (a repeat body once in all)."""
+
+    MEMO_TRIAL = 512  # stop memoising when fewer than 1 in 8 of this many mappings repeat
+
+    def __init__(self, names: Collection[str]):
+        self.names = names
+        self.memo: dict[Any, Instr] | None = {}
+        self.hits = self.misses = 0
+
+    def expand(self, value: Any, loc: Loc, body: bool = False) -> list[_Template]:
+        expected = ("a list of instructions like {op: matmul, ...} or repeat blocks like "
+                    "{repeat: 4, instructions: [...]}")
+        items = want_list(value, loc, expected)
+        if body and not items:
+            loc.fail("got an empty list", "a body of at least one instruction")
+        lines = items.item_lines if isinstance(items, PosList) else ()
+        out: list[_Template] = []
+        memo, names = self.memo, self.names
+        for i, d in enumerate(items):
+            if isinstance(d, dict) and ("repeat" in d or ("instructions" in d and "op" not in d)):
+                self._repeat(items, i, loc, out)
+                continue
+            line = (lines[i] if i < len(lines) else 0) or loc.line
+            key = proto = None
+            if memo is not None:
+                try:
+                    key = _freeze(d)
+                    proto = memo.get(key)
+                except TypeError:
+                    pass
+            if proto is None:
+                proto = _instruction_fast(d, 0, 0, names)
+                if proto is None:
+                    proto = _instruction(d, 0, loc.item(items, i), names)
+                if key is not None:
+                    memo[key] = proto
+                    self.misses += 1
+                    if self.misses == self.MEMO_TRIAL and self.hits < self.misses // 8:
+                        memo = self.memo = None  # mostly distinct mappings: not worth it
+            else:
+                self.hits += 1
+            out.append((proto, line, proto.wait, (items, i, loc)))
+        return out
+
+    def _repeat(self, items: list, i: int, loc: Loc, out: list[_Template]) -> None:
+        """Append the expansion of the repeat block `items[i]` to `out`."""
+        d = items[i]
+        rloc = loc.item(items, i)
+        check_keys(d, rloc, REPEAT_KEYS, expected="repeat: <count> and instructions: [<body>]")
+        if d.get("repeat") is None:
+            rloc.fail("missing key 'repeat'", "repeat: <count, an integer >= 1> next to "
+                      "instructions: [<body>]")
+        count_loc = rloc.key(d, "repeat")
+        n = want_int(d["repeat"], count_loc, "a repeat count (an integer >= 1)", minimum=1)
+        if d.get("instructions") is None:
+            rloc.fail("missing key 'instructions'", "instructions: [...], the body to repeat")
+        body = self.expand(d["instructions"], rloc.key(d, "instructions"), body=True)
+        total = len(out) + n * len(body)
+        if total > MAX_INSTRUCTIONS:
+            count_loc.fail(f"repeat: {n} of a body of {len(body)} instructions makes {total} "
+                           "instructions", f"at most {MAX_INSTRUCTIONS} instructions per core "
+                           "once repeats are expanded")
+        # iteration `it` waits for `v + it * k[s]`: k[s] is what one iteration signals on s
+        k: dict[str, int] = defaultdict(int)
+        for proto, _, _, _ in body:
+            for sem, inc in proto.signal:
+                k[sem] += inc
+        shifted = [(j, proto, line, where, [(s, v, k.get(s, 0)) for s, v in wait])
+                   for j, (proto, line, wait, where) in enumerate(body)
+                   if any(s in k for s, _ in wait)]
+        if not shifted:
+            out += body * n
+            return
+        for it in range(n):
+            chunk = body.copy()
+            for j, proto, line, where, spec in shifted:
+                chunk[j] = (proto, line, tuple([(s, v + it * ks) for s, v, ks in spec]), where)
+            out += chunk
+
+
+def _materialize(templates: list[_Template]) -> list[Instr]:
+    """The instructions of `templates`, numbered from 0, each its own object."""
+    if not _FAST_CLONE:
+        return [replace(proto, index=index, line=line, wait=wait)
+                for index, (proto, line, wait, _) in enumerate(templates)]
+    out = []
+    append, new = out.append, object.__new__
+    for index, (proto, line, wait, _) in enumerate(templates):
+        ins = new(proto.__class__)
+        fields = ins.__dict__  # same as dataclasses.replace, without re-running __init__
+        fields.update(proto.__dict__)
+        fields["index"] = index
+        fields["line"] = line
+        fields["wait"] = wait
+        append(ins)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -512,16 +809,18 @@ class _TraceParser:
         return cores
 
     def _core(self, tiles: dict[str, TileSpec], value: Any, loc: Loc) -> CoreProgram:
-        """One physical core's program; each core gets its own copies of the tiles."""
-        items = want_list(value, loc, "a list of instructions like {op: matmul, ...}")
-        names = [*tiles, *self.tensors]
-        instrs = [_instruction(d, i, loc.item(items, i), names) for i, d in enumerate(items)]
+        """One physical core's program (repeats expanded); each core gets its own copies of
+        the tiles."""
+        templates = _Expander(dict.fromkeys([*tiles, *self.tensors])).expand(value, loc)
+        instrs = _materialize(templates)
 
-        def wait_loc(index: int, sem: str) -> Loc:
-            d = items[index]
-            return loc.item(items, index).key(d, "wait").key(d["wait"], sem)
+        def wait_loc(ins: Instr, sem: str) -> tuple[Loc, Any]:
+            items, i, list_loc = templates[ins.index][3]
+            d = items[i]
+            wloc = list_loc.item(items, i).key(d, "wait")
+            return wloc.key(d["wait"], sem), d["wait"][sem]
 
-        check_semaphores(instrs, wait_loc)
+        _check_semaphores(instrs, wait_loc)
         return CoreProgram({n: replace(t) for n, t in tiles.items()}, instrs)
 
     def _ops(self, value: Any, loc: Loc) -> list[OpSpec]:

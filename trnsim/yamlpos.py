@@ -15,19 +15,31 @@ Scalars follow YAML 1.2's core schema where YAML 1.1 surprises people: only `tru
 booleans (so `on: host` keeps its key `on`, and `yes` stays a string); `1e-5` is a float; `010`
 is ten (not octal) and `1:30` a string (not sexagesimal); dates and a bare `=` stay strings.
 Null, `.inf`/`.nan`, `0x`/`0o`/`0b` integers, anchors, aliases and `<<` merge keys work as usual.
+Documents may nest lists and mappings at most MAX_DEPTH (100) levels deep.
+
+Speed: when PyYAML has libyaml, documents in the common subset (untagged scalars, mappings,
+lists, anchors, aliases) are built straight from libyaml's events, many times faster than the
+pure-Python loader; anything else -- tags, merge keys, every error -- goes to the pure-Python
+reference loader, so results and messages are the same either way (`LIBYAML = False` forces the
+reference loader). The cyclic GC is paused while loading (`no_gc`).
 """
 
 from __future__ import annotations
 
 import difflib
+import gc
 import re
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import yaml
 
 from trnsim.errors import TraceError
+
+MAX_DEPTH = 100
+"""The most levels of nested lists and mappings a document may have."""
 
 _BOOL = "tag:yaml.org,2002:bool"
 _INT = "tag:yaml.org,2002:int"
@@ -76,19 +88,45 @@ def _path(parts: list) -> str:
     return out or "top level"
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader building PosDict/PosList, rejecting duplicate keys, YAML 1.2 booleans."""
+class _Resolver(yaml.resolver.Resolver):
+    """PyYAML's resolver with YAML 1.2 core-schema booleans, ints and floats (see above)."""
 
     yaml_implicit_resolvers = {
         ch: [r for r in resolvers if r[0] not in _DROPPED]
-        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        for ch, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
     }
 
+
+class _Loader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
+              yaml.composer.Composer, yaml.constructor.SafeConstructor, _Resolver):
+    """The reference loader: PyYAML's pure-Python SafeLoader with `_Resolver`, building
+    PosDict/PosList and rejecting duplicate keys."""
+
     def __init__(self, text: str, source: str, error: type[Exception]):
-        super().__init__(text)
+        yaml.reader.Reader.__init__(self, text)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        _Resolver.__init__(self)
         self.source = source
         self.error = error
         self.keys: list = []  # the key path of the node under construction
+        self.depth = 0  # collections open in compose_node
+
+    def compose_node(self, parent, index):
+        """Compose as PyYAML does, but refuse more than MAX_DEPTH nested collections (as the
+        fast path does, with the same message)."""
+        collection = self.check_event(yaml.MappingStartEvent, yaml.SequenceStartEvent)
+        if collection:
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise self.error(_too_deep(self.source, self.peek_event().start_mark))
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            if collection:
+                self.depth -= 1
 
     def fail(self, node: yaml.Node, what: str, expected: str):
         line = node.start_mark.line + 1
@@ -135,6 +173,11 @@ class _Loader(yaml.SafeLoader):
         return result
 
 
+def _too_deep(source: str, mark: Any) -> str:
+    return (f"{source}:{mark.line + 1}: syntax: nesting is too deep; expected at most "
+            f"{MAX_DEPTH} levels of nested lists and mappings")
+
+
 def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
     """Decimal (leading zeros allowed, not octal), 0x, 0o, 0b; underscores ignored."""
     text = loader.construct_scalar(node).replace("_", "")
@@ -143,10 +186,10 @@ def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
     return sign * int(digits, 0 if digits[:2] in ("0x", "0o", "0b") else 10)
 
 
-_Loader.add_implicit_resolver(
+_Resolver.add_implicit_resolver(
     _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-_Loader.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
-_Loader.add_implicit_resolver(_INT, _INT_RE, list("-+0123456789"))
+_Resolver.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
+_Resolver.add_implicit_resolver(_INT, _INT_RE, list("-+0123456789"))
 _Loader.add_constructor(_INT, _construct_int)
 _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_pos_map)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_pos_seq)
@@ -174,6 +217,17 @@ def load_yaml(text: str, source: str = "<string>", error: type[Exception] = Trac
 
     `source` names the text in error messages; `error` is the exception class raised.
     """
+    with no_gc():
+        if LIBYAML:
+            try:
+                return _fast_load(text, source, error)
+            except (_Fallback, yaml.YAMLError, RecursionError):
+                pass  # not the common subset, or an error: the reference loader decides
+        return _slow_load(text, source, error)
+
+
+def _slow_load(text: str, source: str, error: type[Exception]) -> Any:
+    """The reference loader: PyYAML's pure-Python parser and `_Loader`'s constructors."""
     loader = None
     try:
         loader = _Loader(text, source, error)
@@ -181,12 +235,181 @@ def load_yaml(text: str, source: str = "<string>", error: type[Exception] = Trac
         return None if node is None else loader.construct_document(node)
     except yaml.YAMLError as e:
         raise error(_syntax_message(e, text, source)) from None
-    except RecursionError:
-        raise error(f"{source}:1: syntax: nesting is too deep; expected a flatter document"
-                    ) from None
+    except RecursionError:  # a caller already deep in the stack
+        raise error(f"{source}:1: syntax: nesting is too deep; expected at most {MAX_DEPTH} "
+                    "levels of nested lists and mappings") from None
     finally:
         if loader is not None:
             loader.dispose()
+
+
+@contextmanager
+def no_gc():
+    """Pause the cyclic garbage collector (loading builds no cycles, only many objects, and
+    each collection would walk all of them: it would otherwise take most of the load time)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# ----------------------------------------------------------------------------------------------
+# the fast path: libyaml's event parser, built into PosDict/PosList without yaml.Node objects
+
+LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
+"""Whether `load_yaml` tries the libyaml fast path first (tests set it False to force the
+reference loader)."""
+
+
+class _Fallback(Exception):
+    """The fast path met something outside its subset; use the reference loader."""
+
+
+_NULL = "tag:yaml.org,2002:null"
+_STR = "tag:yaml.org,2002:str"
+_RESOLVER = _Resolver()
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+_PLAIN_CONSTRUCTORS = {
+    _INT: _construct_int,
+    _FLOAT: yaml.constructor.SafeConstructor.construct_yaml_float,
+    _BOOL: yaml.constructor.SafeConstructor.construct_yaml_bool,
+    _NULL: yaml.constructor.SafeConstructor.construct_yaml_null,
+}
+_MISSING = object()
+
+
+def _plain(value: str) -> Any:
+    """The value of an untagged plain scalar, resolved and constructed like `_Loader` does."""
+    if value.isdigit() and value.isascii():  # the common case of an int: 0-9 only
+        return int(value)
+    tag = _RESOLVER.resolve(yaml.ScalarNode, value, (True, False))
+    if tag == _STR:
+        return value
+    construct = _PLAIN_CONSTRUCTORS.get(tag)
+    if construct is None:  # `<<` (merge) and the like
+        raise _Fallback
+    try:
+        return construct(_CONSTRUCTOR, yaml.ScalarNode(tag, value))
+    except Exception:
+        raise _Fallback from None
+
+
+def _fast_load(text: str, source: str = "<string>", error: type[Exception] = TraceError) -> Any:
+    """Build the document from libyaml's events, for the common subset: untagged scalars,
+    mappings and lists, anchors and aliases. Raises `_Fallback` (or a YAMLError) on anything
+    else -- tags, merge keys, duplicate or unhashable keys, recursive or undefined aliases,
+    several documents -- so that the reference loader handles (or rejects) it with its exact
+    messages. On success the result equals the reference loader's. Only nesting deeper than
+    MAX_DEPTH it rejects itself (as the reference loader does; PyYAML's scanner takes seconds
+    for a few thousand unclosed brackets)."""
+    from yaml._yaml import CParser  # noqa: PLC0415  (present when yaml.__with_libyaml__)
+
+    get = CParser(text).get_event
+    plain_cache: dict[str, Any] = {}
+    anchors: dict[str, tuple[Any, int]] = {}
+    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
+    mapping_start, mapping_end = yaml.MappingStartEvent, yaml.MappingEndEvent
+    sequence_start, sequence_end = yaml.SequenceStartEvent, yaml.SequenceEndEvent
+
+    def scalar(event: yaml.ScalarEvent) -> Any:
+        if event.tag is not None:
+            raise _Fallback
+        value = event.value
+        if not event.implicit[0]:
+            return value
+        obj = plain_cache.get(value, _MISSING)
+        if obj is _MISSING:
+            obj = plain_cache[value] = _plain(value)
+        return obj
+
+    def node(event: yaml.Event, depth: int) -> tuple[Any, int]:
+        """The value of the node `event` starts, and its line."""
+        kind = event.__class__
+        anchor = event.anchor
+        if kind is alias_event:
+            obj, line = anchors.get(anchor, (_MISSING, 0))
+            if obj is _MISSING:  # undefined, or recursive (aliased inside its own node)
+                raise _Fallback
+            return obj, line
+        if anchor is not None and anchor in anchors:
+            raise _Fallback
+        line = event.start_mark.line + 1
+        if kind is scalar_event:
+            obj = scalar(event)
+        elif kind is mapping_start or kind is sequence_start:
+            if event.tag is not None:
+                raise _Fallback
+            if depth >= MAX_DEPTH:  # the reference loader would say the same, but slowly
+                raise error(_too_deep(source, event.start_mark))
+            if anchor is not None:
+                anchors[anchor] = (_MISSING, line)
+            obj = (mapping if kind is mapping_start else sequence)(line, depth + 1)
+        else:
+            raise _Fallback
+        if anchor is not None:
+            anchors[anchor] = (obj, line)
+        return obj, line
+
+    def mapping(line: int, depth: int) -> PosDict:
+        result = PosDict(line=line)
+        key_lines = result.key_lines
+        while True:
+            event = get()
+            kind = event.__class__
+            if kind is scalar_event and event.anchor is None:
+                key = scalar(event)
+                key_line = event.start_mark.line + 1
+                if key is None and not event.value:  # libyaml may place `{?\n: v}`'s empty
+                    raise _Fallback                  # key on the next line
+            elif kind is mapping_end:
+                return result
+            else:
+                key, key_line = node(event, depth)
+            if key.__class__ is not str:
+                try:
+                    hash(key)
+                except TypeError:
+                    raise _Fallback from None
+            if key in result:
+                raise _Fallback
+            event = get()
+            if event.__class__ is scalar_event and event.anchor is None:
+                result[key] = scalar(event)
+            else:
+                result[key] = node(event, depth)[0]
+            key_lines[key] = key_line
+
+    def sequence(line: int, depth: int) -> PosList:
+        result = PosList(line=line)
+        append, append_line = result.append, result.item_lines.append
+        while True:
+            event = get()
+            kind = event.__class__
+            if kind is scalar_event and event.anchor is None:
+                append(scalar(event))
+                append_line(event.start_mark.line + 1)
+            elif kind is sequence_end:
+                return result
+            else:
+                obj, item_line = node(event, depth)
+                append(obj)
+                append_line(item_line)
+
+    if get().__class__ is not yaml.StreamStartEvent:
+        raise _Fallback
+    event = get()
+    if event.__class__ is yaml.StreamEndEvent:
+        return None
+    if event.__class__ is not yaml.DocumentStartEvent:
+        raise _Fallback
+    root = node(get(), 0)[0]
+    if get().__class__ is not yaml.DocumentEndEvent or \
+            get().__class__ is not yaml.StreamEndEvent:
+        raise _Fallback
+    return root
 
 
 # ----------------------------------------------------------------------------------------------

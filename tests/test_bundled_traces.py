@@ -1,0 +1,249 @@
+"""The bundled traces in traces/: each one runs, its report matches its golden, and its values
+match numpy.
+
+Golden reports: tests/golden/<trace stem>.json holds the output of
+`trnsim run traces/<trace stem>.yaml --json` on the trace's default chip. The simulator is
+deterministic, so the test compares the whole JSON object exactly, floats included (they survive
+the JSON round trip bit for bit); a mismatch lists every key path that differs.
+
+When the model changes on purpose (a cost formula, a config value, a new report key), regenerate
+the goldens and review the diff before committing it:
+
+    python tests/test_bundled_traces.py --update            # every bundled trace
+    python tests/test_bundled_traces.py --update two_streams  # some of them, by stem
+
+or, equivalently, through pytest: `TRNSIM_UPDATE_GOLDEN=1 pytest tests/test_bundled_traces.py`
+(the golden tests then write the files and pass). A new trace in traces/ fails here until its
+golden exists.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python tests/test_bundled_traces.py --update` from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from trnsim.cli import main  # noqa: E402
+from trnsim.config import load_chip  # noqa: E402
+from trnsim.session import run_program  # noqa: E402
+from trnsim.trace import load  # noqa: E402
+
+TRACES = ROOT / "traces"
+GOLDEN = ROOT / "tests" / "golden"
+UPDATE_ENV = "TRNSIM_UPDATE_GOLDEN"
+BUNDLED = sorted(p.stem for p in TRACES.glob("*.yaml"))
+
+
+def cli_json(stem: str) -> dict:
+    """`trnsim run traces/<stem>.yaml --json`, parsed."""
+    result = CliRunner().invoke(main, ["run", str(TRACES / f"{stem}.yaml"), "--json"])
+    assert result.exit_code == 0, result.stderr or result.output
+    return json.loads(result.stdout)
+
+
+def write_golden(stem: str, report: dict) -> Path:
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    path = GOLDEN / f"{stem}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def differences(want, got, path: str = "") -> list[str]:
+    """Key paths where two JSON values differ (exactly: 1.0 != 1.0000000001, 1 != 1.0)."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        out = []
+        for k in sorted(set(want) | set(got)):
+            p = f"{path}.{k}" if path else k
+            if k not in got:
+                out.append(f"{p}: missing (golden {want[k]!r})")
+            elif k not in want:
+                out.append(f"{p}: new key ({got[k]!r}), not in the golden")
+            else:
+                out += differences(want[k], got[k], p)
+        return out
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            return [f"{path}: {len(got)} items, golden has {len(want)}"]
+        return [d for i, (a, b) in enumerate(zip(want, got)) for d in differences(a, b,
+                                                                                   f"{path}[{i}]")]
+    if type(want) is not type(got) or want != got:
+        return [f"{path}: {got!r}, golden {want!r}"]
+    return []
+
+
+def test_there_are_bundled_traces():
+    assert {"gemm_double_buffered", "two_streams", "llama70b_layer_timing", "matmul_gelu",
+            "softmax_rows"} <= set(BUNDLED)
+
+
+@pytest.mark.parametrize("stem", BUNDLED)
+def test_golden_report(stem):
+    report = cli_json(stem)
+    path = GOLDEN / f"{stem}.json"
+    if os.environ.get(UPDATE_ENV):
+        write_golden(stem, report)
+        return
+    assert path.is_file(), (f"no golden report {path.relative_to(ROOT)}; create it with "
+                            f"`python tests/test_bundled_traces.py --update {stem}`")
+    golden = json.loads(path.read_text(encoding="utf-8"))
+    diff = differences(golden, report)
+    assert not diff, (f"{stem}: the report differs from {path.relative_to(ROOT)} in "
+                      f"{len(diff)} places (if the model changed on purpose, regenerate with "
+                      f"`python tests/test_bundled_traces.py --update {stem}`):\n  "
+                      + "\n  ".join(diff[:40]))
+
+
+def test_golden_files_have_traces():
+    """No stale goldens: every tests/golden/*.json belongs to a bundled trace."""
+    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == BUNDLED
+
+
+@pytest.mark.parametrize("stem", BUNDLED)
+def test_validates(stem):
+    result = CliRunner().invoke(main, ["validate", str(TRACES / f"{stem}.yaml")])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith(f"{TRACES / stem}.yaml: ok")
+
+
+# -- values --------------------------------------------------------------------------------------
+
+
+def run(stem: str, **kw):
+    program = load(TRACES / f"{stem}.yaml")
+    return run_program(program, load_chip(program.chip), **kw)
+
+
+def f32(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).astype(np.float32)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+def assert_bf16_close(got, want):
+    """Within bf16 rounding of an fp32 result (plus a little for fp32 summation order)."""
+    np.testing.assert_allclose(f32(got), want, rtol=2.0**-8, atol=1e-3)
+
+
+def test_gemm_double_buffered_values():
+    r = run("gemm_double_buffered")
+    x = f32(r.tensor("xT")).T
+    w = f32(r.tensor("w"))
+    y = r.tensor("y")
+    assert y.shape == (128, 2048) and y.dtype.name == "bfloat16"
+    assert_bf16_close(y, x @ w)
+
+
+def test_gemm_double_buffered_reads_every_byte_once():
+    s = run("gemm_double_buffered").summary
+    assert s["hbm"]["bytes_read"] == (512 * 128 + 512 * 2048) * 2
+    assert s["hbm"]["bytes_written"] == 128 * 2048 * 2
+    assert s["flops"] == 2 * 128 * 512 * 2048
+    assert s["engines"]["core0.tensor"]["instructions"] == 16
+    # 4 N-tiles x (one cold matmul of 608 cycles + 3 back-to-back of 512) at 2.4 GHz
+    # (each duration rounds up to a whole picosecond)
+    cold, warm = math.ceil(608 / 2.4e9 * 1e12), math.ceil(512 / 2.4e9 * 1e12)
+    assert s["engines"]["core0.tensor"]["busy_ns"] == 4 * (cold + 3 * warm) / 1000
+    assert sum(d["transfers"] for d in s["dma"].values()) == 24
+
+
+def test_softmax_rows_values():
+    r = run("softmax_rows")
+    x = r.tile("main", "x").astype(np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    y = r.tile("main", "y")
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_matmul_gelu_values():
+    r = run("matmul_gelu")
+    x, w = f32(r.tile("main", "x_t")), f32(r.tile("main", "w_t"))
+    acc = x.T.astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_allclose(r.tile("main", "acc"), acc, rtol=1e-5, atol=1e-4)
+    assert_bf16_close(r.tile("main", "o_t"), gelu(r.tile("main", "acc")))
+
+
+def test_two_streams_values():
+    r = run("two_streams")
+    np.testing.assert_array_equal(f32(r.tensor("x")), f32(r.tensor("host_x")))
+    np.testing.assert_array_equal(f32(r.tensor("w")), f32(r.tensor("host_w")))
+    h = r.tensor("h")
+    assert_bf16_close(h, gelu(f32(r.tensor("x"))))
+    want = f32(h)[:, 0:128].T @ f32(r.tensor("w"))
+    assert_bf16_close(r.tensor("y"), want)
+    np.testing.assert_array_equal(f32(r.tensor("host_y")), f32(r.tensor("y")))
+
+
+def test_two_streams_overlap():
+    """project (core 2) runs while more_work (core 0) is running: the two streams overlap."""
+    s = run("two_streams").summary
+    t = {k: v["ns"] for k, v in s["timings"].items()}
+    assert t["start->consumer_done"] < t["start->producer_done"] == s["total_time_ns"]
+    assert t["start->h_ready"] + t["h_ready->consumer_done"] == pytest.approx(
+        t["start->consumer_done"])
+    assert set(s["engines"]) == {f"core{c}.{e}" for c in (0, 2)
+                                 for e in ("tensor", "vector", "scalar", "gpsimd")}
+
+
+def test_llama70b_layer_figures():
+    """The hand-derived figures of llama70b_layer_timing.yaml's header, read from its golden
+    (which test_golden_report holds equal to a fresh run; this trace takes ~20 s to run)."""
+    s = json.loads((GOLDEN / "llama70b_layer_timing.json").read_text(encoding="utf-8"))
+    weights = 2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672  # parameters
+    launches = 7
+    assert s["mode"] == "timing"
+    assert s["hbm"]["bytes_read"] == launches * 2 * weights == 11_978_932_224
+    assert s["hbm"]["bytes_written"] == launches * 128 * 2 * (
+        8192 + 1024 + 1024 + 8192 + 28672 + 28672 + 8192)
+    assert s["flops"] == launches * 2 * 128 * weights
+    count = sum(e["instructions"] for e in s["engines"].values()) + sum(
+        d["transfers"] for d in s["dma"].values())
+    assert count == 116_130
+    for core in (0, 1):  # lnc: 2, per_core: both physical cores of logical core 0
+        assert s["engines"][f"core{core}.tensor"]["instructions"] == launches * 6528
+        assert s["dma"][f"core{core}.q0"]["transfers"] == launches * 832
+    # HBM-bound: both cores share one 725 GB/s stack
+    step = s["timings"]["step0->step1"]["ns"]
+    assert 2 * weights / 725e9 * 1e9 < step < 1.05 * 2 * weights / 725e9 * 1e9
+    assert s["timings"]["step0->step7"]["ns"] == s["total_time_ns"]
+
+
+# -- regenerating ----------------------------------------------------------------------------------
+
+
+def _update(stems: list[str]) -> int:
+    unknown = sorted(set(stems) - set(BUNDLED))
+    if unknown:
+        print(f"error: no bundled trace {', '.join(unknown)}; bundled: {', '.join(BUNDLED)}",
+              file=sys.stderr)
+        return 2
+    for stem in stems or BUNDLED:
+        path = write_golden(stem, cli_json(stem))
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if not args or args[0] != "--update":
+        print(__doc__)
+        print("usage: python tests/test_bundled_traces.py --update [TRACE_STEM ...]",
+              file=sys.stderr)
+        sys.exit(2)
+    sys.exit(_update(args[1:]))

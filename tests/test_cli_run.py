@@ -1,0 +1,363 @@
+"""`trnsim run`, `validate` and `compare` through click's CliRunner, on the bundled traces.
+
+Expected numbers are derived by hand from configs/trn2.yaml (see each trace's header comment):
+matmul_gelu's matmul is 608 TensorE cycles at 2.4 GHz = 253.33 ns (253.334 ns: every duration
+rounds up to a whole picosecond) and its GELU 612 ScalarE cycles at 1.2 GHz = 510 ns.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from trnsim.cli import main
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+MATMUL_GELU = str(TRACES / "matmul_gelu.yaml")
+GEMM = str(TRACES / "gemm_double_buffered.yaml")
+TWO_STREAMS = str(TRACES / "two_streams.yaml")
+SOFTMAX = str(TRACES / "softmax_rows.yaml")
+
+MM_PS = math.ceil(608 / 2.4e9 * 1e12)  # 253,334 ps
+GELU_PS = math.ceil(612 / 1.2e9 * 1e12)  # 510,000 ps
+LAUNCH_PS = 10_000_000  # host_link.launch_overhead
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def ok(*args):
+    result = invoke(*args)
+    assert result.exit_code == 0, (result.exit_code, result.stderr, result.exception)
+    return result
+
+
+def run_json(*args) -> dict:
+    return json.loads(ok("run", *args, "--json").stdout)
+
+
+def assert_one_line_error(result, starts: str = "error:"):
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert result.stdout == ""
+    assert result.stderr.startswith(starts), result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.endswith("\n"), result.stderr
+    assert "Traceback" not in result.output
+
+
+# -- the summary table -------------------------------------------------------------------------
+
+
+def _row(out: str, name: str) -> list[str]:
+    line = next((ln for ln in out.splitlines() if ln.split()[:1] == [name]), None)
+    assert line is not None, f"no row {name!r} in:\n{out}"
+    return line.split()
+
+
+def test_run_prints_summary():
+    out = ok("run", MATMUL_GELU).stdout
+    assert out.splitlines()[0] == "trace 'matmul-gelu' on trn2 (functional)"
+    assert _row(out, "total")[2:4] == ["10.76", "us"]  # 10 us launch + 253.33 + 510 ns
+    tensor = _row(out, "core0.tensor")
+    assert tensor[1:3] == ["253.3", "ns"] and tensor[-1] == "1"
+    scalar = _row(out, "core0.scalar")
+    assert scalar[1:3] == ["510", "ns"] and scalar[-1] == "1"
+    assert _row(out, "core0.vector")[-1] == "0"
+    assert "1.678e+07 FLOP" in out  # 2 x 128 x 128 x 512
+    assert "21.98 TFLOP/s" in out  # 16,777,216 FLOP over 763.334 ns of device time
+
+
+def test_run_summary_dma_and_timings():
+    out = ok("run", TWO_STREAMS).stdout
+    for queue in ("core0.q0", "core0.q1", "core2.q0", "core2.q1"):
+        _row(out, queue)
+    assert "start->h_ready" in out and "start->consumer_done" in out
+    assert "57.77 us" in out and "59.99 us" in out
+
+
+# -- --json ----------------------------------------------------------------------------------------
+
+
+def test_run_json_keys_and_values():
+    s = run_json(MATMUL_GELU)
+    for key in ("trace", "chip", "mode", "total_time_ns", "engines", "dma", "hbm", "flops",
+                "flops_per_s", "peak_fraction", "memory", "timings"):
+        assert key in s, key
+    assert (s["trace"], s["chip"], s["mode"]) == ("matmul-gelu", "trn2", "functional")
+    assert set(s["engines"]) == {f"core0.{e}" for e in ("tensor", "vector", "scalar", "gpsimd")}
+    for e in s["engines"].values():
+        assert set(e) >= {"busy_ns", "utilization", "instructions"}
+    assert s["engines"]["core0.tensor"] == {
+        "busy_ns": MM_PS / 1000, "instructions": 1,
+        "utilization": MM_PS / (MM_PS + GELU_PS)}
+    assert s["engines"]["core0.scalar"]["busy_ns"] == GELU_PS / 1000 == 510.0
+    assert s["total_time_ns"] == (LAUNCH_PS + MM_PS + GELU_PS) / 1000 == 10763.334
+    assert s["flops"] == 2 * 128 * 128 * 512
+    assert s["flops_per_s"] == pytest.approx(s["flops"] / ((MM_PS + GELU_PS) * 1e-12))
+    # one core, bf16 at 128 x 128 MACs x 2.4 GHz = 78.64 TFLOP/s
+    assert s["peak_fraction"] == pytest.approx(s["flops_per_s"] / 78.6432e12)
+    assert s["dma"] == {}
+    assert s["hbm"] == {"bytes_read": 0, "bytes_written": 0, "bandwidth_bytes_per_s": 0.0}
+    assert s["memory"] == {"sbuf_peak_bytes": 128 * (256 + 1024 + 1024),
+                           "psum_peak_bytes": 128 * 2048, "hbm_peak_bytes": 0}
+    assert s["timings"] == {}
+
+
+def test_run_json_dma_hbm_timings():
+    s = run_json(GEMM)
+    assert set(s["dma"]) == {"core0.q0", "core0.q1", "core0.q2", "core0.q3"}
+    for d in s["dma"].values():
+        assert set(d) >= {"busy_ns", "bytes", "transfers"} and d["busy_ns"] > 0
+    assert s["dma"]["core0.q1"]["bytes"] == s["dma"]["core0.q2"]["bytes"] == 2**20
+    assert s["dma"]["core0.q3"] == {**s["dma"]["core0.q3"], "bytes": 2**19, "transfers": 4}
+    assert s["hbm"]["bytes_read"] == 2**17 + 2**21 and s["hbm"]["bytes_written"] == 2**19
+    assert s["hbm"]["bandwidth_bytes_per_s"] > 0
+    t = run_json(TWO_STREAMS)["timings"]
+    assert set(t) == {"start->h_ready", "h_ready->consumer_done", "start->producer_done",
+                      "start->consumer_done"}
+    assert all(set(v) >= {"ns"} for v in t.values())
+    assert t["start->producer_done"]["ns"] == 59991.392
+
+
+@pytest.mark.parametrize("trace", [GEMM, TWO_STREAMS, SOFTMAX])
+def test_run_json_is_deterministic(trace):
+    first = ok("run", trace, "--json").stdout
+    assert ok("run", trace, "--json").stdout == first
+
+
+def test_chip_and_set_change_results():
+    trn2 = run_json(GEMM)
+    trn3 = run_json(GEMM, "--chip", "trn3")
+    assert trn3["chip"] == "trn3"
+    assert trn3["total_time_ns"] != trn2["total_time_ns"]
+    slow = run_json(MATMUL_GELU, "--set", "core.tensor.clock_hz=1.2GHz")
+    assert slow["engines"]["core0.tensor"]["busy_ns"] == math.ceil(608 / 1.2e9 * 1e12) / 1000
+    assert slow["total_time_ns"] == 10000 + 506.667 + 510.0
+    hbm = run_json(GEMM, "--set", "core.dma.engine_bandwidth=46B/ns")
+    assert hbm["total_time_ns"] < trn2["total_time_ns"]
+
+
+def test_mode_timing():
+    functional = run_json(GEMM)
+    timing = run_json(GEMM, "--mode", "timing")
+    assert timing["mode"] == "timing"
+    # values are not computed, but the timeline does not depend on them
+    assert {k: v for k, v in timing.items() if k != "mode"} == {
+        k: v for k, v in functional.items() if k != "mode"}
+
+
+# -- --perfetto and --profile ------------------------------------------------------------------
+
+
+def _perfetto_and_profile(tmp_path: Path, trace: str):
+    pf, prof = tmp_path / "timeline.json", tmp_path / "profile.csv"
+    out = ok("run", trace, "--perfetto", pf, "--profile", prof).stdout
+    assert str(pf) in out and str(prof) in out
+    return json.loads(pf.read_text()), list(csv.DictReader(prof.open()))
+
+
+@pytest.mark.parametrize("trace", [GEMM, TWO_STREAMS])
+def test_perfetto_is_chrome_trace_json(tmp_path, trace):
+    doc, _ = _perfetto_and_profile(tmp_path, trace)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    assert events and all("ph" in e for e in events)
+    spans = [e for e in events if e["ph"] == "X"]
+    assert spans
+    for e in spans:
+        assert isinstance(e["name"], str) and e["name"]
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0
+        assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+    meta = [e for e in events if e["ph"] == "M"]
+    processes = {e["pid"] for e in meta if e["name"] == "process_name" and e["args"]["name"]}
+    threads = {(e["pid"], e["tid"]) for e in meta if e["name"] == "thread_name"
+               and e["args"]["name"]}
+    assert {e["pid"] for e in spans} <= processes
+    assert {(e["pid"], e["tid"]) for e in spans} <= threads
+    for e in events:
+        if e["ph"] == "C":
+            assert isinstance(e["ts"], (int, float)) and e["args"]
+
+
+@pytest.mark.parametrize("trace", [GEMM, TWO_STREAMS, MATMUL_GELU])
+def test_perfetto_spans_equal_profile_rows(tmp_path, trace):
+    doc, rows = _perfetto_and_profile(tmp_path, trace)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = [e for e in events if e["ph"] == "X"]
+    assert len(spans) == len(rows)
+
+    # per track of the timeline and per track of the profile: the multiset of
+    # (core, kernel, index, op, start_ns, duration_ns); ts and dur are microseconds
+    by_thread: dict[tuple, Counter] = {}
+    for e in spans:
+        item = (e["pid"], e["args"]["kernel"], e["args"]["index"], e["name"],
+                round(e["ts"] * 1000, 3), round(e["dur"] * 1000, 3))
+        by_thread.setdefault((e["pid"], e["tid"]), Counter())[item] += 1
+    by_track: dict[tuple, Counter] = {}
+    for r in rows:
+        item = (int(r["core"]), r["kernel"], int(r["index"]), r["op"],
+                round(float(r["start_ns"]), 3), round(float(r["duration_ns"]), 3))
+        by_track.setdefault((int(r["core"]), r["track"]), Counter())[item] += 1
+    assert sum(by_thread.values(), Counter()) == sum(by_track.values(), Counter())
+    # the same tracks: each profile track is one timeline thread, named after it
+    threads = {frozenset(c.items()): key for key, c in by_thread.items()}
+    for (core, name), c in by_track.items():
+        pid, tid = threads[frozenset(c.items())]
+        assert pid == core and name in names[(pid, tid)], (core, name, names[(pid, tid)])
+    assert len(by_thread) == len(by_track)
+
+
+def test_profile_parquet_without_pyarrow(tmp_path):
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("pyarrow is installed: Parquet profiles work")
+    result = invoke("run", MATMUL_GELU, "--profile", tmp_path / "x.parquet")
+    assert_one_line_error(result)
+    assert "pyarrow" in result.stderr
+
+
+# -- --out-dir and --quiet -----------------------------------------------------------------------
+
+
+def test_out_dir_saves_outputs(tmp_path):
+    out = tmp_path / "out"
+    result = ok("run", GEMM, "--out-dir", out)
+    assert str(out) in result.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["y.npy"]  # outputs: [y]
+    y = np.load(out / "y.npy")  # bf16 in the trace; saved as float32, which holds it exactly
+    assert y.shape == (128, 2048) and y.dtype == np.float32
+
+    ok("run", TWO_STREAMS, "--out-dir", out / "two")
+    saved = {p.name: np.load(p) for p in (out / "two").iterdir()}
+    assert sorted(saved) == ["h.npy", "y.npy"]
+    assert saved["h.npy"].shape == (128, 2048) and saved["y.npy"].shape == (128, 512)
+
+
+def test_out_dir_values(tmp_path):
+    """y.npy holds x @ w (bf16 files may load as raw 2-byte records: view them as bf16)."""
+    import ml_dtypes
+
+    ok("run", GEMM, "--out-dir", tmp_path)
+    y = np.load(tmp_path / "y.npy")
+    if y.dtype.kind == "V":
+        y = y.view(ml_dtypes.bfloat16)
+    from trnsim.config import load_chip
+    from trnsim.session import run_program
+    from trnsim.trace import load
+
+    r = run_program(load(GEMM), load_chip("trn2"))
+    np.testing.assert_array_equal(y.astype(np.float32), r.tensor("y").astype(np.float32))
+
+
+def test_quiet_prints_nothing(tmp_path):
+    result = ok("run", GEMM, "--quiet", "--out-dir", tmp_path, "--profile", tmp_path / "p.csv")
+    assert result.stdout == "" and result.stderr == ""
+    assert (tmp_path / "y.npy").is_file() and (tmp_path / "p.csv").is_file()
+    result = ok("run", GEMM, "-q")
+    assert result.output == ""
+
+
+# -- validate and compare --------------------------------------------------------------------------
+
+
+def test_validate_ok():
+    out = ok("validate", GEMM).stdout
+    assert out.startswith(f"{GEMM}: ok")
+    assert "44" in out and "trn2" in out  # instructions; the chip
+    assert out.count("\n") == 1
+    assert "trn3" in ok("validate", TWO_STREAMS, "--chip", "trn3").stdout
+
+
+def test_validate_fails(write_yaml):
+    bad = write_yaml("bad.yaml", """\
+trnsim: 1
+tiles:
+  a: {memory: sbuf, shape: [128, 512], dtype: bfloat16}
+instructions:
+  - {op: matmul, stationary: a, moving: b, dst: a}
+""")
+    result = invoke("validate", bad)
+    assert_one_line_error(result, f"error: {bad}:5: ")
+    assert "'b'" in result.stderr
+
+
+def test_validate_fails_on_the_chip(write_yaml):
+    """Loads fine, but the matmul cannot run: a PSUM dst is required."""
+    bad = write_yaml("chip.yaml", """\
+trnsim: 1
+tiles:
+  x: {memory: sbuf, shape: [128, 128], dtype: bfloat16}
+  w: {memory: sbuf, shape: [128, 512], dtype: bfloat16}
+  o: {memory: sbuf, shape: [128, 512], dtype: float32}
+instructions:
+  - {op: matmul, stationary: x, moving: w, dst: o}
+""")
+    result = invoke("validate", bad)
+    assert_one_line_error(result)
+    assert "PSUM" in result.stderr or "psum" in result.stderr
+
+
+def test_compare():
+    out = ok("compare", GEMM, "--chip", "trn2", "--chip", "trn3").stdout
+    head = next(ln for ln in out.splitlines() if "trn2" in ln)
+    assert head.split() == ["trn2", "trn3"]
+    total = _row(out, "total")
+    assert total[-1].endswith("x)") and total[-1].startswith("(")
+    ratio = float(total[-1][1:-2])
+    two, three = run_json(GEMM)["total_time_ns"], run_json(GEMM, "--chip", "trn3")[
+        "total_time_ns"]
+    assert ratio == pytest.approx(three / two, abs=0.005)
+
+
+def test_compare_json():
+    data = json.loads(ok("compare", GEMM, "--chip", "trn2", "--chip", "trn3", "--json").stdout)
+    assert sorted(data) == ["trn2", "trn3"]
+    assert data["trn2"] == run_json(GEMM)
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+def test_error_missing_file(tmp_path):
+    result = invoke("run", tmp_path / "nope.yaml")
+    assert_one_line_error(result)
+    assert "nope.yaml" in result.stderr
+
+
+def test_error_bad_yaml(write_yaml):
+    bad = write_yaml("bad.yaml", "trnsim: 1\ninstructions: [\n")
+    assert_one_line_error(invoke("run", bad), f"error: {bad}:")
+
+
+def test_error_unknown_key(write_yaml):
+    bad = write_yaml("key.yaml", "trnsim: 1\nname: x\nfrobnicate: 3\n")
+    result = invoke("run", bad)
+    assert_one_line_error(result, f"error: {bad}:3:")
+    assert "frobnicate" in result.stderr
+
+
+def test_error_unknown_chip():
+    result = invoke("run", MATMUL_GELU, "--chip", "trn9")
+    assert_one_line_error(result, "error: unknown chip 'trn9'")
+
+
+@pytest.mark.parametrize("override", ["core.tensor.clock_hz=fast", "nope=1", "no-equals-sign"])
+def test_error_bad_set(override):
+    result = invoke("run", MATMUL_GELU, "--set", override)
+    assert_one_line_error(result)
+
+
+def test_error_compare_unknown_chip():
+    assert_one_line_error(invoke("compare", MATMUL_GELU, "--chip", "trn2", "--chip", "nope"))
