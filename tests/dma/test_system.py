@@ -137,6 +137,55 @@ def test_transpose_runs_at_its_rate():
     assert abs(s.ends[0][3] - expect) <= 1
 
 
+def test_one_queue_moves_one_transfer_at_a_time():
+    """Queues are FIFO as a whole: a transfer on engine 0 (partitions 0-7) then one on engine 1
+    (partitions 8-15), both on queue 0, do not overlap although their engines differ: ends at
+    F + D and F + 2D."""
+    s = make()
+    x = tensor(s, "x", [8, 2048])
+    t = tile(s, "t", [128, 2048])
+    submit(s, copy(x, t, dst_index=[(0, 8, None)], index=0))
+    submit(s, copy(x, t, dst_index=[(8, 16, None)], index=1))
+    s.env.run()
+    f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
+    (_, _, _, e1), (_, _, _, e2) = s.ends
+    assert abs(e1 - (f + d)) <= 1 and abs(e2 - (f + 2 * d)) <= 2
+
+
+def test_uneven_transfer_ends_with_its_bottleneck_piece():
+    """[12, 2048] bf16 into partitions 0-11: engine 0 moves 8 rows (32 KiB), engine 1 four
+    (16 KiB). One flow at the pace of engine 0's piece: ends at F + 8 d + 32768 / B, as the
+    slowest piece alone would; the stack carries all 48 KiB over that data phase."""
+    s = make()
+    x = tensor(s, "x", [12, 2048])
+    t = tile(s, "t", [128, 2048])
+    submit(s, copy(x, t, dst_index=[(0, 12, None)]))
+    s.env.run()
+    f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
+    (span,) = s.rec.spans
+    assert abs(span.end_ps - (f + d)) <= 1 and span.bytes == 49152
+    (_, _, rate), _ = s.rec.hbm_samples
+    assert rate == pytest.approx(49152 / (d * 1e-12))
+
+
+def test_uneven_transfer_moves_its_pieces_in_lockstep():
+    """The one approximation of a flow per transfer. A = [12, 2048] into partitions 0-11 on
+    queue 0 (engine 0: D of work, engine 1: D/2, used at coefficient 1/2); B = [8, 2048] into
+    partitions 8-15 on queue 1 (engine 1: D). Engine 1 saturates when r/2 + r = 1: both run
+    at 2/3 and end at F + 1.5 D. (Per piece, A's half-size piece on engine 1 would have lagged
+    behind its engine-0 piece without delaying A: A at F + D, B at F + 1.5 D.)"""
+    s = make()
+    x = tensor(s, "x", [12, 2048])
+    t = tile(s, "t", [128, 2048])
+    u = tile(s, "u", [128, 2048])
+    submit(s, copy(x, t, dst_index=[(0, 12, None)], queue=0, index=0))
+    submit(s, copy(x, u, src_index=[(0, 8, None)], dst_index=[(8, 16, None)], queue=1, index=1))
+    s.env.run()
+    f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
+    assert [i for _, _, i, _ in s.ends] == [0, 1]  # same ps: core, queue order
+    assert all(abs(e - (f + 1.5 * d)) <= 2 for *_, e in s.ends)
+
+
 def test_host_copies_share_the_link():
     """Two 1 MiB host->HBM copies at once: latency, then each at half the link: both end at
     latency + 2 MiB / host bandwidth."""
@@ -321,6 +370,19 @@ def test_errors():
                                             tile(s, "d", [128, 64], i8), transpose=True, index=3))
     assert "expected SBUF" in _check(s, copy(tensor(s, "e", [64, 128]), tensor(s, "f", [128, 64]),
                                              transpose=True, index=3))
+
+
+@pytest.mark.parametrize("src_memory", ["hbm", "sbuf"])
+def test_transpose_on_a_chip_without_dma_transpose_is_rejected(src_memory):
+    """Regression (fuzzer): trn1 (NC-v2) has transpose_hbm/sbuf_rate 0 (no DMA transpose);
+    a transpose passed the check and then divided by that rate (ZeroDivisionError) when the
+    transfer was submitted."""
+    s = make("trn1")
+    src = (tensor(s, "x", [128, 64], FP32) if src_memory == "hbm"
+           else tile(s, "x", [128, 64], FP32))
+    msg = _check(s, copy(src, tile(s, "t", [64, 128], FP32), transpose=True, index=3))
+    assert msg.endswith(f"trn1 (NC-v2) has no DMA transpose from {src_memory.upper()}; "
+                        f"transpose with the tensor engine instead")
 
 
 def test_host_copy_errors():

@@ -16,8 +16,16 @@ O(G x resources-per-group x log) plus O(log F) per flow started or finished.
 
 Time never ticks: rates change only when a flow starts or ends, so after each change the model
 advances every group's progress by rate x elapsed ps, retires finished flows, recomputes rates,
-and sets one SimPy timeout for the earliest completion (rounded up to whole ps); a superseded
-timeout is ignored. Changes made at one instant are batched into one update.
+and keeps one SimPy timeout for the earliest completion (rounded up to whole ps): it is re-armed
+only when that instant moves, and a superseded timeout is ignored. Changes made at one instant
+are batched into one update.
+
+An update recomputes only the connected components (groups linked through shared resources) of
+the groups that changed. Groups are created and removed far less often than flows start and end
+(a group lives as long as any flow with its resources is in progress), so each group caches its
+component until the next creation or removal of a group anywhere. Within a component, groups
+are filled in creation order, so the float sums (and so the rates) do not depend on which change
+triggered the update.
 """
 
 from __future__ import annotations
@@ -67,12 +75,16 @@ class _Group:
     """Flows with the same resources and cap: one rate, one progress counter.
 
     Progress (work done per member since the group formed) is `base + rate * (t - t_base)`;
-    it is rebased whenever the rate or the membership changes.
+    it is rebased whenever the rate or the membership changes. `comp` caches the group's
+    component while `topo` matches the model's; `bound` caches the lowest level at which the
+    group's cap or one of its private resources (used by no other group of `bound_comp`) stops
+    it, until its coefs or its component change.
     """
 
-    __slots__ = ("sig", "rids", "cap", "coefs", "members", "base", "t_base", "rate", "version")
+    __slots__ = ("sig", "rids", "cap", "coefs", "members", "base", "t_base", "rate", "version",
+                 "order", "comp", "topo", "bound", "bound_comp")
 
-    def __init__(self, sig: tuple, cap: float, now: int):
+    def __init__(self, sig: tuple, cap: float, now: int, order: int):
         self.sig = sig
         self.rids: tuple[int, ...] = sig[0]
         self.cap = cap
@@ -82,6 +94,11 @@ class _Group:
         self.t_base = now
         self.rate = 0.0
         self.version = 0  # bumped when the timer entry for the head flow goes stale
+        self.order = order  # creation order: fixes the filling order within a component
+        self.comp: _Comp | None = None
+        self.topo = -1
+        self.bound = math.inf
+        self.bound_comp: _Comp | None = None
 
     def rebase(self, now: int) -> None:
         self.base += self.rate * (now - self.t_base)
@@ -90,6 +107,37 @@ class _Group:
     def head_finish(self) -> float:
         """When the first member finishes at the current rate, in (fractional) ps."""
         return self.t_base + (self.members[0][0] - self.base) / self.rate
+
+
+def _order(g: _Group) -> int:
+    return g.order
+
+
+class _Comp:
+    """A connected component of groups, and how their resources are shared, for filling.
+
+    `groups` in creation order; `private[i]` / `shared[i]`: (resource, position in the group's
+    rids) for the resources of `groups[i]` that no other group of the component uses / that
+    some other one does; `users`: shared resource -> (group index, position) of its users.
+    """
+
+    __slots__ = ("groups", "private", "shared", "users")
+
+    def __init__(self, groups: list[_Group], users: dict[int, dict[_Group, None]]):
+        self.groups = groups
+        self.private: list[tuple[tuple[int, int], ...]] = []
+        self.shared: list[tuple[tuple[int, int], ...]] = []
+        self.users: dict[int, list[tuple[int, int]]] = {}
+        for i, g in enumerate(groups):
+            priv, shar = [], []
+            for pos, r in enumerate(g.rids):
+                if len(users[r]) > 1:
+                    shar.append((r, pos))
+                    self.users.setdefault(r, []).append((i, pos))
+                else:
+                    priv.append((r, pos))
+            self.private.append(tuple(priv))
+            self.shared.append(tuple(shar))
 
 
 class FluidModel:
@@ -115,8 +163,11 @@ class FluidModel:
         self._users: dict[int, dict[_Group, None]] = {}  # resource -> groups using it, in order
         self._timers: list[tuple[float, int, int, _Group]] = []  # (ps, seq, version, group)
         self._tseq = 0
+        self._gseq = 0  # groups created so far
+        self._topo = 0  # bumped when a group is created or removed: cached components go stale
         self._new: list[Flow] = []
         self._gen = 0
+        self._armed = -1  # the ps of the live timeout (-1: none)
         self._pending = False
         self._updating = False
 
@@ -148,6 +199,7 @@ class FluidModel:
 
     def _on_timer(self, ev) -> None:
         if ev.value == self._gen:
+            self._armed = -1
             self._update()
 
     def _update(self) -> None:
@@ -178,26 +230,38 @@ class FluidModel:
                 dirty[self._join(f, now)] = None
         if dirty:
             self._refill(dirty, now)
-        self._gen += 1
         while timers and timers[0][2] != timers[0][3].version:
             heapq.heappop(timers)
         if timers:
-            delay = max(1, math.ceil(timers[0][0] - now - _DONE_PS))
-            self.env.timeout(delay, self._gen).callbacks.append(self._on_timer)
+            at = now + max(1, math.ceil(timers[0][0] - now - _DONE_PS))
+            if at != self._armed:  # else the live timeout already fires then
+                self._gen += 1
+                self._armed = at
+                self.env.timeout(at - now, self._gen).callbacks.append(self._on_timer)
+        elif self._armed >= 0:
+            self._gen += 1  # nothing left to finish: the live timeout is void
+            self._armed = -1
         if dirty and self.on_change is not None:
             self.on_change()
 
     def _join(self, f: Flow, now: int) -> _Group:
-        sig = (tuple(r for r, _ in f.uses), f.cap)
+        uses = f.uses
+        sig = (tuple([r for r, _ in uses]), f.cap)
         g = self._groups.get(sig)
         if g is None:
-            g = self._groups[sig] = _Group(sig, f.cap, now)
+            g = self._groups[sig] = _Group(sig, f.cap, now, self._gseq)
+            self._gseq += 1
+            self._topo += 1
+            users = self._users
             for r in g.rids:
-                self._users.setdefault(r, {})[g] = None
+                if r in users:
+                    users[r][g] = None
+                else:
+                    users[r] = {g: None}
         else:
             g.rebase(now)
-        for i, (_, c) in enumerate(f.uses):
-            g.coefs[i] += c
+        g.coefs = [a + c for a, (_, c) in zip(g.coefs, uses)]
+        g.bound_comp = None
         f.group = g
         f.target = g.base + f.work
         heapq.heappush(g.members, (f.target, f))
@@ -206,92 +270,158 @@ class FluidModel:
 
     def _leave(self, f: Flow) -> None:
         g = f.group
-        for i, (_, c) in enumerate(f.uses):
-            g.coefs[i] -= c
+        g.coefs = [a - c for a, (_, c) in zip(g.coefs, f.uses)]
+        g.bound_comp = None
         f.group = None
         f.target = -1.0
         self.count -= 1
 
+    def _component(self, g: _Group) -> _Comp:
+        """The groups linked to `g` through shared resources, cached until the next creation or
+        removal of a group."""
+        if g.topo == self._topo:
+            return g.comp
+        users = self._users
+        comp, seen_g, seen_r = [g], {g}, set()
+        i = 0
+        while i < len(comp):
+            h = comp[i]
+            i += 1
+            for r in h.rids:
+                if r not in seen_r:
+                    seen_r.add(r)
+                    for k in users[r]:
+                        if k not in seen_g:
+                            seen_g.add(k)
+                            comp.append(k)
+        comp.sort(key=_order)
+        c = _Comp(comp, users)
+        for h in comp:
+            h.comp, h.topo = c, self._topo
+        return c
+
     def _refill(self, dirty: dict[_Group, None], now: int) -> None:
         """Recompute the rates of the component(s) of the changed groups; re-arm their timers."""
-        users = self._users
+        users, load = self._users, self.load
+        seeds: dict[_Group, None] = {}
         for g in dirty:
-            if not g.members:  # empty: forget it (its resources still seed the search)
-                del self._groups[g.sig]
-                for r in g.rids:
-                    del users[r][g]
-                g.version += 1
-        seen_r: dict[int, None] = {}  # dicts, not sets: iteration order must be reproducible
-        seen_g: dict[_Group, None] = {}
-        comp: list[_Group] = []
-        todo = [r for g in dirty for r in g.rids]
-        while todo:
-            r = todo.pop()
-            if r in seen_r:
+            if g.members:
+                seeds[g] = None
                 continue
-            seen_r[r] = None
-            for g in users.get(r, ()):
-                if g not in seen_g:
-                    seen_g[g] = None
-                    comp.append(g)
-                    todo.extend(g.rids)
-        old = [g.rate for g in comp]
-        for g in comp:
-            g.rebase(now)
-        used = self._fill(comp)
-        for r in seen_r:
-            if r in used:
-                self.load[r] = used[r]
-            else:
-                self.load.pop(r, None)
+            # empty: forget it; its resources' other users are what changed
+            del self._groups[g.sig]
+            self._topo += 1
+            g.version += 1
+            g.comp = None
+            for r in g.rids:
+                others = users[r]
+                del others[g]
+                if others:
+                    for k in others:
+                        seeds[k] = None
+                else:
+                    del users[r]
+                    load.pop(r, None)
+        if not seeds:
+            return
         self.updates += 1
-        for g, rate in zip(comp, old):
-            if (rate != g.rate or g in dirty) and g.rate > 0:
-                g.version += 1
-                self._tseq += 1
-                heapq.heappush(self._timers, (g.head_finish(), self._tseq, g.version, g))
+        timers = self._timers
+        done: set[_Group] = set()
+        for s in seeds:
+            if s in done or not s.members:  # not s.members: removed after it was seeded
+                continue
+            component = self._component(s)
+            comp = component.groups
+            done.update(comp)
+            old = [g.rate for g in comp]
+            for g in comp:
+                g.rebase(now)
+            self._fill(component)
+            for g, rate in zip(comp, old):
+                if (rate != g.rate or g in dirty) and g.rate > 0:
+                    g.version += 1
+                    self._tseq += 1
+                    heapq.heappush(timers, (g.head_finish(), self._tseq, g.version, g))
 
-    def _fill(self, groups: list[_Group]) -> dict[int, float]:
-        """Progressive filling over groups: set each group's max-min fair rate.
+    def _fill(self, comp: _Comp) -> None:
+        """Progressive filling over a component's groups: set each one's max-min fair rate,
+        and the load of their resources.
 
         Each resource would saturate at level (capacity - use by frozen groups) / (summed
         coefs of its unfrozen groups); a heap yields the lowest, whose groups freeze there,
-        which raises the projections of their other resources. Returns each resource's use.
+        which raises the projections of their other resources. A resource that only one group
+        uses (a core's engines, when the other groups are other cores' transfers; all of them
+        for a group alone) saturates at capacity / coef whatever the others do: it acts as a cap
+        on that group (`_Group.bound`, kept while the group's coefs stay) and stays out of the
+        heap.
         """
-        cap = self.capacity
-        users: dict[int, list[_Group]] = {}
-        coefs: dict[int, float] = {}
-        for g in groups:
+        cap, load, groups, users = self.capacity, self.load, comp.groups, comp.users
+        fresh: list[bool] = []  # per group: bound recomputed (its coefs or component changed)
+        olds = [g.rate for g in groups]
+        for i, g in enumerate(groups):
             g.rate = -1.0  # not frozen yet
-            for rid, c in zip(g.rids, g.coefs):
-                if rid in users:
-                    users[rid].append(g)
-                    coefs[rid] += c
-                else:
-                    users[rid] = [g]
-                    coefs[rid] = c
+            if g.bound_comp is comp:
+                fresh.append(False)
+                continue
+            bound, gc = g.cap, g.coefs
+            for rid, pos in comp.private[i]:
+                c = gc[pos]
+                if c > 0:
+                    lvl = cap[rid] / c
+                    if lvl < bound:
+                        bound = lvl
+            g.bound, g.bound_comp = bound, comp
+            fresh.append(True)
+        if not users:  # one group: its bound is its rate
+            g = groups[0]
+            g.rate = g.bound
+        else:
+            self._fill_shared(comp)
+        for i, g in enumerate(groups):
+            rate = g.rate
+            if fresh[i] or rate != olds[i]:
+                gc = g.coefs
+                for rid, pos in comp.private[i]:
+                    load[rid] = gc[pos] * rate
+
+    def _fill_shared(self, comp: _Comp) -> None:
+        """The heap part of `_fill`, for a component whose groups share resources."""
+        cap, load, groups, users = self.capacity, self.load, comp.groups, comp.users
+        coefs: dict[int, float] = {}
+        heap = []
+        for rid, us in users.items():
+            c = sum([groups[i].coefs[pos] for i, pos in us])
+            coefs[rid] = c
+            heap.append((cap[rid] / c if c > 0 else math.inf, rid, 0))
+        heap += [(g.bound, -1 - i, 0) for i, g in enumerate(groups)]
+        heapq.heapify(heap)
         used = dict.fromkeys(users, 0.0)
         version = dict.fromkeys(users, 0)
-        heap = [(cap[rid] / c if c > 0 else math.inf, rid, 0) for rid, c in coefs.items()]
-        heap += [(g.cap, -1 - i, 0) for i, g in enumerate(groups) if g.cap < math.inf]
-        heapq.heapify(heap)
-        while heap:
+        active = {rid: len(us) for rid, us in users.items()}  # unfrozen groups per resource
+        shared, left_groups = comp.shared, len(groups)
+        while left_groups:
             level, rid, ver = heapq.heappop(heap)
             if rid < 0:
-                frozen = (groups[-1 - rid],)
+                frozen = (-1 - rid,)
             elif ver != version[rid]:
                 continue
             else:
-                frozen = users[rid]
-            for g in frozen:
+                frozen = [i for i, _ in users[rid]]
+            for i in frozen:
+                g = groups[i]
                 if g.rate >= 0.0:
                     continue
                 g.rate = level
-                for r, c in zip(g.rids, g.coefs):
+                left_groups -= 1
+                gc = g.coefs
+                for r, pos in shared[i]:
+                    c = gc[pos]
                     used[r] += c * level
                     left = coefs[r] = coefs[r] - c
+                    n = active[r] = active[r] - 1
                     if r != rid:
                         v = version[r] = version[r] + 1
-                        lvl = (cap[r] - used[r]) / left if left > 0 else math.inf
-                        heapq.heappush(heap, (max(level, lvl), r, v))
-        return used
+                        if n:  # a resource whose groups are all frozen needs no projection
+                            lvl = (cap[r] - used[r]) / left if left > 0 else math.inf
+                            heapq.heappush(heap, (max(level, lvl), r, v))
+        load.update(used)

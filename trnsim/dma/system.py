@@ -1,26 +1,41 @@
 """The chip's DMA: every core's engines and queues, the HBM stacks and the host link, as flows.
 
 A transfer submitted at `t0` on queue `q` of core `c` is cut into per-engine pieces
-(`descriptors.cut`). Piece on engine `e`:
+(`descriptors.cut`); piece `i` on engine `e_i` needs `w_i = descriptors * descriptor_cost +
+engine_bytes / (engine_bandwidth * f)` seconds of its engine (`f` = transpose_hbm_rate /
+transpose_sbuf_rate for a transpose from HBM / SBUF, else 1; `engine_bytes` = max(src bytes,
+dst bytes): a cast moves the larger). The transfer is then ONE fluid flow:
 
-- becomes ready at `t0 + fixed_cost` (latency: descriptor setup, semaphore-to-start; it overlaps
-  the data movement of earlier transfers, so it is paid once per pipeline, not per transfer);
-- starts its data phase when ready and when the previous piece on lane (c, q, e) has finished
-  (queues are FIFO per engine);
-- has work `W = descriptors * descriptor_cost + engine_bytes / (engine_bandwidth * f)` seconds
-  of its engine's time, `f` = transpose_hbm_rate / transpose_sbuf_rate for a transpose from
-  HBM / SBUF, else 1; `engine_bytes` = max(src bytes, dst bytes) (a cast moves the larger);
-- progresses at rate `r` (engine-seconds per second, <= 1) where the engine is a resource of
-  capacity 1 (round-robin between its busy queues = processor sharing: k lanes get 1/k each)
-  and each HBM stack is a resource of capacity `hbm.bandwidth / stacks` bytes/s, which the piece
-  uses at `hbm_bytes / W` bytes per engine-second (src bytes on the source's stack, dst bytes on
-  the destination's; both on one stack when they share it). Rates are max-min fair (`fluid`).
+- it becomes ready at `t0 + fixed_cost` (latency: descriptor setup, semaphore-to-start; it
+  overlaps the data movement of earlier transfers, so it is paid once per pipeline, not per
+  transfer);
+- its data phase starts when it is ready and the previous transfer on queue (c, q) has finished
+  its data phase (queues are FIFO);
+- its work is its bottleneck piece's, `W = max_i w_i`, and it progresses at rate `r`
+  (engine-seconds per second, <= 1) using each engine it touches with coefficient `w_i / W`
+  (1 for every engine when the copy covers its engines evenly, the usual case) and each HBM
+  stack with coefficient `hbm_bytes_on_that_stack / W` (bytes per engine-second: src bytes on
+  the source's stack, dst bytes on the destination's; both on one stack when they share it).
+  An engine is a resource of capacity 1 and a stack one of `hbm.bandwidth / stacks` bytes/s;
+  rates are max-min fair (`fluid`), so k transfers busy on an engine get 1/k of it each
+  (round-robin between its queues = processor sharing) and a stack is shared fairly.
 
-The transfer ends when its last piece does: values are copied (functional mode), one span is
-recorded on track `q<queue>` from `t0` to the end, then `on_done()` is called. Host copies are one
-flow on the host link (capacity `host_link.bandwidth`, shared by concurrent copies) and the HBM
-stack, after `host_link.latency`; they record HBM bytes and counters but no span (the timeline
-writers know engine and `q<N>` tracks only; the stream that issued the copy owns its timing).
+This gives the times of a flow per piece (and per-(queue, engine) FIFO) whenever a transfer's
+pieces would keep one pace anyway: equal pieces on equally busy engines, the usual case. The
+approximation is for the others: pieces progress in lockstep, so a piece smaller than the
+bottleneck no longer finishes early and frees its engine (or its share of the stack) before the
+transfer ends; contention on its engine slows the whole transfer where the piece alone could
+have lagged behind without delaying it; and the queue's next transfer waits for all pieces.
+
+When the data phase ends, the queue's next transfer may start, values are copied (functional
+mode), one span is recorded on track `q<queue>` from `t0` to the end, then `on_done()` is
+called. Host copies are one flow on the host link (capacity `host_link.bandwidth`, shared by
+concurrent copies) and the HBM stack, after `host_link.latency`; they record HBM bytes and
+counters but no span (the timeline writers know engine and `q<N>` tracks only; the stream that
+issued the copy owns its timing).
+
+Ties: flows are keyed (core, queue, submit order) (host copies: queue -1), so transfers that end
+at the same ps complete in that order.
 """
 
 from __future__ import annotations
@@ -34,7 +49,7 @@ import simpy
 
 from trnsim.config import ChipConfig
 from trnsim.dma.checks import check_copy, check_host_copy
-from trnsim.dma.descriptors import Piece, cut
+from trnsim.dma.descriptors import cut
 from trnsim.dma.fluid import Flow, FluidModel
 from trnsim.isa import DmaCopy
 from trnsim.memory.buffer import Ref
@@ -44,27 +59,27 @@ from trnsim.units import PS_PER_S, seconds_to_ps
 
 
 class _Transfer:
-    """One submitted copy: its endpoints, its pieces still in flight, and who to tell."""
+    """One submitted copy: its endpoints, its flow, its queue, and who to tell."""
 
-    __slots__ = ("core", "queue", "ins", "kernel", "on_done", "start", "left", "ready",
-                 "lanes", "src", "dst", "transpose")
+    __slots__ = ("core", "queue", "ins", "kernel", "on_done", "start", "src", "dst", "transpose",
+                 "ready", "lane", "flow")
 
-    def __init__(self, core, queue, ins, kernel, on_done, start, src, dst, transpose):
+    def __init__(self, core, queue, ins, kernel, on_done, start, src, dst, transpose, lane):
         self.core, self.queue, self.ins, self.kernel = core, queue, ins, kernel
         self.on_done, self.start = on_done, start
         self.src, self.dst, self.transpose = src, dst, transpose
-        self.left = 0
         self.ready = False
-        self.lanes: list[_Lane] = []
+        self.lane: _Lane | None = lane
+        self.flow: Flow | None = None
 
 
 class _Lane:
-    """One queue on one engine: pieces waiting in FIFO order, at most one moving data."""
+    """One queue of one core: transfers waiting in FIFO order, at most one moving data."""
 
     __slots__ = ("waiting", "busy")
 
     def __init__(self):
-        self.waiting: deque[Flow] = deque()
+        self.waiting: deque[_Transfer] = deque()
         self.busy = False
 
 
@@ -88,8 +103,8 @@ class DmaSystem:
         self._engine_bpps = d.engine_bandwidth / PS_PER_S  # bytes per ps
         self._host_bpps = cfg.host_link.bandwidth / PS_PER_S
         self._host_ps = seconds_to_ps(cfg.host_link.latency)
-        self._lanes: dict[tuple[int, int, int], _Lane] = {}
-        self._plans: dict[tuple, list[Piece]] = {}
+        self._lanes: dict[tuple[int, int], _Lane] = {}
+        self._plans: dict[tuple, tuple[float, tuple[tuple[int, float], ...]]] = {}
         self._seq = 0
         self._intervals: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._bytes: dict[tuple[int, int], int] = {}
@@ -111,28 +126,23 @@ class DmaSystem:
                on_done: Callable[[], None]) -> None:
         """Start transfer `ins` on `queue` of `core` now; `on_done()` runs when it completes.
 
-        `ins` must have passed `check`. Transfers on one queue move their data in submit order
-        on each engine; `kernel` names the span's kernel.
+        `ins` must have passed `check`. Transfers on one queue move their data in submit order;
+        `kernel` names the span's kernel.
         """
-        pieces = self._plan(ins)
         src, dst = ins.src, ins.dst
-        t = _Transfer(core, queue, ins, kernel, on_done, self.env.now, src, dst, ins.transpose)
-        f = 1.0
-        if ins.transpose:
-            d = self.cfg.core.dma
-            f = d.transpose_hbm_rate if src.memory == "hbm" else d.transpose_sbuf_rate
-        rate = self._engine_bpps * f
-        for p in pieces:
-            work = p.descriptors * self._desc_ps + p.engine_bytes / rate
-            uses = ((core * self.engines + p.engine, 1.0),) + self._hbm_uses(src, dst, p, work)
-            lane = self._lanes.get((core, queue, p.engine))
-            if lane is None:
-                lane = self._lanes[(core, queue, p.engine)] = _Lane()
-            lane.waiting.append(Flow((core, queue, p.engine, self._seq), work, uses, math.inf,
-                                     self._piece_done, (t, lane)))
-            t.lanes.append(lane)
+        # Identical instructions share their bound operands (core.prepare), so the operands'
+        # identities key the plan: each distinct copy is cut and costed once per core.
+        plan = self._plans.get((src, dst, ins.transpose, core))
+        if plan is None:
+            plan = self._plan(ins, core)
+        lane = self._lanes.get((core, queue))
+        if lane is None:
+            lane = self._lanes[(core, queue)] = _Lane()
+        t = _Transfer(core, queue, ins, kernel, on_done, self.env.now, src, dst, ins.transpose,
+                      lane)
+        t.flow = Flow((core, queue, self._seq), plan[0], plan[1], math.inf, self._data_done, t)
         self._seq += 1
-        t.left = len(pieces)
+        lane.waiting.append(t)
         self.env.timeout(self._fixed_ps).callbacks.append(lambda _ev: self._ready(t))
 
     def submit_host(self, core: int, src: Ref, dst: Ref, on_done: Callable[[], None]) -> None:
@@ -142,30 +152,36 @@ class DmaSystem:
         with concurrent host copies) and the HBM stack's.
         """
         check_host_copy(src, dst)
-        t = _Transfer(core, -1, None, "", on_done, self.env.now, src, dst, False)
-        nbytes = max(src.nbytes, dst.nbytes)
-        work = max(nbytes / self._host_bpps, 1e-9)
-        p = Piece(0, 1, dst.size, src.nbytes, dst.nbytes)
-        uses = ((self._host_rid, 1.0),) + self._hbm_uses(src, dst, p, work)
-        flow = Flow((core, -1, -1, self._seq), work, uses, math.inf, self._piece_done, (t, None))
+        t = _Transfer(core, -1, None, "", on_done, self.env.now, src, dst, False, None)
+        work = max(max(src.nbytes, dst.nbytes) / self._host_bpps, 1e-9)
+        uses = ((self._host_rid, 1.0),) + self._hbm_uses(src, dst, src.nbytes, dst.nbytes, work)
+        flow = t.flow = Flow((core, -1, self._seq), work, uses, math.inf, self._data_done, t)
         self._seq += 1
-        t.left = 1
         self.env.timeout(self._host_ps).callbacks.append(lambda _ev: self.fluid.start(flow))
 
-    def _plan(self, ins: DmaCopy) -> list[Piece]:
-        # Identical instructions share their bound operands (core.prepare), so the operands'
-        # identities key the plan: each distinct copy is cut into descriptors once.
-        key = (ins.src, ins.dst, ins.transpose)
-        pieces = self._plans.get(key)
-        if pieces is None:
-            pieces = self._plans[key] = cut(ins.src, ins.dst, ins.transpose, self.cfg.core.dma,
-                                            self.cfg.core.sbuf.partitions)
-        return pieces
+    def _plan(self, ins: DmaCopy, core: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+        """(work W, uses) of the copy's flow on `core`, cached per distinct copy and core."""
+        src, dst = ins.src, ins.dst
+        d = self.cfg.core.dma
+        pieces = cut(src, dst, ins.transpose, d, self.cfg.core.sbuf.partitions)
+        f = 1.0
+        if ins.transpose:
+            f = d.transpose_hbm_rate if src.memory == "hbm" else d.transpose_sbuf_rate
+        rate = self._engine_bpps * f
+        works = [p.descriptors * self._desc_ps + p.engine_bytes / rate for p in pieces]
+        work = max(works)
+        base = core * self.engines
+        uses = tuple((base + p.engine, w / work) for p, w in zip(pieces, works))
+        uses += self._hbm_uses(src, dst, sum(p.src_bytes for p in pieces),
+                               sum(p.dst_bytes for p in pieces), work)
+        plan = self._plans[(src, dst, ins.transpose, core)] = (work, uses)
+        return plan
 
-    def _hbm_uses(self, src: Ref, dst: Ref, p: Piece, work: float) -> tuple[tuple[int, float], ...]:
-        """(stack resource, HBM bytes per unit of work) for the HBM endpoints of a piece."""
+    def _hbm_uses(self, src: Ref, dst: Ref, src_bytes: int, dst_bytes: int,
+                  work: float) -> tuple[tuple[int, float], ...]:
+        """(stack resource, HBM bytes per unit of work) for the HBM endpoints of a flow."""
         uses: dict[int, float] = {}
-        for ref, nbytes in ((src, p.src_bytes), (dst, p.dst_bytes)):
+        for ref, nbytes in ((src, src_bytes), (dst, dst_bytes)):
             if ref.memory == "hbm":
                 rid = self._stack_rid[self.hbm.stack_of(ref.buf.offset)]
                 uses[rid] = uses.get(rid, 0.0) + nbytes / work
@@ -175,23 +191,21 @@ class DmaSystem:
 
     def _ready(self, t: _Transfer) -> None:
         t.ready = True
-        for lane in t.lanes:
-            self._kick(lane)
+        self._kick(t.lane)
 
     def _kick(self, lane: _Lane) -> None:
-        """Start the lane's next piece if the lane is free and that piece's fixed cost is paid."""
-        if not lane.busy and lane.waiting and lane.waiting[0].data[0].ready:
+        """Start the queue's next transfer if the queue is free and its fixed cost is paid."""
+        if not lane.busy and lane.waiting and lane.waiting[0].ready:
             lane.busy = True
-            self.fluid.start(lane.waiting.popleft())
+            self.fluid.start(lane.waiting.popleft().flow)
 
-    def _piece_done(self, flow: Flow) -> None:
-        t, lane = flow.data
+    def _data_done(self, flow: Flow) -> None:
+        t = flow.data
+        lane = t.lane
         if lane is not None:
             lane.busy = False
             self._kick(lane)
-        t.left -= 1
-        if t.left == 0:
-            self._finish(t)
+        self._finish(t)
 
     def _finish(self, t: _Transfer) -> None:
         src, dst, now = t.src, t.dst, self.env.now
