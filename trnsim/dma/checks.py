@@ -4,7 +4,8 @@ Rules (isa.md section 8.5): endpoints in HBM or SBUF (DMA does not reach PSUM; h
 reached only by stream copy steps, over the host link); equal element counts (shapes may
 differ: the copy follows both access patterns in flat order); a dtype change is a cast through
 fp32. A transpose needs 2-D src and dst with dst = src transposed, one 2- or 4-byte dtype on
-both sides (no cast), and dst in SBUF.
+both sides (no cast), dst in SBUF, and a chip with DMA transpose from the source's memory
+(a transpose rate > 0: NC-v2 has none).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def check_copy(ins: DmaCopy, cfg: ChipConfig) -> None:
         raise SimError(f"{where}: queue {ins.queue} is out of range 0..{queues - 1}")
     if ins.transpose:
         check_transpose(ins, src, dst)
+        d = cfg.core.dma
+        rate = d.transpose_hbm_rate if src.memory == "hbm" else d.transpose_sbuf_rate
+        if not rate > 0:  # 0 = the chip has no DMA transpose (NC-v2)
+            raise SimError(f"{where}: {cfg.name} ({cfg.core.version}) has no DMA transpose from "
+                           f"{src.memory.upper()}; transpose with the tensor engine instead")
 
 
 def check_transpose(ins: DmaCopy, src: Ref, dst: Ref) -> None:
