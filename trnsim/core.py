@@ -7,9 +7,7 @@ so the run loop only waits on semaphores, executes, advances time and records.
 
 from __future__ import annotations
 
-import functools
 import math
-import operator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -125,7 +123,7 @@ class NeuronCore:
         prev: dict[Engine, tuple] = {}  # engine -> (id, bound instruction) of the last one
         dma = Engine.DMA
         for raw in prog.instructions:
-            key = (type(raw), raw.engine, *_op_values(type(raw))(raw))
+            key = (type(raw), raw.engine, *raw.op_getter()(raw))
             entry = bound_memo.get(key)
             if entry is None:
                 try:
@@ -306,14 +304,6 @@ def _track_order(track: str) -> tuple[int, int]:
     if track.startswith("q"):
         return (len(Engine), int(track[1:]))
     return (Engine[track.upper()].value, 0)
-
-
-@functools.cache
-def _op_values(cls: type[Instr]):
-    """A fast getter of an instruction's op-specific field values, as a tuple."""
-    names = [f.name for f in cls.op_fields()]
-    get = operator.attrgetter(*names)
-    return get if len(names) > 1 else (lambda ins: (get(ins),))
 
 
 def _refs(ins: Instr) -> list[Ref]:

@@ -9,6 +9,7 @@ Semantics follow `../shared/reference/isa.md`; TRACE_FORMAT.md gives the field n
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
@@ -83,7 +84,19 @@ class Instr:
         return found
 
 
+    @classmethod
+    def op_getter(cls):
+        """A fast function instr -> tuple of its op-specific field values (for memo keys)."""
+        get = _GETTERS.get(cls)
+        if get is None:
+            names = [x.name for x in cls.op_fields()]
+            one = operator.attrgetter(*names)
+            get = _GETTERS[cls] = one if len(names) > 1 else (lambda ins: (one(ins),))
+        return get
+
+
 _OP_FIELDS: dict[type, tuple] = {}
+_GETTERS: dict[type, object] = {}
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,12 @@ def home_cores(program: Program) -> dict[str, int]:
     """The logical core whose HBM stack each tensor lives on: the first stream core using it."""
     used: dict[str, list[str]] = {}  # kernel -> operand names, in order
     for name, k in program.kernels.items():
-        seen = dict.fromkeys(getattr(ins, f.name).name for prog in k.per_core
-                             for ins in prog.instructions for f in ins.op_fields()
-                             if isinstance(getattr(ins, f.name), Ap))
+        seen: dict[str, None] = {}
+        for prog in k.per_core:
+            for ins in prog.instructions:
+                for v in ins.op_getter()(ins):
+                    if type(v) is Ap:
+                        seen[v.name] = None
         used[name] = list(seen)
     homes: dict[str, int] = {}
     for stream in program.streams:
