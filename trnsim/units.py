@@ -185,7 +185,11 @@ def cycles_to_ps(cycles: int | float | Fraction, hz: int | float | Fraction) -> 
 def _scaled(x: float, steps: tuple[tuple[float, str], ...]) -> str:
     for factor, unit in steps:
         if abs(x) >= factor:
-            return f"{x / factor:.4g} {unit}"
+            try:
+                return f"{x / factor:.4g} {unit}"
+            except OverflowError:  # an int beyond float range (a shape of 10**400 elements)
+                digits = str(abs(x) // factor)
+                return f"{'-' if x < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1} {unit}"
     factor, unit = steps[-1]
     return f"{x / factor:.4g} {unit}"
 

@@ -47,7 +47,18 @@ INT_EXACT_ALU = frozenset(ALU) - {"divide", "pow"}
 
 def is_int(x) -> bool:
     """True for a number with an exact int64 value that float64 also holds exactly."""
+    if isinstance(x, (int, np.integer)):  # also ints too large for a float (no OverflowError)
+        return abs(int(x)) <= 2 ** 53
     return float(x).is_integer() and abs(x) <= 2 ** 53
+
+
+def fp32(x) -> np.float32:
+    """A number as an fp32 immediate. Beyond fp32's range it is +-inf, as the cast gives for a
+    large float; Python ints too large even for float64 (`1e400` written as digits) too."""
+    try:
+        return np.float32(x)
+    except OverflowError:
+        return np.float32(np.inf if x > 0 else -np.inf)
 
 
 def alu(op: str, a, b, reverse: bool = False):
@@ -200,7 +211,7 @@ class AluEngine(EngineModel):
         """A per-partition operand as a scalar or a [P,1] array."""
         if isinstance(x, Ref):
             return self.load(x, exact)
-        return np.int64(x) if exact else np.float32(x)
+        return np.int64(x) if exact else fp32(x)
 
     def int_exact(self, ops, *operands) -> bool:
         """GpSimd computes integer operands exactly (isa.md section 2) for these operators."""
@@ -216,7 +227,7 @@ class AluEngine(EngineModel):
         if same:
             t = per_partition(on_true.read(), p)
             f = (per_partition(on_false.read(), p) if isinstance(on_false, Ref)
-                 else to_dtype(np.full((1, 1), on_false, np.float32), dst.dtype))
+                 else to_dtype(np.full((1, 1), fp32(on_false), np.float32), dst.dtype))
         else:
             t, f = self.load(on_true), self.column(on_false)
         dst.write(np.where(pred, t, f))
@@ -287,4 +298,5 @@ class AluEngine(EngineModel):
 
     def exec_memset(self, ins) -> None:
         exact = self.int_exact((), ins.dst, ins.value)
-        ins.dst.write(np.full(ins.dst.shape, ins.value, np.int64 if exact else np.float32))
+        value = ins.value if exact else fp32(ins.value)
+        ins.dst.write(np.full(ins.dst.shape, value, np.int64 if exact else np.float32))

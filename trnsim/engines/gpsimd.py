@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trnsim.engines.alu import AluEngine, alu, is_int
+from trnsim.engines.alu import AluEngine, alu, fp32, is_int
 from trnsim.isa import Engine
 
 
@@ -34,7 +34,7 @@ class GpSimdEngine(AluEngine):
             start, ps, step = (np.int64(t) for t in terms)
             p, i = np.arange(partitions, dtype=np.int64), np.arange(n, dtype=np.int64)
             return (start + p[:, None] * ps + i[None, :] * step).astype(np.int32)
-        start, ps, step = (np.float32(t) for t in terms)
+        start, ps, step = (fp32(t) for t in terms)
         p, i = np.arange(partitions, dtype=np.float32), np.arange(n, dtype=np.float32)
         return (start + p[:, None] * ps) + i[None, :] * step
 

@@ -30,6 +30,11 @@ class TensorEngine(EngineModel):
 
     engine = Engine.TENSOR
 
+    def execute(self, ins: Instr) -> None:
+        """Compute ins; inf * 0 = NaN and overflow to inf are values here, not warnings."""
+        with np.errstate(all="ignore"):
+            super().execute(ins)
+
     # -- matmul --------------------------------------------------------------------------------
 
     def _double_row(self, ins: Matmul) -> bool:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
 from trnsim.dtypes import DType, to_dtype
 from trnsim.errors import TrnsimError
+from trnsim.units import fmt_bytes
+
+CHUNK_ELEMENTS = 1 << 20
+"""Values are generated and converted this many at a time, so that the fp32/fp64 temporaries
+stay small whatever the tensor's size: memory use is the result array plus a few MiB (a 4 GiB
+int8 `arange` would otherwise need 32 GiB of float64 on the way). Chunked draws give exactly
+the values of one whole-array draw (the generator's stream continues across calls)."""
 
 
 def initial_values(init, shape: tuple[int, ...], dt: DType, rng: np.random.Generator,
@@ -16,18 +24,26 @@ def initial_values(init, shape: tuple[int, ...], dt: DType, rng: np.random.Gener
 
     init: None or 'zeros', 'ones', 'random' (uniform [0, 1)), 'normal' (standard normal),
     'arange' (0, 1, 2, ... in row-major order), or ('file', path) / {'file': path} for a .npy
-    file (relative to base_dir) whose values are cast to dt.
+    file (relative to base_dir) whose values are cast to dt. Raises TrnsimError (naming `what`)
+    when the array does not fit in this machine's memory or the file cannot be used.
     """
     if init is None or init == "zeros":
-        return np.zeros(shape, dt.np)
+        return _alloc(np.zeros, shape, dt, what)
     if init == "ones":
-        return np.ones(shape, dt.np)
-    if init == "random":
-        return to_dtype(rng.random(shape, dtype=np.float32), dt)
-    if init == "normal":
-        return to_dtype(rng.standard_normal(shape, dtype=np.float32), dt)
-    if init == "arange":
-        return to_dtype(np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape), dt)
+        return _alloc(np.ones, shape, dt, what)
+    if init in ("random", "normal", "arange"):
+        out = _alloc(np.empty, shape, dt, what)
+        flat = out.reshape(-1)
+        for lo in range(0, flat.size, CHUNK_ELEMENTS):
+            n = min(CHUNK_ELEMENTS, flat.size - lo)
+            if init == "random":
+                v = rng.random(n, dtype=np.float32)
+            elif init == "normal":
+                v = rng.standard_normal(n, dtype=np.float32)
+            else:
+                v = np.arange(lo, lo + n, dtype=np.float64)
+            flat[lo:lo + n] = to_dtype(v, dt)
+        return out
     path = None
     if isinstance(init, dict):
         path = init.get("file")
@@ -38,10 +54,38 @@ def initial_values(init, shape: tuple[int, ...], dt: DType, rng: np.random.Gener
                           f"arange or {{file: x.npy}}")
     full = Path(base_dir) / path
     try:
-        data = np.load(full)
+        data = np.load(full, mmap_mode="r")
     except (OSError, ValueError) as e:
         raise TrnsimError(f"{what}: cannot read {full}: {e}") from None
+    if not isinstance(data, np.ndarray):  # a .npz archive
+        raise TrnsimError(f"{what}: {full} is not a .npy file of one array")
     if tuple(data.shape) != tuple(shape):
         raise TrnsimError(f"{what}: {full} has shape {list(data.shape)}, expected {list(shape)}")
-    return data.astype(dt.np) if data.dtype == dt.np or not dt.is_float else to_dtype(
-        data.astype(np.float32), dt)
+    if data.dtype.kind not in "biuf":
+        raise TrnsimError(f"{what}: {full} holds {data.dtype} values; expected numbers (bool, "
+                          f"integer or float) to convert to {dt.name}")
+    out = _alloc(np.empty, shape, dt, what)
+    if out.ndim == 0:
+        out[()] = _convert(np.asarray(data), dt)
+        return out
+    rows = max(1, CHUNK_ELEMENTS // max(1, math.prod(shape[1:])))
+    for lo in range(0, shape[0], rows):
+        out[lo:lo + rows] = _convert(np.asarray(data[lo:lo + rows]), dt)
+    return out
+
+
+def _convert(data: np.ndarray, dt: DType) -> np.ndarray:
+    """File values cast to dt: as-is for equal dtypes and integer targets, else through fp32."""
+    if data.dtype == dt.np or not dt.is_float:
+        return data.astype(dt.np)
+    return to_dtype(data.astype(np.float32), dt)
+
+
+def _alloc(make, shape: tuple[int, ...], dt: DType, what: str) -> np.ndarray:
+    try:
+        return make(shape, dt.np)
+    except (MemoryError, ValueError):  # ValueError: "array is too big" for numpy itself
+        nbytes = math.prod(shape) * dt.itemsize
+        raise TrnsimError(f"{what}: {list(shape)} {dt.name} needs {fmt_bytes(nbytes)} for its "
+                          f"values, more than this machine can allocate; run with --mode "
+                          f"timing (shapes only) or use smaller shapes") from None
