@@ -1206,11 +1206,6 @@ streams:
 """
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="session.run_program drops the slices of copy steps (it passes only "
-                   "a.name to Stream.memcpy): x[0:2, :] -> y [2, 4] fails with '[4, 4] and "
-                   "[2, 4] have different element counts', and x[0:2, :] -> z [4, 4] silently "
-                   "copies all of x")
 def test_copy_step_honours_its_slices():
     result = run_trace(SLICED_COPY, "trn2", "functional")
     assert isinstance(result, session.RunResult), result

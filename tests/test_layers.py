@@ -8,7 +8,9 @@ import trnsim
 
 LAYERS = {
     0: ["units", "dtypes", "isa", "errors"],
-    1: ["config", "trace", "yamlpos", "recorder", "program", "report", "perfetto", "profile"],
+    1: ["config", "chip_config", "config_load", "chip_figures", "trace", "trace_buffers",
+        "trace_schedule", "instructions", "repeat", "semaphore_check", "yamlpos", "recorder",
+        "program", "report", "perfetto", "profile"],
     2: ["memory", "sync"],
     3: ["engines", "dma"],
     4: ["core", "chip"],

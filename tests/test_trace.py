@@ -12,10 +12,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trnsim import trace
+from trnsim import repeat
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
+from trnsim.instructions import fast_instruction, full_instruction
 from trnsim.isa import (
+    INSTRUCTIONS,
     Activation,
     Ap,
     DmaCopy,
@@ -36,6 +38,7 @@ from trnsim.program import (
     TileSpec,
 )
 from trnsim.trace import check_semaphores, load, loads, parse_ap, parse_instruction
+from trnsim.yamlpos import Loc
 
 BF16, F32 = dtype("bfloat16"), dtype("float32")
 
@@ -944,8 +947,8 @@ def test_repeat_errors(text, start):
 
 def test_identical_instructions_are_parsed_once_but_are_distinct_objects(monkeypatch):
     calls = []
-    original = trace._instruction_fast
-    monkeypatch.setattr(trace, "_instruction_fast", lambda *a: calls.append(1) or original(*a))
+    original = repeat.fast_instruction
+    monkeypatch.setattr(repeat, "fast_instruction", lambda *a: calls.append(1) or original(*a))
     text = TILE + "  - {op: memset, dst: t, value: 1}\n" * 50 + "  - {op: memset, dst: t}\n"
     ins = instructions(text)
     assert len(calls) == 2 and len(ins) == 51 and len({id(i) for i in ins}) == 51
@@ -963,7 +966,7 @@ def test_memo_tells_numbers_and_booleans_apart():
 
 
 def test_memo_gives_up_on_distinct_mappings_and_stays_correct():
-    n = trace._Expander.MEMO_TRIAL + 100
+    n = repeat._Expander.MEMO_TRIAL + 100
     text = TILE + "".join(f"  - {{op: memset, dst: 't[0:{i % 128 + 1}]', value: {i}}}\n"
                           for i in range(n)) + "  - {op: memset, dst: 't[0:1]', value: 0}\n" * 3
     ins = instructions(text)
@@ -978,7 +981,7 @@ FIELD_VALUES = st.sampled_from([None, 0, 1, -1, 2.5, True, False, "", " ", "t", 
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(sorted(trace.INSTRUCTIONS)),
+@given(st.sampled_from(sorted(INSTRUCTIONS)),
        st.dictionaries(st.sampled_from(["src", "dst", "src0", "src1", "alu", "func", "scale",
                                         "value", "axis", "queue", "engine", "wait", "signal",
                                         "accumulate", "stationary", "moving", "op0", "operand0",
@@ -987,9 +990,9 @@ FIELD_VALUES = st.sampled_from([None, 0, 1, -1, 2.5, True, False, "", " ", "t", 
 def test_fast_instruction_parser_agrees_with_the_full_one(op, fields):
     d = {"op": op, **fields}
     names = {"t", "x"}
-    fast = trace._instruction_fast(d, 3, 9, names)
+    fast = fast_instruction(d, 3, 9, names)
     try:
-        full = trace._instruction(d, 3, trace.Loc("f", 9, "i"), names)
+        full = full_instruction(d, 3, Loc("f", 9, "i"), names)
     except TraceError:
         assert fast is None
     else:

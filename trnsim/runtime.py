@@ -20,7 +20,7 @@ from trnsim.core import Launch, deadlock_error
 from trnsim.dtypes import DType
 from trnsim.errors import DeadlockError, TrnsimError
 from trnsim.isa import Ap, DmaCopy, Engine
-from trnsim.memory.buffer import Buffer, bind
+from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.memory.init import initial_values
 from trnsim.program import KernelSpec
 from trnsim.recorder import Recorder
@@ -90,12 +90,14 @@ class Stream:
         self.device.check_launch(kernel, self.core)
         self._enqueue("launch", kernel)
 
-    def memcpy(self, dst: Buffer, src: Buffer) -> None:
-        """Copy a whole tensor: host<->device over the host link, device->device by DMA."""
-        if dst.nbytes != src.nbytes and math.prod(dst.shape) != math.prod(src.shape):
-            raise TrnsimError(f"copy {src.name} -> {dst.name}: {list(src.shape)} and "
-                              f"{list(dst.shape)} have different element counts")
-        self._enqueue("copy", src, dst)
+    def memcpy(self, dst: Buffer | Ref, src: Buffer | Ref) -> None:
+        """Copy a tensor, or a slice of one (a Ref): host<->device over the host link,
+        device->device by DMA. Element counts must match; a dtype change is a cast."""
+        s, d = _whole(src, "copy src"), _whole(dst, "copy dst")
+        if s.size != d.size:
+            raise TrnsimError(f"copy {s} -> {d}: {list(s.shape)} and {list(d.shape)} have "
+                              f"different element counts")
+        self._enqueue("copy", s, d)
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event(self.device)
@@ -267,21 +269,26 @@ class Device:
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
             self.launches = [la for la in self.launches if la not in launches]
 
-    def _copy(self, stream: Stream, src: Buffer, dst: Buffer):
+    def _copy(self, stream: Stream, s: Ref, d: Ref):
         done = self.env.event()
-        s, d = bind(Ap(src.name), src, "copy src"), bind(Ap(dst.name), dst, "copy dst")
         core = self.chip.physical(stream.core)[0].index
-        if "host" in (src.memory, dst.memory):
+        name = f"copy {s}->{d}"
+        if "host" in (s.memory, d.memory):
             start = self.env.now
             self.chip.dma.submit_host(core, s, d, done.succeed)
             yield done
             self.recorder.span(core, "host", "copy", start, self.env.now, max(s.nbytes, d.nbytes),
-                               0, 0, f"copy {src.name}->{dst.name}", dst.dtype.name)
+                               0, 0, name, d.dtype.name)
             return
         ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
         self.chip.dma.check(ins, core)
-        self.chip.dma.submit(core, 0, ins, f"copy {src.name}->{dst.name}", done.succeed)
+        self.chip.dma.submit(core, 0, ins, name, done.succeed)
         yield done
+
+
+def _whole(x: Buffer | Ref, where: str) -> Ref:
+    """A Ref as it is, or a whole buffer as a Ref."""
+    return x if isinstance(x, Ref) else bind(Ap(x.name), x, where)
 
 
 def _tile_bytes(launch: Launch, memory: str) -> int:

@@ -13,6 +13,7 @@ import numpy as np
 from trnsim.config import ChipConfig
 from trnsim.errors import TrnsimError
 from trnsim.isa import Ap
+from trnsim.memory.buffer import bind
 from trnsim.program import Program
 from trnsim.report import summarize
 from trnsim.runtime import Device, Event
@@ -124,8 +125,9 @@ def run_program(program: Program, cfg: ChipConfig, mode: str | None = None,
             if step.kind == "launch":
                 st.launch(program.kernels[step.arg])
             elif step.kind == "copy":
-                src, dst = (a.name if isinstance(a, Ap) else a for a in step.arg)
-                st.memcpy(dev.tensors[dst], dev.tensors[src])
+                src, dst = (_operand(dev, a, f"stream {s.name}: copy {key}")
+                            for a, key in zip(step.arg, ("src", "dst")))
+                st.memcpy(dst, src)
             elif step.kind == "record":
                 ev = events[step.arg] = events.get(step.arg) or dev.event(step.arg)
                 st.record_event(ev)
@@ -138,6 +140,14 @@ def run_program(program: Program, cfg: ChipConfig, mode: str | None = None,
     if check:
         summary["check"] = {}
     return RunResult(dev, summary, program)
+
+
+def _operand(dev: Device, a, where: str):
+    """A copy step's operand (a tensor name, possibly sliced) bound to the device's tensor."""
+    ap = a if isinstance(a, Ap) else Ap(a, (), a)
+    if ap.name not in dev.tensors:
+        raise TrnsimError(f"{where}: no tensor {ap.name}")
+    return bind(ap, dev.tensors[ap.name], where)
 
 
 def save_outputs(result: RunResult, out_dir: str | Path) -> list[Path]:

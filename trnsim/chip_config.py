@@ -1,0 +1,191 @@
+"""The chip configuration tree: frozen dataclasses, one per part, `ChipConfig` at the root.
+
+Every field carries its unit kind and a one-line description in its metadata (`unit`, `help`);
+the loader (`trnsim.config_load`) uses them to parse quantities with units (`2.4GHz`, `224KiB`,
+`2.9TB/s`, `1.3us`) into base units (Hz, bytes, bytes/s, seconds). Build one with
+`trnsim.config.load_chip`.
+
+Unit kinds: `count` (int), `ratio` (float), `bool`, `str`, `bytes` (int), `Hz` (int), `B/s`
+(float, bytes per second), `s` (float, seconds), `cycles` (int, engine cycles), `FLOP/s` (float).
+A field whose unit is `section` holds a nested dataclass; `list` is a tuple of counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def q(unit: str, help: str, **kw):
+    """A config field with a unit kind and a description (gem5's `Param.X(default, help)`)."""
+    return field(metadata={"unit": unit, "help": help}, **kw)
+
+
+# ----------------------------------------------------------------------------------------------
+# per NeuronCore
+
+
+@dataclass(frozen=True)
+class TensorEngineConfig:
+    """The PE array: a systolic matmul/transpose engine reading SBUF and writing PSUM."""
+
+    clock_hz: int = q("Hz", "TensorE clock")
+    rows: int = q("count", "PE array rows = contraction (partition) size per matmul")
+    cols: int = q("count", "PE array columns = max stationary free size (M)")
+    moving_free_max: int = q("count", "max moving free size N with an fp32 PSUM destination")
+    moving_free_max_bf16_dst: int = q("count", "max moving free size N with a bf16 PSUM dst")
+    bf16_dst: bool = q("bool", "matmul may write bf16 into PSUM (NC-v4)")
+    stationary_min_cycles: int = q("cycles", "the 64 in max(min(64, N_stat), N_moving)")
+    mm_init_latency_cycles: int = q("cycles", "MM_INIT_LATENCY: minimum matmul initiation")
+    load_stationary_cycles: int = q("cycles", "LoadStationary II, hidden when in background")
+    fp32_rate: float = q("ratio", "fp32 throughput relative to bf16 (1/4)")
+    fp8_double_row: bool = q("bool", "fp8 double-row mode: K=256 per pass at bf16 speed")
+    fp8_rate: float = q("ratio", "fp8 throughput relative to bf16 (2 with double-row)")
+    mx_rate: float = q("ratio", "MX (mxfp8/mxfp4) throughput relative to bf16; 0 if absent")
+    transpose_fp32_rate: float = q("ratio", "fp32 transpose-mode throughput relative to bf16")
+
+
+@dataclass(frozen=True)
+class VectorEngineConfig:
+    """VectorE (DVE): two-input elementwise ops, reductions, copies, memset, select."""
+
+    clock_hz: int = q("Hz", "VectorE clock")
+    min_ii_cycles: int = q("cycles", "MIN_II: minimum initiation interval")
+    fixed_overhead_cycles: int = q("cycles", "static overhead added to a dependent instruction")
+    perf_mode: bool = q("bool", "bf16/fp16 fast modes (NC-v3+)")
+    copy_fast_factor: float = q("ratio", "tensor_copy/tensor_scalar speedup, SBUF->SBUF 16-bit")
+    copy_fast_factor_strided: float = q("ratio", "same, non-contiguous or one side in PSUM")
+    tt_fast_factor: float = q("ratio", "tensor_tensor speedup, both SBUF, all 16-bit")
+    max_free_elements: int = q("count", "max elements per partition per instruction")
+    psum_max_free_elements: int = q("count", "max elements per partition when in PSUM")
+
+
+@dataclass(frozen=True)
+class ScalarEngineConfig:
+    """ScalarE (ACT): func(x * scale + bias) with an optional free-axis reduction."""
+
+    clock_hz: int = q("Hz", "ScalarE clock")
+    min_ii_cycles: int = q("cycles", "MIN_II")
+    fixed_overhead_cycles: int = q("cycles", "static overhead added to a dependent instruction")
+    reduce_cycles: int = q("cycles", "ActReadAccumulator: extra cycles to read the reduction")
+    perf_mode_factor: float = q("ratio", "16-bit tensor_copy/tensor_scalar speedup (1 if none)")
+
+
+@dataclass(frozen=True)
+class GpSimdEngineConfig:
+    """GpSimd (Pool): eight SIMD cores, 16 partitions each; iota, masks, integer-exact ops."""
+
+    clock_hz: int = q("Hz", "GpSimd clock")
+    min_ii_cycles: int = q("cycles", "MIN_II")
+    start_cycles: int = q("cycles", "GPSIMD_START: fixed start cost of iota/affine_select")
+    fixed_overhead_cycles: int = q("cycles", "static overhead added to a dependent instruction")
+
+
+@dataclass(frozen=True)
+class SbufConfig:
+    """State buffer: on-chip SRAM, partitions x bytes, read and written by all engines."""
+
+    partitions: int = q("count", "partitions (lanes)")
+    partition_bytes: int = q("bytes", "bytes per partition")
+
+
+@dataclass(frozen=True)
+class PsumConfig:
+    """Partial-sum buffer: fp32 accumulators, partitions x banks x bytes."""
+
+    partitions: int = q("count", "partitions")
+    banks: int = q("count", "banks per partition (accumulation groups)")
+    bank_bytes: int = q("bytes", "bytes per bank per partition")
+
+
+@dataclass(frozen=True)
+class DmaConfig:
+    """The core's DMA engines: each serves a slice of partitions and has its own queues."""
+
+    engines: int = q("count", "DMA engines per NeuronCore")
+    queues_per_engine: int = q("count", "hardware queues per DMA engine")
+    engine_bandwidth: float = q("B/s", "sustained bytes/s of one DMA engine")
+    fixed_cost: float = q("s", "per-transfer fixed cost (descriptor setup, semaphore)")
+    descriptor_cost: float = q("s", "processing cost of each descriptor")
+    max_descriptor_bytes: int = q("bytes", "largest contiguous run one descriptor moves")
+    packet_bytes: int = q("bytes", "round-robin arbitration granularity between queues")
+    transpose_hbm_rate: float = q("ratio", "DMA transpose HBM->SBUF throughput vs copy")
+    transpose_sbuf_rate: float = q("ratio", "DMA transpose SBUF->SBUF throughput vs copy")
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """One physical NeuronCore."""
+
+    version: str = q("str", "NeuronCore version (NC-v2, NC-v3, NC-v4)")
+    tensor: TensorEngineConfig = q("section", "Tensor engine")
+    vector: VectorEngineConfig = q("section", "Vector engine")
+    scalar: ScalarEngineConfig = q("section", "Scalar engine")
+    gpsimd: GpSimdEngineConfig = q("section", "GpSimd engine")
+    sbuf: SbufConfig = q("section", "SBUF")
+    psum: PsumConfig = q("section", "PSUM")
+    dma: DmaConfig = q("section", "DMA engines")
+    semaphores: int = q("count", "hardware semaphores per core")
+    vector_gpsimd_share_sbuf: bool = q("bool", "Vector and GpSimd cannot access SBUF at once")
+    vector_scalar_share_psum: bool = q("bool", "Vector and Scalar cannot access PSUM at once")
+
+
+# ----------------------------------------------------------------------------------------------
+# per chip
+
+
+@dataclass(frozen=True)
+class HbmConfig:
+    """Device memory: stacks, each shared by a group of physical cores."""
+
+    stacks: int = q("count", "HBM stacks")
+    stack_capacity: int = q("bytes", "capacity of one stack")
+    bandwidth: float = q("B/s", "total chip HBM bandwidth (shared equally by the stacks)")
+    cores_per_stack: int = q("count", "physical NeuronCores served by one stack")
+    alignment: int = q("bytes", "allocation alignment of device tensors")
+
+
+@dataclass(frozen=True)
+class HostLinkConfig:
+    """The host <-> device link (PCIe)."""
+
+    bandwidth: float = q("B/s", "host<->device bandwidth per chip")
+    latency: float = q("s", "one-way latency of a host transfer")
+    launch_overhead: float = q("s", "host time to launch one kernel")
+
+
+@dataclass(frozen=True)
+class ChipLinkConfig:
+    """Chip-to-chip links (NeuronLink)."""
+
+    links: int = q("count", "links per chip")
+    bandwidth: float = q("B/s", "total chip-to-chip bandwidth per chip")
+    topology: str = q("str", "topology description")
+
+
+@dataclass(frozen=True)
+class PeakFlopsConfig:
+    """Published dense peak FLOP/s of the whole chip, per input dtype (0 = not published)."""
+
+    bfloat16: float = q("FLOP/s", "dense bf16/fp16")
+    float8: float = q("FLOP/s", "dense fp8")
+    float32: float = q("FLOP/s", "dense fp32")
+    mx: float = q("FLOP/s", "dense MX (mxfp8/mxfp4)")
+
+
+@dataclass(frozen=True)
+class ChipConfig:
+    """A Trainium chip: N physical NeuronCores sharing HBM, grouped into logical cores."""
+
+    name: str = q("str", "chip name")
+    description: str = q("str", "one-line description")
+    cores: int = q("count", "physical NeuronCores per chip")
+    lnc: int = q("count", "default logical NeuronCore size (physical cores per logical)")
+    lnc_allowed: tuple[int, ...] = q("list", "allowed logical NeuronCore sizes")
+    core: CoreConfig = q("section", "per-NeuronCore parameters")
+    hbm: HbmConfig = q("section", "HBM")
+    dma_bandwidth: float = q("B/s", "published chip DMA bandwidth")
+    host_link: HostLinkConfig = q("section", "host link")
+    chip_links: ChipLinkConfig = q("section", "chip-to-chip links")
+    peak_flops: PeakFlopsConfig = q("section", "published chip peaks")
+    source: str = q("str", "path of the YAML file this config was loaded from", default="")
+
