@@ -17,10 +17,8 @@ Functional mode backs tensors with numpy arrays; the fuzzer lowers the runtime's
 backing store (`runtime.MAX_BACKING_BYTES`) so a mutated shape can never take gigabytes of this
 machine's memory -- the huge-tensor behaviour at the real limit is tested in a subprocess.
 
-Bugs the fuzzer found have explicit regression tests at the end; the ones in files owned by
-others are `xfail(strict=True)` with a minimal repro, so they turn into failures once fixed.
-Until then their triggers (names with line breaks, integers of more than 4300 digits, lone
-surrogates in the text) are kept out of the mutation pools, so the fuzz tests stay green.
+Bugs the fuzzer found have explicit regression tests at the end (names with line breaks,
+integers of more than 4300 digits, lone surrogates in the text, sliced copy steps, ...).
 """
 
 from __future__ import annotations
@@ -438,8 +436,6 @@ def m_junk(draw, doc):
     where = pick(draw, nodes(doc))
     if where:
         value = pick(draw, JUNK)
-        if where[1] in ("name", "record", "wait") and isinstance(value, str) and "\n" in value:
-            value = "a b"  # names with line breaks: a known bug, see the xfail test below
         where[0][where[1]] = copy.deepcopy(value)
 
 
@@ -1152,8 +1148,7 @@ def test_init_file_of_non_numbers_is_a_clean_error(tmp_path, values):
 
 
 # ----------------------------------------------------------------------------------------------
-# bugs in files owned by others (trace.py, yamlpos.py, session.py, core.py, runtime.py):
-# reported with a minimal repro, xfail(strict)
+# regressions for bugs the fuzzer found in the loader and the runtime
 
 NEWLINE_NAMES = {
     # a semaphore name with a line break, in a deadlock (core.deadlock_error)
@@ -1186,10 +1181,6 @@ kernels:
 }
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="trace.py accepts kernel, stream, event and semaphore names with line "
-                   "breaks ('may be any string'), and core.py, runtime.py and memory/onchip.py "
-                   "put them in messages as they are, so the error has several lines")
 @pytest.mark.parametrize("what", list(NEWLINE_NAMES))
 def test_names_with_line_breaks_keep_errors_on_one_line(what):
     run_trace(NEWLINE_NAMES[what], "trn2", "timing")
@@ -1222,9 +1213,6 @@ YAMLPOS_BUGS = {
 }
 
 
-@pytest.mark.xfail(strict=True, raises=(ValueError, UnicodeEncodeError),
-                   reason="yamlpos.py lets ValueError / UnicodeEncodeError escape from loads() "
-                   "instead of a TraceError")
 @pytest.mark.parametrize("what", list(YAMLPOS_BUGS))
 def test_yaml_text_the_loader_cannot_read_is_a_trace_error(what):
     run_trace(YAMLPOS_BUGS[what], "trn2", "timing")

@@ -300,7 +300,8 @@ def _semaphores_fast(value: Any, minimum: int) -> tuple[tuple[str, int], ...] | 
         return None
     out = []
     for name, n in value.items():
-        if name.__class__ is not str or not name.strip() or n.__class__ is not int or n < minimum:
+        if (name.__class__ is not str or not name.strip() or not name.isprintable()
+                or n.__class__ is not int or n < minimum):
             return None
         out.append((name, n))
     return tuple(out)

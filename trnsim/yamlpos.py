@@ -221,7 +221,7 @@ def load_yaml(text: str, source: str = "<string>", error: type[Exception] = Trac
         if LIBYAML:
             try:
                 return _fast_load(text, source, error)
-            except (_Fallback, yaml.YAMLError, RecursionError):
+            except (_Fallback, yaml.YAMLError, RecursionError, ValueError, UnicodeError):
                 pass  # not the common subset, or an error: the reference loader decides
         return _slow_load(text, source, error)
 
@@ -235,6 +235,9 @@ def _slow_load(text: str, source: str, error: type[Exception]) -> Any:
         return None if node is None else loader.construct_document(node)
     except yaml.YAMLError as e:
         raise error(_syntax_message(e, text, source)) from None
+    except UnicodeError as e:  # e.g. a lone surrogate in a str handed to loads()
+        raise error(f"{source}:1: syntax: the text cannot be encoded ({e.reason}); expected "
+                    f"valid Unicode text") from None
     except RecursionError:  # a caller already deep in the stack
         raise error(f"{source}:1: syntax: nesting is too deep; expected at most {MAX_DEPTH} "
                     "levels of nested lists and mappings") from None
@@ -536,7 +539,11 @@ def want_name(value: Any, loc: Loc, what: str, ident: bool = False) -> str:
     if ident and not (isinstance(value, str) and IDENTIFIER.fullmatch(value)):
         loc.fail(f"{what} name {show(value)} is not an identifier",
                  f"a {what} name made of letters, digits and _ (not starting with a digit)")
-    return want_str(value, loc, f"a {what} name (a string)")
+    name = want_str(value, loc, f"a {what} name (a string)")
+    if not name.isprintable():  # names appear in one-line error messages
+        loc.fail(f"{what} name {show(value)} has a line break or control character",
+                 f"a {what} name of printable characters")
+    return name
 
 
 def check_keys(mapping: dict, loc: Loc, allowed: Iterable[str], what: str = "key",
