@@ -8,6 +8,7 @@ import pytest
 
 from trnsim.api import Trace
 from trnsim.config import load_chip
+from trnsim.errors import SimError
 from trnsim.units import seconds_to_ps
 
 TRN2, TRN3 = load_chip("trn2"), load_chip("trn3")
@@ -142,3 +143,33 @@ def test_lnc2_runs_one_program_per_physical_core():
     r = t.run(TRN2)
     assert {s.core for s in r.device.recorder.spans} == {0, 1}
     np.testing.assert_array_equal(r.tensor("y"), 2 * r.tensor("x"))
+
+
+def test_a_70b_model_is_declared_and_simulated_in_timing_mode():
+    """Llama-70B's weights: 80 layers x 7 projections (1,711,276,032 B per layer) plus the
+    embedding and LM head (2 x 128256 x 8192 x 2 B) = 139.0 GB of bf16 — more than a Trn2's
+    96 GiB of HBM, so they fit only on a what-if chip with 48 GiB stacks; in timing mode no
+    tensor gets a backing store, so this runs on a small machine."""
+    shapes = {"wq": (8192, 8192), "wk": (8192, 1024), "wv": (8192, 1024), "wo": (8192, 8192),
+              "w_gate": (8192, 28672), "w_up": (8192, 28672), "w_down": (28672, 8192)}
+
+    def model() -> Trace:
+        t = Trace("llama70b", mode="timing")
+        for layer in range(80):
+            for name, shape in shapes.items():
+                t.tensor(f"l{layer}_{name}", shape, "bfloat16")
+        t.tensor("embed", (128256, 8192), "bfloat16")
+        t.tensor("lm_head", (8192, 128256), "bfloat16")
+        k = t.kernel("first_tile")
+        k.tile("w", "sbuf", [128, 2048], "bfloat16")
+        k.dma_copy(src="l0_wq[0:128, 0:2048]", dst="w")
+        return t
+
+    total = 80 * 1_711_276_032 + 2 * 128256 * 8192 * 2
+    big = load_chip("trn2", ["hbm.stack_capacity=48GiB"])
+    r = model().run(big)
+    assert r.device.chip.hbm.used >= total
+    assert all(b.array is None for b in r.device.tensors.values())
+    assert r.summary["hbm"]["bytes_read"] == 128 * 2048 * 2
+    with pytest.raises(SimError, match="cannot allocate .* requested, .* free, largest free"):
+        model().run(TRN2)
