@@ -7,7 +7,7 @@ from pathlib import Path
 import trnsim
 
 LAYERS = {
-    0: ["units", "dtypes", "isa", "errors"],
+    0: ["units", "dtypes", "isa", "errors", "gcpause"],
     1: ["config", "chip_config", "config_load", "chip_figures", "trace", "trace_buffers",
         "trace_schedule", "instructions", "repeat", "semaphore_check", "yamlpos", "recorder",
         "program", "report", "perfetto", "profile"],

@@ -39,6 +39,7 @@ class Kernel:
     def __init__(self, trace: Trace, name: str, cores: int = 1):
         self.trace, self.name = trace, name
         self.programs = [CoreProgram() for _ in range(cores)]
+        self._names: dict[int, set[str]] = {}  # per core: the operand names instructions may use
 
     def tile(self, name: str, memory: str, shape, dt: str, init=None, core: int = 0) -> str:
         """Declare an SBUF or PSUM tile (first dim = partitions); returns its name."""
@@ -52,7 +53,9 @@ class Kernel:
         """Append one instruction (`op` plus the trace's fields); returns its index."""
         prog = self.programs[core]
         index = len(prog.instructions)
-        names = set(prog.tiles) | set(self.trace.tensors)
+        names = self._names.get(core)
+        if names is None or len(names) != len(prog.tiles) + len(self.trace.tensors):
+            names = self._names[core] = set(prog.tiles) | set(self.trace.tensors)
         ins = parse_instruction({"op": op, **fields}, index,
                                 f"kernels.{self.name}.instructions[{index}]", names=names)
         prog.instructions.append(ins)

@@ -12,6 +12,7 @@ import numpy as np
 
 from trnsim.config import ChipConfig
 from trnsim.errors import TrnsimError
+from trnsim.gcpause import no_gc
 from trnsim.isa import Ap
 from trnsim.memory.buffer import bind
 from trnsim.program import Program
@@ -115,6 +116,12 @@ def run_program(program: Program, cfg: ChipConfig, mode: str | None = None,
     there is nothing to compare and the summary's `check` is empty).
     """
     mode = mode or program.mode
+    with no_gc():
+        return _run(program, cfg, mode, lnc, progress, check)
+
+
+def _run(program: Program, cfg: ChipConfig, mode: str, lnc: int | None, progress,
+         check: bool) -> RunResult:
     dev = _device(program, cfg, mode, lnc)
     dev.progress = progress
     events: dict[str, Event] = {}

@@ -27,16 +27,15 @@ reference loader). The cyclic GC is paused while loading (`no_gc`).
 from __future__ import annotations
 
 import difflib
-import gc
 import re
 from collections.abc import Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import yaml
 
 from trnsim.errors import TraceError
+from trnsim.gcpause import no_gc
 
 MAX_DEPTH = 100
 """The most levels of nested lists and mappings a document may have."""
@@ -244,19 +243,6 @@ def _slow_load(text: str, source: str, error: type[Exception]) -> Any:
     finally:
         if loader is not None:
             loader.dispose()
-
-
-@contextmanager
-def no_gc():
-    """Pause the cyclic garbage collector (loading builds no cycles, only many objects, and
-    each collection would walk all of them: it would otherwise take most of the load time)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # ----------------------------------------------------------------------------------------------
