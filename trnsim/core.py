@@ -63,10 +63,11 @@ class Launch:
     queues: dict[str, list[Issue]]  # track -> issues ("tensor", ..., "q3")
     sems: Semaphores
     tiles: dict[str, Buffer]
-    sbuf_bytes: int
-    psum_bytes: int
     blocked: dict[str, tuple | None] = field(default_factory=dict)  # track -> (sem, value)
-    pending: int = 0  # DMA transfers in flight
+
+    def tile_bytes(self, memory: str) -> int:
+        """Bytes of this launch's tiles in `memory` (sbuf or psum), for high-water marks."""
+        return sum(b.nbytes for b in self.tiles.values() if b.memory == memory)
 
 
 class NeuronCore:
@@ -98,7 +99,7 @@ class NeuronCore:
     def _prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
                  rng: np.random.Generator, base_dir: str) -> Launch:
         specs = list(prog.tiles.values())
-        offsets, sbuf_used, psum_used = place_tiles(
+        offsets, _, _ = place_tiles(
             [(t.name, t.memory, t.shape[0], math.prod(t.shape[1:]) * t.dtype.itemsize)
              for t in specs], self.cfg.core)
         tiles = {}
@@ -152,7 +153,7 @@ class NeuronCore:
             signals = tuple([(names[s], n) for s, n in raw.signal]) if raw.signal else ()
             queues.setdefault(track, []).append(
                 Issue(ins, raw.index, dur, waits, signals, *issue_args))
-        return Launch(kernel, self.index, queues, sems, tiles, sbuf_used, psum_used)
+        return Launch(kernel, self.index, queues, sems, tiles)
 
     def _build(self, raw: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]):
         """Bind and check one distinct instruction: (bound, track, the Issue's static fields)."""
@@ -271,7 +272,6 @@ class NeuronCore:
                 for s, n in issue.signals:
                     launch.sems.signal(s, n)
                 state["left"] -= 1
-                launch.pending -= 1
                 if state["left"] == 0:
                     done.succeed()
             return cb
@@ -279,7 +279,6 @@ class NeuronCore:
         for it in issues:
             if it.waits:
                 yield from self._wait(launch, track, it)
-            launch.pending += 1
             self.dma.submit(self.index, queue, it.ins, launch.kernel, finished(it))
         if state["left"]:
             launch.blocked[track] = None  # waiting for its own transfers
@@ -316,6 +315,7 @@ def _bytes(ins: Instr) -> int:
 
 
 def _dtype(ins: Instr) -> str:
-    """The dtype that sets an instruction's rate: a matmul's inputs, otherwise its output."""
+    """The dtype a profile row shows: a matmul's stationary, else the source's, else the
+    destination's (FLOP/s are compared with the peak of a matmul's input dtype)."""
     r = getattr(ins, "stationary", None) or getattr(ins, "src", None) or getattr(ins, "dst", None)
     return r.dtype.name if isinstance(r, Ref) else ""

@@ -264,8 +264,8 @@ class Device:
                 self.launches.append(la)
                 self.kernel_tiles[(kernel.name, la.core)] = la.tiles
                 rec = self.recorder
-                rec.sbuf_peak = max(rec.sbuf_peak, _tile_bytes(la, "sbuf"))
-                rec.psum_peak = max(rec.psum_peak, _tile_bytes(la, "psum"))
+                rec.sbuf_peak = max(rec.sbuf_peak, la.tile_bytes("sbuf"))
+                rec.psum_peak = max(rec.psum_peak, la.tile_bytes("psum"))
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
             self.launches = [la for la in self.launches if la not in launches]
 
@@ -289,7 +289,3 @@ class Device:
 def _whole(x: Buffer | Ref, where: str) -> Ref:
     """A Ref as it is, or a whole buffer as a Ref."""
     return x if isinstance(x, Ref) else bind(Ap(x.name), x, where)
-
-
-def _tile_bytes(launch: Launch, memory: str) -> int:
-    return sum(b.nbytes for b in launch.tiles.values() if b.memory == memory)
