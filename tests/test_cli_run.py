@@ -361,3 +361,10 @@ def test_error_bad_set(override):
 
 def test_error_compare_unknown_chip():
     assert_one_line_error(invoke("compare", MATMUL_GELU, "--chip", "trn2", "--chip", "nope"))
+
+
+def test_out_dir_in_timing_mode_is_refused_before_running(tmp_path):
+    result = invoke("run", GEMM, "--mode", "timing", "--out-dir", tmp_path / "o")
+    assert_one_line_error(result)
+    assert "computes no values to save" in result.stderr
+    assert not (tmp_path / "o").exists()

@@ -119,6 +119,9 @@ def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file,
     """
     program = load_trace(trace_file)
     cfg = _chip_for(program, chip, overrides)
+    if out_dir and (mode or program.mode) == "timing":
+        raise TrnsimError(f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
+                          f"run with --mode functional")
     result = run_program(program, cfg, mode, progress=_progress(quiet), check=check)
     if _progress(quiet):
         click.echo("\r" + " " * 70 + "\r", err=True, nl=False)
