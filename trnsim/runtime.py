@@ -228,13 +228,20 @@ class Device:
 
     def run(self, until: simpy.Event | None = None) -> None:
         """Advance the clock until `until` fires (or until nothing is left to do)."""
-        env, step, peek, inf = self.env, self.env.step, self.env.peek, math.inf
-        progress, n = self.progress, 0
-        while (until is None or not until.processed) and peek() != inf:
-            step()
-            n += 1
-            if progress is not None and n % 100_000 == 0:
-                progress(env.now, n)
+        env = self.env
+        if self.progress is None:  # SimPy's own loop: the fast path
+            try:
+                env.run(until=until)
+            except RuntimeError:  # the schedule ran dry before `until` fired
+                if until is None or until.processed:
+                    raise
+        else:
+            step, peek, inf, progress, n = env.step, env.peek, math.inf, self.progress, 0
+            while (until is None or not until.processed) and peek() != inf:
+                step()
+                n += 1
+                if n % 100_000 == 0:
+                    progress(env.now, n)
         if until is not None and not until.processed:
             raise self._deadlock()
         if until is None and any(s._pending for s in self.streams):
