@@ -123,8 +123,13 @@ class NeuronCore:
         cost_memo: dict[tuple, int] = {}
         prev: dict[Engine, tuple] = {}  # engine -> (id, bound instruction) of the last one
         dma = Engine.DMA
+        getters: dict[type, object] = {}
         for raw in prog.instructions:
-            key = (type(raw), raw.engine, *raw.op_getter()(raw))
+            cls = raw.__class__
+            get = getters.get(cls)
+            if get is None:
+                get = getters[cls] = cls.op_getter()
+            key = (cls, raw.engine, *get(raw))
             entry = bound_memo.get(key)
             if entry is None:
                 try:

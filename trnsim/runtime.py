@@ -233,7 +233,7 @@ class Device:
             try:
                 env.run(until=until)
             except RuntimeError:  # the schedule ran dry before `until` fired
-                if until is None or until.processed:
+                if until is None or until.triggered:
                     raise
         else:
             step, peek, inf, progress, n = env.step, env.peek, math.inf, self.progress, 0
@@ -242,7 +242,7 @@ class Device:
                 n += 1
                 if n % 100_000 == 0:
                     progress(env.now, n)
-        if until is not None and not until.processed:
+        if until is not None and not until.triggered:
             raise self._deadlock()
         if until is None and any(s._pending for s in self.streams):
             raise self._deadlock()
