@@ -889,13 +889,13 @@ REPEAT_ERRORS = [
     (TILE + "  - {repeat: many, instructions: [{op: memset, dst: t}]}\n",
      "t.yaml:7: instructions[0].repeat: got 'many'; expected a repeat count"),
     (TILE + "  - repeat: 2\n    instructions: [{op: memset, dst: t}]\n    times: 3\n",
-     "t.yaml:9: instructions[0].times: unknown key 'times'; expected repeat: <count> and "
+     "t.yaml:9: instructions[0].times: unknown key 'times'; expected repeat: <count>, "
      "instructions: [<body>]"),
     (TILE + "  - repeat: 2\n    instruction: [{op: memset, dst: t}]\n",
      "t.yaml:8: instructions[0].instruction: unknown key 'instruction' (did you mean "
      "'instructions'?)"),
     (TILE + "  - {repeat: 2, op: memset, dst: t}\n",
-     "t.yaml:7: instructions[0].op: unknown key 'op'; expected repeat: <count> and"),
+     "t.yaml:7: instructions[0].op: unknown key 'op'; expected repeat: <count>,"),
     (TILE + "  - repeat: 2\n",
      "t.yaml:7: instructions[0]: missing key 'instructions'; expected instructions: [...], the "
      "body to repeat"),
@@ -997,3 +997,51 @@ def test_fast_instruction_parser_agrees_with_the_full_one(op, fields):
         assert fast is None
     else:
         assert fast is None or fast == full
+
+
+# -- loop variables in repeat blocks (`as:`) -----------------------------------------------------
+
+LOOP = """\
+trnsim: 1
+tensors:
+  w: {shape: [512, 256], dtype: bfloat16}
+tiles:
+  t: {memory: sbuf, shape: [128, 128], dtype: bfloat16}
+instructions:
+  - repeat: 4
+    as: k
+    instructions:
+      - repeat: 2
+        as: n
+        instructions:
+          - {op: dma_copy, src: "w[{k*128}:{(k+1)*128}, {n*128}:{n*128 + 128}]", dst: t,
+             queue: "{(k*2 + n) % 16}", signal: {ld: 1}}
+      - {op: memset, dst: t, wait: {ld: 2}}
+"""
+
+
+def test_repeat_loop_variables_change_operands():
+    ins = loads(LOOP, "t.yaml").kernels["main"].per_core[0].instructions
+    copies = [i for i in ins if i.OP == "dma_copy"]
+    assert [c.src.text for c in copies[:3]] == ["w[0:128, 0:128]", "w[0:128, 128:256]",
+                                                 "w[128:256, 0:128]"]
+    assert copies[-1].src.index == ((384, 512, None), (128, 256, None))
+    # the outer body signals ld twice per iteration: memset k waits for ld >= 2 (k + 1)
+    assert [i.wait for i in ins if i.OP == "memset"] == [(("ld", 2 * (k + 1)),) for k in range(4)]
+    assert [i.index for i in ins] == list(range(12))
+    assert [c.queue for c in copies] == [(2 * k + n) % 16 for k in range(4) for n in range(2)]
+
+
+@pytest.mark.parametrize("body, message", [
+    ('{op: memset, dst: "t[{j}:{j+1}, :]"}', "cannot evaluate 'j' in {j}"),
+    ('{op: memset, dst: "t[{k/2}:1, :]"}', "cannot evaluate"),
+    ('{op: memset, dst: "t[{k//0}:1, :]"}', "divides by zero"),
+    ('{op: memset, dst: "t[{k*}:1, :]"}', "cannot read {k*}"),
+])
+def test_repeat_loop_variable_errors(body, message):
+    text = ("trnsim: 1\ntiles:\n  t: {memory: sbuf, shape: [128, 128], dtype: bfloat16}\n"
+            f"instructions:\n  - repeat: 2\n    as: k\n    instructions: [{body}]\n")
+    with pytest.raises(TraceError, match=re.escape(message)):
+        loads(text, "t.yaml")
+    with pytest.raises(TraceError, match="loop variable"):
+        loads(text.replace("as: k", "as: 3k"), "t.yaml")

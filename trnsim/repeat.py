@@ -1,18 +1,20 @@
 """One core's instruction list -> its instructions, with `repeat` blocks expanded.
 
-Extension (documented in `docs/trace_extensions.md`): `repeat` blocks. Wherever an instruction
-list appears (`instructions:`, each `per_core` list, the body of another repeat), an item may be
-`{repeat: N, instructions: [...]}` (both keys required, no others; N an int >= 1, the body a
-non-empty list of instructions and/or repeat blocks). It unrolls to N copies of the body, where
-copy i (0-based) turns every `wait: {s: v}` into `v + i * k_s`, k_s being the sum of the
-increments the body (one copy of it, nested repeats expanded) signals on `s`; waits on
+Extension (documented in `docs/trace_extensions.md`): `repeat` blocks. Wherever an instruction list
+appears (`instructions:`, each `per_core` list, the body of another repeat), an item may be
+`{repeat: N, instructions: [...]}` (both keys required, plus an optional `as: <name>`; N an int >=
+1, the body a non-empty list of instructions and/or repeat blocks). It unrolls to N copies of the
+body, where copy i (0-based) turns every `wait: {s: v}` into `v + i * k_s`, k_s being the sum of
+the increments the body (one copy of it, nested repeats expanded) signals on `s`; waits on
 semaphores the body does not signal keep their value. So in a body `wait: {s: 0}` waits for the
 previous iterations' signals on s (a software pipeline), and `wait: {ld: 1}` with the body
 signalling `ld: 1` waits for this iteration's own load. Nested repeats compose (the inner one is
 expanded first). Expanded instructions are numbered consecutively (`index`) and keep the `line` of
-the body instruction they come from; errors inside a body name its key path, such as
-`instructions[1].instructions[0].wait.mm`. A core's program may expand to at most
-MAX_INSTRUCTIONS (10,000,000) instructions. The semaphore check runs on the expanded program.
+the body instruction they come from. With `as: k` the body's string fields may hold `{expression}`s
+of the loop variable (integer arithmetic), replaced in each iteration, so a loop can walk over a
+tensor. Errors inside a body name its key path, such as `instructions[1].instructions[0].wait.mm`.
+A core's program may expand to at most MAX_INSTRUCTIONS (10,000,000) instructions. The semaphore
+check runs on the expanded program.
 
 Speed: identical instruction mappings (and a repeat body in all its copies) are parsed once, and
 the copies are cloned without re-running the dataclasses' `__init__`.
@@ -20,6 +22,9 @@ the copies are cloned without re-running the dataclasses' `__init__`.
 
 from __future__ import annotations
 
+import ast
+import operator
+import re
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import replace
@@ -34,7 +39,7 @@ __all__ = ["core_instructions", "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
 
 MAX_INSTRUCTIONS = 10_000_000
 """The most instructions one core's program may have once repeat blocks are expanded."""
-REPEAT_KEYS = ("repeat", "instructions")
+REPEAT_KEYS = ("repeat", "as", "instructions")
 _FAST_CLONE = all("__dict__" in dir(cls) and not hasattr(cls, "__post_init__")
                   for cls in INSTRUCTIONS.values())
 
@@ -72,7 +77,10 @@ class _Expander:
         self.memo: dict[Any, Instr] | None = {}
         self.hits = self.misses = 0
 
-    def expand(self, value: Any, loc: Loc, body: bool = False) -> list[_Template]:
+    def expand(self, value: Any, loc: Loc, body: bool = False,
+               env: dict[str, int] | None = None) -> list[_Template]:
+        """Templates of the list `value`; `env` holds the loop variables of enclosing repeat
+        blocks (`as:`), substituted into `{expression}`s in the instructions' strings."""
         expected = ("a list of instructions like {op: matmul, ...} or repeat blocks like "
                     "{repeat: 4, instructions: [...]}")
         items = want_list(value, loc, expected)
@@ -83,9 +91,11 @@ class _Expander:
         memo, names = self.memo, self.names
         for i, d in enumerate(items):
             if isinstance(d, dict) and ("repeat" in d or ("instructions" in d and "op" not in d)):
-                self._repeat(items, i, loc, out)
+                self._repeat(items, i, loc, out, env)
                 continue
             line = (lines[i] if i < len(lines) else 0) or loc.line
+            if env and isinstance(d, dict):
+                d = _substitute(d, env, loc.item(items, i))
             key = proto = None
             if memo is not None:
                 try:
@@ -107,11 +117,13 @@ class _Expander:
             out.append((proto, line, proto.wait, (items, i, loc)))
         return out
 
-    def _repeat(self, items: list, i: int, loc: Loc, out: list[_Template]) -> None:
+    def _repeat(self, items: list, i: int, loc: Loc, out: list[_Template],
+                env: dict[str, int] | None) -> None:
         """Append the expansion of the repeat block `items[i]` to `out`."""
         d = items[i]
         rloc = loc.item(items, i)
-        check_keys(d, rloc, REPEAT_KEYS, expected="repeat: <count> and instructions: [<body>]")
+        check_keys(d, rloc, REPEAT_KEYS,
+                   expected="repeat: <count>, instructions: [<body>] and optionally as: <name>")
         if d.get("repeat") is None:
             rloc.fail("missing key 'repeat'", "repeat: <count, an integer >= 1> next to "
                       "instructions: [<body>]")
@@ -119,28 +131,91 @@ class _Expander:
         n = want_int(d["repeat"], count_loc, "a repeat count (an integer >= 1)", minimum=1)
         if d.get("instructions") is None:
             rloc.fail("missing key 'instructions'", "instructions: [...], the body to repeat")
-        body = self.expand(d["instructions"], rloc.key(d, "instructions"), body=True)
-        total = len(out) + n * len(body)
+        var = None
+        if d.get("as") is not None:
+            var = d["as"]
+            if not (isinstance(var, str) and var.isidentifier()):
+                rloc.key(d, "as").fail(f"loop variable {var!r} is not a name",
+                                       "a name like k (letters, digits, _)")
+        bloc = rloc.key(d, "instructions")
+        if var is None:  # the body is the same in every iteration: expand it once
+            bodies = [self.expand(d["instructions"], bloc, body=True, env=env)] * n
+        else:
+            bodies = [self.expand(d["instructions"], bloc, body=True, env={**(env or {}), var: it})
+                      for it in range(n)]
+        total = len(out) + n * len(bodies[0])
         if total > MAX_INSTRUCTIONS:
-            count_loc.fail(f"repeat: {n} of a body of {len(body)} instructions makes {total} "
+            count_loc.fail(f"repeat: {n} of a body of {len(bodies[0])} instructions makes {total} "
                            "instructions", f"at most {MAX_INSTRUCTIONS} instructions per core "
                            "once repeats are expanded")
         # iteration `it` waits for `v + it * k[s]`: k[s] is what one iteration signals on s
         k: dict[str, int] = defaultdict(int)
-        for proto, _, _, _ in body:
+        for proto, _, _, _ in bodies[0]:
             for sem, inc in proto.signal:
                 k[sem] += inc
-        shifted = [(j, proto, line, where, [(s, v, k.get(s, 0)) for s, v in wait])
-                   for j, (proto, line, wait, where) in enumerate(body)
-                   if any(s in k for s, _ in wait)]
-        if not shifted:
-            out += body * n
-            return
-        for it in range(n):
+        for it, body in enumerate(bodies):
+            shifted = [(j, proto, line, where, [(s, v, k.get(s, 0)) for s, v in wait])
+                       for j, (proto, line, wait, where) in enumerate(body)
+                       if any(s in k for s, _ in wait)]
+            if not shifted:
+                out += body
+                continue
             chunk = body.copy()
             for j, proto, line, where, spec in shifted:
                 chunk[j] = (proto, line, tuple([(s, v + it * ks) for s, v, ks in spec]), where)
             out += chunk
+
+
+_EXPR = re.compile(r"\{([^{}]*)\}")
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+
+
+def _substitute(d: dict, env: dict[str, int], loc: Loc) -> dict:
+    """`d` with every `{expression}` in its string values replaced by the expression's value
+    (integer arithmetic on the loop variables in `env`: + - * // % and parentheses). A value
+    that is one whole expression (`queue: "{k % 4}"`) becomes an integer."""
+    changed = None
+    for key, value in d.items():
+        if isinstance(value, str) and "{" in value:
+            whole = _EXPR.fullmatch(value.strip())
+            if whole:
+                new = _evaluate(whole.group(1), env, loc.key(d, key))
+            else:
+                def value_of(m, key=key):
+                    return str(_evaluate(m.group(1), env, loc.key(d, key)))
+                new = _EXPR.sub(value_of, value)
+            if changed is None:
+                changed = dict(d)
+            changed[key] = new
+    return d if changed is None else changed
+
+
+def _evaluate(text: str, env: dict[str, int], loc: Loc) -> int:
+    expected = (f"an integer expression of {', '.join(env)} with + - * // % and parentheses, "
+                "like {k*128}")
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        loc.fail(f"cannot read {{{text}}}", expected)
+
+    def ev(node) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and node.id in env:
+            return env[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b == 0:
+                loc.fail(f"{{{text}}} divides by zero", expected)
+            return _OPS[type(node.op)](a, b)
+        what = node.id if isinstance(node, ast.Name) else ast.dump(node)[:40]
+        loc.fail(f"cannot evaluate {what!r} in {{{text}}}", expected)
+
+    return ev(tree)
 
 
 def _materialize(templates: list[_Template]) -> list[Instr]:
