@@ -139,3 +139,20 @@ def test_trn1_vector_and_gpsimd_share_the_sbuf_port():
     r2 = t.run(TRN2)
     (_, _, s0, _), (_, _, s1, _) = spans(r2)
     assert s0 == s1  # on Trn2 they run side by side
+
+
+def test_a_relaunched_kernel_starts_from_fresh_tiles_and_semaphores():
+    # the second launch reuses the first one's bound instructions, but its tile starts again
+    # from its init values and its semaphores from 0
+    t = Trace()
+    t.tensor("y", [128, 4], "float32")
+    k = t.kernel("inc")
+    k.tile("a", "sbuf", [128, 4], "float32", init="arange")
+    k.tensor_scalar(src="a", dst="a", op0="add", operand0=1.0, signal={"ok": 1})
+    k.dma_copy(src="a", dst="y", wait={"ok": 1})
+    t.stream("s", 0, [("launch", "inc"), ("launch", "inc")])
+    r = t.run(TRN2)
+    np.testing.assert_array_equal(r.tensor("y"), np.arange(512, dtype=np.float32).reshape(128, 4)
+                                  + 1)
+    spans = [s for s in r.device.recorder.spans if s.track == "vector"]
+    assert len(spans) == 2 and spans[0].duration_ps == spans[1].duration_ps

@@ -79,6 +79,7 @@ class NeuronCore:
         self.recorder, self.functional = recorder, functional
         self.models = {e: cls(cfg.core) for e, cls in ENGINE_MODELS.items()}
         c = cfg.core
+        self._plans: dict[int, tuple] = {}  # id(program) -> (program, tensors, first launch)
         self.sbuf_port = simpy.Resource(env, 1) if c.vector_gpsimd_share_sbuf else None
         self.psum_port = simpy.Resource(env, 1) if c.vector_scalar_share_psum else None
 
@@ -89,12 +90,30 @@ class NeuronCore:
         """Place tiles, bind operands, check every instruction and compute its cost.
 
         Errors name the trace file and line of the instruction when `source` is given."""
+        cached = self._plans.get(id(prog))
+        if (cached is not None and cached[0] is prog and len(cached[1]) == len(tensors)
+                and all(a is b for a, b in zip(cached[1], tensors.values()))):
+            return self._relaunch(cached[2], prog, rng, base_dir)
         try:
-            return self._prepare(kernel, prog, tensors, rng, base_dir)
+            launch = self._prepare(kernel, prog, tensors, rng, base_dir)
         except SimError as e:
             line = getattr(e, "line", 0)
             where = f"{source}:{line}: " if source and line else f"{source}: " if source else ""
             raise SimError(f"{where}kernel {kernel}, core {self.index}: {e}") from None
+        self._plans[id(prog)] = (prog, list(tensors.values()), launch)
+        return launch
+
+    def _relaunch(self, plan: Launch, prog: CoreProgram, rng: np.random.Generator,
+                  base_dir: str) -> Launch:
+        """Launch an already prepared kernel again: same tiles and bound instructions (tiles
+        get fresh initial values), fresh semaphores. A kernel launched 7 times is bound, checked
+        and costed once."""
+        if self.functional:
+            for t in prog.tiles.values():
+                plan.tiles[t.name].array[...] = initial_values(
+                    t.init, t.shape, t.dtype, rng, base_dir, f"tile {t.name}")
+        sems = Semaphores(self.env, plan.sems.names)
+        return Launch(plan.kernel, self.index, plan.queues, sems, plan.tiles)
 
     def _prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
                  rng: np.random.Generator, base_dir: str) -> Launch:
