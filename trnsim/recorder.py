@@ -41,16 +41,17 @@ class Recorder:
     hbm_peak: int = 0
     hbm_bytes_read: int = 0
     hbm_bytes_written: int = 0
+    _sorted: list[Span] | None = field(default=None, repr=False)
 
     def span(self, core, track, op, start, end, nbytes, flops, index, kernel, dtype) -> None:
         self.spans_raw.append((core, track, op, start, end, nbytes, flops, index, kernel, dtype))
 
     @property
     def spans(self) -> list[Span]:
-        """Spans in a stable order: by start time, then core, track and instruction index."""
-        out = [Span(*s) for s in self.spans_raw]
-        out.sort(key=lambda s: (s.start_ps, s.core, s.track, s.index))
-        return out
-
-    def end_ps(self) -> int:
-        return max((s[4] for s in self.spans_raw), default=0)
+        """Spans in a stable order: by start time, then core, track and instruction index.
+        Sorted once per set of spans (the timeline and profile writers both read it)."""
+        if self._sorted is None or len(self._sorted) != len(self.spans_raw):
+            out = [Span(*s) for s in self.spans_raw]
+            out.sort(key=lambda s: (s.start_ps, s.core, s.track, s.index))
+            self._sorted = out
+        return self._sorted
