@@ -20,9 +20,17 @@ from trnsim.config import ChipConfig, load_chip
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import INSTRUCTIONS
-from trnsim.program import CoreProgram, KernelSpec, Program, Step, StreamSpec, TensorSpec, TileSpec
-from trnsim.session import RunResult, run_program
+from trnsim.runtime.session import RunResult, run_program
 from trnsim.trace import check_semaphores, parse_instruction
+from trnsim.trace.program import (
+    CoreProgram,
+    KernelSpec,
+    Program,
+    Step,
+    StreamSpec,
+    TensorSpec,
+    TileSpec,
+)
 
 
 def _dtype(name: str, where: str):

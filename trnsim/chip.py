@@ -5,11 +5,11 @@ from __future__ import annotations
 import simpy
 
 from trnsim.config import ChipConfig
-from trnsim.core import NeuronCore
+from trnsim.core.run import NeuronCore
 from trnsim.dma import DmaSystem
 from trnsim.errors import TrnsimError
 from trnsim.memory.hbm import Hbm
-from trnsim.recorder import Recorder
+from trnsim.report.recorder import Recorder
 
 
 class Chip:

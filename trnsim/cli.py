@@ -16,10 +16,10 @@ import click
 from trnsim import __version__
 from trnsim.config import ChipConfig, derived, list_chips, load_chip, to_dict
 from trnsim.errors import TrnsimError
-from trnsim.perfetto import write_chrome_trace
-from trnsim.profile import write_profile
-from trnsim.report import format_comparison, format_summary
-from trnsim.session import check_program, run_program, save_outputs
+from trnsim.report.perfetto import write_chrome_trace
+from trnsim.report.profile import write_profile
+from trnsim.report.summary import format_comparison, format_summary
+from trnsim.runtime.session import check_program, run_program, save_outputs
 from trnsim.trace import load as load_trace
 from trnsim.units import fmt_bytes, fmt_flops, fmt_hz, fmt_rate, fmt_time_ns
 

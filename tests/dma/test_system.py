@@ -20,7 +20,7 @@ from trnsim.errors import SimError
 from trnsim.isa import Ap, DmaCopy, Engine
 from trnsim.memory.buffer import Buffer, bind
 from trnsim.memory.hbm import Hbm
-from trnsim.recorder import Recorder
+from trnsim.report.recorder import Recorder
 from trnsim.units import seconds_to_ps
 
 BF16, FP32 = dtype("bfloat16"), dtype("float32")

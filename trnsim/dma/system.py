@@ -54,7 +54,7 @@ from trnsim.dma.fluid import Flow, FluidModel
 from trnsim.isa import DmaCopy
 from trnsim.memory.buffer import Ref
 from trnsim.memory.hbm import Hbm
-from trnsim.recorder import Recorder
+from trnsim.report.recorder import Recorder
 from trnsim.units import PS_PER_S, seconds_to_ps
 
 

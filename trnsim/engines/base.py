@@ -5,7 +5,7 @@ An engine model is pure: `check(ins)` validates an instruction against the hardw
 it on the same queue, or None), `execute(ins)` computes its values with numpy, and `flops(ins)`
 counts its floating-point operations. Dispatch is by op name to `check_<op>`, `cost_<op>`,
 `exec_<op>` methods (tinygrad's `_exec_<packet>` pattern). The SimPy run loop lives once, in
-`trnsim.core`, and calls none of these while the simulation runs except `execute`.
+`trnsim.core.plan`, and calls none of these while the simulation runs except `execute`.
 """
 
 from __future__ import annotations

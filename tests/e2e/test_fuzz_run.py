@@ -43,20 +43,22 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trnsim import runtime, session, trace
+from trnsim import trace
 from trnsim.config import load_chip
 from trnsim.dtypes import DTYPES
 from trnsim.errors import DeadlockError, TraceError, TrnsimError
+from trnsim.inputs.positions import load_yaml
 from trnsim.isa import INSTRUCTIONS
-from trnsim.yamlpos import load_yaml
+from trnsim.runtime import device as runtime
+from trnsim.runtime import session
 
 CHIPS = ("trn1", "trn2", "trn3")
 MODES = ("functional", "timing")
 SOURCE = "fuzz.yaml"
-REPO = str(Path(__file__).resolve().parents[1])
+REPO = str(Path(__file__).resolve().parents[2])
 TIME_LIMIT_S = 10.0  # per example; a typical one takes 10-50 ms
 FUZZ_BACKING_BYTES = 64 << 20  # functional-mode tensor backing store while fuzzing
-# TRNSIM_FUZZ_EXAMPLES=5000 TRNSIM_FUZZ_RANDOM=1 pytest tests/test_fuzz_run.py: a longer hunt
+# TRNSIM_FUZZ_EXAMPLES=5000 TRNSIM_FUZZ_RANDOM=1 pytest tests/e2e/test_fuzz_run.py: a longer hunt
 EXAMPLES = int(os.environ.get("TRNSIM_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 derandomize=not os.environ.get("TRNSIM_FUZZ_RANDOM"),
@@ -990,7 +992,8 @@ def test_streams_waiting_in_a_cycle_is_a_deadlock(n, cores, launch, chip_name, m
 
 BIG_PROBE = """\
 import json, resource, sys
-from trnsim import session, trace
+from trnsim import trace
+from trnsim.runtime import session
 from trnsim.config import load_chip
 from trnsim.errors import TrnsimError
 base = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024

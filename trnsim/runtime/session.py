@@ -15,9 +15,9 @@ from trnsim.errors import TrnsimError
 from trnsim.gcpause import no_gc
 from trnsim.isa import Ap
 from trnsim.memory.buffer import bind
-from trnsim.program import Program
-from trnsim.report import summarize
+from trnsim.report.summary import summarize
 from trnsim.runtime import Device, Event
+from trnsim.trace.program import Program
 
 
 @dataclass

@@ -96,7 +96,7 @@ def test_help_has_an_example(command):
 
 
 def test_repo_root_shim():
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "cli.py", "configs", "list"], cwd=root,
                             capture_output=True, text=True, check=True)
     assert result.stdout.splitlines()[0].startswith("trn1")

@@ -7,9 +7,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trnsim import yamlpos
 from trnsim.errors import TraceError
-from trnsim.yamlpos import (
+from trnsim.inputs import positions as yamlpos
+from trnsim.inputs.positions import (
     Loc,
     PosDict,
     PosList,

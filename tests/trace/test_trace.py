@@ -12,10 +12,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trnsim import repeat
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
-from trnsim.instructions import fast_instruction, full_instruction
+from trnsim.inputs.positions import Loc
 from trnsim.isa import (
     INSTRUCTIONS,
     Activation,
@@ -27,7 +26,9 @@ from trnsim.isa import (
     TensorReduce,
     TensorScalar,
 )
-from trnsim.program import (
+from trnsim.trace import check_semaphores, load, loads, parse_ap, parse_instruction, repeat
+from trnsim.trace.instructions import fast_instruction, full_instruction
+from trnsim.trace.program import (
     CoreProgram,
     KernelSpec,
     OpSpec,
@@ -37,8 +38,6 @@ from trnsim.program import (
     TensorSpec,
     TileSpec,
 )
-from trnsim.trace import check_semaphores, load, loads, parse_ap, parse_instruction
-from trnsim.yamlpos import Loc
 
 BF16, F32 = dtype("bfloat16"), dtype("float32")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from trnsim.config import ChipConfig, peak_flops_per_core
-from trnsim.recorder import Recorder
+from trnsim.report.recorder import Recorder
 from trnsim.units import fmt_bytes, fmt_flops, fmt_rate, fmt_time_ns
 
 ENGINE_TRACKS = ("tensor", "vector", "scalar", "gpsimd")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trnsim.chip_config import ChipConfig
+from trnsim.config.tree import ChipConfig
 
 __all__ = ["to_dict", "peak_flops_per_core", "derived"]
 

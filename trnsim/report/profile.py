@@ -9,7 +9,7 @@ import csv
 from pathlib import Path
 
 from trnsim.errors import TrnsimError
-from trnsim.recorder import Recorder
+from trnsim.report.recorder import Recorder
 
 COLUMNS = ("core", "track", "kernel", "index", "op", "dtype", "start_ns", "end_ns",
            "duration_ns", "bytes", "flops")

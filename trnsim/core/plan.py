@@ -1,8 +1,9 @@
-"""A NeuronCore: its four compute engines and its DMA queues, run as in-order SimPy processes.
+"""Planning a launch: one core's part of a low-level kernel turned into per-queue lists of
+`Issue`s before the clock starts.
 
-`prepare` turns one core's part of a low-level kernel into per-queue lists of `Issue`s: tiles are
-placed and initialised, operands bound and checked, costs computed — all before the clock starts,
-so the run loop only waits on semaphores, executes, advances time and records.
+Tiles are placed and initialised, operands bound and checked, costs computed, each distinct
+instruction once (the memo), so that the run loop (`trnsim.core.run`) only waits on semaphores,
+executes, advances time and records. A kernel launched again reuses its plan.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ from trnsim.engines.gpsimd import GpSimdEngine
 from trnsim.engines.scalar import ScalarEngine
 from trnsim.engines.tensor import TensorEngine
 from trnsim.engines.vector import VectorEngine
-from trnsim.errors import DeadlockError, SimError
+from trnsim.errors import SimError
 from trnsim.isa import Ap, Engine, Instr
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.memory.init import initial_values
 from trnsim.memory.onchip import place_tiles
-from trnsim.program import CoreProgram
-from trnsim.recorder import Recorder
 from trnsim.sync import Semaphores
+from trnsim.trace.program import CoreProgram
 from trnsim.units import cycles_to_ps
 
 ENGINE_MODELS: dict[Engine, type[EngineModel]] = {
@@ -70,20 +70,18 @@ class Launch:
         return sum(b.nbytes for b in self.tiles.values() if b.memory == memory)
 
 
-class NeuronCore:
-    """One physical NeuronCore on a chip's SimPy environment."""
+class Planner:
+    """Builds the launches of one physical NeuronCore (`index`) and remembers them by program,
+    so a kernel launched many times is bound, checked and costed once."""
 
-    def __init__(self, env: simpy.Environment, index: int, cfg: ChipConfig, dma, recorder: Recorder,
+    def __init__(self, env: simpy.Environment, index: int, cfg: ChipConfig, dma,
                  functional: bool):
-        self.env, self.index, self.cfg, self.dma = env, index, cfg, dma
-        self.recorder, self.functional = recorder, functional
+        self.env, self.index, self.cfg, self.dma, self.functional = env, index, cfg, dma, functional
         self.models = {e: cls(cfg.core) for e, cls in ENGINE_MODELS.items()}
         c = cfg.core
         self._plans: dict[int, tuple] = {}  # id(program) -> (program, tensors, first launch)
         self.sbuf_port = simpy.Resource(env, 1) if c.vector_gpsimd_share_sbuf else None
         self.psum_port = simpy.Resource(env, 1) if c.vector_scalar_share_psum else None
-
-    # -- building ------------------------------------------------------------------------------
 
     def prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
                 rng: np.random.Generator, base_dir: str = ".", source: str = "") -> Launch:
@@ -211,122 +209,6 @@ class NeuronCore:
             if any(r.memory == "psum" for r in _refs(ins)):
                 return self.psum_port
         return None
-
-    # -- running -------------------------------------------------------------------------------
-
-    def start(self, launch: Launch) -> simpy.Event:
-        """Start every queue of the launch; the returned event fires when all have finished."""
-        env = self.env
-        procs = []
-        for track, issues in sorted(launch.queues.items(), key=lambda kv: _track_order(kv[0])):
-            if track.startswith("q"):
-                procs.append(env.process(self._dma_queue(launch, track, issues)))
-            else:
-                procs.append(env.process(self._engine_queue(launch, track, issues)))
-        return env.all_of(procs)
-
-    def _wait(self, launch: Launch, track: str, issue: Issue):
-        """Yield for each of the issue's semaphore waits that is not yet met."""
-        sems = launch.sems
-        for s, v in issue.waits:
-            if sems.values[s] < v:
-                launch.blocked[track] = (s, v)
-                yield sems.wait(s, v)
-                del launch.blocked[track]
-
-    def _engine_queue(self, launch: Launch, track: str, issues: list[Issue]):
-        """Run one engine's instructions in order.
-
-        A block is an instruction followed by every next one that neither waits, nor holds a
-        shared port, up to and including the first that signals: nothing can observe the
-        instants inside a block, so it costs one SimPy timeout however long it is. Values are
-        computed, in order, when the block starts."""
-        env, sems, core, kernel = self.env, launch.sems, self.index, launch.kernel
-        span = self.recorder.spans_raw.append
-        timeout = env.timeout
-        values = sems.values
-        n, i = len(issues), 0
-        while i < n:
-            it = issues[i]
-            for s, v in it.waits:
-                if values[s] < v:
-                    launch.blocked[track] = (s, v)
-                    yield sems.wait(s, v)
-                    del launch.blocked[track]
-            req = None
-            if it.port is not None:
-                req = it.port.request()
-                yield req
-            j, dur = i + 1, it.dur
-            if req is None and not it.signals:
-                while j < n:
-                    nxt = issues[j]
-                    if nxt.waits or nxt.port is not None:
-                        break
-                    dur += nxt.dur
-                    j += 1
-                    if nxt.signals:
-                        break
-            start = env.now
-            for k in range(i, j):
-                it = issues[k]
-                if it.run is not None:
-                    it.run(it.ins)
-            yield timeout(dur)
-            if req is not None:
-                issues[i].port.release(req)
-            t = start
-            for k in range(i, j):
-                it = issues[k]
-                span((core, track, it.op, t, t + it.dur, it.nbytes, it.flops, it.index, kernel,
-                      it.dtype))
-                t += it.dur
-            for s, n_ in it.signals:
-                sems.signal(s, n_)
-            i = j
-
-    def _dma_queue(self, launch: Launch, track: str, issues: list[Issue]):
-        """Issue transfers in order; each signals its semaphores when it completes."""
-        queue = int(track[1:])
-        done = self.env.event()
-        state = {"left": len(issues)}
-
-        def finished(issue: Issue):
-            def cb():
-                for s, n in issue.signals:
-                    launch.sems.signal(s, n)
-                state["left"] -= 1
-                if state["left"] == 0:
-                    done.succeed()
-            return cb
-
-        for it in issues:
-            if it.waits:
-                yield from self._wait(launch, track, it)
-            self.dma.submit(self.index, queue, it.ins, launch.kernel, finished(it))
-        if state["left"]:
-            launch.blocked[track] = None  # waiting for its own transfers
-            yield done
-            launch.blocked.pop(track, None)
-
-
-def deadlock_error(launches: list[Launch], extra: list[str] = ()) -> DeadlockError:
-    """Describe which queues are stuck on which semaphore, for a run whose event queue ran dry."""
-    stuck = []
-    for la in launches:
-        for track, b in sorted(la.blocked.items(), key=lambda kv: _track_order(kv[0])):
-            if b is not None:
-                s, v = b
-                stuck.append(f"core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
-                             f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]})")
-    return DeadlockError("deadlock: nothing can run but work is pending: "
-                         + "; ".join(stuck + list(extra)))
-
-
-def _track_order(track: str) -> tuple[int, int]:
-    if track.startswith("q"):
-        return (len(Engine), int(track[1:]))
-    return (Engine[track.upper()].value, 0)
 
 
 def _refs(ins: Instr) -> list[Ref]:

@@ -9,10 +9,10 @@ the JSON round trip bit for bit); a mismatch lists every key path that differs.
 When the model changes on purpose (a cost formula, a config value, a new report key), regenerate
 the goldens and review the diff before committing it:
 
-    python tests/test_bundled_traces.py --update            # every bundled trace
-    python tests/test_bundled_traces.py --update two_streams  # some of them, by stem
+    python tests/e2e/test_bundled_traces.py --update            # every bundled trace
+    python tests/e2e/test_bundled_traces.py --update two_streams  # some of them, by stem
 
-or, equivalently, through pytest: `TRNSIM_UPDATE_GOLDEN=1 pytest tests/test_bundled_traces.py`
+or, equivalently, through pytest: `TRNSIM_UPDATE_GOLDEN=1 pytest tests/e2e/test_bundled_traces.py`
 (the golden tests then write the files and pass). A new trace in traces/ fails here until its
 golden exists.
 """
@@ -29,13 +29,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python tests/test_bundled_traces.py --update` from anywhere
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `python tests/e2e/test_bundled_traces.py --update` from anywhere
     sys.path.insert(0, str(ROOT))
 
 from trnsim.cli import main  # noqa: E402
 from trnsim.config import load_chip  # noqa: E402
-from trnsim.session import run_program  # noqa: E402
+from trnsim.runtime.session import run_program  # noqa: E402
 from trnsim.trace import load  # noqa: E402
 
 TRACES = ROOT / "traces"
@@ -94,12 +94,12 @@ def test_golden_report(stem):
         write_golden(stem, report)
         return
     assert path.is_file(), (f"no golden report {path.relative_to(ROOT)}; create it with "
-                            f"`python tests/test_bundled_traces.py --update {stem}`")
+                            f"`python tests/e2e/test_bundled_traces.py --update {stem}`")
     golden = json.loads(path.read_text(encoding="utf-8"))
     diff = differences(golden, report)
     assert not diff, (f"{stem}: the report differs from {path.relative_to(ROOT)} in "
                       f"{len(diff)} places (if the model changed on purpose, regenerate with "
-                      f"`python tests/test_bundled_traces.py --update {stem}`):\n  "
+                      f"`python tests/e2e/test_bundled_traces.py --update {stem}`):\n  "
                       + "\n  ".join(diff[:40]))
 
 
@@ -243,7 +243,7 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if not args or args[0] != "--update":
         print(__doc__)
-        print("usage: python tests/test_bundled_traces.py --update [TRACE_STEM ...]",
+        print("usage: python tests/e2e/test_bundled_traces.py --update [TRACE_STEM ...]",
               file=sys.stderr)
         sys.exit(2)
     sys.exit(_update(args[1:]))

@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 
 from trnsim.dtypes import ALIASES, DTYPES, DType, dtype
-from trnsim.program import TensorSpec, TileSpec
-from trnsim.yamlpos import (
+from trnsim.inputs.positions import (
     Loc,
     check_keys,
     one_of,
@@ -31,6 +30,7 @@ from trnsim.yamlpos import (
     want_name,
     want_str,
 )
+from trnsim.trace.program import TensorSpec, TileSpec
 
 __all__ = ["parse_tensors", "parse_tiles"]
 

@@ -16,14 +16,15 @@ import simpy
 
 from trnsim.chip import Chip
 from trnsim.config import ChipConfig
-from trnsim.core import Launch, deadlock_error
+from trnsim.core.plan import Launch
+from trnsim.core.run import deadlock_error
 from trnsim.dtypes import DType
 from trnsim.errors import DeadlockError, TrnsimError
 from trnsim.isa import Ap, DmaCopy, Engine
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.memory.init import initial_values
-from trnsim.program import KernelSpec
-from trnsim.recorder import Recorder
+from trnsim.report.recorder import Recorder
+from trnsim.trace.program import KernelSpec
 from trnsim.units import fmt_bytes, seconds_to_ps
 
 # Values of tensors live in this machine's RAM in functional mode: a tensor that fits the chip's

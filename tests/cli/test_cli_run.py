@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from trnsim.cli import main
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 MATMUL_GELU = str(TRACES / "matmul_gelu.yaml")
 GEMM = str(TRACES / "gemm_double_buffered.yaml")
 TWO_STREAMS = str(TRACES / "two_streams.yaml")
@@ -254,7 +254,7 @@ def test_out_dir_values(tmp_path):
     if y.dtype.kind == "V":
         y = y.view(ml_dtypes.bfloat16)
     from trnsim.config import load_chip
-    from trnsim.session import run_program
+    from trnsim.runtime.session import run_program
     from trnsim.trace import load
 
     r = run_program(load(GEMM), load_chip("trn2"))

@@ -10,10 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from trnsim.instructions import parse_ap
-from trnsim.isa import Ap
-from trnsim.program import Step, StreamSpec
-from trnsim.yamlpos import (
+from trnsim.inputs.positions import (
     Loc,
     check_keys,
     hint,
@@ -26,6 +23,9 @@ from trnsim.yamlpos import (
     want_name,
     want_str,
 )
+from trnsim.isa import Ap
+from trnsim.trace.instructions import parse_ap
+from trnsim.trace.program import Step, StreamSpec
 
 __all__ = ["parse_streams", "parse_timing", "parse_outputs"]
 

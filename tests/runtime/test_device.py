@@ -6,9 +6,9 @@ import pytest
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.errors import DeadlockError, TrnsimError
-from trnsim.program import CoreProgram, KernelSpec, OpSpec, TileSpec
 from trnsim.runtime import Device
 from trnsim.trace import parse_instruction
+from trnsim.trace.program import CoreProgram, KernelSpec, OpSpec, TileSpec
 from trnsim.units import cycles_to_ps, seconds_to_ps
 
 TRN2 = load_chip("trn2")

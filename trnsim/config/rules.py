@@ -1,18 +1,25 @@
-"""Chip configuration: `load_chip("trn2")` reads `configs/trn2.yaml` into a frozen `ChipConfig`.
-
-The parts, re-exported here so that `trnsim.config` stays the one place to import from:
-`chip_config` (the dataclass tree, every field with its unit and help), `config_load` (reading
-the YAML: `base:` inheritance, `--set` overrides, per-field validation, `ConfigError`) and
-`chip_figures` (`to_dict`, `derived`, `peak_flops_per_core`). This module adds the rules that
-involve more than one field.
-"""
+"""`load_chip`: read, merge, override and build a chip config, then check the rules that
+involve more than one field (`trnsim.config` re-exports everything public here)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
 
-from trnsim.chip_config import (
+from trnsim.config.figures import derived, peak_flops_per_core, to_dict
+from trnsim.config.load import (
+    ConfigError,
+    Origins,
+    apply_override,
+    build,
+    configs_dir,
+    fail,
+    latest,
+    list_chips,
+    read_tree,
+    resolve,
+)
+from trnsim.config.tree import (
     ChipConfig,
     ChipLinkConfig,
     CoreConfig,
@@ -27,19 +34,6 @@ from trnsim.chip_config import (
     TensorEngineConfig,
     VectorEngineConfig,
     q,
-)
-from trnsim.chip_figures import derived, peak_flops_per_core, to_dict
-from trnsim.config_load import (
-    ConfigError,
-    Origins,
-    apply_override,
-    build,
-    configs_dir,
-    fail,
-    latest,
-    list_chips,
-    read_tree,
-    resolve,
 )
 
 __all__ = [

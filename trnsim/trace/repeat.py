@@ -30,10 +30,10 @@ from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
-from trnsim.instructions import fast_instruction, full_instruction
+from trnsim.inputs.positions import Loc, PosList, check_keys, want_int, want_list
 from trnsim.isa import INSTRUCTIONS, Instr
-from trnsim.semaphore_check import check_semaphores_at
-from trnsim.yamlpos import Loc, PosList, check_keys, want_int, want_list
+from trnsim.trace.instructions import fast_instruction, full_instruction
+from trnsim.trace.semaphores import check_semaphores_at
 
 __all__ = ["core_instructions", "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
 

@@ -3,7 +3,7 @@
 A config file is found by chip name (bundled, in `configs_dir()`) or path, merged over its
 `base:` (recursively; mappings merge key by key, anything else replaces), overridden by
 `key.path=value` strings (`--set`), and built into the dataclass tree, each field parsed with its
-unit kind (`trnsim.chip_config`). Every key path remembers where its value came from
+unit kind (`trnsim.config.tree`). Every key path remembers where its value came from
 (`Origins`), so that each error is one line naming the file and line, the key, and what was
 expected. Rules that involve several fields live with `load_chip` in `trnsim.config`.
 """
@@ -18,8 +18,8 @@ import typing
 from pathlib import Path
 
 from trnsim.errors import TrnsimError
+from trnsim.inputs.positions import load_yaml
 from trnsim.units import UnitError, expected, parse_quantity
-from trnsim.yamlpos import load_yaml
 
 __all__ = ["ConfigError", "Origins", "configs_dir", "list_chips", "resolve", "read_tree",
            "apply_override", "build", "fail", "latest"]
@@ -41,7 +41,7 @@ class ConfigError(TrnsimError):
 def configs_dir() -> Path:
     """The directory of the bundled chip configs: `<trnsim package>/configs` when installed,
     `<repo>/configs` in a checkout."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # trnsim/
     for candidate in (package / "configs", package.parent / "configs"):
         if candidate.is_dir() and any(candidate.glob("*.yaml")):
             return candidate

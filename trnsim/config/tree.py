@@ -1,7 +1,7 @@
 """The chip configuration tree: frozen dataclasses, one per part, `ChipConfig` at the root.
 
 Every field carries its unit kind and a one-line description in its metadata (`unit`, `help`);
-the loader (`trnsim.config_load`) uses them to parse quantities with units (`2.4GHz`, `224KiB`,
+the loader (`trnsim.config.load`) uses them to parse quantities with units (`2.4GHz`, `224KiB`,
 `2.9TB/s`, `1.3us`) into base units (Hz, bytes, bytes/s, seconds). Build one with
 `trnsim.config.load_chip`.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trnsim.recorder import Recorder
+from trnsim.report.recorder import Recorder
 
 ENGINE_TIDS = {"tensor": 0, "vector": 1, "scalar": 2, "gpsimd": 3, "host": 99}
 HBM_PID = 10_000

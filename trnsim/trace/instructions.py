@@ -16,8 +16,7 @@ import re
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from trnsim.isa import COMMON_KEYS, INSTRUCTIONS, Ap, Engine, Instr
-from trnsim.yamlpos import (
+from trnsim.inputs.positions import (
     Loc,
     check_keys,
     hint,
@@ -32,6 +31,7 @@ from trnsim.yamlpos import (
     want_name,
     want_str,
 )
+from trnsim.isa import COMMON_KEYS, INSTRUCTIONS, Ap, Engine, Instr
 
 __all__ = ["parse_instruction", "parse_ap", "full_instruction", "fast_instruction"]
 

@@ -2,8 +2,8 @@
 signalled, and its increments add up to at least the largest value waited for.
 
 The trace loader runs it on each core's expanded program (repeat blocks unrolled, see
-`trnsim.repeat`), the Python API on the lists it is given. It only counts: a wait that could be
-met but is not, because of the order of the work, is left to the simulator's deadlock report.
+`trnsim.trace.repeat`), the Python API on the lists it is given. It only counts: a wait that could
+be met but is not, because of the order of the work, is left to the simulator's deadlock report.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from trnsim.inputs.positions import Loc
 from trnsim.isa import Instr
-from trnsim.yamlpos import Loc
 
 __all__ = ["check_semaphores", "check_semaphores_at"]
 

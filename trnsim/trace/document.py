@@ -19,7 +19,7 @@ Decisions the contract leaves open:
 - A wait value may be 0 (trivially met; useful in repeat bodies, below).
 
 Extension (documented in `docs/trace_extensions.md`): `repeat` blocks, wherever an instruction
-list appears; see `trnsim.repeat`. The semaphore check (`trnsim.semaphore_check`) runs on the
+list appears; see `trnsim.trace.repeat`. The semaphore check (`trnsim.trace.semaphores`) runs on the
 expanded program.
 
 The parts: this module reads the document and its kernels; `trace_buffers` the tensors and
@@ -38,22 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from trnsim.errors import TraceError
-from trnsim.instructions import parse_ap, parse_instruction
-from trnsim.program import (
-    CoreProgram,
-    KernelSpec,
-    OpSpec,
-    Program,
-    Step,
-    StreamSpec,
-    TensorSpec,
-    TileSpec,
-)
-from trnsim.repeat import MAX_INSTRUCTIONS, REPEAT_KEYS, core_instructions
-from trnsim.semaphore_check import check_semaphores
-from trnsim.trace_buffers import parse_tensors, parse_tiles
-from trnsim.trace_schedule import parse_outputs, parse_streams, parse_timing
-from trnsim.yamlpos import (
+from trnsim.inputs.positions import (
     Loc,
     check_keys,
     is_int,
@@ -67,6 +52,21 @@ from trnsim.yamlpos import (
     want_name,
     want_str,
 )
+from trnsim.trace.buffers import parse_tensors, parse_tiles
+from trnsim.trace.instructions import parse_ap, parse_instruction
+from trnsim.trace.program import (
+    CoreProgram,
+    KernelSpec,
+    OpSpec,
+    Program,
+    Step,
+    StreamSpec,
+    TensorSpec,
+    TileSpec,
+)
+from trnsim.trace.repeat import MAX_INSTRUCTIONS, REPEAT_KEYS, core_instructions
+from trnsim.trace.schedule import parse_outputs, parse_streams, parse_timing
+from trnsim.trace.semaphores import check_semaphores
 
 __all__ = ["load", "loads", "parse_instruction", "parse_ap", "check_semaphores",
            "MAX_INSTRUCTIONS", "REPEAT_KEYS"]

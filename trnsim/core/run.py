@@ -1,0 +1,148 @@
+"""Running a launch: a NeuronCore's engine and DMA queues as in-order SimPy processes.
+
+The plan (`trnsim.core.plan`) did the binding, checking and costing; the loops here only wait on
+semaphores, compute values, advance the clock, record spans and signal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from trnsim.config import ChipConfig
+from trnsim.core.plan import Issue, Launch, Planner
+from trnsim.errors import DeadlockError
+from trnsim.isa import Engine
+from trnsim.report.recorder import Recorder
+from trnsim.trace.program import CoreProgram
+
+
+class NeuronCore:
+    """One physical NeuronCore on a chip's SimPy environment: plans launches, then runs them."""
+
+    def __init__(self, env: simpy.Environment, index: int, cfg: ChipConfig, dma, recorder: Recorder,
+                 functional: bool):
+        self.env, self.index, self.cfg, self.dma = env, index, cfg, dma
+        self.recorder, self.functional = recorder, functional
+        self.planner = Planner(env, index, cfg, dma, functional)
+
+    def prepare(self, kernel: str, prog: CoreProgram, tensors: dict, rng: np.random.Generator,
+                base_dir: str = ".", source: str = "") -> Launch:
+        """The launch of `prog` on this core, planned (see `Planner.prepare`)."""
+        return self.planner.prepare(kernel, prog, tensors, rng, base_dir, source)
+
+    def start(self, launch: Launch) -> simpy.Event:
+        """Start every queue of the launch; the returned event fires when all have finished."""
+        env = self.env
+        procs = []
+        for track, issues in sorted(launch.queues.items(), key=lambda kv: _track_order(kv[0])):
+            if track.startswith("q"):
+                procs.append(env.process(self._dma_queue(launch, track, issues)))
+            else:
+                procs.append(env.process(self._engine_queue(launch, track, issues)))
+        return env.all_of(procs)
+
+    def _wait(self, launch: Launch, track: str, issue: Issue):
+        """Yield for each of the issue's semaphore waits that is not yet met."""
+        sems = launch.sems
+        for s, v in issue.waits:
+            if sems.values[s] < v:
+                launch.blocked[track] = (s, v)
+                yield sems.wait(s, v)
+                del launch.blocked[track]
+
+    def _engine_queue(self, launch: Launch, track: str, issues: list[Issue]):
+        """Run one engine's instructions in order.
+
+        A block is an instruction followed by every next one that neither waits, nor holds a
+        shared port, up to and including the first that signals: nothing can observe the
+        instants inside a block, so it costs one SimPy timeout however long it is. Values are
+        computed, in order, when the block starts."""
+        env, sems, core, kernel = self.env, launch.sems, self.index, launch.kernel
+        span = self.recorder.spans_raw.append
+        timeout = env.timeout
+        values = sems.values
+        n, i = len(issues), 0
+        while i < n:
+            it = issues[i]
+            for s, v in it.waits:
+                if values[s] < v:
+                    launch.blocked[track] = (s, v)
+                    yield sems.wait(s, v)
+                    del launch.blocked[track]
+            req = None
+            if it.port is not None:
+                req = it.port.request()
+                yield req
+            j, dur = i + 1, it.dur
+            if req is None and not it.signals:
+                while j < n:
+                    nxt = issues[j]
+                    if nxt.waits or nxt.port is not None:
+                        break
+                    dur += nxt.dur
+                    j += 1
+                    if nxt.signals:
+                        break
+            start = env.now
+            for k in range(i, j):
+                it = issues[k]
+                if it.run is not None:
+                    it.run(it.ins)
+            yield timeout(dur)
+            if req is not None:
+                issues[i].port.release(req)
+            t = start
+            for k in range(i, j):
+                it = issues[k]
+                span((core, track, it.op, t, t + it.dur, it.nbytes, it.flops, it.index, kernel,
+                      it.dtype))
+                t += it.dur
+            for s, n_ in it.signals:
+                sems.signal(s, n_)
+            i = j
+
+    def _dma_queue(self, launch: Launch, track: str, issues: list[Issue]):
+        """Issue transfers in order; each signals its semaphores when it completes."""
+        queue = int(track[1:])
+        done = self.env.event()
+        state = {"left": len(issues)}
+
+        def finished(issue: Issue):
+            def cb():
+                for s, n in issue.signals:
+                    launch.sems.signal(s, n)
+                state["left"] -= 1
+                if state["left"] == 0:
+                    done.succeed()
+            return cb
+
+        for it in issues:
+            if it.waits:
+                yield from self._wait(launch, track, it)
+            self.dma.submit(self.index, queue, it.ins, launch.kernel, finished(it))
+        if state["left"]:
+            launch.blocked[track] = None  # waiting for its own transfers
+            yield done
+            launch.blocked.pop(track, None)
+
+
+def deadlock_error(launches: list[Launch], extra: list[str] = ()) -> DeadlockError:
+    """Describe which queues are stuck on which semaphore, for a run whose event queue ran dry."""
+    stuck = []
+    for la in launches:
+        for track, b in sorted(la.blocked.items(), key=lambda kv: _track_order(kv[0])):
+            if b is not None:
+                s, v = b
+                stuck.append(f"core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
+                             f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]})")
+    return DeadlockError("deadlock: nothing can run but work is pending: "
+                         + "; ".join(stuck + list(extra)))
+
+
+def _track_order(track: str) -> tuple[int, int]:
+    if track.startswith("q"):
+        return (len(Engine), int(track[1:]))
+    return (Engine[track.upper()].value, 0)
+
+
