@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trnsim.engines.alu import AluEngine, activate
+from trnsim.engines.alu import AluEngine
+from trnsim.engines.alu_math import activate
 from trnsim.errors import SimError
 from trnsim.isa import Engine
 from trnsim.memory.buffer import Ref
