@@ -34,7 +34,6 @@ class AluEngine(EngineModel):
     (`INT_EXACT`, GpSimd) and, through `copy_factor`, their tensor_copy/tensor_scalar speed-up.
     """
 
-    OPS: tuple[str, ...] = ()
     MEMORIES: tuple[str, ...] = ("sbuf", "psum")
     INT_EXACT = False
     exact_copy = True  # tensor_copy of equal dtypes is bit-exact
@@ -48,11 +47,6 @@ class AluEngine(EngineModel):
         """Compute ins; overflow to inf and NaN results are values here, not warnings."""
         with np.errstate(all="ignore"):
             super().execute(ins)
-
-    def _method(self, prefix: str, ins: Instr):
-        if ins.OP not in self.OPS:
-            raise SimError(f"{ins.label}: not supported on the {self.engine.label} engine")
-        return super()._method(prefix, ins)
 
     # -- operand checks ------------------------------------------------------------------------
 

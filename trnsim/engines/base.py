@@ -19,9 +19,12 @@ from trnsim.memory.buffer import Ref
 
 
 class EngineModel:
-    """Base of the four compute-engine models. Subclasses set `engine` and `clock_hz`."""
+    """Base of the four compute-engine models. Subclasses set `engine` and list the ops they run
+    in `OPS` (others are rejected, even if a method for them is inherited); tests check `OPS`
+    against the ISA's engine table (`Instr.ENGINE`, `Instr.ENGINES`)."""
 
     engine: Engine = Engine.VECTOR
+    OPS: tuple[str, ...] = ()
 
     def __init__(self, core: CoreConfig):
         self.core = core
@@ -31,7 +34,7 @@ class EngineModel:
         return getattr(self.core, self.engine.label).clock_hz
 
     def _method(self, prefix: str, ins: Instr):
-        fn = getattr(self, f"{prefix}_{ins.OP}", None)
+        fn = getattr(self, f"{prefix}_{ins.OP}", None) if ins.OP in self.OPS else None
         if fn is None:
             raise SimError(f"{ins.label}: not supported on the {self.engine.label} engine")
         return fn

@@ -29,6 +29,7 @@ class TensorEngine(EngineModel):
     """Matmul and transpose on the PE array."""
 
     engine = Engine.TENSOR
+    OPS = ("matmul", "transpose")
 
     def execute(self, ins: Instr) -> None:
         """Compute ins; inf * 0 = NaN and overflow to inf are values here, not warnings."""
