@@ -53,8 +53,7 @@ class AluEngine(EngineModel):
     def check_operand(self, ins: Instr, name: str, ref: Ref) -> None:
         """Memory, partition start and free-size limit (64K elements SBUF, 4K PSUM: N-A2)."""
         check_memory(ins, name, ref, self.MEMORIES)
-        mem = self.core.psum if ref.memory == "psum" else self.core.sbuf
-        check_partition_start(ins, name, ref, mem.partitions)
+        check_partition_start(ins, name, ref, self.core)
         vec = self.core.vector
         limit = vec.psum_max_free_elements if ref.memory == "psum" else vec.max_free_elements
         if ref.free_size > limit:
