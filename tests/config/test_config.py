@@ -236,10 +236,11 @@ def test_negative_or_zero(write_yaml, body, line, key, what):
 
 
 def test_cross_field_rules(write_yaml):
+    steps = "exceeds the largest of core.partition_start_steps (128)"
     path = child(write_yaml, "core:\n  sbuf:\n    partitions: 256\n")
-    assert error(path) == f"{path}:4: core.sbuf.partitions: must be 1..128 partitions, got 256"
+    assert error(path) == f"{path}:4: core.sbuf.partitions: core.sbuf.partitions (256) {steps}"
     path = child(write_yaml, "core:\n  psum:\n    partitions: 129\n")
-    assert error(path) == f"{path}:4: core.psum.partitions: must be 1..128 partitions, got 129"
+    assert error(path) == f"{path}:4: core.psum.partitions: core.psum.partitions (129) {steps}"
     path = child(write_yaml, "core:\n  sbuf:\n    partitions: 64\n")
     assert error(path) == (f"{path}:4: core.sbuf.partitions: core.tensor.rows (128) exceeds "
                            f"core.sbuf.partitions (64)")

@@ -7,7 +7,7 @@ import pytest
 
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
-from trnsim.engines.alu import ACT, ALU, activate, alu, erf, erfc
+from trnsim.engines.alu_math import ACT, ALU, activate, alu, erf, erfc
 from trnsim.engines.gpsimd import GpSimdEngine
 from trnsim.engines.scalar import ScalarEngine
 from trnsim.engines.vector import VectorEngine

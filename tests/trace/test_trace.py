@@ -432,7 +432,7 @@ ERRORS = [
     (T + "tensor: {}\n", "t.yaml:2: tensor: unknown key 'tensor' (did you mean 'tensors'?); "
                          "expected one of trnsim, name,"),
     (T + "mode: fast\n", "t.yaml:2: mode: got 'fast'; expected one of functional, timing"),
-    (T + "lnc: 4\n", "t.yaml:2: lnc: got 4; expected 1 or 2"),
+    (T + "lnc: 0\n", "t.yaml:2: lnc: got 0; expected an integer >= 1"),
     (T + "seed: -1\n", "t.yaml:2: seed: got -1; expected an integer >= 0"),
     (T + "seed: 1.5\n", "t.yaml:2: seed: got 1.5; expected an integer >= 0"),
     (T + "chip: [trn2]\n", "t.yaml:2: chip: got a list; expected a chip name"),
@@ -495,8 +495,6 @@ ERRORS = [
      "t.yaml:5: tiles.t: missing key 'memory'; expected one of sbuf, psum"),
     (TENS + "tiles:\n  t: {memory: dram, shape: [128, 2], dtype: float32}\ninstructions: []\n",
      "t.yaml:5: tiles.t.memory: got 'dram'; expected one of sbuf, psum"),
-    (TENS + "tiles:\n  t: {memory: sbuf, shape: [129, 2], dtype: float32}\ninstructions: []\n",
-     "t.yaml:5: tiles.t.shape: 129 partitions; expected a first dim of 1..128"),
     (TENS + "tiles:\n  x: {memory: sbuf, shape: [128, 2], dtype: float32}\ninstructions: []\n",
      "t.yaml:5: tiles.x: tile 'x' has the name of a tensor; expected a name no tensor uses"),
     (TENS + "tiles:\n  t: {memory: sbuf, shape: [1], dtype: float32}\n",
@@ -522,8 +520,8 @@ ERRORS = [
      "t.yaml:4: ops: the ops: shorthand is kernel 'main', which kernels: also defines"),
     (T + "ops: [{exp: {x: a}}]\ninstructions: []\n",
      "t.yaml:3: instructions: both ops: and instructions: at the top level"),
-    (T + "kernels: {k: {per_core: [[], [], []]}}\n",
-     "t.yaml:2: kernels.k.per_core: 3 entries; expected 1 to 2 entries"),
+    (T + "lnc: 2\nkernels: {k: {per_core: [[], [], []]}}\n",
+     "t.yaml:3: kernels.k.per_core: 3 entries; expected 1 to 2 entries"),
     (T + "lnc: 1\nkernels: {k: {per_core: [[], []]}}\n",
      "t.yaml:3: kernels.k.per_core: 2 entries; expected 1 to 1 entries"),
     (K + "    tiles: {t: {memory: sbuf, shape: [1], dtype: int8}}\n    per_core:\n"

@@ -7,7 +7,6 @@ and `rules` (`load_chip`, and the rules that involve more than one field).
 """
 
 from trnsim.config.rules import (
-    MAX_PARTITIONS,
     ChipConfig,
     ChipLinkConfig,
     ConfigError,
@@ -36,5 +35,5 @@ __all__ = [
     "peak_flops_per_core", "q", "ChipConfig", "CoreConfig", "TensorEngineConfig",
     "VectorEngineConfig", "ScalarEngineConfig", "GpSimdEngineConfig", "SbufConfig",
     "PsumConfig", "DmaConfig", "HbmConfig", "HostLinkConfig", "ChipLinkConfig",
-    "PeakFlopsConfig", "MAX_PARTITIONS",
+    "PeakFlopsConfig",
 ]

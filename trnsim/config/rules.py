@@ -41,10 +41,8 @@ __all__ = [
     "peak_flops_per_core", "q", "ChipConfig", "CoreConfig", "TensorEngineConfig",
     "VectorEngineConfig", "ScalarEngineConfig", "GpSimdEngineConfig", "SbufConfig",
     "PsumConfig", "DmaConfig", "HbmConfig", "HostLinkConfig", "ChipLinkConfig",
-    "PeakFlopsConfig", "MAX_PARTITIONS",
+    "PeakFlopsConfig",
 ]
-
-MAX_PARTITIONS = 128  # every NeuronCore generation has 128 SBUF/PSUM partitions (N-A2, N-T2, N-T3)
 
 
 def load_chip(name_or_path: str, overrides: Sequence[str] = ()) -> ChipConfig:
@@ -66,12 +64,8 @@ def load_chip(name_or_path: str, overrides: Sequence[str] = ()) -> ChipConfig:
 
 def _check(cfg: ChipConfig, origins: Origins) -> None:
     """Rules that involve more than one field."""
+    _check_partitions(cfg.core, origins)
     core = cfg.core
-    for section in ("sbuf", "psum"):
-        n = getattr(core, section).partitions
-        if n > MAX_PARTITIONS:
-            fail(origins, ("core", section, "partitions"),
-                 f"must be 1..{MAX_PARTITIONS} partitions, got {n}")
     rows, cols = ("core", "tensor", "rows"), ("core", "tensor", "cols")
     if core.tensor.rows > core.sbuf.partitions:
         fail(origins, latest(origins, rows, ("core", "sbuf", "partitions")),
@@ -92,3 +86,20 @@ def _check(cfg: ChipConfig, origins: Origins) -> None:
         fail(origins, latest(origins, ("hbm", "stacks"), ("hbm", "cores_per_stack"), ("cores",)),
              f"hbm.stacks x hbm.cores_per_stack ({hbm.stacks} x {hbm.cores_per_stack}) "
              f"must equal cores ({cfg.cores})")
+
+
+def _check_partitions(core: CoreConfig, origins: Origins) -> None:
+    """The partition-start steps nest (each divides the next, as quadrants, halves and the
+    whole do), and no memory has more partitions than the largest step: the start rule places
+    an access of n partitions only if some step is >= n."""
+    steps, where = core.partition_start_steps, ("core", "partition_start_steps")
+    for a, b in zip(steps, steps[1:]):
+        if b <= a or b % a:
+            fail(origins, where, f"each step must be a larger multiple of the one before, "
+                                 f"got {list(steps)}")
+    for section in ("sbuf", "psum"):
+        n = getattr(core, section).partitions
+        if n > steps[-1]:
+            fail(origins, latest(origins, ("core", section, "partitions"), where),
+                 f"core.{section}.partitions ({n}) exceeds the largest of "
+                 f"core.partition_start_steps ({steps[-1]})")

@@ -57,6 +57,7 @@ class VectorEngineConfig:
     tt_fast_factor: float = q("ratio", "tensor_tensor speedup, both SBUF, all 16-bit")
     max_free_elements: int = q("count", "max elements per partition per instruction")
     psum_max_free_elements: int = q("count", "max elements per partition when in PSUM")
+    bn_stats_max_free: int = q("count", "max src elements per partition of bn_stats")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ class ScalarEngineConfig:
     fixed_overhead_cycles: int = q("cycles", "static overhead added to a dependent instruction")
     reduce_cycles: int = q("cycles", "ActReadAccumulator: extra cycles to read the reduction")
     perf_mode_factor: float = q("ratio", "16-bit tensor_copy/tensor_scalar speedup (1 if none)")
+    copy_bit_exact: bool = q("bool", "tensor_copy of equal dtypes is bit-exact, not via fp32")
+    tensor_scalar_any_ops: bool = q("bool", "any tensor_scalar op pair, not just multiply/add")
+    reduce_max: bool = q("bool", "activation may reduce with max as well as add")
+    reciprocal_bias: bool = q("bool", "activation reciprocal may take a bias")
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,8 @@ class CoreConfig:
     semaphores: int = q("count", "hardware semaphores per core")
     vector_gpsimd_share_sbuf: bool = q("bool", "Vector and GpSimd cannot access SBUF at once")
     vector_scalar_share_psum: bool = q("bool", "Vector and Scalar cannot access PSUM at once")
+    partition_start_steps: tuple[int, ...] = q(
+        "list", "n partitions start at a multiple of the least step >= n")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,9 +19,12 @@ from trnsim.memory.buffer import Ref
 
 
 class EngineModel:
-    """Base of the four compute-engine models. Subclasses set `engine` and `clock_hz`."""
+    """Base of the four compute-engine models. Subclasses set `engine` and list the ops they run
+    in `OPS` (others are rejected, even if a method for them is inherited); tests check `OPS`
+    against the ISA's engine table (`Instr.ENGINE`, `Instr.ENGINES`)."""
 
     engine: Engine = Engine.VECTOR
+    OPS: tuple[str, ...] = ()
 
     def __init__(self, core: CoreConfig):
         self.core = core
@@ -31,7 +34,7 @@ class EngineModel:
         return getattr(self.core, self.engine.label).clock_hz
 
     def _method(self, prefix: str, ins: Instr):
-        fn = getattr(self, f"{prefix}_{ins.OP}", None)
+        fn = getattr(self, f"{prefix}_{ins.OP}", None) if ins.OP in self.OPS else None
         if fn is None:
             raise SimError(f"{ins.label}: not supported on the {self.engine.label} engine")
         return fn
@@ -65,15 +68,18 @@ def check_memory(ins: Instr, name: str, ref, allowed: tuple[str, ...]) -> None:
                        f"{' or '.join(m.upper() for m in allowed)}")
 
 
-def check_partition_start(ins: Instr, name: str, ref: Ref, partitions: int = 128) -> None:
-    """Partition-start rule (isa.md section 4): 64 < n <= 128 starts at 0; 32 < n <= 64 at 0 or
-    64; n <= 32 at 0, 32, 64 or 96. Also n <= the memory's partition count."""
+def check_partition_start(ins: Instr, name: str, ref: Ref, core: CoreConfig) -> None:
+    """Partition-start rule (isa.md section 4): an access of n partitions starts at a multiple of
+    the least of `core.partition_start_steps` that is >= n (with steps 32, 64, 128: n <= 32 at 0,
+    32, 64 or 96; 32 < n <= 64 at 0 or 64; 64 < n at 0). Also n <= the memory's partitions."""
     n, s = ref.partitions, ref.p_start
+    partitions = core.psum.partitions if ref.memory == "psum" else core.sbuf.partitions
     if n > partitions:
         raise SimError(f"{ins.label}: {name} '{ref}' spans {n} partitions, more than {partitions}")
-    step = 128 if n > 64 else 64 if n > 32 else 32
+    steps = core.partition_start_steps
+    step = next(x for x in steps if x >= n)  # the config keeps partitions <= steps[-1]
     if s % step:
-        allowed = ", ".join(str(x) for x in range(0, 128, step))
+        allowed = ", ".join(str(x) for x in range(0, steps[-1], step))
         raise SimError(f"{ins.label}: {name} '{ref}' spans {n} partitions starting at "
                        f"partition {s}; it must start at {allowed}")
 

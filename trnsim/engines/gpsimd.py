@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trnsim.engines.alu import AluEngine, alu, fp32, is_int
+from trnsim.engines.alu import AluEngine
+from trnsim.engines.alu_math import alu, fp32, is_int
 from trnsim.isa import Engine
 
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from trnsim.engines.alu import AluEngine, activate
+from trnsim.engines.alu import AluEngine
+from trnsim.engines.alu_math import activate
 from trnsim.errors import SimError
 from trnsim.isa import Engine
 from trnsim.memory.buffer import Ref
 
-# ScalarE tensor_scalar on NC-v2/NC-v3 (isa.md 8.3); NC-v4 runs it natively like VectorE.
+# The (op0, op1) pairs ScalarE's tensor_scalar takes on a core without `tensor_scalar_any_ops`
+# (NC-v2, NC-v3: isa.md 8.3); NC-v4 runs any pair natively like VectorE.
 LIMITED_TS = {("multiply", "add"), ("multiply", None), ("add", None)}
-LIMITED_TS_VERSIONS = ("NC-v2", "NC-v3")
 
 
 class ScalarEngine(AluEngine):
@@ -27,7 +28,7 @@ class ScalarEngine(AluEngine):
     @property
     def exact_copy(self) -> bool:
         # NC-v2 ScalarE copies through fp32 (isa.md 3 item 3, reading J); v3+ are bit-exact.
-        return self.core.version != "NC-v2"
+        return self.cfg.copy_bit_exact
 
     def copy_factor(self, src: Ref, dst: Ref) -> float:
         # NC-v4: up to 2x for bf16/fp16 tensor_scalar/tensor_copy (trainium.md 2.3); the
@@ -39,7 +40,7 @@ class ScalarEngine(AluEngine):
     def check_tensor_scalar(self, ins) -> None:
         super().check_tensor_scalar(ins)
         pair = (ins.op0, ins.op1)
-        if self.core.version in LIMITED_TS_VERSIONS and pair not in LIMITED_TS:
+        if not self.cfg.tensor_scalar_any_ops and pair not in LIMITED_TS:
             allowed = ", ".join(f"({a}, {b})" for a, b in sorted(LIMITED_TS, key=str))
             raise SimError(f"{ins.label}: op0={ins.op0}, op1={ins.op1} is not supported by "
                            f"tensor_scalar on the scalar engine of {self.core.version}; "
@@ -56,13 +57,14 @@ class ScalarEngine(AluEngine):
             raise SimError(f"{ins.label}: {given} is given without {missing}; both or neither")
         if ins.reduce_dst is not None:
             self.check_column(ins, "reduce_dst", ins.reduce_dst, "src", ins.src)
-        v2 = self.core.version == "NC-v2"
-        if v2 and ins.reduce not in (None, "add"):
-            raise SimError(f"{ins.label}: reduce={ins.reduce} is not supported on NC-v2; the "
-                           f"activation reduction there is add only")
-        if v2 and ins.func == "reciprocal" and (isinstance(ins.bias, Ref) or ins.bias != 0):
+        cfg, version = self.cfg, self.core.version
+        if not cfg.reduce_max and ins.reduce not in (None, "add"):
+            raise SimError(f"{ins.label}: reduce={ins.reduce} is not supported on {version}; "
+                           f"the activation reduction there is add only")
+        if (not cfg.reciprocal_bias and ins.func == "reciprocal"
+                and (isinstance(ins.bias, Ref) or ins.bias != 0)):
             raise SimError(f"{ins.label}: func reciprocal cannot be combined with a bias on "
-                           f"NC-v2 (isa.md 6)")
+                           f"{version} (isa.md 6)")
 
     def cost_activation(self, ins, prev) -> float:
         # max(MIN_II, N) whatever the scale and bias; a reduction adds the ActReadAccumulator

@@ -29,6 +29,7 @@ class TensorEngine(EngineModel):
     """Matmul and transpose on the PE array."""
 
     engine = Engine.TENSOR
+    OPS = ("matmul", "transpose")
 
     def execute(self, ins: Instr) -> None:
         """Compute ins; inf * 0 = NaN and overflow to inf are values here, not warnings."""
@@ -57,7 +58,7 @@ class TensorEngine(EngineModel):
         check_memory(ins, "moving", m, ("sbuf",))
         check_memory(ins, "dst", d, ("psum",))
         for name, r in (("stationary", s), ("moving", m), ("dst", d)):
-            check_partition_start(ins, name, r, self.core.sbuf.partitions)
+            check_partition_start(ins, name, r, self.core)
         for name, r in (("stationary", s), ("moving", m)):
             if not r.dtype.is_float:
                 raise SimError(f"{ins.label}: {name} '{r}' is {r.dtype.name}; matmul takes "
@@ -133,8 +134,8 @@ class TensorEngine(EngineModel):
         s, d = ins.src, ins.dst
         check_memory(ins, "src", s, ("sbuf",))
         check_memory(ins, "dst", d, ("psum",))
-        check_partition_start(ins, "src", s, self.core.sbuf.partitions)
-        check_partition_start(ins, "dst", d, self.core.psum.partitions)
+        check_partition_start(ins, "src", s, self.core)
+        check_partition_start(ins, "dst", d, self.core)
         if s.free_size > self.core.tensor.cols:
             raise SimError(f"{ins.label}: src '{s}' has {s.free_size} elements per partition; "
                            f"a TensorE transpose takes at most {self.core.tensor.cols}")

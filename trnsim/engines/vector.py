@@ -16,7 +16,6 @@ from trnsim.errors import SimError
 from trnsim.isa import Engine
 from trnsim.memory.buffer import Ref
 
-BN_STATS_FMAX = 512  # nl.tile_size.bn_stats_fmax (isa.md 1)
 FAST_TT_ALU = ("add", "subtract", "multiply")  # N-A2 one-pass tensor_tensor ops
 
 
@@ -114,9 +113,10 @@ class VectorEngine(AluEngine):
         self.check_operand(ins, "src", ins.src)
         self.check_operand(ins, "dst", ins.dst)
         check_same_partitions(ins, "dst", ins.dst, "src", ins.src)
-        if ins.src.free_size > BN_STATS_FMAX:
+        limit = self.cfg.bn_stats_max_free  # nl.tile_size.bn_stats_fmax (isa.md 1)
+        if ins.src.free_size > limit:
             raise SimError(f"{ins.label}: src '{ins.src}' has {ins.src.free_size} elements per "
-                           f"partition, more than bn_stats' limit of {BN_STATS_FMAX}")
+                           f"partition, more than bn_stats' limit of {limit}")
         if ins.dst.free_size != 6:
             raise SimError(f"{ins.label}: dst '{ins.dst}' has {ins.dst.free_size} elements per "
                            f"partition; bn_stats writes 6 (count, mean, M2 for even and odd)")

@@ -39,7 +39,6 @@ TILE_KEYS = ("memory", "shape", "dtype", "init")
 INITS = ("zeros", "ones", "random", "normal", "arange")
 PLACES = ("hbm", "host")
 MEMORIES = ("sbuf", "psum")
-MAX_PARTITIONS = 128
 
 
 def parse_tensors(section: Any, loc: Loc, base_dir: Path) -> dict[str, TensorSpec]:
@@ -80,10 +79,7 @@ def parse_tiles(section: Any, loc: Loc, tensors: Collection[str],
         if entry.get("memory") is None:
             tloc.fail("missing key 'memory'", one_of(MEMORIES))
         memory = want_choice(entry["memory"], tloc.key(entry, "memory"), MEMORIES)
-        shape = _shape(entry, tloc)
-        if shape[0] > MAX_PARTITIONS:
-            tloc.key(entry, "shape").fail(f"{shape[0]} partitions",
-                                          f"a first dim of 1..{MAX_PARTITIONS}")
+        shape = _shape(entry, tloc)  # the chip's config bounds shape[0] (memory.onchip)
         tiles[name] = TileSpec(name, memory, shape, _dtype(entry, tloc),
                                _init(entry, tloc, shape, base_dir), tloc.line)
     return tiles
