@@ -29,10 +29,16 @@ def test_event_elapsed_time_is_the_simulated_gap():
     s.record_event(start)
     s.launch(memset_kernel())
     s.record_event(end)
-    assert not end.query() or True  # query runs the clock; either answer is legal mid-way
+    never = dev.event("never")  # an event no stream records
+    kernel_ps = cycles_to_ps(512, TRN2.core.vector.clock_hz)
+    assert end.time_ps is None  # nothing has run yet: simulation advances lazily
+    # query is a synchronizing call (runtime.device): it runs the clock until the work before
+    # the record is done, so it answers True here, with the event's time set
+    assert end.query()
+    assert end.time_ps == start.time_ps + LAUNCH + kernel_ps
+    assert not never.query() and never.time_ps is None
     s.synchronize()
     assert start.query() and end.query()
-    kernel_ps = cycles_to_ps(512, TRN2.core.vector.clock_hz)
     assert end.time_ps - start.time_ps == LAUNCH + kernel_ps
     assert start.elapsed_time(end) == pytest.approx((LAUNCH + kernel_ps) / 1e9)
 
