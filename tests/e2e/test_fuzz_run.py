@@ -1184,9 +1184,21 @@ kernels:
 }
 
 
+NEWLINE_NAME_ERRORS = {  # the loader now rejects such a name where it is declared
+    "semaphore": "fuzz.yaml:5: instructions[0].wait.x y: semaphore name 'x\\ny' has a line "
+                 "break",
+    "stream/event": "fuzz.yaml:5: streams[0].name: stream name 'a\\nb' has a line break",
+    "kernel": "fuzz.yaml:3: kernels.k x: kernel name 'k\\nx' has a line break",
+}
+
+
 @pytest.mark.parametrize("what", list(NEWLINE_NAMES))
 def test_names_with_line_breaks_keep_errors_on_one_line(what):
-    run_trace(NEWLINE_NAMES[what], "trn2", "timing")
+    """Each trace is an error (a deadlock or an SBUF overflow, or now the name itself): the run
+    must fail, with one line (run_trace checks it) naming the file, line and key."""
+    err = run_trace(NEWLINE_NAMES[what], "trn2", "timing")
+    assert isinstance(err, TraceError), err
+    assert str(err).startswith(NEWLINE_NAME_ERRORS[what]), err
 
 
 SLICED_COPY = """\
@@ -1206,16 +1218,20 @@ def test_copy_step_honours_its_slices():
     assert np.array_equal(result.tensor("y"), np.arange(8, dtype=np.float32).reshape(2, 4))
 
 
-YAMLPOS_BUGS = {
+YAMLPOS_BUGS = {  # what: (text, the start of the error)
     # int("9" * 5000) hits Python's 4300-digit limit for int(str): ValueError from yamlpos._plain
-    "a 5000-digit integer": "trnsim: 1\ntensors:\n  x: {shape: [" + "9" * 5000 + "], dtype: "
-                            "float32}\n",
+    "a 5000-digit integer": ("trnsim: 1\ntensors:\n  x: {shape: [" + "9" * 5000 + "], dtype: "
+                             "float32}\n", "fuzz.yaml:3: tensors.x.shape[0]: cannot read"),
     # loads() of a str with a lone surrogate: UnicodeEncodeError from yaml's CParser (a file read
     # by trace.load cannot hold one: its UTF-8 decoding fails first, with a TraceError)
-    "a lone surrogate": "trnsim: 1\nname: a\ud800b\n",
+    "a lone surrogate": ("trnsim: 1\nname: a\ud800b\n",
+                         "fuzz.yaml:2: syntax: character '\\ud800' is not allowed"),
 }
 
 
 @pytest.mark.parametrize("what", list(YAMLPOS_BUGS))
 def test_yaml_text_the_loader_cannot_read_is_a_trace_error(what):
-    run_trace(YAMLPOS_BUGS[what], "trn2", "timing")
+    text, message = YAMLPOS_BUGS[what]
+    err = run_trace(text, "trn2", "timing")
+    assert isinstance(err, TraceError), err
+    assert str(err).startswith(message), err
