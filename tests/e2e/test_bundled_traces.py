@@ -2,15 +2,18 @@
 match numpy.
 
 Golden reports: tests/golden/<trace stem>.json holds the output of
-`trnsim run traces/<trace stem>.yaml --json` on the trace's default chip. The simulator is
-deterministic, so the test compares the whole JSON object exactly, floats included (they survive
-the JSON round trip bit for bit); a mismatch lists every key path that differs.
+`trnsim run traces/<trace stem>.yaml --json` on the trace's default chip, and
+tests/golden/<trace stem>@<chip>.json that of `... --chip <chip>` for the traces of
+OTHER_CHIPS. The simulator is deterministic, so the test compares the whole JSON object exactly,
+floats included (they survive the JSON round trip bit for bit); a mismatch lists every key path
+that differs. test_golden_figures.py derives the goldens' key figures by hand from the model.
 
 When the model changes on purpose (a cost formula, a config value, a new report key), regenerate
 the goldens and review the diff before committing it:
 
-    python tests/e2e/test_bundled_traces.py --update            # every bundled trace
-    python tests/e2e/test_bundled_traces.py --update two_streams  # some of them, by stem
+    python tests/e2e/test_bundled_traces.py --update                 # every golden
+    python tests/e2e/test_bundled_traces.py --update two_streams     # some, by trace stem...
+    python tests/e2e/test_bundled_traces.py --update two_streams@trn3  # ... or stem@chip
 
 or, equivalently, through pytest: `TRNSIM_UPDATE_GOLDEN=1 pytest tests/e2e/test_bundled_traces.py`
 (the golden tests then write the files and pass). A new trace in traces/ fails here until its
@@ -42,18 +45,32 @@ TRACES = ROOT / "traces"
 GOLDEN = ROOT / "tests" / "golden"
 UPDATE_ENV = "TRNSIM_UPDATE_GOLDEN"
 BUNDLED = sorted(p.stem for p in TRACES.glob("*.yaml"))
+# goldens on chips other than the trace's own (the Llama layer is left out: ~20 s a run)
+OTHER_CHIPS = {"trn1": ("gemm_double_buffered", "matmul_gelu", "softmax_rows", "two_streams"),
+               "trn3": ("gemm_double_buffered", "matmul_gelu", "softmax_rows", "two_streams")}
+# golden names: <stem> on the trace's chip, <stem>@<chip> on another
+GOLDENS = BUNDLED + sorted(f"{stem}@{chip}" for chip, stems in OTHER_CHIPS.items()
+                           for stem in stems)
 
 
-def cli_json(stem: str) -> dict:
-    """`trnsim run traces/<stem>.yaml --json`, parsed."""
-    result = CliRunner().invoke(main, ["run", str(TRACES / f"{stem}.yaml"), "--json"])
+def split_name(name: str) -> tuple[str, str | None]:
+    """'two_streams@trn3' -> ('two_streams', 'trn3'); 'two_streams' -> ('two_streams', None)."""
+    stem, _, chip = name.partition("@")
+    return stem, chip or None
+
+
+def cli_json(name: str) -> dict:
+    """`trnsim run traces/<stem>.yaml --json [--chip <chip>]` for a golden name, parsed."""
+    stem, chip = split_name(name)
+    args = ["run", str(TRACES / f"{stem}.yaml"), "--json"] + (["--chip", chip] if chip else [])
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.stderr or result.output
     return json.loads(result.stdout)
 
 
-def write_golden(stem: str, report: dict) -> Path:
+def write_golden(name: str, report: dict) -> Path:
     GOLDEN.mkdir(parents=True, exist_ok=True)
-    path = GOLDEN / f"{stem}.json"
+    path = GOLDEN / f"{name}.json"
     path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return path
 
@@ -86,26 +103,30 @@ def test_there_are_bundled_traces():
             "softmax_rows"} <= set(BUNDLED)
 
 
-@pytest.mark.parametrize("stem", BUNDLED)
-def test_golden_report(stem):
-    report = cli_json(stem)
-    path = GOLDEN / f"{stem}.json"
+@pytest.mark.parametrize("name", GOLDENS)
+def test_golden_report(name):
+    report = cli_json(name)
+    path = GOLDEN / f"{name}.json"
     if os.environ.get(UPDATE_ENV):
-        write_golden(stem, report)
+        write_golden(name, report)
         return
     assert path.is_file(), (f"no golden report {path.relative_to(ROOT)}; create it with "
-                            f"`python tests/e2e/test_bundled_traces.py --update {stem}`")
+                            f"`python tests/e2e/test_bundled_traces.py --update {name}`")
     golden = json.loads(path.read_text(encoding="utf-8"))
     diff = differences(golden, report)
-    assert not diff, (f"{stem}: the report differs from {path.relative_to(ROOT)} in "
+    assert not diff, (f"{name}: the report differs from {path.relative_to(ROOT)} in "
                       f"{len(diff)} places (if the model changed on purpose, regenerate with "
-                      f"`python tests/e2e/test_bundled_traces.py --update {stem}`):\n  "
+                      f"`python tests/e2e/test_bundled_traces.py --update {name}`):\n  "
                       + "\n  ".join(diff[:40]))
 
 
 def test_golden_files_have_traces():
-    """No stale goldens: every tests/golden/*.json belongs to a bundled trace."""
-    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == BUNDLED
+    """No stale goldens: every tests/golden/*.json is a bundled trace's, on its own chip or on
+    one of OTHER_CHIPS; and the other chips' goldens are for other chips than the trace's."""
+    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == sorted(GOLDENS)
+    for name in GOLDENS:
+        stem, chip = split_name(name)
+        assert stem in BUNDLED and chip != load(TRACES / f"{stem}.yaml").chip, name
 
 
 @pytest.mark.parametrize("stem", BUNDLED)
@@ -227,14 +248,18 @@ def test_llama70b_layer_figures():
 # -- regenerating ----------------------------------------------------------------------------------
 
 
-def _update(stems: list[str]) -> int:
-    unknown = sorted(set(stems) - set(BUNDLED))
+def _update(names: list[str]) -> int:
+    """Rewrite the goldens named (a stem: every golden of that trace; stem@chip: one), or all."""
+    chosen, unknown = [], []
+    for name in names:
+        match = [g for g in GOLDENS if g == name or split_name(g)[0] == name]
+        (chosen.extend(match) if match else unknown.append(name))
     if unknown:
-        print(f"error: no bundled trace {', '.join(unknown)}; bundled: {', '.join(BUNDLED)}",
-              file=sys.stderr)
+        print(f"error: no golden {', '.join(unknown)}; goldens: {', '.join(GOLDENS)} (a golden "
+              f"on another chip needs an entry in OTHER_CHIPS first)", file=sys.stderr)
         return 2
-    for stem in stems or BUNDLED:
-        path = write_golden(stem, cli_json(stem))
+    for name in dict.fromkeys(chosen) if names else GOLDENS:
+        path = write_golden(name, cli_json(name))
         print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
@@ -243,7 +268,7 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if not args or args[0] != "--update":
         print(__doc__)
-        print("usage: python tests/e2e/test_bundled_traces.py --update [TRACE_STEM ...]",
+        print("usage: python tests/e2e/test_bundled_traces.py --update [STEM[@CHIP] ...]",
               file=sys.stderr)
         sys.exit(2)
     sys.exit(_update(args[1:]))
