@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from tests.engines.helpers import rejects
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.engines.alu_math import ACT, ALU, activate, alu, erf, erfc
@@ -143,14 +144,6 @@ def test_shared_ops_run_on_every_engine_that_lists_them():
 
 # ---------------------------------------------------------------------------------------------
 # operand rules shared by the three engines (AluEngine)
-
-
-def rejects(e, ins, *words):
-    with pytest.raises(SimError) as err:
-        e.check(ins)
-    assert str(err.value).startswith(f"instruction 7 ({ins.OP}): "), str(err.value)
-    for w in words:
-        assert w in str(err.value)
 
 
 def _slice(name, shape, p0, p1, memory="sbuf"):

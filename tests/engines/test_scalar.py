@@ -6,10 +6,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tests.engines.helpers import rejects
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype, to_dtype
 from trnsim.engines.scalar import ScalarEngine
-from trnsim.errors import SimError
 from trnsim.isa import ACT_FUNCS, Activation, Ap, TensorCopy, TensorScalar
 from trnsim.memory.buffer import Buffer, bind
 
@@ -148,14 +148,6 @@ def test_scalar_costs(chip, ins, cycles):
 
 # ---------------------------------------------------------------------------------------------
 # checks
-
-
-def rejects(engine, ins, *words):
-    with pytest.raises(SimError) as e:
-        engine.check(ins)
-    assert str(e.value).startswith(f"instruction 7 ({ins.OP}): "), str(e.value)
-    for w in words:
-        assert w in str(e.value)
 
 
 @pytest.mark.parametrize("chip", ["trn1", "trn2", "trn3"])

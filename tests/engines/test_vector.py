@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
+from tests.engines.helpers import rejects
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype, to_dtype
 from trnsim.engines.vector import VectorEngine
-from trnsim.errors import SimError
 from trnsim.isa import (
     ALU_OPS,
     Ap,
@@ -272,14 +272,6 @@ def test_other_vector_costs(vec):
 
 # ---------------------------------------------------------------------------------------------
 # checks of the vector-only ops (the shared operand rules are tested in test_alu.py)
-
-
-def rejects(engine, ins, *words):
-    with pytest.raises(SimError) as e:
-        engine.check(ins)
-    assert str(e.value).startswith(f"instruction 7 ({ins.OP}): "), str(e.value)
-    for w in words:
-        assert w in str(e.value)
 
 
 def test_vector_checks(vec):
