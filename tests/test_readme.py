@@ -78,13 +78,8 @@ def test_readme_trnsim_command_runs(command, in_readme_dir):
 # -- paths the docs name ---------------------------------------------------------------------------
 
 REPO_PATH = re.compile(r"`((?:trnsim|tests|traces|configs|docs|benchmarks)/[\w./*<>-]*)`")
-STALE = pytest.mark.xfail(strict=True, reason="names modules that became packages in the layout "
-                          "change (trnsim/config.py, core.py, recorder.py, runtime.py, trace.py, "
-                          "yamlpos.py); remove this mark when the doc is updated")
-
-
-@pytest.mark.parametrize("doc", [pytest.param("README.md", marks=STALE), "docs/model.md",
-                                 pytest.param("docs/trace_extensions.md", marks=STALE)])
+@pytest.mark.parametrize("doc", ["README.md", "docs/model.md", "docs/architecture.md",
+                                 "docs/trace_extensions.md"])
 def test_paths_named_in_docs_exist(doc):
     text = (ROOT / doc).read_text(encoding="utf-8")
     named = REPO_PATH.findall(text)
