@@ -8,8 +8,9 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from trnsim.config import ChipConfig, peak_flops_per_core
+from trnsim.isa import Engine
 from trnsim.report.recorder import Recorder, Span
-from trnsim.report.tracks import ENGINE_TRACKS, dma_queue, is_dma
+from trnsim.report.tracks import ENGINE_TRACKS, dma_queue, dma_track, engine_track, is_dma
 from trnsim.units import fmt_bytes, fmt_flops, fmt_rate, fmt_time_ns
 
 # C-level field getters: summaries read every span of runs with millions of them
@@ -117,7 +118,7 @@ def _engines(busy: dict[tuple[int, str], list], device_ps: int) -> dict:
 
 
 def _dma(stats: dict[tuple[int, int], QueueStats]) -> dict:
-    return {f"core{core}.q{queue}": {
+    return {f"core{core}.{dma_track(queue)}": {
         "busy_ns": st.busy_ps / 1000, "bytes": st.bytes, "transfers": st.transfers,
         "bandwidth_bytes_per_s": st.bytes / (st.busy_ps * 1e-12) if st.busy_ps else 0.0}
         for (core, queue), st in stats.items()}
@@ -129,7 +130,8 @@ def _peak_fraction(cfg: ChipConfig, flops_by_dtype: dict[str, int], busy: dict,
     matmuls had."""
     at_peak_s = sum(f / peak_flops_per_core(cfg, dt) for dt, f in flops_by_dtype.items()
                     if _has_peak(cfg, dt))
-    compute_cores = len({c for (c, track), b in busy.items() if track == "tensor" and b[1]})
+    tensor = engine_track(Engine.TENSOR)
+    compute_cores = len({c for (c, track), b in busy.items() if track == tensor and b[1]})
     return at_peak_s / (seconds * compute_cores) if seconds and compute_cores else 0.0
 
 
