@@ -25,6 +25,7 @@ from trnsim.isa import Ap, Engine, Instr
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.memory.init import initial_values
 from trnsim.memory.onchip import place_tiles
+from trnsim.report.tracks import dma_track, engine_track
 from trnsim.sync import Semaphores
 from trnsim.trace.program import CoreProgram
 from trnsim.units import cycles_to_ps
@@ -182,12 +183,12 @@ class Planner:
         ins = self._bind(raw, tiles, tensors)
         if ins.engine == Engine.DMA:
             self.dma.check(ins, self.index)
-            return ins, f"q{ins.queue}", (ins.OP, None, 0, 0, ins.dst.dtype.name, None)
+            return ins, dma_track(ins.queue), (ins.OP, None, 0, 0, ins.dst.dtype.name, None)
         model = self.models[ins.engine]
         model.check(ins)
         run = model.execute if self.functional else None
-        return ins, ins.engine.label, (ins.OP, run, model.flops(ins), _bytes(ins), _dtype(ins),
-                                       self._port(ins))
+        return ins, engine_track(ins.engine), (ins.OP, run, model.flops(ins), _bytes(ins),
+                                               _dtype(ins), self._port(ins))
 
     def _bind(self, ins: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]) -> Instr:
         changes = {}

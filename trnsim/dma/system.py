@@ -31,8 +31,8 @@ When the data phase ends, the queue's next transfer may start, values are copied
 mode), one span is recorded on track `q<queue>` from `t0` to the end, then `on_done()` is
 called. Host copies are one flow on the host link (capacity `host_link.bandwidth`, shared by
 concurrent copies) and the HBM stack, after `host_link.latency`; they record HBM bytes and
-counters but no span (the timeline writers know engine and `q<N>` tracks only; the stream that
-issued the copy owns its timing).
+counters but no span (the stream that issued the copy owns its timing and records it). Per-queue
+statistics (busy time, bytes, transfers) are derived from the spans (`report.summary`).
 
 Ties: flows are keyed (core, queue, submit order) (host copies: queue -1), so transfers that end
 at the same ps complete in that order.
@@ -54,7 +54,8 @@ from trnsim.dma.fluid import Flow, FluidModel
 from trnsim.isa import DmaCopy
 from trnsim.memory.buffer import Ref
 from trnsim.memory.hbm import Hbm
-from trnsim.report.recorder import Recorder
+from trnsim.report.recorder import Recorder, Span
+from trnsim.report.tracks import dma_track
 from trnsim.units import PS_PER_S, seconds_to_ps
 
 
@@ -106,10 +107,7 @@ class DmaSystem:
         self._lanes: dict[tuple[int, int], _Lane] = {}
         self._plans: dict[tuple, tuple[float, tuple[tuple[int, float], ...]]] = {}
         self._seq = 0
-        self._intervals: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        self._bytes: dict[tuple[int, int], int] = {}
-        self._last_rate = [0.0] * cfg.hbm.stacks
-        self._last_sample = [-1] * cfg.hbm.stacks  # index in recorder.hbm_samples
+        self._last_rate = [0.0] * cfg.hbm.stacks  # bytes/s each stack was last recorded at
 
     # -- checks --------------------------------------------------------------------------------
 
@@ -216,47 +214,20 @@ class DmaSystem:
             elif src.dtype.name != dst.dtype.name:
                 v = v.astype(np.float32)  # DMA casts src -> fp32 -> dst
             dst.write(v)
-        nbytes = max(src.nbytes, dst.nbytes)
-        rec = self.rec
-        if src.memory == "hbm":
-            rec.hbm_bytes_read += src.nbytes
-        if dst.memory == "hbm":
-            rec.hbm_bytes_written += dst.nbytes
+        self.rec.hbm_traffic(read=src.nbytes if src.memory == "hbm" else 0,
+                             written=dst.nbytes if dst.memory == "hbm" else 0)
         if t.ins is not None:
-            rec.span(t.core, f"q{t.queue}", "dma_copy", t.start, now, nbytes, 0, t.ins.index,
-                     t.kernel, dst.dtype.name)
-            key = (t.core, t.queue)
-            self._intervals.setdefault(key, []).append((t.start, now))
-            self._bytes[key] = self._bytes.get(key, 0) + nbytes
+            self.rec.add_span(Span(t.core, dma_track(t.queue), "dma_copy", t.start, now,
+                                   max(src.nbytes, dst.nbytes), 0, t.ins.index, t.kernel,
+                                   dst.dtype.name))
         t.on_done()
 
     def _sample(self) -> None:
-        """Append (ps, stack, bytes/s) to the recorder whenever a stack's total rate changes."""
-        load, now, samples = self.fluid.load, self.env.now, self.rec.hbm_samples
+        """Record a sample of each stack whose total rate (bytes/s) changed."""
+        load, now = self.fluid.load, self.env.now
         for s, rid in enumerate(self._stack_rid):
             rate = load.get(rid, 0.0) * PS_PER_S
             if abs(rate - self._last_rate[s]) <= 1e-9 * max(rate, self._last_rate[s]):
                 continue
             self._last_rate[s] = rate
-            i = self._last_sample[s]
-            if i >= 0 and samples[i][0] == now:
-                samples[i] = (now, s, rate)
-            else:
-                self._last_sample[s] = len(samples)
-                samples.append((now, s, rate))
-
-    # -- statistics ----------------------------------------------------------------------------
-
-    def queue_stats(self) -> dict[tuple[int, int], dict[str, int]]:
-        """(core, queue) -> {busy_ps: union of its transfers' [submit, end] intervals, bytes,
-        transfers}, for completed transfers, in (core, queue) order."""
-        out = {}
-        for key in sorted(self._intervals):
-            busy, end = 0, -1
-            for a, b in sorted(self._intervals[key]):
-                if b > end:
-                    busy += b - max(a, end)
-                    end = b
-            out[key] = {"busy_ps": busy, "bytes": self._bytes[key],
-                        "transfers": len(self._intervals[key])}
-        return out
+            self.rec.hbm_sample(now, s, rate)

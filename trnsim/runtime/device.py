@@ -24,6 +24,7 @@ from trnsim.isa import Ap, DmaCopy, Engine
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.memory.init import initial_values
 from trnsim.report.recorder import Recorder
+from trnsim.report.tracks import HOST
 from trnsim.trace.program import KernelSpec
 from trnsim.units import fmt_bytes, seconds_to_ps
 
@@ -45,7 +46,7 @@ class Event:
         if not self._done.triggered:
             self._done.succeed()
         if self.name:
-            self.device.recorder.events[self.name] = self.time_ps
+            self.device.recorder.event(self.name, self.time_ps)
 
     def record(self, stream: Stream | None = None) -> None:
         (stream or self.device.default_stream).record_event(self)
@@ -183,7 +184,7 @@ class Device:
         if on == "hbm":
             stack = self.chip.hbm.home_stack(self.chip.physical(core)[0].index)
             addr = self.chip.hbm.allocate(math.prod(shape) * dt.itemsize, name, stack)
-            self.recorder.hbm_peak = self.chip.hbm.peak
+            self.recorder.peak("hbm", self.chip.hbm.peak)
         buf = Buffer(name, on, shape, dt, arr, addr)
         self.tensors[name] = buf
         return buf
@@ -271,9 +272,8 @@ class Device:
             for la in launches:
                 self.launches.append(la)
                 self.kernel_tiles[(kernel.name, la.core)] = la.tiles
-                rec = self.recorder
-                rec.sbuf_peak = max(rec.sbuf_peak, la.tile_bytes("sbuf"))
-                rec.psum_peak = max(rec.psum_peak, la.tile_bytes("psum"))
+                for memory in ("sbuf", "psum"):
+                    self.recorder.peak(memory, la.tile_bytes(memory))
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
             self.launches = [la for la in self.launches if la not in launches]
 
@@ -285,8 +285,8 @@ class Device:
             start = self.env.now
             self.chip.dma.submit_host(core, s, d, done.succeed)
             yield done
-            self.recorder.span(core, "host", "copy", start, self.env.now, max(s.nbytes, d.nbytes),
-                               0, 0, name, d.dtype.name)
+            self.recorder.span(core, HOST, "copy", start, self.env.now, max(s.nbytes, d.nbytes),
+                               kernel=name, dtype=d.dtype.name)
             return
         ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
         self.chip.dma.check(ins, core)

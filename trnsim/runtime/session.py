@@ -142,8 +142,8 @@ def _run(program: Program, cfg: ChipConfig, mode: str, lnc: int | None, progress
                 ev = events[step.arg] = events.get(step.arg) or dev.event(step.arg)
                 st.wait_event(ev)
     dev.synchronize()
-    summary = summarize(dev.recorder, cfg, dev.chip.dma.queue_stats(), dev.env.now,
-                        trace=program.name, mode=mode, timing=program.timing)
+    summary = summarize(dev.recorder, cfg, dev.env.now, trace=program.name, mode=mode,
+                        timing=program.timing)
     if check:
         summary["check"] = {}
     return RunResult(dev, summary, program)
