@@ -47,7 +47,7 @@ from trnsim import trace
 from trnsim.config import load_chip
 from trnsim.dtypes import DTYPES
 from trnsim.errors import DeadlockError, TraceError, TrnsimError
-from trnsim.inputs.positions import load_yaml
+from trnsim.inputs.load import load_yaml
 from trnsim.isa import INSTRUCTIONS
 from trnsim.runtime import device as runtime
 from trnsim.runtime import session

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
-from trnsim.inputs.positions import Loc
+from trnsim.inputs.validate import Loc
 from trnsim.isa import (
     INSTRUCTIONS,
     Activation,

@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from trnsim.errors import TraceError
-from trnsim.inputs.positions import (
+from trnsim.gcpause import no_gc
+from trnsim.inputs.load import load_yaml
+from trnsim.inputs.validate import (
     Loc,
     check_keys,
     is_int,
-    load_yaml,
-    no_gc,
     show,
     want_choice,
     want_int,

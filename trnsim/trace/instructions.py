@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from trnsim.inputs.positions import (
+from trnsim.inputs.validate import (
     Loc,
     check_keys,
     hint,

@@ -30,7 +30,8 @@ from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
-from trnsim.inputs.positions import Loc, PosList, check_keys, want_int, want_list
+from trnsim.inputs.positions import PosList
+from trnsim.inputs.validate import Loc, check_keys, want_int, want_list
 from trnsim.isa import INSTRUCTIONS, Instr
 from trnsim.trace.instructions import fast_instruction, full_instruction
 from trnsim.trace.semaphores import check_semaphores_at
