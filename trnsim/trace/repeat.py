@@ -32,8 +32,8 @@ from typing import Any
 
 from trnsim.inputs.positions import PosList
 from trnsim.inputs.validate import Loc, check_keys, want_int, want_list
-from trnsim.isa import INSTRUCTIONS, Instr
-from trnsim.trace.instructions import fast_instruction, full_instruction
+from trnsim.isa import Instr
+from trnsim.trace.instructions import NO_INIT, build_instruction
 from trnsim.trace.semaphores import check_semaphores_at
 
 __all__ = ["core_instructions", "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
@@ -41,8 +41,6 @@ __all__ = ["core_instructions", "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
 MAX_INSTRUCTIONS = 10_000_000
 """The most instructions one core's program may have once repeat blocks are expanded."""
 REPEAT_KEYS = ("repeat", "as", "instructions")
-_FAST_CLONE = all("__dict__" in dir(cls) and not hasattr(cls, "__post_init__")
-                  for cls in INSTRUCTIONS.values())
 
 # An expanded instruction before it gets its index: (parsed instruction, line, wait, where),
 # `where` = (list, position, Loc of the list) of the mapping it came from (for errors only).
@@ -105,9 +103,7 @@ class _Expander:
                 except TypeError:
                     pass
             if proto is None:
-                proto = fast_instruction(d, 0, 0, names)
-                if proto is None:
-                    proto = full_instruction(d, 0, loc.item(items, i), names)
+                proto = build_instruction(d, 0, 0, names, lambda i=i: loc.item(items, i))
                 if key is not None:
                     memo[key] = proto
                     self.misses += 1
@@ -220,16 +216,23 @@ def _evaluate(text: str, env: dict[str, int], loc: Loc) -> int:
 
 
 def _materialize(templates: list[_Template]) -> list[Instr]:
-    """The instructions of `templates`, numbered from 0, each its own object."""
-    if not _FAST_CLONE:
+    """The instructions of `templates`, numbered from 0, each its own object: the first template
+    of a parsed instruction takes it over (its index, line and wait set in place), later ones get
+    copies."""
+    if not NO_INIT:
         return [replace(proto, index=index, line=line, wait=wait)
                 for index, (proto, line, wait, _) in enumerate(templates)]
     out = []
     append, new = out.append, object.__new__
+    taken: set[int] = set()
     for index, (proto, line, wait, _) in enumerate(templates):
-        ins = new(proto.__class__)
-        fields = ins.__dict__  # same as dataclasses.replace, without re-running __init__
-        fields.update(proto.__dict__)
+        if id(proto) in taken:
+            ins = new(proto.__class__)
+            fields = ins.__dict__  # same as dataclasses.replace, without re-running __init__
+            fields.update(proto.__dict__)
+        else:
+            taken.add(id(proto))
+            ins, fields = proto, proto.__dict__
         fields["index"] = index
         fields["line"] = line
         fields["wait"] = wait
