@@ -1,12 +1,10 @@
 """trace.buffers: tensors (views), tiles, init files, and one exact error per way they can be
 wrong."""
 
-import numpy as np
 import pytest
 
 from tests.trace.helpers import TENS, T, error, parse
 from trnsim.dtypes import dtype
-from trnsim.trace import load
 from trnsim.trace.program import TensorSpec
 
 BF16 = dtype("bfloat16")
@@ -25,29 +23,6 @@ def test_views_resolve_to_the_root_and_inherit():
     assert p.tensors["v1"].view == "q" and p.tensors["v1"].dtype == BF16
     assert p.tensors["same"].shape == (64,)
     assert list(p.tensors) == ["v2", "v1", "q", "same"]
-
-
-def test_init_file_relative_to_the_trace(tmp_path):
-    np.save(tmp_path / "x.npy", np.arange(6, dtype=np.float64).reshape(2, 3))
-    (tmp_path / "t.yaml").write_text(
-        "trnsim: 1\ntensors:\n  x: {shape: [2, 3], dtype: bfloat16, init: {file: x.npy}}\n")
-    p = load(tmp_path / "t.yaml")
-    assert p.tensors["x"].init == ("file", str(tmp_path / "x.npy"))
-    assert p.name == "t" and p.base_dir == str(tmp_path) and p.source == str(tmp_path / "t.yaml")
-
-
-def test_init_file_errors(tmp_path):
-    np.save(tmp_path / "x.npy", np.zeros((2, 3)))
-    (tmp_path / "bad.npy").write_text("not numpy")
-    head = "trnsim: 1\ntensors:\n  x: {shape: [3, 2], dtype: float32, init: {file: %s}}\n"
-    assert error(head % "x.npy", base_dir=tmp_path) == (
-        "t.yaml:3: tensors.x.init.file: the file holds shape [2, 3]; expected shape [3, 2]")
-    assert error(head % "nope.npy", base_dir=tmp_path).startswith(
-        f"t.yaml:3: tensors.x.init.file: no file '{tmp_path / 'nope.npy'}'; expected a .npy")
-    assert error(head % "bad.npy", base_dir=tmp_path).startswith(
-        f"t.yaml:3: tensors.x.init.file: cannot read '{tmp_path / 'bad.npy'}' (")
-    assert error(head % "[1]", base_dir=tmp_path) == (
-        "t.yaml:3: tensors.x.init.file: got a list; expected a path to a .npy file")
 
 
 def test_huge_shapes_are_accepted():

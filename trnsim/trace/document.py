@@ -33,6 +33,7 @@ paused while loading.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -90,10 +91,11 @@ def load(path: str | Path) -> Program:
 
 
 def loads(text: str, source: str = "<string>", base_dir: str | Path = ".") -> Program:
-    """Validate trace YAML `text`; `source` names it in errors, `base_dir` anchors init files."""
+    """Validate trace YAML `text`; `source` names it in errors, `base_dir` anchors init files
+    (which the Program holds as absolute paths)."""
     with no_gc():
         doc = load_yaml(text, source)
-        return _TraceParser(source, Path(base_dir)).parse(doc)
+        return _TraceParser(source, Path(os.path.abspath(base_dir))).parse(doc)
 
 
 class _TraceParser:
@@ -114,7 +116,7 @@ class _TraceParser:
             root.fail("missing key 'trnsim'", "trnsim: 1 (the format version) at the top")
         if not is_int(get["trnsim"]) or get["trnsim"] != 1:
             at["trnsim"].fail(f"unsupported format version {show(get['trnsim'])}", "1")
-        prog = Program(source=self.source, base_dir=str(self.base_dir))
+        prog = Program(source=self.source)
         prog.name = self._name(get, at)
         if "chip" in get:
             prog.chip = want_str(get["chip"], at["chip"], "a chip name such as trn2")
