@@ -52,8 +52,6 @@ _MISSING = object()
 
 def _plain(value: str) -> Any:
     """The value of an untagged plain scalar, resolved and constructed like `_Loader` does."""
-    if value.isdigit() and value.isascii():  # the common case of an int: 0-9 only
-        return int(value)
     tag = _RESOLVER.resolve(yaml.ScalarNode, value, (True, False))
     if tag == _STR:
         return value

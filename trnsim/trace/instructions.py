@@ -211,7 +211,7 @@ class _Spec(NamedTuple):
     allowed: frozenset
     fields: tuple[tuple[str, Callable[[Any, Any], Any], bool], ...]  # (name, check, required)
     engines: dict[str, Engine]
-    defaults: dict[str, Any]  # every field's default, for building without __init__
+    defaults: dict[str, Any]  # every field's default (engine: the class's own)
 
 
 def _spec(cls: type[Instr]) -> _Spec:
@@ -219,11 +219,13 @@ def _spec(cls: type[Instr]) -> _Spec:
                     else _KINDS[x.metadata["kind"]], x.metadata["required"])
                    for x in cls.op_fields())
     defaults = {x.name: x.default for x in dataclasses.fields(cls)}
+    defaults["engine"] = cls.ENGINE
     return _Spec(cls, frozenset((*COMMON_KEYS, *(x.name for x in cls.op_fields()))), checks,
                  {e.label: e for e in (cls.ENGINE, *cls.ENGINES)}, defaults)
 
 
 _SPECS = {op: _spec(cls) for op, cls in INSTRUCTIONS.items()}
+_new = object.__new__
 NO_INIT = all(not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
            and dataclasses.MISSING not in _SPECS[cls.OP].defaults.values()
            for cls in INSTRUCTIONS.values())
@@ -241,37 +243,34 @@ def build_instruction(d: Any, index: int, line: int, names: Collection[str] | No
     spec = _SPECS.get(op) if op.__class__ is str or isinstance(op, str) else None
     if spec is None:
         _bad_op(d, where())
-    for key in d:
-        if key not in spec.allowed:
-            _bad_key(d, key, spec, where())
-    values = {}
+    if not d.keys() <= spec.allowed:
+        _bad_key(d, spec, where())
+    fields = spec.defaults.copy()
     name = ""
     try:
         for name, check, required in spec.fields:
             value = d.get(name)
             if value is not None:
-                values[name] = check(value, names)
+                fields[name] = check(value, names)
             elif required:
                 _missing(d, name, spec, where())
         name = "engine"
-        engine = d.get("engine")
-        engine = spec.cls.ENGINE if engine is None else _engine(engine, spec)
+        if (value := d.get("engine")) is not None:
+            fields["engine"] = _engine(value, spec)
         name = "wait"
-        wait = d.get("wait")
-        wait = () if wait is None else _semaphores(wait, True)
+        if (value := d.get("wait")) is not None:
+            fields["wait"] = _semaphores(value, True)
         name = "signal"
-        signal = d.get("signal")
-        signal = () if signal is None else _semaphores(signal, False)
+        if (value := d.get("signal")) is not None:
+            fields["signal"] = _semaphores(value, False)
     except _Bad as bad:
         bad.report(where().key(d, name))
+    fields["index"] = index
+    fields["line"] = line
     if not NO_INIT:
-        return spec.cls(index=index, line=line, engine=engine, wait=wait, signal=signal, **values)
-    ins = object.__new__(spec.cls)
-    fields = ins.__dict__
-    fields.update(spec.defaults)
-    fields.update(values)
-    fields["index"], fields["line"], fields["engine"] = index, line, engine
-    fields["wait"], fields["signal"] = wait, signal
+        return spec.cls(**fields)
+    ins = _new(spec.cls)
+    ins.__dict__.update(fields)
     return ins
 
 
@@ -292,9 +291,10 @@ def _bad_op(d: Any, loc: Loc) -> NoReturn:
     loc.key(d, "op").fail(unknown("op", d["op"], INSTRUCTIONS), one_of(INSTRUCTIONS))
 
 
-def _bad_key(d: dict, key: Any, spec: _Spec, loc: Loc) -> NoReturn:
+def _bad_key(d: dict, spec: _Spec, loc: Loc) -> NoReturn:
     fields = [x.name for x in spec.cls.op_fields()]
     allowed = [*COMMON_KEYS, *fields]
+    key = next(k for k in d if k not in spec.allowed)
     loc.key(d, key).fail(f"unknown field {show(key)}{hint(key, allowed)}",
                          f"fields of {spec.cls.OP}: {', '.join(fields)} "
                          f"(and {', '.join(COMMON_KEYS[1:])})")
