@@ -1,4 +1,4 @@
-"""inputs.load: load_yaml with the reference loader forced, and the GC pause."""
+"""inputs.load: load_yaml with the reference loader forced, the GC pause, and load_json."""
 
 import gc
 
@@ -7,7 +7,7 @@ import pytest
 from trnsim.errors import TraceError
 from trnsim.inputs import load as loading
 from trnsim.inputs import yaml_events
-from trnsim.inputs.load import load_yaml
+from trnsim.inputs.load import load_json, load_yaml
 
 DOC = """\
 a: 1
@@ -58,3 +58,21 @@ def test_loading_pauses_the_gc_and_restores_it():
         gc.enable()
 
 
+
+def test_load_json_gives_plain_data():
+    d = load_json('{"a": [1, 2.5, true, null, "x"],\n "b": {"c": NaN, "d": -Infinity}}')
+    assert d == {"a": [1, 2.5, True, None, "x"], "b": {"c": "NaN", "d": "-Infinity"}}
+    assert type(d) is dict and type(d["a"]) is list and type(d["a"][0]) is int
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"a": 1,\n "b": [1 2]}', "t.json:2: syntax: Expecting ',' delimiter (column 10); "
+                               "expected valid JSON"),
+    ('{"a": 1}\n{"b": 2}\n', "t.json:2: syntax: Extra data (column 1); expected valid JSON"),
+    ("", "t.json:1: syntax: Expecting value (column 1); expected valid JSON"),
+    ("[" * 100_000, "t.json:1: syntax: nesting is too deep; expected valid JSON"),
+])
+def test_load_json_errors_name_line_and_column(text, message):
+    with pytest.raises(TraceError) as info:
+        load_json(text, "t.json")
+    assert str(info.value).startswith(message)
