@@ -75,28 +75,50 @@ def fast_load(text: str, source: str = "<string>", error: type[Exception] = Trac
     from yaml._yaml import CParser  # noqa: PLC0415  (present when yaml.__with_libyaml__)
 
     get = CParser(text).get_event
-    plain_cache: dict[str, Any] = {}
-    anchors: dict[str, tuple[Any, int]] = {}
-    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
-    mapping_start, mapping_end = yaml.MappingStartEvent, yaml.MappingEndEvent
-    sequence_start, sequence_end = yaml.SequenceStartEvent, yaml.SequenceEndEvent
+    if get().__class__ is not yaml.StreamStartEvent:
+        raise Fallback
+    event = get()
+    if event.__class__ is yaml.StreamEndEvent:
+        return None
+    if event.__class__ is not yaml.DocumentStartEvent:
+        raise Fallback
+    root = _Builder(get, source, error).node(get(), 0)[0]
+    if get().__class__ is not yaml.DocumentEndEvent or \
+            get().__class__ is not yaml.StreamEndEvent:
+        raise Fallback
+    return root
 
-    def scalar(event: yaml.ScalarEvent) -> Any:
+
+_SCALAR, _ALIAS = yaml.ScalarEvent, yaml.AliasEvent
+_MAPPING_START, _MAPPING_END = yaml.MappingStartEvent, yaml.MappingEndEvent
+_SEQUENCE_START, _SEQUENCE_END = yaml.SequenceStartEvent, yaml.SequenceEndEvent
+
+
+class _Builder:
+    """Builds nodes from the events `get()` returns; remembers anchors and plain scalars."""
+
+    def __init__(self, get, source: str, error: type[Exception]):
+        self.get, self.source, self.error = get, source, error
+        self.plain_cache: dict[str, Any] = {}
+        self.anchors: dict[str, tuple[Any, int]] = {}
+
+    def scalar(self, event: yaml.ScalarEvent) -> Any:
         if event.tag is not None:
             raise Fallback
         value = event.value
         if not event.implicit[0]:
             return value
-        obj = plain_cache.get(value, _MISSING)
+        obj = self.plain_cache.get(value, _MISSING)
         if obj is _MISSING:
-            obj = plain_cache[value] = _plain(value)
+            obj = self.plain_cache[value] = _plain(value)
         return obj
 
-    def node(event: yaml.Event, depth: int) -> tuple[Any, int]:
+    def node(self, event: yaml.Event, depth: int) -> tuple[Any, int]:
         """The value of the node `event` starts, and its line."""
         kind = event.__class__
         anchor = event.anchor
-        if kind is alias_event:
+        anchors = self.anchors
+        if kind is _ALIAS:
             obj, line = anchors.get(anchor, (_MISSING, 0))
             if obj is _MISSING:  # undefined, or recursive (aliased inside its own node)
                 raise Fallback
@@ -104,34 +126,35 @@ def fast_load(text: str, source: str = "<string>", error: type[Exception] = Trac
         if anchor is not None and anchor in anchors:
             raise Fallback
         line = event.start_mark.line + 1
-        if kind is scalar_event:
-            obj = scalar(event)
-        elif kind is mapping_start or kind is sequence_start:
+        if kind is _SCALAR:
+            obj = self.scalar(event)
+        elif kind is _MAPPING_START or kind is _SEQUENCE_START:
             if event.tag is not None:
                 raise Fallback
             if depth >= MAX_DEPTH:  # the reference loader would say the same, but slowly
-                raise error(too_deep(source, event.start_mark))
+                raise self.error(too_deep(self.source, event.start_mark))
             if anchor is not None:
                 anchors[anchor] = (_MISSING, line)
-            obj = (mapping if kind is mapping_start else sequence)(line, depth + 1)
+            obj = (self.mapping if kind is _MAPPING_START else self.sequence)(line, depth + 1)
         else:
             raise Fallback
         if anchor is not None:
             anchors[anchor] = (obj, line)
         return obj, line
 
-    def mapping(line: int, depth: int) -> PosDict:
+    def mapping(self, line: int, depth: int) -> PosDict:
         result = PosDict(line=line)
         key_lines = result.key_lines
+        get, scalar, node = self.get, self.scalar, self.node
         while True:
             event = get()
             kind = event.__class__
-            if kind is scalar_event and event.anchor is None:
+            if kind is _SCALAR and event.anchor is None:
                 key = scalar(event)
                 key_line = event.start_mark.line + 1
                 if key is None and not event.value:  # libyaml may place `{?\n: v}`'s empty
                     raise Fallback                  # key on the next line
-            elif kind is mapping_end:
+            elif kind is _MAPPING_END:
                 return result
             else:
                 key, key_line = node(event, depth)
@@ -143,37 +166,25 @@ def fast_load(text: str, source: str = "<string>", error: type[Exception] = Trac
             if key in result:
                 raise Fallback
             event = get()
-            if event.__class__ is scalar_event and event.anchor is None:
+            if event.__class__ is _SCALAR and event.anchor is None:
                 result[key] = scalar(event)
             else:
                 result[key] = node(event, depth)[0]
             key_lines[key] = key_line
 
-    def sequence(line: int, depth: int) -> PosList:
+    def sequence(self, line: int, depth: int) -> PosList:
         result = PosList(line=line)
         append, append_line = result.append, result.item_lines.append
+        get, scalar, node = self.get, self.scalar, self.node
         while True:
             event = get()
             kind = event.__class__
-            if kind is scalar_event and event.anchor is None:
+            if kind is _SCALAR and event.anchor is None:
                 append(scalar(event))
                 append_line(event.start_mark.line + 1)
-            elif kind is sequence_end:
+            elif kind is _SEQUENCE_END:
                 return result
             else:
                 obj, item_line = node(event, depth)
                 append(obj)
                 append_line(item_line)
-
-    if get().__class__ is not yaml.StreamStartEvent:
-        raise Fallback
-    event = get()
-    if event.__class__ is yaml.StreamEndEvent:
-        return None
-    if event.__class__ is not yaml.DocumentStartEvent:
-        raise Fallback
-    root = node(get(), 0)[0]
-    if get().__class__ is not yaml.DocumentEndEvent or \
-            get().__class__ is not yaml.StreamEndEvent:
-        raise Fallback
-    return root

@@ -103,9 +103,11 @@ _OPERAND = "a tile or tensor name, optionally sliced like \"x[0:128, :]\""
 
 
 def _operand(value: Any, names: Collection[str] | None, expected: str = _OPERAND) -> Ap:
-    if value.__class__ is not str and not isinstance(value, str) or not value.strip():
-        raise _Bad(f"got {show(value)}", expected)
-    ap = _AP_CACHE.get(value) or _ap(value)
+    ap = _AP_CACHE.get(value) if value.__class__ is str else None  # only valid texts are in it
+    if ap is None:
+        if not isinstance(value, str) or not value.strip():
+            raise _Bad(f"got {show(value)}", expected)
+        ap = _ap(value)
     if names is not None and ap.name not in names:
         listed = sorted(names) if isinstance(names, (set, frozenset)) else names
         raise _Bad(unknown("tile or tensor", ap.name, listed), one_of(listed))
@@ -174,23 +176,26 @@ _KINDS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def _semaphores(value: Any, wait: bool) -> tuple[tuple[str, int], ...]:
-    """A `wait:` (values >= 0) or `signal:` (increments >= 1) map -> ((name, n), ...)."""
-    verb = "a value to wait for" if wait else "an increment"
-    if not isinstance(value, dict):
+def _semaphores(value: Any, minimum: int) -> tuple[tuple[str, int], ...]:
+    """A `wait:` (values >= 0, `minimum` 0) or `signal:` (increments >= 1, `minimum` 1) map ->
+    ((name, n), ...)."""
+    if value.__class__ is not dict and not isinstance(value, dict):
+        verb = "a value to wait for" if minimum == 0 else "an increment"
         raise _Bad(f"got {show(value)}", f"{{semaphore: {verb}}}, e.g. {{ld: 1}}")
-    minimum = 0 if wait else 1
     out = tuple(value.items())
     for name, n in out:
-        if (name.__class__ is not str or not name.strip() or not name.isprintable()
-                or n.__class__ is not int or n < minimum):
-            _check_semaphore(value, name, n, verb, minimum)
+        if name not in _SEMAPHORE_NAMES or n.__class__ is not int or n < minimum:
+            _check_semaphore(value, name, n, minimum)
     return out
 
 
-def _check_semaphore(sems: dict, name: Any, n: Any, verb: str, minimum: int) -> None:
-    """Raise the _Bad of the entry `name: n` of a semaphore map, if it is wrong (a name, then a
-    count, worded as `validate.want_name` and `want_int` word them)."""
+_SEMAPHORE_NAMES: set[str] = set()
+"""Semaphore names found valid (up to `_AP_CACHE_SIZE`), so that each is checked once."""
+
+
+def _check_semaphore(sems: dict, name: Any, n: Any, minimum: int) -> None:
+    """Raise the _Bad of the entry `name: n` of a semaphore map if it is wrong (a name, then a
+    count, worded as `validate.want_name` and `want_int` word them); else remember the name."""
     step = (sems, name)
     if not isinstance(name, str) or not name.strip():
         raise _Bad(f"got {show(name)}", "a semaphore name (a string)", step)
@@ -198,7 +203,10 @@ def _check_semaphore(sems: dict, name: Any, n: Any, verb: str, minimum: int) -> 
         raise _Bad(f"semaphore name {show(name)} has a line break or control character",
                    "a semaphore name of printable characters", step)
     if not is_int(n) or n < minimum:
+        verb = "a value to wait for" if minimum == 0 else "an increment"
         raise _Bad(f"got {show(n)}", f"{verb} (an integer >= {minimum})", step)
+    if len(_SEMAPHORE_NAMES) < _AP_CACHE_SIZE:
+        _SEMAPHORE_NAMES.add(name)
 
 
 # -- instructions --------------------------------------------------------------------------------
@@ -259,10 +267,10 @@ def build_instruction(d: Any, index: int, line: int, names: Collection[str] | No
             fields["engine"] = _engine(value, spec)
         name = "wait"
         if (value := d.get("wait")) is not None:
-            fields["wait"] = _semaphores(value, True)
+            fields["wait"] = _semaphores(value, 0)
         name = "signal"
         if (value := d.get("signal")) is not None:
-            fields["signal"] = _semaphores(value, False)
+            fields["signal"] = _semaphores(value, 1)
     except _Bad as bad:
         bad.report(where().key(d, name))
     fields["index"] = index
