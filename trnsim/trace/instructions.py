@@ -184,18 +184,15 @@ def _semaphores(value: Any, minimum: int) -> tuple[tuple[str, int], ...]:
         raise _Bad(f"got {show(value)}", f"{{semaphore: {verb}}}, e.g. {{ld: 1}}")
     out = tuple(value.items())
     for name, n in out:
-        if name not in _SEMAPHORE_NAMES or n.__class__ is not int or n < minimum:
+        if (name.__class__ is not str or not name.strip() or not name.isprintable()
+                or n.__class__ is not int or n < minimum):
             _check_semaphore(value, name, n, minimum)
     return out
 
 
-_SEMAPHORE_NAMES: set[str] = set()
-"""Semaphore names found valid (up to `_AP_CACHE_SIZE`), so that each is checked once."""
-
-
 def _check_semaphore(sems: dict, name: Any, n: Any, minimum: int) -> None:
     """Raise the _Bad of the entry `name: n` of a semaphore map if it is wrong (a name, then a
-    count, worded as `validate.want_name` and `want_int` word them); else remember the name."""
+    count, worded as `validate.want_name` and `want_int` word them)."""
     step = (sems, name)
     if not isinstance(name, str) or not name.strip():
         raise _Bad(f"got {show(name)}", "a semaphore name (a string)", step)
@@ -205,8 +202,6 @@ def _check_semaphore(sems: dict, name: Any, n: Any, minimum: int) -> None:
     if not is_int(n) or n < minimum:
         verb = "a value to wait for" if minimum == 0 else "an increment"
         raise _Bad(f"got {show(n)}", f"{verb} (an integer >= {minimum})", step)
-    if len(_SEMAPHORE_NAMES) < _AP_CACHE_SIZE:
-        _SEMAPHORE_NAMES.add(name)
 
 
 # -- instructions --------------------------------------------------------------------------------
