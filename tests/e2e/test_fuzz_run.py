@@ -1207,7 +1207,7 @@ def test_copy_step_honours_its_slices():
 
 
 YAMLPOS_BUGS = {
-    # int("9" * 5000) hits Python's 4300-digit limit for int(str): ValueError from yamlpos._plain
+    # int("9" * 5000) hits Python's 4300-digit limit for int(str); ValueError in yaml_events._plain
     "a 5000-digit integer": "trnsim: 1\ntensors:\n  x: {shape: [" + "9" * 5000 + "], dtype: "
                             "float32}\n",
     # loads() of a str with a lone surrogate: UnicodeEncodeError from yaml's CParser (a file read
