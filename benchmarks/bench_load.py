@@ -36,8 +36,8 @@ identical mappings (llama 0.25 s without vs 0.27 s with, big.yaml 3.1 vs 3.6 s, 
 vs 0.93 s), the first-use take-over of parsed instructions in `_materialize` (0.26 vs 0.27,
 3.5 vs 3.6, 1.05 vs 0.93 s), the digits-only shortcut of the event builder's scalars (0.25 vs
 0.27, 3.4 vs 3.6, 1.04 vs 0.93 s), and a memo of valid semaphore names (0.25 vs 0.22 s, -, 0.92
-vs 0.89 s). Before the instruction parsers were merged, the fast parser saved 21-27% on llama
-and 42-55% on big.yaml against the full parser alone; the one parser keeps its valid path.
+vs 0.89 s). Before the instruction parsers were merged, the fast parser saved 22-51% on llama
+and 42-61% on big.yaml against the full parser alone; the one parser keeps its valid path.
 """
 
 from __future__ import annotations
