@@ -27,9 +27,9 @@ class NeuronCore:
         self.planner = Planner(env, index, cfg, dma, functional)
 
     def prepare(self, kernel: str, prog: CoreProgram, tensors: dict, rng: np.random.Generator,
-                base_dir: str = ".", source: str = "") -> Launch:
+                source: str = "") -> Launch:
         """The launch of `prog` on this core, planned (see `Planner.prepare`)."""
-        return self.planner.prepare(kernel, prog, tensors, rng, base_dir, source)
+        return self.planner.prepare(kernel, prog, tensors, rng, source)
 
     def start(self, launch: Launch) -> simpy.Event:
         """Start every queue of the launch; the returned event fires when all have finished."""

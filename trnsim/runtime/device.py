@@ -142,10 +142,10 @@ class Device:
     """A simulated chip with the device API on top."""
 
     def __init__(self, cfg: ChipConfig, mode: str = "functional", lnc: int | None = None,
-                 seed: int = 0, base_dir: str = ".", source: str = ""):
+                 seed: int = 0, source: str = ""):
         if mode not in ("functional", "timing"):
             raise TrnsimError(f"mode '{mode}': expected functional or timing")
-        self.cfg, self.mode, self.base_dir, self.source = cfg, mode, base_dir, source
+        self.cfg, self.mode, self.source = cfg, mode, source  # source: the trace, for errors
         self.functional = mode == "functional"
         self.env = simpy.Environment()
         self.recorder = Recorder()
@@ -178,7 +178,7 @@ class Device:
                 f"{fmt_bytes(self.max_backing_bytes)} ({fmt_bytes(self._backed)} already used); "
                 f"run with --mode timing (shapes only), or raise Device.max_backing_bytes")
         self._backed += nbytes if (self.functional or on == "host") else 0
-        arr = (initial_values(init, shape, dt, self.rng, self.base_dir, f"tensor {name}")
+        arr = (initial_values(init, shape, dt, self.rng, f"tensor {name}")
                if self.functional or on == "host" else None)
         addr = 0
         if on == "hbm":
@@ -267,8 +267,8 @@ class Device:
         with self._core_busy[stream.core].request() as req:
             yield req
             cores = self.chip.physical(stream.core)
-            launches = [core.prepare(kernel.name, prog, self.tensors, self.rng, self.base_dir,
-                                     self.source) for core, prog in zip(cores, kernel.per_core)]
+            launches = [core.prepare(kernel.name, prog, self.tensors, self.rng, self.source)
+                        for core, prog in zip(cores, kernel.per_core)]
             for la in launches:
                 self.launches.append(la)
                 self.kernel_tiles[(kernel.name, la.core)] = la.tiles
