@@ -109,6 +109,7 @@ class DmaSystem:
         self._plans: dict[tuple, tuple[float, tuple[tuple[int, float], ...]]] = {}
         self._seq = 0
         self._last_rate = [0.0] * cfg.hbm.stacks  # bytes/s each stack was last recorded at
+        self._last_load = [0.0] * cfg.hbm.stacks  # its fluid load (bytes/ps) then
 
     # -- checks --------------------------------------------------------------------------------
 
@@ -227,11 +228,17 @@ class DmaSystem:
         t.on_done()
 
     def _sample(self) -> None:
-        """Record a sample of each stack whose total rate (bytes/s) changed."""
-        load, now = self.fluid.load, self.env.now
+        """Record a sample of each stack whose total rate (bytes/s) changed.
+
+        Most updates leave most stacks' loads exactly as they were last recorded: those are
+        skipped before the rate and the tolerance are computed."""
+        load, last_load = self.fluid.load, self._last_load
         for s, rid in enumerate(self._stack_rid):
-            rate = load.get(rid, 0.0) * PS_PER_S
+            used = load.get(rid, 0.0)
+            if used == last_load[s]:
+                continue
+            rate = used * PS_PER_S
             if abs(rate - self._last_rate[s]) <= 1e-9 * max(rate, self._last_rate[s]):
                 continue
-            self._last_rate[s] = rate
-            self.rec.hbm_sample(now, s, rate)
+            self._last_rate[s], last_load[s] = rate, used
+            self.rec.hbm_sample(self.env.now, s, rate)
