@@ -1,3 +1,3 @@
-from trnsim.cli import main
+from trnsim.cli import entry
 
-main()
+entry()

@@ -158,9 +158,7 @@ class Planner:
                 bound_memo[key] = entry
             kid, ins, track, issue_args = entry
             engine = raw.engine
-            if engine is dma:
-                if ins.index != raw.index:
-                    ins = replace(ins, index=raw.index, line=raw.line)
+            if engine is dma:  # the Issue carries its index: `ins` stays shared
                 dur = 0
             else:
                 before = prev.get(engine)

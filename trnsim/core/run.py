@@ -120,7 +120,7 @@ class NeuronCore:
         for it in issues:
             if it.waits:
                 yield from self._wait(launch, track, it)
-            self.dma.submit(self.index, queue, it.ins, launch.kernel, finished(it))
+            self.dma.submit(self.index, queue, it.ins, launch.kernel, finished(it), it.index)
         if state["left"]:
             launch.blocked[track] = None  # waiting for its own transfers
             yield done

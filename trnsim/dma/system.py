@@ -62,11 +62,12 @@ from trnsim.units import PS_PER_S, seconds_to_ps
 class _Transfer:
     """One submitted copy: its endpoints, its flow, its queue, and who to tell."""
 
-    __slots__ = ("core", "queue", "ins", "kernel", "on_done", "start", "src", "dst", "transpose",
-                 "ready", "lane", "flow")
+    __slots__ = ("core", "queue", "ins", "index", "kernel", "on_done", "start", "src", "dst",
+                 "transpose", "ready", "lane", "flow")
 
-    def __init__(self, core, queue, ins, kernel, on_done, start, src, dst, transpose, lane):
-        self.core, self.queue, self.ins, self.kernel = core, queue, ins, kernel
+    def __init__(self, core, queue, ins, index, kernel, on_done, start, src, dst, transpose,
+                 lane):
+        self.core, self.queue, self.ins, self.index, self.kernel = core, queue, ins, index, kernel
         self.on_done, self.start = on_done, start
         self.src, self.dst, self.transpose = src, dst, transpose
         self.ready = False
@@ -108,6 +109,7 @@ class DmaSystem:
         self._plans: dict[tuple, tuple[float, tuple[tuple[int, float], ...]]] = {}
         self._seq = 0
         self._last_rate = [0.0] * cfg.hbm.stacks  # bytes/s each stack was last recorded at
+        self._last_load = [0.0] * cfg.hbm.stacks  # its fluid load (bytes/ps) then
 
     # -- checks --------------------------------------------------------------------------------
 
@@ -121,11 +123,13 @@ class DmaSystem:
     # -- submitting ----------------------------------------------------------------------------
 
     def submit(self, core: int, queue: int, ins: DmaCopy, kernel: str,
-               on_done: Callable[[], None]) -> None:
+               on_done: Callable[[], None], index: int | None = None) -> None:
         """Start transfer `ins` on `queue` of `core` now; `on_done()` runs when it completes.
 
         `ins` must have passed `check`. Transfers on one queue move their data in submit order;
-        `kernel` names the span's kernel.
+        `kernel` names the span's kernel, `index` its instruction (default `ins.index`: the
+        planner shares one bound instruction between identical copies, so it passes each
+        copy's own index instead of copying the instruction).
         """
         src, dst = ins.src, ins.dst
         # Identical instructions share their bound operands (core.prepare), so the operands'
@@ -136,8 +140,8 @@ class DmaSystem:
         lane = self._lanes.get((core, queue))
         if lane is None:
             lane = self._lanes[(core, queue)] = _Lane()
-        t = _Transfer(core, queue, ins, kernel, on_done, self.env.now, src, dst, ins.transpose,
-                      lane)
+        t = _Transfer(core, queue, ins, ins.index if index is None else index, kernel, on_done,
+                      self.env.now, src, dst, ins.transpose, lane)
         t.flow = Flow((core, queue, self._seq), plan[0], plan[1], math.inf, self._data_done, t)
         self._seq += 1
         lane.waiting.append(t)
@@ -150,7 +154,7 @@ class DmaSystem:
         with concurrent host copies) and the HBM stack's.
         """
         check_host_copy(src, dst)
-        t = _Transfer(core, -1, None, "", on_done, self.env.now, src, dst, False, None)
+        t = _Transfer(core, -1, None, -1, "", on_done, self.env.now, src, dst, False, None)
         work = max(max(src.nbytes, dst.nbytes) / self._host_bpps, 1e-9)
         uses = ((self._host_rid, 1.0),) + self._hbm_uses(src, dst, src.nbytes, dst.nbytes, work)
         flow = t.flow = Flow((core, -1, self._seq), work, uses, math.inf, self._data_done, t)
@@ -199,6 +203,7 @@ class DmaSystem:
 
     def _data_done(self, flow: Flow) -> None:
         t = flow.data
+        t.flow = flow.data = None  # break the cycle: reference counting frees both now
         lane = t.lane
         if lane is not None:
             lane.busy = False
@@ -218,16 +223,22 @@ class DmaSystem:
                              written=dst.nbytes if dst.memory == "hbm" else 0)
         if t.ins is not None:
             self.rec.add_span(Span(t.core, dma_track(t.queue), "dma_copy", t.start, now,
-                                   max(src.nbytes, dst.nbytes), 0, t.ins.index, t.kernel,
+                                   max(src.nbytes, dst.nbytes), 0, t.index, t.kernel,
                                    dst.dtype.name))
         t.on_done()
 
     def _sample(self) -> None:
-        """Record a sample of each stack whose total rate (bytes/s) changed."""
-        load, now = self.fluid.load, self.env.now
+        """Record a sample of each stack whose total rate (bytes/s) changed.
+
+        Most updates leave most stacks' loads exactly as they were last recorded: those are
+        skipped before the rate and the tolerance are computed."""
+        load, last_load = self.fluid.load, self._last_load
         for s, rid in enumerate(self._stack_rid):
-            rate = load.get(rid, 0.0) * PS_PER_S
+            used = load.get(rid, 0.0)
+            if used == last_load[s]:
+                continue
+            rate = used * PS_PER_S
             if abs(rate - self._last_rate[s]) <= 1e-9 * max(rate, self._last_rate[s]):
                 continue
-            self._last_rate[s] = rate
-            self.rec.hbm_sample(now, s, rate)
+            self._last_rate[s], last_load[s] = rate, used
+            self.rec.hbm_sample(self.env.now, s, rate)
