@@ -14,7 +14,7 @@ raises for a launch or a stream schedule that can never finish. Neither simulate
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from trnsim.errors import DeadlockError, SimError
@@ -205,29 +205,28 @@ def analyse_core(prog: CoreProgram, kernel: str, shapes: _Shapes, source: str,
     prefix = {s: {q: _cumsum([x[1] for x in lst]) for q, lst in by.items()}
               for s, by in sigs.items()}
     places = {s: {q: [x[0] for x in lst] for q, lst in by.items()} for s, by in sigs.items()}
+    tops = {s: {q: max(x[1] for x in lst) for q, lst in by.items()} for s, by in sigs.items()}
     width = nq + len(comp)
-    prev = None
-    for _round in range(2):
-        cl: dict[int, list] = {}
-        done_clock: dict[int, list] = {}
-        last: list = [None] * nq
-        for ins in order:
-            qk, p = pos[id(ins)]
-            k = last[qk][:] if last[qk] is not None else [0] * width
-            for s, v in ins.wait:
-                if v > 0 and s in sigs:
-                    _join_wait(k, s, v, qk, p, sigs[s], prefix[s], places[s], cl, done_clock,
-                               prev, isdma, comp)
-            if isdma[qk]:
-                k[qk] = p
-                cl[id(ins)] = last[qk] = k
-            else:
-                cl[id(ins)] = k
-                d = k[:]
-                d[qk] = p
-                done_clock[id(ins)] = last[qk] = d
-        prev = cl
-    return _races(order, prev, pos, queues, ranks, shapes, prog, kernel, source)
+    heads = _may_precede(instrs, [lists[q] for q in queues], pos, sigs, prefix, places)
+    cl: dict[int, list] = {}
+    done_clock: dict[int, list] = {}
+    last: list = [None] * nq
+    for ins in order:
+        qk, p = pos[id(ins)]
+        k = last[qk][:] if last[qk] is not None else [0] * width
+        for s, v in ins.wait:
+            if v > 0 and s in sigs:
+                _join_wait(k, s, v, qk, p, sigs[s], prefix[s], places[s], cl, done_clock,
+                           heads.get(id(ins)), isdma, comp, tops[s])
+        if isdma[qk]:
+            k[qk] = p
+            cl[id(ins)] = last[qk] = k
+        else:
+            cl[id(ins)] = k
+            d = k[:]
+            d[qk] = p
+            done_clock[id(ins)] = last[qk] = d
+    return _races(order, cl, pos, queues, ranks, shapes, prog, kernel, source)
 
 
 def _cumsum(xs: list) -> list:
@@ -239,27 +238,22 @@ def _cumsum(xs: list) -> list:
 
 
 def _join_wait(k: list, s: str, v: int, qk: int, p: int, by_queue: dict, prefix: dict,
-               places: dict, cl: dict, done_clock: dict, prev: dict | None, isdma: list,
-               comp: dict) -> None:
+               places: dict, cl: dict, done_clock: dict, heads: list | None, isdma: list,
+               comp: dict, top: dict) -> None:
     """Join into `k` the clocks of the signals of `s` that every way of reaching `v` includes:
     those whose increment, with the increments ordered after them on their own engine queue,
-    exceeds the slack (the increments of every signal not ordered after the waiter, minus v)."""
+    exceeds the slack (the increments of every signal that may issue before the waiter, minus
+    v). `heads` (from `_may_precede`) bounds, per queue, what may issue before the waiter;
+    None when the waiter needs no bound (every signal is required anyway)."""
     avail = {}
     total = 0
-    for q, lst in by_queue.items():
+    for q in by_queue:
         if q == qk:  # own queue: only the signals before the waiter
             m = bisect_left(places[q], p)
-        elif prev is not None:  # drop the signals ordered after the waiter (previous round)
-            lo, hi = 0, len(lst)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if prev[id(lst[mid][2])][qk] >= p:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            m = lo
+        elif heads is not None:  # only the signals that may issue before the waiter
+            m = bisect_right(places[q], heads[q])
         else:
-            m = len(lst)
+            m = len(by_queue[q])
         avail[q] = m
         total += prefix[q][m]
     slack = total - v
@@ -270,22 +264,85 @@ def _join_wait(k: list, s: str, v: int, qk: int, p: int, by_queue: dict, prefix:
         if isdma[q]:
             c = comp[(q, s)]
             j, last_req = k[c], -1
-            for i in range(m):
-                if lst[i][1] > slack:
-                    last_req = i
+            if top[q] > slack:
+                for i in range(m - 1, -1, -1):
+                    if lst[i][1] > slack:
+                        last_req = i
+                        break
             while j < m and lst[j][1] > slack:
-                j += 1
+                j += 1  # (only when the slack is below every increment: at most once each)
             k[c] = max(k[c], j)
             if last_req >= 0:
                 _join(k, cl[id(lst[last_req][2])])
         else:
             # required: every signal whose suffix of increments (up to m) exceeds the slack;
             # they are a prefix of the queue's signals, so the last of them carries the rest
-            j = m - 1
-            while j >= 0 and sums[m] - sums[j] <= slack:
-                j -= 1
+            j = min(m, bisect_left(sums, sums[m] - slack)) - 1
             if j >= 0:
                 _join(k, done_clock[id(lst[j][2])])
+
+
+def _may_precede(instrs, lists, pos, sigs, prefix, places) -> dict:
+    """Per waiter whose wait leaves slack when every signal counts: how many instructions of
+    each queue may issue before it (a list, one count per queue).
+
+    For a waiter W on queue q this is the launch executed abstractly with q stopped at W: every
+    other queue advances while its waits are met, a DMA transfer's signals counting from its
+    issue. Semaphores only grow, so whatever issues before W in some execution issues in this
+    run. One run per queue serves all its waiters: after recording W's counts, W issues and the
+    run goes on until q's next instruction."""
+    nq = len(lists)
+    need: dict[int, list] = {}
+    for ins in instrs:
+        qk, p = pos[id(ins)]
+        for s, v in ins.wait:
+            if v > 0 and s in sigs:
+                total = sum(prefix[s][r][bisect_left(places[s][r], p) if r == qk else -1]
+                            for r in sigs[s])
+                if total - v > 0:
+                    need.setdefault(qk, []).append(ins)
+                    break
+    out: dict[int, list] = {}
+    for q, waiters in need.items():
+        wanted = {id(w) for w in waiters}
+        values: dict[str, int] = {}
+        heads = [0] * nq
+        waiting: dict[str, list] = {}
+        work = [r for r in range(nq) if r != q]
+        lst = lists[q]
+        for h in range(len(lst) + 1):
+            while work:
+                r = work.pop()
+                rl, j = lists[r], heads[r]
+                while j < len(rl):
+                    ins = rl[j]
+                    blocked = None
+                    for s, v in ins.wait:
+                        if values.get(s, 0) < v:
+                            blocked = s
+                            break
+                    if blocked is not None:
+                        waiting.setdefault(blocked, []).append(r)
+                        break
+                    for s, n in ins.signal:
+                        values[s] = values.get(s, 0) + n
+                        woken = waiting.pop(s, None)
+                        if woken:
+                            work += woken
+                    j += 1
+                heads[r] = j
+            if h == len(lst):
+                break
+            ins = lst[h]
+            if id(ins) in wanted:
+                heads[q] = h
+                out[id(ins)] = heads[:]
+            for s, n in ins.signal:  # its waits are met: the launch has no deadlock
+                values[s] = values.get(s, 0) + n
+                woken = waiting.pop(s, None)
+                if woken:
+                    work += woken
+    return out
 
 
 def _join(k: list, o: list) -> None:
@@ -334,11 +391,34 @@ def _races(order, clocks, pos, queues, ranks, shapes, prog, kernel, source):
     hist: dict[str, dict[int, tuple[list, list]]] = {}
     races, tensor_acc = [], []
     no_ranks: list = []
+    # per queue, the clock of its latest instruction (every later one's clock is at least
+    # that) and how many of its instructions are still to come: an access that every queue
+    # still to come knows is done can race with nothing more and leaves the history
+    left = [0] * len(queues)
+    for ins in order:
+        left[pos[id(ins)][0]] += 1
+    front: list = [None] * len(queues)
+    limit: dict[str, int] = {}
+
+    def known(e: tuple, oq: int, odma: bool) -> bool:
+        for r, f in enumerate(front):
+            if not left[r]:
+                continue
+            if f is None:
+                return False
+            if not odma:
+                if f[oq] < e[0]:
+                    return False
+            elif not any(f[c] >= x for c, x in ranks.get(id(e[2]), no_ranks)):
+                return False
+        return True
+
     for ins in order:
         qk, p = pos[id(ins)]
         q = queues[qk]
         k = clocks[id(ins)]
         dma = q.startswith("q")
+        front[qk] = k
         for acc in instr_accesses(ins, shapes, tiles):
             if acc.buf.startswith("tensor"):
                 tensor_acc.append((acc, _label(ins, kernel, source, q)))
@@ -374,6 +454,15 @@ def _races(order, clocks, pos, queues, ranks, shapes, prog, kernel, source):
                         for lst in lists)
             ws, rs = per_q.setdefault(qk, ([], []))
             (ws if acc.write else rs).append((p, acc, ins))
+            size = sum(len(x) + len(y) for x, y in per_q.values())
+            if size > limit.get(acc.buf, 64):
+                for oq, lists in per_q.items():
+                    odma = queues[oq].startswith("q")
+                    per_q[oq] = tuple([e for e in lst if not known(e, oq, odma)]
+                                      for lst in lists)
+                size = sum(len(x) + len(y) for x, y in per_q.values())
+                limit[acc.buf] = max(64, 2 * size)
+        left[qk] -= 1
     return CoreAnalysis(races, tensor_acc)
 
 
