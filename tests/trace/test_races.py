@@ -1,5 +1,6 @@
 """The static race and deadlock check (trnsim.trace.races, docs/races.md)."""
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -167,3 +168,53 @@ def test_cli_validate_and_run_refuse_a_race_unless_allowed(tmp_path):
         res = CliRunner().invoke(main, [cmd, str(path), "--allow-races"])
         assert res.exit_code == 0, res.output
         assert "warning: race:" in res.output
+
+
+def ring(steps, nbuf=4, queues=2, drop=None):
+    """benchmarks/bench_load.py's ring, small: step i loads a slice of w into buffer b = i %
+    nbuf (DMA queue b % queues, signal ld<b>); a matmul and a store (queue `queues`) wait for
+    ld<b> >= round + 1 and signal use<b>; the next load into b waits for use<b> >= 2 * round.
+    `drop` = (step, "load" | "matmul" | "store") removes that instruction's wait."""
+    ins = []
+    for i in range(steps):
+        b, done = i % nbuf, i // nbuf
+        rows = f"{i * 128}:{(i + 1) * 128}"
+        load_ = {"op": "dma_copy", "src": f"w[{rows}, :]", "dst": f"wb{b}",
+                 "queue": b % queues, "signal": {f"ld{b}": 1}}
+        if done:
+            load_["wait"] = {f"use{b}": 2 * done}
+        mm = {"op": "matmul", "stationary": "x", "moving": f"wb{b}", "dst": f"acc{i % 2}",
+              "wait": {f"ld{b}": done + 1}, "signal": {f"use{b}": 1}}
+        st = {"op": "dma_copy", "src": f"wb{b}", "dst": f"y[{rows}, :]", "queue": queues,
+              "wait": {f"ld{b}": done + 1}, "signal": {f"use{b}": 1}}
+        for name, x in (("load", load_), ("matmul", mm), ("store", st)):
+            if drop == (i, name):
+                x.pop("wait", None)
+        ins += [load_, mm, st]
+    tiles = {"x": {"memory": "sbuf", "shape": [128, 128], "dtype": "bfloat16"},
+             "acc0": {"memory": "psum", "shape": [128, 512], "dtype": "float32"},
+             "acc1": {"memory": "psum", "shape": [128, 512], "dtype": "float32"}}
+    for b in range(nbuf):
+        tiles[f"wb{b}"] = {"memory": "sbuf", "shape": [128, 512], "dtype": "bfloat16"}
+    shape = [steps * 128, 512]
+    doc = {"trnsim": 1, "chip": "trn2",
+           "tensors": {"w": {"shape": shape, "dtype": "bfloat16"},
+                       "y": {"shape": shape, "dtype": "bfloat16"}},
+           "tiles": tiles, "instructions": ins}
+    return loads(json.dumps(doc), "ring.yaml")
+
+
+@pytest.mark.parametrize("nbuf,queues", [(4, 2), (2, 1), (2, 2), (3, 1), (4, 1)])
+def test_a_ring_of_dma_signalled_buffers_is_race_free(nbuf, queues):
+    assert find_races(ring(16, nbuf, queues)) == []
+
+
+@pytest.mark.parametrize("what", ["load", "matmul", "store"])
+@pytest.mark.parametrize("step", [1, 6, 9, 15])
+def test_a_ring_missing_any_wait_races_naming_the_waiter(what, step):
+    if what == "load" and step < 4:
+        step += 4  # the first round's loads have no wait
+    races = find_races(ring(16, drop=(step, what)))
+    assert races
+    index = 3 * step + ("load", "matmul", "store").index(what)
+    assert any(f"instruction {index} " in r.first + r.second for r in races), races[0].message
