@@ -22,6 +22,7 @@ from trnsim.report.profile import write_profile
 from trnsim.report.summary import format_comparison, format_summary
 from trnsim.runtime.session import check_program, run_program, save_outputs
 from trnsim.trace import load as load_trace
+from trnsim.trace.races import check_races
 from trnsim.units import fmt_bytes, fmt_flops, fmt_hz, fmt_rate, fmt_time_ns
 
 chip_option = click.option(
@@ -76,6 +77,17 @@ mode_option = click.option(
          "this machine's memory). Default: the trace's `mode:`.")
 
 
+allow_races_option = click.option(
+    "--allow-races", "allow_races", is_flag=True,
+    help="Report races (unordered conflicting accesses, docs/races.md) as warnings, not errors.")
+
+
+def _check_races(program, allow: bool) -> None:
+    """The race and deadlock check of docs/races.md; warnings go to stderr."""
+    for line in check_races(program, allow):
+        click.echo(line, err=True)
+
+
 def _chip_for(program, chip: str | None, overrides) -> ChipConfig:
     return load_chip(chip or program.chip, overrides)
 
@@ -106,8 +118,9 @@ def _progress(quiet: bool):
 @click.option("--out-dir", metavar="DIR", default=None,
               help="Save the trace's `outputs:` (all HBM tensors if none) as DIR/<name>.npy.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (and --json).")
+@allow_races_option
 def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file, check, out_dir,
-        quiet) -> None:
+        quiet, allow_races) -> None:
     """Simulate TRACE (a trace YAML file) and report time, engine utilization, DMA and HBM
     traffic, FLOP/s against the chip's peak, and memory high-water marks.
 
@@ -119,6 +132,7 @@ def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file,
       trnsim run traces/softmax_rows.yaml --perfetto timeline.json --profile instrs.csv
     """
     program = load_trace(trace_file)
+    _check_races(program, allow_races)
     cfg = _chip_for(program, chip, overrides)
     if out_dir and (mode or program.mode) == "timing":
         raise TrnsimError(f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
@@ -147,7 +161,8 @@ def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file,
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @chip_option
 @set_option
-def validate(trace_file, chip, overrides) -> None:
+@allow_races_option
+def validate(trace_file, chip, overrides, allow_races) -> None:
     """Load and check TRACE without simulating it: the YAML, every key, operand and semaphore,
     and (against the chip) every instruction's shapes, memories and limits.
 
@@ -158,6 +173,7 @@ def validate(trace_file, chip, overrides) -> None:
     program = load_trace(trace_file)
     cfg = _chip_for(program, chip, overrides)
     n = check_program(program, cfg)
+    _check_races(program, allow_races)
     click.echo(f"{trace_file}: ok on {cfg.name}: kernels {len(program.kernels)}, instructions "
                f"{n}, streams {len(program.streams)}")
 
