@@ -118,9 +118,13 @@ def _progress(quiet: bool):
 @click.option("--out-dir", metavar="DIR", default=None,
               help="Save the trace's `outputs:` (all HBM tensors if none) as DIR/<name>.npy.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (and --json).")
+@click.option("--check-races", is_flag=True,
+              help="Run validate's race and deadlock check (docs/races.md) before simulating. "
+              "Off by default for now: on large traces it costs about as much as the "
+              "simulation; `trnsim validate` always runs it.")
 @allow_races_option
 def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file, check, out_dir,
-        quiet, allow_races) -> None:
+        quiet, check_races, allow_races) -> None:
     """Simulate TRACE (a trace YAML file) and report time, engine utilization, DMA and HBM
     traffic, FLOP/s against the chip's peak, and memory high-water marks.
 
@@ -132,7 +136,8 @@ def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file,
       trnsim run traces/softmax_rows.yaml --perfetto timeline.json --profile instrs.csv
     """
     program = load_trace(trace_file)
-    _check_races(program, allow_races)
+    if check_races:
+        _check_races(program, allow_races)
     cfg = _chip_for(program, chip, overrides)
     if out_dir and (mode or program.mode) == "timing":
         raise TrnsimError(f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
