@@ -169,7 +169,7 @@ def test_cli_validate_and_run_refuse_a_race_unless_allowed(tmp_path):
         assert res.exit_code == 0, res.output
         assert "warning: race:" in res.output
     res = CliRunner().invoke(main, ["run", str(path)])  # run checks only when asked (for now)
-    assert res.exit_code == 0 and "race" not in res.output, res.output
+    assert res.exit_code == 0 and "race:" not in res.output, res.output
 
 
 def ring(steps, nbuf=4, queues=2, drop=None):

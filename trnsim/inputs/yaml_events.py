@@ -71,8 +71,13 @@ def fast_load(text: str, source: str = "<string>", error: type[Exception] = Trac
     several documents -- so that the reference loader handles (or rejects) it with its exact
     messages. On success the result equals the reference loader's. Only nesting deeper than
     MAX_DEPTH it rejects itself (as the reference loader does; PyYAML's scanner takes seconds
-    for a few thousand unclosed brackets)."""
+    for a few thousand unclosed brackets). A text with a tab goes to the reference loader:
+    libyaml and PyYAML's Python scanner disagree about tabs ('0\tnull' is a string to one, a
+    syntax error to the other)."""
     from yaml._yaml import CParser  # noqa: PLC0415  (present when yaml.__with_libyaml__)
+
+    if "\t" in text:
+        raise Fallback
 
     get = CParser(text).get_event
     if get().__class__ is not yaml.StreamStartEvent:
