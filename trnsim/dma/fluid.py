@@ -23,7 +23,9 @@ are batched into one update.
 An update recomputes only the connected components (groups linked through shared resources) of
 the groups that changed. Groups are created and removed far less often than flows start and end
 (a group lives as long as any flow with its resources is in progress), so each group caches its
-component until the next creation or removal of a group anywhere. Within a component, groups
+component until the next creation or removal of a group that shares a resource with another
+(a group alone in its component links or splits nothing). A group alone is filled without the
+heap: its rate is its bound. Within a component, groups
 are filled in creation order, so the float sums (and so the rates) do not depend on which change
 triggered the update.
 """
@@ -33,6 +35,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from operator import add as _add
+from operator import sub as _sub
 
 import simpy
 
@@ -109,6 +113,10 @@ class _Group:
         return self.t_base + (self.members[0][0] - self.base) / self.rate
 
 
+def _key(f: Flow) -> tuple:
+    return f.key
+
+
 def _order(g: _Group) -> int:
     return g.order
 
@@ -166,6 +174,7 @@ class FluidModel:
         self._gseq = 0  # groups created so far
         self._topo = 0  # bumped when a group is created or removed: cached components go stale
         self._new: list[Flow] = []
+        self._sigs: dict[tuple, tuple[tuple, tuple[float, ...]]] = {}
         self._gen = 0
         self._armed = -1  # the ps of the live timeout (-1: none)
         self._pending = False
@@ -215,7 +224,8 @@ class FluidModel:
             while g.members and g.head_finish() <= now + _DONE_PS:
                 done.append(heapq.heappop(g.members)[1])
         if done:
-            done.sort(key=lambda f: f.key)
+            if len(done) > 1:
+                done.sort(key=_key)
             for f in done:
                 self._leave(f)
             self._updating = True
@@ -245,14 +255,14 @@ class FluidModel:
             self.on_change()
 
     def _join(self, f: Flow, now: int) -> _Group:
-        uses = f.uses
-        sig = (tuple([r for r, _ in uses]), f.cap)
+        sig, cs = self._sig(f)
         g = self._groups.get(sig)
         if g is None:
             g = self._groups[sig] = _Group(sig, f.cap, now, self._gseq)
             self._gseq += 1
-            self._topo += 1
             users = self._users
+            if any(r in users for r in g.rids):
+                self._topo += 1  # it links components: their cached ones go stale
             for r in g.rids:
                 if r in users:
                     users[r][g] = None
@@ -260,7 +270,7 @@ class FluidModel:
                     users[r] = {g: None}
         else:
             g.rebase(now)
-        g.coefs = [a + c for a, (_, c) in zip(g.coefs, uses)]
+        g.coefs = list(map(_add, g.coefs, cs))
         g.bound_comp = None
         f.group = g
         f.target = g.base + f.work
@@ -268,9 +278,18 @@ class FluidModel:
         self.count += 1
         return g
 
+    def _sig(self, f: Flow) -> tuple[tuple, tuple[float, ...]]:
+        """(group key, coefs) of a flow, cached per (uses, cap): flows of one copy share them."""
+        key = (f.uses, f.cap)
+        hit = self._sigs.get(key)
+        if hit is None:
+            hit = self._sigs[key] = ((tuple([r for r, _ in f.uses]), f.cap),
+                                     tuple([c for _, c in f.uses]))
+        return hit
+
     def _leave(self, f: Flow) -> None:
         g = f.group
-        g.coefs = [a - c for a, (_, c) in zip(g.coefs, f.uses)]
+        g.coefs = list(map(_sub, g.coefs, self._sig(f)[1]))
         g.bound_comp = None
         f.group = None
         f.target = -1.0
@@ -310,18 +329,21 @@ class FluidModel:
                 continue
             # empty: forget it; its resources' other users are what changed
             del self._groups[g.sig]
-            self._topo += 1
             g.version += 1
             g.comp = None
+            linked = False
             for r in g.rids:
                 others = users[r]
                 del others[g]
                 if others:
+                    linked = True
                     for k in others:
                         seeds[k] = None
                 else:
                     del users[r]
                     load.pop(r, None)
+            if linked:  # its component splits or shrinks: cached ones go stale
+                self._topo += 1
         if not seeds:
             return
         self.updates += 1
@@ -331,6 +353,15 @@ class FluidModel:
             if s in done or not s.members:  # not s.members: removed after it was seeded
                 continue
             component = self._component(s)
+            if not component.users:  # a group alone (the usual case): no heap, no lists
+                old_rate = s.rate
+                s.rebase(now)
+                self._fill_alone(component)
+                if (old_rate != s.rate or s in dirty) and s.rate > 0:
+                    s.version += 1
+                    self._tseq += 1
+                    heapq.heappush(timers, (s.head_finish(), self._tseq, s.version, s))
+                continue
             comp = component.groups
             done.update(comp)
             old = [g.rate for g in comp]
@@ -383,6 +414,28 @@ class FluidModel:
                 gc = g.coefs
                 for rid, pos in comp.private[i]:
                     load[rid] = gc[pos] * rate
+
+    def _fill_alone(self, comp: _Comp) -> None:
+        """`_fill` for a component of one group: its rate is its bound (same floats as `_fill`,
+        without its per-group lists, for the common case of groups that share nothing)."""
+        g = comp.groups[0]
+        gc, private = g.coefs, comp.private[0]
+        if g.bound_comp is not comp:
+            cap = self.capacity
+            bound = g.cap
+            for rid, pos in private:
+                c = gc[pos]
+                if c > 0:
+                    lvl = cap[rid] / c
+                    if lvl < bound:
+                        bound = lvl
+            g.bound, g.bound_comp = bound, comp
+        elif g.bound == g.rate:
+            return  # same rate, same coefs: same loads
+        g.rate = rate = g.bound
+        load = self.load
+        for rid, pos in private:
+            load[rid] = gc[pos] * rate
 
     def _fill_shared(self, comp: _Comp) -> None:
         """The heap part of `_fill`, for a component whose groups share resources."""
