@@ -35,8 +35,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from itertools import repeat
 from operator import add as _add
+from operator import mul as _mul
 from operator import sub as _sub
+from operator import truediv as _truediv
 
 import simpy
 
@@ -86,11 +89,12 @@ class _Group:
     """
 
     __slots__ = ("sig", "rids", "cap", "coefs", "members", "base", "t_base", "rate", "version",
-                 "order", "comp", "topo", "bound", "bound_comp")
+                 "order", "comp", "topo", "bound", "bound_comp", "caps")
 
-    def __init__(self, sig: tuple, cap: float, now: int, order: int):
+    def __init__(self, sig: tuple, cap: float, now: int, order: int, caps: tuple[float, ...]):
         self.sig = sig
         self.rids: tuple[int, ...] = sig[0]
+        self.caps = caps  # its resources' capacities, in rids order
         self.cap = cap
         self.coefs = [0.0] * len(self.rids)
         self.members: list[tuple[float, Flow]] = []  # heap of (target progress, flow)
@@ -258,7 +262,9 @@ class FluidModel:
         sig, cs = self._sig(f)
         g = self._groups.get(sig)
         if g is None:
-            g = self._groups[sig] = _Group(sig, f.cap, now, self._gseq)
+            capacity = self.capacity
+            g = self._groups[sig] = _Group(sig, f.cap, now, self._gseq,
+                                           tuple([capacity[r] for r in sig[0]]))
             self._gseq += 1
             users = self._users
             if any(r in users for r in g.rids):
@@ -416,26 +422,21 @@ class FluidModel:
                     load[rid] = gc[pos] * rate
 
     def _fill_alone(self, comp: _Comp) -> None:
-        """`_fill` for a component of one group: its rate is its bound (same floats as `_fill`,
-        without its per-group lists, for the common case of groups that share nothing)."""
+        """`_fill` for a component of one group: its rate is its bound, the lowest of its cap
+        and its resources' capacity / coef (min is exact: the same floats as `_fill`'s loop,
+        computed by map and min over the group's resources, all private, in order)."""
         g = comp.groups[0]
-        gc, private = g.coefs, comp.private[0]
+        gc = g.coefs
         if g.bound_comp is not comp:
-            cap = self.capacity
-            bound = g.cap
-            for rid, pos in private:
-                c = gc[pos]
-                if c > 0:
-                    lvl = cap[rid] / c
-                    if lvl < bound:
-                        bound = lvl
+            if gc and min(gc) > 0:
+                bound = min(g.cap, min(map(_truediv, g.caps, gc)))
+            else:  # no resource, or a coef of 0 (its resource is left free: skip it)
+                bound = min([g.cap] + [c / k for c, k in zip(g.caps, gc) if k > 0])
             g.bound, g.bound_comp = bound, comp
         elif g.bound == g.rate:
             return  # same rate, same coefs: same loads
         g.rate = rate = g.bound
-        load = self.load
-        for rid, pos in private:
-            load[rid] = gc[pos] * rate
+        self.load.update(zip(g.rids, map(_mul, gc, repeat(rate))))
 
     def _fill_shared(self, comp: _Comp) -> None:
         """The heap part of `_fill`, for a component whose groups share resources."""
