@@ -165,7 +165,7 @@ class DmaSystem:
         self.env.timeout(self._host_ps).callbacks.append(lambda _ev: self.fluid.start(flow))
 
     def _plan(self, ins: DmaCopy, core: int) -> tuple:
-        """(work W, uses) of the copy's flow on `core`, cached per distinct copy and core."""
+        """(work W, uses, costs) of the copy on `core`, cached per distinct copy and core."""
         src, dst = ins.src, ins.dst
         d = self.cfg.core.dma
         pieces = cut(src, dst, ins.transpose, d, self.cfg.core.sbuf.partitions)
