@@ -56,7 +56,7 @@ class Flow:
     finite cap or a resource with a positive coef); `on_done(flow)` is called at completion.
     """
 
-    __slots__ = ("key", "work", "uses", "cap", "on_done", "data", "target", "group")
+    __slots__ = ("key", "work", "uses", "cap", "on_done", "data", "target", "group", "coefs")
 
     def __init__(self, key: tuple, work: float, uses: tuple[tuple[int, float], ...],
                  cap: float, on_done: Callable[[Flow], None], data=None):
@@ -68,6 +68,7 @@ class Flow:
         self.data = data
         self.target = 0.0  # the group's progress at which this flow is done
         self.group: _Group | None = None
+        self.coefs: tuple[float, ...] = ()  # its coefs, in its group's rids order, once started
 
     @property
     def rate(self) -> float:
@@ -178,7 +179,7 @@ class FluidModel:
         self._gseq = 0  # groups created so far
         self._topo = 0  # bumped when a group is created or removed: cached components go stale
         self._new: list[Flow] = []
-        self._sigs: dict[tuple, tuple[tuple, tuple[float, ...]]] = {}
+        self._sigs: dict[int, tuple] = {}  # id(uses) -> (uses, group key, coefs)
         self._gen = 0
         self._armed = -1  # the ps of the live timeout (-1: none)
         self._pending = False
@@ -277,6 +278,7 @@ class FluidModel:
         else:
             g.rebase(now)
         g.coefs = list(map(_add, g.coefs, cs))
+        f.coefs = cs
         g.bound_comp = None
         f.group = g
         f.target = g.base + f.work
@@ -285,17 +287,19 @@ class FluidModel:
         return g
 
     def _sig(self, f: Flow) -> tuple[tuple, tuple[float, ...]]:
-        """(group key, coefs) of a flow, cached per (uses, cap): flows of one copy share them."""
-        key = (f.uses, f.cap)
-        hit = self._sigs.get(key)
-        if hit is None:
-            hit = self._sigs[key] = ((tuple([r for r, _ in f.uses]), f.cap),
-                                     tuple([c for _, c in f.uses]))
-        return hit
+        """(group key, coefs) of a flow, cached per `uses` object (callers share one per
+        distinct copy; keyed by identity, as hashing the tuple of floats costs more than
+        splitting it; the cache entry keeps `uses` alive so its id is not reused)."""
+        uses = f.uses
+        hit = self._sigs.get(id(uses))
+        if hit is None or hit[0] is not uses or hit[1][1] != f.cap:
+            hit = self._sigs[id(uses)] = (uses, (tuple([r for r, _ in uses]), f.cap),
+                                          tuple([c for _, c in uses]))
+        return hit[1], hit[2]
 
     def _leave(self, f: Flow) -> None:
         g = f.group
-        g.coefs = list(map(_sub, g.coefs, self._sig(f)[1]))
+        g.coefs = list(map(_sub, g.coefs, f.coefs))
         g.bound_comp = None
         f.group = None
         f.target = -1.0
