@@ -90,7 +90,7 @@ class _Group:
     """
 
     __slots__ = ("sig", "rids", "cap", "coefs", "members", "base", "t_base", "rate", "version",
-                 "order", "comp", "topo", "bound", "bound_comp", "caps")
+                 "order", "comp", "topo", "bound", "bound_comp", "caps", "alone_coefs")
 
     def __init__(self, sig: tuple, cap: float, now: int, order: int, caps: tuple[float, ...]):
         self.sig = sig
@@ -108,6 +108,7 @@ class _Group:
         self.topo = -1
         self.bound = math.inf
         self.bound_comp: _Comp | None = None
+        self.alone_coefs: list[float] | None = None  # the coefs `bound` is for, when alone
 
     def rebase(self, now: int) -> None:
         self.base += self.rate * (now - self.t_base)
@@ -167,7 +168,7 @@ class FluidModel:
         self.load: dict[int, float] = {}
         """Resource id -> units per ps in use at the current rates (only resources in use)."""
         self.on_change: Callable[[], None] | None = None
-        """Called after every recomputation of rates (e.g. to sample resource loads)."""
+        """Called after a recomputation of rates that wrote some load (e.g. to sample them)."""
         self.updates = 0
         """How many times rates were recomputed (for benchmarks)."""
         self.count = 0
@@ -179,6 +180,7 @@ class FluidModel:
         self._gseq = 0  # groups created so far
         self._topo = 0  # bumped when a group is created or removed: cached components go stale
         self._new: list[Flow] = []
+        self._loaded = False  # a load was written since on_change was last called
         self._sigs: dict[int, tuple] = {}  # id(uses) -> (uses, group key, coefs)
         self._gen = 0
         self._armed = -1  # the ps of the live timeout (-1: none)
@@ -256,7 +258,8 @@ class FluidModel:
         elif self._armed >= 0:
             self._gen += 1  # nothing left to finish: the live timeout is void
             self._armed = -1
-        if dirty and self.on_change is not None:
+        if self._loaded and self.on_change is not None:
+            self._loaded = False
             self.on_change()
 
     def _join(self, f: Flow, now: int) -> _Group:
@@ -352,6 +355,7 @@ class FluidModel:
                 else:
                     del users[r]
                     load.pop(r, None)
+                    self._loaded = True
             if linked:  # its component splits or shrinks: cached ones go stale
                 self._topo += 1
         if not seeds:
@@ -411,7 +415,7 @@ class FluidModel:
                     lvl = cap[rid] / c
                     if lvl < bound:
                         bound = lvl
-            g.bound, g.bound_comp = bound, comp
+            g.bound, g.bound_comp, g.alone_coefs = bound, comp, None
             fresh.append(True)
         if not users:  # one group: its bound is its rate
             g = groups[0]
@@ -424,6 +428,7 @@ class FluidModel:
                 gc = g.coefs
                 for rid, pos in comp.private[i]:
                     load[rid] = gc[pos] * rate
+                self._loaded = True
 
     def _fill_alone(self, comp: _Comp) -> None:
         """`_fill` for a component of one group: its rate is its bound, the lowest of its cap
@@ -431,16 +436,18 @@ class FluidModel:
         computed by map and min over the group's resources, all private, in order)."""
         g = comp.groups[0]
         gc = g.coefs
-        if g.bound_comp is not comp:
+        if g.bound_comp is not comp and gc != g.alone_coefs:
             if gc and min(gc) > 0:
                 bound = min(g.cap, min(map(_truediv, g.caps, gc)))
             else:  # no resource, or a coef of 0 (its resource is left free: skip it)
                 bound = min([g.cap] + [c / k for c, k in zip(g.caps, gc) if k > 0])
-            g.bound, g.bound_comp = bound, comp
+            g.bound, g.alone_coefs = bound, gc
         elif g.bound == g.rate:
             return  # same rate, same coefs: same loads
+        g.bound_comp = comp
         g.rate = rate = g.bound
         self.load.update(zip(g.rids, map(_mul, gc, repeat(rate))))
+        self._loaded = True
 
     def _fill_shared(self, comp: _Comp) -> None:
         """The heap part of `_fill`, for a component whose groups share resources."""
@@ -483,3 +490,4 @@ class FluidModel:
                             lvl = (cap[r] - used[r]) / left if left > 0 else math.inf
                             heapq.heappush(heap, (max(level, lvl), r, v))
         load.update(used)
+        self._loaded = True
