@@ -366,7 +366,7 @@ class FluidModel:
         for s in seeds:
             if s in done or not s.members:  # not s.members: removed after it was seeded
                 continue
-            component = self._component(s)
+            component = s.comp if s.topo == self._topo else self._component(s)
             if not component.users:  # a group alone (the usual case): no heap, no lists
                 old_rate = s.rate
                 s.rebase(now)
