@@ -6,6 +6,8 @@ semaphores, compute values, advance the clock, record spans and signal.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import simpy
 
@@ -41,15 +43,6 @@ class NeuronCore:
             else:
                 procs.append(env.process(self._engine_queue(launch, track, issues)))
         return env.all_of(procs)
-
-    def _wait(self, launch: Launch, track: str, issue: Issue):
-        """Yield for each of the issue's semaphore waits that is not yet met."""
-        sems = launch.sems
-        for s, v in issue.waits:
-            if sems.values[s] < v:
-                launch.blocked[track] = (s, v)
-                yield sems.wait(s, v)
-                del launch.blocked[track]
 
     def _engine_queue(self, launch: Launch, track: str, issues: list[Issue]):
         """Run one engine's instructions in order.
@@ -103,28 +96,34 @@ class NeuronCore:
             i = j
 
     def _dma_queue(self, launch: Launch, track: str, issues: list[Issue]):
-        """Issue transfers in order; each signals its semaphores when it completes."""
+        """Issue transfers in order; each signals its semaphores when it completes.
+
+        The semaphore waits are inlined (no sub-generator per issue), and the completion
+        callbacks are partials of one function (no closure per transfer)."""
         queue = dma_queue(track)
         done = self.env.event()
-        state = {"left": len(issues)}
+        sems, kernel, core, submit = launch.sems, launch.kernel, self.index, self.dma.submit
+        values, blocked = sems.values, launch.blocked
+        left = [len(issues)]
 
-        def finished(issue: Issue):
-            def cb():
-                for s, n in issue.signals:
-                    launch.sems.signal(s, n)
-                state["left"] -= 1
-                if state["left"] == 0:
-                    done.succeed()
-            return cb
+        def finished(issue: Issue) -> None:
+            for s, n in issue.signals:
+                sems.signal(s, n)
+            left[0] -= 1
+            if left[0] == 0:
+                done.succeed()
 
         for it in issues:
-            if it.waits:
-                yield from self._wait(launch, track, it)
-            self.dma.submit(self.index, queue, it.ins, launch.kernel, finished(it), it.index)
-        if state["left"]:
-            launch.blocked[track] = None  # waiting for its own transfers
+            for s, v in it.waits:
+                if values[s] < v:
+                    blocked[track] = (s, v)
+                    yield sems.wait(s, v)
+                    del blocked[track]
+            submit(core, queue, it.ins, kernel, partial(finished, it), it.index)
+        if left[0]:
+            blocked[track] = None  # waiting for its own transfers
             yield done
-            launch.blocked.pop(track, None)
+            blocked.pop(track, None)
 
 
 def deadlock_error(launches: list[Launch], extra: list[str] = ()) -> DeadlockError:

@@ -23,7 +23,9 @@ are batched into one update.
 An update recomputes only the connected components (groups linked through shared resources) of
 the groups that changed. Groups are created and removed far less often than flows start and end
 (a group lives as long as any flow with its resources is in progress), so each group caches its
-component until the next creation or removal of a group anywhere. Within a component, groups
+component until the next creation or removal of a group that shares a resource with another
+(a group alone in its component links or splits nothing). A group alone is filled without the
+heap: its rate is its bound. Within a component, groups
 are filled in creation order, so the float sums (and so the rates) do not depend on which change
 triggered the update.
 """
@@ -33,6 +35,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from itertools import repeat
+from operator import add as _add
+from operator import mul as _mul
+from operator import sub as _sub
+from operator import truediv as _truediv
 
 import simpy
 
@@ -49,7 +56,7 @@ class Flow:
     finite cap or a resource with a positive coef); `on_done(flow)` is called at completion.
     """
 
-    __slots__ = ("key", "work", "uses", "cap", "on_done", "data", "target", "group")
+    __slots__ = ("key", "work", "uses", "cap", "on_done", "data", "target", "group", "coefs")
 
     def __init__(self, key: tuple, work: float, uses: tuple[tuple[int, float], ...],
                  cap: float, on_done: Callable[[Flow], None], data=None):
@@ -61,6 +68,7 @@ class Flow:
         self.data = data
         self.target = 0.0  # the group's progress at which this flow is done
         self.group: _Group | None = None
+        self.coefs: tuple[float, ...] = ()  # its coefs, in its group's rids order, once started
 
     @property
     def rate(self) -> float:
@@ -82,11 +90,12 @@ class _Group:
     """
 
     __slots__ = ("sig", "rids", "cap", "coefs", "members", "base", "t_base", "rate", "version",
-                 "order", "comp", "topo", "bound", "bound_comp")
+                 "order", "comp", "topo", "bound", "bound_comp", "caps", "alone_coefs")
 
-    def __init__(self, sig: tuple, cap: float, now: int, order: int):
+    def __init__(self, sig: tuple, cap: float, now: int, order: int, caps: tuple[float, ...]):
         self.sig = sig
         self.rids: tuple[int, ...] = sig[0]
+        self.caps = caps  # its resources' capacities, in rids order
         self.cap = cap
         self.coefs = [0.0] * len(self.rids)
         self.members: list[tuple[float, Flow]] = []  # heap of (target progress, flow)
@@ -99,6 +108,7 @@ class _Group:
         self.topo = -1
         self.bound = math.inf
         self.bound_comp: _Comp | None = None
+        self.alone_coefs: list[float] | None = None  # the coefs `bound` is for, when alone
 
     def rebase(self, now: int) -> None:
         self.base += self.rate * (now - self.t_base)
@@ -107,6 +117,10 @@ class _Group:
     def head_finish(self) -> float:
         """When the first member finishes at the current rate, in (fractional) ps."""
         return self.t_base + (self.members[0][0] - self.base) / self.rate
+
+
+def _key(f: Flow) -> tuple:
+    return f.key
 
 
 def _order(g: _Group) -> int:
@@ -154,7 +168,7 @@ class FluidModel:
         self.load: dict[int, float] = {}
         """Resource id -> units per ps in use at the current rates (only resources in use)."""
         self.on_change: Callable[[], None] | None = None
-        """Called after every recomputation of rates (e.g. to sample resource loads)."""
+        """Called after a recomputation of rates that wrote some load (e.g. to sample them)."""
         self.updates = 0
         """How many times rates were recomputed (for benchmarks)."""
         self.count = 0
@@ -166,6 +180,8 @@ class FluidModel:
         self._gseq = 0  # groups created so far
         self._topo = 0  # bumped when a group is created or removed: cached components go stale
         self._new: list[Flow] = []
+        self._loaded = False  # a load was written since on_change was last called
+        self._sigs: dict[int, tuple] = {}  # id(uses) -> (uses, group key, coefs)
         self._gen = 0
         self._armed = -1  # the ps of the live timeout (-1: none)
         self._pending = False
@@ -215,7 +231,8 @@ class FluidModel:
             while g.members and g.head_finish() <= now + _DONE_PS:
                 done.append(heapq.heappop(g.members)[1])
         if done:
-            done.sort(key=lambda f: f.key)
+            if len(done) > 1:
+                done.sort(key=_key)
             for f in done:
                 self._leave(f)
             self._updating = True
@@ -241,18 +258,21 @@ class FluidModel:
         elif self._armed >= 0:
             self._gen += 1  # nothing left to finish: the live timeout is void
             self._armed = -1
-        if dirty and self.on_change is not None:
+        if self._loaded and self.on_change is not None:
+            self._loaded = False
             self.on_change()
 
     def _join(self, f: Flow, now: int) -> _Group:
-        uses = f.uses
-        sig = (tuple([r for r, _ in uses]), f.cap)
+        sig, cs = self._sig(f)
         g = self._groups.get(sig)
         if g is None:
-            g = self._groups[sig] = _Group(sig, f.cap, now, self._gseq)
+            capacity = self.capacity
+            g = self._groups[sig] = _Group(sig, f.cap, now, self._gseq,
+                                           tuple([capacity[r] for r in sig[0]]))
             self._gseq += 1
-            self._topo += 1
             users = self._users
+            if any(r in users for r in g.rids):
+                self._topo += 1  # it links components: their cached ones go stale
             for r in g.rids:
                 if r in users:
                     users[r][g] = None
@@ -260,7 +280,8 @@ class FluidModel:
                     users[r] = {g: None}
         else:
             g.rebase(now)
-        g.coefs = [a + c for a, (_, c) in zip(g.coefs, uses)]
+        g.coefs = list(map(_add, g.coefs, cs))
+        f.coefs = cs
         g.bound_comp = None
         f.group = g
         f.target = g.base + f.work
@@ -268,9 +289,20 @@ class FluidModel:
         self.count += 1
         return g
 
+    def _sig(self, f: Flow) -> tuple[tuple, tuple[float, ...]]:
+        """(group key, coefs) of a flow, cached per `uses` object (callers share one per
+        distinct copy; keyed by identity, as hashing the tuple of floats costs more than
+        splitting it; the cache entry keeps `uses` alive so its id is not reused)."""
+        uses = f.uses
+        hit = self._sigs.get(id(uses))
+        if hit is None or hit[0] is not uses or hit[1][1] != f.cap:
+            hit = self._sigs[id(uses)] = (uses, (tuple([r for r, _ in uses]), f.cap),
+                                          tuple([c for _, c in uses]))
+        return hit[1], hit[2]
+
     def _leave(self, f: Flow) -> None:
         g = f.group
-        g.coefs = [a - c for a, (_, c) in zip(g.coefs, f.uses)]
+        g.coefs = list(map(_sub, g.coefs, f.coefs))
         g.bound_comp = None
         f.group = None
         f.target = -1.0
@@ -310,18 +342,22 @@ class FluidModel:
                 continue
             # empty: forget it; its resources' other users are what changed
             del self._groups[g.sig]
-            self._topo += 1
             g.version += 1
             g.comp = None
+            linked = False
             for r in g.rids:
                 others = users[r]
                 del others[g]
                 if others:
+                    linked = True
                     for k in others:
                         seeds[k] = None
                 else:
                     del users[r]
                     load.pop(r, None)
+                    self._loaded = True
+            if linked:  # its component splits or shrinks: cached ones go stale
+                self._topo += 1
         if not seeds:
             return
         self.updates += 1
@@ -330,7 +366,16 @@ class FluidModel:
         for s in seeds:
             if s in done or not s.members:  # not s.members: removed after it was seeded
                 continue
-            component = self._component(s)
+            component = s.comp if s.topo == self._topo else self._component(s)
+            if not component.users:  # a group alone (the usual case): no heap, no lists
+                old_rate = s.rate
+                s.rebase(now)
+                self._fill_alone(component)
+                if (old_rate != s.rate or s in dirty) and s.rate > 0:
+                    s.version += 1
+                    self._tseq += 1
+                    heapq.heappush(timers, (s.head_finish(), self._tseq, s.version, s))
+                continue
             comp = component.groups
             done.update(comp)
             old = [g.rate for g in comp]
@@ -370,7 +415,7 @@ class FluidModel:
                     lvl = cap[rid] / c
                     if lvl < bound:
                         bound = lvl
-            g.bound, g.bound_comp = bound, comp
+            g.bound, g.bound_comp, g.alone_coefs = bound, comp, None
             fresh.append(True)
         if not users:  # one group: its bound is its rate
             g = groups[0]
@@ -383,6 +428,26 @@ class FluidModel:
                 gc = g.coefs
                 for rid, pos in comp.private[i]:
                     load[rid] = gc[pos] * rate
+                self._loaded = True
+
+    def _fill_alone(self, comp: _Comp) -> None:
+        """`_fill` for a component of one group: its rate is its bound, the lowest of its cap
+        and its resources' capacity / coef (min is exact: the same floats as `_fill`'s loop,
+        computed by map and min over the group's resources, all private, in order)."""
+        g = comp.groups[0]
+        gc = g.coefs
+        if g.bound_comp is not comp and gc != g.alone_coefs:
+            if gc and min(gc) > 0:
+                bound = min(g.cap, min(map(_truediv, g.caps, gc)))
+            else:  # no resource, or a coef of 0 (its resource is left free: skip it)
+                bound = min([g.cap] + [c / k for c, k in zip(g.caps, gc) if k > 0])
+            g.bound, g.alone_coefs = bound, gc
+        elif g.bound == g.rate:
+            return  # same rate, same coefs: same loads
+        g.bound_comp = comp
+        g.rate = rate = g.bound
+        self.load.update(zip(g.rids, map(_mul, gc, repeat(rate))))
+        self._loaded = True
 
     def _fill_shared(self, comp: _Comp) -> None:
         """The heap part of `_fill`, for a component whose groups share resources."""
@@ -425,3 +490,4 @@ class FluidModel:
                             lvl = (cap[r] - used[r]) / left if left > 0 else math.inf
                             heapq.heappush(heap, (max(level, lvl), r, v))
         load.update(used)
+        self._loaded = True

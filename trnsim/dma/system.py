@@ -63,26 +63,28 @@ class _Transfer:
     """One submitted copy: its endpoints, its flow, its queue, and who to tell."""
 
     __slots__ = ("core", "queue", "ins", "index", "kernel", "on_done", "start", "src", "dst",
-                 "transpose", "ready", "lane", "flow")
+                 "transpose", "ready", "lane", "flow", "costs")
 
     def __init__(self, core, queue, ins, index, kernel, on_done, start, src, dst, transpose,
-                 lane):
+                 lane, costs):
         self.core, self.queue, self.ins, self.index, self.kernel = core, queue, ins, index, kernel
         self.on_done, self.start = on_done, start
         self.src, self.dst, self.transpose = src, dst, transpose
         self.ready = False
         self.lane: _Lane | None = lane
         self.flow: Flow | None = None
+        self.costs: tuple[int, int, int, str] = costs  # see DmaSystem._costs
 
 
 class _Lane:
     """One queue of one core: transfers waiting in FIFO order, at most one moving data."""
 
-    __slots__ = ("waiting", "busy")
+    __slots__ = ("waiting", "busy", "track")
 
-    def __init__(self):
+    def __init__(self, queue: int):
         self.waiting: deque[_Transfer] = deque()
         self.busy = False
+        self.track = dma_track(queue)
 
 
 class DmaSystem:
@@ -106,7 +108,7 @@ class DmaSystem:
         self._host_bpps = cfg.host_link.bandwidth / PS_PER_S
         self._host_ps = seconds_to_ps(cfg.host_link.latency)
         self._lanes: dict[tuple[int, int], _Lane] = {}
-        self._plans: dict[tuple, tuple[float, tuple[tuple[int, float], ...]]] = {}
+        self._plans: dict[tuple, tuple] = {}  # (src, dst, transpose, core) -> (work, uses, costs)
         self._seq = 0
         self._last_rate = [0.0] * cfg.hbm.stacks  # bytes/s each stack was last recorded at
         self._last_load = [0.0] * cfg.hbm.stacks  # its fluid load (bytes/ps) then
@@ -139,13 +141,13 @@ class DmaSystem:
             plan = self._plan(ins, core)
         lane = self._lanes.get((core, queue))
         if lane is None:
-            lane = self._lanes[(core, queue)] = _Lane()
+            lane = self._lanes[(core, queue)] = _Lane(queue)
         t = _Transfer(core, queue, ins, ins.index if index is None else index, kernel, on_done,
-                      self.env.now, src, dst, ins.transpose, lane)
+                      self.env.now, src, dst, ins.transpose, lane, plan[2])
         t.flow = Flow((core, queue, self._seq), plan[0], plan[1], math.inf, self._data_done, t)
         self._seq += 1
         lane.waiting.append(t)
-        self.env.timeout(self._fixed_ps).callbacks.append(lambda _ev: self._ready(t))
+        self.env.timeout(self._fixed_ps, t).callbacks.append(self._ready)
 
     def submit_host(self, core: int, src: Ref, dst: Ref, on_done: Callable[[], None]) -> None:
         """Copy between host memory and HBM over the host link, for `core`'s stream.
@@ -154,15 +156,16 @@ class DmaSystem:
         with concurrent host copies) and the HBM stack's.
         """
         check_host_copy(src, dst)
-        t = _Transfer(core, -1, None, -1, "", on_done, self.env.now, src, dst, False, None)
+        t = _Transfer(core, -1, None, -1, "", on_done, self.env.now, src, dst, False, None,
+                      self._costs(src, dst))
         work = max(max(src.nbytes, dst.nbytes) / self._host_bpps, 1e-9)
         uses = ((self._host_rid, 1.0),) + self._hbm_uses(src, dst, src.nbytes, dst.nbytes, work)
         flow = t.flow = Flow((core, -1, self._seq), work, uses, math.inf, self._data_done, t)
         self._seq += 1
         self.env.timeout(self._host_ps).callbacks.append(lambda _ev: self.fluid.start(flow))
 
-    def _plan(self, ins: DmaCopy, core: int) -> tuple[float, tuple[tuple[int, float], ...]]:
-        """(work W, uses) of the copy's flow on `core`, cached per distinct copy and core."""
+    def _plan(self, ins: DmaCopy, core: int) -> tuple:
+        """(work W, uses, costs) of the copy on `core`, cached per distinct copy and core."""
         src, dst = ins.src, ins.dst
         d = self.cfg.core.dma
         pieces = cut(src, dst, ins.transpose, d, self.cfg.core.sbuf.partitions)
@@ -176,8 +179,15 @@ class DmaSystem:
         uses = tuple((base + p.engine, w / work) for p, w in zip(pieces, works))
         uses += self._hbm_uses(src, dst, sum(p.src_bytes for p in pieces),
                                sum(p.dst_bytes for p in pieces), work)
-        plan = self._plans[(src, dst, ins.transpose, core)] = (work, uses)
+        plan = self._plans[(src, dst, ins.transpose, core)] = (work, uses, self._costs(src, dst))
         return plan
+
+    @staticmethod
+    def _costs(src: Ref, dst: Ref) -> tuple[int, int, int, str]:
+        """(HBM bytes read, HBM bytes written, span bytes, span dtype) of a copy, reckoned once
+        per distinct copy: `_finish` records them for every transfer."""
+        return (src.nbytes if src.memory == "hbm" else 0, dst.nbytes if dst.memory == "hbm" else 0,
+                max(src.nbytes, dst.nbytes), dst.dtype.name)
 
     def _hbm_uses(self, src: Ref, dst: Ref, src_bytes: int, dst_bytes: int,
                   work: float) -> tuple[tuple[int, float], ...]:
@@ -191,7 +201,8 @@ class DmaSystem:
 
     # -- progress ------------------------------------------------------------------------------
 
-    def _ready(self, t: _Transfer) -> None:
+    def _ready(self, ev: simpy.Timeout) -> None:
+        t = ev.value  # the transfer whose fixed cost is paid
         t.ready = True
         self._kick(t.lane)
 
@@ -211,7 +222,7 @@ class DmaSystem:
         self._finish(t)
 
     def _finish(self, t: _Transfer) -> None:
-        src, dst, now = t.src, t.dst, self.env.now
+        src, dst = t.src, t.dst
         if src.buf.array is not None and dst.buf.array is not None:
             v = src.read()
             if t.transpose:
@@ -219,12 +230,11 @@ class DmaSystem:
             elif src.dtype.name != dst.dtype.name:
                 v = v.astype(np.float32)  # DMA casts src -> fp32 -> dst
             dst.write(v)
-        self.rec.hbm_traffic(read=src.nbytes if src.memory == "hbm" else 0,
-                             written=dst.nbytes if dst.memory == "hbm" else 0)
+        read, written, nbytes, dtype = t.costs
+        self.rec.hbm_traffic(read, written)
         if t.ins is not None:
-            self.rec.add_span(Span(t.core, dma_track(t.queue), "dma_copy", t.start, now,
-                                   max(src.nbytes, dst.nbytes), 0, t.index, t.kernel,
-                                   dst.dtype.name))
+            self.rec.add_span(Span(t.core, t.lane.track, "dma_copy", t.start, self.env.now,
+                                   nbytes, 0, t.index, t.kernel, dtype))
         t.on_done()
 
     def _sample(self) -> None:
