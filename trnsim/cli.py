@@ -21,6 +21,7 @@ from trnsim.report.profile import write_profile
 from trnsim.report.summary import format_comparison, format_summary
 from trnsim.runtime.session import check_program, run_program, save_outputs
 from trnsim.trace import load as load_trace
+from trnsim.trace.params import parse_param_args
 from trnsim.units import fmt_bytes, fmt_flops, fmt_hz, fmt_rate, fmt_time_ns
 
 chip_option = click.option(
@@ -31,6 +32,15 @@ set_option = click.option(
     "--set", "overrides", metavar="KEY=VALUE", multiple=True,
     help="Override one chip config key, with its unit (repeatable), e.g. "
          "--set core.sbuf.partition_bytes=448KiB --set hbm.bandwidth=4TB/s.")
+
+param_option = click.option(
+    "--param", "params", metavar="NAME=VALUE", multiple=True,
+    help="Set one of the trace's params: (repeatable), e.g. --param batch=64 --param seq=512.")
+
+
+def _load_trace(trace_file: str, params: tuple[str, ...]):
+    """The trace at `trace_file`, with `--param`s set."""
+    return load_trace(trace_file, parse_param_args(params))
 
 
 class _Group(click.Group):
@@ -94,6 +104,7 @@ def _progress(quiet: bool):
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @chip_option
 @set_option
+@param_option
 @mode_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--perfetto", "perfetto_file", metavar="FILE", default=None,
@@ -105,8 +116,8 @@ def _progress(quiet: bool):
 @click.option("--out-dir", metavar="DIR", default=None,
               help="Save the trace's `outputs:` (all HBM tensors if none) as DIR/<name>.npy.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (and --json).")
-def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file, check, out_dir,
-        quiet) -> None:
+def run(trace_file, chip, overrides, params, mode, as_json, perfetto_file, profile_file, check,
+        out_dir, quiet) -> None:
     """Simulate TRACE (a trace YAML file) and report time, engine utilization, DMA and HBM
     traffic, FLOP/s against the chip's peak, and memory high-water marks.
 
@@ -116,8 +127,9 @@ def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file,
       trnsim run traces/gemm_double_buffered.yaml --chip trn3 --set hbm.bandwidth=6TB/s
       trnsim run traces/llama70b_layer_timing.yaml --json > summary.json
       trnsim run traces/softmax_rows.yaml --perfetto timeline.json --profile instrs.csv
+      trnsim run traces/weight_stream.yaml --param batch=32
     """
-    program = load_trace(trace_file)
+    program = _load_trace(trace_file, params)
     cfg = _chip_for(program, chip, overrides)
     if out_dir and (mode or program.mode) == "timing":
         raise TrnsimError(f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
@@ -146,15 +158,17 @@ def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file,
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @chip_option
 @set_option
-def validate(trace_file, chip, overrides) -> None:
+@param_option
+def validate(trace_file, chip, overrides, params) -> None:
     """Load and check TRACE without simulating it: the YAML, every key, operand and semaphore,
     and (against the chip) every instruction's shapes, memories and limits.
 
     \b
     Example:
       trnsim validate traces/two_streams.yaml --chip trn3
+      trnsim validate traces/weight_stream.yaml --param tiles=64
     """
-    program = load_trace(trace_file)
+    program = _load_trace(trace_file, params)
     cfg = _chip_for(program, chip, overrides)
     n = check_program(program, cfg)
     click.echo(f"{trace_file}: ok on {cfg.name}: kernels {len(program.kernels)}, instructions "
@@ -166,16 +180,17 @@ def validate(trace_file, chip, overrides) -> None:
 @click.option("--chip", "chips", metavar="NAME|PATH", multiple=True, required=True,
               help="A chip to run on (repeat: --chip trn2 --chip trn3).")
 @set_option
+@param_option
 @mode_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
-def compare(trace_file, chips, overrides, mode, as_json) -> None:
+def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
     """Run TRACE on several chips and show the results side by side, with ratios to the first.
 
     \b
     Example:
       trnsim compare traces/gemm_double_buffered.yaml --chip trn2 --chip trn3
     """
-    program = load_trace(trace_file)
+    program = _load_trace(trace_file, params)
     results = [run_program(program, load_chip(c, overrides), mode).summary for c in chips]
     if as_json:
         click.echo(json.dumps({s["chip"]: s for s in results}, indent=2))
