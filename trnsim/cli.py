@@ -209,7 +209,7 @@ def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
                 type=click.Path(dir_okay=False))
 @click.option("--chip", "chips", metavar="NAME|PATH", multiple=True,
               help="A chip to run every point on (repeat: --chip trn2 --chip trn3). Default: "
-                   "each trace's own chip:.")
+                   "the chip: each trace names.")
 @click.option("--grid", "grid", metavar="KEY=V1,V2,...", multiple=True,
               help="Sweep a chip config key over values with their units, e.g. --grid "
                    "hbm.bandwidth=1TB/s,2TB/s,4TB/s, or a trace param, e.g. --grid "
@@ -223,7 +223,7 @@ def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
               help="Write the table to FILE: .csv, or .parquet (with pyarrow). If FILE exists "
                    "the sweep resumes: its points without an error are not run again. Without "
                    "--out the table is printed as CSV.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Run the points on N local worker processes (a Dask LocalCluster; needs "
                    "pip install 'trnsim[sweep]'). 1 runs them here, one after another.")
 @click.option("--scheduler", metavar="ADDRESS", default=None,

@@ -305,6 +305,41 @@ def test_resuming_runs_only_the_missing_and_failed_points(tmp_path, monkeypatch)
     assert (done.ran, done.skipped) == (0, 1)
 
 
+def test_an_interrupted_sweep_keeps_the_points_done(tmp_path, monkeypatch):
+    import trnsim.sweep.runner as runner
+
+    calls = []
+
+    def interrupted(*task):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(task)
+        return simulate(*task)
+
+    monkeypatch.setattr(runner, "simulate", interrupted)
+    out = tmp_path / "t.csv"
+    grid = ["hbm.bandwidth=1TB/s,2TB/s,3TB/s,4TB/s"]
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep([GEMM], ["trn2"], grid, mode="timing", out=out)
+    _, rows = table.read(out)
+    assert [r["hbm.bandwidth"] for r in rows] == ["1TB/s", "2TB/s"]
+    monkeypatch.setattr(runner, "simulate", simulate)
+    again = run_sweep([GEMM], ["trn2"], grid, mode="timing", out=out)
+    assert (again.ran, again.skipped) == (2, 2)
+    assert [r["hbm.bandwidth"] for r in table.read(out)[1]] == ["1TB/s", "2TB/s", "3TB/s",
+                                                                 "4TB/s"]
+
+
+def test_a_worker_with_another_trnsim_fails_its_points(monkeypatch):
+    import trnsim.sweep.runner as runner
+
+    monkeypatch.setattr(runner, "simulate", lambda *task: {**simulate(*task), "version": "0.0"})
+    row = run_sweep([GEMM], ["trn2"], mode="timing").rows[0]
+    assert row["error"] == (f"the worker runs trnsim 0.0, this sweep {__version__}; expected "
+                            "the same trnsim on every worker")
+    assert row["device_time_ns"] is None
+
+
 def test_resuming_reads_a_table_cut_short(tmp_path):
     out = tmp_path / "t.csv"
     run_sweep([GEMM], ["trn2"], ["hbm.bandwidth=1TB/s,2TB/s"], mode="timing", out=out)

@@ -102,15 +102,19 @@ def init_files(doc: Any) -> list[str]:
     return sorted(set(out))
 
 
-# -- the worker's side: a private folder per bundle, kept for the life of the process ------------
+# -- the worker's side: a private folder per bundle, kept while the process runs sweeps ----------
 
 _FOLDERS: dict[str, tuple[tempfile.TemporaryDirectory, Path]] = {}
+_KEEP = 8  # folders kept at most (a long-lived worker may see many traces)
 
 
 def _laid_out(bundle: TraceBundle) -> Path:
     """A folder standing for the trace's, with its init files at their relative paths."""
     if bundle.digest in _FOLDERS:
+        _FOLDERS[bundle.digest] = _FOLDERS.pop(bundle.digest)  # the most recently used
         return _FOLDERS[bundle.digest][1]
+    while len(_FOLDERS) >= _KEEP:
+        _FOLDERS.pop(next(iter(_FOLDERS)))[0].cleanup()
     tmp = tempfile.TemporaryDirectory(prefix="trnsim-sweep-")
     ups = max(sum(1 for p in PurePosixPath(n).parts if p == "..") for n, _ in bundle.files)
     folder = Path(tmp.name).joinpath(*["t"] * ups)

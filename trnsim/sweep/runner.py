@@ -152,7 +152,8 @@ class _Point:
     row: dict
     key: tuple
     task: tuple | None = None  # (bundle, params, config, mode) when it runs
-    old: dict | None = field(default=None)
+    old: dict | None = field(default=None)  # its row in the table resumed, when done there
+    done: bool = False  # its row is complete: figures or an error
 
 
 def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
@@ -182,12 +183,13 @@ def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
     cols = table.columns([a.key for a in axes])
     points = _points(list(dict.fromkeys(traces)), list(dict.fromkeys(chips)), axes, fixed, mode)
     result = SweepResult(cols, [], out=str(out) if out else None)
-    others = _resume(out, cols, points, result) if out and Path(out).exists() else []
+    others = _resume(out, cols, points) if out and Path(out).exists() else []
     todo = [p for p in points if p.old is None]
-    failed = [p for p in todo if p.task is None]  # failed before running (bad trace or config)
+    for p in todo:
+        p.done = p.task is None  # failed before running (a bad trace or config)
+    runs = [p for p in todo if p.task is not None]
     total = len(todo)
-    state = {"done": len(failed), "failed": len(failed)}
-    done_rows = [p.row for p in failed]
+    state = {"done": total - len(runs), "failed": total - len(runs)}
 
     def finish(i: int, res: dict) -> None:
         p = runs[i]
@@ -197,6 +199,7 @@ def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
                                              "on every worker"}
         p.row.update(res["figures"] or {})
         p.row["error"] = res["error"]
+        p.done = True
         state["done"] += 1
         state["failed"] += res["error"] is not None
         if out and not table.is_parquet(out):
@@ -204,10 +207,13 @@ def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
         if progress:
             progress(state["done"], total, state["failed"])
 
-    runs = [p for p in todo if p.task is not None]
+    def rows() -> list[dict]:
+        """The table so far: this sweep's rows in grid order (those done), then the others."""
+        return [p.old if p.old is not None else p.row for p in points
+                if p.old is not None or p.done] + others
+
     if out:
-        kept = [p.old for p in points if p.old is not None] + others
-        table.write(out, kept + done_rows, cols)
+        table.write(out, rows(), cols)
     if progress:
         progress(state["done"], total, state["failed"])
     try:
@@ -216,8 +222,8 @@ def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
             _on_dask(tasks, finish, workers, scheduler)
         else:
             _in_process(tasks, finish)
-    finally:
-        result.rows = [p.old if p.old is not None else p.row for p in points] + others
+    finally:  # also when interrupted: the table keeps every point done
+        result.rows = rows()
         if out:
             table.write(out, result.rows, cols)
     result.points = len(points)
@@ -289,7 +295,7 @@ def _key(row: dict, axes: Sequence[Axis]) -> tuple:
             row["trnsim_version"], row["config_hash"])
 
 
-def _resume(out, cols: list[str], points: list[_Point], result: SweepResult) -> list[dict]:
+def _resume(out, cols: list[str], points: list[_Point]) -> list[dict]:
     """Mark the points already in table `out` without an error; return its other rows."""
     old_cols, old_rows = table.read(out)
     if old_cols != cols:
@@ -306,7 +312,8 @@ def _resume(out, cols: list[str], points: list[_Point], result: SweepResult) -> 
     mine = {p.key for p in points}
     for p in points:
         old = by_key.get(p.key)
-        if old is not None and not old.get("error") and p.task is not None:
+        if (old is not None and not old.get("error") and old.get(table.FIGURES[0]) is not None
+                and p.task is not None):
             p.old = {**old, **{c: p.row[c] for c in p.row if c not in table.FIGURES
                                and c != "error"}}
     return [r for k, r in by_key.items() if k not in mine]
