@@ -9,12 +9,16 @@ default: a 256 MiB weight, 2,560 DMA transfers and 2,560 compute instructions, a
 point on a 2-core machine), on trn2 and trn3, at 8 HBM bandwidths and 2 batch sizes: 2 x 8 x 2 =
 32 points. Both runs go through `trnsim.sweep.run_sweep`, as `trnsim sweep --workers N` does;
 the 2-worker time includes starting and stopping the LocalCluster (about 2-4 s: the workers'
-processes import Dask and trnsim). The two tables must be equal row for row.
+processes import Dask and trnsim). The two tables must be equal row for row. The CPU seconds
+(this process and its finished children, the workers) show how many cores the machine gave the
+sweep: other work on the machine shows as fewer than 2 cores busy.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -31,11 +35,19 @@ GRID = ["hbm.bandwidth=0.25TB/s,0.5TB/s,0.75TB/s,1TB/s,1.5TB/s,2TB/s,3TB/s,4TB/s
         "param.batch=8,32"]
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (the LocalCluster's workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def sweep(workers: int, tiles: int):
-    start = time.perf_counter()
+    """(wall seconds, CPU seconds, result) of one sweep."""
+    start, cpu = time.perf_counter(), cpu_seconds()
     result = run_sweep([TRACE], CHIPS, GRID, params=[f"tiles={tiles}"], mode="timing",
                        workers=workers)
-    return time.perf_counter() - start, result
+    return time.perf_counter() - start, cpu_seconds() - cpu, result
 
 
 def main() -> None:
@@ -43,23 +55,27 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the best is reported")
     ap.add_argument("--tiles", type=int, default=512, help="the trace's tiles param (even)")
     args = ap.parse_args()
-    best: dict[int, float] = {}
+    best: dict[int, tuple[float, float]] = {}
     tables = {}
+    load = os.getloadavg()[0]
     for _ in range(args.repeat):
         for workers in (1, 2):
-            seconds, result = sweep(workers, args.tiles)
-            best[workers] = min(best.get(workers, seconds), seconds)
+            seconds, cpu, result = sweep(workers, args.tiles)
+            best[workers] = min(best.get(workers, (seconds, cpu)), (seconds, cpu))
             tables[workers] = result.rows
             if result.failed:
                 errors = {r["error"] for r in result.rows if r["error"]}
                 sys.exit(f"{result.failed} points failed: {sorted(errors)[:3]}")
     assert tables[1] == tables[2], "the 1-worker and 2-worker tables differ"
     points = len(tables[1])
-    one, two = best[1], best[2]
+    (one, one_cpu), (two, two_cpu) = best[1], best[2]
     runs = f" (best of {args.repeat})" if args.repeat > 1 else ""
-    print(f"sweep of {points} points (weight_stream, tiles={args.tiles}, timing mode){runs}")
-    print(f"  1 worker (in process):       {one:6.1f} s  ({one / points:.2f} s a point)")
-    print(f"  2 workers (Dask LocalCluster): {two:6.1f} s  (cluster start and stop included)")
+    print(f"sweep of {points} points (weight_stream, tiles={args.tiles}, timing mode){runs}, "
+          f"{os.cpu_count()} CPUs, load average {load:.1f} before")
+    print(f"  1 worker (in process):         {one:6.1f} s  ({one / points:.2f} s a point; "
+          f"CPU {one_cpu:.1f} s)")
+    print(f"  2 workers (Dask LocalCluster): {two:6.1f} s  (cluster start and stop included; "
+          f"CPU {two_cpu:.1f} s = {two_cpu / two:.2f} cores busy)")
     print(f"  speedup {one / two:.2f}x (target >= 1.6x); tables identical")
 
 

@@ -64,6 +64,8 @@ class TraceBundle:
             found[key] = (str(top.get("chip") or Program.chip), str(top.get("mode") or
                                                                      Program.mode))
             for name in init_files(doc):
+                if Path(name).is_absolute():
+                    continue  # read where it is, by the workers
                 rel = Path(os.path.relpath(base / name, base)).as_posix()
                 if rel not in files:
                     try:
