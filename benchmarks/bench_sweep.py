@@ -11,7 +11,8 @@ point on a 2-core machine), on trn2 and trn3, at 8 HBM bandwidths and 2 batch si
 the 2-worker time includes starting and stopping the LocalCluster (about 2-4 s: the workers'
 processes import Dask and trnsim). The two tables must be equal row for row. The CPU seconds
 (this process and its finished children, the workers) show how many cores the machine gave the
-sweep: other work on the machine shows as fewer than 2 cores busy.
+sweep, and a calibration before and after (two processes against one on plain Python work) how
+much parallelism the machine had to give: other work on it lowers both.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import resource
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +35,29 @@ TRACE = str(ROOT / "traces" / "weight_stream.yaml")
 CHIPS = ["trn2", "trn3"]
 GRID = ["hbm.bandwidth=0.25TB/s,0.5TB/s,0.75TB/s,1TB/s,1.5TB/s,2TB/s,3TB/s,4TB/s",
         "param.batch=8,32"]
+
+
+def _spin(n: int) -> float:
+    start = time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i * i % 7
+    return time.perf_counter() - start
+
+
+def parallelism(n: int = 6_000_000) -> float:
+    """How much faster two processes get a fixed amount of pure-Python work done than one, on
+    this machine now: 2 on two idle cores, about 1 when other work keeps one core busy. The
+    ceiling for the 2-worker speedup."""
+    with ProcessPoolExecutor(2) as pool:
+        pool.submit(_spin, 1000).result()  # the processes are up
+        one = pool.submit(_spin, n).result()
+        start = time.perf_counter()
+        both = [pool.submit(_spin, n) for _ in range(2)]
+        for f in both:
+            f.result()
+        two = time.perf_counter() - start
+    return 2 * one / two
 
 
 def cpu_seconds() -> float:
@@ -58,6 +83,7 @@ def main() -> None:
     best: dict[int, tuple[float, float]] = {}
     tables = {}
     load = os.getloadavg()[0]
+    ceiling = [parallelism()]
     for _ in range(args.repeat):
         for workers in (1, 2):
             seconds, cpu, result = sweep(workers, args.tiles)
@@ -66,6 +92,7 @@ def main() -> None:
             if result.failed:
                 errors = {r["error"] for r in result.rows if r["error"]}
                 sys.exit(f"{result.failed} points failed: {sorted(errors)[:3]}")
+    ceiling.append(parallelism())
     assert tables[1] == tables[2], "the 1-worker and 2-worker tables differ"
     points = len(tables[1])
     (one, one_cpu), (two, two_cpu) = best[1], best[2]
@@ -77,6 +104,8 @@ def main() -> None:
     print(f"  2 workers (Dask LocalCluster): {two:6.1f} s  (cluster start and stop included; "
           f"CPU {two_cpu:.1f} s = {two_cpu / two:.2f} cores busy)")
     print(f"  speedup {one / two:.2f}x (target >= 1.6x); tables identical")
+    print(f"  2 processes vs 1 on plain Python work, before and after: "
+          f"{ceiling[0]:.2f}x, {ceiling[1]:.2f}x (2.00x on two idle cores)")
 
 
 if __name__ == "__main__":
