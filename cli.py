@@ -1,4 +1,4 @@
-from trnsim.cli import main
+from trnsim.cli import entry
 
 if __name__ == "__main__":  # worker processes (trnsim sweep --workers N) import this file again
-    main()
+    entry()

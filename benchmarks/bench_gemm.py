@@ -80,7 +80,7 @@ def main() -> None:
         wall = time.perf_counter() - t0
         s = r.summary
         line = (f"{mode:<11} wall {wall:6.2f} s   simulated {s['device_time_ns'] / 1e3:8.2f} us   "
-                f"{s['peak_fraction']:.1%} of peak   {len(r.device.recorder.spans_raw)} spans")
+                f"{s['peak_fraction']:.1%} of peak   {r.device.recorder.span_count} spans")
         if mode == "functional":
             x = r.tensor("xT").astype(np.float32).T
             w = r.tensor("w").astype(np.float32)

@@ -64,7 +64,7 @@ def measure(n: int, mode: str, free: int, workload: str) -> dict:
     t1 = time.perf_counter()
     result = trace.run(cfg, mode=mode)
     t2 = time.perf_counter()
-    count = len(result.device.recorder.spans_raw)
+    count = result.device.recorder.span_count
     return {"mode": mode, "workload": workload, "instructions": count, "api_s": t1 - t0,
             "run_s": t2 - t1, "instr_per_s": count / (t2 - t1),
             "sim_time_us": result.summary["device_time_ns"] / 1e3}

@@ -80,7 +80,7 @@ def test_readme_trnsim_command_runs(command, in_readme_dir):
 
 REPO_PATH = re.compile(r"`((?:trnsim|tests|traces|configs|docs|benchmarks)/[\w./*<>-]*)`")
 @pytest.mark.parametrize("doc", ["README.md", "docs/model.md", "docs/architecture.md",
-                                 "docs/trace_extensions.md"])
+                                 "docs/trace_extensions.md", "docs/trace_format.md"])
 def test_paths_named_in_docs_exist(doc):
     text = (ROOT / doc).read_text(encoding="utf-8")
     named = REPO_PATH.findall(text)
@@ -88,3 +88,10 @@ def test_paths_named_in_docs_exist(doc):
     missing = [p for p in named
                if not any(ROOT.glob(re.sub(r"<\w+>", "*", p).rstrip("/")))]
     assert not missing, f"{doc} names paths that do not exist: {missing}"
+
+
+def test_docs_do_not_point_outside_the_repository():
+    """A clone has no ../shared: what users need is written in README.md and docs/."""
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        assert "../shared" not in text and "TRACE_FORMAT.md" not in text, doc.name

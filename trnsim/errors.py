@@ -10,7 +10,13 @@ class TraceError(TrnsimError):
 
 
 class SimError(TrnsimError):
-    """An instruction cannot execute (bounds, capacity, shapes, dtypes, limits)."""
+    """An instruction cannot execute (bounds, capacity, shapes, dtypes, limits). `line` is the
+    trace line of the instruction at fault when known (0 otherwise); the planner puts it, with
+    the trace file, at the front of the message."""
+
+    def __init__(self, message: str = "", line: int = 0):
+        super().__init__(message)
+        self.line = line
 
 
 class DeadlockError(SimError):

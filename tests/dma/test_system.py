@@ -21,6 +21,7 @@ from trnsim.isa import Ap, DmaCopy, Engine
 from trnsim.memory.buffer import Buffer, bind
 from trnsim.memory.hbm import Hbm
 from trnsim.report.recorder import Recorder
+from trnsim.report.summary import QueueStats, dma_queue_stats
 from trnsim.units import seconds_to_ps
 
 BF16, FP32 = dtype("bfloat16"), dtype("float32")
@@ -105,8 +106,8 @@ def test_two_transfers_on_one_queue_serialize():
     f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
     (_, _, _, e1), (_, _, _, e2) = s.ends
     assert abs(e1 - (f + d)) <= 1 and abs(e2 - (f + 2 * d)) <= 2
-    st = s.dma.queue_stats()
-    assert st == {(0, 0): {"busy_ps": e2, "bytes": 65536, "transfers": 2}}
+    st = dma_queue_stats(s.rec.spans)
+    assert st == {(0, 0): QueueStats(busy_ps=e2, bytes=65536, transfers=2)}
 
 
 def test_two_queues_share_one_engine():
@@ -121,7 +122,7 @@ def test_two_queues_share_one_engine():
     f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
     assert [e for *_, e in s.ends] == [s.ends[0][3]] * 2
     assert abs(s.ends[0][3] - (f + 2 * d)) <= 2
-    assert [v["busy_ps"] for v in s.dma.queue_stats().values()] == [s.ends[0][3]] * 2
+    assert [v.busy_ps for v in dma_queue_stats(s.rec.spans).values()] == [s.ends[0][3]] * 2
 
 
 def test_transpose_runs_at_its_rate():
@@ -201,7 +202,7 @@ def test_host_copies_share_the_link():
     assert all(abs(e - expect) <= 1 for e in s.ends)
     assert s.rec.hbm_bytes_written == 2 * 2**20
     assert s.rec.spans == []  # host copies are timed by their stream, not on a DMA queue
-    assert s.dma.queue_stats() == {}
+    assert dma_queue_stats(s.rec.spans) == {}
 
 
 # -- streaming rates ---------------------------------------------------------------------------
@@ -273,7 +274,7 @@ def test_deterministic():
     for _ in range(2):
         s = make()
         stream(s, [0, 1, 2], transfers=8, queues=3, stack_of=lambda c: c % 2)
-        runs.append((s.rec.spans_raw, s.rec.hbm_samples, s.dma.queue_stats()))
+        runs.append((s.rec.recorded, s.rec.hbm_samples, dma_queue_stats(s.rec.spans)))
     assert runs[0] == runs[1]
 
 

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from trnsim import trace
 from trnsim.config import load_chip
 from trnsim.errors import TraceError, TrnsimError
-from trnsim.inputs.positions import load_yaml
+from trnsim.inputs.load import load_yaml
 from trnsim.runtime import device as runtime
 from trnsim.runtime import session
 

@@ -77,7 +77,7 @@ def test_names_with_line_breaks_keep_errors_on_one_line(what):
 
 
 YAMLPOS_BUGS = {  # what: (text, the start of the error)
-    # int("9" * 5000) hits Python's 4300-digit limit for int(str): ValueError from yamlpos._plain
+    # int("9" * 5000) hits Python's 4300-digit limit for int(str); ValueError in yaml_events._plain
     "a 5000-digit integer": ("trnsim: 1\ntensors:\n  x: {shape: [" + "9" * 5000 + "], dtype: "
                              "float32}\n", "fuzz.yaml:3: tensors.x.shape[0]: cannot read"),
     # loads() of a str with a lone surrogate: UnicodeEncodeError from yaml's CParser (a file read

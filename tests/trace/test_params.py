@@ -171,3 +171,12 @@ def test_bundled_weight_stream_computes_x_at_w_for_its_params(params):
     assert y.shape == (batch, 512 * tiles)
     np.testing.assert_allclose(y, x @ w, rtol=2.0**-8, atol=1e-3)
     assert r.summary["flops"] == 2 * batch * 512 * 512 * tiles
+
+
+def test_json_traces_take_params_and_report_errors_with_lines():
+    doc = ('{"trnsim": 1, "params": {"n": 256},\n'
+           ' "tensors": {"w": {"shape": [128, "{n}"], "dtype": "float32"}}}\n')
+    assert loads(doc, "t.json").tensors["w"].shape == (128, 256)
+    assert loads(doc, "t.json", params={"n": "64"}).tensors["w"].shape == (128, 64)
+    with pytest.raises(TraceError, match=r"^t.json:2: tensors.w.shape\[1\]: unknown param 'm' "):
+        loads(doc.replace("{n}", "{m}"), "t.json")

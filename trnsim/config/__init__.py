@@ -6,10 +6,12 @@ per-field validation, `ConfigError`), `figures` (`to_dict`, `derived`, `peak_flo
 and `rules` (`load_chip`, and the rules that involve more than one field).
 """
 
-from trnsim.config.rules import (
+from trnsim.config.figures import derived, peak_flops_per_core, to_dict
+from trnsim.config.load import ConfigError, configs_dir, list_chips
+from trnsim.config.rules import load_chip
+from trnsim.config.tree import (
     ChipConfig,
     ChipLinkConfig,
-    ConfigError,
     CoreConfig,
     DmaConfig,
     GpSimdEngineConfig,
@@ -21,13 +23,7 @@ from trnsim.config.rules import (
     ScalarEngineConfig,
     TensorEngineConfig,
     VectorEngineConfig,
-    configs_dir,
-    derived,
-    list_chips,
-    load_chip,
-    peak_flops_per_core,
     q,
-    to_dict,
 )
 
 __all__ = [

@@ -18,7 +18,7 @@ import typing
 from pathlib import Path
 
 from trnsim.errors import TrnsimError
-from trnsim.inputs.positions import load_yaml
+from trnsim.inputs.load import load_yaml
 from trnsim.units import UnitError, expected, parse_quantity
 
 __all__ = ["ConfigError", "Origins", "configs_dir", "list_chips", "resolve", "read_tree",

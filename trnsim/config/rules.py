@@ -1,48 +1,13 @@
 """`load_chip`: read, merge, override and build a chip config, then check the rules that
-involve more than one field (`trnsim.config` re-exports everything public here)."""
+involve more than one field (`trnsim.config` re-exports `load_chip`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
 
-from trnsim.config.figures import derived, peak_flops_per_core, to_dict
-from trnsim.config.load import (
-    ConfigError,
-    Origins,
-    apply_override,
-    build,
-    configs_dir,
-    fail,
-    latest,
-    list_chips,
-    read_tree,
-    resolve,
-)
-from trnsim.config.tree import (
-    ChipConfig,
-    ChipLinkConfig,
-    CoreConfig,
-    DmaConfig,
-    GpSimdEngineConfig,
-    HbmConfig,
-    HostLinkConfig,
-    PeakFlopsConfig,
-    PsumConfig,
-    SbufConfig,
-    ScalarEngineConfig,
-    TensorEngineConfig,
-    VectorEngineConfig,
-    q,
-)
-
-__all__ = [
-    "load_chip", "list_chips", "configs_dir", "ConfigError", "to_dict", "derived",
-    "peak_flops_per_core", "q", "ChipConfig", "CoreConfig", "TensorEngineConfig",
-    "VectorEngineConfig", "ScalarEngineConfig", "GpSimdEngineConfig", "SbufConfig",
-    "PsumConfig", "DmaConfig", "HbmConfig", "HostLinkConfig", "ChipLinkConfig",
-    "PeakFlopsConfig",
-]
+from trnsim.config.load import Origins, apply_override, build, fail, latest, read_tree, resolve
+from trnsim.config.tree import ChipConfig, CoreConfig
 
 
 def load_chip(name_or_path: str, overrides: Sequence[str] = ()) -> ChipConfig:

@@ -25,6 +25,7 @@ from trnsim.isa import Ap, Engine, Instr
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.memory.init import initial_values
 from trnsim.memory.onchip import place_tiles
+from trnsim.report.tracks import dma_track, engine_track
 from trnsim.sync import Semaphores
 from trnsim.trace.program import CoreProgram
 from trnsim.units import cycles_to_ps
@@ -84,44 +85,45 @@ class Planner:
         self.psum_port = simpy.Resource(env, 1) if c.vector_scalar_share_psum else None
 
     def prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
-                rng: np.random.Generator, base_dir: str = ".", source: str = "") -> Launch:
+                rng: np.random.Generator, source: str = "") -> Launch:
         """Place tiles, bind operands, check every instruction and compute its cost.
 
-        Errors name the trace file and line of the instruction when `source` is given."""
+        A SimError is raised here, and only here, as `<source>:<line>: kernel <k>, core <i>:
+        <problem>`, naming the trace file (when `source` is given) and the line of the
+        instruction at fault (the `line` the error carries, when it is about one)."""
         cached = self._plans.get(id(prog))
         if (cached is not None and cached[0] is prog and len(cached[1]) == len(tensors)
                 and all(a is b for a, b in zip(cached[1], tensors.values()))):
-            return self._relaunch(cached[2], prog, rng, base_dir)
+            return self._relaunch(cached[2], prog, rng)
         try:
-            launch = self._prepare(kernel, prog, tensors, rng, base_dir)
+            launch = self._prepare(kernel, prog, tensors, rng)
         except SimError as e:
-            line = getattr(e, "line", 0)
-            where = f"{source}:{line}: " if source and line else f"{source}: " if source else ""
+            where = (f"{source}:{e.line}: " if source and e.line
+                     else f"{source}: " if source else "")
             raise SimError(f"{where}kernel {kernel}, core {self.index}: {e}") from None
         self._plans[id(prog)] = (prog, list(tensors.values()), launch)
         return launch
 
-    def _relaunch(self, plan: Launch, prog: CoreProgram, rng: np.random.Generator,
-                  base_dir: str) -> Launch:
+    def _relaunch(self, plan: Launch, prog: CoreProgram, rng: np.random.Generator) -> Launch:
         """Launch an already prepared kernel again: same tiles and bound instructions (tiles
         get fresh initial values), fresh semaphores. A kernel launched 7 times is bound, checked
         and costed once."""
         if self.functional:
             for t in prog.tiles.values():
                 plan.tiles[t.name].array[...] = initial_values(
-                    t.init, t.shape, t.dtype, rng, base_dir, f"tile {t.name}")
+                    t.init, t.shape, t.dtype, rng, f"tile {t.name}")
         sems = Semaphores(self.env, plan.sems.names)
         return Launch(plan.kernel, self.index, plan.queues, sems, plan.tiles)
 
     def _prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
-                 rng: np.random.Generator, base_dir: str) -> Launch:
+                 rng: np.random.Generator) -> Launch:
         specs = list(prog.tiles.values())
         offsets, _, _ = place_tiles(
             [(t.name, t.memory, t.shape[0], math.prod(t.shape[1:]) * t.dtype.itemsize)
              for t in specs], self.cfg.core)
         tiles = {}
         for t in specs:
-            arr = (initial_values(t.init, t.shape, t.dtype, rng, base_dir, f"tile {t.name}")
+            arr = (initial_values(t.init, t.shape, t.dtype, rng, f"tile {t.name}")
                    if self.functional else None)
             tiles[t.name] = Buffer(t.name, t.memory, t.shape, t.dtype, arr, offsets[t.name],
                                    self.index)
@@ -151,15 +153,12 @@ class Planner:
             if entry is None:
                 try:
                     entry = (len(bound_memo), *self._build(raw, tiles, tensors))
-                except SimError as e:
-                    e.line = raw.line
-                    raise
+                except SimError as e:  # about this instruction: carry its line to prepare
+                    raise SimError(str(e), line=raw.line) from None
                 bound_memo[key] = entry
             kid, ins, track, issue_args = entry
             engine = raw.engine
-            if engine is dma:
-                if ins.index != raw.index:
-                    ins = replace(ins, index=raw.index, line=raw.line)
+            if engine is dma:  # the Issue carries its index: `ins` stays shared
                 dur = 0
             else:
                 before = prev.get(engine)
@@ -182,12 +181,12 @@ class Planner:
         ins = self._bind(raw, tiles, tensors)
         if ins.engine == Engine.DMA:
             self.dma.check(ins, self.index)
-            return ins, f"q{ins.queue}", (ins.OP, None, 0, 0, ins.dst.dtype.name, None)
+            return ins, dma_track(ins.queue), (ins.OP, None, 0, 0, ins.dst.dtype.name, None)
         model = self.models[ins.engine]
         model.check(ins)
         run = model.execute if self.functional else None
-        return ins, ins.engine.label, (ins.OP, run, model.flops(ins), _bytes(ins), _dtype(ins),
-                                       self._port(ins))
+        return ins, engine_track(ins.engine), (ins.OP, run, model.flops(ins), _bytes(ins),
+                                               _dtype(ins), self._port(ins))
 
     def _bind(self, ins: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]) -> Instr:
         changes = {}

@@ -12,8 +12,8 @@ import simpy
 from trnsim.config import ChipConfig
 from trnsim.core.plan import Issue, Launch, Planner
 from trnsim.errors import DeadlockError
-from trnsim.isa import Engine
-from trnsim.report.recorder import Recorder
+from trnsim.report.recorder import Recorder, Span
+from trnsim.report.tracks import dma_queue, is_dma, track_id
 from trnsim.trace.program import CoreProgram
 
 
@@ -27,16 +27,16 @@ class NeuronCore:
         self.planner = Planner(env, index, cfg, dma, functional)
 
     def prepare(self, kernel: str, prog: CoreProgram, tensors: dict, rng: np.random.Generator,
-                base_dir: str = ".", source: str = "") -> Launch:
+                source: str = "") -> Launch:
         """The launch of `prog` on this core, planned (see `Planner.prepare`)."""
-        return self.planner.prepare(kernel, prog, tensors, rng, base_dir, source)
+        return self.planner.prepare(kernel, prog, tensors, rng, source)
 
     def start(self, launch: Launch) -> simpy.Event:
         """Start every queue of the launch; the returned event fires when all have finished."""
         env = self.env
         procs = []
-        for track, issues in sorted(launch.queues.items(), key=lambda kv: _track_order(kv[0])):
-            if track.startswith("q"):
+        for track, issues in sorted(launch.queues.items(), key=lambda kv: track_id(kv[0])):
+            if is_dma(track):
                 procs.append(env.process(self._dma_queue(launch, track, issues)))
             else:
                 procs.append(env.process(self._engine_queue(launch, track, issues)))
@@ -59,7 +59,7 @@ class NeuronCore:
         instants inside a block, so it costs one SimPy timeout however long it is. Values are
         computed, in order, when the block starts."""
         env, sems, core, kernel = self.env, launch.sems, self.index, launch.kernel
-        span = self.recorder.spans_raw.append
+        add_span = self.recorder.add_span
         timeout = env.timeout
         values = sems.values
         n, i = len(issues), 0
@@ -95,8 +95,8 @@ class NeuronCore:
             t = start
             for k in range(i, j):
                 it = issues[k]
-                span((core, track, it.op, t, t + it.dur, it.nbytes, it.flops, it.index, kernel,
-                      it.dtype))
+                add_span(Span(core, track, it.op, t, t + it.dur, it.nbytes, it.flops, it.index,
+                              kernel, it.dtype))
                 t += it.dur
             for s, n_ in it.signals:
                 sems.signal(s, n_)
@@ -104,7 +104,7 @@ class NeuronCore:
 
     def _dma_queue(self, launch: Launch, track: str, issues: list[Issue]):
         """Issue transfers in order; each signals its semaphores when it completes."""
-        queue = int(track[1:])
+        queue = dma_queue(track)
         done = self.env.event()
         state = {"left": len(issues)}
 
@@ -120,7 +120,7 @@ class NeuronCore:
         for it in issues:
             if it.waits:
                 yield from self._wait(launch, track, it)
-            self.dma.submit(self.index, queue, it.ins, launch.kernel, finished(it))
+            self.dma.submit(self.index, queue, it.ins, launch.kernel, finished(it), it.index)
         if state["left"]:
             launch.blocked[track] = None  # waiting for its own transfers
             yield done
@@ -131,18 +131,10 @@ def deadlock_error(launches: list[Launch], extra: list[str] = ()) -> DeadlockErr
     """Describe which queues are stuck on which semaphore, for a run whose event queue ran dry."""
     stuck = []
     for la in launches:
-        for track, b in sorted(la.blocked.items(), key=lambda kv: _track_order(kv[0])):
+        for track, b in sorted(la.blocked.items(), key=lambda kv: track_id(kv[0])):
             if b is not None:
                 s, v = b
                 stuck.append(f"core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
                              f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]})")
     return DeadlockError("deadlock: nothing can run but work is pending: "
                          + "; ".join(stuck + list(extra)))
-
-
-def _track_order(track: str) -> tuple[int, int]:
-    if track.startswith("q"):
-        return (len(Engine), int(track[1:]))
-    return (Engine[track.upper()].value, 0)
-
-

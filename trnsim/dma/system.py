@@ -31,8 +31,8 @@ When the data phase ends, the queue's next transfer may start, values are copied
 mode), one span is recorded on track `q<queue>` from `t0` to the end, then `on_done()` is
 called. Host copies are one flow on the host link (capacity `host_link.bandwidth`, shared by
 concurrent copies) and the HBM stack, after `host_link.latency`; they record HBM bytes and
-counters but no span (the timeline writers know engine and `q<N>` tracks only; the stream that
-issued the copy owns its timing).
+counters but no span (the stream that issued the copy owns its timing and records it). Per-queue
+statistics (busy time, bytes, transfers) are derived from the spans (`report.summary`).
 
 Ties: flows are keyed (core, queue, submit order) (host copies: queue -1), so transfers that end
 at the same ps complete in that order.
@@ -54,18 +54,20 @@ from trnsim.dma.fluid import Flow, FluidModel
 from trnsim.isa import DmaCopy
 from trnsim.memory.buffer import Ref
 from trnsim.memory.hbm import Hbm
-from trnsim.report.recorder import Recorder
+from trnsim.report.recorder import Recorder, Span
+from trnsim.report.tracks import dma_track
 from trnsim.units import PS_PER_S, seconds_to_ps
 
 
 class _Transfer:
     """One submitted copy: its endpoints, its flow, its queue, and who to tell."""
 
-    __slots__ = ("core", "queue", "ins", "kernel", "on_done", "start", "src", "dst", "transpose",
-                 "ready", "lane", "flow")
+    __slots__ = ("core", "queue", "ins", "index", "kernel", "on_done", "start", "src", "dst",
+                 "transpose", "ready", "lane", "flow")
 
-    def __init__(self, core, queue, ins, kernel, on_done, start, src, dst, transpose, lane):
-        self.core, self.queue, self.ins, self.kernel = core, queue, ins, kernel
+    def __init__(self, core, queue, ins, index, kernel, on_done, start, src, dst, transpose,
+                 lane):
+        self.core, self.queue, self.ins, self.index, self.kernel = core, queue, ins, index, kernel
         self.on_done, self.start = on_done, start
         self.src, self.dst, self.transpose = src, dst, transpose
         self.ready = False
@@ -106,10 +108,8 @@ class DmaSystem:
         self._lanes: dict[tuple[int, int], _Lane] = {}
         self._plans: dict[tuple, tuple[float, tuple[tuple[int, float], ...]]] = {}
         self._seq = 0
-        self._intervals: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        self._bytes: dict[tuple[int, int], int] = {}
-        self._last_rate = [0.0] * cfg.hbm.stacks
-        self._last_sample = [-1] * cfg.hbm.stacks  # index in recorder.hbm_samples
+        self._last_rate = [0.0] * cfg.hbm.stacks  # bytes/s each stack was last recorded at
+        self._last_load = [0.0] * cfg.hbm.stacks  # its fluid load (bytes/ps) then
 
     # -- checks --------------------------------------------------------------------------------
 
@@ -123,11 +123,13 @@ class DmaSystem:
     # -- submitting ----------------------------------------------------------------------------
 
     def submit(self, core: int, queue: int, ins: DmaCopy, kernel: str,
-               on_done: Callable[[], None]) -> None:
+               on_done: Callable[[], None], index: int | None = None) -> None:
         """Start transfer `ins` on `queue` of `core` now; `on_done()` runs when it completes.
 
         `ins` must have passed `check`. Transfers on one queue move their data in submit order;
-        `kernel` names the span's kernel.
+        `kernel` names the span's kernel, `index` its instruction (default `ins.index`: the
+        planner shares one bound instruction between identical copies, so it passes each
+        copy's own index instead of copying the instruction).
         """
         src, dst = ins.src, ins.dst
         # Identical instructions share their bound operands (core.prepare), so the operands'
@@ -138,8 +140,8 @@ class DmaSystem:
         lane = self._lanes.get((core, queue))
         if lane is None:
             lane = self._lanes[(core, queue)] = _Lane()
-        t = _Transfer(core, queue, ins, kernel, on_done, self.env.now, src, dst, ins.transpose,
-                      lane)
+        t = _Transfer(core, queue, ins, ins.index if index is None else index, kernel, on_done,
+                      self.env.now, src, dst, ins.transpose, lane)
         t.flow = Flow((core, queue, self._seq), plan[0], plan[1], math.inf, self._data_done, t)
         self._seq += 1
         lane.waiting.append(t)
@@ -152,7 +154,7 @@ class DmaSystem:
         with concurrent host copies) and the HBM stack's.
         """
         check_host_copy(src, dst)
-        t = _Transfer(core, -1, None, "", on_done, self.env.now, src, dst, False, None)
+        t = _Transfer(core, -1, None, -1, "", on_done, self.env.now, src, dst, False, None)
         work = max(max(src.nbytes, dst.nbytes) / self._host_bpps, 1e-9)
         uses = ((self._host_rid, 1.0),) + self._hbm_uses(src, dst, src.nbytes, dst.nbytes, work)
         flow = t.flow = Flow((core, -1, self._seq), work, uses, math.inf, self._data_done, t)
@@ -201,6 +203,7 @@ class DmaSystem:
 
     def _data_done(self, flow: Flow) -> None:
         t = flow.data
+        t.flow = flow.data = None  # break the cycle: reference counting frees both now
         lane = t.lane
         if lane is not None:
             lane.busy = False
@@ -216,47 +219,26 @@ class DmaSystem:
             elif src.dtype.name != dst.dtype.name:
                 v = v.astype(np.float32)  # DMA casts src -> fp32 -> dst
             dst.write(v)
-        nbytes = max(src.nbytes, dst.nbytes)
-        rec = self.rec
-        if src.memory == "hbm":
-            rec.hbm_bytes_read += src.nbytes
-        if dst.memory == "hbm":
-            rec.hbm_bytes_written += dst.nbytes
+        self.rec.hbm_traffic(read=src.nbytes if src.memory == "hbm" else 0,
+                             written=dst.nbytes if dst.memory == "hbm" else 0)
         if t.ins is not None:
-            rec.span(t.core, f"q{t.queue}", "dma_copy", t.start, now, nbytes, 0, t.ins.index,
-                     t.kernel, dst.dtype.name)
-            key = (t.core, t.queue)
-            self._intervals.setdefault(key, []).append((t.start, now))
-            self._bytes[key] = self._bytes.get(key, 0) + nbytes
+            self.rec.add_span(Span(t.core, dma_track(t.queue), "dma_copy", t.start, now,
+                                   max(src.nbytes, dst.nbytes), 0, t.index, t.kernel,
+                                   dst.dtype.name))
         t.on_done()
 
     def _sample(self) -> None:
-        """Append (ps, stack, bytes/s) to the recorder whenever a stack's total rate changes."""
-        load, now, samples = self.fluid.load, self.env.now, self.rec.hbm_samples
+        """Record a sample of each stack whose total rate (bytes/s) changed.
+
+        Most updates leave most stacks' loads exactly as they were last recorded: those are
+        skipped before the rate and the tolerance are computed."""
+        load, last_load = self.fluid.load, self._last_load
         for s, rid in enumerate(self._stack_rid):
-            rate = load.get(rid, 0.0) * PS_PER_S
+            used = load.get(rid, 0.0)
+            if used == last_load[s]:
+                continue
+            rate = used * PS_PER_S
             if abs(rate - self._last_rate[s]) <= 1e-9 * max(rate, self._last_rate[s]):
                 continue
-            self._last_rate[s] = rate
-            i = self._last_sample[s]
-            if i >= 0 and samples[i][0] == now:
-                samples[i] = (now, s, rate)
-            else:
-                self._last_sample[s] = len(samples)
-                samples.append((now, s, rate))
-
-    # -- statistics ----------------------------------------------------------------------------
-
-    def queue_stats(self) -> dict[tuple[int, int], dict[str, int]]:
-        """(core, queue) -> {busy_ps: union of its transfers' [submit, end] intervals, bytes,
-        transfers}, for completed transfers, in (core, queue) order."""
-        out = {}
-        for key in sorted(self._intervals):
-            busy, end = 0, -1
-            for a, b in sorted(self._intervals[key]):
-                if b > end:
-                    busy += b - max(a, end)
-                    end = b
-            out[key] = {"busy_ps": busy, "bytes": self._bytes[key],
-                        "transfers": len(self._intervals[key])}
-        return out
+            self._last_rate[s], last_load[s] = rate, used
+            self.rec.hbm_sample(self.env.now, s, rate)

@@ -64,7 +64,7 @@ class ScalarEngine(AluEngine):
         if (not cfg.reciprocal_bias and ins.func == "reciprocal"
                 and (isinstance(ins.bias, Ref) or ins.bias != 0)):
             raise SimError(f"{ins.label}: func reciprocal cannot be combined with a bias on "
-                           f"{version} (isa.md 6)")
+                           f"{version}")
 
     def cost_activation(self, ins, prev) -> float:
         # max(MIN_II, N) whatever the scale and bias; a reduction adds the ActReadAccumulator

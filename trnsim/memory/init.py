@@ -19,12 +19,13 @@ the values of one whole-array draw (the generator's stream continues across call
 
 
 def initial_values(init, shape: tuple[int, ...], dt: DType, rng: np.random.Generator,
-                   base_dir: str | Path = ".", what: str = "") -> np.ndarray:
+                   what: str = "") -> np.ndarray:
     """A new array of `shape` and `dt` filled as `init` says.
 
     init: None or 'zeros', 'ones', 'random' (uniform [0, 1)), 'normal' (standard normal),
     'arange' (0, 1, 2, ... in row-major order), or ('file', path) / {'file': path} for a .npy
-    file (relative to base_dir) whose values are cast to dt. Raises TrnsimError (naming `what`)
+    file (absolute, or relative to the working directory; the trace loader makes the paths of
+    a trace's init files absolute) whose values are cast to dt. Raises TrnsimError (naming `what`)
     when the array does not fit in this machine's memory or the file cannot be used.
     """
     if init is None or init == "zeros":
@@ -52,7 +53,7 @@ def initial_values(init, shape: tuple[int, ...], dt: DType, rng: np.random.Gener
     if path is None:
         raise TrnsimError(f"{what}: unknown init {init!r}; expected zeros, ones, random, normal, "
                           f"arange or {{file: x.npy}}")
-    full = Path(base_dir) / path
+    full = Path(path)
     try:
         data = np.load(full, mmap_mode="r")
     except (OSError, ValueError) as e:

@@ -1,3 +1,5 @@
-"""What a run observed and how it is written out: `recorder` (spans, counters, peaks),
-`summary` (the run summary and its table), `perfetto` (Chrome trace JSON) and `profile`
-(the per-instruction table, CSV or Parquet)."""
+"""What a run observed and how it is written out: `recorder` (typed spans, HBM traffic and
+samples, events, memory peaks; the only writer of them), `tracks` (the timeline's track names,
+order and ids), `summary` (the run summary and its table, DMA queue statistics derived from the
+spans), `perfetto` (Chrome trace JSON) and `profile` (the per-instruction table, CSV or
+Parquet)."""

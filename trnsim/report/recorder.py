@@ -1,27 +1,37 @@
-"""The recorder: what happened, when. Engines and DMA queues append spans; writers read them.
+"""The recorder: what a run observed, and the only writer of it.
 
-A span is one instruction (or one DMA transfer) on one track. Times are integer picoseconds.
-Spans are plain tuples appended to a list, because recording sits on the simulator's hot path.
+Engines' queue loops, DMA transfers and host copies add spans; the DMA adds HBM byte counts and
+bandwidth samples; the device API adds event times and memory high-water marks. Everyone else
+(the summary, the Perfetto and profile writers, tests) only reads. Times are integer
+picoseconds.
+
+A span is one instruction, one DMA transfer or one host copy on one track (`tracks`). Recording
+spans sits on the simulator's hot path, so a `Span` is a NamedTuple and `Recorder.add_span` is
+the bound `append` of the recorder's list: a hot loop takes `add = rec.add_span` once and calls
+`add(Span(...))` per instruction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import NamedTuple
+
+MEMORIES = ("sbuf", "psum", "hbm")  # the memories with a recorded high-water mark
+_TIMELINE_ORDER = attrgetter("start_ps", "core", "track", "index")
 
 
-@dataclass
-class Span:
-    """One instruction's execution, as writers and tests see it."""
+class Span(NamedTuple):
+    """One instruction's (or transfer's, or host copy's) execution on a track."""
 
     core: int
-    track: str  # "tensor", "vector", "scalar", "gpsimd", or "q<N>" for a DMA queue
+    track: str  # see `tracks`: "tensor", ..., "q<N>" for a DMA queue, "host"
     op: str
     start_ps: int
     end_ps: int
     bytes: int
     flops: int
-    index: int  # instruction index in its kernel
-    kernel: str
+    index: int  # instruction index in its kernel (0 for a host copy)
+    kernel: str  # for a host copy: "copy <src>-><dst>"
     dtype: str
 
     @property
@@ -29,29 +39,82 @@ class Span:
         return self.end_ps - self.start_ps
 
 
-@dataclass
+class HbmSample(NamedTuple):
+    """From `ps` on, HBM stack `stack` moves `bytes_per_s` (until its next sample)."""
+
+    ps: int
+    stack: int
+    bytes_per_s: float
+
+
 class Recorder:
-    """Collects spans, HBM bandwidth samples, event times and memory high-water marks."""
+    """Spans, HBM traffic and bandwidth samples, event times and memory high-water marks.
 
-    spans_raw: list[tuple] = field(default_factory=list)
-    hbm_samples: list[tuple[int, int, float]] = field(default_factory=list)  # (ps, stack, B/s)
-    events: dict[str, int] = field(default_factory=dict)  # event name -> ps recorded
-    sbuf_peak: int = 0
-    psum_peak: int = 0
-    hbm_peak: int = 0
-    hbm_bytes_read: int = 0
-    hbm_bytes_written: int = 0
-    _sorted: list[Span] | None = field(default=None, repr=False)
+    Read `spans`, `hbm_samples`, `events`, `peaks`, `hbm_bytes_read` and `hbm_bytes_written`;
+    write only through the methods."""
 
-    def span(self, core, track, op, start, end, nbytes, flops, index, kernel, dtype) -> None:
-        self.spans_raw.append((core, track, op, start, end, nbytes, flops, index, kernel, dtype))
+    def __init__(self):
+        self._spans: list[Span] = []
+        self._sorted: list[Span] | None = None
+        self.add_span = self._spans.append  # add_span(span: Span) -> None
+        self.hbm_samples: list[HbmSample] = []
+        self._last_sample: dict[int, int] = {}  # stack -> index of its last sample
+        self.hbm_bytes_read = 0
+        self.hbm_bytes_written = 0
+        self.events: dict[str, int] = {}  # event name -> ps it was last recorded at
+        self.peaks: dict[str, int] = dict.fromkeys(MEMORIES, 0)  # memory -> bytes
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def span(self, core: int, track: str, op: str, start_ps: int, end_ps: int, nbytes: int = 0,
+             flops: int = 0, index: int = 0, kernel: str = "", dtype: str = "") -> None:
+        """Add a span from its fields (`add_span` takes a ready `Span`, for hot loops)."""
+        self._spans.append(Span(core, track, op, start_ps, end_ps, nbytes, flops, index, kernel,
+                                dtype))
+
+    def hbm_traffic(self, read: int, written: int) -> None:
+        """Count bytes read from and written to HBM."""
+        self.hbm_bytes_read += read
+        self.hbm_bytes_written += written
+
+    def hbm_sample(self, ps: int, stack: int, bytes_per_s: float) -> None:
+        """Stack `stack` moves `bytes_per_s` from `ps` on. A second sample of a stack at the same
+        ps replaces the first (one instant, one rate)."""
+        i = self._last_sample.get(stack, -1)
+        sample = HbmSample(ps, stack, bytes_per_s)
+        if i >= 0 and self.hbm_samples[i].ps == ps:
+            self.hbm_samples[i] = sample
+        else:
+            self._last_sample[stack] = len(self.hbm_samples)
+            self.hbm_samples.append(sample)
+
+    def event(self, name: str, ps: int) -> None:
+        """Event `name` was recorded at `ps` (a later record of the same name replaces it)."""
+        self.events[name] = ps
+
+    def peak(self, memory: str, nbytes: int) -> None:
+        """`nbytes` of `memory` ("sbuf", "psum" or "hbm") were in use: raise its high-water mark
+        to that."""
+        if memory not in self.peaks:
+            raise ValueError(f"memory '{memory}': expected one of {', '.join(MEMORIES)}")
+        self.peaks[memory] = max(self.peaks[memory], nbytes)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def span_count(self) -> int:
+        return len(self._spans)
+
+    @property
+    def recorded(self) -> list[Span]:
+        """The spans in the order they were added (cheaper than `spans` when order is moot).
+        Do not modify the list."""
+        return self._spans
 
     @property
     def spans(self) -> list[Span]:
         """Spans in a stable order: by start time, then core, track and instruction index.
         Sorted once per set of spans (the timeline and profile writers both read it)."""
-        if self._sorted is None or len(self._sorted) != len(self.spans_raw):
-            out = [Span(*s) for s in self.spans_raw]
-            out.sort(key=lambda s: (s.start_ps, s.core, s.track, s.index))
-            self._sorted = out
+        if self._sorted is None or len(self._sorted) != len(self._spans):
+            self._sorted = sorted(self._spans, key=_TIMELINE_ORDER)
         return self._sorted

@@ -3,86 +3,136 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from operator import attrgetter
+from typing import NamedTuple
 
 from trnsim.config import ChipConfig, peak_flops_per_core
-from trnsim.report.recorder import Recorder
+from trnsim.isa import Engine
+from trnsim.report.recorder import Recorder, Span
+from trnsim.report.tracks import ENGINE_TRACKS, dma_queue, dma_track, engine_track, is_dma
 from trnsim.units import fmt_bytes, fmt_flops, fmt_rate, fmt_time_ns
 
-ENGINE_TRACKS = ("tensor", "vector", "scalar", "gpsimd")
+# C-level field getters: summaries read every span of runs with millions of them
+_INSTRUCTION = attrgetter("kernel", "op", "core", "track")
+_START, _END, _BYTES = attrgetter("start_ps"), attrgetter("end_ps"), attrgetter("bytes")
 
 
-def summarize(rec: Recorder, cfg: ChipConfig, dma_stats: dict, total_ps: int, *, trace: str,
-              mode: str, timing=(), top: int = 10) -> dict:
-    """Summarise a run. `dma_stats` maps (core, queue) -> {busy_ps, bytes, transfers}.
+class QueueStats(NamedTuple):
+    """One DMA queue's transfers: `busy_ps` is the union of their [submit, end] intervals
+    (transfers of a queue overlap while later ones pay their fixed cost)."""
+
+    busy_ps: int
+    bytes: int
+    transfers: int
+
+
+def dma_queue_stats(spans: Iterable[Span]) -> dict[tuple[int, int], QueueStats]:
+    """(core, queue) -> the queue's statistics, from the spans of DMA-queue tracks, in
+    (core, queue) order."""
+    spans = list(spans)
+    return _queue_stats(spans, {t for t in {s.track for s in spans} if is_dma(t)})
+
+
+def _queue_stats(spans: list[Span], dma_tracks: set[str]) -> dict:
+    """`dma_queue_stats` of the spans on `dma_tracks` (all the DMA tracks among them)."""
+    per_queue: dict[tuple[int, str], list[Span]] = defaultdict(list)
+    if dma_tracks:
+        for s in spans:
+            if s.track in dma_tracks:
+                per_queue[(s.core, s.track)].append(s)
+    out = {}
+    for (core, track), q in per_queue.items():
+        busy, end = 0, -1
+        for a, b in sorted(zip(map(_START, q), map(_END, q))):
+            if b > end:
+                busy += b - max(a, end)
+                end = b
+        out[(core, dma_queue(track))] = QueueStats(busy, sum(map(_BYTES, q)), len(q))
+    return dict(sorted(out.items()))
+
+
+def summarize(rec: Recorder, cfg: ChipConfig, total_ps: int, *, trace: str, mode: str,
+              timing=(), top: int = 10) -> dict:
+    """Summarise a run.
 
     `total_time_ns` is the whole simulated time, host launch overheads included;
     `device_time_ns` runs from the start of the first span (instruction, DMA transfer or host
-    copy) to the end of the last. Engine
-    utilization, achieved FLOP/s and `peak_fraction` are measured over the device time, so a
-    kernel's efficiency does not depend on the host's launch cost.
+    copy) to the end of the last. Engine utilization, achieved FLOP/s and `peak_fraction` are
+    measured over the device time, so a kernel's efficiency does not depend on the host's
+    launch cost. DMA queues' figures are `dma_queue_stats`.
     """
-    total_ns = total_ps / 1000
-    first = min((s[3] for s in rec.spans_raw), default=0)
-    device_ps = max((s[4] for s in rec.spans_raw), default=0) - first
-    busy: dict[tuple[int, str], list] = defaultdict(lambda: [0, 0])
+    spans = rec.recorded
+    first = min(map(_START, spans), default=0)
+    device_ps = max(map(_END, spans), default=0) - first
+    by_instr: dict[tuple, list] = defaultdict(lambda: [0, 0])  # (kernel, op, core, track)
     flops_by_dtype: dict[str, int] = defaultdict(int)
-    by_instr: dict[tuple, list] = defaultdict(lambda: [0, 0])
-    cores = set()
-    for core, track, op, start, end, _nb, flops, _idx, kernel, dt in rec.spans_raw:
+    for s in spans:
+        t = by_instr[_INSTRUCTION(s)]
+        t[0] += s.end_ps - s.start_ps
+        t[1] += 1
+        if s.flops and s.track in ENGINE_TRACKS:
+            flops_by_dtype[s.dtype] += s.flops
+    busy: dict[tuple[int, str], list] = defaultdict(lambda: [0, 0])  # (core, engine track)
+    for (_k, _op, core, track), (ps, n) in by_instr.items():
         if track in ENGINE_TRACKS:
             b = busy[(core, track)]
-            b[0] += end - start
-            b[1] += 1
-            cores.add(core)
-            if flops:
-                flops_by_dtype[dt] += flops
-        t = by_instr[(kernel, op, core, track)]
-        t[0] += end - start
-        t[1] += 1
+            b[0] += ps
+            b[1] += n
+    dma_tracks = {track for *_, track in by_instr if is_dma(track)}
+    seconds = device_ps * 1e-12
+    flops = sum(flops_by_dtype.values())
+    moved = rec.hbm_bytes_read + rec.hbm_bytes_written
+    top_rows = sorted(by_instr.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
+    return {
+        "trace": trace, "chip": cfg.name, "mode": mode,
+        "total_time_ns": total_ps / 1000,
+        "device_time_ns": device_ps / 1000,
+        "engines": _engines(busy, device_ps),
+        "dma": _dma(_queue_stats(spans, dma_tracks)),
+        "hbm": {"bytes_read": rec.hbm_bytes_read, "bytes_written": rec.hbm_bytes_written,
+                "bandwidth_bytes_per_s": moved / seconds if seconds else 0.0},
+        "flops": flops, "flops_per_s": flops / seconds if seconds else 0.0,
+        "peak_fraction": _peak_fraction(cfg, flops_by_dtype, busy, seconds),
+        "flops_by_dtype": dict(sorted(flops_by_dtype.items())),
+        "memory": {"sbuf_peak_bytes": rec.peaks["sbuf"], "psum_peak_bytes": rec.peaks["psum"],
+                   "hbm_peak_bytes": rec.peaks["hbm"]},
+        "timings": {f"{a}->{b}": {"ns": (rec.events[b] - rec.events[a]) / 1000}
+                    for a, b in timing if a in rec.events and b in rec.events},
+        "top_instructions": [
+            {"kernel": k, "op": op, "track": f"core{c}.{tr}", "count": v[1],
+             "total_ns": v[0] / 1000} for (k, op, c, tr), v in top_rows],
+    }
+
+
+def _engines(busy: dict[tuple[int, str], list], device_ps: int) -> dict:
+    """Every engine of every core that ran an engine instruction, idle engines included."""
     engines = {}
-    for core in sorted(cores):
+    for core in sorted({c for c, _ in busy}):
         for track in ENGINE_TRACKS:
             b_ps, n = busy.get((core, track), (0, 0))
             engines[f"core{core}.{track}"] = {
                 "busy_ns": b_ps / 1000, "utilization": b_ps / device_ps if device_ps else 0.0,
                 "instructions": n}
-    dma = {}
-    for (core, queue), st in sorted(dma_stats.items()):
-        dma[f"core{core}.q{queue}"] = {
-            "busy_ns": st["busy_ps"] / 1000, "bytes": st["bytes"], "transfers": st["transfers"],
-            "bandwidth_bytes_per_s": st["bytes"] / (st["busy_ps"] * 1e-12) if st["busy_ps"]
-            else 0.0}
-    moved = rec.hbm_bytes_read + rec.hbm_bytes_written
-    flops = sum(flops_by_dtype.values())
-    seconds = device_ps * 1e-12
-    # time the used dtypes would need at peak, over the time the busy cores actually had
+    return engines
+
+
+def _dma(stats: dict[tuple[int, int], QueueStats]) -> dict:
+    return {f"core{core}.{dma_track(queue)}": {
+        "busy_ns": st.busy_ps / 1000, "bytes": st.bytes, "transfers": st.transfers,
+        "bandwidth_bytes_per_s": st.bytes / (st.busy_ps * 1e-12) if st.busy_ps else 0.0}
+        for (core, queue), st in stats.items()}
+
+
+def _peak_fraction(cfg: ChipConfig, flops_by_dtype: dict[str, int], busy: dict,
+                   seconds: float) -> float:
+    """The time the used dtypes' FLOPs would need at peak, over the time the cores that ran
+    matmuls had."""
     at_peak_s = sum(f / peak_flops_per_core(cfg, dt) for dt, f in flops_by_dtype.items()
                     if _has_peak(cfg, dt))
-    compute_cores = len({c for (c, track), b in busy.items() if track == "tensor" and b[1]})
-    peak_fraction = at_peak_s / (seconds * compute_cores) if seconds and compute_cores else 0.0
-    timings = {}
-    for a, b in timing:
-        if a in rec.events and b in rec.events:
-            timings[f"{a}->{b}"] = {"ns": (rec.events[b] - rec.events[a]) / 1000}
-    top_rows = sorted(by_instr.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
-    return {
-        "trace": trace, "chip": cfg.name, "mode": mode,
-        "total_time_ns": total_ns,
-        "device_time_ns": device_ps / 1000,
-        "engines": engines,
-        "dma": dma,
-        "hbm": {"bytes_read": rec.hbm_bytes_read, "bytes_written": rec.hbm_bytes_written,
-                "bandwidth_bytes_per_s": moved / seconds if seconds else 0.0},
-        "flops": flops, "flops_per_s": flops / seconds if seconds else 0.0,
-        "peak_fraction": peak_fraction,
-        "flops_by_dtype": dict(sorted(flops_by_dtype.items())),
-        "memory": {"sbuf_peak_bytes": rec.sbuf_peak, "psum_peak_bytes": rec.psum_peak,
-                   "hbm_peak_bytes": rec.hbm_peak},
-        "timings": timings,
-        "top_instructions": [
-            {"kernel": k, "op": op, "track": f"core{c}.{tr}", "count": v[1],
-             "total_ns": v[0] / 1000} for (k, op, c, tr), v in top_rows],
-    }
+    tensor = engine_track(Engine.TENSOR)
+    compute_cores = len({c for (c, track), b in busy.items() if track == tensor and b[1]})
+    return at_peak_s / (seconds * compute_cores) if seconds and compute_cores else 0.0
 
 
 def _has_peak(cfg: ChipConfig, dt: str) -> bool:

@@ -24,6 +24,7 @@ from trnsim.isa import Ap, DmaCopy, Engine
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.memory.init import initial_values
 from trnsim.report.recorder import Recorder
+from trnsim.report.tracks import HOST
 from trnsim.trace.program import KernelSpec
 from trnsim.units import fmt_bytes, seconds_to_ps
 
@@ -45,7 +46,7 @@ class Event:
         if not self._done.triggered:
             self._done.succeed()
         if self.name:
-            self.device.recorder.events[self.name] = self.time_ps
+            self.device.recorder.event(self.name, self.time_ps)
 
     def record(self, stream: Stream | None = None) -> None:
         (stream or self.device.default_stream).record_event(self)
@@ -141,10 +142,10 @@ class Device:
     """A simulated chip with the device API on top."""
 
     def __init__(self, cfg: ChipConfig, mode: str = "functional", lnc: int | None = None,
-                 seed: int = 0, base_dir: str = ".", source: str = ""):
+                 seed: int = 0, source: str = ""):
         if mode not in ("functional", "timing"):
             raise TrnsimError(f"mode '{mode}': expected functional or timing")
-        self.cfg, self.mode, self.base_dir, self.source = cfg, mode, base_dir, source
+        self.cfg, self.mode, self.source = cfg, mode, source  # source: the trace, for errors
         self.functional = mode == "functional"
         self.env = simpy.Environment()
         self.recorder = Recorder()
@@ -177,13 +178,13 @@ class Device:
                 f"{fmt_bytes(self.max_backing_bytes)} ({fmt_bytes(self._backed)} already used); "
                 f"run with --mode timing (shapes only), or raise Device.max_backing_bytes")
         self._backed += nbytes if (self.functional or on == "host") else 0
-        arr = (initial_values(init, shape, dt, self.rng, self.base_dir, f"tensor {name}")
+        arr = (initial_values(init, shape, dt, self.rng, f"tensor {name}")
                if self.functional or on == "host" else None)
         addr = 0
         if on == "hbm":
             stack = self.chip.hbm.home_stack(self.chip.physical(core)[0].index)
             addr = self.chip.hbm.allocate(math.prod(shape) * dt.itemsize, name, stack)
-            self.recorder.hbm_peak = self.chip.hbm.peak
+            self.recorder.peak("hbm", self.chip.hbm.peak)
         buf = Buffer(name, on, shape, dt, arr, addr)
         self.tensors[name] = buf
         return buf
@@ -266,14 +267,13 @@ class Device:
         with self._core_busy[stream.core].request() as req:
             yield req
             cores = self.chip.physical(stream.core)
-            launches = [core.prepare(kernel.name, prog, self.tensors, self.rng, self.base_dir,
-                                     self.source) for core, prog in zip(cores, kernel.per_core)]
+            launches = [core.prepare(kernel.name, prog, self.tensors, self.rng, self.source)
+                        for core, prog in zip(cores, kernel.per_core)]
             for la in launches:
                 self.launches.append(la)
                 self.kernel_tiles[(kernel.name, la.core)] = la.tiles
-                rec = self.recorder
-                rec.sbuf_peak = max(rec.sbuf_peak, la.tile_bytes("sbuf"))
-                rec.psum_peak = max(rec.psum_peak, la.tile_bytes("psum"))
+                for memory in ("sbuf", "psum"):
+                    self.recorder.peak(memory, la.tile_bytes(memory))
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
             self.launches = [la for la in self.launches if la not in launches]
 
@@ -285,8 +285,8 @@ class Device:
             start = self.env.now
             self.chip.dma.submit_host(core, s, d, done.succeed)
             yield done
-            self.recorder.span(core, "host", "copy", start, self.env.now, max(s.nbytes, d.nbytes),
-                               0, 0, name, d.dtype.name)
+            self.recorder.span(core, HOST, "copy", start, self.env.now, max(s.nbytes, d.nbytes),
+                               kernel=name, dtype=d.dtype.name)
             return
         ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
         self.chip.dma.check(ins, core)

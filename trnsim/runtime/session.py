@@ -76,7 +76,7 @@ def home_cores(program: Program) -> dict[str, int]:
 def _device(program: Program, cfg: ChipConfig, mode: str, lnc: int | None) -> Device:
     """A device with the program's tensors allocated, each on its home core's HBM stack."""
     dev = Device(cfg, mode, lnc if lnc is not None else program.lnc, program.seed,
-                 program.base_dir, program.source)
+                 program.source)
     homes = home_cores(program)
     for t in program.tensors.values():
         if t.view is None:
@@ -101,8 +101,7 @@ def check_program(program: Program, cfg: ChipConfig, lnc: int | None = None) -> 
             kernel = program.kernels[step.arg]
             dev.check_launch(kernel, stream.core)
             for core, prog in zip(cores, kernel.per_core):
-                core.prepare(kernel.name, prog, dev.tensors, dev.rng, program.base_dir,
-                             program.source)
+                core.prepare(kernel.name, prog, dev.tensors, dev.rng, program.source)
                 count += len(prog.instructions)
     return count
 
@@ -142,8 +141,8 @@ def _run(program: Program, cfg: ChipConfig, mode: str, lnc: int | None, progress
                 ev = events[step.arg] = events.get(step.arg) or dev.event(step.arg)
                 st.wait_event(ev)
     dev.synchronize()
-    summary = summarize(dev.recorder, cfg, dev.chip.dma.queue_stats(), dev.env.now,
-                        trace=program.name, mode=mode, timing=program.timing)
+    summary = summarize(dev.recorder, cfg, dev.env.now, trace=program.name, mode=mode,
+                        timing=program.timing)
     if check:
         summary["check"] = {}
     return RunResult(dev, summary, program)

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trnsim.errors import TrnsimError
-from trnsim.inputs.positions import load_yaml
+from trnsim.inputs.load import load_yaml
 from trnsim.trace import loads
 from trnsim.trace.params import apply_params
 from trnsim.trace.program import Program

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trnsim.errors import TrnsimError
-from trnsim.inputs.positions import hint
+from trnsim.inputs.validate import hint
 from trnsim.sweep import table
 from trnsim.sweep.worker import one_line
 from trnsim.units import KINDS, UnitError, parse_quantity

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from trnsim.dtypes import ALIASES, DTYPES, DType, dtype
-from trnsim.inputs.positions import (
+from trnsim.inputs.validate import (
     Loc,
     check_keys,
     one_of,

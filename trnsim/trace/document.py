@@ -25,29 +25,31 @@ expanded program.
 Extension: `params:`, workload parameters used as `{expressions}` in string values, substituted
 into the raw document before anything else reads it; see `trnsim.trace.params`.
 
-The parts: this module reads the document and its kernels; `trace_buffers` the tensors and
-tiles, `instructions` one instruction and its operands, `repeat` a core's instruction list,
-`semaphore_check` the deadlock check, `trace_schedule` the streams, timing and outputs.
+The parts: this module reads the document and its kernels; `buffers` the tensors and tiles,
+`instructions` one instruction and its operands, `repeat` a core's instruction list,
+`semaphores` the deadlock check, `schedule` the streams, timing and outputs.
 
-Speed: the YAML is read by libyaml's event parser when available (`yamlpos`), identical
-instruction mappings (and a repeat body in all its copies) are parsed once, and the cyclic GC is
-paused while loading.
+Speed: JSON is read by Python's `json` module (see `loads`), YAML by libyaml's event parser when
+available (`trnsim.inputs.load`); the cyclic GC is paused while loading. What each speed path of
+the loader saves is measured in `benchmarks/bench_load.py`'s docstring.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from trnsim.errors import TraceError
-from trnsim.inputs.positions import (
+from trnsim.gcpause import no_gc
+from trnsim.inputs.load import load_json, load_yaml
+from trnsim.inputs.validate import (
     Loc,
     check_keys,
     is_int,
-    load_yaml,
-    no_gc,
     show,
     want_choice,
     want_int,
@@ -84,8 +86,9 @@ SHORTHAND = "main"
 
 
 def load(path: str | Path, params: Mapping[str, Any] | None = None) -> Program:
-    """Read and validate the trace file at `path`; init files resolve against its directory.
-    `params` sets the trace's `params:` (name -> value, see `trnsim.trace.params`)."""
+    """Read and validate the trace file at `path` (YAML, or JSON: see `loads`); init files
+    resolve against its directory. `params` sets the trace's `params:` (name -> value, see
+    `trnsim.trace.params`)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -97,11 +100,41 @@ def load(path: str | Path, params: Mapping[str, Any] | None = None) -> Program:
 
 def loads(text: str, source: str = "<string>", base_dir: str | Path = ".",
           params: Mapping[str, Any] | None = None) -> Program:
-    """Validate trace YAML `text`; `source` names it in errors, `base_dir` anchors init files,
-    `params` sets the trace's `params:`."""
+    """Validate trace `text`; `source` names it in errors, `base_dir` anchors init files (which
+    the Program holds as absolute paths), `params` sets the trace's `params:`.
+
+    JSON (a `source` ending in .json, or text starting with `{`) is read by Python's `json`
+    module, many times faster than YAML but without lines: if a check fails, the text is read
+    again as YAML (JSON is YAML), with lines, and checked again, so that the error names its
+    line as for YAML. The instructions of a JSON trace have line 0."""
+    base = Path(os.path.abspath(base_dir))
     with no_gc():
+        data = _json(text, source)
+        if data is not _NOT_JSON:
+            try:
+                return _TraceParser(source, base).parse(apply_params(data, source, params))
+            except TraceError:
+                pass  # again, with lines: the error below names its line
         doc = apply_params(load_yaml(text, source), source, params)
-        return _TraceParser(source, Path(base_dir)).parse(doc)
+        return _TraceParser(source, base).parse(doc)
+
+
+_NOT_JSON = object()
+_JSON_START = re.compile(r"\s*\{")
+
+
+def _json(text: str, source: str) -> Any:
+    """The data of `text` read as JSON, or _NOT_JSON. A .json file must be JSON (a syntax error
+    is reported with its line and column); other text starting with `{` is tried as JSON, and
+    left to the YAML reader if it is not (e.g. a YAML flow mapping)."""
+    if source.endswith(".json"):
+        return load_json(text, source)
+    if _JSON_START.match(text):
+        try:
+            return load_json(text, source)
+        except TraceError:
+            return _NOT_JSON
+    return _NOT_JSON
 
 
 class _TraceParser:
@@ -113,7 +146,9 @@ class _TraceParser:
         self.tensors: dict[str, TensorSpec] = {}
 
     def parse(self, doc: Any) -> Program:
-        root = Loc(self.source, getattr(doc, "line", 1) or 1, "")
+        # JSON data has no lines: its instructions get line 0 (errors found while planning
+        # name them by kernel and index); a check that fails is reported from YAML, with lines
+        root = Loc(self.source, 0 if type(doc) is dict else getattr(doc, "line", 1) or 1, "")
         doc = want_map(doc, root, "a mapping of top-level keys, starting with trnsim: 1")
         check_keys(doc, root, TOP_KEYS)
         get = {k: doc[k] for k in TOP_KEYS if doc.get(k) is not None}
@@ -122,7 +157,7 @@ class _TraceParser:
             root.fail("missing key 'trnsim'", "trnsim: 1 (the format version) at the top")
         if not is_int(get["trnsim"]) or get["trnsim"] != 1:
             at["trnsim"].fail(f"unsupported format version {show(get['trnsim'])}", "1")
-        prog = Program(source=self.source, base_dir=str(self.base_dir))
+        prog = Program(source=self.source)
         prog.name = self._name(get, at)
         if "chip" in get:
             prog.chip = want_str(get["chip"], at["chip"], "a chip name such as trn2")

@@ -5,37 +5,23 @@ fields, shared by the trace loader and the Python API).
 instruction's fields in `isa.py`: keys, required fields, field kinds, the engine, and the `wait` /
 `signal` semaphore maps. `parse_ap` reads an operand (`x[0:128, :]`).
 
-Speed: `fast_instruction` accepts exactly what `full_instruction` accepts but builds no `Loc`
-and raises nothing; it answers None for anything off, and the full parser then reports the
-error. Parsed operands are remembered (up to `_AP_CACHE_SIZE` distinct texts).
+One parser, fast on the valid path: each field kind has one checker, which returns the parsed
+value or raises `_Bad` (what is wrong, what was expected); only then is the error's `Loc` built
+(`where`, a function) and the message worded. Parsed operands are remembered (up to
+`_AP_CACHE_SIZE` distinct texts).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Collection
-from typing import Any, NamedTuple
+from collections.abc import Callable, Collection
+from typing import Any, NamedTuple, NoReturn
 
-from trnsim.inputs.positions import (
-    Loc,
-    check_keys,
-    hint,
-    is_int,
-    one_of,
-    show,
-    unknown,
-    want_choice,
-    want_int,
-    want_list,
-    want_map,
-    want_name,
-    want_str,
-)
+from trnsim.inputs.validate import Loc, hint, is_int, one_of, show, unknown
 from trnsim.isa import COMMON_KEYS, INSTRUCTIONS, Ap, Engine, Instr
 
-__all__ = ["parse_instruction", "parse_ap", "full_instruction", "fast_instruction"]
-
-_ENGINE_BY_LABEL = {e.label: e for e in Engine}
+__all__ = ["parse_instruction", "parse_ap", "build_instruction", "NO_INIT"]
 
 
 def parse_instruction(d: dict, index: int, where: str, *, names: Collection[str] | None = None,
@@ -48,10 +34,7 @@ def parse_instruction(d: dict, index: int, where: str, *, names: Collection[str]
     comes from `d.line` (a PosDict) or `line`. Raises TraceError.
     """
     line = getattr(d, "line", 0) or line
-    ins = fast_instruction(d, index, line, names)
-    if ins is not None:
-        return ins
-    return full_instruction(d, index, Loc(source, line, where), names)
+    return build_instruction(d, index, line, names, lambda: Loc(source, line, where))
 
 
 def parse_ap(text: Any, where: str | Loc = "operand", *, source: str = "<api>",
@@ -59,28 +42,31 @@ def parse_ap(text: Any, where: str | Loc = "operand", *, source: str = "<api>",
     """Parse an operand: `name`, `name[3]`, `name[a:b, :, 0:128:2]` (ints may be negative,
     bounds and steps may be omitted, whitespace is free). `where` is the key path for errors
     (or a `Loc`). Raises TraceError showing the text and the expected form."""
-    if isinstance(text, str):
-        ap = _AP_CACHE.get(text) or _parse_ap(text)
-        if ap is not None:
-            return ap
-    loc = where if isinstance(where, Loc) else Loc(source, line, where)
-    if not isinstance(text, str):
-        loc.fail(f"got {show(text)}", "an operand like name or name[start:stop, ...]")
-    m = _AP.fullmatch(text)
-    if m is None:
-        loc.fail(f"bad operand {show(text)}", _AP_FORM)
-    if m["index"] is None:
-        return Ap(m["name"], (), m["name"])
-    index = []
-    for part in m["index"].split(","):
-        bounds = [b.strip() for b in part.split(":")]
-        if len(bounds) > 3 or not all(_INT.fullmatch(b) or (b == "" and len(bounds) > 1)
-                                      for b in bounds):
-            loc.fail(f"bad index {part.strip()!r} in {show(text)}", _AP_FORM)
-        ints = [int(b) if b else None for b in bounds]
-        index.append(ints[0] if len(ints) == 1 else tuple(ints + [None] * (3 - len(ints))))
-    return Ap(m["name"], tuple(index), text.strip())
+    try:
+        if not isinstance(text, str):
+            raise _Bad(f"got {show(text)}", "an operand like name or name[start:stop, ...]")
+        return _AP_CACHE.get(text) or _ap(text)
+    except _Bad as bad:
+        bad.report(where if isinstance(where, Loc) else Loc(source, line, where))
 
+
+class _Bad(Exception):
+    """A value is wrong: what is wrong and what was expected, and optionally the step from the
+    value's location into it (`(mapping, key)` or `(list, index)`) where the problem is."""
+
+    def __init__(self, what: str, expected: str, step: tuple[Any, Any] | None = None):
+        super().__init__(what)
+        self.what, self.expected, self.step = what, expected, step
+
+    def report(self, loc: Loc) -> NoReturn:
+        if self.step is not None:
+            inside, at = self.step
+            loc = loc.item(inside, at) if isinstance(at, int) and isinstance(inside, list) \
+                else loc.key(inside, at)
+        loc.fail(self.what, self.expected)
+
+
+# -- operands ------------------------------------------------------------------------------------
 
 _AP = re.compile(r"\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?:\[(?P<index>[^\[\]]*)\]\s*)?")
 _INT = re.compile(r"[+-]?[0-9]+")
@@ -89,11 +75,11 @@ _AP_CACHE: dict[str, Ap] = {}
 _AP_CACHE_SIZE = 1 << 16
 
 
-def _parse_ap(text: str) -> Ap | None:
-    """`parse_ap` without errors: the Ap (remembered), or None when `text` is no operand."""
+def _ap(text: str) -> Ap:
+    """The operand grammar: the Ap of `text` (remembered), or _Bad."""
     m = _AP.fullmatch(text)
     if m is None:
-        return None
+        raise _Bad(f"bad operand {show(text)}", _AP_FORM)
     if m["index"] is None:
         ap = Ap(m["name"], (), m["name"])
     else:
@@ -102,7 +88,7 @@ def _parse_ap(text: str) -> Ap | None:
             bounds = [b.strip() for b in part.split(":")]
             if len(bounds) > 3 or not all(_INT.fullmatch(b) or (b == "" and len(bounds) > 1)
                                           for b in bounds):
-                return None
+                raise _Bad(f"bad index {part.strip()!r} in {show(text)}", _AP_FORM)
             ints = [int(b) if b else None for b in bounds]
             index.append(ints[0] if len(ints) == 1 else tuple(ints + [None] * (3 - len(ints))))
         ap = Ap(m["name"], tuple(index), text.strip())
@@ -111,197 +97,213 @@ def _parse_ap(text: str) -> Ap | None:
     return ap
 
 
-def full_instruction(d: Any, index: int, loc: Loc, names: Collection[str] | None) -> Instr:
-    """`parse_instruction` with every check spelled out: the instruction at `loc`, or a
-    TraceError naming the first thing wrong."""
-    d = want_map(d, loc, "an instruction mapping like {op: matmul, stationary: x_t, ...}")
-    if "op" not in d or d["op"] is None:
-        loc.fail("missing key 'op'", one_of(INSTRUCTIONS))
-    op_loc = loc.key(d, "op")
-    op = d["op"]
-    if not isinstance(op, str) or op not in INSTRUCTIONS:
-        op_loc.fail(unknown("op", op, INSTRUCTIONS), one_of(INSTRUCTIONS))
-    cls = INSTRUCTIONS[op]
-    fields = cls.op_fields()
-    field_names = [x.name for x in fields]
-    check_keys(d, loc, [*COMMON_KEYS, *field_names],
-               what="field", expected=f"fields of {op}: {', '.join(field_names)} "
-               f"(and {', '.join(COMMON_KEYS[1:])})")
-    values = {}
-    for fld in fields:
-        value = d.get(fld.name)
-        if value is None:
-            if fld.metadata["required"]:
-                required = [x.name for x in fields if x.metadata["required"]]
-                loc.fail(f"{op} is missing its field {fld.name!r}",
-                         f"the required fields {', '.join(required)}")
-            continue
-        values[fld.name] = _field(value, fld.metadata, loc.key(d, fld.name), names)
-    return cls(index=index, line=loc.line, engine=_engine(d, cls, loc),
-               wait=_semaphores(d, "wait", loc), signal=_semaphores(d, "signal", loc), **values)
+# -- field kinds: value (and the operand names) -> parsed value, or _Bad ---------------------------
+
+_OPERAND = "a tile or tensor name, optionally sliced like \"x[0:128, :]\""
 
 
-def _engine(d: dict, cls: type[Instr], loc: Loc) -> Engine:
-    allowed = (cls.ENGINE, *cls.ENGINES)
-    if d.get("engine") is None:
-        return cls.ENGINE
-    eloc = loc.key(d, "engine")
-    labels = [e.label for e in allowed]
-    name = d["engine"]
-    if not isinstance(name, str) or name not in labels:
-        eloc.fail(f"{cls.OP} cannot run on engine {show(name)}{hint(name, labels)}",
-                  one_of(labels))
-    return _ENGINE_BY_LABEL[name]
+def _operand(value: Any, names: Collection[str] | None, expected: str = _OPERAND) -> Ap:
+    ap = _AP_CACHE.get(value) if value.__class__ is str else None  # only valid texts are in it
+    if ap is None:
+        if not isinstance(value, str) or not value.strip():
+            raise _Bad(f"got {show(value)}", expected)
+        ap = _ap(value)
+    if names is not None and ap.name not in names:
+        listed = sorted(names) if isinstance(names, (set, frozenset)) else names
+        raise _Bad(unknown("tile or tensor", ap.name, listed), one_of(listed))
+    return ap
 
 
-def _semaphores(d: dict, key: str, loc: Loc) -> tuple[tuple[str, int], ...]:
-    if d.get(key) is None:
-        return ()
-    kloc = loc.key(d, key)
-    verb = "a value to wait for" if key == "wait" else "an increment"
-    sems = want_map(d[key], kloc, f"{{semaphore: {verb}}}, e.g. {{ld: 1}}")
-    out = []
-    for name, value in sems.items():
-        sloc = kloc.key(sems, name)
-        want_name(name, sloc, "semaphore")
-        minimum = 0 if key == "wait" else 1
-        out.append((name, want_int(value, sloc, f"{verb} (an integer >= {minimum})",
-                                   minimum=minimum)))
-    return tuple(out)
+def _is_num(value: Any) -> bool:
+    c = value.__class__
+    return c is int or c is float or (isinstance(value, (int, float))
+                                      and not isinstance(value, bool))
 
 
-def _field(value: Any, meta: dict, loc: Loc, names: Collection[str] | None) -> Any:
-    kind = meta["kind"]
-    is_num = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "ap" or (kind == "ap_or_num" and not is_num):
-        expected = "a tile or tensor name, optionally sliced like \"x[0:128, :]\""
-        if kind == "ap_or_num":
-            expected = "a number or " + expected
-        ap = parse_ap(want_str(value, loc, expected), loc)
-        if names is not None and ap.name not in names:
-            listed = sorted(names) if isinstance(names, (set, frozenset)) else names
-            loc.fail(unknown("tile or tensor", ap.name, listed), one_of(listed))
-        return ap
-    if kind in ("num", "ap_or_num"):
-        if not is_num:
-            loc.fail(f"got {show(value)}", "a number")
+def _operand_or_num(value: Any, names: Collection[str] | None) -> Any:
+    return value if _is_num(value) else _operand(value, names, "a number or " + _OPERAND)
+
+
+def _num(value: Any, names: Collection[str] | None) -> Any:
+    if not _is_num(value):
+        raise _Bad(f"got {show(value)}", "a number")
+    return value
+
+
+def _count(value: Any, names: Collection[str] | None) -> int:
+    if not is_int(value) or value < 0:
+        raise _Bad(f"got {show(value)}", "an integer >= 0")
+    return value
+
+
+def _bool(value: Any, names: Collection[str] | None) -> bool:
+    if value is not True and value is not False:
+        raise _Bad(f"got {show(value)}", "true or false")
+    return value
+
+
+def _text(value: Any, names: Collection[str] | None) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Bad(f"got {show(value)}", "a string")
+    return value
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[Any, Any], str]:
+    def check(value: Any, names: Collection[str] | None) -> str:
+        if value.__class__ is not str or value not in choices:
+            if not isinstance(value, str) or value not in choices:
+                raise _Bad(f"got {show(value)}{hint(value, choices)}", one_of(choices))
         return value
-    if kind == "int":
-        return want_int(value, loc, "an integer >= 0", minimum=0)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            loc.fail(f"got {show(value)}", "true or false")
+    return check
+
+
+def _axes(value: Any, names: Collection[str] | None) -> Any:
+    if is_int(value):
         return value
-    if kind == "str":
-        return want_str(value, loc, "a string")
-    if kind == "choice":
-        return want_choice(value, loc, meta["choices"])
-    if kind == "axes":
-        if is_int(value):
-            return value
-        axes = want_list(value, loc, "an axis (integer) or a list of axes")
-        if not axes:
-            loc.fail("got an empty list", "at least one axis")
-        return tuple(want_int(a, loc.item(axes, i), "an axis (integer)")
-                     for i, a in enumerate(axes))
-    raise AssertionError(f"unknown field kind {kind!r}")  # a bug in isa.py, not in the trace
+    if not isinstance(value, list):
+        raise _Bad(f"got {show(value)}", "an axis (integer) or a list of axes")
+    if not value:
+        raise _Bad("got an empty list", "at least one axis")
+    for i, a in enumerate(value):
+        if not is_int(a):
+            raise _Bad(f"got {show(a)}", "an axis (integer)", (value, i))
+    return tuple(value)
+
+
+_KINDS: dict[str, Callable[[Any, Any], Any]] = {
+    "ap": _operand, "ap_or_num": _operand_or_num, "num": _num, "int": _count, "bool": _bool,
+    "str": _text, "axes": _axes,
+}
+
+
+def _semaphores(value: Any, minimum: int) -> tuple[tuple[str, int], ...]:
+    """A `wait:` (values >= 0, `minimum` 0) or `signal:` (increments >= 1, `minimum` 1) map ->
+    ((name, n), ...)."""
+    if value.__class__ is not dict and not isinstance(value, dict):
+        verb = "a value to wait for" if minimum == 0 else "an increment"
+        raise _Bad(f"got {show(value)}", f"{{semaphore: {verb}}}, e.g. {{ld: 1}}")
+    out = tuple(value.items())
+    for name, n in out:
+        if (name.__class__ is not str or not name.strip() or not name.isprintable()
+                or n.__class__ is not int or n < minimum):
+            _check_semaphore(value, name, n, minimum)
+    return out
+
+
+def _check_semaphore(sems: dict, name: Any, n: Any, minimum: int) -> None:
+    """Raise the _Bad of the entry `name: n` of a semaphore map if it is wrong (a name, then a
+    count, worded as `validate.want_name` and `want_int` word them)."""
+    step = (sems, name)
+    if not isinstance(name, str) or not name.strip():
+        raise _Bad(f"got {show(name)}", "a semaphore name (a string)", step)
+    if not name.isprintable():
+        raise _Bad(f"semaphore name {show(name)} has a line break or control character",
+                   "a semaphore name of printable characters", step)
+    if not is_int(n) or n < minimum:
+        verb = "a value to wait for" if minimum == 0 else "an increment"
+        raise _Bad(f"got {show(n)}", f"{verb} (an integer >= {minimum})", step)
+
+
+# -- instructions --------------------------------------------------------------------------------
 
 
 class _Spec(NamedTuple):
-    """What the fast path needs to know about one instruction class."""
+    """What the parser needs to know about one instruction class."""
 
     cls: type[Instr]
     allowed: frozenset
-    fields: tuple[tuple[str, str, bool, tuple], ...]  # (name, kind, required, choices)
+    fields: tuple[tuple[str, Callable[[Any, Any], Any], bool], ...]  # (name, check, required)
     engines: dict[str, Engine]
+    defaults: dict[str, Any]  # every field's default (engine: the class's own)
 
 
-_SPECS = {
-    op: _Spec(cls, frozenset((*COMMON_KEYS, *(x.name for x in cls.op_fields()))),
-              tuple((x.name, x.metadata["kind"], x.metadata["required"], x.metadata["choices"])
-                    for x in cls.op_fields()),
-              {e.label: e for e in (cls.ENGINE, *cls.ENGINES)})
-    for op, cls in INSTRUCTIONS.items()
-}
-_BAD = object()
+def _spec(cls: type[Instr]) -> _Spec:
+    checks = tuple((x.name, _choice(x.metadata["choices"]) if x.metadata["kind"] == "choice"
+                    else _KINDS[x.metadata["kind"]], x.metadata["required"])
+                   for x in cls.op_fields())
+    defaults = {x.name: x.default for x in dataclasses.fields(cls)}
+    defaults["engine"] = cls.ENGINE
+    return _Spec(cls, frozenset((*COMMON_KEYS, *(x.name for x in cls.op_fields()))), checks,
+                 {e.label: e for e in (cls.ENGINE, *cls.ENGINES)}, defaults)
 
 
-def fast_instruction(d: Any, index: int, line: int,
-                      names: Collection[str] | None) -> Instr | None:
-    """`full_instruction` for a valid mapping without building any Loc; None when anything is
-    off (then `full_instruction` reports the error). Accepts exactly what `full_instruction`
-    accepts."""
-    if not isinstance(d, dict):
-        return None
-    op = d.get("op")
-    spec = _SPECS.get(op) if op.__class__ is str else None
+_SPECS = {op: _spec(cls) for op, cls in INSTRUCTIONS.items()}
+_new = object.__new__
+NO_INIT = all(not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
+           and dataclasses.MISSING not in _SPECS[cls.OP].defaults.values()
+           for cls in INSTRUCTIONS.values())
+"""Whether instructions may be built (and copied) without running the dataclasses' `__init__`
+(a frozen dataclass sets each field through object.__setattr__): no class needs `__init__` or
+`__post_init__` to run, and every field has a plain default."""
+
+
+def build_instruction(d: Any, index: int, line: int, names: Collection[str] | None,
+                      where: Callable[[], Loc]) -> Instr:
+    """The instruction of mapping `d`, numbered `index`, on `line`; operands must name one of
+    `names` (unless None). `where()` gives the mapping's Loc, asked for only to report a
+    TraceError naming the first thing wrong."""
+    op = d.get("op") if d.__class__ is dict or isinstance(d, dict) else None
+    spec = _SPECS.get(op) if op.__class__ is str or isinstance(op, str) else None
     if spec is None:
-        return None
-    allowed = spec.allowed
-    for key in d:
-        if key not in allowed:
-            return None
-    values = {}
-    for name, kind, required, choices in spec.fields:
-        value = d.get(name)
-        if value is None:
-            if required:
-                return None
-            continue
-        value = _field_fast(value, kind, choices, names)
-        if value is _BAD:
-            return None
-        values[name] = value
-    engine = d.get("engine")
+        _bad_op(d, where())
+    if not d.keys() <= spec.allowed:
+        _bad_key(d, spec, where())
+    fields = spec.defaults.copy()
+    name = ""
+    try:
+        for name, check, required in spec.fields:
+            value = d.get(name)
+            if value is not None:
+                fields[name] = check(value, names)
+            elif required:
+                _missing(d, name, spec, where())
+        name = "engine"
+        if (value := d.get("engine")) is not None:
+            fields["engine"] = _engine(value, spec)
+        name = "wait"
+        if (value := d.get("wait")) is not None:
+            fields["wait"] = _semaphores(value, 0)
+        name = "signal"
+        if (value := d.get("signal")) is not None:
+            fields["signal"] = _semaphores(value, 1)
+    except _Bad as bad:
+        bad.report(where().key(d, name))
+    fields["index"] = index
+    fields["line"] = line
+    if not NO_INIT:
+        return spec.cls(**fields)
+    ins = _new(spec.cls)
+    ins.__dict__.update(fields)
+    return ins
+
+
+def _engine(label: Any, spec: _Spec) -> Engine:
+    engine = spec.engines.get(label) if isinstance(label, str) else None
     if engine is None:
-        engine = spec.cls.ENGINE
-    elif engine.__class__ is not str or (engine := spec.engines.get(engine)) is None:
-        return None
-    wait = _semaphores_fast(d.get("wait"), 0)
-    signal = _semaphores_fast(d.get("signal"), 1)
-    if wait is None or signal is None:
-        return None
-    return spec.cls(index=index, line=line, engine=engine, wait=wait, signal=signal, **values)
+        labels = list(spec.engines)
+        raise _Bad(f"{spec.cls.OP} cannot run on engine {show(label)}{hint(label, labels)}",
+                   one_of(labels))
+    return engine
 
 
-def _field_fast(value: Any, kind: str, choices: tuple, names: Collection[str] | None) -> Any:
-    """`_field` for a valid value, else _BAD."""
-    c = value.__class__
-    if c is str:
-        if kind == "ap" or kind == "ap_or_num":
-            ap = _AP_CACHE.get(value) or _parse_ap(value)
-            if ap is None or (names is not None and ap.name not in names):
-                return _BAD
-            return ap
-        if kind == "choice":
-            return value if value in choices else _BAD
-        if kind == "str":
-            return value if value.strip() else _BAD
-        return _BAD
-    if c is int or c is float:
-        if kind == "num" or kind == "ap_or_num":
-            return value
-        if c is int and (kind == "axes" or (kind == "int" and value >= 0)):
-            return value
-        return _BAD
-    if c is bool:
-        return value if kind == "bool" else _BAD
-    if kind == "axes" and isinstance(value, list) and value:
-        if all(a.__class__ is int for a in value):
-            return tuple(value)
-    return _BAD
+def _bad_op(d: Any, loc: Loc) -> NoReturn:
+    if not isinstance(d, dict):
+        loc.fail(f"got {show(d)}", "an instruction mapping like {op: matmul, stationary: x_t, ...}")
+    if d.get("op") is None:
+        loc.fail("missing key 'op'", one_of(INSTRUCTIONS))
+    loc.key(d, "op").fail(unknown("op", d["op"], INSTRUCTIONS), one_of(INSTRUCTIONS))
 
 
-def _semaphores_fast(value: Any, minimum: int) -> tuple[tuple[str, int], ...] | None:
-    """`_semaphores` for a valid mapping (or null), else None."""
-    if value is None:
-        return ()
-    if not isinstance(value, dict):
-        return None
-    out = []
-    for name, n in value.items():
-        if (name.__class__ is not str or not name.strip() or not name.isprintable()
-                or n.__class__ is not int or n < minimum):
-            return None
-        out.append((name, n))
-    return tuple(out)
+def _bad_key(d: dict, spec: _Spec, loc: Loc) -> NoReturn:
+    fields = [x.name for x in spec.cls.op_fields()]
+    allowed = [*COMMON_KEYS, *fields]
+    key = next(k for k in d if k not in spec.allowed)
+    loc.key(d, key).fail(f"unknown field {show(key)}{hint(key, allowed)}",
+                         f"fields of {spec.cls.OP}: {', '.join(fields)} "
+                         f"(and {', '.join(COMMON_KEYS[1:])})")
+
+
+def _missing(d: dict, name: str, spec: _Spec, loc: Loc) -> NoReturn:
+    required = [x.name for x in spec.cls.op_fields() if x.metadata["required"]]
+    loc.fail(f"{spec.cls.OP} is missing its field {name!r}",
+             f"the required fields {', '.join(required)}")

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trnsim.errors import TraceError
-from trnsim.inputs.positions import (
+from trnsim.inputs.validate import (
     Loc,
     hint,
     is_int,
@@ -178,7 +178,7 @@ def _expression(text: str, params: dict[str, int], scope: frozenset[str],
             loc.fail(f"unknown param {name!r} in {{{text}}}{hint(name, [*params, *scope])}",
                      expected)
     if not any(name in scope for name in names):
-        return _evaluate(text, {p: params[p] for p in known}, loc)
+        return _evaluate(text, {p: params[p] for p in known}, lambda: loc)
 
     def value_of(m: re.Match) -> str:
         name = m.group(0)

@@ -100,4 +100,3 @@ class Program:
     streams: list[StreamSpec] = field(default_factory=list)
     timing: list[tuple[str, str]] = field(default_factory=list)
     source: str = "<program>"
-    base_dir: str = "."

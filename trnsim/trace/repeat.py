@@ -16,23 +16,26 @@ tensor. Errors inside a body name its key path, such as `instructions[1].instruc
 A core's program may expand to at most MAX_INSTRUCTIONS (10,000,000) instructions. The semaphore
 check runs on the expanded program.
 
-Speed: identical instruction mappings (and a repeat body in all its copies) are parsed once, and
-the copies are cloned without re-running the dataclasses' `__init__`.
+Speed: a body without a loop variable is parsed once for all its iterations, whose instructions
+are copies made without re-running the dataclasses' `__init__`; each `{expression}` text is
+compiled once.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import re
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
 
-from trnsim.inputs.positions import Loc, PosList, check_keys, want_int, want_list
-from trnsim.isa import INSTRUCTIONS, Instr
-from trnsim.trace.instructions import fast_instruction, full_instruction
+from trnsim.inputs.positions import PosList
+from trnsim.inputs.validate import Loc, check_keys, want_int, want_list
+from trnsim.isa import Instr
+from trnsim.trace.instructions import NO_INIT, build_instruction
 from trnsim.trace.semaphores import check_semaphores_at
 
 __all__ = ["core_instructions", "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
@@ -40,8 +43,6 @@ __all__ = ["core_instructions", "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
 MAX_INSTRUCTIONS = 10_000_000
 """The most instructions one core's program may have once repeat blocks are expanded."""
 REPEAT_KEYS = ("repeat", "as", "instructions")
-_FAST_CLONE = all("__dict__" in dir(cls) and not hasattr(cls, "__post_init__")
-                  for cls in INSTRUCTIONS.values())
 
 # An expanded instruction before it gets its index: (parsed instruction, line, wait, where),
 # `where` = (list, position, Loc of the list) of the mapping it came from (for errors only).
@@ -66,16 +67,11 @@ def core_instructions(value: Any, loc: Loc, names: Collection[str]) -> list[Inst
 
 
 class _Expander:
-    """Parses one core's instruction list, expanding repeat blocks, into templates.
-
-    Identical instruction mappings are parsed once (a repeat body once in all)."""
-
-    MEMO_TRIAL = 512  # stop memoising when fewer than 1 in 8 of this many mappings repeat
+    """Parses one core's instruction list, expanding repeat blocks, into templates (a repeat
+    body without a loop variable is parsed once for all its iterations)."""
 
     def __init__(self, names: Collection[str]):
         self.names = names
-        self.memo: dict[Any, Instr] | None = {}
-        self.hits = self.misses = 0
 
     def expand(self, value: Any, loc: Loc, body: bool = False,
                env: dict[str, int] | None = None) -> list[_Template]:
@@ -88,33 +84,16 @@ class _Expander:
             loc.fail("got an empty list", "a body of at least one instruction")
         lines = items.item_lines if isinstance(items, PosList) else ()
         out: list[_Template] = []
-        memo, names = self.memo, self.names
+        names = self.names
         for i, d in enumerate(items):
             if isinstance(d, dict) and ("repeat" in d or ("instructions" in d and "op" not in d)):
                 self._repeat(items, i, loc, out, env)
                 continue
             line = (lines[i] if i < len(lines) else 0) or loc.line
             if env and isinstance(d, dict):
-                d = _substitute(d, env, loc.item(items, i))
-            key = proto = None
-            if memo is not None:
-                try:
-                    key = _freeze(d)
-                    proto = memo.get(key)
-                except TypeError:
-                    pass
-            if proto is None:
-                proto = fast_instruction(d, 0, 0, names)
-                if proto is None:
-                    proto = full_instruction(d, 0, loc.item(items, i), names)
-                if key is not None:
-                    memo[key] = proto
-                    self.misses += 1
-                    if self.misses == self.MEMO_TRIAL and self.hits < self.misses // 8:
-                        memo = self.memo = None  # mostly distinct mappings: not worth it
-            else:
-                self.hits += 1
-            out.append((proto, line, proto.wait, (items, i, loc)))
+                d = _substitute(d, env, lambda i=i: loc.item(items, i))
+            ins = build_instruction(d, 0, 0, names, lambda i=i: loc.item(items, i))
+            out.append((ins, line, ins.wait, (items, i, loc)))
         return out
 
     def _repeat(self, items: list, i: int, loc: Loc, out: list[_Template],
@@ -171,19 +150,22 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 
 
-def _substitute(d: dict, env: dict[str, int], loc: Loc) -> dict:
+def _substitute(d: dict, env: dict[str, int], where: Callable[[], Loc]) -> dict:
     """`d` with every `{expression}` in its string values replaced by the expression's value
     (integer arithmetic on the loop variables in `env`: + - * // % and parentheses). A value
-    that is one whole expression (`queue: "{k % 4}"`) becomes an integer."""
+    that is one whole expression (`queue: "{k % 4}"`) becomes an integer. `where()` is the Loc
+    of `d`, for errors."""
     changed = None
     for key, value in d.items():
         if isinstance(value, str) and "{" in value:
+            def at(key=key):
+                return where().key(d, key)
             whole = _EXPR.fullmatch(value.strip())
             if whole:
-                new = _evaluate(whole.group(1), env, loc.key(d, key))
+                new = _evaluate(whole.group(1), env, at)
             else:
-                def value_of(m, key=key):
-                    return str(_evaluate(m.group(1), env, loc.key(d, key)))
+                def value_of(m, at=at):
+                    return str(_evaluate(m.group(1), env, at))
                 new = _EXPR.sub(value_of, value)
             if changed is None:
                 changed = dict(d)
@@ -191,7 +173,44 @@ def _substitute(d: dict, env: dict[str, int], loc: Loc) -> dict:
     return d if changed is None else changed
 
 
-def _evaluate(text: str, env: dict[str, int], loc: Loc) -> int:
+_NO_BUILTINS: dict[str, Any] = {"__builtins__": {}}
+
+
+def _evaluate(text: str, env: dict[str, int], where: Callable[[], Loc]) -> int:
+    """The value of the expression `text`; each text is compiled once (`_compiled`), and only a
+    failure walks it again, with `_explain`, for the message."""
+    code = _compiled(text)
+    if code is not None:
+        try:
+            value = eval(code, _NO_BUILTINS, env)  # only ints, names, + - * // % (_compiled)
+        except Exception:  # an unknown name, a division by zero: _explain words it
+            value = None
+        if type(value) is int:
+            return value
+    return _explain(text, env, where())
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _compiled(text: str) -> Any:
+    """The code of the expression `text` if it holds only integer constants, names, unary + -
+    and the binary operators of _OPS; else None."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree.body):
+        if not (isinstance(node, ast.Constant) and type(node.value) is int
+                or isinstance(node, ast.Name) and not node.id.startswith("__")
+                or isinstance(node, (ast.Load, ast.USub, ast.UAdd, *_OPS))
+                or isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
+                or isinstance(node, ast.BinOp) and type(node.op) in _OPS):
+            return None
+    return compile(tree, "<expression>", "eval")
+
+
+def _explain(text: str, env: dict[str, int], loc: Loc) -> int:
+    """Evaluate `text` node by node, failing at `loc` on the first node that cannot be
+    evaluated (the reference for `_evaluate`'s compiled path)."""
     expected = (f"an integer expression of {', '.join(env)} with + - * // % and parentheses, "
                 "like {k*128}")
     try:
@@ -220,7 +239,7 @@ def _evaluate(text: str, env: dict[str, int], loc: Loc) -> int:
 
 def _materialize(templates: list[_Template]) -> list[Instr]:
     """The instructions of `templates`, numbered from 0, each its own object."""
-    if not _FAST_CLONE:
+    if not NO_INIT:
         return [replace(proto, index=index, line=line, wait=wait)
                 for index, (proto, line, wait, _) in enumerate(templates)]
     out = []
@@ -234,22 +253,3 @@ def _materialize(templates: list[_Template]) -> list[Instr]:
         fields["wait"] = wait
         append(ins)
     return out
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable key that tells apart every two instruction mappings that could parse
-    differently (so 1, 1.0 and true differ); raises TypeError for unhashable scalars."""
-    c = value.__class__
-    if c is str:
-        return value
-    if isinstance(value, dict):
-        key: list = [dict]
-        for k, v in value.items():
-            key.append(k)
-            key.append(v if v.__class__ is str else _freeze(v))
-        return tuple(key)
-    if isinstance(value, list):
-        return (list, *[_freeze(v) for v in value])
-    hash(value)
-    return (c, value)
-

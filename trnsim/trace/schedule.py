@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from trnsim.inputs.positions import (
+from trnsim.inputs.validate import (
     Loc,
     check_keys,
     hint,

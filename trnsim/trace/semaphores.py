@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from trnsim.inputs.positions import Loc
+from trnsim.inputs.validate import Loc
 from trnsim.isa import Instr
 
 __all__ = ["check_semaphores", "check_semaphores_at"]

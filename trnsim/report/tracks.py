@@ -1,0 +1,58 @@
+"""The timeline's tracks, named and ordered in one place.
+
+A span's `track` is a string: an engine's name ("tensor", "vector", "scalar", "gpsimd": its
+`Engine` label), "q<N>" for DMA queue N of a core, or "host" for host<->device copies (timed by
+the stream that issued them). `track_id` orders them: the engines by their `Engine` value (0-3),
+then the host track (99), then the DMA queues by number (100 + N). The core starts its queues
+and reports deadlocks in that order, and Perfetto uses it as the thread id and sort index.
+"""
+
+from __future__ import annotations
+
+from trnsim.isa import Engine
+
+ENGINE_TRACKS = tuple(e.label for e in Engine if e is not Engine.DMA)
+HOST = "host"
+HOST_ID = 99
+DMA_ID_BASE = 100  # queue N is track id DMA_ID_BASE + N
+_DMA_PREFIX = "q"
+_ENGINE_IDS = {e.label: int(e) for e in Engine if e is not Engine.DMA}
+
+
+def engine_track(engine: Engine) -> str:
+    """The track of an engine's instructions."""
+    return engine.label
+
+
+def dma_track(queue: int) -> str:
+    """The track of DMA queue `queue` (of some core): "q<queue>"."""
+    return f"{_DMA_PREFIX}{queue}"
+
+
+def is_dma(track: str) -> bool:
+    return track.startswith(_DMA_PREFIX)
+
+
+def dma_queue(track: str) -> int:
+    """The queue number of a DMA track: 3 for "q3"."""
+    if not is_dma(track):
+        raise ValueError(f"track '{track}' is not a DMA queue")
+    return int(track[len(_DMA_PREFIX):])
+
+
+def track_id(track: str) -> int:
+    """The track's place in the order above; also its Perfetto thread id."""
+    if track in _ENGINE_IDS:
+        return _ENGINE_IDS[track]
+    if track == HOST:
+        return HOST_ID
+    return DMA_ID_BASE + dma_queue(track)
+
+
+def display_name(track: str) -> str:
+    """How a timeline viewer labels the track: "tensor", "dma q3", "host copies"."""
+    if track == HOST:
+        return "host copies"
+    if is_dma(track):
+        return f"dma {track}"
+    return track
