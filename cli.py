@@ -1,3 +1,4 @@
 from trnsim.cli import entry
 
-entry()
+if __name__ == "__main__":  # worker processes (trnsim sweep --workers N) import this file again
+    entry()

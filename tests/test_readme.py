@@ -1,9 +1,9 @@
 """README.md's examples run: every ```python block, and every `trnsim ...` command of its ```sh
 blocks, so that the README cannot rot.
 
-Each example runs in a temporary directory that holds a link to the repository's traces/ and
-the README's own ```yaml chip file (the block whose first line is `# <name>.yaml`), so relative
-paths in the README resolve as they do from the repository root.
+Each example runs in a temporary directory that holds links to the repository's traces/ and
+docs/ and the README's own ```yaml chip file (the block whose first line is `# <name>.yaml`), so
+relative paths in the README resolve as they do from the repository root.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def trnsim_commands() -> list[str]:
 def in_readme_dir(tmp_path, monkeypatch):
     """cwd = a directory where the README's relative paths resolve."""
     (tmp_path / "traces").symlink_to(ROOT / "traces", target_is_directory=True)
+    (tmp_path / "docs").symlink_to(ROOT / "docs", target_is_directory=True)  # sweep_hbm.csv
     for body in blocks("yaml"):
         first = body.splitlines()[0]
         if re.fullmatch(r"# [\w.-]+\.yaml", first):

@@ -11,6 +11,7 @@ import dataclasses
 import gc
 import json
 import sys
+import time
 
 import click
 
@@ -21,7 +22,11 @@ from trnsim.report.perfetto import write_chrome_trace
 from trnsim.report.profile import write_profile
 from trnsim.report.summary import format_comparison, format_summary
 from trnsim.runtime.session import check_program, run_program, save_outputs
+from trnsim.sweep import run_sweep
+from trnsim.sweep import table as sweep_table
+from trnsim.sweep.plot import plot as plot_table
 from trnsim.trace import load as load_trace
+from trnsim.trace.params import parse_param_args
 from trnsim.trace.races import check_races
 from trnsim.units import fmt_bytes, fmt_flops, fmt_hz, fmt_rate, fmt_time_ns
 
@@ -33,6 +38,15 @@ set_option = click.option(
     "--set", "overrides", metavar="KEY=VALUE", multiple=True,
     help="Override one chip config key, with its unit (repeatable), e.g. "
          "--set core.sbuf.partition_bytes=448KiB --set hbm.bandwidth=4TB/s.")
+
+param_option = click.option(
+    "--param", "params", metavar="NAME=VALUE", multiple=True,
+    help="Set one of the trace's params: (repeatable), e.g. --param batch=64 --param seq=512.")
+
+
+def _load_trace(trace_file: str, params: tuple[str, ...]):
+    """The trace at `trace_file`, with `--param`s set."""
+    return load_trace(trace_file, parse_param_args(params))
 
 
 class _Group(click.Group):
@@ -68,6 +82,8 @@ def main(debug: bool) -> None:
       trnsim validate traces/two_streams.yaml
       trnsim compare traces/gemm_double_buffered.yaml --chip trn2 --chip trn3
       trnsim configs show trn2 --set hbm.bandwidth=4TB/s
+      trnsim sweep traces/weight_stream.yaml --chip trn2 --chip trn3 --grid param.batch=8,64
+      trnsim plot sweep.csv --x hbm.bandwidth --y device_time_ns --hue chip
     """
 
 
@@ -107,6 +123,7 @@ def _progress(quiet: bool):
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @chip_option
 @set_option
+@param_option
 @mode_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--perfetto", "perfetto_file", metavar="FILE", default=None,
@@ -123,8 +140,8 @@ def _progress(quiet: bool):
               "Off by default for now: on large traces it costs about as much as the "
               "simulation; `trnsim validate` always runs it.")
 @allow_races_option
-def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file, check, out_dir,
-        quiet, check_races, allow_races) -> None:
+def run(trace_file, chip, overrides, params, mode, as_json, perfetto_file, profile_file, check,
+        out_dir, quiet, check_races, allow_races) -> None:
     """Simulate TRACE (a trace YAML file) and report time, engine utilization, DMA and HBM
     traffic, FLOP/s against the chip's peak, and memory high-water marks.
 
@@ -134,8 +151,9 @@ def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file,
       trnsim run traces/gemm_double_buffered.yaml --chip trn3 --set hbm.bandwidth=6TB/s
       trnsim run traces/llama70b_layer_timing.yaml --json > summary.json
       trnsim run traces/softmax_rows.yaml --perfetto timeline.json --profile instrs.csv
+      trnsim run traces/weight_stream.yaml --param batch=32
     """
-    program = load_trace(trace_file)
+    program = _load_trace(trace_file, params)
     if check_races:
         _check_races(program, allow_races)
     cfg = _chip_for(program, chip, overrides)
@@ -166,16 +184,18 @@ def run(trace_file, chip, overrides, mode, as_json, perfetto_file, profile_file,
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @chip_option
 @set_option
+@param_option
 @allow_races_option
-def validate(trace_file, chip, overrides, allow_races) -> None:
+def validate(trace_file, chip, overrides, params, allow_races) -> None:
     """Load and check TRACE without simulating it: the YAML, every key, operand and semaphore,
     and (against the chip) every instruction's shapes, memories and limits.
 
     \b
     Example:
       trnsim validate traces/two_streams.yaml --chip trn3
+      trnsim validate traces/weight_stream.yaml --param tiles=64
     """
-    program = load_trace(trace_file)
+    program = _load_trace(trace_file, params)
     cfg = _chip_for(program, chip, overrides)
     n = check_program(program, cfg)
     _check_races(program, allow_races)
@@ -188,21 +208,137 @@ def validate(trace_file, chip, overrides, allow_races) -> None:
 @click.option("--chip", "chips", metavar="NAME|PATH", multiple=True, required=True,
               help="A chip to run on (repeat: --chip trn2 --chip trn3).")
 @set_option
+@param_option
 @mode_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
-def compare(trace_file, chips, overrides, mode, as_json) -> None:
+def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
     """Run TRACE on several chips and show the results side by side, with ratios to the first.
 
     \b
     Example:
       trnsim compare traces/gemm_double_buffered.yaml --chip trn2 --chip trn3
     """
-    program = load_trace(trace_file)
+    program = _load_trace(trace_file, params)
     results = [run_program(program, load_chip(c, overrides), mode).summary for c in chips]
     if as_json:
         click.echo(json.dumps({s["chip"]: s for s in results}, indent=2))
         return
     click.echo(format_comparison(results))
+
+
+@main.command()
+@click.argument("traces", metavar="TRACE...", nargs=-1, required=True,
+                type=click.Path(dir_okay=False))
+@click.option("--chip", "chips", metavar="NAME|PATH", multiple=True,
+              help="A chip to run every point on (repeat: --chip trn2 --chip trn3). Default: "
+                   "the chip: each trace names.")
+@click.option("--grid", "grid", metavar="KEY=V1,V2,...", multiple=True,
+              help="Sweep a chip config key over values with their units, e.g. --grid "
+                   "hbm.bandwidth=1TB/s,2TB/s,4TB/s, or a trace param, e.g. --grid "
+                   "param.batch=8,64. Repeat it: the sweep runs every combination.")
+@click.option("--set", "overrides", metavar="KEY=VALUE", multiple=True,
+              help="Set a chip config key (or param.NAME) for every point, e.g. --set "
+                   "core.sbuf.partition_bytes=448KiB (repeatable).")
+@param_option
+@mode_option
+@click.option("--out", metavar="FILE", default=None,
+              help="Write the table to FILE: .csv, or .parquet (with pyarrow). If FILE exists "
+                   "the sweep resumes: its points without an error are not run again. Without "
+                   "--out the table is printed as CSV.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Run the points on N local worker processes (a Dask LocalCluster; needs "
+                   "pip install 'trnsim[sweep]'). 1 runs them here, one after another.")
+@click.option("--scheduler", metavar="ADDRESS", default=None,
+              help="Run the points on a running Dask cluster, e.g. --scheduler "
+                   "tcp://10.0.0.5:8786; its workers need trnsim installed, and nothing else "
+                   "(each point carries its trace, init files and chip config).")
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress bar and no summary line; errors only (and the CSV without "
+                   "--out).")
+def sweep(traces, chips, grid, overrides, params, mode, out, workers, scheduler, quiet) -> None:
+    """Simulate every combination of TRACEs, --chips and --grid values, and write one table: a
+    row per point with its trace, chip and grid values, the run's figures (total and device
+    time, FLOP/s and peak fraction, HBM bytes and bandwidth, DMA, per-engine-kind utilization
+    mean and max, memory peaks), an error column (a failed point never stops the sweep), and
+    the mode, settings, trace and config hashes and trnsim version that identify it.
+
+    \b
+    Examples:
+      trnsim sweep traces/weight_stream.yaml --chip trn1 --chip trn2 --chip trn3 \\
+          --grid hbm.bandwidth=0.5TB/s,1TB/s,2TB/s,4TB/s --mode timing --out hbm.csv
+      trnsim sweep traces/weight_stream.yaml --grid param.batch=8,32,128 \\
+          --grid core.sbuf.partition_bytes=224KiB,448KiB --workers 2 --out batch.parquet
+      trnsim sweep traces/*.yaml --chip trn2 --mode timing --scheduler tcp://10.0.0.5:8786
+    """
+    result = run_sweep(list(traces), list(chips), list(grid), list(overrides), list(params),
+                       mode, out, workers, scheduler, progress=_sweep_progress(quiet))
+    if _sweep_progress(quiet):
+        click.echo("\r" + " " * 78 + "\r", err=True, nl=False)
+    if not out:
+        click.echo(sweep_table.csv_lines(result.rows, result.columns), nl=False)
+    if quiet:
+        return
+    line = f"sweep: {result.points} points: {result.ran} run"
+    if result.skipped:
+        line += f", {result.skipped} already in {out}"
+    line += f", {result.failed} failed" + (f"; table in {out}" if out else "")
+    click.echo(line, err=not out)
+    failed = [r for r in result.rows[:result.points] if r.get("error")]
+    for r in failed[:5]:
+        point = " ".join(str(r[c]) for c in result.columns[:result.columns.index(
+            sweep_table.FIGURES[0])])
+        click.echo(f"  failed: {point}: {r['error']}", err=True)
+    if len(failed) > 5:
+        click.echo(f"  ... and {len(failed) - 5} more (see the error column)", err=True)
+
+
+def _sweep_progress(quiet: bool):
+    """A progress bar with points done, failures and an ETA, on an interactive terminal only."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    start = time.monotonic()
+
+    def show(done: int, total: int, failed: int) -> None:
+        width = 24
+        filled = width * done // total if total else width
+        eta = ""
+        if 0 < done < total:
+            left = (time.monotonic() - start) / done * (total - done)
+            eta = f", ETA {int(left // 60)}:{int(left % 60):02d}"
+        click.echo(f"\rsweep [{'#' * filled}{'.' * (width - filled)}] {done}/{total} points, "
+                   f"{failed} failed{eta}   ", err=True, nl=False)
+    return show
+
+
+@main.command()
+@click.argument("table_file", metavar="TABLE", type=click.Path(dir_okay=False))
+@click.option("--x", "x", metavar="KEY", required=True,
+              help="The column on the x axis: a grid key such as hbm.bandwidth or "
+                   "param.batch (values with units are placed by size), or any column.")
+@click.option("--y", "y", metavar="METRIC", required=True,
+              help="The figure on the y axis, e.g. device_time_ns, flops_per_s, "
+                   "peak_fraction, hbm_bandwidth_bytes_per_s, tensor_util_max.")
+@click.option("--hue", metavar="KEY", default=None,
+              help="One line per value of this column, e.g. --hue chip. Every other "
+                   "identifying column that varies in the table splits the lines too.")
+@click.option("--out", metavar="FILE", default=None,
+              help="The image: .png, .svg or .pdf. Default: TABLE with .png.")
+@click.option("--logx", is_flag=True, help="A logarithmic x axis.")
+@click.option("--logy", is_flag=True, help="A logarithmic y axis.")
+@click.option("--title", metavar="TEXT", default=None,
+              help="The title. Default: '<METRIC> against <KEY>: <traces>'.")
+def plot(table_file, x, y, hue, out, logx, logy, title) -> None:
+    """Draw a figure from a sweep TABLE (CSV or Parquet, written by trnsim sweep) with
+    matplotlib: METRIC against KEY, a line per value of --hue. Rows with an error are left
+    out. Needs pip install 'trnsim[plot]'.
+
+    \b
+    Examples:
+      trnsim plot hbm.csv --x hbm.bandwidth --y device_time_ns --hue chip --out hbm.png
+      trnsim plot batch.parquet --x param.batch --y peak_fraction --hue chip --logx
+    """
+    target = plot_table(table_file, x, y, hue, out, logx, logy, title)
+    click.echo(f"wrote {target}")
 
 
 @main.group()

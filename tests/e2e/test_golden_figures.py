@@ -145,7 +145,7 @@ def test_every_golden_has_its_figures_derived():
     """A golden of a new trace needs its hand derivation here."""
     stems = {p.stem.partition("@")[0] for p in GOLDEN.glob("*.json")}
     assert stems == {"matmul_gelu", "softmax_rows", "gemm_double_buffered", "two_streams",
-                     "llama70b_layer_timing"}
+                     "llama70b_layer_timing", "weight_stream"}
 
 
 # -- matmul_gelu: one matmul, GELU on its result ------------------------------------------------
@@ -275,6 +275,53 @@ def test_gemm_double_buffered(name):
     assert g["total_time_ns"] == (seconds_ps(cfg.host_link.launch_overhead) + device) / 1000
     assert g["hbm"]["bandwidth_bytes_per_s"] == ratio((xt + w + y) / (Fraction(device) / PS))
     assert g["timings"] == {}
+
+
+# -- weight_stream: a wide weight streamed through two SBUF buffers (params: defaults) ------------
+
+
+@by_name("weight_stream")
+def test_weight_stream(name):
+    g, cfg = golden(name)
+    batch, tiles, k = 8, 16, 512  # the trace's params: defaults; y [batch, 512 x tiles]
+    n = 512 * tiles
+    f = seconds_ps(cfg.core.dma.fixed_cost)
+    tclk, sclk = cfg.core.tensor.clock_hz, cfg.core.scalar.clock_hz
+    xt, w, y = k * batch * 2, k * n * 2, batch * n * 2
+    assert (g["hbm"]["bytes_read"], g["hbm"]["bytes_written"]) == (xt + w, y)
+    # 4 xT K-tiles on q0; each N-tile's 4 w K-tiles on q1 (even N-tiles) or q2 (odd); stores q3
+    assert {q: (r["bytes"], r["transfers"]) for q, r in g["dma"].items()} == {
+        "core0.q0": (xt, 4), "core0.q1": (w // 2, 2 * tiles), "core0.q2": (w // 2, 2 * tiles),
+        "core0.q3": (y, tiles)}
+    # per N-tile: 4 matmuls of M = batch, N = 512, the first waits (cold); one activation that
+    # waits
+    mm_tile = (cycles_ps(matmul_cycles(cfg, batch, 512, cold=True), tclk)
+               + 3 * cycles_ps(matmul_cycles(cfg, batch, 512, cold=False), tclk))
+    act = cycles_ps(act_cycles(cfg, 512, waits=True), sclk)
+    device = round(g["device_time_ns"] * 1000)
+    assert_engines(g, {"core0.tensor": (tiles * mm_tile, 4 * tiles),
+                       "core0.scalar": (tiles * act, tiles)}, device)
+    assert_flops(g, cfg, 2 * batch * k * n, device)
+    assert g["memory"] == {"sbuf_peak_bytes": 128 * (4 * batch + 2 * 2048) * 2
+                                              + 2 * batch * 512 * 2,  # x_all, w0, w1; o0, o1
+                           "psum_peak_bytes": 2 * batch * 512 * 4, "hbm_peak_bytes": xt + w + y}
+    # the device time, between two bounds. HBM never binds on this chip (one core's engines
+    # move less than its stack), so DMA time is engine work.
+    assert cfg.core.dma.engines * cfg.core.dma.engine_bandwidth < cfg.hbm.bandwidth / 4
+    wx = copy_work_ps(cfg, 128, batch * 2)  # an xT K-tile [128, batch]
+    ww = copy_work_ps(cfg, 128, 512 * 2)  # a w K-tile [128, 512]
+    d = cfg.core.dma  # a store of o [batch, 512]: batch rows of 1 KiB over the engines
+    store = math.ceil(batch / d.engines) * (Fraction(d.descriptor_cost) * PS
+                                            + Fraction(512 * 2) * PS / Fraction(d.engine_bandwidth))
+    #  lower: every load's work on the busiest engine, then the last N-tile's matmuls,
+    #  activation and store (which need the last load);
+    lower = f + 4 * wx + 4 * tiles * ww + mm_tile + act + f + store
+    #  upper: everything one after the other (the queues share the engines work-conservingly,
+    #  so while anything waits, something on its path runs)
+    upper = (4 + 5 * tiles) * f + 4 * wx + 4 * tiles * ww + tiles * (mm_tile + act + store)
+    assert lower < device < upper + 4 + 5 * tiles
+    assert g["total_time_ns"] == (seconds_ps(cfg.host_link.launch_overhead) + device) / 1000
+    assert g["hbm"]["bandwidth_bytes_per_s"] == ratio((xt + w + y) / (Fraction(device) / PS))
 
 
 # -- two_streams: host copies, two logical cores, events -------------------------------------------

@@ -22,6 +22,9 @@ Extension (documented in `docs/trace_extensions.md`): `repeat` blocks, wherever 
 list appears; see `trnsim.trace.repeat`. The semaphore check (`trnsim.trace.semaphores`) runs on the
 expanded program.
 
+Extension: `params:`, workload parameters used as `{expressions}` in string values, substituted
+into the raw document before anything else reads it; see `trnsim.trace.params`.
+
 The parts: this module reads the document and its kernels; `buffers` the tensors and tiles,
 `instructions` one instruction and its operands, `repeat` a core's instruction list,
 `semaphores` the deadlock check, `schedule` the streams, timing and outputs.
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,6 +60,7 @@ from trnsim.inputs.validate import (
 )
 from trnsim.trace.buffers import parse_tensors, parse_tiles
 from trnsim.trace.instructions import parse_ap, parse_instruction
+from trnsim.trace.params import apply_params
 from trnsim.trace.program import (
     CoreProgram,
     KernelSpec,
@@ -74,27 +79,29 @@ __all__ = ["load", "loads", "parse_instruction", "parse_ap", "check_semaphores",
            "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
 
 TOP_KEYS = ("trnsim", "name", "chip", "seed", "mode", "lnc", "outputs", "tensors", "kernels",
-            "streams", "ops", "instructions", "tiles", "timing")
+            "streams", "ops", "instructions", "tiles", "timing", "params")
 KERNEL_KEYS = ("ops", "tiles", "instructions", "per_core")
 MODES = ("functional", "timing")
 SHORTHAND = "main"
 
 
-def load(path: str | Path) -> Program:
+def load(path: str | Path, params: Mapping[str, Any] | None = None) -> Program:
     """Read and validate the trace file at `path` (YAML, or JSON: see `loads`); init files
-    resolve against its directory."""
+    resolve against its directory. `params` sets the trace's `params:` (name -> value, see
+    `trnsim.trace.params`)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}:1: trace: cannot read the file ({e.__class__.__name__}: "
                          f"{e}); expected a readable UTF-8 YAML file") from None
-    return loads(text, source=str(path), base_dir=path.parent)
+    return loads(text, source=str(path), base_dir=path.parent, params=params)
 
 
-def loads(text: str, source: str = "<string>", base_dir: str | Path = ".") -> Program:
+def loads(text: str, source: str = "<string>", base_dir: str | Path = ".",
+          params: Mapping[str, Any] | None = None) -> Program:
     """Validate trace `text`; `source` names it in errors, `base_dir` anchors init files (which
-    the Program holds as absolute paths).
+    the Program holds as absolute paths), `params` sets the trace's `params:`.
 
     JSON (a `source` ending in .json, or text starting with `{`) is read by Python's `json`
     module, many times faster than YAML but without lines: if a check fails, the text is read
@@ -105,10 +112,11 @@ def loads(text: str, source: str = "<string>", base_dir: str | Path = ".") -> Pr
         data = _json(text, source)
         if data is not _NOT_JSON:
             try:
-                return _TraceParser(source, base).parse(data)
+                return _TraceParser(source, base).parse(apply_params(data, source, params))
             except TraceError:
                 pass  # again, with lines: the error below names its line
-        return _TraceParser(source, base).parse(load_yaml(text, source))
+        doc = apply_params(load_yaml(text, source), source, params)
+        return _TraceParser(source, base).parse(doc)
 
 
 _NOT_JSON = object()
