@@ -39,8 +39,9 @@ def gemm(size: int, mode: str) -> Trace:
     q = 0
     for i in range(kt):
         for name, src in ((f"x{i}", "xT"), (f"w{i}", "w")):
-            k.dma_copy(src=f"{src}[{128 * i}:{128 * (i + 1)}, :]", dst=name, queue=q % 16,
-                       signal={"ld": 1})
+            k.dma_copy(
+                src=f"{src}[{128 * i}:{128 * (i + 1)}, :]", dst=name, queue=q % 16, signal={"ld": 1}
+            )
             q += 1
     tile = 0
     for m in range(mt):
@@ -52,14 +53,26 @@ def gemm(size: int, mode: str) -> Trace:
                     extra["wait"] = {"ld": 2 * kt, **({f"ev{b}": use} if use else {})}
                 if i == kt - 1:
                     extra["signal"] = {f"mm{b}": 1}
-                k.matmul(stationary=f"x{i}[:, {128 * m}:{128 * (m + 1)}]",
-                         moving=f"w{i}[:, {512 * n}:{512 * (n + 1)}]", dst=f"acc{b}",
-                         accumulate=i > 0, **extra)
-            k.tensor_copy(src=f"acc{b}", dst=f"o{b}", wait={f"mm{b}": use + 1,
-                                                            **({f"st{b}": use} if use else {})},
-                          signal={f"ev{b}": 1})
-            k.dma_copy(src=f"o{b}", dst=f"y[{128 * m}:{128 * (m + 1)}, {512 * n}:{512 * (n + 1)}]",
-                       queue=tile % 16, wait={f"ev{b}": use + 1}, signal={f"st{b}": 1})
+                k.matmul(
+                    stationary=f"x{i}[:, {128 * m}:{128 * (m + 1)}]",
+                    moving=f"w{i}[:, {512 * n}:{512 * (n + 1)}]",
+                    dst=f"acc{b}",
+                    accumulate=i > 0,
+                    **extra,
+                )
+            k.tensor_copy(
+                src=f"acc{b}",
+                dst=f"o{b}",
+                wait={f"mm{b}": use + 1, **({f"st{b}": use} if use else {})},
+                signal={f"ev{b}": 1},
+            )
+            k.dma_copy(
+                src=f"o{b}",
+                dst=f"y[{128 * m}:{128 * (m + 1)}, {512 * n}:{512 * (n + 1)}]",
+                queue=tile % 16,
+                wait={f"ev{b}": use + 1},
+                signal={f"st{b}": 1},
+            )
             tile += 1
     return t
 
@@ -71,7 +84,7 @@ def main() -> None:
     a = ap.parse_args()
     cfg = load_chip(a.chip)
     peak = peak_flops_per_core(cfg, "bfloat16")
-    roofline_us = 2 * a.size ** 3 / peak * 1e6
+    roofline_us = 2 * a.size**3 / peak * 1e6
     print(f"{a.size}^3 bf16 GEMM on one {cfg.name} core; TensorE roofline {roofline_us:.2f} us")
     for mode in ("timing", "functional"):
         t0 = time.perf_counter()
@@ -79,8 +92,10 @@ def main() -> None:
         r = trace.run(cfg)
         wall = time.perf_counter() - t0
         s = r.summary
-        line = (f"{mode:<11} wall {wall:6.2f} s   simulated {s['device_time_ns'] / 1e3:8.2f} us   "
-                f"{s['peak_fraction']:.1%} of peak   {r.device.recorder.span_count} spans")
+        line = (
+            f"{mode:<11} wall {wall:6.2f} s   simulated {s['device_time_ns'] / 1e3:8.2f} us   "
+            f"{s['peak_fraction']:.1%} of peak   {r.device.recorder.span_count} spans"
+        )
         if mode == "functional":
             x = r.tensor("xT").astype(np.float32).T
             w = r.tensor("w").astype(np.float32)

@@ -68,28 +68,55 @@ def document(steps: int) -> dict:
         b, k, n = i % NBUF, i % KT, (i // KT) % NT
         rows, cols = f"{k * 128}:{(k + 1) * 128}", f"{n * 512}:{(n + 1) * 512}"
         done = i // NBUF  # earlier steps that used buffer b: each signalled use<b> twice
-        load_ = {"op": "dma_copy", "src": f"w[{rows}, {cols}]", "dst": f"wb{b}",
-                 "queue": b % 2, "signal": {f"ld{b}": 1}}
+        load_ = {
+            "op": "dma_copy",
+            "src": f"w[{rows}, {cols}]",
+            "dst": f"wb{b}",
+            "queue": b % 2,
+            "signal": {f"ld{b}": 1},
+        }
         if done:
             load_["wait"] = {f"use{b}": 2 * done}
         bank = i % 4
         instructions += [
             load_,
-            {"op": "matmul", "stationary": f"x[:, {(k % 4) * 128}:{(k % 4 + 1) * 128}]",
-             "moving": f"wb{b}", "dst": f"acc[:, {bank * 512}:{(bank + 1) * 512}]",
-             "accumulate": k % 4 > 0, "wait": {f"ld{b}": done + 1}, "signal": {f"use{b}": 1}},
-            {"op": "dma_copy", "src": f"wb{b}", "dst": f"y[{rows}, {cols}]", "queue": 2,
-             "wait": {f"ld{b}": done + 1}, "signal": {f"use{b}": 1}},
+            {
+                "op": "matmul",
+                "stationary": f"x[:, {(k % 4) * 128}:{(k % 4 + 1) * 128}]",
+                "moving": f"wb{b}",
+                "dst": f"acc[:, {bank * 512}:{(bank + 1) * 512}]",
+                "accumulate": k % 4 > 0,
+                "wait": {f"ld{b}": done + 1},
+                "signal": {f"use{b}": 1},
+            },
+            {
+                "op": "dma_copy",
+                "src": f"wb{b}",
+                "dst": f"y[{rows}, {cols}]",
+                "queue": 2,
+                "wait": {f"ld{b}": done + 1},
+                "signal": {f"use{b}": 1},
+            },
         ]
-    tiles = {"x": {"memory": "sbuf", "shape": [128, 512], "dtype": "bfloat16"},
-             "acc": {"memory": "psum", "shape": [128, 2048], "dtype": "float32"}}
+    tiles = {
+        "x": {"memory": "sbuf", "shape": [128, 512], "dtype": "bfloat16"},
+        "acc": {"memory": "psum", "shape": [128, 2048], "dtype": "float32"},
+    }
     for b in range(NBUF):
         tiles[f"wb{b}"] = {"memory": "sbuf", "shape": [128, 512], "dtype": "bfloat16"}
     shape = [KT * 128, NT * 512]
-    return {"trnsim": 1, "name": "bench-load", "chip": "trn2", "mode": "timing",
-            "tensors": {"w": {"shape": shape, "dtype": "bfloat16"},
-                        "y": {"shape": shape, "dtype": "bfloat16"}},
-            "tiles": tiles, "instructions": instructions}
+    return {
+        "trnsim": 1,
+        "name": "bench-load",
+        "chip": "trn2",
+        "mode": "timing",
+        "tensors": {
+            "w": {"shape": shape, "dtype": "bfloat16"},
+            "y": {"shape": shape, "dtype": "bfloat16"},
+        },
+        "tiles": tiles,
+        "instructions": instructions,
+    }
 
 
 def _flow(value) -> str:
@@ -164,14 +191,23 @@ def run_split(path: Path, repeats: int) -> None:
     process, and the rest (plan, simulate, report)."""
     startup = load_s = float("inf")
     for _ in range(repeats):
-        out = subprocess.run([sys.executable, "-c", _PROBE, str(path)], check=True, cwd=ROOT,
-                             capture_output=True, text=True).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", _PROBE, str(path)],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
         startup, load_s = min(startup, float(out[0])), min(load_s, float(out[1]))
-    total = best_wall([sys.executable, str(ROOT / "cli.py"), "run", str(path), "--mode",
-                       "timing", "--json"], repeats)
-    print(f"run  {path.name:16} {total:7.3f} s end to end (fresh process): start-up "
-          f"{startup:.3f} s, load {load_s:.3f} s (fresh process), plan + simulate + report "
-          f"{total - startup - load_s:.3f} s")
+    total = best_wall(
+        [sys.executable, str(ROOT / "cli.py"), "run", str(path), "--mode", "timing", "--json"],
+        repeats,
+    )
+    print(
+        f"run  {path.name:16} {total:7.3f} s end to end (fresh process): start-up "
+        f"{startup:.3f} s, load {load_s:.3f} s (fresh process), plan + simulate + report "
+        f"{total - startup - load_s:.3f} s"
+    )
 
 
 def main() -> None:
@@ -187,15 +223,20 @@ def main() -> None:
         doc = document(a.steps)
         write_yaml(doc, folder / "big.yaml")
         write_json(doc, folder / "big.json")
-        rows = [("llama (repeat:)", ROOT / "traces" / "llama70b_layer_timing.yaml"),
-                ("big.yaml", folder / "big.yaml"), ("big.json", folder / "big.json")]
+        rows = [
+            ("llama (repeat:)", ROOT / "traces" / "llama70b_layer_timing.yaml"),
+            ("big.yaml", folder / "big.yaml"),
+            ("big.json", folder / "big.json"),
+        ]
         times = {}
         for label, path in rows:
             t, count = best_load(path, a.repeats)
             times[label] = t
             size = path.stat().st_size / 2**20
-            print(f"load {label:16} {t:7.3f} s  {count:>8,} instructions  {size:6.1f} MiB  "
-                  f"{count / t:>10,.0f} instructions/s")
+            print(
+                f"load {label:16} {t:7.3f} s  {count:>8,} instructions  {size:6.1f} MiB  "
+                f"{count / t:>10,.0f} instructions/s"
+            )
         if a.run:
             run_split(folder / "big.json", a.repeats)
 

@@ -51,8 +51,10 @@ tiles:
   x:   {{memory: sbuf, shape: [128, {128 * NBUF}], dtype: bfloat16}}
   acc: {{memory: psum, shape: [128, {512 * BANKS}], dtype: float32}}
   o:   {{memory: sbuf, shape: [128, {512 * BANKS}], dtype: bfloat16}}
-""" + "".join(f"  w{b}:  {{memory: sbuf, shape: [128, {512 * BANKS}], dtype: bfloat16}}\n"
-              for b in range(NBUF))
+""" + "".join(
+    f"  w{b}:  {{memory: sbuf, shape: [128, {512 * BANKS}], dtype: bfloat16}}\n"
+    for b in range(NBUF)
+)
 
 
 def step(i: int | None) -> list[str]:
@@ -67,8 +69,10 @@ def step(i: int | None) -> list[str]:
     out = []
     for b in range(NBUF):
         k = f"{b * 128}:{(b + 1) * 128}"
-        out.append(f'{{op: dma_copy, queue: {b % 2}, src: "w[{k}, :]", dst: w{b}'
-                   f'{wait(**{f"use{b}": 0})}, signal: {{ld{b}: 1}}}}')
+        out.append(
+            f'{{op: dma_copy, queue: {b % 2}, src: "w[{k}, :]", dst: w{b}'
+            f"{wait(**{f'use{b}': 0})}, signal: {{ld{b}: 1}}}}"
+        )
         for t in range(BANKS):
             n = f"{t * 512}:{(t + 1) * 512}"
             waits = {}
@@ -79,17 +83,19 @@ def step(i: int | None) -> list[str]:
             sig = {f"use{b}": 1} if t == BANKS - 1 else {}
             if t == BANKS - 1 and b == NBUF - 1:
                 sig["mm"] = 1
-            sig_text = (", signal: {" + ", ".join(f"{s}: {v}" for s, v in sig.items()) + "}"
-                        if sig else "")
-            out.append(f'{{op: matmul, stationary: "x[:, {k}]", moving: "w{b}[:, {n}]", '
-                       f'dst: "acc[:, {n}]", accumulate: {str(b > 0).lower()}'
-                       f'{wait(**waits)}{sig_text}}}')
+            sig_text = (
+                ", signal: {" + ", ".join(f"{s}: {v}" for s, v in sig.items()) + "}" if sig else ""
+            )
+            out.append(
+                f'{{op: matmul, stationary: "x[:, {k}]", moving: "w{b}[:, {n}]", '
+                f'dst: "acc[:, {n}]", accumulate: {str(b > 0).lower()}'
+                f"{wait(**waits)}{sig_text}}}"
+            )
     for t in range(BANKS):
         n = f"{t * 512}:{(t + 1) * 512}"
         w = wait(mm=1, st=0) if t == 0 else ""
         sig = ", signal: {act: 1}" if t == BANKS - 1 else ""
-        out.append(f'{{op: activation, func: copy, src: "acc[:, {n}]", dst: "o[:, {n}]"'
-                   f'{w}{sig}}}')
+        out.append(f'{{op: activation, func: copy, src: "acc[:, {n}]", dst: "o[:, {n}]"{w}{sig}}}')
     out.append(f"{{op: dma_copy, queue: 2, src: o, dst: y{wait(act=1)}, signal: {{st: 1}}}}")
     return out
 
@@ -136,7 +142,8 @@ def bench(path: Path, count: int, mode: str) -> dict:
     t2 = time.perf_counter()
     summary = json.loads(out.getvalue())
     ran = sum(e["instructions"] for e in summary["engines"].values()) + sum(
-        d["transfers"] for d in summary["dma"].values())
+        d["transfers"] for d in summary["dma"].values()
+    )
     assert ran == count, (ran, count)
     return {"load_s": t1 - t0, "run_s": t2 - t1, "summary": summary}
 
@@ -145,8 +152,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=100_000, help="instructions (at least)")
     ap.add_argument("--mode", choices=("timing", "functional"), default="timing")
-    ap.add_argument("--no-repeat", action="store_true",
-                    help="write every step out even if the loader supports repeat:")
+    ap.add_argument(
+        "--no-repeat",
+        action="store_true",
+        help="write every step out even if the loader supports repeat:",
+    )
     ap.add_argument("--keep", metavar="DIR", help="write the trace into DIR and keep it")
     a = ap.parse_args()
     use_repeat = not a.no_repeat and repeat_supported()
@@ -159,11 +169,15 @@ def main() -> None:
         m = bench(path, count, a.mode)
     s = m["summary"]
     sim = m["run_s"] - m["load_s"]
-    print(f"trace           {path if a.keep else 'bench_run.yaml (temporary)'}: {count:,} "
-          f"instructions, {size / 1024:,.1f} KiB, "
-          f"{'one repeat: block' if use_repeat else 'written out (no repeat: support)'}")
-    print(f"simulated       {s['total_time_ns'] / 1e3:,.1f} us on {s['chip']} ({s['mode']}), "
-          f"{s['flops'] / 1e12:,.2f} TFLOP, {s['peak_fraction']:.1%} of peak")
+    print(
+        f"trace           {path if a.keep else 'bench_run.yaml (temporary)'}: {count:,} "
+        f"instructions, {size / 1024:,.1f} KiB, "
+        f"{'one repeat: block' if use_repeat else 'written out (no repeat: support)'}"
+    )
+    print(
+        f"simulated       {s['total_time_ns'] / 1e3:,.1f} us on {s['chip']} ({s['mode']}), "
+        f"{s['flops'] / 1e12:,.2f} TFLOP, {s['peak_fraction']:.1%} of peak"
+    )
     print(f"load            {m['load_s']:8.2f} s   {count / m['load_s']:>12,.0f} instructions/s")
     print(f"run (end to end){m['run_s']:8.2f} s   {count / m['run_s']:>12,.0f} instructions/s")
     print(f"  without load  {sim:8.2f} s   {count / sim:>12,.0f} instructions/s")

@@ -29,8 +29,13 @@ def pipeline(n_instr: int, free: int) -> Trace:
     k.tile("h", "sbuf", [128, free], "bfloat16")
     k.tile("y", "sbuf", [128, free], "bfloat16")
     for i in range(n_instr // 3):
-        k.matmul(stationary="x", moving="w", dst="acc", signal={"mm": 1},
-                 **({"wait": {"act": i}} if i else {}))
+        k.matmul(
+            stationary="x",
+            moving="w",
+            dst="acc",
+            signal={"mm": 1},
+            **({"wait": {"act": i}} if i else {}),
+        )
         k.activation(func="gelu", src="acc", dst="h", wait={"mm": i + 1}, signal={"act": 1})
         k.tensor_tensor(alu="add", src0="h", src1="y", dst="y", wait={"act": i + 1})
     return t
@@ -47,9 +52,14 @@ def back_to_back(n_instr: int, free: int) -> Trace:
     k.tile("y", "sbuf", [128, free], "bfloat16")
     for i in range(n_instr // 9):
         for j in range(8):
-            k.matmul(stationary="x", moving="w", dst="acc", accumulate=j > 0,
-                     **({"signal": {"mm": 1}} if j == 7 else {}),
-                     **({"wait": {"cp": i}} if j == 0 and i else {}))
+            k.matmul(
+                stationary="x",
+                moving="w",
+                dst="acc",
+                accumulate=j > 0,
+                **({"signal": {"mm": 1}} if j == 7 else {}),
+                **({"wait": {"cp": i}} if j == 0 and i else {}),
+            )
         k.tensor_copy(src="acc", dst="y", wait={"mm": i + 1}, signal={"cp": 1})
     return t
 
@@ -65,25 +75,34 @@ def measure(n: int, mode: str, free: int, workload: str) -> dict:
     result = trace.run(cfg, mode=mode)
     t2 = time.perf_counter()
     count = result.device.recorder.span_count
-    return {"mode": mode, "workload": workload, "instructions": count, "api_s": t1 - t0,
-            "run_s": t2 - t1, "instr_per_s": count / (t2 - t1),
-            "sim_time_us": result.summary["device_time_ns"] / 1e3}
+    return {
+        "mode": mode,
+        "workload": workload,
+        "instructions": count,
+        "api_s": t1 - t0,
+        "run_s": t2 - t1,
+        "instr_per_s": count / (t2 - t1),
+        "sim_time_us": result.summary["device_time_ns"] / 1e3,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=300_000, help="instructions, timing-only run")
-    ap.add_argument("--n-functional", type=int, default=3_000,
-                    help="instructions, functional run")
+    ap.add_argument("--n-functional", type=int, default=3_000, help="instructions, functional run")
     ap.add_argument("--free", type=int, default=512, help="free size of the tiles")
     a = ap.parse_args()
-    print(f"{'workload':<10}{'mode':<11}{'instrs':>9}{'build s':>9}{'run s':>9}{'instr/s':>11}"
-          f"{'sim us':>11}")
+    print(
+        f"{'workload':<10}{'mode':<11}{'instrs':>9}{'build s':>9}{'run s':>9}{'instr/s':>11}"
+        f"{'sim us':>11}"
+    )
     for workload in WORKLOADS:
         for n, mode in ((a.n, "timing"), (a.n_functional, "functional")):
             m = measure(n, mode, a.free, workload)
-            print(f"{workload:<10}{m['mode']:<11}{m['instructions']:>9}{m['api_s']:>9.2f}"
-                  f"{m['run_s']:>9.2f}{m['instr_per_s']:>11,.0f}{m['sim_time_us']:>11.1f}")
+            print(
+                f"{workload:<10}{m['mode']:<11}{m['instructions']:>9}{m['api_s']:>9.2f}"
+                f"{m['run_s']:>9.2f}{m['instr_per_s']:>11,.0f}{m['sim_time_us']:>11.1f}"
+            )
     print("instr/s counts the run (bind, check, cost, simulate, summarise); build is the API.")
 
 

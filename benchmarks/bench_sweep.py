@@ -33,8 +33,10 @@ from trnsim.sweep import run_sweep  # noqa: E402
 
 TRACE = str(ROOT / "traces" / "weight_stream.yaml")
 CHIPS = ["trn2", "trn3"]
-GRID = ["hbm.bandwidth=0.25TB/s,0.5TB/s,0.75TB/s,1TB/s,1.5TB/s,2TB/s,3TB/s,4TB/s",
-        "param.batch=8,32"]
+GRID = [
+    "hbm.bandwidth=0.25TB/s,0.5TB/s,0.75TB/s,1TB/s,1.5TB/s,2TB/s,3TB/s,4TB/s",
+    "param.batch=8,32",
+]
 
 
 def _spin(n: int) -> float:
@@ -70,8 +72,9 @@ def cpu_seconds() -> float:
 def sweep(workers: int, tiles: int):
     """(wall seconds, CPU seconds, result) of one sweep."""
     start, cpu = time.perf_counter(), cpu_seconds()
-    result = run_sweep([TRACE], CHIPS, GRID, params=[f"tiles={tiles}"], mode="timing",
-                       workers=workers)
+    result = run_sweep(
+        [TRACE], CHIPS, GRID, params=[f"tiles={tiles}"], mode="timing", workers=workers
+    )
     return time.perf_counter() - start, cpu_seconds() - cpu, result
 
 
@@ -97,15 +100,23 @@ def main() -> None:
     points = len(tables[1])
     (one, one_cpu), (two, two_cpu) = best[1], best[2]
     runs = f" (best of {args.repeat})" if args.repeat > 1 else ""
-    print(f"sweep of {points} points (weight_stream, tiles={args.tiles}, timing mode){runs}, "
-          f"{os.cpu_count()} CPUs, load average {load:.1f} before")
-    print(f"  1 worker (in process):         {one:6.1f} s  ({one / points:.2f} s a point; "
-          f"CPU {one_cpu:.1f} s)")
-    print(f"  2 workers (Dask LocalCluster): {two:6.1f} s  (cluster start and stop included; "
-          f"CPU {two_cpu:.1f} s = {two_cpu / two:.2f} cores busy)")
+    print(
+        f"sweep of {points} points (weight_stream, tiles={args.tiles}, timing mode){runs}, "
+        f"{os.cpu_count()} CPUs, load average {load:.1f} before"
+    )
+    print(
+        f"  1 worker (in process):         {one:6.1f} s  ({one / points:.2f} s a point; "
+        f"CPU {one_cpu:.1f} s)"
+    )
+    print(
+        f"  2 workers (Dask LocalCluster): {two:6.1f} s  (cluster start and stop included; "
+        f"CPU {two_cpu:.1f} s = {two_cpu / two:.2f} cores busy)"
+    )
     print(f"  speedup {one / two:.2f}x (target >= 1.6x); tables identical")
-    print(f"  2 processes vs 1 on plain Python work, before and after: "
-          f"{ceiling[0]:.2f}x, {ceiling[1]:.2f}x (2.00x on two idle cores)")
+    print(
+        f"  2 processes vs 1 on plain Python work, before and after: "
+        f"{ceiling[0]:.2f}x, {ceiling[1]:.2f}x (2.00x on two idle cores)"
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,11 @@ def test_one_32k_transfer_on_one_engine():
     np.testing.assert_array_equal(r.tile("load", "x_t"), r.tensor("x"))
     assert r.summary["hbm"]["bytes_read"] == 32768
     assert r.summary["dma"]["core0.q0"] == {
-        "busy_ns": span.duration_ps / 1000, "bytes": 32768, "transfers": 1,
-        "bandwidth_bytes_per_s": 32768 / (span.duration_ps * 1e-12)}
+        "busy_ns": span.duration_ps / 1000,
+        "bytes": 32768,
+        "transfers": 1,
+        "bandwidth_bytes_per_s": 32768 / (span.duration_ps * 1e-12),
+    }
 
 
 def pipelined_gemm(tiles: int, matmuls_per_tile: int, buffers: int) -> Trace:
@@ -49,13 +52,23 @@ def pipelined_gemm(tiles: int, matmuls_per_tile: int, buffers: int) -> Trace:
         k.tile(f"w{b}", "sbuf", [128, 512], "bfloat16")
     for i in range(tiles):
         b, use = i % buffers, i // buffers  # buffer b is used for the use-th time
-        k.dma_copy(src=f"w[:, {512 * i}:{512 * (i + 1)}]", dst=f"w{b}", queue=b,
-                   signal={f"ld{b}": 1}, **({"wait": {f"free{b}": use}} if use else {}))
+        k.dma_copy(
+            src=f"w[:, {512 * i}:{512 * (i + 1)}]",
+            dst=f"w{b}",
+            queue=b,
+            signal={f"ld{b}": 1},
+            **({"wait": {f"free{b}": use}} if use else {}),
+        )
         for j in range(matmuls_per_tile):
             last = j == matmuls_per_tile - 1
-            k.matmul(stationary="x_t", moving=f"w{b}", dst="acc", accumulate=True,
-                     **({"wait": {f"ld{b}": use + 1}} if j == 0 else {}),
-                     **({"signal": {f"free{b}": 1}} if last else {}))
+            k.matmul(
+                stationary="x_t",
+                moving=f"w{b}",
+                dst="acc",
+                accumulate=True,
+                **({"wait": {f"ld{b}": use + 1}} if j == 0 else {}),
+                **({"signal": {f"free{b}": 1}} if last else {}),
+            )
     return t
 
 
@@ -67,15 +80,16 @@ def test_double_buffering_overlaps_dma_and_compute():
     tiles, per_tile = 8, 16
     double = pipelined_gemm(tiles, per_tile, buffers=2).run(TRN2)
     single = pipelined_gemm(tiles, per_tile, buffers=1).run(TRN2)
-    dma_ps = sum(busy(double, f"q{q}") for q in range(2))   # every load's submit-to-done time
-    compute_ps = busy(double, "tensor")                       # 8 x 16 matmuls of 512 cycles
+    dma_ps = sum(busy(double, f"q{q}") for q in range(2))  # every load's submit-to-done time
+    compute_ps = busy(double, "tensor")  # 8 x 16 matmuls of 512 cycles
     total = double.summary["device_time_ns"] * 1000
     spans = double.device.recorder.spans
     loads = [s for s in spans if s.track.startswith("q")]
     mms = [s for s in spans if s.track == "tensor"]
     # the timeline shows a load running while matmuls run
-    assert any(ld.start_ps < mm.end_ps and mm.start_ps < ld.end_ps for ld in loads[1:]
-               for mm in mms)
+    assert any(
+        ld.start_ps < mm.end_ps and mm.start_ps < ld.end_ps for ld in loads[1:] for mm in mms
+    )
     # compute-bound here: about max(DMA, compute) plus the first load, far below their sum
     first_load = loads[0].duration_ps
     assert compute_ps > dma_ps / 2
@@ -91,8 +105,9 @@ def stream_kernel(t: Trace, name: str, tensor: str, loads: int, queues: int = 4)
     for q in range(queues):
         k.tile(f"b{q}", "sbuf", [128, 8192], "bfloat16")
     for i in range(loads):
-        k.dma_copy(src=f"{tensor}[:, {8192 * i}:{8192 * (i + 1)}]", dst=f"b{i % queues}",
-                   queue=i % queues)
+        k.dma_copy(
+            src=f"{tensor}[:, {8192 * i}:{8192 * (i + 1)}]", dst=f"b{i % queues}", queue=i % queues
+        )
     return k
 
 
@@ -137,8 +152,9 @@ def test_lnc2_runs_one_program_per_physical_core():
         k.tile("a", "sbuf", [128, 512], "float32", core=c)
         rows = f"{128 * c}:{128 * (c + 1)}"
         k.dma_copy(src=f"x[{rows}, :]", dst="a", signal={"ld": 1}, core=c)
-        k.tensor_scalar(src="a", dst="a", op0="multiply", operand0=2.0, wait={"ld": 1},
-                        signal={"ok": 1}, core=c)
+        k.tensor_scalar(
+            src="a", dst="a", op0="multiply", operand0=2.0, wait={"ld": 1}, signal={"ok": 1}, core=c
+        )
         k.dma_copy(src="a", dst=f"y[{rows}, :]", wait={"ok": 1}, core=c)
     r = t.run(TRN2)
     assert {s.core for s in r.device.recorder.spans} == {0, 1}
@@ -150,8 +166,15 @@ def test_a_70b_model_is_declared_and_simulated_in_timing_mode():
     embedding and LM head (2 x 128256 x 8192 x 2 B) = 139.0 GB of bf16 — more than a Trn2's
     96 GiB of HBM, so they fit only on a what-if chip with 48 GiB stacks; in timing mode no
     tensor gets a backing store, so this runs on a small machine."""
-    shapes = {"wq": (8192, 8192), "wk": (8192, 1024), "wv": (8192, 1024), "wo": (8192, 8192),
-              "w_gate": (8192, 28672), "w_up": (8192, 28672), "w_down": (28672, 8192)}
+    shapes = {
+        "wq": (8192, 8192),
+        "wk": (8192, 1024),
+        "wv": (8192, 1024),
+        "wo": (8192, 8192),
+        "w_gate": (8192, 28672),
+        "w_up": (8192, 28672),
+        "w_down": (28672, 8192),
+    }
 
     def model() -> Trace:
         t = Trace("llama70b", mode="timing")

@@ -65,6 +65,8 @@ def test_no_module_imports_upward():
 
 def test_the_scan_sees_every_import_form(tmp_path):
     src = tmp_path / "m.py"
-    src.write_text("from trnsim import runtime, __version__\nimport trnsim.cli\n"
-                   "from trnsim.core.run import NeuronCore\n")
+    src.write_text(
+        "from trnsim import runtime, __version__\nimport trnsim.cli\n"
+        "from trnsim.core.run import NeuronCore\n"
+    )
     assert imports(src) == ["trnsim.runtime", "trnsim.cli", "trnsim.core.run"]

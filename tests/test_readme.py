@@ -79,14 +79,23 @@ def test_readme_trnsim_command_runs(command, in_readme_dir):
 # -- paths the docs name ---------------------------------------------------------------------------
 
 REPO_PATH = re.compile(r"`((?:trnsim|tests|traces|configs|docs|benchmarks)/[\w./*<>-]*)`")
-@pytest.mark.parametrize("doc", ["README.md", "docs/model.md", "docs/architecture.md",
-                                 "docs/trace_extensions.md", "docs/trace_format.md"])
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "README.md",
+        "docs/model.md",
+        "docs/architecture.md",
+        "docs/trace_extensions.md",
+        "docs/trace_format.md",
+    ],
+)
 def test_paths_named_in_docs_exist(doc):
     text = (ROOT / doc).read_text(encoding="utf-8")
     named = REPO_PATH.findall(text)
     assert named, f"{doc} names no repository path"
-    missing = [p for p in named
-               if not any(ROOT.glob(re.sub(r"<\w+>", "*", p).rstrip("/")))]
+    missing = [p for p in named if not any(ROOT.glob(re.sub(r"<\w+>", "*", p).rstrip("/")))]
     assert not missing, f"{doc} names paths that do not exist: {missing}"
 
 

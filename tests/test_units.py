@@ -83,17 +83,26 @@ def test_parse(parse, text, value):
 
 
 ERRORS = [
-    (parse_bytes, "224Kb", "expected a size like '224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, "
-                           "TiB), got '224Kb'"),
-    (parse_bytes, 224, "expected a size like '224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), "
-                       "got 224 with no unit"),
+    (
+        parse_bytes,
+        "224Kb",
+        "expected a size like '224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '224Kb'",
+    ),
+    (
+        parse_bytes,
+        224,
+        "expected a size like '224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), "
+        "got 224 with no unit",
+    ),
     (parse_bytes, "1.5B", "expected a whole number of bytes, got '1.5B'"),
-    (parse_hz, "2.4", "expected a frequency like '2.4GHz' (Hz, kHz, MHz, GHz), got '2.4' with "
-                      "no unit"),
+    (
+        parse_hz,
+        "2.4",
+        "expected a frequency like '2.4GHz' (Hz, kHz, MHz, GHz), got '2.4' with no unit",
+    ),
     (parse_hz, "2.4Ghz", "expected a frequency like '2.4GHz' (Hz, kHz, MHz, GHz), got '2.4Ghz'"),
     (parse_bandwidth, "2.9TB", "expected a bandwidth like '2.9TB/s'"),
-    (parse_time, "1.3", "expected a time like '1.3us' (ps, ns, us, ms, s), got '1.3' with no "
-                        "unit"),
+    (parse_time, "1.3", "expected a time like '1.3us' (ps, ns, us, ms, s), got '1.3' with no unit"),
     (parse_flops, "667TF", "expected a FLOP rate like '667TFLOP/s'"),
     (parse_cycles, "64.5", "expected a whole number of cycles, got '64.5'"),
     (parse_count, True, "expected a whole number like '128', got True"),
@@ -117,24 +126,27 @@ def test_parse_quantity_rejects_unknown_kind():
         parse_quantity("furlongs", "1")
 
 
-@pytest.mark.parametrize(("fmt", "value", "text"), [
-    (fmt_bytes, 229376, "224 KiB"),
-    (fmt_bytes, 1536, "1.5 KiB"),
-    (fmt_bytes, 100, "100 B"),
-    (fmt_bytes, 96 * 2**30, "96 GiB"),
-    (fmt_bytes, 28 * 2**20, "28 MiB"),
-    (fmt_time_ns, 1416, "1.416 us"),
-    (fmt_time_ns, 0.5, "500 ps"),
-    (fmt_time_ns, 12.5, "12.5 ns"),
-    (fmt_time_ns, 2.5e6, "2.5 ms"),
-    (fmt_time_ns, 3e9, "3 s"),
-    (fmt_rate, 2.9e12, "2.9 TB/s"),
-    (fmt_rate, 23e9, "23 GB/s"),
-    (fmt_flops, 78.6432e12, "78.64 TFLOP/s"),
-    (fmt_flops, 1.299e15, "1.299 PFLOP/s"),
-    (fmt_hz, 2.4e9, "2.4 GHz"),
-    (fmt_hz, 0.96e9, "960 MHz"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "value", "text"),
+    [
+        (fmt_bytes, 229376, "224 KiB"),
+        (fmt_bytes, 1536, "1.5 KiB"),
+        (fmt_bytes, 100, "100 B"),
+        (fmt_bytes, 96 * 2**30, "96 GiB"),
+        (fmt_bytes, 28 * 2**20, "28 MiB"),
+        (fmt_time_ns, 1416, "1.416 us"),
+        (fmt_time_ns, 0.5, "500 ps"),
+        (fmt_time_ns, 12.5, "12.5 ns"),
+        (fmt_time_ns, 2.5e6, "2.5 ms"),
+        (fmt_time_ns, 3e9, "3 s"),
+        (fmt_rate, 2.9e12, "2.9 TB/s"),
+        (fmt_rate, 23e9, "23 GB/s"),
+        (fmt_flops, 78.6432e12, "78.64 TFLOP/s"),
+        (fmt_flops, 1.299e15, "1.299 PFLOP/s"),
+        (fmt_hz, 2.4e9, "2.4 GHz"),
+        (fmt_hz, 0.96e9, "960 MHz"),
+    ],
+)
 def test_format(fmt, value, text):
     assert fmt(value) == text
 

@@ -54,7 +54,8 @@ class Kernel:
         if memory not in ("sbuf", "psum"):
             raise TraceError(f"<api>: tile {name}: memory {memory!r}; expected sbuf or psum")
         self.programs[core].tiles[name] = TileSpec(
-            name, memory, tuple(int(x) for x in shape), _dtype(dt, f"tile {name}"), init)
+            name, memory, tuple(int(x) for x in shape), _dtype(dt, f"tile {name}"), init
+        )
         return name
 
     def instr(self, op: str, core: int = 0, **fields) -> int:
@@ -64,8 +65,9 @@ class Kernel:
         names = self._names.get(core)
         if names is None or len(names) != len(prog.tiles) + len(self.trace.tensors):
             names = self._names[core] = set(prog.tiles) | set(self.trace.tensors)
-        ins = parse_instruction({"op": op, **fields}, index,
-                                f"kernels.{self.name}.instructions[{index}]", names=names)
+        ins = parse_instruction(
+            {"op": op, **fields}, index, f"kernels.{self.name}.instructions[{index}]", names=names
+        )
         prog.instructions.append(ins)
         return index
 
@@ -83,8 +85,14 @@ class Kernel:
 class Trace:
     """A program in the making: tensors, kernels, and (by default) one stream running them."""
 
-    def __init__(self, name: str = "api", chip: str = "trn2", mode: str = "functional",
-                 seed: int = 0, lnc: int | None = None):
+    def __init__(
+        self,
+        name: str = "api",
+        chip: str = "trn2",
+        mode: str = "functional",
+        seed: int = 0,
+        lnc: int | None = None,
+    ):
         self.name, self.chip, self.mode, self.seed, self.lnc = name, chip, mode, seed, lnc
         self.tensors: dict[str, TensorSpec] = {}
         self.kernels: dict[str, Kernel] = {}
@@ -92,8 +100,9 @@ class Trace:
 
     def tensor(self, name: str, shape, dt: str, init=None, on: str = "hbm") -> str:
         """Declare a device (HBM) or host tensor; returns its name."""
-        self.tensors[name] = TensorSpec(name, tuple(int(x) for x in shape),
-                                        _dtype(dt, f"tensor {name}"), init, on)
+        self.tensors[name] = TensorSpec(
+            name, tuple(int(x) for x in shape), _dtype(dt, f"tensor {name}"), init, on
+        )
         return name
 
     def kernel(self, name: str = "main", cores: int = 1) -> Kernel:
@@ -108,11 +117,13 @@ class Trace:
     def program(self) -> Program:
         kernels = {n: k.spec() for n, k in self.kernels.items()}
         streams = self.streams or [StreamSpec("default", 0, [Step("launch", n) for n in kernels])]
-        return Program(self.name, self.chip, self.seed, self.mode, self.lnc, [], self.tensors,
-                       kernels, streams)
+        return Program(
+            self.name, self.chip, self.seed, self.mode, self.lnc, [], self.tensors, kernels, streams
+        )
 
-    def run(self, chip: str | ChipConfig | None = None, mode: str | None = None,
-            overrides=()) -> RunResult:
+    def run(
+        self, chip: str | ChipConfig | None = None, mode: str | None = None, overrides=()
+    ) -> RunResult:
         """Simulate on `chip` (a name, path or ChipConfig; default the trace's)."""
         cfg = chip if isinstance(chip, ChipConfig) else load_chip(chip or self.chip, overrides)
         return run_program(self.program(), cfg, mode)

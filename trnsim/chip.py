@@ -15,17 +15,26 @@ from trnsim.report.recorder import Recorder
 class Chip:
     """All parts of one chip on one SimPy environment (dependency injection, as in gem5)."""
 
-    def __init__(self, env: simpy.Environment, cfg: ChipConfig, recorder: Recorder,
-                 functional: bool, lnc: int | None = None):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cfg: ChipConfig,
+        recorder: Recorder,
+        functional: bool,
+        lnc: int | None = None,
+    ):
         lnc = cfg.lnc if lnc is None else lnc
         if lnc not in cfg.lnc_allowed:
-            raise TrnsimError(f"lnc {lnc} is not supported on {cfg.name}; expected one of "
-                              f"{', '.join(map(str, cfg.lnc_allowed))}")
+            raise TrnsimError(
+                f"lnc {lnc} is not supported on {cfg.name}; expected one of "
+                f"{', '.join(map(str, cfg.lnc_allowed))}"
+            )
         self.env, self.cfg, self.recorder, self.lnc = env, cfg, recorder, lnc
         self.hbm = Hbm(cfg, functional)
         self.dma = DmaSystem(env, cfg, self.hbm, recorder)
-        self.cores = [NeuronCore(env, i, cfg, self.dma, recorder, functional)
-                      for i in range(cfg.cores)]
+        self.cores = [
+            NeuronCore(env, i, cfg, self.dma, recorder, functional) for i in range(cfg.cores)
+        ]
 
     @property
     def logical_cores(self) -> int:
@@ -34,6 +43,8 @@ class Chip:
     def physical(self, logical: int) -> list[NeuronCore]:
         """The physical cores making up logical core `logical`."""
         if not 0 <= logical < self.logical_cores:
-            raise TrnsimError(f"logical core {logical} does not exist: {self.cfg.name} with "
-                              f"lnc={self.lnc} has logical cores 0..{self.logical_cores - 1}")
-        return self.cores[logical * self.lnc:(logical + 1) * self.lnc]
+            raise TrnsimError(
+                f"logical core {logical} does not exist: {self.cfg.name} with "
+                f"lnc={self.lnc} has logical cores 0..{self.logical_cores - 1}"
+            )
+        return self.cores[logical * self.lnc : (logical + 1) * self.lnc]

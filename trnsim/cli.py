@@ -31,17 +31,29 @@ from trnsim.trace.races import check_races
 from trnsim.units import fmt_bytes, fmt_flops, fmt_hz, fmt_rate, fmt_time_ns
 
 chip_option = click.option(
-    "--chip", "chip", metavar="NAME|PATH", default=None,
-    help="Chip config: a bundled name (trn1, trn2, trn3) or a path to a YAML file.")
+    "--chip",
+    "chip",
+    metavar="NAME|PATH",
+    default=None,
+    help="Chip config: a bundled name (trn1, trn2, trn3) or a path to a YAML file.",
+)
 
 set_option = click.option(
-    "--set", "overrides", metavar="KEY=VALUE", multiple=True,
+    "--set",
+    "overrides",
+    metavar="KEY=VALUE",
+    multiple=True,
     help="Override one chip config key, with its unit (repeatable), e.g. "
-         "--set core.sbuf.partition_bytes=448KiB --set hbm.bandwidth=4TB/s.")
+    "--set core.sbuf.partition_bytes=448KiB --set hbm.bandwidth=4TB/s.",
+)
 
 param_option = click.option(
-    "--param", "params", metavar="NAME=VALUE", multiple=True,
-    help="Set one of the trace's params: (repeatable), e.g. --param batch=64 --param seq=512.")
+    "--param",
+    "params",
+    metavar="NAME=VALUE",
+    multiple=True,
+    help="Set one of the trace's params: (repeatable), e.g. --param batch=64 --param seq=512.",
+)
 
 
 def _load_trace(trace_file: str, params: tuple[str, ...]):
@@ -63,9 +75,11 @@ class _Group(click.Group):
         except Exception as e:  # a bug in trnsim: still one line, unless --debug
             if ctx.params.get("debug"):
                 raise
-            click.echo(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
-                       f"(a bug in trnsim; rerun with `trnsim --debug ...` for a traceback)",
-                       err=True)
+            click.echo(
+                f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+                f"(a bug in trnsim; rerun with `trnsim --debug ...` for a traceback)",
+                err=True,
+            )
             ctx.exit(3)
 
 
@@ -88,14 +102,20 @@ def main(debug: bool) -> None:
 
 
 mode_option = click.option(
-    "--mode", type=click.Choice(["functional", "timing"]), default=None,
+    "--mode",
+    type=click.Choice(["functional", "timing"]),
+    default=None,
     help="functional computes values; timing keeps shapes only (for workloads too large for "
-         "this machine's memory). Default: the trace's `mode:`.")
+    "this machine's memory). Default: the trace's `mode:`.",
+)
 
 
 allow_races_option = click.option(
-    "--allow-races", "allow_races", is_flag=True,
-    help="Report races (unordered conflicting accesses, docs/races.md) as warnings, not errors.")
+    "--allow-races",
+    "allow_races",
+    is_flag=True,
+    help="Report races (unordered conflicting accesses, docs/races.md) as warnings, not errors.",
+)
 
 
 def _check_races(program, allow: bool) -> None:
@@ -114,8 +134,12 @@ def _progress(quiet: bool):
         return None
 
     def show(now_ps: int, steps: int) -> None:
-        click.echo(f"\rsimulating: {fmt_time_ns(now_ps / 1000)} simulated, {steps:,} events",
-                   err=True, nl=False)
+        click.echo(
+            f"\rsimulating: {fmt_time_ns(now_ps / 1000)} simulated, {steps:,} events",
+            err=True,
+            nl=False,
+        )
+
     return show
 
 
@@ -126,22 +150,53 @@ def _progress(quiet: bool):
 @param_option
 @mode_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
-@click.option("--perfetto", "perfetto_file", metavar="FILE", default=None,
-              help="Write the timeline as Chrome trace JSON (open it in ui.perfetto.dev).")
-@click.option("--profile", "profile_file", metavar="FILE", default=None,
-              help="Write one row per instruction: FILE.csv, or FILE.parquet with pyarrow.")
-@click.option("--check", is_flag=True,
-              help="Compare each high-level op's output with its numpy reference.")
-@click.option("--out-dir", metavar="DIR", default=None,
-              help="Save the trace's `outputs:` (all HBM tensors if none) as DIR/<name>.npy.")
+@click.option(
+    "--perfetto",
+    "perfetto_file",
+    metavar="FILE",
+    default=None,
+    help="Write the timeline as Chrome trace JSON (open it in ui.perfetto.dev).",
+)
+@click.option(
+    "--profile",
+    "profile_file",
+    metavar="FILE",
+    default=None,
+    help="Write one row per instruction: FILE.csv, or FILE.parquet with pyarrow.",
+)
+@click.option(
+    "--check", is_flag=True, help="Compare each high-level op's output with its numpy reference."
+)
+@click.option(
+    "--out-dir",
+    metavar="DIR",
+    default=None,
+    help="Save the trace's `outputs:` (all HBM tensors if none) as DIR/<name>.npy.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (and --json).")
-@click.option("--check-races", is_flag=True,
-              help="Run validate's race and deadlock check (docs/races.md) before simulating. "
-              "Off by default for now: on large traces it costs about as much as the "
-              "simulation; `trnsim validate` always runs it.")
+@click.option(
+    "--check-races",
+    is_flag=True,
+    help="Run validate's race and deadlock check (docs/races.md) before simulating. "
+    "Off by default for now: on large traces it costs about as much as the "
+    "simulation; `trnsim validate` always runs it.",
+)
 @allow_races_option
-def run(trace_file, chip, overrides, params, mode, as_json, perfetto_file, profile_file, check,
-        out_dir, quiet, check_races, allow_races) -> None:
+def run(
+    trace_file,
+    chip,
+    overrides,
+    params,
+    mode,
+    as_json,
+    perfetto_file,
+    profile_file,
+    check,
+    out_dir,
+    quiet,
+    check_races,
+    allow_races,
+) -> None:
     """Simulate TRACE (a trace YAML file) and report time, engine utilization, DMA and HBM
     traffic, FLOP/s against the chip's peak, and memory high-water marks.
 
@@ -158,8 +213,10 @@ def run(trace_file, chip, overrides, params, mode, as_json, perfetto_file, profi
         _check_races(program, allow_races)
     cfg = _chip_for(program, chip, overrides)
     if out_dir and (mode or program.mode) == "timing":
-        raise TrnsimError(f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
-                          f"run with --mode functional")
+        raise TrnsimError(
+            f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
+            f"run with --mode functional"
+        )
     result = run_program(program, cfg, mode, progress=_progress(quiet), check=check)
     if _progress(quiet):
         click.echo("\r" + " " * 70 + "\r", err=True, nl=False)
@@ -176,8 +233,10 @@ def run(trace_file, chip, overrides, params, mode, as_json, perfetto_file, profi
             if path:
                 click.echo(f"{label:<16}{path}")
         if out_dir:
-            click.echo(f"{'outputs':<16}{len(saved)} tensors saved in {out_dir}"
-                       + ("" if saved else " (the trace has no HBM tensors)"))
+            click.echo(
+                f"{'outputs':<16}{len(saved)} tensors saved in {out_dir}"
+                + ("" if saved else " (the trace has no HBM tensors)")
+            )
 
 
 @main.command()
@@ -199,14 +258,22 @@ def validate(trace_file, chip, overrides, params, allow_races) -> None:
     cfg = _chip_for(program, chip, overrides)
     n = check_program(program, cfg)
     _check_races(program, allow_races)
-    click.echo(f"{trace_file}: ok on {cfg.name}: kernels {len(program.kernels)}, instructions "
-               f"{n}, streams {len(program.streams)}")
+    click.echo(
+        f"{trace_file}: ok on {cfg.name}: kernels {len(program.kernels)}, instructions "
+        f"{n}, streams {len(program.streams)}"
+    )
 
 
 @main.command()
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
-@click.option("--chip", "chips", metavar="NAME|PATH", multiple=True, required=True,
-              help="A chip to run on (repeat: --chip trn2 --chip trn3).")
+@click.option(
+    "--chip",
+    "chips",
+    metavar="NAME|PATH",
+    multiple=True,
+    required=True,
+    help="A chip to run on (repeat: --chip trn2 --chip trn3).",
+)
 @set_option
 @param_option
 @mode_option
@@ -227,34 +294,67 @@ def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
 
 
 @main.command()
-@click.argument("traces", metavar="TRACE...", nargs=-1, required=True,
-                type=click.Path(dir_okay=False))
-@click.option("--chip", "chips", metavar="NAME|PATH", multiple=True,
-              help="A chip to run every point on (repeat: --chip trn2 --chip trn3). Default: "
-                   "the chip: each trace names.")
-@click.option("--grid", "grid", metavar="KEY=V1,V2,...", multiple=True,
-              help="Sweep a chip config key over values with their units, e.g. --grid "
-                   "hbm.bandwidth=1TB/s,2TB/s,4TB/s, or a trace param, e.g. --grid "
-                   "param.batch=8,64. Repeat it: the sweep runs every combination.")
-@click.option("--set", "overrides", metavar="KEY=VALUE", multiple=True,
-              help="Set a chip config key (or param.NAME) for every point, e.g. --set "
-                   "core.sbuf.partition_bytes=448KiB (repeatable).")
+@click.argument(
+    "traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
+)
+@click.option(
+    "--chip",
+    "chips",
+    metavar="NAME|PATH",
+    multiple=True,
+    help="A chip to run every point on (repeat: --chip trn2 --chip trn3). Default: "
+    "the chip: each trace names.",
+)
+@click.option(
+    "--grid",
+    "grid",
+    metavar="KEY=V1,V2,...",
+    multiple=True,
+    help="Sweep a chip config key over values with their units, e.g. --grid "
+    "hbm.bandwidth=1TB/s,2TB/s,4TB/s, or a trace param, e.g. --grid "
+    "param.batch=8,64. Repeat it: the sweep runs every combination.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="Set a chip config key (or param.NAME) for every point, e.g. --set "
+    "core.sbuf.partition_bytes=448KiB (repeatable).",
+)
 @param_option
 @mode_option
-@click.option("--out", metavar="FILE", default=None,
-              help="Write the table to FILE: .csv, or .parquet (with pyarrow). If FILE exists "
-                   "the sweep resumes: its points without an error are not run again. Without "
-                   "--out the table is printed as CSV.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
-              help="Run the points on N local worker processes (a Dask LocalCluster; needs "
-                   "pip install 'trnsim[sweep]'). 1 runs them here, one after another.")
-@click.option("--scheduler", metavar="ADDRESS", default=None,
-              help="Run the points on a running Dask cluster, e.g. --scheduler "
-                   "tcp://10.0.0.5:8786; its workers need trnsim installed, and nothing else "
-                   "(each point carries its trace, init files and chip config).")
-@click.option("--quiet", "-q", is_flag=True,
-              help="No progress bar and no summary line; errors only (and the CSV without "
-                   "--out).")
+@click.option(
+    "--out",
+    metavar="FILE",
+    default=None,
+    help="Write the table to FILE: .csv, or .parquet (with pyarrow). If FILE exists "
+    "the sweep resumes: its points without an error are not run again. Without "
+    "--out the table is printed as CSV.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Run the points on N local worker processes (a Dask LocalCluster; needs "
+    "pip install 'trnsim[sweep]'). 1 runs them here, one after another.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    default=None,
+    help="Run the points on a running Dask cluster, e.g. --scheduler "
+    "tcp://10.0.0.5:8786; its workers need trnsim installed, and nothing else "
+    "(each point carries its trace, init files and chip config).",
+)
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No progress bar and no summary line; errors only (and the CSV without --out).",
+)
 def sweep(traces, chips, grid, overrides, params, mode, out, workers, scheduler, quiet) -> None:
     """Simulate every combination of TRACEs, --chips and --grid values, and write one table: a
     row per point with its trace, chip and grid values, the run's figures (total and device
@@ -270,8 +370,18 @@ def sweep(traces, chips, grid, overrides, params, mode, out, workers, scheduler,
           --grid core.sbuf.partition_bytes=224KiB,448KiB --workers 2 --out batch.parquet
       trnsim sweep traces/*.yaml --chip trn2 --mode timing --scheduler tcp://10.0.0.5:8786
     """
-    result = run_sweep(list(traces), list(chips), list(grid), list(overrides), list(params),
-                       mode, out, workers, scheduler, progress=_sweep_progress(quiet))
+    result = run_sweep(
+        list(traces),
+        list(chips),
+        list(grid),
+        list(overrides),
+        list(params),
+        mode,
+        out,
+        workers,
+        scheduler,
+        progress=_sweep_progress(quiet),
+    )
     if _sweep_progress(quiet):
         click.echo("\r" + " " * 78 + "\r", err=True, nl=False)
     if not out:
@@ -283,10 +393,11 @@ def sweep(traces, chips, grid, overrides, params, mode, out, workers, scheduler,
         line += f", {result.skipped} already in {out}"
     line += f", {result.failed} failed" + (f"; table in {out}" if out else "")
     click.echo(line, err=not out)
-    failed = [r for r in result.rows[:result.points] if r.get("error")]
+    failed = [r for r in result.rows[: result.points] if r.get("error")]
     for r in failed[:5]:
-        point = " ".join(str(r[c]) for c in result.columns[:result.columns.index(
-            sweep_table.FIGURES[0])])
+        point = " ".join(
+            str(r[c]) for c in result.columns[: result.columns.index(sweep_table.FIGURES[0])]
+        )
         click.echo(f"  failed: {point}: {r['error']}", err=True)
     if len(failed) > 5:
         click.echo(f"  ... and {len(failed) - 5} more (see the error column)", err=True)
@@ -305,28 +416,55 @@ def _sweep_progress(quiet: bool):
         if 0 < done < total:
             left = (time.monotonic() - start) / done * (total - done)
             eta = f", ETA {int(left // 60)}:{int(left % 60):02d}"
-        click.echo(f"\rsweep [{'#' * filled}{'.' * (width - filled)}] {done}/{total} points, "
-                   f"{failed} failed{eta}   ", err=True, nl=False)
+        click.echo(
+            f"\rsweep [{'#' * filled}{'.' * (width - filled)}] {done}/{total} points, "
+            f"{failed} failed{eta}   ",
+            err=True,
+            nl=False,
+        )
+
     return show
 
 
 @main.command()
 @click.argument("table_file", metavar="TABLE", type=click.Path(dir_okay=False))
-@click.option("--x", "x", metavar="KEY", required=True,
-              help="The column on the x axis: a grid key such as hbm.bandwidth or "
-                   "param.batch (values with units are placed by size), or any column.")
-@click.option("--y", "y", metavar="METRIC", required=True,
-              help="The figure on the y axis, e.g. device_time_ns, flops_per_s, "
-                   "peak_fraction, hbm_bandwidth_bytes_per_s, tensor_util_max.")
-@click.option("--hue", metavar="KEY", default=None,
-              help="One line per value of this column, e.g. --hue chip. Every other "
-                   "identifying column that varies in the table splits the lines too.")
-@click.option("--out", metavar="FILE", default=None,
-              help="The image: .png, .svg or .pdf. Default: TABLE with .png.")
+@click.option(
+    "--x",
+    "x",
+    metavar="KEY",
+    required=True,
+    help="The column on the x axis: a grid key such as hbm.bandwidth or "
+    "param.batch (values with units are placed by size), or any column.",
+)
+@click.option(
+    "--y",
+    "y",
+    metavar="METRIC",
+    required=True,
+    help="The figure on the y axis, e.g. device_time_ns, flops_per_s, "
+    "peak_fraction, hbm_bandwidth_bytes_per_s, tensor_util_max.",
+)
+@click.option(
+    "--hue",
+    metavar="KEY",
+    default=None,
+    help="One line per value of this column, e.g. --hue chip. Every other "
+    "identifying column that varies in the table splits the lines too.",
+)
+@click.option(
+    "--out",
+    metavar="FILE",
+    default=None,
+    help="The image: .png, .svg or .pdf. Default: TABLE with .png.",
+)
 @click.option("--logx", is_flag=True, help="A logarithmic x axis.")
 @click.option("--logy", is_flag=True, help="A logarithmic y axis.")
-@click.option("--title", metavar="TEXT", default=None,
-              help="The title. Default: '<METRIC> against <KEY>: <traces>'.")
+@click.option(
+    "--title",
+    metavar="TEXT",
+    default=None,
+    help="The title. Default: '<METRIC> against <KEY>: <traces>'.",
+)
 def plot(table_file, x, y, hue, out, logx, logy, title) -> None:
     """Draw a figure from a sweep TABLE (CSV or Parquet, written by trnsim sweep) with
     matplotlib: METRIC against KEY, a line per value of --hue. Rows with an error are left
@@ -368,8 +506,12 @@ def configs_list() -> None:
 @configs.command("show")
 @click.argument("chip", metavar="CHIP")
 @set_option
-@click.option("--json", "as_json", is_flag=True,
-              help="Print JSON: every key in base units (bytes, Hz, bytes/s, s), plus 'derived'.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON: every key in base units (bytes, Hz, bytes/s, s), plus 'derived'.",
+)
 def configs_show(chip: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Show chip config CHIP (a name or a YAML path) with units, and the figures derived from
     it (peak FLOP/s per dtype, SBUF/PSUM/DMA/HBM totals) beside the published ones.
@@ -433,7 +575,8 @@ def _derived_lines(cfg: ChipConfig) -> list[str]:
         lines.append(
             f"  {dtype:<12} {fmt_flops(flops['core'][dtype]):>15} {fmt_flops(chip):>15} "
             f"{fmt_flops(published) if published else '-':>15} "
-            f"{f'{gap:+.1%}' if gap is not None else '-':>8}")
+            f"{f'{gap:+.1%}' if gap is not None else '-':>8}"
+        )
     dma = d["dma_bandwidth"]
     hbm = d["hbm"]
     lines += [
@@ -461,4 +604,3 @@ def entry() -> None:
     """
     gc.disable()
     main()
-

@@ -52,8 +52,14 @@ DTYPES: dict[str, DType] = {
     "uint8": _d("uint8", np.uint8, False),
 }
 
-ALIASES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "fp8": "float8_e4m3",
-           "float": "float32", "half": "float16"}
+ALIASES = {
+    "bf16": "bfloat16",
+    "fp32": "float32",
+    "fp16": "float16",
+    "fp8": "float8_e4m3",
+    "float": "float32",
+    "half": "float16",
+}
 
 
 def dtype(name: str) -> DType:

@@ -47,9 +47,30 @@ def f(kind: str, required: bool = False, default: Any = None, choices: tuple = (
     return field(default=default, metadata=meta)
 
 
-ACT_FUNCS = ("identity", "copy", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh",
-             "silu", "square", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "abs", "sign",
-             "softplus", "erf", "arctan", "mish")
+ACT_FUNCS = (
+    "identity",
+    "copy",
+    "exp",
+    "log",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "square",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "sin",
+    "cos",
+    "abs",
+    "sign",
+    "softplus",
+    "erf",
+    "arctan",
+    "mish",
+)
 ARITH_ALU = ("add", "subtract", "multiply", "divide", "max", "min", "pow")
 COMPARE_ALU = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
 ALU_OPS = ARITH_ALU + COMPARE_ALU
@@ -82,7 +103,6 @@ class Instr:
         if found is None:
             found = _OP_FIELDS[cls] = tuple(x for x in fields(cls) if "kind" in x.metadata)
         return found
-
 
     @classmethod
     def op_getter(cls):
@@ -247,8 +267,22 @@ class AffineSelect(Instr):
 
 INSTRUCTIONS: dict[str, type[Instr]] = {
     cls.OP: cls
-    for cls in (DmaCopy, Matmul, Transpose, Activation, TensorTensor, TensorScalar, TensorReduce,
-                BnStats, BnAggr, TensorCopy, Memset, Iota, Select, AffineSelect)
+    for cls in (
+        DmaCopy,
+        Matmul,
+        Transpose,
+        Activation,
+        TensorTensor,
+        TensorScalar,
+        TensorReduce,
+        BnStats,
+        BnAggr,
+        TensorCopy,
+        Memset,
+        Iota,
+        Select,
+        AffineSelect,
+    )
 }
 
 COMMON_KEYS = ("op", "engine", "wait", "signal")

@@ -25,20 +25,27 @@ class UnitError(ValueError):
 
 _SIZES = {
     "B": 1,
-    "KB": 10**3, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+    "KB": 10**3,
+    "kB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
 }
 _MICRO = Fraction(1, 10**6)
 
 
 @dataclass(frozen=True)
 class _Kind:
-    noun: str               # "a size"
-    example: str            # "224KiB"
-    units: dict             # unit suffix -> factor to the base unit (Fraction or int)
-    integer: bool           # the base value must be whole
-    bare: bool              # a number without a unit is allowed
-    listed: tuple = ()      # units named in error messages (default: all keys)
+    noun: str  # "a size"
+    example: str  # "224KiB"
+    units: dict  # unit suffix -> factor to the base unit (Fraction or int)
+    integer: bool  # the base value must be whole
+    bare: bool  # a number without a unit is allowed
+    listed: tuple = ()  # units named in error messages (default: all keys)
 
     def expected(self) -> str:
         names = self.listed or tuple(u for u in self.units if u)
@@ -47,24 +54,61 @@ class _Kind:
 
 
 KINDS: dict[str, _Kind] = {
-    "bytes": _Kind("a size", "224KiB", _SIZES, True, False,
-                   ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")),
-    "Hz": _Kind("a frequency", "2.4GHz",
-                {"Hz": 1, "kHz": 10**3, "MHz": 10**6, "GHz": 10**9}, True, False),
-    "B/s": _Kind("a bandwidth", "2.9TB/s",
-                 {**{f"{u}/s": f for u, f in _SIZES.items()}, "B/ns": 10**9}, False, False,
-                 ("B/s", "KB/s", "MB/s", "GB/s", "TB/s", "KiB/s", "MiB/s", "GiB/s", "TiB/s",
-                  "B/ns")),
-    "s": _Kind("a time", "1.3us",
-               {"ps": Fraction(1, 10**12), "ns": Fraction(1, 10**9), "us": _MICRO,
-                "\u00b5s": _MICRO, "\u03bcs": _MICRO, "ms": Fraction(1, 10**3), "s": 1},
-               False, False, ("ps", "ns", "us", "ms", "s")),
-    "FLOP/s": _Kind("a FLOP rate", "667TFLOP/s",
-                    {"FLOP/s": 1, "GFLOP/s": 10**9, "TFLOP/s": 10**12, "PFLOP/s": 10**15,
-                     "FLOPS": 1, "GFLOPS": 10**9, "TFLOPS": 10**12, "PFLOPS": 10**15},
-                    False, False, ("GFLOP/s", "TFLOP/s", "PFLOP/s", "TFLOPS")),
-    "cycles": _Kind("a cycle count", "64", {"": 1, "cycles": 1, "cycle": 1}, True, True,
-                    ("cycles",)),
+    "bytes": _Kind(
+        "a size",
+        "224KiB",
+        _SIZES,
+        True,
+        False,
+        ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"),
+    ),
+    "Hz": _Kind(
+        "a frequency", "2.4GHz", {"Hz": 1, "kHz": 10**3, "MHz": 10**6, "GHz": 10**9}, True, False
+    ),
+    "B/s": _Kind(
+        "a bandwidth",
+        "2.9TB/s",
+        {**{f"{u}/s": f for u, f in _SIZES.items()}, "B/ns": 10**9},
+        False,
+        False,
+        ("B/s", "KB/s", "MB/s", "GB/s", "TB/s", "KiB/s", "MiB/s", "GiB/s", "TiB/s", "B/ns"),
+    ),
+    "s": _Kind(
+        "a time",
+        "1.3us",
+        {
+            "ps": Fraction(1, 10**12),
+            "ns": Fraction(1, 10**9),
+            "us": _MICRO,
+            "\u00b5s": _MICRO,
+            "\u03bcs": _MICRO,
+            "ms": Fraction(1, 10**3),
+            "s": 1,
+        },
+        False,
+        False,
+        ("ps", "ns", "us", "ms", "s"),
+    ),
+    "FLOP/s": _Kind(
+        "a FLOP rate",
+        "667TFLOP/s",
+        {
+            "FLOP/s": 1,
+            "GFLOP/s": 10**9,
+            "TFLOP/s": 10**12,
+            "PFLOP/s": 10**15,
+            "FLOPS": 1,
+            "GFLOPS": 10**9,
+            "TFLOPS": 10**12,
+            "PFLOPS": 10**15,
+        },
+        False,
+        False,
+        ("GFLOP/s", "TFLOP/s", "PFLOP/s", "TFLOPS"),
+    ),
+    "cycles": _Kind(
+        "a cycle count", "64", {"": 1, "cycles": 1, "cycle": 1}, True, True, ("cycles",)
+    ),
     "count": _Kind("a whole number", "128", {"": 1}, True, True),
     "ratio": _Kind("a number", "0.25", {"": 1}, False, True),
 }
@@ -208,14 +252,16 @@ def fmt_time_ns(ns: float) -> str:
 
 def fmt_rate(bytes_per_s: float) -> str:
     """Bytes/s in decimal units: 2.9e12 -> '2.9 TB/s', 23e9 -> '23 GB/s'."""
-    return _scaled(bytes_per_s, ((1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "KB/s"),
-                                 (1, "B/s")))
+    return _scaled(
+        bytes_per_s, ((1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "KB/s"), (1, "B/s"))
+    )
 
 
 def fmt_flops(x: float) -> str:
     """FLOP/s: 7.86432e13 -> '78.64 TFLOP/s', 1.299e15 -> '1.299 PFLOP/s'."""
-    return _scaled(x, ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"),
-                       (1, "FLOP/s")))
+    return _scaled(
+        x, ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"), (1, "FLOP/s"))
+    )
 
 
 def fmt_hz(hz: float) -> str:

@@ -27,7 +27,10 @@ def test_configs_list():
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert [line.split()[:4] for line in lines] == [
-        ["trn1", "2", "x", "NC-v2"], ["trn2", "8", "x", "NC-v3"], ["trn3", "8", "x", "NC-v4"]]
+        ["trn1", "2", "x", "NC-v2"],
+        ["trn2", "8", "x", "NC-v3"],
+        ["trn3", "8", "x", "NC-v4"],
+    ]
     assert "Trainium2" in lines[1]
 
 
@@ -36,13 +39,33 @@ def test_configs_show_readable():
     assert result.exit_code == 0
     out = result.stdout
     assert out.startswith("trn2: Trainium2")
-    for text in ("core.sbuf", "224 KiB", "2.4 GHz", "960 MHz", "2.9 TB/s", "1.3 us", "23 GB/s",
-                 "64 cycles", "derived"):
+    for text in (
+        "core.sbuf",
+        "224 KiB",
+        "2.4 GHz",
+        "960 MHz",
+        "2.9 TB/s",
+        "1.3 us",
+        "23 GB/s",
+        "64 cycles",
+        "derived",
+    ):
         assert text in out
-    bf16 = next(line for line in out.splitlines() if line.split()[:1] == ["bfloat16"]
-                and "TFLOP/s" in line and line.count("TFLOP/s") == 3)
-    assert bf16.split() == ["bfloat16", "78.64", "TFLOP/s", "629.1", "TFLOP/s", "667", "TFLOP/s",
-                            "+6.0%"]
+    bf16 = next(
+        line
+        for line in out.splitlines()
+        if line.split()[:1] == ["bfloat16"] and "TFLOP/s" in line and line.count("TFLOP/s") == 3
+    )
+    assert bf16.split() == [
+        "bfloat16",
+        "78.64",
+        "TFLOP/s",
+        "629.1",
+        "TFLOP/s",
+        "667",
+        "TFLOP/s",
+        "+6.0%",
+    ]
 
 
 def test_configs_show_json():
@@ -57,8 +80,16 @@ def test_configs_show_json():
 
 
 def test_configs_show_set():
-    result = run("configs", "show", "trn2", "--json", "--set", "core.sbuf.partition_bytes=448KiB",
-                 "--set", "hbm.bandwidth=4TB/s")
+    result = run(
+        "configs",
+        "show",
+        "trn2",
+        "--json",
+        "--set",
+        "core.sbuf.partition_bytes=448KiB",
+        "--set",
+        "hbm.bandwidth=4TB/s",
+    )
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert data["core"]["sbuf"]["partition_bytes"] == 448 * 1024
@@ -66,13 +97,20 @@ def test_configs_show_set():
     assert data["hbm"]["bandwidth"] == 4e12
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--set", "core.sbuf.partition_bytes=448Kb"],
-     "error: --set core.sbuf.partition_bytes=448Kb: core.sbuf.partition_bytes: expected a size "
-     "like '224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '448Kb'\n"),
-    (["--set", "nonsense"],
-     "error: --set nonsense: expected key.path=value, e.g. core.sbuf.partition_bytes=448KiB\n"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--set", "core.sbuf.partition_bytes=448Kb"],
+            "error: --set core.sbuf.partition_bytes=448Kb: core.sbuf.partition_bytes: expected a size "
+            "like '224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '448Kb'\n",
+        ),
+        (
+            ["--set", "nonsense"],
+            "error: --set nonsense: expected key.path=value, e.g. core.sbuf.partition_bytes=448KiB\n",
+        ),
+    ],
+)
 def test_bad_set_is_one_line_exit_2(args, message):
     result = run("configs", "show", "trn2", *args)
     assert result.exit_code == 2
@@ -97,6 +135,11 @@ def test_help_has_an_example(command):
 
 def test_repo_root_shim():
     root = Path(__file__).resolve().parents[2]
-    result = subprocess.run([sys.executable, "cli.py", "configs", "list"], cwd=root,
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "cli.py", "configs", "list"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert result.stdout.splitlines()[0].startswith("trn1")

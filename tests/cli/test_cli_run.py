@@ -87,16 +87,30 @@ def test_run_summary_dma_and_timings():
 
 def test_run_json_keys_and_values():
     s = run_json(MATMUL_GELU)
-    for key in ("trace", "chip", "mode", "total_time_ns", "engines", "dma", "hbm", "flops",
-                "flops_per_s", "peak_fraction", "memory", "timings"):
+    for key in (
+        "trace",
+        "chip",
+        "mode",
+        "total_time_ns",
+        "engines",
+        "dma",
+        "hbm",
+        "flops",
+        "flops_per_s",
+        "peak_fraction",
+        "memory",
+        "timings",
+    ):
         assert key in s, key
     assert (s["trace"], s["chip"], s["mode"]) == ("matmul-gelu", "trn2", "functional")
     assert set(s["engines"]) == {f"core0.{e}" for e in ("tensor", "vector", "scalar", "gpsimd")}
     for e in s["engines"].values():
         assert set(e) >= {"busy_ns", "utilization", "instructions"}
     assert s["engines"]["core0.tensor"] == {
-        "busy_ns": MM_PS / 1000, "instructions": 1,
-        "utilization": MM_PS / (MM_PS + GELU_PS)}
+        "busy_ns": MM_PS / 1000,
+        "instructions": 1,
+        "utilization": MM_PS / (MM_PS + GELU_PS),
+    }
     assert s["engines"]["core0.scalar"]["busy_ns"] == GELU_PS / 1000 == 510.0
     assert s["total_time_ns"] == (LAUNCH_PS + MM_PS + GELU_PS) / 1000 == 10763.334
     assert s["flops"] == 2 * 128 * 128 * 512
@@ -105,8 +119,11 @@ def test_run_json_keys_and_values():
     assert s["peak_fraction"] == pytest.approx(s["flops_per_s"] / 78.6432e12)
     assert s["dma"] == {}
     assert s["hbm"] == {"bytes_read": 0, "bytes_written": 0, "bandwidth_bytes_per_s": 0.0}
-    assert s["memory"] == {"sbuf_peak_bytes": 128 * (256 + 1024 + 1024),
-                           "psum_peak_bytes": 128 * 2048, "hbm_peak_bytes": 0}
+    assert s["memory"] == {
+        "sbuf_peak_bytes": 128 * (256 + 1024 + 1024),
+        "psum_peak_bytes": 128 * 2048,
+        "hbm_peak_bytes": 0,
+    }
     assert s["timings"] == {}
 
 
@@ -120,8 +137,12 @@ def test_run_json_dma_hbm_timings():
     assert s["hbm"]["bytes_read"] == 2**17 + 2**21 and s["hbm"]["bytes_written"] == 2**19
     assert s["hbm"]["bandwidth_bytes_per_s"] > 0
     t = run_json(TWO_STREAMS)["timings"]
-    assert set(t) == {"start->h_ready", "h_ready->consumer_done", "start->producer_done",
-                      "start->consumer_done"}
+    assert set(t) == {
+        "start->h_ready",
+        "h_ready->consumer_done",
+        "start->producer_done",
+        "start->consumer_done",
+    }
     assert all(set(v) >= {"ns"} for v in t.values())
     # start -> producer_done by hand from configs/trn2.yaml (see two_streams.yaml's header), in ps:
     # the two host copies start after the link's 2 us latency and keep the 64 GB/s link busy
@@ -135,8 +156,10 @@ def test_run_json_dma_hbm_timings():
     # more_work: GELU over [128, 24576] fp32 without a wait: 24576 ScalarE cycles; each launch
     # costs the host 10 us first
     more_work = math.ceil(24576 / 1.2e9 * 1e12)
-    assert t["start->producer_done"]["ns"] == (copies + LAUNCH_PS + act_x + LAUNCH_PS
-                                              + more_work) / 1000
+    assert (
+        t["start->producer_done"]["ns"]
+        == (copies + LAUNCH_PS + act_x + LAUNCH_PS + more_work) / 1000
+    )
 
 
 @pytest.mark.parametrize("trace", [GEMM, TWO_STREAMS, SOFTMAX])
@@ -163,7 +186,8 @@ def test_mode_timing():
     assert timing["mode"] == "timing"
     # values are not computed, but the timeline does not depend on them
     assert {k: v for k, v in timing.items() if k != "mode"} == {
-        k: v for k, v in functional.items() if k != "mode"}
+        k: v for k, v in functional.items() if k != "mode"
+    }
 
 
 # -- --perfetto and --profile ------------------------------------------------------------------
@@ -190,8 +214,9 @@ def test_perfetto_is_chrome_trace_json(tmp_path, trace):
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
     meta = [e for e in events if e["ph"] == "M"]
     processes = {e["pid"] for e in meta if e["name"] == "process_name" and e["args"]["name"]}
-    threads = {(e["pid"], e["tid"]) for e in meta if e["name"] == "thread_name"
-               and e["args"]["name"]}
+    threads = {
+        (e["pid"], e["tid"]) for e in meta if e["name"] == "thread_name" and e["args"]["name"]
+    }
     assert {e["pid"] for e in spans} <= processes
     assert {(e["pid"], e["tid"]) for e in spans} <= threads
     for e in events:
@@ -203,8 +228,11 @@ def test_perfetto_is_chrome_trace_json(tmp_path, trace):
 def test_perfetto_spans_equal_profile_rows(tmp_path, trace):
     doc, rows = _perfetto_and_profile(tmp_path, trace)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
-    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-             if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     spans = [e for e in events if e["ph"] == "X"]
     assert len(spans) == len(rows)
 
@@ -212,13 +240,25 @@ def test_perfetto_spans_equal_profile_rows(tmp_path, trace):
     # (core, kernel, index, op, start_ns, duration_ns); ts and dur are microseconds
     by_thread: dict[tuple, Counter] = {}
     for e in spans:
-        item = (e["pid"], e["args"]["kernel"], e["args"]["index"], e["name"],
-                round(e["ts"] * 1000, 3), round(e["dur"] * 1000, 3))
+        item = (
+            e["pid"],
+            e["args"]["kernel"],
+            e["args"]["index"],
+            e["name"],
+            round(e["ts"] * 1000, 3),
+            round(e["dur"] * 1000, 3),
+        )
         by_thread.setdefault((e["pid"], e["tid"]), Counter())[item] += 1
     by_track: dict[tuple, Counter] = {}
     for r in rows:
-        item = (int(r["core"]), r["kernel"], int(r["index"]), r["op"],
-                round(float(r["start_ns"]), 3), round(float(r["duration_ns"]), 3))
+        item = (
+            int(r["core"]),
+            r["kernel"],
+            int(r["index"]),
+            r["op"],
+            round(float(r["start_ns"]), 3),
+            round(float(r["duration_ns"]), 3),
+        )
         by_track.setdefault((int(r["core"]), r["track"]), Counter())[item] += 1
     assert sum(by_thread.values(), Counter()) == sum(by_track.values(), Counter())
     # the same tracks: each profile track is one timeline thread, named after it
@@ -294,13 +334,16 @@ def test_validate_ok():
 
 
 def test_validate_fails(write_yaml):
-    bad = write_yaml("bad.yaml", """\
+    bad = write_yaml(
+        "bad.yaml",
+        """\
 trnsim: 1
 tiles:
   a: {memory: sbuf, shape: [128, 512], dtype: bfloat16}
 instructions:
   - {op: matmul, stationary: a, moving: b, dst: a}
-""")
+""",
+    )
     result = invoke("validate", bad)
     assert_one_line_error(result, f"error: {bad}:5: ")
     assert "'b'" in result.stderr
@@ -308,7 +351,9 @@ instructions:
 
 def test_validate_fails_on_the_chip(write_yaml):
     """Loads fine, but the matmul cannot run: a PSUM dst is required."""
-    bad = write_yaml("chip.yaml", """\
+    bad = write_yaml(
+        "chip.yaml",
+        """\
 trnsim: 1
 tiles:
   x: {memory: sbuf, shape: [128, 128], dtype: bfloat16}
@@ -316,7 +361,8 @@ tiles:
   o: {memory: sbuf, shape: [128, 512], dtype: float32}
 instructions:
   - {op: matmul, stationary: x, moving: w, dst: o}
-""")
+""",
+    )
     result = invoke("validate", bad)
     assert_one_line_error(result)
     assert "PSUM" in result.stderr or "psum" in result.stderr
@@ -329,8 +375,7 @@ def test_compare():
     total = _row(out, "total")
     assert total[-1].endswith("x)") and total[-1].startswith("(")
     ratio = float(total[-1][1:-2])
-    two, three = run_json(GEMM)["total_time_ns"], run_json(GEMM, "--chip", "trn3")[
-        "total_time_ns"]
+    two, three = run_json(GEMM)["total_time_ns"], run_json(GEMM, "--chip", "trn3")["total_time_ns"]
     assert ratio == pytest.approx(three / two, abs=0.005)
 
 

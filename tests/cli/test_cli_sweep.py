@@ -16,8 +16,11 @@ from trnsim.sweep import run_sweep, table
 ROOT = Path(__file__).resolve().parents[2]
 GEMM = str(ROOT / "traces" / "gemm_double_buffered.yaml")
 STREAM = str(ROOT / "traces" / "weight_stream.yaml")
-PARAMS_LINE = next(i for i, line in enumerate(Path(STREAM).read_text().splitlines(), start=1)
-                   if line.startswith("params:"))
+PARAMS_LINE = next(
+    i
+    for i, line in enumerate(Path(STREAM).read_text().splitlines(), start=1)
+    if line.startswith("params:")
+)
 
 
 def invoke(*args):
@@ -38,8 +41,7 @@ def one_line_error(result, start: str) -> str:
     return result.stderr
 
 
-ARGS = [GEMM, STREAM, "--chip", "trn2", "--grid", "hbm.bandwidth=1TB/s,4XB/s", "--mode",
-        "timing"]
+ARGS = [GEMM, STREAM, "--chip", "trn2", "--grid", "hbm.bandwidth=1TB/s,4XB/s", "--mode", "timing"]
 
 
 def test_sweep_writes_the_table_and_says_what_it_did(tmp_path):
@@ -47,9 +49,11 @@ def test_sweep_writes_the_table_and_says_what_it_did(tmp_path):
     result = ok("sweep", *ARGS, "--out", out)
     assert result.stdout == f"sweep: 4 points: 2 run, 2 failed; table in {out}\n"
     errors = result.stderr.splitlines()
-    assert errors[0] == (f"  failed: {GEMM} trn2 4XB/s: --grid hbm.bandwidth=4XB/s: "
-                         "hbm.bandwidth: expected a bandwidth like '2.9TB/s' (B/s, KB/s, MB/s, "
-                         "GB/s, TB/s, KiB/s, MiB/s, GiB/s, TiB/s, B/ns), got '4XB/s'")
+    assert errors[0] == (
+        f"  failed: {GEMM} trn2 4XB/s: --grid hbm.bandwidth=4XB/s: "
+        "hbm.bandwidth: expected a bandwidth like '2.9TB/s' (B/s, KB/s, MB/s, "
+        "GB/s, TB/s, KiB/s, MiB/s, GiB/s, TiB/s, B/ns), got '4XB/s'"
+    )
     assert len(errors) == 2
     want = run_sweep([GEMM, STREAM], ["trn2"], ["hbm.bandwidth=1TB/s,4XB/s"], mode="timing")
     assert out.read_text() == table.csv_lines(want.rows, want.columns)
@@ -58,8 +62,18 @@ def test_sweep_writes_the_table_and_says_what_it_did(tmp_path):
 
 
 def test_sweep_without_out_prints_the_csv(tmp_path):
-    result = ok("sweep", GEMM, "--chip", "trn2", "--chip", "trn3", "--mode", "timing",
-                "--set", "hbm.bandwidth=2TB/s")
+    result = ok(
+        "sweep",
+        GEMM,
+        "--chip",
+        "trn2",
+        "--chip",
+        "trn3",
+        "--mode",
+        "timing",
+        "--set",
+        "hbm.bandwidth=2TB/s",
+    )
     want = run_sweep([GEMM], ["trn2", "trn3"], sets=["hbm.bandwidth=2TB/s"], mode="timing")
     assert result.stdout == table.csv_lines(want.rows, want.columns)
     assert result.stderr == "sweep: 2 points: 2 run, 0 failed\n"
@@ -68,20 +82,36 @@ def test_sweep_without_out_prints_the_csv(tmp_path):
 
 def test_sweep_params(tmp_path):
     out = tmp_path / "t.csv"
-    ok("sweep", STREAM, "--grid", "param.batch=4,16", "--param", "tiles=2", "--mode", "timing",
-       "--out", out)
+    ok(
+        "sweep",
+        STREAM,
+        "--grid",
+        "param.batch=4,16",
+        "--param",
+        "tiles=2",
+        "--mode",
+        "timing",
+        "--out",
+        out,
+    )
     _, rows = table.read(out)
     assert [(r["param.batch"], r["set"], r["flops"]) for r in rows] == [
-        ("4", "param.tiles=2", 2 * 4 * 512 * 512 * 2), ("16", "param.tiles=2",
-                                                       2 * 16 * 512 * 512 * 2)]
+        ("4", "param.tiles=2", 2 * 4 * 512 * 512 * 2),
+        ("16", "param.tiles=2", 2 * 16 * 512 * 512 * 2),
+    ]
 
 
-@pytest.mark.parametrize("args, start", [
-    (["--grid", "hbm.bandwidth"], "--grid hbm.bandwidth: expected KEY=V1,V2,..."),
-    (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers 2 with --scheduler"),
-    (["--out", "/nonexistent/dir/t.csv"], "/nonexistent/dir/t.csv: cannot write the sweep "
-                                          "table"),
-])
+@pytest.mark.parametrize(
+    "args, start",
+    [
+        (["--grid", "hbm.bandwidth"], "--grid hbm.bandwidth: expected KEY=V1,V2,..."),
+        (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers 2 with --scheduler"),
+        (
+            ["--out", "/nonexistent/dir/t.csv"],
+            "/nonexistent/dir/t.csv: cannot write the sweep table",
+        ),
+    ],
+)
 def test_sweep_errors_are_one_line(args, start):
     one_line_error(invoke("sweep", GEMM, "--mode", "timing", *args), start)
 
@@ -120,8 +150,21 @@ def test_help_explains_every_option_with_an_example(command):
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "t.csv"
-    ok("sweep", GEMM, "--chip", "trn1", "--chip", "trn2", "--grid", "hbm.bandwidth=1TB/s,2TB/s",
-       "--mode", "timing", "--out", out, "-q")
+    ok(
+        "sweep",
+        GEMM,
+        "--chip",
+        "trn1",
+        "--chip",
+        "trn2",
+        "--grid",
+        "hbm.bandwidth=1TB/s,2TB/s",
+        "--mode",
+        "timing",
+        "--out",
+        out,
+        "-q",
+    )
     result = ok("plot", out, "--x", "hbm.bandwidth", "--y", "device_time_ns", "--hue", "chip")
     png = tmp_path / "t.png"
     assert result.stdout == f"wrote {png}\n"
@@ -129,16 +172,22 @@ def test_plot_writes_a_png(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (770, 462)
-    one_line_error(invoke("plot", out, "--x", "hbm.bandwith", "--y", "flops"),
-                   f"{out}: --x hbm.bandwith: no such column (did you mean 'hbm.bandwidth'?)")
-    one_line_error(invoke("plot", out, "--x", "hbm.bandwidth", "--y", "chip"),
-                   "--y chip: not a figure of the table")
+    one_line_error(
+        invoke("plot", out, "--x", "hbm.bandwith", "--y", "flops"),
+        f"{out}: --x hbm.bandwith: no such column (did you mean 'hbm.bandwidth'?)",
+    )
+    one_line_error(
+        invoke("plot", out, "--x", "hbm.bandwidth", "--y", "chip"),
+        "--y chip: not a figure of the table",
+    )
 
 
 def test_plot_without_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    msg = one_line_error(invoke("plot", tmp_path / "t.csv", "--x", "a", "--y", "b"),
-                         "trnsim plot draws with matplotlib, which is not installed")
+    msg = one_line_error(
+        invoke("plot", tmp_path / "t.csv", "--x", "a", "--y", "b"),
+        "trnsim plot draws with matplotlib, which is not installed",
+    )
     assert "pip install 'trnsim[plot]'" in msg
 
 
@@ -146,25 +195,53 @@ def test_plot_without_matplotlib(tmp_path, monkeypatch):
 
 
 def test_param_on_run_validate_and_compare():
-    summary = json.loads(ok("run", STREAM, "--param", "batch=4", "--param", "tiles=2", "--mode",
-                            "timing", "--json").stdout)
+    summary = json.loads(
+        ok(
+            "run", STREAM, "--param", "batch=4", "--param", "tiles=2", "--mode", "timing", "--json"
+        ).stdout
+    )
     assert summary["flops"] == 2 * 4 * 512 * 512 * 2
     assert ok("validate", STREAM, "--param", "tiles=4").stdout == (
-        f"{STREAM}: ok on trn2: kernels 1, instructions 44, streams 1\n")  # 4 + 2 x 20
-    both = json.loads(ok("compare", STREAM, "--chip", "trn2", "--chip", "trn3", "--param",
-                         "tiles=2", "--mode", "timing", "--json").stdout)
+        f"{STREAM}: ok on trn2: kernels 1, instructions 44, streams 1\n"
+    )  # 4 + 2 x 20
+    both = json.loads(
+        ok(
+            "compare",
+            STREAM,
+            "--chip",
+            "trn2",
+            "--chip",
+            "trn3",
+            "--param",
+            "tiles=2",
+            "--mode",
+            "timing",
+            "--json",
+        ).stdout
+    )
     assert {s["flops"] for s in both.values()} == {2 * 8 * 512 * 512 * 2}
 
 
-@pytest.mark.parametrize("args, start", [
-    (["--param", "bach=4"], f"{STREAM}:{PARAMS_LINE}: params: --param bach=4: unknown param "
-                            "'bach' (did you mean 'batch'?); expected one of batch, tiles"),
-    (["--param", "batch"], "--param batch: expected NAME=VALUE, like --param batch=64"),
-    (["--param", "tiles=two"], f"{STREAM}:{PARAMS_LINE}: params: --param tiles=two: got "
-                               "'two'; expected an integer, like tiles=64"),
-])
+@pytest.mark.parametrize(
+    "args, start",
+    [
+        (
+            ["--param", "bach=4"],
+            f"{STREAM}:{PARAMS_LINE}: params: --param bach=4: unknown param "
+            "'bach' (did you mean 'batch'?); expected one of batch, tiles",
+        ),
+        (["--param", "batch"], "--param batch: expected NAME=VALUE, like --param batch=64"),
+        (
+            ["--param", "tiles=two"],
+            f"{STREAM}:{PARAMS_LINE}: params: --param tiles=two: got "
+            "'two'; expected an integer, like tiles=64",
+        ),
+    ],
+)
 def test_param_errors_are_one_line(args, start):
     for command in ("run", "validate"):
         one_line_error(invoke(command, STREAM, *args), start)
-    one_line_error(invoke("run", GEMM, "--param", "batch=4"),
-                   f"{GEMM}:1: params: --param batch=4: the trace declares no params")
+    one_line_error(
+        invoke("run", GEMM, "--param", "batch=4"),
+        f"{GEMM}:1: params: --param batch=4: the trace declares no params",
+    )

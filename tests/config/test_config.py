@@ -65,11 +65,19 @@ def test_base_units():
 def test_derived_peaks():
     d2 = derived(load_chip("trn2"))["peak_flops"]
     assert TRN2_BF16_CORE == 78.6432e12
-    assert d2["core"] == {"bfloat16": 78.6432e12, "float16": 78.6432e12,
-                          "float8": 2 * 78.6432e12, "float32": 78.6432e12 / 4}
+    assert d2["core"] == {
+        "bfloat16": 78.6432e12,
+        "float16": 78.6432e12,
+        "float8": 2 * 78.6432e12,
+        "float32": 78.6432e12 / 4,
+    }
     assert d2["chip"]["bfloat16"] == 8 * 78.6432e12
-    assert d2["published"] == {"bfloat16": 667e12, "float16": 667e12, "float8": 1299e12,
-                               "float32": 181e12}
+    assert d2["published"] == {
+        "bfloat16": 667e12,
+        "float16": 667e12,
+        "float8": 1299e12,
+        "float32": 181e12,
+    }
     assert d2["gap"]["bfloat16"] == pytest.approx(667 / 629.1456 - 1)
 
     d1 = derived(load_chip("trn1"))["peak_flops"]
@@ -92,8 +100,11 @@ def test_derived_totals():
     assert d["dma_bandwidth"]["core"] == 16 * 23e9
     assert d["dma_bandwidth"]["chip"] == 128 * 23e9
     assert d["dma_bandwidth"]["published"] == 3.5e12
-    assert d["hbm"] == {"capacity": 96 * 2**30, "bandwidth": 2.9e12,
-                        "bandwidth_per_stack": 2.9e12 / 4}
+    assert d["hbm"] == {
+        "capacity": 96 * 2**30,
+        "bandwidth": 2.9e12,
+        "bandwidth_per_stack": 2.9e12 / 4,
+    }
     assert d["logical_cores"] == 4
 
 
@@ -125,16 +136,16 @@ def test_to_dict_is_plain_data_in_base_units():
 
 
 def test_base_inheritance(write_yaml):
-    path = write_yaml("big.yaml",
-                      "base: trn2\nname: big\ncore:\n  sbuf:\n    partition_bytes: 448KiB\n")
+    path = write_yaml(
+        "big.yaml", "base: trn2\nname: big\ncore:\n  sbuf:\n    partition_bytes: 448KiB\n"
+    )
     cfg = load_chip(str(path))
     trn2 = load_chip("trn2")
     assert cfg.name == "big"
     assert cfg.core.sbuf.partition_bytes == 448 * 1024
     assert cfg.core.sbuf.partitions == 128
     assert cfg.source == str(path)
-    assert dataclasses.replace(cfg, name="trn2", source=trn2.source,
-                               core=trn2.core) == trn2
+    assert dataclasses.replace(cfg, name="trn2", source=trn2.source, core=trn2.core) == trn2
 
 
 def test_base_by_relative_path_and_chains(write_yaml):
@@ -147,9 +158,18 @@ def test_base_by_relative_path_and_chains(write_yaml):
 
 
 def test_overrides():
-    cfg = load_chip("trn2", ["core.sbuf.partition_bytes=448KiB", "hbm.bandwidth=4TB/s",
-                             "core.vector.perf_mode=false", "lnc=1", "lnc_allowed=[1]",
-                             "description=a what-if: twice the SBUF", "core.dma.fixed_cost=0"])
+    cfg = load_chip(
+        "trn2",
+        [
+            "core.sbuf.partition_bytes=448KiB",
+            "hbm.bandwidth=4TB/s",
+            "core.vector.perf_mode=false",
+            "lnc=1",
+            "lnc_allowed=[1]",
+            "description=a what-if: twice the SBUF",
+            "core.dma.fixed_cost=0",
+        ],
+    )
     assert cfg.core.sbuf.partition_bytes == 448 * 1024
     assert cfg.hbm.bandwidth == 4e12
     assert cfg.core.vector.perf_mode is False
@@ -182,8 +202,10 @@ def child(write_yaml, body):
 
 def test_unknown_key(write_yaml):
     path = child(write_yaml, "core:\n  sbuf:\n    partiton_bytes: 1KiB\n")
-    assert error(path) == (f"{path}:4: core.sbuf.partiton_bytes: unknown key 'partiton_bytes'; "
-                           f"did you mean 'partition_bytes'?")
+    assert error(path) == (
+        f"{path}:4: core.sbuf.partiton_bytes: unknown key 'partiton_bytes'; "
+        f"did you mean 'partition_bytes'?"
+    )
 
 
 def test_missing_key(write_yaml):
@@ -191,45 +213,80 @@ def test_missing_key(write_yaml):
     lines = text.splitlines(keepends=True)
     psum_line = next(i for i, line in enumerate(lines) if line.startswith("  psum:")) + 1
     path = write_yaml("missing.yaml", text.replace("    banks: 8 ", "    # banks: 8 "))
-    assert error(path).startswith(f"{path}:{psum_line}: core.psum: missing key 'banks' "
-                                  f"(banks per partition (accumulation groups); a whole number")
+    assert error(path).startswith(
+        f"{path}:{psum_line}: core.psum: missing key 'banks' "
+        f"(banks per partition (accumulation groups); a whole number"
+    )
     path = write_yaml("empty.yaml", "")
     assert error(path).startswith(f"{path}: missing key 'name'")
 
 
 def test_bad_unit(write_yaml):
     path = child(write_yaml, "core:\n  sbuf:\n    partition_bytes: 224Kb\n")
-    assert error(path) == (f"{path}:4: core.sbuf.partition_bytes: expected a size like '224KiB' "
-                           f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '224Kb'")
+    assert error(path) == (
+        f"{path}:4: core.sbuf.partition_bytes: expected a size like '224KiB' "
+        f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '224Kb'"
+    )
     path = child(write_yaml, "hbm:\n  bandwidth: 2900\n")
     assert error(path).startswith(f"{path}:3: hbm.bandwidth: expected a bandwidth like")
 
 
-@pytest.mark.parametrize(("body", "line", "key", "what"), [
-    ("core:\n  vector:\n    perf_mode: maybe\n", 4, "core.vector.perf_mode",
-     "expected true or false, got 'maybe'"),
-    ("core:\n  tensor: 5\n", 3, "core.tensor", "expected a mapping of keys, got 5"),
-    ("core:\n  version: 3\n", 3, "core.version", "expected text, got 3"),
-    ("lnc_allowed: 2\n", 2, "lnc_allowed", "expected a list of whole numbers like [1, 2], got 2"),
-    ("cores: eight\n", 2, "cores", "expected a whole number like '128', got 'eight'"),
-])
+@pytest.mark.parametrize(
+    ("body", "line", "key", "what"),
+    [
+        (
+            "core:\n  vector:\n    perf_mode: maybe\n",
+            4,
+            "core.vector.perf_mode",
+            "expected true or false, got 'maybe'",
+        ),
+        ("core:\n  tensor: 5\n", 3, "core.tensor", "expected a mapping of keys, got 5"),
+        ("core:\n  version: 3\n", 3, "core.version", "expected text, got 3"),
+        (
+            "lnc_allowed: 2\n",
+            2,
+            "lnc_allowed",
+            "expected a list of whole numbers like [1, 2], got 2",
+        ),
+        ("cores: eight\n", 2, "cores", "expected a whole number like '128', got 'eight'"),
+    ],
+)
 def test_wrong_type(write_yaml, body, line, key, what):
     path = child(write_yaml, body)
     assert error(path) == f"{path}:{line}: {key}: {what}"
 
 
-@pytest.mark.parametrize(("body", "line", "key", "what"), [
-    ("cores: 0\n", 2, "cores", "must be greater than 0, got 0"),
-    ("hbm:\n  bandwidth: -1TB/s\n", 3, "hbm.bandwidth", "must be greater than 0, got '-1TB/s'"),
-    ("core:\n  tensor:\n    clock_hz: 0GHz\n", 4, "core.tensor.clock_hz",
-     "must be greater than 0, got '0GHz'"),
-    ("core:\n  sbuf:\n    partition_bytes: 0KiB\n", 4, "core.sbuf.partition_bytes",
-     "must be greater than 0, got '0KiB'"),
-    ("core:\n  dma:\n    fixed_cost: -1us\n", 4, "core.dma.fixed_cost",
-     "must not be negative, got '-1us'"),
-    ("core:\n  tensor:\n    fp32_rate: 0\n", 4, "core.tensor.fp32_rate",
-     "must be greater than 0, got 0"),
-])
+@pytest.mark.parametrize(
+    ("body", "line", "key", "what"),
+    [
+        ("cores: 0\n", 2, "cores", "must be greater than 0, got 0"),
+        ("hbm:\n  bandwidth: -1TB/s\n", 3, "hbm.bandwidth", "must be greater than 0, got '-1TB/s'"),
+        (
+            "core:\n  tensor:\n    clock_hz: 0GHz\n",
+            4,
+            "core.tensor.clock_hz",
+            "must be greater than 0, got '0GHz'",
+        ),
+        (
+            "core:\n  sbuf:\n    partition_bytes: 0KiB\n",
+            4,
+            "core.sbuf.partition_bytes",
+            "must be greater than 0, got '0KiB'",
+        ),
+        (
+            "core:\n  dma:\n    fixed_cost: -1us\n",
+            4,
+            "core.dma.fixed_cost",
+            "must not be negative, got '-1us'",
+        ),
+        (
+            "core:\n  tensor:\n    fp32_rate: 0\n",
+            4,
+            "core.tensor.fp32_rate",
+            "must be greater than 0, got 0",
+        ),
+    ],
+)
 def test_negative_or_zero(write_yaml, body, line, key, what):
     path = child(write_yaml, body)
     assert error(path) == f"{path}:{line}: {key}: {what}"
@@ -242,17 +299,21 @@ def test_cross_field_rules(write_yaml):
     path = child(write_yaml, "core:\n  psum:\n    partitions: 129\n")
     assert error(path) == f"{path}:4: core.psum.partitions: core.psum.partitions (129) {steps}"
     path = child(write_yaml, "core:\n  sbuf:\n    partitions: 64\n")
-    assert error(path) == (f"{path}:4: core.sbuf.partitions: core.tensor.rows (128) exceeds "
-                           f"core.sbuf.partitions (64)")
+    assert error(path) == (
+        f"{path}:4: core.sbuf.partitions: core.tensor.rows (128) exceeds core.sbuf.partitions (64)"
+    )
     assert error("trn2", ["core.tensor.cols=129"]) == (
         "--set core.tensor.cols=129: core.tensor.cols: core.tensor.cols (129) exceeds "
-        "core.psum.partitions (128)")
+        "core.psum.partitions (128)"
+    )
     assert error("trn2", ["lnc=4"]) == "--set lnc=4: lnc: lnc (4) is not in lnc_allowed [1, 2]"
     assert error("trn2", ["lnc_allowed=[1, 3]", "lnc=3"]) == (
-        "--set lnc=3: lnc: cores (8) is not divisible by lnc (3)")
+        "--set lnc=3: lnc: cores (8) is not divisible by lnc (3)"
+    )
     assert error("trn2", ["hbm.stacks=2"]) == (
         "--set hbm.stacks=2: hbm.stacks: hbm.stacks x hbm.cores_per_stack (2 x 2) must equal "
-        "cores (8)")
+        "cores (8)"
+    )
 
 
 def test_unknown_chip_lists_available():
@@ -265,21 +326,27 @@ def test_unknown_chip_lists_available():
 def test_bad_overrides():
     assert error("trn2", ["core.sbuf.partition_bytes"]) == (
         "--set core.sbuf.partition_bytes: expected key.path=value, "
-        "e.g. core.sbuf.partition_bytes=448KiB")
-    assert error("trn2", ["=3"]).endswith("expected key.path=value, "
-                                          "e.g. core.sbuf.partition_bytes=448KiB")
+        "e.g. core.sbuf.partition_bytes=448KiB"
+    )
+    assert error("trn2", ["=3"]).endswith(
+        "expected key.path=value, e.g. core.sbuf.partition_bytes=448KiB"
+    )
     assert error("trn2", ["sbuf.partition_bytes=1KiB"]) == (
         "--set sbuf.partition_bytes=1KiB: unknown key 'sbuf.partition_bytes'; "
-        "did you mean 'core.sbuf.partition_bytes'?")
+        "did you mean 'core.sbuf.partition_bytes'?"
+    )
     assert error("trn2", ["core.sbuf=1"]) == (
         "--set core.sbuf=1: 'core.sbuf' is a section; set one of its keys, "
-        "e.g. core.sbuf.partitions")
+        "e.g. core.sbuf.partitions"
+    )
     assert error("trn2", ["core.sbuf.partition_bytes=448Kb"]) == (
         "--set core.sbuf.partition_bytes=448Kb: core.sbuf.partition_bytes: expected a size like "
-        "'224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '448Kb'")
+        "'224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '448Kb'"
+    )
     assert error("trn2", ["core.vector.perf_mode=nope"]) == (
         "--set core.vector.perf_mode=nope: core.vector.perf_mode: expected true or false, "
-        "got 'nope'")
+        "got 'nope'"
+    )
 
 
 def test_yaml_problems(write_yaml):

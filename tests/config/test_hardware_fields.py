@@ -65,7 +65,8 @@ def test_partition_start_steps_must_nest():
     for bad in ("[32, 48, 128]", "[64, 32, 128]", "[32, 32, 128]"):
         assert error([f"core.partition_start_steps={bad}"]) == (
             f"--set core.partition_start_steps={bad}: core.partition_start_steps: each step must "
-            f"be a larger multiple of the one before, got {bad}")
+            f"be a larger multiple of the one before, got {bad}"
+        )
     load_chip("trn2", ["core.partition_start_steps=[16, 32, 64, 128]"])
     load_chip("trn2", ["core.partition_start_steps=[128]"])
 
@@ -74,9 +75,16 @@ def test_the_largest_step_bounds_the_partitions():
     # MAX_PARTITIONS used to be a constant; now the start rule's span bounds the memories
     assert error(["core.partition_start_steps=[32, 64]"]) == (
         "--set core.partition_start_steps=[32, 64]: core.partition_start_steps: "
-        "core.sbuf.partitions (128) exceeds the largest of core.partition_start_steps (64)")
-    cfg = load_chip("trn2", ["core.partition_start_steps=[32, 64, 128, 256]",
-                             "core.sbuf.partitions=256", "core.psum.partitions=256"])
+        "core.sbuf.partitions (128) exceeds the largest of core.partition_start_steps (64)"
+    )
+    cfg = load_chip(
+        "trn2",
+        [
+            "core.partition_start_steps=[32, 64, 128, 256]",
+            "core.sbuf.partitions=256",
+            "core.psum.partitions=256",
+        ],
+    )
     assert cfg.core.sbuf.partitions == 256
 
 
@@ -84,8 +92,14 @@ def test_tiles_are_bounded_by_the_chip_not_the_trace_format():
     tile = [("t", "sbuf", 129, 4)]
     with pytest.raises(TrnsimError, match="tile t has 129 partitions; SBUF has 128"):
         place_tiles(tile, load_chip("trn2").core)
-    wide = load_chip("trn2", ["core.partition_start_steps=[32, 64, 128, 256]",
-                              "core.sbuf.partitions=256", "core.psum.partitions=256"])
+    wide = load_chip(
+        "trn2",
+        [
+            "core.partition_start_steps=[32, 64, 128, 256]",
+            "core.sbuf.partitions=256",
+            "core.psum.partitions=256",
+        ],
+    )
     assert place_tiles(tile, wide.core)[0] == {"t": 0}
 
 

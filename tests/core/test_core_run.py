@@ -118,8 +118,9 @@ def test_sbuf_overflow_is_an_error():
     k = t.kernel("big")
     k.tile("a", "sbuf", [128, 60000], "float32")  # 240,000 B per partition > 224 KiB
     k.memset(dst="a", value=0.0)
-    with pytest.raises(SimError, match="SBUF overflow: tiles need 240000 bytes per partition "
-                                       "but SBUF has 229376"):
+    with pytest.raises(
+        SimError, match="SBUF overflow: tiles need 240000 bytes per partition but SBUF has 229376"
+    ):
         t.run(TRN2)
     # ... and fits when SBUF is made larger
     t.run(load_chip("trn2", ["core.sbuf.partition_bytes=448KiB"]), mode="timing")
@@ -152,7 +153,8 @@ def test_a_relaunched_kernel_starts_from_fresh_tiles_and_semaphores():
     k.dma_copy(src="a", dst="y", wait={"ok": 1})
     t.stream("s", 0, [("launch", "inc"), ("launch", "inc")])
     r = t.run(TRN2)
-    np.testing.assert_array_equal(r.tensor("y"), np.arange(512, dtype=np.float32).reshape(128, 4)
-                                  + 1)
+    np.testing.assert_array_equal(
+        r.tensor("y"), np.arange(512, dtype=np.float32).reshape(128, 4) + 1
+    )
     spans = [s for s in r.device.recorder.spans if s.track == "vector"]
     assert len(spans) == 2 and spans[0].duration_ps == spans[1].duration_ps

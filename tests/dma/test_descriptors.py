@@ -100,8 +100,11 @@ def test_hbm_to_hbm_round_robin():
     assert sum(p.elements for p in pieces) == n
     # fewer descriptors than engines: only the first few engines work
     small = cut(ref("hbm", [3, 100]), ref("hbm", [3, 1000], [sl(), sl(0, 100)]), False, DMA, P)
-    assert [(p.engine, p.descriptors, p.elements) for p in small] == [(0, 1, 100), (1, 1, 100),
-                                                                      (2, 1, 100)]
+    assert [(p.engine, p.descriptors, p.elements) for p in small] == [
+        (0, 1, 100),
+        (1, 1, 100),
+        (2, 1, 100),
+    ]
 
 
 def test_cast_moves_the_larger_side():
@@ -113,7 +116,7 @@ def test_cast_moves_the_larger_side():
 def _addresses(r):
     """Flat-order (partition or -1, element address) of every element of a Ref."""
     shape = r.buf.shape
-    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
     onchip = r.buf.onchip
     out = []
     for idx in itertools.product(*(range(*rg) for rg in r.ranges)):
@@ -131,8 +134,14 @@ def _brute(src, dst, dma, partitions):
     counts: dict[int, int] = {}
     n_desc = 0
     for i in range(len(a)):
-        new = (i == 0 or i % m == 0 or a[i][0] != a[i - 1][0] or a[i][1] != a[i - 1][1] + 1
-               or b[i][0] != b[i - 1][0] or b[i][1] != b[i - 1][1] + 1)
+        new = (
+            i == 0
+            or i % m == 0
+            or a[i][0] != a[i - 1][0]
+            or a[i][1] != a[i - 1][1] + 1
+            or b[i][0] != b[i - 1][0]
+            or b[i][1] != b[i - 1][1] + 1
+        )
         if new:
             if side is None:
                 e = n_desc % dma.engines

@@ -36,8 +36,9 @@ def test_one_flow_takes_work_over_capacity():
     """1000 units at 0.5 units/ps -> 2000 ps; a fractional end rounds up to the next ps."""
     env, fm = model()
     r = fm.add_resource(0.5)
-    ends, _ = run_flows(env, fm, [(0, "a", 1000.0, [(r, 1.0)], math.inf),
-                                  (5000, "b", 1000.5, [(r, 1.0)], math.inf)])
+    ends, _ = run_flows(
+        env, fm, [(0, "a", 1000.0, [(r, 1.0)], math.inf), (5000, "b", 1000.5, [(r, 1.0)], math.inf)]
+    )
     assert ends == {"a": 2000, "b": 5000 + 2001}
 
 
@@ -46,8 +47,9 @@ def test_two_flows_share_equally():
     left alone at rate 1: ends at 400."""
     env, fm = model()
     r = fm.add_resource(1.0)
-    ends, _ = run_flows(env, fm, [(0, "a", 100.0, [(r, 1.0)], math.inf),
-                                  (0, "b", 300.0, [(r, 1.0)], math.inf)])
+    ends, _ = run_flows(
+        env, fm, [(0, "a", 100.0, [(r, 1.0)], math.inf), (0, "b", 300.0, [(r, 1.0)], math.inf)]
+    )
     assert ends == {"a": 200, "b": 400}
 
 
@@ -56,8 +58,9 @@ def test_late_arrival():
     ends at 1600; b did 600 by then, its last 100 at rate 1 -> 1700."""
     env, fm = model()
     r = fm.add_resource(1.0)
-    ends, _ = run_flows(env, fm, [(0, "a", 1000.0, [(r, 1.0)], math.inf),
-                                  (400, "b", 700.0, [(r, 1.0)], math.inf)])
+    ends, _ = run_flows(
+        env, fm, [(0, "a", 1000.0, [(r, 1.0)], math.inf), (400, "b", 700.0, [(r, 1.0)], math.inf)]
+    )
     assert ends == {"a": 1600, "b": 1700}
 
 
@@ -67,9 +70,15 @@ def test_max_min_fairness_textbook():
     2/3 left for f1. Loads: A = 1/3 + 2/3 = 1, B = 1."""
     env, fm = model()
     a, b = fm.add_resource(1.0), fm.add_resource(1.0)
-    flows = {k: Flow(k, 1e6, u, math.inf, lambda f: None)
-             for k, u in [("f1", ((a, 1.0),)), ("f2", ((a, 1.0), (b, 1.0))),
-                          ("f3", ((b, 1.0),)), ("f4", ((b, 1.0),))]}
+    flows = {
+        k: Flow(k, 1e6, u, math.inf, lambda f: None)
+        for k, u in [
+            ("f1", ((a, 1.0),)),
+            ("f2", ((a, 1.0), (b, 1.0))),
+            ("f3", ((b, 1.0),)),
+            ("f4", ((b, 1.0),)),
+        ]
+    }
     for f in flows.values():
         fm.start(f)
     env.run(until=1)
@@ -92,8 +101,9 @@ def test_cap_limits_a_flow_and_frees_the_rest():
     """Cap 0.25 on f1; f2 takes the remaining 0.75 of the resource."""
     env, fm = model()
     r = fm.add_resource(1.0)
-    ends, flows = run_flows(env, fm, [(0, "f1", 100.0, [(r, 1.0)], 0.25),
-                                      (0, "f2", 300.0, [(r, 1.0)], math.inf)])
+    ends, flows = run_flows(
+        env, fm, [(0, "f1", 100.0, [(r, 1.0)], 0.25), (0, "f2", 300.0, [(r, 1.0)], math.inf)]
+    )
     assert ends == {"f1": 400, "f2": 400}
 
 
@@ -119,9 +129,15 @@ def test_separate_components_do_not_interact():
     """Flows on disjoint resources keep their own rates when the other side changes."""
     env, fm = model()
     a, b = fm.add_resource(1.0), fm.add_resource(1.0)
-    ends, _ = run_flows(env, fm, [(0, "x", 1000.0, [(a, 1.0)], math.inf),
-                                  (0, "y", 100.0, [(b, 1.0)], math.inf),
-                                  (0, "z", 100.0, [(b, 1.0)], math.inf)])
+    ends, _ = run_flows(
+        env,
+        fm,
+        [
+            (0, "x", 1000.0, [(a, 1.0)], math.inf),
+            (0, "y", 100.0, [(b, 1.0)], math.inf),
+            (0, "z", 100.0, [(b, 1.0)], math.inf),
+        ],
+    )
     assert ends == {"x": 1000, "y": 200, "z": 200}
     assert fm.count == 0 and fm.load == {}
 
@@ -133,9 +149,16 @@ def test_many_flows_are_fast():
     env, fm = model()
     engines = [fm.add_resource(1.0) for _ in range(128)]
     stacks = [fm.add_resource(20.0) for _ in range(4)]
-    specs = [(i * 37 % 5000, i, 1000.0 + i % 97, [(engines[i % 128], 1.0),
-                                                  (stacks[i % 128 // 32], 32.0)], math.inf)
-             for i in range(2000)]
+    specs = [
+        (
+            i * 37 % 5000,
+            i,
+            1000.0 + i % 97,
+            [(engines[i % 128], 1.0), (stacks[i % 128 // 32], 32.0)],
+            math.inf,
+        )
+        for i in range(2000)
+    ]
     t0 = time.perf_counter()
     ends, _ = run_flows(env, fm, specs)
     assert len(ends) == 2000 and time.perf_counter() - t0 < 10.0
@@ -156,8 +179,11 @@ def test_a_resource_of_one_flow_caps_it_and_frees_the_shared_one():
     assert fm.load == {a: pytest.approx(1.0), s: pytest.approx(1.0)}
     env, fm = model()
     a, s = fm.add_resource(1.0), fm.add_resource(1.0)
-    ends, _ = run_flows(env, fm, [(0, "f1", 100.0, [(a, 4.0), (s, 1.0)], math.inf),
-                                  (0, "f2", 600.0, [(s, 1.0)], math.inf)])
+    ends, _ = run_flows(
+        env,
+        fm,
+        [(0, "f1", 100.0, [(a, 4.0), (s, 1.0)], math.inf), (0, "f2", 600.0, [(s, 1.0)], math.inf)],
+    )
     assert ends == {"f1": 400, "f2": 700}
 
 
@@ -167,10 +193,16 @@ def test_a_flow_bridging_two_components_joins_them_while_it_runs():
     arrives at 1050 and halves them again: x, y end at 1150; w's last 50 at rate 1 -> 1200."""
     env, fm = model()
     a, b = fm.add_resource(1.0), fm.add_resource(1.0)
-    ends, _ = run_flows(env, fm, [(0, "x", 1000.0, [(a, 1.0)], math.inf),
-                                  (0, "y", 1000.0, [(b, 1.0)], math.inf),
-                                  (200, "z", 100.0, [(a, 1.0), (b, 1.0)], math.inf),
-                                  (1050, "w", 100.0, [(a, 1.0), (b, 1.0)], math.inf)])
+    ends, _ = run_flows(
+        env,
+        fm,
+        [
+            (0, "x", 1000.0, [(a, 1.0)], math.inf),
+            (0, "y", 1000.0, [(b, 1.0)], math.inf),
+            (200, "z", 100.0, [(a, 1.0), (b, 1.0)], math.inf),
+            (1050, "w", 100.0, [(a, 1.0), (b, 1.0)], math.inf),
+        ],
+    )
     assert ends == {"z": 400, "x": 1150, "y": 1150, "w": 1200}
     assert fm.count == 0 and fm.load == {}
 
@@ -199,11 +231,13 @@ def _reference(specs, capacity):
                 if k not in rate and caps[k] < level:
                     level, why = caps[k], None
             for k in list(left):
-                if k not in rate and (caps[k] <= level or (why is not None
-                                                           and uses[k].get(why, 0) > 0)):
+                if k not in rate and (
+                    caps[k] <= level or (why is not None and uses[k].get(why, 0) > 0)
+                ):
                     rate[k] = level
-        nxt = min((now + max(1, math.ceil(left[k] / rate[k] - 1e-3)) for k in left),
-                  default=math.inf)
+        nxt = min(
+            (now + max(1, math.ceil(left[k] / rate[k] - 1e-3)) for k in left), default=math.inf
+        )
         if pending:
             nxt = min(nxt, pending[0][0])
         for k in list(left):
@@ -223,15 +257,19 @@ def test_matches_a_flow_by_flow_reference(seed):
 
     rng = random.Random(seed)
     capacity = [rng.choice([1.0, 0.5, rng.uniform(0.1, 3.0)]) for _ in range(rng.randint(1, 6))]
-    sigs = [rng.sample(range(len(capacity)), rng.randint(1, min(3, len(capacity))))
-            for _ in range(rng.randint(1, 5))]
+    sigs = [
+        rng.sample(range(len(capacity)), rng.randint(1, min(3, len(capacity))))
+        for _ in range(rng.randint(1, 5))
+    ]
     specs = []
     for k in range(rng.randint(1, 25)):
-        uses = [(r, rng.choice([1.0, 0.5, rng.uniform(0.1, 4.0)]))
-                for r in sorted(rng.choice(sigs))]
+        uses = [
+            (r, rng.choice([1.0, 0.5, rng.uniform(0.1, 4.0)])) for r in sorted(rng.choice(sigs))
+        ]
         cap = rng.choice([math.inf, math.inf, rng.uniform(0.05, 1.0)])
-        specs.append((rng.choice([0, 0, rng.randint(0, 3000)]), k, rng.uniform(10.0, 2000.0),
-                      uses, cap))
+        specs.append(
+            (rng.choice([0, 0, rng.randint(0, 3000)]), k, rng.uniform(10.0, 2000.0), uses, cap)
+        )
     env, fm = model()
     for c in capacity:
         fm.add_resource(c)
@@ -239,5 +277,6 @@ def test_matches_a_flow_by_flow_reference(seed):
     want = _reference(specs, capacity)
     assert set(ends) == set(want)
     assert all(abs(ends[k] - want[k]) <= 1 for k in want), {
-        k: (ends[k], want[k]) for k in want if ends[k] != want[k]}
+        k: (ends[k], want[k]) for k in want if ends[k] != want[k]
+    }
     assert fm.count == 0 and fm.load == {}

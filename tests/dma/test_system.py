@@ -32,8 +32,15 @@ def make(chip="trn2", functional=False):
     env = simpy.Environment()
     hbm = Hbm(cfg, functional)
     rec = Recorder()
-    return SimpleNamespace(cfg=cfg, env=env, hbm=hbm, rec=rec, dma=DmaSystem(env, cfg, hbm, rec),
-                           functional=functional, ends=[])
+    return SimpleNamespace(
+        cfg=cfg,
+        env=env,
+        hbm=hbm,
+        rec=rec,
+        dma=DmaSystem(env, cfg, hbm, rec),
+        functional=functional,
+        ends=[],
+    )
 
 
 def tensor(s, name, shape, dt=BF16, stack=None, values=None, memory="hbm"):
@@ -60,6 +67,7 @@ def submit(s, ins, core=0, then=None):
         s.ends.append((core, ins.queue, ins.index, s.env.now))
         if then is not None:
             then()
+
     s.dma.check(ins, core)
     s.dma.submit(core, ins.queue, ins, "k", done)
 
@@ -86,7 +94,12 @@ def test_one_32kib_transfer_on_one_engine():
     (span,) = s.rec.spans
     assert abs(span.end_ps - expect) <= 1
     assert (span.track, span.op, span.start_ps, span.bytes, span.dtype) == (
-        "q0", "dma_copy", 0, 32768, "bfloat16")
+        "q0",
+        "dma_copy",
+        0,
+        32768,
+        "bfloat16",
+    )
     assert s.rec.hbm_bytes_read == 32768 and s.rec.hbm_bytes_written == 0
     # the stack counter: one sample when data starts (32768 B over the data phase), 0 at the end
     (t0, st, rate), (t1, _, zero) = s.rec.hbm_samples
@@ -218,8 +231,11 @@ def stream(s, cores, transfers=64, queues=4, stack_of=None):
         tiles = [tile(s, f"t{q}", [128, 4096], core=c) for q in range(queues)]
         for i in range(transfers):
             q = i % queues
-            submit(s, copy(x, tiles[q], src_index=[(128 * i, 128 * (i + 1), None)], queue=q,
-                           index=i), core=c)
+            submit(
+                s,
+                copy(x, tiles[q], src_index=[(128 * i, 128 * (i + 1), None)], queue=q, index=i),
+                core=c,
+            )
         per_core[c] = transfers * 128 * 4096 * 2
     s.env.run()
     end = {c: max(e for cc, *_, e in s.ends if cc == c) for c in cores}
@@ -233,8 +249,9 @@ def test_one_core_stream_reaches_its_bound(chip):
     s = make(chip)
     rate = stream(s, [0], transfers=256)[0]
     cfg = s.cfg
-    bound = min(cfg.core.dma.engines * cfg.core.dma.engine_bandwidth,
-                cfg.hbm.bandwidth / cfg.hbm.stacks)
+    bound = min(
+        cfg.core.dma.engines * cfg.core.dma.engine_bandwidth, cfg.hbm.bandwidth / cfg.hbm.stacks
+    )
     assert bound * 0.98 <= rate <= bound
     assert len(s.rec.spans) == 256
 
@@ -246,8 +263,7 @@ def test_whole_chip_stream_reaches_its_bound(chip):
     s = make(chip)
     cfg = s.cfg
     rates = stream(s, range(cfg.cores))
-    bound = min(cfg.cores * cfg.core.dma.engines * cfg.core.dma.engine_bandwidth,
-                cfg.hbm.bandwidth)
+    bound = min(cfg.cores * cfg.core.dma.engines * cfg.core.dma.engine_bandwidth, cfg.hbm.bandwidth)
     assert bound * 0.95 <= sum(rates.values()) <= bound * 1.0001
     peak = max(r for _, _, r in s.rec.hbm_samples)
     assert peak <= cfg.hbm.bandwidth / cfg.hbm.stacks * (1 + 1e-9)
@@ -322,8 +338,11 @@ def test_sliced_hbm_source_and_reshaping_copies():
     x = tensor(s, "x", [128, 1024], FP32, values=vals)
     t = tile(s, "t", [128, 256], FP32)
     y = tensor(s, "y", [256, 128], FP32)
-    submit(s, copy(x, t, src_index=[(0, 128, None), (256, 512, None)]),
-           then=lambda: submit(s, copy(t, y, index=1)))
+    submit(
+        s,
+        copy(x, t, src_index=[(0, 128, None), (256, 512, None)]),
+        then=lambda: submit(s, copy(t, y, index=1)),
+    )
     z = tensor(s, "z", [64, 128], FP32)  # HBM -> HBM, shape change: flat order
     submit(s, copy(x, z, src_index=[(8, 16, None)], index=2))
     s.env.run()
@@ -349,7 +368,8 @@ def test_errors():
     p = tile(s, "p", [128, 512], FP32, memory="psum")
     h = tensor(s, "h", [128, 512], memory="host")
     assert _check(s, copy(x, t, index=3)).endswith(
-        "src 'x' has 65536 elements [128, 512] but dst 't' has 32768 [128, 256]")
+        "src 'x' has 65536 elements [128, 512] but dst 't' has 32768 [128, 256]"
+    )
     assert "PSUM" in _check(s, copy(x, p, index=3))
     assert "PSUM" in _check(s, copy(p, x, index=3))
     assert "host" in _check(s, copy(h, x, index=3))
@@ -358,19 +378,22 @@ def test_errors():
     assert msg.endswith(f"queue {queues} is out of range 0..{queues - 1}")
     sq = tile(s, "sq", [128, 128])
     src = tensor(s, "src", [64, 256])
-    assert "needs dst shape [256, 64]" in _check(s, copy(src, sq, src_index=[(0, 64, None)]
-                                                          + [(0, 256, None)], transpose=True,
-                                                          index=3))
-    assert "2-D" in _check(s, copy(tensor(s, "v", [128]), tile(s, "w", [128]), transpose=True,
-                                   index=3))
-    assert "cannot cast" in _check(s, copy(tensor(s, "a", [64, 128]),
-                                           tile(s, "b", [128, 64], FP32), transpose=True,
-                                           index=3))
+    assert "needs dst shape [256, 64]" in _check(
+        s, copy(src, sq, src_index=[(0, 64, None)] + [(0, 256, None)], transpose=True, index=3)
+    )
+    assert "2-D" in _check(
+        s, copy(tensor(s, "v", [128]), tile(s, "w", [128]), transpose=True, index=3)
+    )
+    assert "cannot cast" in _check(
+        s, copy(tensor(s, "a", [64, 128]), tile(s, "b", [128, 64], FP32), transpose=True, index=3)
+    )
     i8 = dtype("int8")
-    assert "2- or 4-byte" in _check(s, copy(tensor(s, "c", [64, 128], i8),
-                                            tile(s, "d", [128, 64], i8), transpose=True, index=3))
-    assert "expected SBUF" in _check(s, copy(tensor(s, "e", [64, 128]), tensor(s, "f", [128, 64]),
-                                             transpose=True, index=3))
+    assert "2- or 4-byte" in _check(
+        s, copy(tensor(s, "c", [64, 128], i8), tile(s, "d", [128, 64], i8), transpose=True, index=3)
+    )
+    assert "expected SBUF" in _check(
+        s, copy(tensor(s, "e", [64, 128]), tensor(s, "f", [128, 64]), transpose=True, index=3)
+    )
 
 
 @pytest.mark.parametrize("src_memory", ["hbm", "sbuf"])
@@ -379,11 +402,12 @@ def test_transpose_on_a_chip_without_dma_transpose_is_rejected(src_memory):
     a transpose passed the check and then divided by that rate (ZeroDivisionError) when the
     transfer was submitted."""
     s = make("trn1")
-    src = (tensor(s, "x", [128, 64], FP32) if src_memory == "hbm"
-           else tile(s, "x", [128, 64], FP32))
+    src = tensor(s, "x", [128, 64], FP32) if src_memory == "hbm" else tile(s, "x", [128, 64], FP32)
     msg = _check(s, copy(src, tile(s, "t", [64, 128], FP32), transpose=True, index=3))
-    assert msg.endswith(f"trn1 (NC-v2) has no DMA transpose from {src_memory.upper()}; "
-                        f"transpose with the tensor engine instead")
+    assert msg.endswith(
+        f"trn1 (NC-v2) has no DMA transpose from {src_memory.upper()}; "
+        f"transpose with the tensor engine instead"
+    )
 
 
 def test_host_copy_errors():

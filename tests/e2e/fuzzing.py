@@ -48,10 +48,17 @@ TIME_LIMIT_S = 10.0  # per example; a typical one takes 10-50 ms
 FUZZ_BACKING_BYTES = 64 << 20  # functional-mode tensor backing store while fuzzing
 # TRNSIM_FUZZ_EXAMPLES=5000 TRNSIM_FUZZ_RANDOM=1 pytest tests/e2e/test_fuzz_*.py: a longer hunt
 EXAMPLES = int(os.environ.get("TRNSIM_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
-                derandomize=not os.environ.get("TRNSIM_FUZZ_RANDOM"),
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.filter_too_much])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=not os.environ.get("TRNSIM_FUZZ_RANDOM"),
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 
 # ----------------------------------------------------------------------------------------------
 # seed traces (each runs cleanly on trn2 and trn3 in both modes; all but per_core on trn1 too)
@@ -217,8 +224,13 @@ instructions:
   - {op: tensor_scalar, src: e, dst: y, op0: multiply, operand0: r}
 """
 
-SEEDS = {"gemm": SEED_GEMM, "vector": SEED_VECTOR, "streams": SEED_STREAMS,
-         "per_core": SEED_PER_CORE, "softmax": SEED_SOFTMAX}
+SEEDS = {
+    "gemm": SEED_GEMM,
+    "vector": SEED_VECTOR,
+    "streams": SEED_STREAMS,
+    "per_core": SEED_PER_CORE,
+    "softmax": SEED_SOFTMAX,
+}
 
 
 def plain(x):
@@ -270,8 +282,11 @@ def run_trace(text: str, chip_name: str = "trn2", mode: str = "functional"):
     """Load and run `text`: the RunResult, or the TrnsimError raised (its message checked).
     Any other exception (a numpy RuntimeWarning is one here), or a run past the time limit
     (Hang), propagates."""
-    with mock.patch.object(runtime, "MAX_BACKING_BYTES", FUZZ_BACKING_BYTES), \
-            time_limit(TIME_LIMIT_S), warnings.catch_warnings():
+    with (
+        mock.patch.object(runtime, "MAX_BACKING_BYTES", FUZZ_BACKING_BYTES),
+        time_limit(TIME_LIMIT_S),
+        warnings.catch_warnings(),
+    ):
         # numpy's floating-point RuntimeWarnings ("invalid value encountered in matmul") would
         # print stray lines under `trnsim run`: inf and NaN are values here, not warnings
         warnings.simplefilter("error", RuntimeWarning)
@@ -284,8 +299,9 @@ def run_trace(text: str, chip_name: str = "trn2", mode: str = "functional"):
 
 
 def dump(doc) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=10_000,
-                          allow_unicode=True)
+    return yaml.safe_dump(
+        doc, sort_keys=False, default_flow_style=None, width=10_000, allow_unicode=True
+    )
 
 
 def assert_survives(example):
@@ -298,7 +314,7 @@ def assert_survives(example):
 # drawing
 
 INF, NAN = float("inf"), float("nan")
-HUGE_INT = 10 ** 400  # larger than any float
+HUGE_INT = 10**400  # larger than any float
 HUGE_IMMEDIATE = "1" + "0" * 400  # an integer no float can hold: YAML reads it as a Python int
 
 

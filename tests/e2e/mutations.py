@@ -18,10 +18,35 @@ from trnsim.isa import INSTRUCTIONS
 # ----------------------------------------------------------------------------------------------
 # walking a trace document (robust to earlier mutations: everything is type-checked)
 
-OPERANDS = ("src", "dst", "src0", "src1", "stationary", "moving", "predicate", "on_true",
-            "on_false", "reduce_dst", "scale", "bias", "operand0", "operand1")
-NUMERIC = ("value", "start", "step", "partition_step", "scale", "bias", "operand0", "operand1",
-           "on_false", "queue", "axis")
+OPERANDS = (
+    "src",
+    "dst",
+    "src0",
+    "src1",
+    "stationary",
+    "moving",
+    "predicate",
+    "on_true",
+    "on_false",
+    "reduce_dst",
+    "scale",
+    "bias",
+    "operand0",
+    "operand1",
+)
+NUMERIC = (
+    "value",
+    "start",
+    "step",
+    "partition_step",
+    "scale",
+    "bias",
+    "operand0",
+    "operand1",
+    "on_false",
+    "queue",
+    "axis",
+)
 
 
 def _dicts(x):
@@ -54,8 +79,11 @@ def tile_maps(doc) -> list[dict]:
     for k in _dicts(doc.get("kernels")).values():
         if isinstance(k, dict) and isinstance(k.get("tiles"), dict):
             maps.append(k["tiles"])
-        for core in k.get("per_core", ()) if isinstance(k, dict) and isinstance(
-                k.get("per_core"), list) else ():
+        for core in (
+            k.get("per_core", ())
+            if isinstance(k, dict) and isinstance(k.get("per_core"), list)
+            else ()
+        ):
             if isinstance(core, dict) and isinstance(core.get("tiles"), dict):
                 maps.append(core["tiles"])
     return maps
@@ -83,8 +111,11 @@ def nodes(doc) -> list[tuple]:
     out = []
 
     def walk(x):
-        items = list(x.items()) if isinstance(x, dict) else (
-            list(enumerate(x)) if isinstance(x, list) else [])
+        items = (
+            list(x.items())
+            if isinstance(x, dict)
+            else (list(enumerate(x)) if isinstance(x, list) else [])
+        )
         for k, v in items:
             out.append((x, k))
             walk(v)
@@ -96,31 +127,184 @@ def nodes(doc) -> list[tuple]:
 # ----------------------------------------------------------------------------------------------
 # value pools
 
-NUMBERS = [0, -1, 1, 2, 3, 7, 15, 16, 17, 31, 63, 64, 127, 128, 129, 255, 256, 257, 2 ** 31,
-           2 ** 53 + 1, 10 ** 12, HUGE_INT, -HUGE_INT, 0.5, -2.5, 1e-45, 1e308, -1e308, INF,
-           -INF, NAN, True, False]
-DIMS = [0, -1, 1, 2, 3, 6, 32, 33, 63, 64, 65, 127, 128, 129, 511, 512, 513, 4096, 4097,
-        65536, 65537, 10 ** 6, 10 ** 9, 10 ** 12, 10 ** 30, 1.5, "8", None]
-JUNK = [None, 0, -1, 1, 3, 129, 2 ** 31, 10 ** 12, HUGE_INT, 0.5, -0.0, 1e308, INF, -INF, NAN,
-        True, False, "", " ", "x", "bogus", "sbuf", "psum", "hbm", "host", "a\nb", "x[0:1]",
-        "\u00e9\u4e2d", [], [1], [-1, 0], [[1]], {}, {"a": 1}, {"file": "missing.npy"}]
+NUMBERS = [
+    0,
+    -1,
+    1,
+    2,
+    3,
+    7,
+    15,
+    16,
+    17,
+    31,
+    63,
+    64,
+    127,
+    128,
+    129,
+    255,
+    256,
+    257,
+    2**31,
+    2**53 + 1,
+    10**12,
+    HUGE_INT,
+    -HUGE_INT,
+    0.5,
+    -2.5,
+    1e-45,
+    1e308,
+    -1e308,
+    INF,
+    -INF,
+    NAN,
+    True,
+    False,
+]
+DIMS = [
+    0,
+    -1,
+    1,
+    2,
+    3,
+    6,
+    32,
+    33,
+    63,
+    64,
+    65,
+    127,
+    128,
+    129,
+    511,
+    512,
+    513,
+    4096,
+    4097,
+    65536,
+    65537,
+    10**6,
+    10**9,
+    10**12,
+    10**30,
+    1.5,
+    "8",
+    None,
+]
+JUNK = [
+    None,
+    0,
+    -1,
+    1,
+    3,
+    129,
+    2**31,
+    10**12,
+    HUGE_INT,
+    0.5,
+    -0.0,
+    1e308,
+    INF,
+    -INF,
+    NAN,
+    True,
+    False,
+    "",
+    " ",
+    "x",
+    "bogus",
+    "sbuf",
+    "psum",
+    "hbm",
+    "host",
+    "a\nb",
+    "x[0:1]",
+    "\u00e9\u4e2d",
+    [],
+    [1],
+    [-1, 0],
+    [[1]],
+    {},
+    {"a": 1},
+    {"file": "missing.npy"},
+]
 BAD_NAMES = ["", " ", "nope", "x y", "a\nb", "1abc", "x[", "\t", "名前", "sbuf"]
-SLICE_INTS = [None, None, 0, 1, -1, 2, 31, 32, 63, 64, 65, 127, 128, 129, 255, 256, 512, 513,
-              -128, -129, 10 ** 12, -(10 ** 12)]
-STEPS = [None, None, 1, 1, 2, 3, 0, -1, 10 ** 12]
-BAD_SLICES = ["{n}[", "{n}[]", "{n}[,]", "{n}[1:2:3:4]", "{n}[a:b]", "{n}[1.5]", "[0:1]",
-              "{n}[0:1]]", "{n}[[0]]", "{n} [ 0 : 1 ]", "{n}[0:1][0:1]", "{n}[::]", "{n}[-0:]",
-              "{n}[99999999999999999999999:]", "{n}[:, :, :, :, :]", "{n}[0, 0, 0]"]
-DTYPE_NAMES = [*DTYPES, "bf16", "fp8", "float64", "int64", "complex64", "bool", "", "BFLOAT16",
-               None, 16]
+SLICE_INTS = [
+    None,
+    None,
+    0,
+    1,
+    -1,
+    2,
+    31,
+    32,
+    63,
+    64,
+    65,
+    127,
+    128,
+    129,
+    255,
+    256,
+    512,
+    513,
+    -128,
+    -129,
+    10**12,
+    -(10**12),
+]
+STEPS = [None, None, 1, 1, 2, 3, 0, -1, 10**12]
+BAD_SLICES = [
+    "{n}[",
+    "{n}[]",
+    "{n}[,]",
+    "{n}[1:2:3:4]",
+    "{n}[a:b]",
+    "{n}[1.5]",
+    "[0:1]",
+    "{n}[0:1]]",
+    "{n}[[0]]",
+    "{n} [ 0 : 1 ]",
+    "{n}[0:1][0:1]",
+    "{n}[::]",
+    "{n}[-0:]",
+    "{n}[99999999999999999999999:]",
+    "{n}[:, :, :, :, :]",
+    "{n}[0, 0, 0]",
+]
+DTYPE_NAMES = [
+    *DTYPES,
+    "bf16",
+    "fp8",
+    "float64",
+    "int64",
+    "complex64",
+    "bool",
+    "",
+    "BFLOAT16",
+    None,
+    16,
+]
 OPS = [*INSTRUCTIONS, "conv2d", "", "MATMUL", "nop", None, 3]
 ENGINES = ["tensor", "vector", "scalar", "gpsimd", "dma", "pool", "act", "", None, 0]
-INITS = ["zeros", "ones", "random", "normal", "arange", "uniform", {"file": "missing.npy"},
-         {"file": ""}, {"fil": "x.npy"}, 0, []]
-QUEUES = [-2, -1, 0, 1, 2, 15, 16, 17, 63, 2 ** 31, 10 ** 12, HUGE_INT, "1", 1.5, None, True]
-CORES = [-1, 0, 1, 2, 3, 4, 7, 8, 16, 10 ** 12, "0", None]
+INITS = [
+    "zeros",
+    "ones",
+    "random",
+    "normal",
+    "arange",
+    "uniform",
+    {"file": "missing.npy"},
+    {"file": ""},
+    {"fil": "x.npy"},
+    0,
+    [],
+]
+QUEUES = [-2, -1, 0, 1, 2, 15, 16, 17, 63, 2**31, 10**12, HUGE_INT, "1", 1.5, None, True]
+CORES = [-1, 0, 1, 2, 3, 4, 7, 8, 16, 10**12, "0", None]
 SEMS = ["ld", "mm", "act", "ok", "done", "red", "ex", "io", "tp", "s0", "new"]
-SEM_VALUES = [-1, 0, 1, 1, 2, 3, 10 ** 12, HUGE_INT, "1", 1.5, None, True]
+SEM_VALUES = [-1, 0, 1, 1, 2, 3, 10**12, HUGE_INT, "1", 1.5, None, True]
 
 # ----------------------------------------------------------------------------------------------
 # mutations: each takes (draw, doc) and changes doc in place (or does nothing when the document
@@ -202,7 +386,7 @@ def _value_for(draw, meta: dict):
     if kind == "int":
         return pick(draw, QUEUES)
     if kind == "axes":
-        return pick(draw, [0, 1, 2, -1, -3, 10 ** 12, [1], [1, 1], [], [1, 2], [2, 1], "1"])
+        return pick(draw, [0, 1, 2, -1, -3, 10**12, [1], [1, 1], [], [1, 2], [2, 1], "1"])
     return pick(draw, NUMBERS)
 
 
@@ -250,8 +434,9 @@ def m_new_instruction(draw, doc):
     for f in cls.op_fields():
         if not f.metadata["required"] and draw(st.integers(0, 2)):
             continue
-        if f.metadata["kind"] == "ap" or (f.metadata["kind"] == "ap_or_num"
-                                          and draw(st.booleans())):
+        if f.metadata["kind"] == "ap" or (
+            f.metadata["kind"] == "ap_or_num" and draw(st.booleans())
+        ):
             ins[f.name] = _operand(draw, doc)
         else:
             ins[f.name] = _value_for(draw, f.metadata)
@@ -296,8 +481,20 @@ def m_shape(draw, doc):
     elif how == 2 and shape:
         shape.pop(draw(st.integers(0, len(shape) - 1)))
     elif how == 3:
-        shape = pick(draw, [[], [10 ** 12], [128, 10 ** 9], [10 ** 6, 10 ** 6],
-                            [1, 1, 1, 1, 1, 1, 1, 1], [128, 1], [129, 4], "128", 128])
+        shape = pick(
+            draw,
+            [
+                [],
+                [10**12],
+                [128, 10**9],
+                [10**6, 10**6],
+                [1, 1, 1, 1, 1, 1, 1, 1],
+                [128, 1],
+                [129, 4],
+                "128",
+                128,
+            ],
+        )
     else:
         shape = [pick(draw, DIMS) for _ in range(draw(st.integers(1, 3)))]
     entry["shape"] = shape
@@ -361,8 +558,11 @@ def m_stream(draw, doc):
     if how == 0:
         s["core"] = pick(draw, CORES)
     elif how == 1:  # an event cycle between two streams
-        other = {"name": f"other{len(ss)}", "core": pick(draw, [0, 1, 2]),
-                 "do": [{"wait": "ev_a"}, {"record": "ev_b"}]}
+        other = {
+            "name": f"other{len(ss)}",
+            "core": pick(draw, [0, 1, 2]),
+            "do": [{"wait": "ev_a"}, {"record": "ev_b"}],
+        }
         do.insert(draw(st.integers(0, len(do))), {"wait": "ev_b"})
         do.insert(draw(st.integers(0, len(do))), {"record": "ev_a"})
         doc["streams"].append(other)
@@ -371,25 +571,42 @@ def m_stream(draw, doc):
         do.append({"record": "late"})
     elif how == 3:
         tensors = list(_dicts(doc.get("tensors"))) + ["nope"]
-        do.insert(draw(st.integers(0, len(do))), {"copy": {
-            "src": pick(draw, tensors), "dst": pick(draw, tensors)}})
+        do.insert(
+            draw(st.integers(0, len(do))),
+            {"copy": {"src": pick(draw, tensors), "dst": pick(draw, tensors)}},
+        )
     elif how == 4:
         kernels = list(_dicts(doc.get("kernels"))) + ["main", "nope"]
         do.insert(draw(st.integers(0, len(do))), {"launch": pick(draw, kernels)})
     else:
-        do.insert(draw(st.integers(0, len(do))), pick(draw, [
-            "synchronize", {"synchronize": None}, {"record": None}, {"wait": "never"},
-            {"launch": None}, {"copy": None}, {"bogus": 1}, {"record": "a", "wait": "b"}, 3]))
+        do.insert(
+            draw(st.integers(0, len(do))),
+            pick(
+                draw,
+                [
+                    "synchronize",
+                    {"synchronize": None},
+                    {"record": None},
+                    {"wait": "never"},
+                    {"launch": None},
+                    {"copy": None},
+                    {"bogus": 1},
+                    {"record": "a", "wait": "b"},
+                    3,
+                ],
+            ),
+        )
 
 
 def m_top(draw, doc):
     """Top-level numbers and choices: lnc, seed, mode, chip, trnsim, per_core lengths."""
-    key = pick(draw, ["lnc", "seed", "mode", "chip", "trnsim", "name", "outputs", "timing",
-                      "per_core"])
+    key = pick(
+        draw, ["lnc", "seed", "mode", "chip", "trnsim", "name", "outputs", "timing", "per_core"]
+    )
     if key == "lnc":
         doc[key] = pick(draw, [0, 1, 2, 3, -1, None, "2"])
     elif key == "seed":
-        doc[key] = pick(draw, [0, -1, 2 ** 64, HUGE_INT, 1.5, None])
+        doc[key] = pick(draw, [0, -1, 2**64, HUGE_INT, 1.5, None])
     elif key == "mode":
         doc[key] = pick(draw, ["functional", "timing", "fast", None])
     elif key == "chip":
@@ -415,10 +632,30 @@ def m_top(draw, doc):
                     pc.insert(0, [])
 
 
-GENERAL = [m_junk, m_delete, m_unknown_key, m_op, m_field, m_dtype, m_shape, m_init, m_top,
-           m_new_instruction]
-OPERAND = [m_operand_slice, m_operand_rename, m_operand_swap, m_memory, m_dtype, m_shape,
-           m_field, m_view, m_new_instruction, m_new_instruction]
+GENERAL = [
+    m_junk,
+    m_delete,
+    m_unknown_key,
+    m_op,
+    m_field,
+    m_dtype,
+    m_shape,
+    m_init,
+    m_top,
+    m_new_instruction,
+]
+OPERAND = [
+    m_operand_slice,
+    m_operand_rename,
+    m_operand_swap,
+    m_memory,
+    m_dtype,
+    m_shape,
+    m_field,
+    m_view,
+    m_new_instruction,
+    m_new_instruction,
+]
 SYNC = [m_sem, m_sem_cycle, m_stream, m_field, m_top]
 HUGE = [m_shape, m_shape, m_init, m_memory, m_view, m_operand_slice]
 

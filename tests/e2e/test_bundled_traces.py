@@ -46,11 +46,14 @@ GOLDEN = ROOT / "tests" / "golden"
 UPDATE_ENV = "TRNSIM_UPDATE_GOLDEN"
 BUNDLED = sorted(p.stem for p in TRACES.glob("*.yaml"))
 # goldens on chips other than the trace's own (the Llama layer is left out: ~20 s a run)
-OTHER_CHIPS = {"trn1": ("gemm_double_buffered", "matmul_gelu", "softmax_rows", "two_streams"),
-               "trn3": ("gemm_double_buffered", "matmul_gelu", "softmax_rows", "two_streams")}
+OTHER_CHIPS = {
+    "trn1": ("gemm_double_buffered", "matmul_gelu", "softmax_rows", "two_streams"),
+    "trn3": ("gemm_double_buffered", "matmul_gelu", "softmax_rows", "two_streams"),
+}
 # golden names: <stem> on the trace's chip, <stem>@<chip> on another
-GOLDENS = BUNDLED + sorted(f"{stem}@{chip}" for chip, stems in OTHER_CHIPS.items()
-                           for stem in stems)
+GOLDENS = BUNDLED + sorted(
+    f"{stem}@{chip}" for chip, stems in OTHER_CHIPS.items() for stem in stems
+)
 
 
 def split_name(name: str) -> tuple[str, str | None]:
@@ -91,16 +94,22 @@ def differences(want, got, path: str = "") -> list[str]:
     if isinstance(want, list) and isinstance(got, list):
         if len(want) != len(got):
             return [f"{path}: {len(got)} items, golden has {len(want)}"]
-        return [d for i, (a, b) in enumerate(zip(want, got)) for d in differences(a, b,
-                                                                                   f"{path}[{i}]")]
+        return [
+            d for i, (a, b) in enumerate(zip(want, got)) for d in differences(a, b, f"{path}[{i}]")
+        ]
     if type(want) is not type(got) or want != got:
         return [f"{path}: {got!r}, golden {want!r}"]
     return []
 
 
 def test_there_are_bundled_traces():
-    assert {"gemm_double_buffered", "two_streams", "llama70b_layer_timing", "matmul_gelu",
-            "softmax_rows"} <= set(BUNDLED)
+    assert {
+        "gemm_double_buffered",
+        "two_streams",
+        "llama70b_layer_timing",
+        "matmul_gelu",
+        "softmax_rows",
+    } <= set(BUNDLED)
 
 
 @pytest.mark.parametrize("name", GOLDENS)
@@ -110,14 +119,17 @@ def test_golden_report(name):
     if os.environ.get(UPDATE_ENV):
         write_golden(name, report)
         return
-    assert path.is_file(), (f"no golden report {path.relative_to(ROOT)}; create it with "
-                            f"`python tests/e2e/test_bundled_traces.py --update {name}`")
+    assert path.is_file(), (
+        f"no golden report {path.relative_to(ROOT)}; create it with "
+        f"`python tests/e2e/test_bundled_traces.py --update {name}`"
+    )
     golden = json.loads(path.read_text(encoding="utf-8"))
     diff = differences(golden, report)
-    assert not diff, (f"{name}: the report differs from {path.relative_to(ROOT)} in "
-                      f"{len(diff)} places (if the model changed on purpose, regenerate with "
-                      f"`python tests/e2e/test_bundled_traces.py --update {name}`):\n  "
-                      + "\n  ".join(diff[:40]))
+    assert not diff, (
+        f"{name}: the report differs from {path.relative_to(ROOT)} in "
+        f"{len(diff)} places (if the model changed on purpose, regenerate with "
+        f"`python tests/e2e/test_bundled_traces.py --update {name}`):\n  " + "\n  ".join(diff[:40])
+    )
 
 
 def test_golden_files_have_traces():
@@ -204,9 +216,11 @@ def test_two_streams_overlap():
     t = {k: v["ns"] for k, v in s["timings"].items()}
     assert t["start->consumer_done"] < t["start->producer_done"] == s["total_time_ns"]
     assert t["start->h_ready"] + t["h_ready->consumer_done"] == pytest.approx(
-        t["start->consumer_done"])
-    assert set(s["engines"]) == {f"core{c}.{e}" for c in (0, 2)
-                                 for e in ("tensor", "vector", "scalar", "gpsimd")}
+        t["start->consumer_done"]
+    )
+    assert set(s["engines"]) == {
+        f"core{c}.{e}" for c in (0, 2) for e in ("tensor", "vector", "scalar", "gpsimd")
+    }
 
 
 # -- regenerating ----------------------------------------------------------------------------------
@@ -219,8 +233,11 @@ def _update(names: list[str]) -> int:
         match = [g for g in GOLDENS if g == name or split_name(g)[0] == name]
         (chosen.extend(match) if match else unknown.append(name))
     if unknown:
-        print(f"error: no golden {', '.join(unknown)}; goldens: {', '.join(GOLDENS)} (a golden "
-              f"on another chip needs an entry in OTHER_CHIPS first)", file=sys.stderr)
+        print(
+            f"error: no golden {', '.join(unknown)}; goldens: {', '.join(GOLDENS)} (a golden "
+            f"on another chip needs an entry in OTHER_CHIPS first)",
+            file=sys.stderr,
+        )
         return 2
     for name in dict.fromkeys(chosen) if names else GOLDENS:
         path = write_golden(name, cli_json(name))
@@ -232,7 +249,9 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if not args or args[0] != "--update":
         print(__doc__)
-        print("usage: python tests/e2e/test_bundled_traces.py --update [STEM[@CHIP] ...]",
-              file=sys.stderr)
+        print(
+            "usage: python tests/e2e/test_bundled_traces.py --update [STEM[@CHIP] ...]",
+            file=sys.stderr,
+        )
         sys.exit(2)
     sys.exit(_update(args[1:]))

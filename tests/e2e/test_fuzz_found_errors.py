@@ -18,8 +18,9 @@ def test_dma_transpose_on_trn1_is_a_sim_error(mode):
     """Regression (dma/checks.py; fuzzer): trn1 has no DMA transpose (its transpose rates are 0),
     yet `transpose: true` passed the checks and the transfer divided by the rate at submit:
     ZeroDivisionError from deep inside SimPy."""
-    text = SEEDS["gemm"].replace("queue: 0, signal: {ld: 1}", "queue: 0, transpose: true, "
-                                 "signal: {ld: 1}", 1)
+    text = SEEDS["gemm"].replace(
+        "queue: 0, signal: {ld: 1}", "queue: 0, transpose: true, signal: {ld: 1}", 1
+    )
     err = run_trace(text, "trn1", mode)
     assert "has no DMA transpose from HBM" in str(err), err
     assert isinstance(run_trace(text, "trn2", mode), session.RunResult)
@@ -60,8 +61,7 @@ kernels:
 
 
 NEWLINE_NAME_ERRORS = {  # the loader now rejects such a name where it is declared
-    "semaphore": "fuzz.yaml:5: instructions[0].wait.x y: semaphore name 'x\\ny' has a line "
-                 "break",
+    "semaphore": "fuzz.yaml:5: instructions[0].wait.x y: semaphore name 'x\\ny' has a line break",
     "stream/event": "fuzz.yaml:5: streams[0].name: stream name 'a\\nb' has a line break",
     "kernel": "fuzz.yaml:3: kernels.k x: kernel name 'k\\nx' has a line break",
 }
@@ -78,12 +78,16 @@ def test_names_with_line_breaks_keep_errors_on_one_line(what):
 
 YAMLPOS_BUGS = {  # what: (text, the start of the error)
     # int("9" * 5000) hits Python's 4300-digit limit for int(str); ValueError in yaml_events._plain
-    "a 5000-digit integer": ("trnsim: 1\ntensors:\n  x: {shape: [" + "9" * 5000 + "], dtype: "
-                             "float32}\n", "fuzz.yaml:3: tensors.x.shape[0]: cannot read"),
+    "a 5000-digit integer": (
+        "trnsim: 1\ntensors:\n  x: {shape: [" + "9" * 5000 + "], dtype: float32}\n",
+        "fuzz.yaml:3: tensors.x.shape[0]: cannot read",
+    ),
     # loads() of a str with a lone surrogate: UnicodeEncodeError from yaml's CParser (a file read
     # by trace.load cannot hold one: its UTF-8 decoding fails first, with a TraceError)
-    "a lone surrogate": ("trnsim: 1\nname: a\ud800b\n",
-                         "fuzz.yaml:2: syntax: character '\\ud800' is not allowed"),
+    "a lone surrogate": (
+        "trnsim: 1\nname: a\ud800b\n",
+        "fuzz.yaml:2: syntax: character '\\ud800' is not allowed",
+    ),
 }
 
 

@@ -16,31 +16,55 @@ from trnsim.runtime import session
 # numerics: found by the fuzzer, fixed in trnsim/engines (alu.py, gpsimd.py, tensor.py)
 
 
-@pytest.mark.parametrize("instruction, tile, expected", [
-    (f"{{op: tensor_scalar, src: a, dst: a, op0: add, operand0: {HUGE_IMMEDIATE}}}",
-     "float32", np.inf),
-    (f"{{op: tensor_scalar, src: a, dst: a, op0: add, operand0: -{HUGE_IMMEDIATE}, "
-     f"engine: gpsimd}}", "float32", -np.inf),
-    (f"{{op: activation, func: identity, src: a, dst: a, scale: 1, bias: {HUGE_IMMEDIATE}}}",
-     "float32", np.inf),
-    (f"{{op: activation, func: identity, src: a, dst: a, bias: -{HUGE_IMMEDIATE}}}", "float32",
-     -np.inf),
-    (f"{{op: memset, dst: a, value: {HUGE_IMMEDIATE}}}", "int32", 2 ** 31 - 1),
-    (f"{{op: memset, dst: a, value: -{HUGE_IMMEDIATE}, engine: gpsimd}}", "int16", -2 ** 15),
-    (f"{{op: affine_select, on_true: a, dst: a, on_false: {HUGE_IMMEDIATE}, start: -9}}",
-     "float32", np.inf),
-    (f"{{op: iota, dst: a, start: {HUGE_IMMEDIATE}}}", "float32", np.inf),
-    (f"{{op: select, predicate: a, on_true: a, on_false: {HUGE_IMMEDIATE}, dst: a}}",
-     "float32", np.inf),
-])
+@pytest.mark.parametrize(
+    "instruction, tile, expected",
+    [
+        (
+            f"{{op: tensor_scalar, src: a, dst: a, op0: add, operand0: {HUGE_IMMEDIATE}}}",
+            "float32",
+            np.inf,
+        ),
+        (
+            f"{{op: tensor_scalar, src: a, dst: a, op0: add, operand0: -{HUGE_IMMEDIATE}, "
+            f"engine: gpsimd}}",
+            "float32",
+            -np.inf,
+        ),
+        (
+            f"{{op: activation, func: identity, src: a, dst: a, scale: 1, bias: {HUGE_IMMEDIATE}}}",
+            "float32",
+            np.inf,
+        ),
+        (
+            f"{{op: activation, func: identity, src: a, dst: a, bias: -{HUGE_IMMEDIATE}}}",
+            "float32",
+            -np.inf,
+        ),
+        (f"{{op: memset, dst: a, value: {HUGE_IMMEDIATE}}}", "int32", 2**31 - 1),
+        (f"{{op: memset, dst: a, value: -{HUGE_IMMEDIATE}, engine: gpsimd}}", "int16", -(2**15)),
+        (
+            f"{{op: affine_select, on_true: a, dst: a, on_false: {HUGE_IMMEDIATE}, start: -9}}",
+            "float32",
+            np.inf,
+        ),
+        (f"{{op: iota, dst: a, start: {HUGE_IMMEDIATE}}}", "float32", np.inf),
+        (
+            f"{{op: select, predicate: a, on_true: a, on_false: {HUGE_IMMEDIATE}, dst: a}}",
+            "float32",
+            np.inf,
+        ),
+    ],
+)
 @pytest.mark.parametrize("mode", MODES)
 def test_integer_immediates_beyond_float_range_saturate(instruction, tile, expected, mode):
     """Regression: an integer immediate too large for a float (operand0, scale, bias, value,
     on_false, start) raised OverflowError ('int too large to convert to float') from numpy in
     functional mode. It now becomes +-inf in fp32, like a float beyond fp32's range does, and is
     saturated by the cast to an integer tile."""
-    text = (f"trnsim: 1\ntiles:\n  a: {{memory: sbuf, shape: [128, 4], dtype: {tile}}}\n"
-            f"instructions:\n  - {instruction}\n")
+    text = (
+        f"trnsim: 1\ntiles:\n  a: {{memory: sbuf, shape: [128, 4], dtype: {tile}}}\n"
+        f"instructions:\n  - {instruction}\n"
+    )
     result = run_trace(text, "trn2", mode)
     assert isinstance(result, session.RunResult), result
     if mode == "functional":
@@ -52,14 +76,16 @@ def test_matmul_of_inf_gives_nan_without_a_warning(chip_name):
     """Regression (engines/tensor.py; fuzzer): inf * 0 inside a matmul made numpy print
     'RuntimeWarning: invalid value encountered in matmul' (an exception under -W error); the
     Vector/Scalar/GpSimd engines already computed under np.errstate(all="ignore")."""
-    text = ("trnsim: 1\ntiles:\n"
-            "  s: {memory: sbuf, shape: [128, 128], dtype: float32}\n"
-            "  m: {memory: sbuf, shape: [128, 512], dtype: float32}\n"
-            "  d: {memory: psum, shape: [128, 512], dtype: float32}\n"
-            "  e: {memory: psum, shape: [128, 128], dtype: float32}\ninstructions:\n"
-            "  - {op: memset, dst: s, value: .inf, signal: {a: 1}}\n"
-            "  - {op: matmul, stationary: s, moving: m, dst: d, wait: {a: 1}}\n"
-            "  - {op: transpose, src: s, dst: e, wait: {a: 1}}\n")
+    text = (
+        "trnsim: 1\ntiles:\n"
+        "  s: {memory: sbuf, shape: [128, 128], dtype: float32}\n"
+        "  m: {memory: sbuf, shape: [128, 512], dtype: float32}\n"
+        "  d: {memory: psum, shape: [128, 512], dtype: float32}\n"
+        "  e: {memory: psum, shape: [128, 128], dtype: float32}\ninstructions:\n"
+        "  - {op: memset, dst: s, value: .inf, signal: {a: 1}}\n"
+        "  - {op: matmul, stationary: s, moving: m, dst: d, wait: {a: 1}}\n"
+        "  - {op: transpose, src: s, dst: e, wait: {a: 1}}\n"
+    )
     result = run_trace(text, chip_name, "functional")  # RuntimeWarnings raise in run_trace
     assert np.isnan(result.tile("main", "d")).all()
     assert np.isinf(result.tile("main", "e")).all()
@@ -69,18 +95,23 @@ def test_matmul_of_inf_gives_nan_without_a_warning(chip_name):
 # initial values and host copies
 
 
-@pytest.mark.parametrize("values", [
-    np.array([["a", "b"], ["c", "d"]]),  # was ValueError: could not convert string to float
-    np.zeros((2, 2), dtype=[("a", "f4"), ("b", "i4")]),  # was TypeError: cannot cast
-    np.ones((2, 2), complex),  # was ComplexWarning, and the imaginary part silently dropped
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([["a", "b"], ["c", "d"]]),  # was ValueError: could not convert string to float
+        np.zeros((2, 2), dtype=[("a", "f4"), ("b", "i4")]),  # was TypeError: cannot cast
+        np.ones((2, 2), complex),  # was ComplexWarning, and the imaginary part silently dropped
+    ],
+)
 def test_init_file_of_non_numbers_is_a_clean_error(tmp_path, values):
     """Regression (memory/init.py): a .npy of the right shape but of strings, records or complex
     numbers passes the loader's shape check; converting it at run time raised from numpy."""
     np.save(tmp_path / "v.npy", values)
     path = tmp_path / "t.yaml"
-    path.write_text("trnsim: 1\ntiles:\n  t: {memory: sbuf, shape: [2, 2], dtype: float32, "
-                    "init: {file: v.npy}}\ninstructions: [{op: memset, dst: t, value: 1}]\n")
+    path.write_text(
+        "trnsim: 1\ntiles:\n  t: {memory: sbuf, shape: [2, 2], dtype: float32, "
+        "init: {file: v.npy}}\ninstructions: [{op: memset, dst: t, value: 1}]\n"
+    )
     with pytest.raises(TrnsimError, match=r"tile t: .*v\.npy holds .* values; expected numbers"):
         session.run_program(trace.load(path), chip("trn2"), "functional")
 

@@ -18,35 +18,65 @@ from trnsim.isa import INSTRUCTIONS
 # slices, so that more examples get past the checks and into the engines' and DMA's numerics
 
 GEN_FREE = [[1], [2], [6], [64], [512], [2, 3], [4, 2, 8], [2, 64], [3], [2, 512]]
-GEN_NUMBERS = [0, 1, -1, 0.5, 2, 3, 1e-3, 100, -7, 2.5, 65504, 1e38, INF, -INF, NAN, HUGE_INT,
-               -HUGE_INT, 2 ** 31, 2 ** 53, True]
+GEN_NUMBERS = [
+    0,
+    1,
+    -1,
+    0.5,
+    2,
+    3,
+    1e-3,
+    100,
+    -7,
+    2.5,
+    65504,
+    1e38,
+    INF,
+    -INF,
+    NAN,
+    HUGE_INT,
+    -HUGE_INT,
+    2**31,
+    2**53,
+    True,
+]
 
 
 PREFER = {  # (op, field) -> the generated buffers that fit it (shape and memory)
     ("dma_copy", "src"): ["h0", "h1", "h2", "a0", "a1"],
     ("dma_copy", "dst"): ["a0", "a1", "a2", "h0", "h1"],
-    ("matmul", "stationary"): ["ws"], ("matmul", "moving"): ["a0", "a1", "a2"],
-    ("matmul", "dst"): ["p0"], ("transpose", "src"): ["a0", "a1", "a2"],
-    ("transpose", "dst"): ["tp"], ("bn_stats", "dst"): ["st6"], ("bn_aggr", "src"): ["st6"],
-    ("bn_aggr", "dst"): ["ag2"], ("select", "on_false"): ["col", "a1"],
+    ("matmul", "stationary"): ["ws"],
+    ("matmul", "moving"): ["a0", "a1", "a2"],
+    ("matmul", "dst"): ["p0"],
+    ("transpose", "src"): ["a0", "a1", "a2"],
+    ("transpose", "dst"): ["tp"],
+    ("bn_stats", "dst"): ["st6"],
+    ("bn_aggr", "src"): ["st6"],
+    ("bn_aggr", "dst"): ["ag2"],
+    ("select", "on_false"): ["col", "a1"],
     ("tensor_reduce", "dst"): ["rd", "col"],
-    **{(op, f): ["col"] for op in ("activation", "tensor_scalar")
-       for f in ("scale", "bias", "reduce_dst", "operand0", "operand1")},
+    **{
+        (op, f): ["col"]
+        for op in ("activation", "tensor_scalar")
+        for f in ("scale", "bias", "reduce_dst", "operand0", "operand1")
+    },
 }
 GPSIMD_OPS = ("iota", "affine_select")
 
 
 def _gen_operand(draw, buffers_: dict, op: str, fld: str, engine: str | None) -> str:
     """A buffer that usually fits the field, sometimes with an in-bounds slice."""
-    default = ["a0", "a1", "a2"] if op in GPSIMD_OPS or engine == "gpsimd" else [
-        "a0", "a1", "a2", "p0"]
-    name = pick(draw, PREFER.get((op, fld), default) if draw(st.integers(0, 9))
-                else sorted(buffers_))
+    default = (
+        ["a0", "a1", "a2"] if op in GPSIMD_OPS or engine == "gpsimd" else ["a0", "a1", "a2", "p0"]
+    )
+    name = pick(
+        draw, PREFER.get((op, fld), default) if draw(st.integers(0, 9)) else sorted(buffers_)
+    )
     shape = buffers_[name]["shape"]
     if draw(st.integers(0, 3)):
         return name
     parts = []
-    for d, n in enumerate(shape[:draw(st.integers(1, len(shape)))]):
+    for d, n in enumerate(shape[: draw(st.integers(1, len(shape)))]):
         if d > 0 and n > 1 and draw(st.integers(0, 4)) == 0:
             parts.append(str(draw(st.integers(-n, n - 1))))
             continue
@@ -88,18 +118,28 @@ def generated_kernel(draw):
         return pick(draw, dtypes)
 
     def tile(memory, shape, dtype=None):
-        return {"memory": memory, "shape": shape, "dtype": dtype or dt(),
-                "init": pick(draw, ["normal", "random", "arange", "ones", "zeros"])}
+        return {
+            "memory": memory,
+            "shape": shape,
+            "dtype": dtype or dt(),
+            "init": pick(draw, ["normal", "random", "arange", "ones", "zeros"]),
+        }
 
     tiles = {f"a{i}": tile("sbuf", [p, *free]) for i in range(3)}
-    tiles.update(p0=tile("psum", [p, *free], pick(draw, ["float32", "float32", "bfloat16"])),
-                 col=tile("sbuf", [p, 1]), st6=tile(pick(draw, ["sbuf", "psum"]), [p, 6]),
-                 ag2=tile("sbuf", [p, 2]), ws=tile("sbuf", [p, p]),
-                 rd=tile(pick(draw, ["sbuf", "psum"]), [p, *(free[:-1] or [1])]),
-                 tp=tile("psum", [min(n, 128), p], pick(draw, ["float32", tiles["a0"]["dtype"]])))
-    tensors = {"h0": {"shape": [p, *free], "dtype": dt(), "init": "normal"},
-               "h1": {"shape": [p * n], "dtype": dt(), "init": "arange"},
-               "h2": {"view": "h1", "shape": [n, p]}}
+    tiles.update(
+        p0=tile("psum", [p, *free], pick(draw, ["float32", "float32", "bfloat16"])),
+        col=tile("sbuf", [p, 1]),
+        st6=tile(pick(draw, ["sbuf", "psum"]), [p, 6]),
+        ag2=tile("sbuf", [p, 2]),
+        ws=tile("sbuf", [p, p]),
+        rd=tile(pick(draw, ["sbuf", "psum"]), [p, *(free[:-1] or [1])]),
+        tp=tile("psum", [min(n, 128), p], pick(draw, ["float32", tiles["a0"]["dtype"]])),
+    )
+    tensors = {
+        "h0": {"shape": [p, *free], "dtype": dt(), "init": "normal"},
+        "h1": {"shape": [p * n], "dtype": dt(), "init": "arange"},
+        "h2": {"view": "h1", "shape": [n, p]},
+    }
     everything = {**tensors, **tiles, "h2": {"shape": [n, p]}}
     pairs = {"reduce": "reduce_dst", "op1": "operand1"}  # given together or not at all
     instrs = []
@@ -126,8 +166,13 @@ def generated_kernel(draw):
             k = draw(st.integers(0, j - 1))
             instrs[k].setdefault("signal", {})[f"s{k}"] = 1
             ins.setdefault("wait", {})[f"s{k}"] = 1
-    doc = {"trnsim": 1, "seed": draw(st.integers(0, 3)), "tensors": tensors, "tiles": tiles,
-           "instructions": instrs}
+    doc = {
+        "trnsim": 1,
+        "seed": draw(st.integers(0, 3)),
+        "tensors": tensors,
+        "tiles": tiles,
+        "instructions": instrs,
+    }
     return dump(doc), draw(st.sampled_from(CHIPS)), draw(st.sampled_from(MODES))
 
 

@@ -76,11 +76,18 @@ def test_fuzz_text(name, data):
         i = data.draw(st.integers(0, len(text)))
         how = data.draw(st.integers(0, 3))
         if how == 0:
-            text = text[:i] + text[i + data.draw(st.integers(1, 8)):]
+            text = text[:i] + text[i + data.draw(st.integers(1, 8)) :]
         elif how == 1:
-            text = text[:i] + data.draw(st.sampled_from(
-                list(":-[]{},&*!|>'\"%@`#\t\n ") + ["\x00", "\ufeff", "\u2028", "1e999",
-                                                     "!!python/object:os.system"])) + text[i:]
+            text = (
+                text[:i]
+                + data.draw(
+                    st.sampled_from(
+                        list(":-[]{},&*!|>'\"%@`#\t\n ")
+                        + ["\x00", "\ufeff", "\u2028", "1e999", "!!python/object:os.system"]
+                    )
+                )
+                + text[i:]
+            )
         elif how == 2 and text:
             lines = text.splitlines(keepends=True)
             j = data.draw(st.integers(0, len(lines) - 1))

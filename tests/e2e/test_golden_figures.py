@@ -80,8 +80,11 @@ def act_cycles(cfg, n: int, waits: bool, reduce: bool = False) -> int:
     """ScalarE activation: max(MIN_II, N), + the fixed overhead when it waits on a semaphore,
     + the reduction's cycles with `reduce`."""
     s = cfg.core.scalar
-    return (max(s.min_ii_cycles, n) + (s.fixed_overhead_cycles if waits else 0)
-            + (s.reduce_cycles if reduce else 0))
+    return (
+        max(s.min_ii_cycles, n)
+        + (s.fixed_overhead_cycles if waits else 0)
+        + (s.reduce_cycles if reduce else 0)
+    )
 
 
 def vector_cycles(cfg, n: int, waits: bool) -> int:
@@ -99,8 +102,9 @@ def copy_work_ps(cfg, rows: int, row_bytes: int) -> Fraction:
     d = cfg.core.dma
     assert rows % d.engines == 0 and row_bytes <= d.max_descriptor_bytes
     per_engine = rows // d.engines
-    return (per_engine * Fraction(d.descriptor_cost) * PS
-            + Fraction(per_engine * row_bytes) * PS / Fraction(d.engine_bandwidth))
+    return per_engine * Fraction(d.descriptor_cost) * PS + Fraction(
+        per_engine * row_bytes
+    ) * PS / Fraction(d.engine_bandwidth)
 
 
 def peak_per_core(cfg) -> int:
@@ -137,15 +141,22 @@ def assert_flops(g: dict, cfg, flops: int, device_ps, compute_cores: int = 1) ->
     assert g["flops"] == flops
     assert g["flops_by_dtype"] == ({"bfloat16": flops} if flops else {})
     assert g["flops_per_s"] == ratio(flops / seconds)
-    assert g["peak_fraction"] == ratio(flops / peak_per_core(cfg) / (seconds * compute_cores)
-                                       if flops else 0)
+    assert g["peak_fraction"] == ratio(
+        flops / peak_per_core(cfg) / (seconds * compute_cores) if flops else 0
+    )
 
 
 def test_every_golden_has_its_figures_derived():
     """A golden of a new trace needs its hand derivation here."""
     stems = {p.stem.partition("@")[0] for p in GOLDEN.glob("*.json")}
-    assert stems == {"matmul_gelu", "softmax_rows", "gemm_double_buffered", "two_streams",
-                     "llama70b_layer_timing", "weight_stream"}
+    assert stems == {
+        "matmul_gelu",
+        "softmax_rows",
+        "gemm_double_buffered",
+        "two_streams",
+        "llama70b_layer_timing",
+        "weight_stream",
+    }
 
 
 # -- matmul_gelu: one matmul, GELU on its result ------------------------------------------------
@@ -164,8 +175,11 @@ def test_matmul_gelu(name):
     assert g["total_time_ns"] == (seconds_ps(cfg.host_link.launch_overhead) + device) / 1000
     assert_engines(g, {"core0.tensor": (mm, 1), "core0.scalar": (gelu, 1)}, device)
     assert_flops(g, cfg, 2 * m * k * n, device)
-    assert g["memory"] == {"sbuf_peak_bytes": 128 * (m + n + n) * 2,  # x_t, w_t, o_t in bf16
-                           "psum_peak_bytes": 128 * n * 4, "hbm_peak_bytes": 0}
+    assert g["memory"] == {
+        "sbuf_peak_bytes": 128 * (m + n + n) * 2,  # x_t, w_t, o_t in bf16
+        "psum_peak_bytes": 128 * n * 4,
+        "hbm_peak_bytes": 0,
+    }
     assert g["dma"] == {} and g["timings"] == {}
     assert (g["hbm"]["bytes_read"], g["hbm"]["bytes_written"]) == (0, 0)
 
@@ -186,11 +200,15 @@ def test_softmax_rows(name):
     device = row_max + negate + exp + recip + scale  # each step needs the one before
     assert g["device_time_ns"] == device / 1000
     assert g["total_time_ns"] == (seconds_ps(cfg.host_link.launch_overhead) + device) / 1000
-    assert_engines(g, {"core0.vector": (row_max + negate + recip + scale, 4),
-                       "core0.scalar": (exp, 1)}, device)
+    assert_engines(
+        g, {"core0.vector": (row_max + negate + recip + scale, 4), "core0.scalar": (exp, 1)}, device
+    )
     assert_flops(g, cfg, 0, device)  # only matmuls count FLOPs
-    assert g["memory"] == {"sbuf_peak_bytes": 128 * (3 * n + 4) * 4, "psum_peak_bytes": 0,
-                           "hbm_peak_bytes": 0}
+    assert g["memory"] == {
+        "sbuf_peak_bytes": 128 * (3 * n + 4) * 4,
+        "psum_peak_bytes": 0,
+        "hbm_peak_bytes": 0,
+    }
     assert g["dma"] == {} and g["timings"] == {}
 
 
@@ -213,8 +231,9 @@ def gemm_device_ps(cfg, share: int) -> Fraction:
     ww = copy_work_ps(cfg, 128, 512 * 2)  # a w K-tile [128, 512] bf16; a store of o is the same
     assert d.engines * d.engine_bandwidth < cfg.hbm.bandwidth / cfg.hbm.stacks  # HBM never binds
     # an N-tile's 4 matmuls: the first waits (cold, new stationary), 3 back to back
-    mm = (cycles_ps(matmul_cycles(cfg, 128, 512, cold=True), tclk)
-          + 3 * cycles_ps(matmul_cycles(cfg, 128, 512, cold=False), tclk))
+    mm = cycles_ps(matmul_cycles(cfg, 128, 512, cold=True), tclk) + 3 * cycles_ps(
+        matmul_cycles(cfg, 128, 512, cold=False), tclk
+    )
     act = cycles_ps(act_cycles(cfg, 512, waits=True), sclk)  # acc -> o (copy), waits on mm
     loaded = f + 4 * wx + 8 * ww  # N-tiles 0 and 1 in SBUF
     mm0 = loaded + mm
@@ -248,17 +267,25 @@ def test_gemm_double_buffered(name):
     xt, w, y = k * m * 2, k * n * 2, m * n * 2
     assert (g["hbm"]["bytes_read"], g["hbm"]["bytes_written"]) == (xt + w, y)
     assert {q: (r["bytes"], r["transfers"]) for q, r in g["dma"].items()} == {
-        "core0.q0": (xt, 4), "core0.q1": (w // 2, 8), "core0.q2": (w // 2, 8),
-        "core0.q3": (y, 4)}
+        "core0.q0": (xt, 4),
+        "core0.q1": (w // 2, 8),
+        "core0.q2": (w // 2, 8),
+        "core0.q3": (y, 4),
+    }
     # compute: 16 matmuls, a cold one per N-tile; 4 activations (copies) that wait
-    mm = 4 * (cycles_ps(matmul_cycles(cfg, 128, 512, cold=True), tclk)
-              + 3 * cycles_ps(matmul_cycles(cfg, 128, 512, cold=False), tclk))
+    mm = 4 * (
+        cycles_ps(matmul_cycles(cfg, 128, 512, cold=True), tclk)
+        + 3 * cycles_ps(matmul_cycles(cfg, 128, 512, cold=False), tclk)
+    )
     act = 4 * cycles_ps(act_cycles(cfg, 512, waits=True), sclk)
     device = round(g["device_time_ns"] * 1000)
     assert_engines(g, {"core0.tensor": (mm, 16), "core0.scalar": (act, 4)}, device)
     assert_flops(g, cfg, 2 * m * k * n, device)
-    assert g["memory"] == {"sbuf_peak_bytes": 128 * (512 + 2 * 2048 + 2 * 512) * 2,
-                           "psum_peak_bytes": 2 * 128 * 512 * 4, "hbm_peak_bytes": xt + w + y}
+    assert g["memory"] == {
+        "sbuf_peak_bytes": 128 * (512 + 2 * 2048 + 2 * 512) * 2,
+        "psum_peak_bytes": 2 * 128 * 512 * 4,
+        "hbm_peak_bytes": xt + w + y,
+    }
     # q0's four xT loads run while q1 and q2 move N-tiles 0 and 1 (more work each): the three
     # queues share the engines evenly, so q0 takes three times its work after the fixed cost
     wx, ww = copy_work_ps(cfg, 128, 128 * 2), copy_work_ps(cfg, 128, 512 * 2)
@@ -291,28 +318,39 @@ def test_weight_stream(name):
     assert (g["hbm"]["bytes_read"], g["hbm"]["bytes_written"]) == (xt + w, y)
     # 4 xT K-tiles on q0; each N-tile's 4 w K-tiles on q1 (even N-tiles) or q2 (odd); stores q3
     assert {q: (r["bytes"], r["transfers"]) for q, r in g["dma"].items()} == {
-        "core0.q0": (xt, 4), "core0.q1": (w // 2, 2 * tiles), "core0.q2": (w // 2, 2 * tiles),
-        "core0.q3": (y, tiles)}
+        "core0.q0": (xt, 4),
+        "core0.q1": (w // 2, 2 * tiles),
+        "core0.q2": (w // 2, 2 * tiles),
+        "core0.q3": (y, tiles),
+    }
     # per N-tile: 4 matmuls of M = batch, N = 512, the first waits (cold); one activation that
     # waits
-    mm_tile = (cycles_ps(matmul_cycles(cfg, batch, 512, cold=True), tclk)
-               + 3 * cycles_ps(matmul_cycles(cfg, batch, 512, cold=False), tclk))
+    mm_tile = cycles_ps(matmul_cycles(cfg, batch, 512, cold=True), tclk) + 3 * cycles_ps(
+        matmul_cycles(cfg, batch, 512, cold=False), tclk
+    )
     act = cycles_ps(act_cycles(cfg, 512, waits=True), sclk)
     device = round(g["device_time_ns"] * 1000)
-    assert_engines(g, {"core0.tensor": (tiles * mm_tile, 4 * tiles),
-                       "core0.scalar": (tiles * act, tiles)}, device)
+    assert_engines(
+        g,
+        {"core0.tensor": (tiles * mm_tile, 4 * tiles), "core0.scalar": (tiles * act, tiles)},
+        device,
+    )
     assert_flops(g, cfg, 2 * batch * k * n, device)
-    assert g["memory"] == {"sbuf_peak_bytes": 128 * (4 * batch + 2 * 2048) * 2
-                                              + 2 * batch * 512 * 2,  # x_all, w0, w1; o0, o1
-                           "psum_peak_bytes": 2 * batch * 512 * 4, "hbm_peak_bytes": xt + w + y}
+    assert g["memory"] == {
+        "sbuf_peak_bytes": 128 * (4 * batch + 2 * 2048) * 2
+        + 2 * batch * 512 * 2,  # x_all, w0, w1; o0, o1
+        "psum_peak_bytes": 2 * batch * 512 * 4,
+        "hbm_peak_bytes": xt + w + y,
+    }
     # the device time, between two bounds. HBM never binds on this chip (one core's engines
     # move less than its stack), so DMA time is engine work.
     assert cfg.core.dma.engines * cfg.core.dma.engine_bandwidth < cfg.hbm.bandwidth / 4
     wx = copy_work_ps(cfg, 128, batch * 2)  # an xT K-tile [128, batch]
     ww = copy_work_ps(cfg, 128, 512 * 2)  # a w K-tile [128, 512]
     d = cfg.core.dma  # a store of o [batch, 512]: batch rows of 1 KiB over the engines
-    store = math.ceil(batch / d.engines) * (Fraction(d.descriptor_cost) * PS
-                                            + Fraction(512 * 2) * PS / Fraction(d.engine_bandwidth))
+    store = math.ceil(batch / d.engines) * (
+        Fraction(d.descriptor_cost) * PS + Fraction(512 * 2) * PS / Fraction(d.engine_bandwidth)
+    )
     #  lower: every load's work on the busiest engine, then the last N-tile's matmuls,
     #  activation and store (which need the last load);
     lower = f + 4 * wx + 4 * tiles * ww + mm_tile + act + f + store
@@ -353,8 +391,7 @@ def test_two_streams(name):
     wh, ww = copy_work_ps(cfg, 128, 128 * 2), copy_work_ps(cfg, 128, 512 * 2)
     mm = cycles_ps(matmul_cycles(cfg, 128, 512, cold=True), tclk)
     act = cycles_ps(act_cycles(cfg, 512, waits=True), sclk)
-    consumer_done = (h_ready + 2 * launch + (f + wh + ww) + mm + act + (f + ww)
-                     + latency + y / link)
+    consumer_done = h_ready + 2 * launch + (f + wh + ww) + mm + act + (f + ww) + latency + y / link
     t = {k: v["ns"] for k, v in g["timings"].items()}
     near(t["start->h_ready"], h_ready, completions=4)
     near(t["start->producer_done"], producer_done, completions=4)
@@ -363,15 +400,25 @@ def test_two_streams(name):
     near(g["total_time_ns"], max(producer_done, consumer_done), completions=8)
     assert g["device_time_ns"] == g["total_time_ns"]  # the host copies at 0 are the first spans
     device = round(g["device_time_ns"] * 1000)
-    assert_engines(g, {"core0.scalar": (gelu + more_work, 2), f"core{consumer}.tensor": (mm, 1),
-                       f"core{consumer}.scalar": (act, 1)}, device)
+    assert_engines(
+        g,
+        {
+            "core0.scalar": (gelu + more_work, 2),
+            f"core{consumer}.tensor": (mm, 1),
+            f"core{consumer}.scalar": (act, 1),
+        },
+        device,
+    )
     assert_flops(g, cfg, 2 * 128 * 128 * 512, device)
     # DMA queues: act_x's load (q0) and store (q1); project's h slice then y store (q0: h's
     # slice ends at twice its work, sharing with w) and w (q1)
     dma = g["dma"]
     assert {q: (r["bytes"], r["transfers"]) for q, r in dma.items()} == {
-        "core0.q0": (x, 1), "core0.q1": (x, 1), f"core{consumer}.q0": (hs + y, 2),
-        f"core{consumer}.q1": (w, 1)}
+        "core0.q0": (x, 1),
+        "core0.q1": (x, 1),
+        f"core{consumer}.q0": (hs + y, 2),
+        f"core{consumer}.q1": (w, 1),
+    }
     near(dma["core0.q0"]["busy_ns"], load_x)
     near(dma["core0.q1"]["busy_ns"], load_x)
     near(dma[f"core{consumer}.q0"]["busy_ns"], (f + 2 * wh) + (f + ww), completions=2)
@@ -380,9 +427,11 @@ def test_two_streams(name):
     # host copies and the two stores
     assert g["hbm"]["bytes_read"] == x + hs + w + y
     assert g["hbm"]["bytes_written"] == x + w + x + y
-    assert g["memory"] == {"sbuf_peak_bytes": 2 * 128 * 24576 * 4,  # more_work's two tiles
-                           "psum_peak_bytes": 128 * 512 * 4,
-                           "hbm_peak_bytes": x + x + w + y}  # x, h, w, y (host tensors: none)
+    assert g["memory"] == {
+        "sbuf_peak_bytes": 2 * 128 * 24576 * 4,  # more_work's two tiles
+        "psum_peak_bytes": 128 * 512 * 4,
+        "hbm_peak_bytes": x + x + w + y,
+    }  # x, h, w, y (host tensors: none)
 
 
 # -- llama70b_layer_timing: weight streaming, HBM-bound ----------------------------------------
@@ -392,10 +441,22 @@ LAUNCHES = 7
 # per physical core, the projections' (K rows, output columns it computes): half the columns of
 # each, except k (all on core 0) and v (all on core 1)
 CORE_PROJECTIONS = [
-    [(HIDDEN, HIDDEN // 2), (HIDDEN, KV), (HIDDEN, HIDDEN // 2), (HIDDEN, INTER // 2),
-     (HIDDEN, INTER // 2), (INTER, HIDDEN // 2)],  # q, k, o, gate, up, down
-    [(HIDDEN, HIDDEN // 2), (HIDDEN, KV), (HIDDEN, HIDDEN // 2), (HIDDEN, INTER // 2),
-     (HIDDEN, INTER // 2), (INTER, HIDDEN // 2)],  # q, v, o, gate, up, down
+    [
+        (HIDDEN, HIDDEN // 2),
+        (HIDDEN, KV),
+        (HIDDEN, HIDDEN // 2),
+        (HIDDEN, INTER // 2),
+        (HIDDEN, INTER // 2),
+        (INTER, HIDDEN // 2),
+    ],  # q, k, o, gate, up, down
+    [
+        (HIDDEN, HIDDEN // 2),
+        (HIDDEN, KV),
+        (HIDDEN, HIDDEN // 2),
+        (HIDDEN, INTER // 2),
+        (HIDDEN, INTER // 2),
+        (INTER, HIDDEN // 2),
+    ],  # q, v, o, gate, up, down
 ]
 
 
@@ -427,22 +488,31 @@ def test_llama70b_layer(name):
     written = LAUNCHES * sum(c["store_bytes"] for c in per_core)
     assert (g["hbm"]["bytes_read"], g["hbm"]["bytes_written"]) == (read, written)
     count = sum(e["instructions"] for e in g["engines"].values()) + sum(
-        q["transfers"] for q in g["dma"].values())
-    assert count == LAUNCHES * sum(c["matmuls"] + c["acts"] + c["loads"] + c["blocks"]
-                                   for c in per_core) == 116_130
+        q["transfers"] for q in g["dma"].values()
+    )
+    assert (
+        count
+        == LAUNCHES * sum(c["matmuls"] + c["acts"] + c["loads"] + c["blocks"] for c in per_core)
+        == 116_130
+    )
     busy = {}
     for core, c in enumerate(per_core):
         # every load's first matmul waits on it, with a new stationary (the next K-tile of x)
-        mm = (c["loads"] * cycles_ps(matmul_cycles(cfg, 128, 512, cold=True), tclk)
-              + (c["matmuls"] - c["loads"]) * cycles_ps(matmul_cycles(cfg, 128, 512, False), tclk))
-        act = (c["blocks"] * cycles_ps(act_cycles(cfg, 512, waits=True), sclk)
-               + (c["acts"] - c["blocks"]) * cycles_ps(act_cycles(cfg, 512, waits=False), sclk))
+        mm = c["loads"] * cycles_ps(matmul_cycles(cfg, 128, 512, cold=True), tclk) + (
+            c["matmuls"] - c["loads"]
+        ) * cycles_ps(matmul_cycles(cfg, 128, 512, False), tclk)
+        act = c["blocks"] * cycles_ps(act_cycles(cfg, 512, waits=True), sclk) + (
+            c["acts"] - c["blocks"]
+        ) * cycles_ps(act_cycles(cfg, 512, waits=False), sclk)
         busy[f"core{core}.tensor"] = (LAUNCHES * mm, LAUNCHES * c["matmuls"])
         busy[f"core{core}.scalar"] = (LAUNCHES * act, LAUNCHES * c["acts"])
         # loads alternate between q0 and q1 (an even number of K-tiles per block); stores on q2
         half = (LAUNCHES * c["load_bytes"] // 2, LAUNCHES * c["loads"] // 2)
-        for q, want in (("q0", half), ("q1", half),
-                        ("q2", (LAUNCHES * c["store_bytes"], LAUNCHES * c["blocks"]))):
+        for q, want in (
+            ("q0", half),
+            ("q1", half),
+            ("q2", (LAUNCHES * c["store_bytes"], LAUNCHES * c["blocks"])),
+        ):
             got = g["dma"][f"core{core}.{q}"]
             assert (got["bytes"], got["transfers"]) == want, (core, q)
     device = round(g["device_time_ns"] * 1000)
@@ -452,7 +522,8 @@ def test_llama70b_layer(name):
     assert g["memory"] == {
         "sbuf_peak_bytes": 128 * (HIDDEN + INTER + 4 * 2048 + 2048) * 2,  # per physical core
         "psum_peak_bytes": 128 * 2048 * 4,
-        "hbm_peak_bytes": weights + written // LAUNCHES}  # weights and outputs
+        "hbm_peak_bytes": weights + written // LAUNCHES,
+    }  # weights and outputs
     # each launch starts on an idle chip, so all seven take the same time
     launch = seconds_ps(cfg.host_link.launch_overhead)
     t = {k: round(v["ns"] * 1000) for k, v in g["timings"].items()}
@@ -466,9 +537,11 @@ def test_llama70b_layer(name):
     stack = Fraction(cfg.hbm.bandwidth / cfg.hbm.stacks) / PS
     engines = Fraction(cfg.core.dma.engines * cfg.core.dma.engine_bandwidth) / PS
     hbm_bound = (read + written) / LAUNCHES / stack
-    lower = launch + max(hbm_bound,
-                         max((c["load_bytes"] + c["store_bytes"]) / engines for c in per_core),
-                         busy["core0.tensor"][0] / LAUNCHES)
+    lower = launch + max(
+        hbm_bound,
+        max((c["load_bytes"] + c["store_bytes"]) / engines for c in per_core),
+        busy["core0.tensor"][0] / LAUNCHES,
+    )
     assert lower == launch + hbm_bound  # HBM-bound
     # and within 1% of it: the trace's four rotating weight buffers keep the stack busy
     # (its design claim, not a model formula)

@@ -41,9 +41,19 @@ def test_alu_ops_by_hand(op):
     r = alu(op, a, b)
     assert r.dtype == np.float32
     expect = {
-        "add": [-2, 4], "subtract": [-6, 0], "multiply": [-8, 4], "divide": [-2, 1],
-        "max": [2, 2], "min": [-4, 2], "pow": [16, 4], "equal": [0, 1], "not_equal": [1, 0],
-        "less": [1, 0], "less_equal": [1, 1], "greater": [0, 0], "greater_equal": [0, 1],
+        "add": [-2, 4],
+        "subtract": [-6, 0],
+        "multiply": [-8, 4],
+        "divide": [-2, 1],
+        "max": [2, 2],
+        "min": [-4, 2],
+        "pow": [16, 4],
+        "equal": [0, 1],
+        "not_equal": [1, 0],
+        "less": [1, 0],
+        "less_equal": [1, 1],
+        "greater": [0, 0],
+        "greater_equal": [0, 1],
     }[op]
     assert r.tolist() == expect
 
@@ -69,8 +79,14 @@ def test_alu_integers_stay_integers():
 
 
 def test_erf_matches_math_everywhere():
-    x = np.concatenate([np.linspace(-8, 8, 20001), np.logspace(-40, 1.4, 500),
-                        -np.logspace(-40, 1.4, 500), [0.0, 2.9999999, 3.0, 3.0000001]])
+    x = np.concatenate(
+        [
+            np.linspace(-8, 8, 20001),
+            np.logspace(-40, 1.4, 500),
+            -np.logspace(-40, 1.4, 500),
+            [0.0, 2.9999999, 3.0, 3.0000001],
+        ]
+    )
     want = np.array([math.erf(v) for v in x])
     np.testing.assert_allclose(erf(x), want, rtol=2e-7, atol=0)  # fp32-level (NR erfcc)
     want_c = np.array([math.erfc(v) for v in x])
@@ -102,31 +118,37 @@ def _ref(name, shape, dt="float32", memory="sbuf"):
     return bind(Ap(name), Buffer(name, memory, shape, d, np.zeros(shape, d.np)), "test")
 
 
-@pytest.mark.parametrize("engine, ins", [
-    (ScalarEngine, Memset(index=4, dst=None)),
-    (ScalarEngine, Select(index=4)),
-    (VectorEngine, Activation(index=4, func="exp")),
-    (VectorEngine, Iota(index=4)),
-    (GpSimdEngine, Activation(index=4, func="exp")),
-    (GpSimdEngine, BnStats(index=4)),
-])
+@pytest.mark.parametrize(
+    "engine, ins",
+    [
+        (ScalarEngine, Memset(index=4, dst=None)),
+        (ScalarEngine, Select(index=4)),
+        (VectorEngine, Activation(index=4, func="exp")),
+        (VectorEngine, Iota(index=4)),
+        (GpSimdEngine, Activation(index=4, func="exp")),
+        (GpSimdEngine, BnStats(index=4)),
+    ],
+)
 def test_ops_outside_the_engine_are_rejected(engine, ins):
     e = engine(load_chip("trn2").core)
     for call in (lambda: e.check(ins), lambda: e.cost(ins, None), lambda: e.execute(ins)):
-        with pytest.raises(SimError, match=rf"^instruction 4 \({ins.OP}\): not supported on "
-                                           rf"the {e.engine.label} engine"):
+        with pytest.raises(
+            SimError,
+            match=rf"^instruction 4 \({ins.OP}\): not supported on "
+            rf"the {e.engine.label} engine",
+        ):
             call()
 
 
 def test_tensor_copy_is_bit_exact_only_for_equal_dtypes():
     vec = VectorEngine(load_chip("trn2").core)
     src, d32, df = _ref("s", (1, 2), "int32"), _ref("d", (1, 2), "int32"), _ref("f", (1, 2))
-    src.buf.array[...] = [[2 ** 24 + 1, -(2 ** 31)]]
+    src.buf.array[...] = [[2**24 + 1, -(2**31)]]
     nan, dn = _ref("n", (1, 1)), _ref("dn", (1, 1))
     nan.buf.array.view(np.uint32)[...] = 0x7FC12345  # a NaN with a payload
     for s, d in ((src, d32), (src, df), (nan, dn)):
         vec.execute(TensorCopy(src=s, dst=d))
-    assert d32.read().tolist() == [[2 ** 24 + 1, -(2 ** 31)]]
+    assert d32.read().tolist() == [[2**24 + 1, -(2**31)]]
     assert df.read().tolist() == [[16777216.0, -2147483648.0]]
     assert dn.buf.array.view(np.uint32)[0, 0] == 0x7FC12345
 
@@ -160,44 +182,81 @@ def test_shared_operand_checks(engine):
     onchip = "SBUF" if engine is GpSimdEngine else "SBUF or PSUM"
     s, d = _ref("s", (128, 8)), _ref("d", (128, 8))
     copy = dict(index=7)
-    rejects(e, TensorCopy(src=_ref("s", (128, 8), memory="hbm"), dst=d, **copy),
-            f"src 's' is in HBM, expected {onchip}")
-    rejects(e, TensorCopy(src=s, dst=_ref("d", (64, 8)), **copy),
-            "dst 'd' has 64 partitions but src 's' has 128")
-    rejects(e, TensorCopy(src=s, dst=_ref("d", (128, 2, 3)), **copy),
-            "dst 'd' has 6 elements per partition but src 's' has 8")
-    rejects(e, TensorCopy(src=_ref("s", (256, 8)), dst=_ref("d", (256, 8)), **copy),
-            "src 's' spans 256 partitions, more than 128")
-    rejects(e, TensorCopy(src=_slice("s", (128, 8), 32, 96), dst=_ref("d", (64, 8)), **copy),
-            "src 's[32:96]' spans 64 partitions starting at partition 32; it must start at 0, 64")
-    rejects(e, TensorCopy(src=_ref("s", (1, 65537), "int8"), dst=_ref("d", (1, 65537), "int8"),
-                          **copy), "src 's' has 65537 elements per partition, more than the "
-                                   "SBUF limit of 65536")
+    rejects(
+        e,
+        TensorCopy(src=_ref("s", (128, 8), memory="hbm"), dst=d, **copy),
+        f"src 's' is in HBM, expected {onchip}",
+    )
+    rejects(
+        e,
+        TensorCopy(src=s, dst=_ref("d", (64, 8)), **copy),
+        "dst 'd' has 64 partitions but src 's' has 128",
+    )
+    rejects(
+        e,
+        TensorCopy(src=s, dst=_ref("d", (128, 2, 3)), **copy),
+        "dst 'd' has 6 elements per partition but src 's' has 8",
+    )
+    rejects(
+        e,
+        TensorCopy(src=_ref("s", (256, 8)), dst=_ref("d", (256, 8)), **copy),
+        "src 's' spans 256 partitions, more than 128",
+    )
+    rejects(
+        e,
+        TensorCopy(src=_slice("s", (128, 8), 32, 96), dst=_ref("d", (64, 8)), **copy),
+        "src 's[32:96]' spans 64 partitions starting at partition 32; it must start at 0, 64",
+    )
+    rejects(
+        e,
+        TensorCopy(src=_ref("s", (1, 65537), "int8"), dst=_ref("d", (1, 65537), "int8"), **copy),
+        "src 's' has 65537 elements per partition, more than the SBUF limit of 65536",
+    )
     ts = dict(index=7, src=s, dst=d, op0="add")
-    rejects(e, TensorScalar(operand0=_ref("c", (128, 2)), **ts),
-            "operand0 'c' has 2 elements per partition; a per-partition operand must be a [P,1]")
-    rejects(e, TensorScalar(operand0=_ref("c", (64, 1)), **ts),
-            "operand0 'c' has 64 partitions but src 's' has 128")
-    rejects(e, TensorScalar(operand0=1.0, operand1=2.0, **ts),
-            "op1 and operand1 must be given together")
+    rejects(
+        e,
+        TensorScalar(operand0=_ref("c", (128, 2)), **ts),
+        "operand0 'c' has 2 elements per partition; a per-partition operand must be a [P,1]",
+    )
+    rejects(
+        e,
+        TensorScalar(operand0=_ref("c", (64, 1)), **ts),
+        "operand0 'c' has 64 partitions but src 's' has 128",
+    )
+    rejects(
+        e, TensorScalar(operand0=1.0, operand1=2.0, **ts), "op1 and operand1 must be given together"
+    )
     if engine is not ScalarEngine:
-        rejects(e, Memset(index=7, dst=_ref("d", (128, 8), memory="hbm")),
-                f"dst 'd' is in HBM, expected {onchip}")
+        rejects(
+            e,
+            Memset(index=7, dst=_ref("d", (128, 8), memory="hbm")),
+            f"dst 'd' is in HBM, expected {onchip}",
+        )
         tt = dict(index=7, alu="add", dst=d)
-        rejects(e, TensorTensor(src0=s, src1=_ref("b", (128, 7)), **tt),
-                "src1 'b' has 7 elements per partition but src0 's' has 8")
+        rejects(
+            e,
+            TensorTensor(src0=s, src1=_ref("b", (128, 7)), **tt),
+            "src1 'b' has 7 elements per partition but src0 's' has 8",
+        )
 
 
 def test_psum_rules():
     core = load_chip("trn2").core
     big = dict(src=_ref("s", (1, 4097)), dst=_ref("d", (1, 4097), memory="psum"), index=7)
-    rejects(VectorEngine(core), TensorCopy(**big),
-            "dst 'd' has 4097 elements per partition, more than the PSUM limit of 4096")
+    rejects(
+        VectorEngine(core),
+        TensorCopy(**big),
+        "dst 'd' has 4097 elements per partition, more than the PSUM limit of 4096",
+    )
     p = _ref("p", (128, 8), memory="psum")
-    rejects(GpSimdEngine(core), TensorCopy(index=7, src=p, dst=_ref("d", (128, 8))),
-            "src 'p' is in PSUM, expected SBUF")
-    rejects(VectorEngine(core), TensorTensor(index=7, alu="add", src0=p, src1=p,
-                                             dst=_ref("d", (128, 8))),
-            "src0 'p' and src1 'p' are both in PSUM; at most one input may be")
-    VectorEngine(core).check(TensorTensor(alu="pow", src0=p, src1=_ref("s", (128, 8)),
-                                          dst=p))
+    rejects(
+        GpSimdEngine(core),
+        TensorCopy(index=7, src=p, dst=_ref("d", (128, 8))),
+        "src 'p' is in PSUM, expected SBUF",
+    )
+    rejects(
+        VectorEngine(core),
+        TensorTensor(index=7, alu="add", src0=p, src1=p, dst=_ref("d", (128, 8))),
+        "src0 'p' and src1 'p' are both in PSUM; at most one input may be",
+    )
+    VectorEngine(core).check(TensorTensor(alu="pow", src0=p, src1=_ref("s", (128, 8)), dst=p))

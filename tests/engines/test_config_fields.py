@@ -46,8 +46,11 @@ def test_partition_start_steps_on_vector():
     assert not accepts(VectorEngine(core()), at16)
     assert accepts(VectorEngine(core("trn2", FINE)), at16)
     assert accepts(VectorEngine(core()), at32)
-    with pytest.raises(SimError, match=r"'s\[32:64\]' spans 32 partitions starting at partition "
-                                       r"32; it must start at 0, 64$"):
+    with pytest.raises(
+        SimError,
+        match=r"'s\[32:64\]' spans 32 partitions starting at partition "
+        r"32; it must start at 0, 64$",
+    ):
         VectorEngine(core("trn2", COARSE)).check(at32)
 
 
@@ -77,14 +80,16 @@ def test_tensor_scalar_any_ops():
     assert not accepts(ScalarEngine(core("trn3", f"{flag}=false")), ins)
 
 
-@pytest.mark.parametrize("chip, flag, exact", [
-    ("trn1", None, False), ("trn1", True, True), ("trn2", None, True), ("trn2", False, False)])
+@pytest.mark.parametrize(
+    "chip, flag, exact",
+    [("trn1", None, False), ("trn1", True, True), ("trn2", None, True), ("trn2", False, False)],
+)
 def test_copy_bit_exact(chip, flag, exact):
     sets = [] if flag is None else [f"core.scalar.copy_bit_exact={str(flag).lower()}"]
     src, dst = tile("s", (1, 2), "int32"), tile("d", (1, 2), "int32")
-    src.buf.array[...] = [[2 ** 24 + 1, 7]]  # not an fp32 value: a round trip changes it
+    src.buf.array[...] = [[2**24 + 1, 7]]  # not an fp32 value: a round trip changes it
     ScalarEngine(core(chip, *sets)).execute(TensorCopy(src=src, dst=dst))
-    assert (dst.read().tolist() == [[2 ** 24 + 1, 7]]) == exact
+    assert (dst.read().tolist() == [[2**24 + 1, 7]]) == exact
 
 
 def test_activation_switches():

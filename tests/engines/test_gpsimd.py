@@ -62,9 +62,9 @@ def test_iota_integers(pool, dt, start, step, pstep):
 
 def test_iota_int32_is_exact_and_wraps(pool):
     d = tile("d", (2, 3), "int32")
-    pool.execute(Iota(dst=d, start=2 ** 31 - 2, step=1, partition_step=2 ** 24 + 1))
-    want = (2 ** 31 - 2 + np.arange(2)[:, None] * (2 ** 24 + 1) + np.arange(3)[None, :])
-    want = (want + 2 ** 31) % 2 ** 32 - 2 ** 31  # int32 arithmetic wraps
+    pool.execute(Iota(dst=d, start=2**31 - 2, step=1, partition_step=2**24 + 1))
+    want = 2**31 - 2 + np.arange(2)[:, None] * (2**24 + 1) + np.arange(3)[None, :]
+    want = (want + 2**31) % 2**32 - 2**31  # int32 arithmetic wraps
     assert d.read().tolist() == want.tolist()
 
 
@@ -85,8 +85,14 @@ def test_affine_select(pool, cmp, dt):
     pool.check(ins)
     pool.execute(ins)
     v = np.arange(32)[:, None] - np.arange(32)[None, :]  # causal mask: p - i
-    pred = {"equal": v == 0, "not_equal": v != 0, "less": v < 0, "less_equal": v <= 0,
-            "greater": v > 0, "greater_equal": v >= 0}[cmp]
+    pred = {
+        "equal": v == 0,
+        "not_equal": v != 0,
+        "less": v < 0,
+        "less_equal": v <= 0,
+        "greater": v > 0,
+        "greater_equal": v >= 0,
+    }[cmp]
     fill = as_dtype(np.full((1,), -3.4028234663852886e38), dt)  # -inf once narrowed to bf16
     assert f64(d).tolist() == np.where(pred, f64(on_true), fill).tolist()
 
@@ -94,8 +100,17 @@ def test_affine_select(pool, cmp, dt):
 def test_affine_select_float_value_and_cast(pool):
     on_true = tile("t", (4, 6), "float32", values=RNG.uniform(-3, 3, (4, 6)))
     d = tile("d", (4, 6), "bfloat16")
-    pool.execute(AffineSelect(on_true=on_true, dst=d, on_false=9.0, cmp="greater",
-                              start=-1.25, step=0.5, partition_step=0.25))
+    pool.execute(
+        AffineSelect(
+            on_true=on_true,
+            dst=d,
+            on_false=9.0,
+            cmp="greater",
+            start=-1.25,
+            step=0.5,
+            partition_step=0.25,
+        )
+    )
     v = -1.25 + np.arange(4)[:, None] * 0.25 + np.arange(6)[None, :] * 0.5
     assert f64(d).tolist() == as_dtype(np.where(v > 0, f64(on_true), 9.0), "bfloat16").tolist()
 
@@ -103,7 +118,7 @@ def test_affine_select_float_value_and_cast(pool):
 def test_integers_are_exact_on_gpsimd_not_on_vector():
     core = load_chip("trn2").core
     a, b = tile("a", (2, 2), "int32"), tile("b", (2, 2), "int32")
-    a.buf.array[...] = [[2 ** 24, 2 ** 30], [-(2 ** 24) - 3, 5]]
+    a.buf.array[...] = [[2**24, 2**30], [-(2**24) - 3, 5]]
     b.buf.array[...] = [[1, 3], [1, -7]]
     for engine, exact in ((GpSimdEngine, True), (VectorEngine, False)):
         d = tile("d", (2, 2), "int32")
@@ -112,10 +127,11 @@ def test_integers_are_exact_on_gpsimd_not_on_vector():
         want = x if exact else (a.read_f32() + b.read_f32()).astype(np.int64)
         assert d.read().tolist() == want.tolist()
         s = tile("s", (2, 2), "int32")
-        engine(core).execute(TensorScalar(src=a, dst=s, op0="multiply", operand0=3.0,
-                                          op1="subtract", operand1=1.0))
+        engine(core).execute(
+            TensorScalar(src=a, dst=s, op0="multiply", operand0=3.0, op1="subtract", operand1=1.0)
+        )
         y = a.read().astype(np.int64) * 3 - 1
-        want = np.clip(y if exact else (a.read_f32() * 3 - 1).astype(np.int64), -2**31, 2**31 - 1)
+        want = np.clip(y if exact else (a.read_f32() * 3 - 1).astype(np.int64), -(2**31), 2**31 - 1)
         assert s.read().tolist() == want.tolist()
     d = tile("d", (2, 2), "int32")  # divide is not integer-exact: through fp32, then rounded
     GpSimdEngine(core).execute(TensorTensor(alu="divide", src0=a, src1=b, dst=d))
@@ -129,18 +145,21 @@ def test_shared_ops_values(pool, dt):
     d = tile("d", (16, 2, 5), dt)
     pool.execute(TensorCopy(src=src, dst=d))
     assert d.read().tobytes() == src.read().tobytes()
-    pool.execute(TensorScalar(src=src, dst=d, op0="min", operand0=col, op1="pow",
-                              operand1=2.0, reverse1=True))
+    pool.execute(
+        TensorScalar(
+            src=src, dst=d, op0="min", operand0=col, op1="pow", operand1=2.0, reverse1=True
+        )
+    )
     want = 2.0 ** np.minimum(f64(src), f64(col))
-    np.testing.assert_allclose(f64(d).reshape(16, 10), as_dtype(want, dt), rtol=2 ** -22)
+    np.testing.assert_allclose(f64(d).reshape(16, 10), as_dtype(want, dt), rtol=2**-22)
     pool.execute(Memset(dst=d, value=-300.0))
     assert f64(d).tolist() == as_dtype(np.full((16, 2, 5), -300.0), dt).tolist()
 
 
 def test_memset_integer_exact(pool):
     d = tile("d", (2, 2), "int32")
-    pool.execute(Memset(dst=d, value=2 ** 24 + 1))
-    assert d.read().tolist() == [[2 ** 24 + 1] * 2] * 2
+    pool.execute(Memset(dst=d, value=2**24 + 1))
+    assert d.read().tolist() == [[2**24 + 1] * 2] * 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,11 +172,21 @@ def test_gpsimd_costs(pool):
     assert pool.cost(Iota(dst=tile("d", (128, 1))), None) == 151
     assert pool.cost(AffineSelect(on_true=d, dst=d, wait=(("s", 1),)), None) == 150 + 512 + 100
     assert pool.cost(TensorTensor(alu="add", src0=d, src1=d, dst=d), None) == 1024  # 2N
-    assert pool.cost(TensorTensor(alu="add", src0=tile("a", (128, 16)), src1=tile("b", (128, 16)),
-                                  dst=tile("c", (128, 16))), None) == 64
-    assert pool.cost(TensorCopy(src=d, dst=d), None) == 512      # no perf mode on GpSimd
+    assert (
+        pool.cost(
+            TensorTensor(
+                alu="add",
+                src0=tile("a", (128, 16)),
+                src1=tile("b", (128, 16)),
+                dst=tile("c", (128, 16)),
+            ),
+            None,
+        )
+        == 64
+    )
+    assert pool.cost(TensorCopy(src=d, dst=d), None) == 512  # no perf mode on GpSimd
     assert pool.cost(TensorScalar(src=d, dst=d, op0="add", operand0=1.0), None) == 512
-    assert pool.cost(Memset(dst=d, value=0.0), None) == 256      # N/2: zero into bf16
+    assert pool.cost(Memset(dst=d, value=0.0), None) == 256  # N/2: zero into bf16
     assert pool.cost(Memset(dst=d, value=2.0), None) == 512
 
 
@@ -167,26 +196,38 @@ def test_gpsimd_costs(pool):
 
 def test_gpsimd_checks(pool):
     p = tile("p", (32, 8), memory="psum")
-    for ins in (Iota(index=7, dst=p), AffineSelect(index=7, on_true=p, dst=tile("d", (32, 8))),
-                Memset(index=7, dst=p)):
-        with pytest.raises(SimError, match=r"^instruction 7 \(\w+\): .* 'p' is in PSUM, "
-                                           r"expected SBUF$"):
+    for ins in (
+        Iota(index=7, dst=p),
+        AffineSelect(index=7, on_true=p, dst=tile("d", (32, 8))),
+        Memset(index=7, dst=p),
+    ):
+        with pytest.raises(
+            SimError,
+            match=r"^instruction 7 \(\w+\): .* 'p' is in PSUM, "
+            r"expected SBUF$",
+        ):
             pool.check(ins)
     bad = AffineSelect(index=7, on_true=tile("t", (32, 9)), dst=tile("d", (32, 8)))
-    with pytest.raises(SimError, match=r"^instruction 7 \(affine_select\): on_true 't' has 9 "
-                                       r"elements per partition but dst 'd' has 8"):
+    with pytest.raises(
+        SimError,
+        match=r"^instruction 7 \(affine_select\): on_true 't' has 9 "
+        r"elements per partition but dst 'd' has 8",
+    ):
         pool.check(bad)
     quarter = bind(Ap("d", ((32, 96, None),), "d[32:96]"), tile("d", (128, 4)).buf, "test")
-    with pytest.raises(SimError, match=r"^instruction 7 \(iota\): dst 'd\[32:96\]' spans 64 "
-                                       r"partitions starting at partition 32; it must start at "
-                                       r"0, 64$"):
+    with pytest.raises(
+        SimError,
+        match=r"^instruction 7 \(iota\): dst 'd\[32:96\]' spans 64 "
+        r"partitions starting at partition 32; it must start at "
+        r"0, 64$",
+    ):
         pool.check(Iota(index=7, dst=quarter))
 
 
 def test_huge_integral_numbers_take_the_fp32_path(pool):
     d = tile("d", (2, 2), "int32")
     pool.execute(Memset(dst=d, value=1e30))  # saturates, no int64 overflow
-    assert d.read().tolist() == [[2 ** 31 - 1] * 2] * 2
+    assert d.read().tolist() == [[2**31 - 1] * 2] * 2
     f = tile("f", (1, 2))
     pool.execute(Iota(dst=f, start=1e20, step=1))
     assert f.read().tolist() == [[float(np.float32(1e20))] * 2]  # fp32: 1e20 + 1 == 1e20

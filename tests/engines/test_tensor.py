@@ -30,25 +30,35 @@ def rand(shape, seed=0):
 
 # -- cost ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("m,n,dt,cycles", [
-    (128, 512, "bfloat16", 512),      # max(min(64, 128), 512)
-    (128, 32, "bfloat16", 64),        # max(min(64, 128), 32): stationary-bound
-    (16, 32, "float16", 32),          # max(min(64, 16), 32)
-    (128, 512, "float32", 2048),      # fp32 at a quarter rate: 4 x 512
-    (128, 512, "float8_e4m3", 512),   # plain fp8 (2-D operands): bf16 speed
-])
+
+@pytest.mark.parametrize(
+    "m,n,dt,cycles",
+    [
+        (128, 512, "bfloat16", 512),  # max(min(64, 128), 512)
+        (128, 32, "bfloat16", 64),  # max(min(64, 128), 32): stationary-bound
+        (16, 32, "float16", 32),  # max(min(64, 16), 32)
+        (128, 512, "float32", 2048),  # fp32 at a quarter rate: 4 x 512
+        (128, 512, "float8_e4m3", 512),  # plain fp8 (2-D operands): bf16 speed
+    ],
+)
 def test_matmul_back_to_back_cycles(m, n, dt, cycles):
     e = TensorEngine(TRN2.core)
-    ins = mm(tile("s", "sbuf", [128, m], dt), tile("m", "sbuf", [128, n], dt),
-             tile("d", "psum", [m, n], "float32"))
+    ins = mm(
+        tile("s", "sbuf", [128, m], dt),
+        tile("m", "sbuf", [128, n], dt),
+        tile("d", "psum", [m, n], "float32"),
+    )
     assert e.cost(ins, prev=ins) == cycles
 
 
 def test_matmul_cold_start_pays_init_and_load_stationary():
     # first instruction on the queue: + MM_INIT_LATENCY 64 + LoadStationary 32 = 512 + 96
     e = TensorEngine(TRN2.core)
-    ins = mm(tile("s", "sbuf", [128, 128], "bfloat16"), tile("m", "sbuf", [128, 512], "bfloat16"),
-             tile("d", "psum", [128, 512], "float32"))
+    ins = mm(
+        tile("s", "sbuf", [128, 128], "bfloat16"),
+        tile("m", "sbuf", [128, 512], "bfloat16"),
+        tile("d", "psum", [128, 512], "float32"),
+    )
     assert e.cost(ins, prev=None) == 512 + 64 + 32
     waiting = Matmul(stationary=ins.stationary, moving=ins.moving, dst=ins.dst, wait=(("a", 1),))
     # waits on a semaphore but reuses the previous stationary: only the pipeline fill
@@ -57,11 +67,16 @@ def test_matmul_cold_start_pays_init_and_load_stationary():
 
 def test_fp8_double_row_does_twice_the_flops_in_the_same_time():
     e = TensorEngine(TRN2.core)
-    bf = mm(tile("s", "sbuf", [128, 128], "bfloat16"), tile("m", "sbuf", [128, 512], "bfloat16"),
-            tile("d", "psum", [128, 512], "float32"))
-    f8 = mm(tile("s", "sbuf", [128, 2, 128], "float8_e4m3"),
-            tile("m", "sbuf", [128, 2, 512], "float8_e4m3"),
-            tile("d", "psum", [128, 512], "float32"))
+    bf = mm(
+        tile("s", "sbuf", [128, 128], "bfloat16"),
+        tile("m", "sbuf", [128, 512], "bfloat16"),
+        tile("d", "psum", [128, 512], "float32"),
+    )
+    f8 = mm(
+        tile("s", "sbuf", [128, 2, 128], "float8_e4m3"),
+        tile("m", "sbuf", [128, 2, 512], "float8_e4m3"),
+        tile("d", "psum", [128, 512], "float32"),
+    )
     e.check(f8)
     assert e.cost(f8, prev=f8) == e.cost(bf, prev=bf) == 512
     assert e.flops(bf) == 2 * 128 * 128 * 512
@@ -70,16 +85,19 @@ def test_fp8_double_row_does_twice_the_flops_in_the_same_time():
 
 def test_transpose_cycles():
     e = TensorEngine(TRN2.core)
-    t = Transpose(src=tile("s", "sbuf", [128, 32], "bfloat16"),
-                  dst=tile("d", "psum", [32, 128], "bfloat16"))
+    t = Transpose(
+        src=tile("s", "sbuf", [128, 32], "bfloat16"), dst=tile("d", "psum", [32, 128], "bfloat16")
+    )
     assert e.cost(t, prev=t) == max(128, min(64, 32))
-    t32 = Transpose(src=tile("s", "sbuf", [64, 128], "float32"),
-                    dst=tile("d", "psum", [128, 64], "float32"))
+    t32 = Transpose(
+        src=tile("s", "sbuf", [64, 128], "float32"), dst=tile("d", "psum", [128, 64], "float32")
+    )
     assert e.cost(t32, prev=t32) == max(64, min(64, 128)) / 0.5  # fp32 at half rate on NC-v3
     assert TensorEngine(TRN1.core).cost(t32, prev=t32) == 64 / 0.25
 
 
 # -- values --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dt", ["bfloat16", "float16", "float32", "float8_e4m3", "float8_e5m2"])
 def test_matmul_values_match_numpy(dt):
@@ -126,6 +144,7 @@ def test_transpose_is_exact():
 
 # -- rejections ----------------------------------------------------------------------------------
 
+
 def bad(engine_cfg, ins, text):
     with pytest.raises(SimError, match=text):
         TensorEngine(engine_cfg).check(ins)
@@ -135,19 +154,33 @@ def test_rejections():
     s = tile("s", "sbuf", [128, 128], "bfloat16")
     m = tile("m", "sbuf", [128, 512], "bfloat16")
     d = tile("d", "psum", [128, 512], "float32")
-    bad(TRN2.core, mm(s, tile("big", "sbuf", [128, 1024], "bfloat16"),
-                      tile("d2", "psum", [128, 1024], "float32")), "N=1024, more than")
+    bad(
+        TRN2.core,
+        mm(
+            s,
+            tile("big", "sbuf", [128, 1024], "bfloat16"),
+            tile("d2", "psum", [128, 1024], "float32"),
+        ),
+        "N=1024, more than",
+    )
     bad(TRN2.core, mm(s, m, tile("d3", "sbuf", [128, 512], "float32")), r"dst 'd3' is in SBUF")
     bad(TRN2.core, mm(s, tile("m2", "sbuf", [64, 512], "bfloat16"), d), "K must match")
     bad(TRN2.core, mm(tile("s32", "sbuf", [128, 128], "float32"), m, d), "fp32 can only")
     bad(TRN2.core, mm(s, m, tile("db", "psum", [128, 512], "bfloat16")), "writes float32")
     bad(TRN2.core, mm(s, m, tile("dd", "psum", [128, 256], "float32")), "M x N = 128 x 512")
     # a [128, 512] fp32 output placed 1 KiB into PSUM straddles two 2 KiB banks
-    bad(TRN2.core, mm(s, m, tile("off", "psum", [128, 512], "float32", offset=1024)),
-        "crosses a bank boundary")
-    assert "instruction 0 (matmul)" in str(pytest.raises(SimError, TensorEngine(TRN2.core).check,
-                                                         mm(s, m, tile("x", "sbuf", [128, 512],
-                                                                       "float32"))).value)
+    bad(
+        TRN2.core,
+        mm(s, m, tile("off", "psum", [128, 512], "float32", offset=1024)),
+        "crosses a bank boundary",
+    )
+    assert "instruction 0 (matmul)" in str(
+        pytest.raises(
+            SimError,
+            TensorEngine(TRN2.core).check,
+            mm(s, m, tile("x", "sbuf", [128, 512], "float32")),
+        ).value
+    )
 
 
 def test_trn3_allows_wide_moving():

@@ -32,8 +32,9 @@ def tile(name, shape, dt="float32", memory="sbuf", values=None, index=()):
     arr = np.zeros(shape, d.np)
     if values is not None:
         v = np.asarray(values, np.float64)
-        arr[...] = to_dtype(v.reshape(shape if v.size == arr.size else v.shape)
-                            .astype(np.float32), d)
+        arr[...] = to_dtype(
+            v.reshape(shape if v.size == arr.size else v.shape).astype(np.float32), d
+        )
     return bind(Ap(name, index, name), Buffer(name, memory, shape, d, arr), "test")
 
 
@@ -41,8 +42,9 @@ def expect(ref, values64):
     """Compare ref's contents with the float64 reference rounded to fp32 then to ref's dtype."""
     with np.errstate(over="ignore"):  # 1e9 into fp16 is inf, as on hardware
         want = to_dtype(np.asarray(values64, np.float64).astype(np.float32), ref.dtype)
-    np.testing.assert_array_equal(ref.read().astype(np.float64),
-                                  want.reshape(ref.shape).astype(np.float64))
+    np.testing.assert_array_equal(
+        ref.read().astype(np.float64), want.reshape(ref.shape).astype(np.float64)
+    )
 
 
 def f64(ref):
@@ -69,10 +71,20 @@ def test_tensor_tensor_values(vec, op, dt):
     vec.execute(ins)
     x, y = f64(a).reshape(128, 32), f64(b)
     with np.errstate(all="ignore"):
-        ref = {"add": x + y, "subtract": x - y, "multiply": x * y, "divide": x / y,
-               "max": np.maximum(x, y), "min": np.minimum(x, y), "equal": x == y,
-               "not_equal": x != y, "less": x < y, "less_equal": x <= y, "greater": x > y,
-               "greater_equal": x >= y}[op]
+        ref = {
+            "add": x + y,
+            "subtract": x - y,
+            "multiply": x * y,
+            "divide": x / y,
+            "max": np.maximum(x, y),
+            "min": np.minimum(x, y),
+            "equal": x == y,
+            "not_equal": x != y,
+            "less": x < y,
+            "less_equal": x <= y,
+            "greater": x > y,
+            "greater_equal": x >= y,
+        }[op]
     expect(d, ref)
 
 
@@ -82,12 +94,12 @@ def test_tensor_tensor_pow(vec, dt):
     b = tile("b", (8, 16), dt, values=RNG.uniform(-2, 2, (8, 16)))
     d = tile("d", (8, 16), "float32")
     vec.execute(TensorTensor(alu="pow", src0=a, src1=b, dst=d))
-    np.testing.assert_allclose(f64(d), f64(a) ** f64(b), rtol=2 ** -22)
+    np.testing.assert_allclose(f64(d), f64(a) ** f64(b), rtol=2**-22)
 
 
 def test_tensor_tensor_casts_on_write(vec):
     a = tile("a", (1, 2), values=[[1.0, 1.0]])
-    b = tile("b", (1, 2), values=[[2 ** -8, 3 * 2 ** -8]])
+    b = tile("b", (1, 2), values=[[2**-8, 3 * 2**-8]])
     d = tile("d", (1, 2), "bfloat16")
     vec.execute(TensorTensor(alu="add", src0=a, src1=b, dst=d))
     assert f64(d).tolist() == [[1.0, 1.015625]]  # round to nearest even: tie down, then up
@@ -102,8 +114,10 @@ def test_tensor_scalar_values(vec, dt):
     cases = [
         (dict(op0="multiply", operand0=col, op1="add", operand1=1.5), x * f64(col) + 1.5),
         (dict(op0="subtract", operand0=2.0, reverse0=True), 2.0 - x),
-        (dict(op0="max", operand0=0.5, op1="divide", operand1=col, reverse1=True),
-         f64(col) / np.maximum(x, 0.5)),
+        (
+            dict(op0="max", operand0=0.5, op1="divide", operand1=col, reverse1=True),
+            f64(col) / np.maximum(x, 0.5),
+        ),
         (dict(op0="greater_equal", operand0=col), x >= f64(col)),
     ]
     for kw, ref in cases:
@@ -114,8 +128,10 @@ def test_tensor_scalar_values(vec, dt):
 
 
 @pytest.mark.parametrize("alu", ["add", "max", "min", "multiply"])
-@pytest.mark.parametrize("axis, out_shape", [(None, (16, 3, 4)), (-1, (16, 12)), (2, (16, 3, 5)),
-                                             ([2, 3], (16, 3)), ((1, 2, 3), (16, 1))])
+@pytest.mark.parametrize(
+    "axis, out_shape",
+    [(None, (16, 3, 4)), (-1, (16, 12)), (2, (16, 3, 5)), ([2, 3], (16, 3)), ((1, 2, 3), (16, 1))],
+)
 @pytest.mark.parametrize("dt", ["float32", "bfloat16", "float8_e5m2", "int32"])
 def test_tensor_reduce_values(vec, alu, axis, out_shape, dt):
     src = tile("s", (16, 3, 4, 5), dt, values=RNG.uniform(-2, 2, (16, 3, 4, 5)))
@@ -155,7 +171,7 @@ def test_bn_aggr_combines_chunks(vec):
     x = RNG.normal(-1, 2, (4, 1536)).astype(np.float32)
     stats = tile("st", (4, 3, 6))
     for c in range(3):
-        s = tile("s", (4, 512), values=x[:, c * 512:(c + 1) * 512])
+        s = tile("s", (4, 512), values=x[:, c * 512 : (c + 1) * 512])
         part = Ap("st", ((None, None, None), (c, c + 1, None)))
         vec.execute(BnStats(src=s, dst=bind(part, stats.buf, "test")))
     mv = tile("mv", (4, 2), "bfloat16")
@@ -205,23 +221,27 @@ def _tt(alu, dt, n, mem0="sbuf", step=1, wait=()):
     """tensor_tensor with N = n elements per partition, src0 read with stride `step`."""
     a = tile("a", (128, n * step), dt, mem0, index=((None, None, None), (None, None, step)))
     shape = a.shape
-    return TensorTensor(alu=alu, src0=a, src1=tile("b", shape, dt), dst=tile("d", shape, dt),
-                        wait=wait)
+    return TensorTensor(
+        alu=alu, src0=a, src1=tile("b", shape, dt), dst=tile("d", shape, dt), wait=wait
+    )
 
 
-@pytest.mark.parametrize("chip, ins, cycles", [
-    ("trn2", _tt("add", "float32", 512, step=2), 1024),            # 2N
-    ("trn2", _tt("add", "float32", 512), 1024),                    # 2N
-    ("trn2", _tt("add", "bfloat16", 512), 512),                    # N-A2 fast path: N
-    ("trn2", _tt("divide", "bfloat16", 512), 512),                 # perf mode 2N/2
-    ("trn2", _tt("add", "bfloat16", 512, step=2), 512),            # strided: perf mode 2N/2
-    ("trn1", _tt("add", "bfloat16", 512, step=2), 1024),           # no perf mode: 2N
-    ("trn1", _tt("divide", "bfloat16", 512), 1024),                # no perf mode: 2N
-    ("trn1", _tt("multiply", "bfloat16", 512), 512),               # N-A2 fast path: N
-    ("trn2", _tt("max", "float32", 512, mem0="psum"), 512),        # one input in PSUM: N
-    ("trn2", _tt("add", "float32", 16), 64),                       # 2*16 = 32 < MIN_II
-    ("trn2", _tt("add", "float32", 512, wait=(("s", 1),)), 1124),  # + fixed overhead
-])
+@pytest.mark.parametrize(
+    "chip, ins, cycles",
+    [
+        ("trn2", _tt("add", "float32", 512, step=2), 1024),  # 2N
+        ("trn2", _tt("add", "float32", 512), 1024),  # 2N
+        ("trn2", _tt("add", "bfloat16", 512), 512),  # N-A2 fast path: N
+        ("trn2", _tt("divide", "bfloat16", 512), 512),  # perf mode 2N/2
+        ("trn2", _tt("add", "bfloat16", 512, step=2), 512),  # strided: perf mode 2N/2
+        ("trn1", _tt("add", "bfloat16", 512, step=2), 1024),  # no perf mode: 2N
+        ("trn1", _tt("divide", "bfloat16", 512), 1024),  # no perf mode: 2N
+        ("trn1", _tt("multiply", "bfloat16", 512), 512),  # N-A2 fast path: N
+        ("trn2", _tt("max", "float32", 512, mem0="psum"), 512),  # one input in PSUM: N
+        ("trn2", _tt("add", "float32", 16), 64),  # 2*16 = 32 < MIN_II
+        ("trn2", _tt("add", "float32", 512, wait=(("s", 1),)), 1124),  # + fixed overhead
+    ],
+)
 def test_tensor_tensor_cost(chip, ins, cycles):
     assert VectorEngine(load_chip(chip).core).cost(ins, None) == cycles
 
@@ -232,32 +252,43 @@ def _copy(src_dt, dst_dt, n, src_mem="sbuf", dst_mem="sbuf", step=1):
     return TensorCopy(src=s, dst=tile("d", s.shape, dst_dt, dst_mem))
 
 
-@pytest.mark.parametrize("chip, ins, cycles", [
-    ("trn2", _copy("bfloat16", "bfloat16", 2048), 512),               # 2048 / 4
-    ("trn1", _copy("bfloat16", "bfloat16", 2048), 2048),              # no perf mode
-    ("trn3", _copy("float16", "bfloat16", 2048), 512),                # 2048 / 4
-    ("trn2", _copy("bfloat16", "bfloat16", 2048, step=2), 1024),      # strided: 2048 / 2
-    ("trn2", _copy("bfloat16", "bfloat16", 2048, src_mem="psum"), 1024),  # PSUM side: / 2
-    ("trn2", _copy("bfloat16", "float32", 2048), 2048),               # not all 16-bit
-    ("trn2", _copy("float32", "float32", 2048), 2048),
-    ("trn2", _copy("float32", "float32", 32), 64),                    # MIN_II
-])
+@pytest.mark.parametrize(
+    "chip, ins, cycles",
+    [
+        ("trn2", _copy("bfloat16", "bfloat16", 2048), 512),  # 2048 / 4
+        ("trn1", _copy("bfloat16", "bfloat16", 2048), 2048),  # no perf mode
+        ("trn3", _copy("float16", "bfloat16", 2048), 512),  # 2048 / 4
+        ("trn2", _copy("bfloat16", "bfloat16", 2048, step=2), 1024),  # strided: 2048 / 2
+        ("trn2", _copy("bfloat16", "bfloat16", 2048, src_mem="psum"), 1024),  # PSUM side: / 2
+        ("trn2", _copy("bfloat16", "float32", 2048), 2048),  # not all 16-bit
+        ("trn2", _copy("float32", "float32", 2048), 2048),
+        ("trn2", _copy("float32", "float32", 32), 64),  # MIN_II
+    ],
+)
 def test_tensor_copy_cost(chip, ins, cycles):
     vec = VectorEngine(load_chip(chip).core)
     assert vec.cost(ins, None) == cycles
-    ts = TensorScalar(src=ins.src, dst=ins.dst, op0="multiply", operand0=2.0, op1="add",
-                      operand1=1.0, wait=(("x", 1),))
+    ts = TensorScalar(
+        src=ins.src,
+        dst=ins.dst,
+        op0="multiply",
+        operand0=2.0,
+        op1="add",
+        operand1=1.0,
+        wait=(("x", 1),),
+    )
     assert vec.cost(ts, None) == cycles + 100  # same rule; 1 or 2 ops cost the same
 
 
 def test_other_vector_costs(vec):
     bf, f32 = "bfloat16", "float32"
     red = TensorReduce(alu="add", src=tile("s", (128, 512), bf), dst=tile("d", (128, 1), bf))
-    assert vec.cost(red, None) == 256                                 # N/2, bf16 add
+    assert vec.cost(red, None) == 256  # N/2, bf16 add
     assert vec.cost(TensorReduce(alu="multiply", src=red.src, dst=red.dst), None) == 512
     assert vec.cost(TensorReduce(alu="max", src=red.src, dst=tile("d", (128, 1))), None) == 512
-    assert vec.cost(TensorReduce(alu="add", src=tile("s", (128, 64), bf), dst=red.dst),
-                    None) == 64                                       # 32 -> MIN_II
+    assert (
+        vec.cost(TensorReduce(alu="add", src=tile("s", (128, 64), bf), dst=red.dst), None) == 64
+    )  # 32 -> MIN_II
     assert vec.cost(Memset(dst=tile("d", (128, 512), bf), value=0.0), None) == 256
     assert vec.cost(Memset(dst=tile("d", (128, 512), bf), value=1.0), None) == 512
     assert vec.cost(Memset(dst=tile("d", (128, 512), f32), value=0.0), None) == 512
@@ -265,8 +296,15 @@ def test_other_vector_costs(vec):
     assert vec.cost(BnStats(src=tile("s", (128, 32)), dst=tile("d", (128, 6))), None) == 64
     assert vec.cost(BnAggr(src=tile("s", (128, 48)), dst=tile("d", (128, 2))), None) == 208
     assert vec.cost(BnAggr(src=tile("s", (128, 6)), dst=tile("d", (128, 2))), None) == 64
-    sel = [Select(predicate=tile("p", (128, 512), memory=m), on_true=tile("t", (128, 512)),
-                  on_false=0.0, dst=tile("d", (128, 512))) for m in ("sbuf", "psum")]
+    sel = [
+        Select(
+            predicate=tile("p", (128, 512), memory=m),
+            on_true=tile("t", (128, 512)),
+            on_false=0.0,
+            dst=tile("d", (128, 512)),
+        )
+        for m in ("sbuf", "psum")
+    ]
     assert [vec.cost(s, None) for s in sel] == [1024, 512]
 
 
@@ -277,27 +315,58 @@ def test_other_vector_costs(vec):
 def test_vector_checks(vec):
     s, s3 = tile("s", (128, 4, 8)), tile("s", (128, 4, 8), "float32", "psum")
     red = dict(index=7, alu="add", src=s)
-    rejects(vec, TensorReduce(dst=tile("d", (128, 4)), axis=0, **red),
-            "axis 0 is not a free axis of src 's' (shape [128, 4, 8]")
+    rejects(
+        vec,
+        TensorReduce(dst=tile("d", (128, 4)), axis=0, **red),
+        "axis 0 is not a free axis of src 's' (shape [128, 4, 8]",
+    )
     rejects(vec, TensorReduce(dst=tile("d", (128, 4)), axis=3, **red), "axis 3 is not a free")
     rejects(vec, TensorReduce(dst=tile("d", (128, 1)), axis=[2, -1], **red), "twice")
-    rejects(vec, TensorReduce(dst=tile("d", (128, 8)), **red),
-            "dst 'd' has 8 elements per partition but reducing src 's' over axis [2] leaves 4")
+    rejects(
+        vec,
+        TensorReduce(dst=tile("d", (128, 8)), **red),
+        "dst 'd' has 8 elements per partition but reducing src 's' over axis [2] leaves 4",
+    )
     rejects(vec, TensorReduce(dst=tile("d", (64, 4)), **red), "dst 'd' has 64 partitions")
-    rejects(vec, BnStats(index=7, src=tile("s", (4, 513)), dst=tile("d", (4, 6))),
-            "src 's' has 513 elements per partition, more than bn_stats' limit of 512")
-    rejects(vec, BnStats(index=7, src=tile("s", (4, 512)), dst=tile("d", (4, 5))),
-            "dst 'd' has 5 elements per partition; bn_stats writes 6")
-    rejects(vec, BnAggr(index=7, src=tile("s", (4, 7)), dst=tile("d", (4, 2))),
-            "src 's' has 7 elements", "multiple of 3")
-    rejects(vec, BnAggr(index=7, src=tile("s", (4, 6)), dst=tile("d", (4, 3))),
-            "dst 'd' has 3 elements per partition; bn_aggr writes 2")
+    rejects(
+        vec,
+        BnStats(index=7, src=tile("s", (4, 513)), dst=tile("d", (4, 6))),
+        "src 's' has 513 elements per partition, more than bn_stats' limit of 512",
+    )
+    rejects(
+        vec,
+        BnStats(index=7, src=tile("s", (4, 512)), dst=tile("d", (4, 5))),
+        "dst 'd' has 5 elements per partition; bn_stats writes 6",
+    )
+    rejects(
+        vec,
+        BnAggr(index=7, src=tile("s", (4, 7)), dst=tile("d", (4, 2))),
+        "src 's' has 7 elements",
+        "multiple of 3",
+    )
+    rejects(
+        vec,
+        BnAggr(index=7, src=tile("s", (4, 6)), dst=tile("d", (4, 3))),
+        "dst 'd' has 3 elements per partition; bn_aggr writes 2",
+    )
     sel = dict(index=7, dst=tile("d", (128, 32)))
-    rejects(vec, Select(predicate=s3, on_true=tile("t", (128, 32), memory="psum"),
-                        on_false=0.0, **sel), "predicate 's' and on_true 't' are both in PSUM")
-    rejects(vec, Select(predicate=s, on_true=tile("t", (128, 31)), on_false=0.0, **sel),
-            "on_true 't' has 31 elements per partition but dst 'd' has 32")
-    rejects(vec, Select(predicate=s, on_true=s3, on_false=tile("f", (128, 3)), **sel),
-            "on_false 'f' has 3 elements per partition but dst 'd' has 32")
-    rejects(vec, Select(predicate=s, on_true=s3, on_false=tile("f", (64, 1)), **sel),
-            "on_false 'f' has 64 partitions but dst 'd' has 128")
+    rejects(
+        vec,
+        Select(predicate=s3, on_true=tile("t", (128, 32), memory="psum"), on_false=0.0, **sel),
+        "predicate 's' and on_true 't' are both in PSUM",
+    )
+    rejects(
+        vec,
+        Select(predicate=s, on_true=tile("t", (128, 31)), on_false=0.0, **sel),
+        "on_true 't' has 31 elements per partition but dst 'd' has 32",
+    )
+    rejects(
+        vec,
+        Select(predicate=s, on_true=s3, on_false=tile("f", (128, 3)), **sel),
+        "on_false 'f' has 3 elements per partition but dst 'd' has 32",
+    )
+    rejects(
+        vec,
+        Select(predicate=s, on_true=s3, on_false=tile("f", (64, 1)), **sel),
+        "on_false 'f' has 64 partitions but dst 'd' has 128",
+    )

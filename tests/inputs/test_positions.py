@@ -41,9 +41,11 @@ def test_lines_of_keys_and_items():
 
 
 def test_yaml_12_scalars():
-    d = load_yaml("on: host\nyes: no\nt: [true, False, TRUE]\n"
-                  "n: [1e-5, 1e3, .5, 010, 0x1F, 0o17, 0b11, 1_000, -3, +4, 1:30, 2020-01-01, =]\n"
-                  "z: [~, null, .inf, -.inf]\n")
+    d = load_yaml(
+        "on: host\nyes: no\nt: [true, False, TRUE]\n"
+        "n: [1e-5, 1e3, .5, 010, 0x1F, 0o17, 0b11, 1_000, -3, +4, 1:30, 2020-01-01, =]\n"
+        "z: [~, null, .inf, -.inf]\n"
+    )
     assert d["on"] == "host"
     assert d["yes"] == "no"
     assert d["t"] == [True, False, True]
@@ -62,34 +64,68 @@ def test_empty_document_is_none():
     assert load_yaml("# only a comment\n") is None
 
 
-@pytest.mark.parametrize("text, message", [
-    ("a: 1\nb: 2\na: 3\n",
-     "t.yaml:3: top level: duplicate key 'a'; expected each key at most once"),
-    ("a:\n  b: [1, {c: 1,\n   c: 2}]\n",
-     "t.yaml:3: a.b[1]: duplicate key 'c'; expected each key at most once"),
-    ("a: 1\nb: [\n", "t.yaml:3: syntax: while parsing a flow node, expected the node content, "
-                     "but found '<stream end>' (column 1); expected valid YAML"),
-    ("a: b: c\n", "t.yaml:1: syntax: mapping values are not allowed here (column 5); "
-                  "expected valid YAML"),
-    ("x:\n  y: !!int abc\n", "t.yaml:2: x.y: cannot read 'tag:yaml.org,2002:int' value: invalid "
-                             "literal for int() with base 10: 'abc'; expected a valid value for "
-                             "the tag"),
-    ("a: &x [*x]\n", "t.yaml:1: syntax: found unconstructable recursive node (column 4); "
-                     "expected valid YAML"),
-    ("{[1]: 2}\n", "t.yaml:1: top level: a mapping key must be a plain value; "
-                   "expected a name as the key"),
-    ("a: !foo 1\n", "t.yaml:1: syntax: could not determine a constructor for the tag '!foo' "
-                    "(column 4); expected valid YAML"),
-    ("a: 1\nb: \x01\n", "t.yaml:2: syntax: character '\\x01' is not allowed in YAML; "
-                        "expected valid YAML"),
-    ("- a\n---\n- b\n", "t.yaml:2: syntax: expected a single document in the stream, but found "
-                        "another document (column 1); expected valid YAML"),
-    ("[" * 3000, "t.yaml:1: syntax: nesting is too deep; expected at most 100 levels of nested "
-                 "lists and mappings"),
-    ("a:\n" + "".join(f"{'  ' * i}- \n" for i in range(101)),
-     "t.yaml:101: syntax: nesting is too deep; expected at most 100 levels of nested lists and "
-     "mappings"),
-], ids=lambda v: v[:20] if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "a: 1\nb: 2\na: 3\n",
+            "t.yaml:3: top level: duplicate key 'a'; expected each key at most once",
+        ),
+        (
+            "a:\n  b: [1, {c: 1,\n   c: 2}]\n",
+            "t.yaml:3: a.b[1]: duplicate key 'c'; expected each key at most once",
+        ),
+        (
+            "a: 1\nb: [\n",
+            "t.yaml:3: syntax: while parsing a flow node, expected the node content, "
+            "but found '<stream end>' (column 1); expected valid YAML",
+        ),
+        (
+            "a: b: c\n",
+            "t.yaml:1: syntax: mapping values are not allowed here (column 5); expected valid YAML",
+        ),
+        (
+            "x:\n  y: !!int abc\n",
+            "t.yaml:2: x.y: cannot read 'tag:yaml.org,2002:int' value: invalid "
+            "literal for int() with base 10: 'abc'; expected a valid value for "
+            "the tag",
+        ),
+        (
+            "a: &x [*x]\n",
+            "t.yaml:1: syntax: found unconstructable recursive node (column 4); "
+            "expected valid YAML",
+        ),
+        (
+            "{[1]: 2}\n",
+            "t.yaml:1: top level: a mapping key must be a plain value; expected a name as the key",
+        ),
+        (
+            "a: !foo 1\n",
+            "t.yaml:1: syntax: could not determine a constructor for the tag '!foo' "
+            "(column 4); expected valid YAML",
+        ),
+        (
+            "a: 1\nb: \x01\n",
+            "t.yaml:2: syntax: character '\\x01' is not allowed in YAML; expected valid YAML",
+        ),
+        (
+            "- a\n---\n- b\n",
+            "t.yaml:2: syntax: expected a single document in the stream, but found "
+            "another document (column 1); expected valid YAML",
+        ),
+        (
+            "[" * 3000,
+            "t.yaml:1: syntax: nesting is too deep; expected at most 100 levels of nested "
+            "lists and mappings",
+        ),
+        (
+            "a:\n" + "".join(f"{'  ' * i}- \n" for i in range(101)),
+            "t.yaml:101: syntax: nesting is too deep; expected at most 100 levels of nested lists and "
+            "mappings",
+        ),
+    ],
+    ids=lambda v: v[:20] if isinstance(v, str) else None,
+)
 def test_errors_are_one_line_with_the_line(text, message):
     assert err(text) == message
 
@@ -100,4 +136,3 @@ def test_custom_error_class():
 
     with pytest.raises(MyError, match=r"^c\.yaml:1: "):
         load_yaml("a: [", "c.yaml", error=MyError)
-

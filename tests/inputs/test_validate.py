@@ -35,8 +35,10 @@ def test_check_keys_names_the_key_and_suggests():
     d = load_yaml("x: 1\nshpe: 2\n")
     with pytest.raises(TraceError) as info:
         check_keys(d, Loc("t.yaml", 1, "tensors.a"), ["x", "shape", "dtype"])
-    assert str(info.value) == ("t.yaml:2: tensors.a.shpe: unknown key 'shpe' (did you mean "
-                               "'shape'?); expected one of x, shape, dtype")
+    assert str(info.value) == (
+        "t.yaml:2: tensors.a.shpe: unknown key 'shpe' (did you mean "
+        "'shape'?); expected one of x, shape, dtype"
+    )
 
 
 def test_small_helpers():
@@ -61,5 +63,3 @@ def test_small_helpers():
     with pytest.raises(TraceError, match="tensor name '1x' is not an identifier"):
         want_name("1x", loc, "tensor", ident=True)
     assert want_name("done-1", loc, "event") == "done-1"
-
-

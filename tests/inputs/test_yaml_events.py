@@ -29,11 +29,15 @@ def err(text: str, source: str = "t.yaml") -> str:
     assert "\n" not in msg
     return msg
 
+
 def positioned(value):
     """`value` with every line made explicit, for comparing two loads exactly."""
     if isinstance(value, PosDict):
-        return ("map", value.line, [(k, type(k).__name__, value.line_of(k), positioned(v))
-                                    for k, v in value.items()])
+        return (
+            "map",
+            value.line,
+            [(k, type(k).__name__, value.line_of(k), positioned(v)) for k, v in value.items()],
+        )
     if isinstance(value, PosList):
         return ("seq", value.line, list(value.item_lines), [positioned(v) for v in value])
     return (type(value).__name__, repr(value))
@@ -98,8 +102,9 @@ def test_fast_path_equals_the_reference(text):
     want = reference(text)
     got = fast(text)
     assert got is None or got == want
-    assert (positioned(load_yaml(text, "t.yaml")) if not isinstance(want, str)
-            else err(text)) == want
+    assert (
+        positioned(load_yaml(text, "t.yaml")) if not isinstance(want, str) else err(text)
+    ) == want
 
 
 def test_fast_path_covers_the_common_subset():
@@ -116,22 +121,54 @@ def test_deep_nesting_does_not_crash_libyaml():
     assert nested == []
 
 
-
 KEYS = st.sampled_from(["a", "b", "op", "on", "1", "<<", "x y", "-", "?", ""]) | st.integers(-2, 2)
-LEAVES = (st.none() | st.booleans() | st.integers() | st.floats()
-          | st.sampled_from(["x", "1:30", "0x1F", "1e3", ".5", "~", "yes", "=", "2020-01-01", "*a",
-                             "&a", "! x", "!!str 1", "|", "- x", "a: b", "[", "#", "'", '"'])
-          | st.text(max_size=6))
-TREES = st.recursive(LEAVES, lambda inner: st.lists(inner, max_size=3)
-                     | st.dictionaries(KEYS, inner, max_size=3), max_leaves=12)
+LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.sampled_from(
+        [
+            "x",
+            "1:30",
+            "0x1F",
+            "1e3",
+            ".5",
+            "~",
+            "yes",
+            "=",
+            "2020-01-01",
+            "*a",
+            "&a",
+            "! x",
+            "!!str 1",
+            "|",
+            "- x",
+            "a: b",
+            "[",
+            "#",
+            "'",
+            '"',
+        ]
+    )
+    | st.text(max_size=6)
+)
+TREES = st.recursive(
+    LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
+    max_leaves=12,
+)
 
 
 @st.composite
 def yaml_texts(draw):
     """Dumped trees in either style, then maybe one line damaged or an anchor/alias added."""
-    text = yaml.safe_dump(draw(TREES), default_flow_style=draw(st.sampled_from([None, False,
-                                                                                   True])),
-                          allow_unicode=True, width=draw(st.sampled_from([20, 80])))
+    text = yaml.safe_dump(
+        draw(TREES),
+        default_flow_style=draw(st.sampled_from([None, False, True])),
+        allow_unicode=True,
+        width=draw(st.sampled_from([20, 80])),
+    )
     lines = text.splitlines()
     i = draw(st.integers(0, len(lines) - 1))
     edit = draw(st.sampled_from(["none", "cut", "dup", "insert", "indent", "anchor"]))

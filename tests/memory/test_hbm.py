@@ -86,10 +86,13 @@ def test_oom_message_has_the_figures(cfg):
     assert (free, largest) == (cfg.hbm.stacks * 3 * 2**30, 3 * 2**30)
     with pytest.raises(SimError) as e:
         hbm.allocate(4 * 2**30, "w_up")
-    assert str(e.value) == (f"cannot allocate w_up: {fmt_bytes(4 * 2**30)} requested, "
-                            f"{fmt_bytes(free)} free, largest free block {fmt_bytes(largest)}")
-    assert str(e.value) == ("cannot allocate w_up: 4 GiB requested, 12 GiB free, "
-                            "largest free block 3 GiB")  # the trn2 figures, spelled out
+    assert str(e.value) == (
+        f"cannot allocate w_up: {fmt_bytes(4 * 2**30)} requested, "
+        f"{fmt_bytes(free)} free, largest free block {fmt_bytes(largest)}"
+    )
+    assert str(e.value) == (
+        "cannot allocate w_up: 4 GiB requested, 12 GiB free, largest free block 3 GiB"
+    )  # the trn2 figures, spelled out
 
 
 def _llama70b_tensors():
@@ -98,9 +101,17 @@ def _llama70b_tensors():
     h, f, kv, vocab, b = 8192, 28672, 8 * 128, 128256, 2
     out = [("embed", vocab * h * b)]
     for i in range(80):
-        out += [(f"l{i}.wq", h * h * b), (f"l{i}.wk", h * kv * b), (f"l{i}.wv", h * kv * b),
-                (f"l{i}.wo", h * h * b), (f"l{i}.w_gate", h * f * b), (f"l{i}.w_up", h * f * b),
-                (f"l{i}.w_down", f * h * b), (f"l{i}.norm1", h * b), (f"l{i}.norm2", h * b)]
+        out += [
+            (f"l{i}.wq", h * h * b),
+            (f"l{i}.wk", h * kv * b),
+            (f"l{i}.wv", h * kv * b),
+            (f"l{i}.wo", h * h * b),
+            (f"l{i}.w_gate", h * f * b),
+            (f"l{i}.w_up", h * f * b),
+            (f"l{i}.w_down", f * h * b),
+            (f"l{i}.norm1", h * b),
+            (f"l{i}.norm2", h * b),
+        ]
     return out + [("lm_head", vocab * h * b)]
 
 
@@ -133,8 +144,10 @@ def test_timing_mode_70b_bf16_does_not_fit_one_chip(cfg):
         for name, nbytes in tensors:
             free, largest = hbm.free_bytes, hbm.largest_free_block
             hbm.allocate(nbytes, name)
-    assert str(e.value) == (f"cannot allocate {name}: {fmt_bytes(nbytes)} requested, "
-                            f"{fmt_bytes(free)} free, largest free block {fmt_bytes(largest)}")
+    assert str(e.value) == (
+        f"cannot allocate {name}: {fmt_bytes(nbytes)} requested, "
+        f"{fmt_bytes(free)} free, largest free block {fmt_bytes(largest)}"
+    )
     assert nbytes > largest
     assert hbm.used <= cfg.hbm.stacks * cfg.hbm.stack_capacity
 

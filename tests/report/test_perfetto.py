@@ -24,23 +24,42 @@ def meta(trace, name):
 
 def test_processes_and_threads():
     t = chrome_trace(recorder(), "trn2")
-    assert meta(t, "process_name") == [(0, 0, {"name": "trn2 core0"}),
-                                       (1, 0, {"name": "trn2 core1"})]
+    assert meta(t, "process_name") == [
+        (0, 0, {"name": "trn2 core0"}),
+        (1, 0, {"name": "trn2 core1"}),
+    ]
     assert meta(t, "thread_name") == [
-        (0, 0, {"name": "tensor"}), (0, 99, {"name": "host copies"}),
-        (0, 102, {"name": "dma q2"}), (0, 110, {"name": "dma q10"}), (1, 1, {"name": "vector"})]
-    assert [(p, tid) for p, tid, a in meta(t, "thread_sort_index")
-            if a == {"sort_index": tid}] == [(0, 0), (0, 99), (0, 102), (0, 110), (1, 1)]
+        (0, 0, {"name": "tensor"}),
+        (0, 99, {"name": "host copies"}),
+        (0, 102, {"name": "dma q2"}),
+        (0, 110, {"name": "dma q10"}),
+        (1, 1, {"name": "vector"}),
+    ]
+    assert [(p, tid) for p, tid, a in meta(t, "thread_sort_index") if a == {"sort_index": tid}] == [
+        (0, 0),
+        (0, 99),
+        (0, 102),
+        (0, 110),
+        (1, 1),
+    ]
 
 
 def test_one_complete_event_per_span_in_timeline_order():
     xs = [e for e in chrome_trace(recorder())["traceEvents"] if e["ph"] == "X"]
     assert [(e["pid"], e["tid"], e["name"], e["ts"], e["dur"]) for e in xs] == [
-        (0, 102, "dma_copy", 0.0, 0.0015), (0, 0, "matmul", 0.0, 0.0025),
-        (1, 1, "tensor_copy", 0.001, 0.001), (0, 110, "dma_copy", 0.003, 0.002),
-        (0, 99, "copy", 0.006, 0.003)]
+        (0, 102, "dma_copy", 0.0, 0.0015),
+        (0, 0, "matmul", 0.0, 0.0025),
+        (1, 1, "tensor_copy", 0.001, 0.001),
+        (0, 110, "dma_copy", 0.003, 0.002),
+        (0, 99, "copy", 0.006, 0.003),
+    ]
     assert xs[1]["cat"] == "k" and xs[1]["args"] == {
-        "kernel": "k", "index": 1, "dtype": "bfloat16", "bytes": 0, "flops": 500}
+        "kernel": "k",
+        "index": 1,
+        "dtype": "bfloat16",
+        "bytes": 0,
+        "flops": 500,
+    }
 
 
 def test_hbm_counters():
@@ -52,17 +71,31 @@ def test_hbm_counters():
     assert hbm == [
         {"ph": "M", "name": "process_name", "pid": HBM_PID, "tid": 0, "args": {"name": "HBM"}},
         {"ph": "C", "name": "stack1 GB/s", "pid": HBM_PID, "ts": 0.0, "args": {"GB/s": 2.0}},
-        {"ph": "C", "name": "stack1 GB/s", "pid": HBM_PID, "ts": 0.0015, "args": {"GB/s": 0.0}}]
+        {"ph": "C", "name": "stack1 GB/s", "pid": HBM_PID, "ts": 0.0015, "args": {"GB/s": 0.0}},
+    ]
 
 
 def test_profile_rows(tmp_path):
     rec = recorder()
-    assert rows(rec)[:2] == [(0, "q2", "k", 0, "dma_copy", "bfloat16", 0.0, 1.5, 1.5, 64, 0),
-                             (0, "tensor", "k", 1, "matmul", "bfloat16", 0.0, 2.5, 2.5, 0, 500)]
+    assert rows(rec)[:2] == [
+        (0, "q2", "k", 0, "dma_copy", "bfloat16", 0.0, 1.5, 1.5, 64, 0),
+        (0, "tensor", "k", 1, "matmul", "bfloat16", 0.0, 2.5, 2.5, 0, 500),
+    ]
     path = tmp_path / "p.csv"
     write_profile(rec, path)
     with path.open() as fh:
         table = list(csv.reader(fh))
     assert table[0] == list(COLUMNS)
-    assert table[-1] == ["0", "host", "copy h->x", "0", "copy", "float32", "6.0", "9.0", "3.0",
-                         "128", "0"]
+    assert table[-1] == [
+        "0",
+        "host",
+        "copy h->x",
+        "0",
+        "copy",
+        "float32",
+        "6.0",
+        "9.0",
+        "3.0",
+        "128",
+        "0",
+    ]

@@ -11,11 +11,20 @@ from trnsim.report.recorder import MEMORIES, HbmSample, Recorder, Span
 
 
 def test_span_is_a_typed_record():
-    assert Span._fields == ("core", "track", "op", "start_ps", "end_ps", "bytes", "flops",
-                            "index", "kernel", "dtype")
+    assert Span._fields == (
+        "core",
+        "track",
+        "op",
+        "start_ps",
+        "end_ps",
+        "bytes",
+        "flops",
+        "index",
+        "kernel",
+        "dtype",
+    )
     s = Span(1, "q3", "dma_copy", 100, 350, 4096, 0, 7, "k", "bfloat16")
-    assert (s.core, s.track, s.start_ps, s.end_ps, s.bytes, s.index) == (1, "q3", 100, 350,
-                                                                         4096, 7)
+    assert (s.core, s.track, s.start_ps, s.end_ps, s.bytes, s.index) == (1, "q3", 100, 350, 4096, 7)
     assert s.duration_ps == 250
 
 
@@ -57,8 +66,12 @@ def test_hbm_sample_at_the_same_instant_replaces_the_stacks_last():
     rec.hbm_sample(20, 0, 0.0)
     rec.hbm_sample(20, 1, 5e9)
     rec.hbm_sample(20, 1, 4e9)
-    assert rec.hbm_samples == [HbmSample(10, 0, 3e9), HbmSample(10, 1, 2e9),
-                               HbmSample(20, 0, 0.0), HbmSample(20, 1, 4e9)]
+    assert rec.hbm_samples == [
+        HbmSample(10, 0, 3e9),
+        HbmSample(10, 1, 2e9),
+        HbmSample(20, 0, 0.0),
+        HbmSample(20, 1, 4e9),
+    ]
     assert rec.hbm_samples[1].bytes_per_s == 2e9 and rec.hbm_samples[2].ps == 20
 
 
@@ -81,8 +94,17 @@ def test_peaks_are_high_water_marks():
         rec.peak("dram", 1)
 
 
-FIELDS = {"hbm_samples", "hbm_bytes_read", "hbm_bytes_written", "events", "peaks", "add_span",
-          "_spans", "_sorted", "_last_sample"}
+FIELDS = {
+    "hbm_samples",
+    "hbm_bytes_read",
+    "hbm_bytes_written",
+    "events",
+    "peaks",
+    "add_span",
+    "_spans",
+    "_sorted",
+    "_last_sample",
+}
 
 
 def _writes(tree: ast.AST):
@@ -103,7 +125,11 @@ def _writes(tree: ast.AST):
 def test_only_the_recorder_writes_its_fields():
     assert set(MEMORIES) == set(Recorder().peaks)
     root = Path(trnsim.__file__).parent
-    bad = [f"{path.relative_to(root)}:{line} writes .{attr}"
-           for path in sorted(root.rglob("*.py")) if path.parent.name != "report"
-           for attr, line in _writes(ast.parse(path.read_text())) if attr in FIELDS]
+    bad = [
+        f"{path.relative_to(root)}:{line} writes .{attr}"
+        for path in sorted(root.rglob("*.py"))
+        if path.parent.name != "report"
+        for attr, line in _writes(ast.parse(path.read_text()))
+        if attr in FIELDS
+    ]
     assert bad == []

@@ -16,16 +16,18 @@ def recorder() -> Recorder:
     """Core 0: two matmuls (0-100, 100-300 ps), a copy on VectorE (50-150), DMA on queues 0, 2
     and 10, a host copy (700-1000); core 1: one transfer on queue 2. Device time 0-1000 ps."""
     rec = Recorder()
-    for s in (Span(0, "tensor", "matmul", 0, 100, 0, 1000, 0, "k", "bfloat16"),
-              Span(0, "tensor", "matmul", 100, 300, 0, 3000, 1, "k", "bfloat16"),
-              Span(0, "vector", "tensor_copy", 50, 150, 0, 0, 2, "k", "float32"),
-              dma(0, 0, 100, 500, 3000, 4),  # overlaps the next: together 0-500
-              dma(0, 0, 0, 400, 1000, 3),
-              dma(0, 0, 600, 700, 24, 5),  # after a gap: + 100
-              dma(0, 10, 200, 300, 64, 6),
-              dma(0, 2, 250, 260, 8, 7),
-              dma(0, 2, 252, 255, 8, 8),  # inside the one before: adds no busy time
-              dma(1, 2, 0, 50, 10)):
+    for s in (
+        Span(0, "tensor", "matmul", 0, 100, 0, 1000, 0, "k", "bfloat16"),
+        Span(0, "tensor", "matmul", 100, 300, 0, 3000, 1, "k", "bfloat16"),
+        Span(0, "vector", "tensor_copy", 50, 150, 0, 0, 2, "k", "float32"),
+        dma(0, 0, 100, 500, 3000, 4),  # overlaps the next: together 0-500
+        dma(0, 0, 0, 400, 1000, 3),
+        dma(0, 0, 600, 700, 24, 5),  # after a gap: + 100
+        dma(0, 10, 200, 300, 64, 6),
+        dma(0, 2, 250, 260, 8, 7),
+        dma(0, 2, 252, 255, 8, 8),  # inside the one before: adds no busy time
+        dma(1, 2, 0, 50, 10),
+    ):
         rec.add_span(s)
     rec.span(0, "host", "copy", 700, 1000, 2048, kernel="copy x->y", dtype="float32")
     rec.hbm_traffic(read=5000, written=3000)
@@ -37,10 +39,12 @@ def recorder() -> Recorder:
     return rec
 
 
-QUEUES = {(0, 0): QueueStats(busy_ps=600, bytes=4024, transfers=3),
-          (0, 2): QueueStats(busy_ps=10, bytes=16, transfers=2),
-          (0, 10): QueueStats(busy_ps=100, bytes=64, transfers=1),
-          (1, 2): QueueStats(busy_ps=50, bytes=10, transfers=1)}
+QUEUES = {
+    (0, 0): QueueStats(busy_ps=600, bytes=4024, transfers=3),
+    (0, 2): QueueStats(busy_ps=10, bytes=16, transfers=2),
+    (0, 10): QueueStats(busy_ps=100, bytes=64, transfers=1),
+    (1, 2): QueueStats(busy_ps=50, bytes=10, transfers=1),
+}
 
 
 def test_dma_queue_stats_from_spans():
@@ -58,8 +62,15 @@ def test_no_dma_spans_no_queues():
 
 @pytest.fixture(scope="module")
 def summary():
-    return summarize(recorder(), load_chip("trn2"), 2_000_000, trace="t", mode="timing",
-                     timing=[("a", "b"), ("a", "never")], top=3)
+    return summarize(
+        recorder(),
+        load_chip("trn2"),
+        2_000_000,
+        trace="t",
+        mode="timing",
+        timing=[("a", "b"), ("a", "never")],
+        top=3,
+    )
 
 
 def test_times_and_engines(summary):
@@ -68,36 +79,49 @@ def test_times_and_engines(summary):
     assert summary["engines"] == {  # core 1 ran no engine instruction: not listed
         "core0.tensor": {"busy_ns": 0.3, "utilization": 0.3, "instructions": 2},
         "core0.vector": {"busy_ns": 0.1, "utilization": 0.1, "instructions": 1},
-        "core0.scalar": idle, "core0.gpsimd": idle}
+        "core0.scalar": idle,
+        "core0.gpsimd": idle,
+    }
 
 
 def test_dma_queues(summary):
     assert list(summary["dma"]) == ["core0.q0", "core0.q2", "core0.q10", "core1.q2"]
-    assert summary["dma"]["core0.q0"] == {"busy_ns": 0.6, "bytes": 4024, "transfers": 3,
-                                          "bandwidth_bytes_per_s": 4024 / 600e-12}
+    assert summary["dma"]["core0.q0"] == {
+        "busy_ns": 0.6,
+        "bytes": 4024,
+        "transfers": 3,
+        "bandwidth_bytes_per_s": 4024 / 600e-12,
+    }
     assert summary["dma"]["core0.q2"]["busy_ns"] == 0.01
 
 
 def test_hbm_flops_memory_timings(summary):
     cfg = load_chip("trn2")
-    assert summary["hbm"] == {"bytes_read": 5000, "bytes_written": 3000,
-                              "bandwidth_bytes_per_s": 8000 / 1e-9}
+    assert summary["hbm"] == {
+        "bytes_read": 5000,
+        "bytes_written": 3000,
+        "bandwidth_bytes_per_s": 8000 / 1e-9,
+    }
     assert (summary["flops"], summary["flops_by_dtype"]) == (4000, {"bfloat16": 4000})
     assert summary["flops_per_s"] == 4000 / 1e-9
     # one core ran matmuls for the 1 ns of device time
     assert summary["peak_fraction"] == pytest.approx(
-        4000 / peak_flops_per_core(cfg, "bfloat16") / 1e-9, rel=1e-12)
-    assert summary["memory"] == {"sbuf_peak_bytes": 4096, "psum_peak_bytes": 2048,
-                                 "hbm_peak_bytes": 8192}
+        4000 / peak_flops_per_core(cfg, "bfloat16") / 1e-9, rel=1e-12
+    )
+    assert summary["memory"] == {
+        "sbuf_peak_bytes": 4096,
+        "psum_peak_bytes": 2048,
+        "hbm_peak_bytes": 8192,
+    }
     assert summary["timings"] == {"a->b": {"ns": 0.25}}
 
 
 def test_top_instructions_by_total_time(summary):
     assert summary["top_instructions"] == [
         {"kernel": "k", "op": "dma_copy", "track": "core0.q0", "count": 3, "total_ns": 0.9},
-        {"kernel": "copy x->y", "op": "copy", "track": "core0.host", "count": 1,
-         "total_ns": 0.3},
-        {"kernel": "k", "op": "matmul", "track": "core0.tensor", "count": 2, "total_ns": 0.3}]
+        {"kernel": "copy x->y", "op": "copy", "track": "core0.host", "count": 1, "total_ns": 0.3},
+        {"kernel": "k", "op": "matmul", "track": "core0.tensor", "count": 2, "total_ns": 0.3},
+    ]
 
 
 def test_table_lists_queues_in_order(summary):

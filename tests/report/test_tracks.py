@@ -34,25 +34,48 @@ def test_dma_tracks():
 
 def test_ids_are_perfetto_thread_ids():
     assert {t: track_id(t) for t in (*ENGINE_TRACKS, HOST, "q0", "q2", "q10")} == {
-        "tensor": 0, "vector": 1, "scalar": 2, "gpsimd": 3, "host": 99, "q0": 100, "q2": 102,
-        "q10": 110}
+        "tensor": 0,
+        "vector": 1,
+        "scalar": 2,
+        "gpsimd": 3,
+        "host": 99,
+        "q0": 100,
+        "q2": 102,
+        "q10": 110,
+    }
 
 
 def test_order_is_engines_host_then_queues_by_number():
     tracks = ["q10", "host", "q2", "gpsimd", "tensor", "scalar", "q0", "vector"]
     assert sorted(tracks, key=track_id) == [
-        "tensor", "vector", "scalar", "gpsimd", "host", "q0", "q2", "q10"]
+        "tensor",
+        "vector",
+        "scalar",
+        "gpsimd",
+        "host",
+        "q0",
+        "q2",
+        "q10",
+    ]
 
 
 def test_display_names():
     assert [display_name(t) for t in ("tensor", "gpsimd", "q3", HOST)] == [
-        "tensor", "gpsimd", "dma q3", "host copies"]
+        "tensor",
+        "gpsimd",
+        "dma q3",
+        "host copies",
+    ]
 
 
 def test_deadlock_report_lists_queues_in_track_order():
     sems = SimpleNamespace(names=["a", "b", "c", "d"], values=[0, 1, 2, 3])
-    launch = SimpleNamespace(core=1, kernel="k", sems=sems, blocked={
-        "q10": (0, 1), "q2": (1, 2), "vector": (2, 3), "tensor": (3, 4), "q3": None})
+    launch = SimpleNamespace(
+        core=1,
+        kernel="k",
+        sems=sems,
+        blocked={"q10": (0, 1), "q2": (1, 2), "vector": (2, 3), "tensor": (3, 4), "q3": None},
+    )
     msg = str(deadlock_error([launch]))
     order = [msg.index(f"core1.{t} ") for t in ("tensor", "vector", "q2", "q10")]
     assert order == sorted(order)

@@ -43,11 +43,16 @@ def test_event_elapsed_time_is_the_simulated_gap():
     assert start.elapsed_time(end) == pytest.approx((LAUNCH + kernel_ps) / 1e9)
 
 
-@pytest.mark.xfail(strict=True, raises=DeadlockError, reason=(
-    "bug: Event.query and Stream.query run Device.run() with no target, which raises "
-    "DeadlockError while another stream waits for an event the host has not recorded yet; "
-    "the queried work is complete (Event.synchronize returns) and the host may record the "
-    "event later"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=DeadlockError,
+    reason=(
+        "bug: Event.query and Stream.query run Device.run() with no target, which raises "
+        "DeadlockError while another stream waits for an event the host has not recorded yet; "
+        "the queried work is complete (Event.synchronize returns) and the host may record the "
+        "event later"
+    ),
+)
 def test_query_does_not_fail_on_a_stream_waiting_for_a_later_record():
     dev = Device(TRN2)
     a, b = dev.stream(0, "a"), dev.stream(1, "b")

@@ -22,8 +22,13 @@ STREAM = str(ROOT / "traces" / "weight_stream.yaml")
 @pytest.fixture(scope="module")
 def sweep_csv(tmp_path_factory):
     out = tmp_path_factory.mktemp("plot") / "t.csv"
-    run_sweep([STREAM], ["trn1", "trn2"], ["hbm.bandwidth=2TB/s,0.5TB/s,1TB/s,8XB/s",
-                                           "param.tiles=2,4"], mode="timing", out=out)
+    run_sweep(
+        [STREAM],
+        ["trn1", "trn2"],
+        ["hbm.bandwidth=2TB/s,0.5TB/s,1TB/s,8XB/s", "param.tiles=2,4"],
+        mode="timing",
+        out=out,
+    )
     return out
 
 
@@ -37,12 +42,19 @@ def test_a_line_per_hue_and_per_other_varying_key(sweep_csv):
     fig = figure(sweep_csv, "hbm.bandwidth", "device_time_ns", hue="chip")
     got = lines(fig)
     # chip is the hue; param.tiles varies too, so it splits the lines; 8XB/s failed: left out
-    assert sorted(got) == ["chip=trn1, param.tiles=2", "chip=trn1, param.tiles=4",
-                           "chip=trn2, param.tiles=2", "chip=trn2, param.tiles=4"]
+    assert sorted(got) == [
+        "chip=trn1, param.tiles=2",
+        "chip=trn1, param.tiles=4",
+        "chip=trn2, param.tiles=2",
+        "chip=trn2, param.tiles=4",
+    ]
     xs, ys = got["chip=trn2, param.tiles=4"]
     assert xs == [0.5e12, 1e12, 2e12]  # placed by size, in order
-    want = {r["hbm.bandwidth"]: r["device_time_ns"] for r in rows
-            if (r["chip"], r["param.tiles"]) == ("trn2", "4") and not r["error"]}
+    want = {
+        r["hbm.bandwidth"]: r["device_time_ns"]
+        for r in rows
+        if (r["chip"], r["param.tiles"]) == ("trn2", "4") and not r["error"]
+    }
     assert ys == [want["0.5TB/s"], want["1TB/s"], want["2TB/s"]]
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0.5TB/s", "1TB/s", "2TB/s"]
@@ -54,15 +66,19 @@ def test_one_varying_key_labels_lines_by_value(tmp_path):
     out = tmp_path / "t.csv"
     run_sweep([STREAM], ["trn1", "trn2"], ["param.tiles=2,4"], mode="timing", out=out)
     fig = figure(out, "param.tiles", "flops")
-    assert lines(fig) == {"trn1": ([2, 4], [2 * 8 * 512 * 512 * t for t in (2, 4)]),
-                          "trn2": ([2, 4], [2 * 8 * 512 * 512 * t for t in (2, 4)])}
+    assert lines(fig) == {
+        "trn1": ([2, 4], [2 * 8 * 512 * 512 * t for t in (2, 4)]),
+        "trn2": ([2, 4], [2 * 8 * 512 * 512 * t for t in (2, 4)]),
+    }
     target = plot(out, "param.tiles", "flops", out=tmp_path / "f.svg", title="flops")
     assert target.read_text().count("<svg") == 1
 
 
 def test_positions():
-    assert _positions(["2TB/s", "500GB/s"]) == ({"2TB/s": 2e12, "500GB/s": 5e11},
-                                                {2e12: "2TB/s", 5e11: "500GB/s"})
+    assert _positions(["2TB/s", "500GB/s"]) == (
+        {"2TB/s": 2e12, "500GB/s": 5e11},
+        {2e12: "2TB/s", 5e11: "500GB/s"},
+    )
     assert _positions(["448KiB", "224KiB"])[0] == {"448KiB": 458752, "224KiB": 229376}
     assert _positions([3, 1.5]) == ({3: 3, 1.5: 1.5}, None)
     assert _positions(["b", "a", "b"]) == ({"b": 0.0, "a": 1.0}, {0.0: "b", 1.0: "a"})
@@ -75,8 +91,9 @@ def test_plot_errors(sweep_csv, tmp_path):
         figure(sweep_csv, "hbm.bandwidth", "flops", hue="chipp")
     failed = tmp_path / "failed.csv"
     run_sweep([STREAM], ["trn2"], ["hbm.bandwidth=8XB/s"], mode="timing", out=failed)
-    with pytest.raises(TrnsimError, match="no row has a value of flops and hbm.bandwidth without "
-                                          "an error"):
+    with pytest.raises(
+        TrnsimError, match="no row has a value of flops and hbm.bandwidth without an error"
+    ):
         figure(failed, "hbm.bandwidth", "flops")
     with pytest.raises(TrnsimError, match="cannot read the table"):
         figure(tmp_path / "missing.csv", "a", "b")
@@ -110,12 +127,15 @@ def test_the_readme_table_is_what_its_command_writes(tmp_path, monkeypatch):
     docs = list(csv.DictReader(open(ROOT / "docs" / "sweep_hbm.csv", encoding="utf-8")))
     skip = ("trnsim_version", "trace_hash")  # a release or a comment in the trace changes them
     assert [{k: v for k, v in r.items() if k not in skip} for r in docs] == [
-        {k: v for k, v in r.items() if k not in skip} for r in fresh]
+        {k: v for k, v in r.items() if k not in skip} for r in fresh
+    ]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for r in fresh:  # the excerpt's rows
         if r["hbm.bandwidth"] in ("0.5TB/s", "2TB/s"):
-            assert (f"| {r['chip']} | {r['hbm.bandwidth']} | {r['device_time_ns']} | "
-                    f"{r['hbm_bandwidth_bytes_per_s']} | {r['tensor_util_max']} | "
-                    f"{r['peak_fraction']} | |") in readme
+            assert (
+                f"| {r['chip']} | {r['hbm.bandwidth']} | {r['device_time_ns']} | "
+                f"{r['hbm_bandwidth_bytes_per_s']} | {r['tensor_util_max']} | "
+                f"{r['peak_fraction']} | |"
+            ) in readme
     assert readme_command("plot")[2] == "docs/sweep_hbm.csv"
     assert (ROOT / "docs" / "sweep_hbm.png").stat().st_size < 100_000

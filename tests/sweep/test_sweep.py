@@ -37,8 +37,12 @@ GOLDEN = ROOT / "tests" / "golden"
 
 # 2 traces x 2 chips x 3 SBUF sizes = 12 points: 8KiB fails while running (the tiles do not fit
 # in SBUF), 4XB before (not a size); the others complete
-SWEEP = dict(traces=[GEMM, STREAM], chips=["trn2", "trn3"],
-             grid=["core.sbuf.partition_bytes=224KiB,8KiB,4XB"], mode="timing")
+SWEEP = dict(
+    traces=[GEMM, STREAM],
+    chips=["trn2", "trn3"],
+    grid=["core.sbuf.partition_bytes=224KiB,8KiB,4XB"],
+    mode="timing",
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,20 +62,54 @@ def cluster(tmp_path_factory):
     home = tmp_path_factory.mktemp("cluster")
     info = home / "scheduler.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's trnsim, not an installed one
-    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
-                               "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(info)], cwd=home, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(info),
+            ],
+            cwd=home,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
         deadline = time.monotonic() + 60
         while not info.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(info),
-             "--nworkers", "2", "--nthreads", "1", "--no-dashboard", "--local-directory",
-             str(home)], cwd=home, env=env, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    "--scheduler-file",
+                    str(info),
+                    "--nworkers",
+                    "2",
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    "--local-directory",
+                    str(home),
+                ],
+                cwd=home,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         from distributed import Client
+
         address = json.loads(info.read_text())["address"]
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
@@ -92,8 +130,12 @@ def test_rows_come_in_grid_order_with_their_columns(serial):
     assert result.columns == table.columns(["core.sbuf.partition_bytes"])
     assert result.columns[:3] == ["trace", "chip", "core.sbuf.partition_bytes"]
     got = [(r["trace"], r["chip"], r["core.sbuf.partition_bytes"]) for r in result.rows]
-    assert got == [(t, c, v) for t in (GEMM, STREAM) for c in ("trn2", "trn3")
-                   for v in ("224KiB", "8KiB", "4XB")]
+    assert got == [
+        (t, c, v)
+        for t in (GEMM, STREAM)
+        for c in ("trn2", "trn3")
+        for v in ("224KiB", "8KiB", "4XB")
+    ]
     assert (result.points, result.ran, result.skipped, result.failed) == (12, 8, 0, 8)
     for r in result.rows:
         assert (r["mode"], r["set"], r["trnsim_version"]) == ("timing", "", __version__)
@@ -109,16 +151,19 @@ def test_a_row_holds_the_runs_figures(serial):
     assert row["total_time_ns"] == golden["total_time_ns"]
     assert row["flops"] == 2 * 128 * 512 * 2048
     assert row["peak_fraction"] == golden["peak_fraction"]
-    assert (row["hbm_bytes_read"], row["hbm_bytes_written"]) == (128 * 512 * 2 + 512 * 2048 * 2,
-                                                                 128 * 2048 * 2)
+    assert (row["hbm_bytes_read"], row["hbm_bytes_written"]) == (
+        128 * 512 * 2 + 512 * 2048 * 2,
+        128 * 2048 * 2,
+    )
     assert row["hbm_bandwidth_bytes_per_s"] == golden["hbm"]["bandwidth_bytes_per_s"]
     assert (row["dma_bytes"], row["dma_transfers"]) == (2752512, 24)
     util = golden["engines"]["core0.tensor"]["utilization"]
     assert row["tensor_util_mean"] == row["tensor_util_max"] == util
     assert row["vector_util_max"] == 0.0
     assert row["sbuf_peak_bytes"] == golden["memory"]["sbuf_peak_bytes"]
-    assert row["config_hash"] == config_hash(load_chip("trn2", ["core.sbuf.partition_bytes="
-                                                                "224KiB"]))
+    assert row["config_hash"] == config_hash(
+        load_chip("trn2", ["core.sbuf.partition_bytes=224KiB"])
+    )
     assert row["config_hash"] == config_hash(load_chip("trn2"))  # 224KiB is trn2's own
     assert row["trace_hash"] == TraceBundle.read(GEMM, [{}])[0].digest
     stream = result.rows[6]  # weight_stream, trn2, 224KiB, its default params
@@ -127,8 +172,9 @@ def test_a_row_holds_the_runs_figures(serial):
 
 def test_failed_points_carry_their_error_and_the_others_complete(serial):
     result, _ = serial
-    by = {(Path(r["trace"]).stem, r["chip"], r["core.sbuf.partition_bytes"]): r
-          for r in result.rows}
+    by = {
+        (Path(r["trace"]).stem, r["chip"], r["core.sbuf.partition_bytes"]): r for r in result.rows
+    }
     for trace in ("gemm_double_buffered", "weight_stream"):
         for chip in ("trn2", "trn3"):
             assert by[trace, chip, "224KiB"]["error"] is None
@@ -136,10 +182,12 @@ def test_failed_points_carry_their_error_and_the_others_complete(serial):
             small, bad = by[trace, chip, "8KiB"], by[trace, chip, "4XB"]
             assert "SBUF" in small["error"] and small["device_time_ns"] is None
             assert small["config_hash"] == config_hash(
-                load_chip(chip, ["core.sbuf.partition_bytes=8KiB"]))
+                load_chip(chip, ["core.sbuf.partition_bytes=8KiB"])
+            )
             assert bad["error"] == (
                 "--grid core.sbuf.partition_bytes=4XB: core.sbuf.partition_bytes: expected a "
-                "size like '224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '4XB'")
+                "size like '224KiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '4XB'"
+            )
             assert bad["config_hash"] == "" and bad["flops"] is None
             assert "\n" not in small["error"]
 
@@ -157,8 +205,7 @@ def test_engines_are_aggregated_by_kind_over_cores():
 
 
 def test_param_grid_sets_the_traces_params():
-    result = run_sweep([STREAM], ["trn2"], ["param.batch=4,16"], params=["tiles=2"],
-                       mode="timing")
+    result = run_sweep([STREAM], ["trn2"], ["param.batch=4,16"], params=["tiles=2"], mode="timing")
     assert [r["param.batch"] for r in result.rows] == ["4", "16"]
     assert [r["flops"] for r in result.rows] == [2 * b * 512 * 512 * 2 for b in (4, 16)]
     assert [r["set"] for r in result.rows] == ["param.tiles=2"] * 2
@@ -177,8 +224,7 @@ def test_default_chip_and_mode_come_from_the_trace():
 def test_an_unreadable_or_broken_trace_fails_its_points_only(tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("trnsim: 1\ntensors: [\n")
-    result = run_sweep([str(tmp_path / "missing.yaml"), str(broken), GEMM], ["trn2"],
-                       mode="timing")
+    result = run_sweep([str(tmp_path / "missing.yaml"), str(broken), GEMM], ["trn2"], mode="timing")
     missing, bad, good = result.rows
     assert missing["error"].startswith(f"{tmp_path / 'missing.yaml'}:1: trace: cannot read")
     assert bad["error"].startswith(f"{broken}:") and "syntax" in bad["error"]
@@ -199,8 +245,7 @@ def test_a_local_cluster_gives_the_same_table_bit_for_bit(serial, tmp_path):
 def test_a_scheduler_with_workers_gives_the_same_table_bit_for_bit(serial, cluster, tmp_path):
     out = tmp_path / "t.csv"
     seen = []
-    result = run_sweep(**SWEEP, out=out, scheduler=cluster,
-                       progress=lambda *a: seen.append(a))
+    result = run_sweep(**SWEEP, out=out, scheduler=cluster, progress=lambda *a: seen.append(a))
     assert out.read_bytes() == serial[1]
     assert result.rows == serial[0].rows
     # 4 points fail before running; the 8 others complete one by one, 4 of them with an error
@@ -225,7 +270,8 @@ def test_init_files_travel_with_the_trace(tmp_path, cluster):
         "  x: {memory: sbuf, shape: [128, 128], dtype: float32, init: {file: x.npy}}\n"
         "  w: {memory: sbuf, shape: [128, 512], dtype: float32, init: {file: ../data/w.npy}}\n"
         "  acc: {memory: psum, shape: [128, 512], dtype: float32}\n"
-        "instructions:\n  - {op: matmul, stationary: x, moving: w, dst: acc}\n")
+        "instructions:\n  - {op: matmul, stationary: x, moving: w, dst: acc}\n"
+    )
     bundle, _ = TraceBundle.read(str(trace), [{}])
     assert [name for name, _ in bundle.files] == ["../data/w.npy", "x.npy"]
     want = run_program(load(trace), load_chip("trn2"))
@@ -234,12 +280,14 @@ def test_init_files_travel_with_the_trace(tmp_path, cluster):
     (folder / "x.npy").unlink()
     try:  # here, from the bundle alone
         got = bundle.load({})
-        np.testing.assert_array_equal(run_program(got, load_chip("trn2")).tile("main", "acc"),
-                                      want.tile("main", "acc"))
+        np.testing.assert_array_equal(
+            run_program(got, load_chip("trn2")).tile("main", "acc"), want.tile("main", "acc")
+        )
         assert simulate(bundle, {}, load_chip("trn2"), None)["figures"] == want_figures
     finally:
         forget()
     from distributed import Client
+
     with Client(cluster) as client:  # on a worker
         res = client.submit(simulate, bundle, {}, load_chip("trn2"), None, pure=False).result()
     assert res == {"version": __version__, "figures": want_figures, "error": None}
@@ -249,9 +297,11 @@ def test_the_trace_hash_covers_text_and_init_files(tmp_path):
     (tmp_path / "x.npy").write_bytes(b"")
     np.save(tmp_path / "x.npy", np.zeros((128, 64), np.float32))
     trace = tmp_path / "t.yaml"
-    text = ("trnsim: 1\ntiles:\n  x: {memory: sbuf, shape: [128, 64], dtype: float32, "
-            "init: {file: x.npy}}\ninstructions:\n  - {op: activation, func: copy, src: x, "
-            "dst: x}\n")
+    text = (
+        "trnsim: 1\ntiles:\n  x: {memory: sbuf, shape: [128, 64], dtype: float32, "
+        "init: {file: x.npy}}\ninstructions:\n  - {op: activation, func: copy, src: x, "
+        "dst: x}\n"
+    )
     trace.write_text(text)
     first = TraceBundle.read(str(trace), [{}])[0].digest
     np.save(tmp_path / "x.npy", np.ones((128, 64), np.float32))
@@ -277,31 +327,52 @@ def test_resuming_runs_only_the_missing_and_failed_points(tmp_path, monkeypatch)
     monkeypatch.setattr(runner, "simulate", counting)
     out = tmp_path / "t.csv"
     grid = ["hbm.bandwidth=1TB/s,2TB/s"]
-    first = run_sweep([GEMM], ["trn2"], grid + ["core.sbuf.partition_bytes=224KiB,8KiB"],
-                      mode="timing", out=out)
+    first = run_sweep(
+        [GEMM], ["trn2"], grid + ["core.sbuf.partition_bytes=224KiB,8KiB"], mode="timing", out=out
+    )
     assert (first.ran, first.failed, len(calls)) == (4, 2, 4)
     calls.clear()
     # the same sweep with a third bandwidth: 2 new points and the 2 failed ones run
-    again = run_sweep([GEMM], ["trn2"], ["hbm.bandwidth=1TB/s,2TB/s,4TB/s",
-                                         "core.sbuf.partition_bytes=224KiB,8KiB"],
-                      mode="timing", out=out)
+    again = run_sweep(
+        [GEMM],
+        ["trn2"],
+        ["hbm.bandwidth=1TB/s,2TB/s,4TB/s", "core.sbuf.partition_bytes=224KiB,8KiB"],
+        mode="timing",
+        out=out,
+    )
     assert (again.points, again.ran, again.skipped, again.failed) == (6, 4, 2, 3)
     assert sorted(calls) == [1e12, 2e12, 4e12, 4e12]
     # ... and its table is the one a fresh sweep writes
     fresh = tmp_path / "fresh.csv"
-    run_sweep([GEMM], ["trn2"], ["hbm.bandwidth=1TB/s,2TB/s,4TB/s",
-                                 "core.sbuf.partition_bytes=224KiB,8KiB"],
-              mode="timing", out=fresh)
+    run_sweep(
+        [GEMM],
+        ["trn2"],
+        ["hbm.bandwidth=1TB/s,2TB/s,4TB/s", "core.sbuf.partition_bytes=224KiB,8KiB"],
+        mode="timing",
+        out=fresh,
+    )
     assert out.read_bytes() == fresh.read_bytes()
     calls.clear()
     # another --set, mode or trace content is another point
-    assert run_sweep([GEMM], ["trn2"], ["hbm.bandwidth=1TB/s,2TB/s,4TB/s",
-                                        "core.sbuf.partition_bytes=224KiB,8KiB"],
-                     sets=["core.dma.fixed_cost=1us"], mode="timing", out=out).ran == 6
+    assert (
+        run_sweep(
+            [GEMM],
+            ["trn2"],
+            ["hbm.bandwidth=1TB/s,2TB/s,4TB/s", "core.sbuf.partition_bytes=224KiB,8KiB"],
+            sets=["core.dma.fixed_cost=1us"],
+            mode="timing",
+            out=out,
+        ).ran
+        == 6
+    )
     assert len(out.read_text().splitlines()) == 1 + 12  # the other sweep's rows are kept
-    done = run_sweep([GEMM], ["trn2"], ["hbm.bandwidth=4TB/s",
-                                        "core.sbuf.partition_bytes=224KiB"], mode="timing",
-                     out=out)
+    done = run_sweep(
+        [GEMM],
+        ["trn2"],
+        ["hbm.bandwidth=4TB/s", "core.sbuf.partition_bytes=224KiB"],
+        mode="timing",
+        out=out,
+    )
     assert (done.ran, done.skipped) == (0, 1)
 
 
@@ -326,8 +397,7 @@ def test_an_interrupted_sweep_keeps_the_points_done(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "simulate", simulate)
     again = run_sweep([GEMM], ["trn2"], grid, mode="timing", out=out)
     assert (again.ran, again.skipped) == (2, 2)
-    assert [r["hbm.bandwidth"] for r in table.read(out)[1]] == ["1TB/s", "2TB/s", "3TB/s",
-                                                                 "4TB/s"]
+    assert [r["hbm.bandwidth"] for r in table.read(out)[1]] == ["1TB/s", "2TB/s", "3TB/s", "4TB/s"]
 
 
 def test_a_worker_with_another_trnsim_fails_its_points(monkeypatch):
@@ -335,8 +405,10 @@ def test_a_worker_with_another_trnsim_fails_its_points(monkeypatch):
 
     monkeypatch.setattr(runner, "simulate", lambda *task: {**simulate(*task), "version": "0.0"})
     row = run_sweep([GEMM], ["trn2"], mode="timing").rows[0]
-    assert row["error"] == (f"the worker runs trnsim 0.0, this sweep {__version__}; expected "
-                            "the same trnsim on every worker")
+    assert row["error"] == (
+        f"the worker runs trnsim 0.0, this sweep {__version__}; expected "
+        "the same trnsim on every worker"
+    )
     assert row["device_time_ns"] is None
 
 
@@ -353,9 +425,12 @@ def test_resuming_reads_a_table_cut_short(tmp_path):
 def test_resuming_needs_the_same_columns(tmp_path):
     out = tmp_path / "t.csv"
     run_sweep([GEMM], ["trn2"], ["hbm.bandwidth=1TB/s"], mode="timing", out=out)
-    with pytest.raises(TrnsimError, match=r"t.csv: the table's columns are not this sweep's "
-                                          r"\(it lacks param.batch; it has hbm.bandwidth\); "
-                                          r"expected a table of a sweep with the same --grid"):
+    with pytest.raises(
+        TrnsimError,
+        match=r"t.csv: the table's columns are not this sweep's "
+        r"\(it lacks param.batch; it has hbm.bandwidth\); "
+        r"expected a table of a sweep with the same --grid",
+    ):
         run_sweep([GEMM], ["trn2"], ["param.batch=1"], mode="timing", out=out)
     out.write_text("")
     with pytest.raises(TrnsimError, match="t.csv: the file is empty"):
@@ -373,8 +448,11 @@ def test_parquet_tables_hold_the_same_rows(tmp_path, serial):
 
 def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with pytest.raises(TrnsimError, match=r"t.parquet: a Parquet table needs pyarrow \(pip "
-                                          r"install 'trnsim\[parquet\]'\)"):
+    with pytest.raises(
+        TrnsimError,
+        match=r"t.parquet: a Parquet table needs pyarrow \(pip "
+        r"install 'trnsim\[parquet\]'\)",
+    ):
         run_sweep([GEMM], ["trn2"], mode="timing", out=tmp_path / "t.parquet")
 
 
@@ -383,26 +461,35 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_parse_grid():
     axes = parse_grid(["hbm.bandwidth=1TB/s, 2TB/s", "core.lnc_allowed=[1,2],[2]"])
-    assert [(a.key, a.values) for a in axes] == [("hbm.bandwidth", ("1TB/s", "2TB/s")),
-                                                  ("core.lnc_allowed", ("[1,2]", "[2]"))]
+    assert [(a.key, a.values) for a in axes] == [
+        ("hbm.bandwidth", ("1TB/s", "2TB/s")),
+        ("core.lnc_allowed", ("[1,2]", "[2]")),
+    ]
     assert parse_grid({"param.batch": [8, 64], "x.flag": [True]})[1].values == ("true",)
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(grid=["hbm.bandwidth"]), "--grid hbm.bandwidth: expected KEY=V1,V2,..."),
-    (dict(grid=["hbm.bandwidth=1TB/s,,2TB/s"]), "--grid hbm.bandwidth=1TB/s,,2TB/s: an empty "
-                                               "value"),
-    (dict(grid=["a=1", "a=2"]), "--grid a=2: key a is swept twice"),
-    (dict(grid=["a=1,1"]), "--grid a=1,1: a value is given twice"),
-    (dict(grid=["chip=trn1"]), "--grid chip=trn1: chip is a column of the table"),
-    (dict(grid=["hbm.bandwidth=1TB/s"], sets=["hbm.bandwidth=2TB/s"]),
-     "--grid hbm.bandwidth: also set with --set or --param"),
-    (dict(grid=["param.batch=1"], params=["batch=2"]), "--grid param.batch: also set"),
-    (dict(sets=["hbm.bandwidth"]), "--set hbm.bandwidth: expected KEY=VALUE"),
-    (dict(workers=0), "--workers 0: expected a number of processes >= 1"),
-    (dict(workers=2, scheduler="tcp://127.0.0.1:1"), "--workers 2 with --scheduler"),
-    (dict(mode="fast"), "--mode fast: expected functional or timing"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(grid=["hbm.bandwidth"]), "--grid hbm.bandwidth: expected KEY=V1,V2,..."),
+        (
+            dict(grid=["hbm.bandwidth=1TB/s,,2TB/s"]),
+            "--grid hbm.bandwidth=1TB/s,,2TB/s: an empty value",
+        ),
+        (dict(grid=["a=1", "a=2"]), "--grid a=2: key a is swept twice"),
+        (dict(grid=["a=1,1"]), "--grid a=1,1: a value is given twice"),
+        (dict(grid=["chip=trn1"]), "--grid chip=trn1: chip is a column of the table"),
+        (
+            dict(grid=["hbm.bandwidth=1TB/s"], sets=["hbm.bandwidth=2TB/s"]),
+            "--grid hbm.bandwidth: also set with --set or --param",
+        ),
+        (dict(grid=["param.batch=1"], params=["batch=2"]), "--grid param.batch: also set"),
+        (dict(sets=["hbm.bandwidth"]), "--set hbm.bandwidth: expected KEY=VALUE"),
+        (dict(workers=0), "--workers 0: expected a number of processes >= 1"),
+        (dict(workers=2, scheduler="tcp://127.0.0.1:1"), "--workers 2 with --scheduler"),
+        (dict(mode="fast"), "--mode fast: expected functional or timing"),
+    ],
+)
 def test_option_errors(kw, message):
     with pytest.raises(TrnsimError) as info:
         run_sweep([GEMM], **kw)
@@ -414,15 +501,21 @@ def test_no_scheduler_there_is_a_one_line_error(monkeypatch):
     import trnsim.sweep.runner as runner
 
     monkeypatch.setattr(runner, "CONNECT_TIMEOUT", "1s")
-    with pytest.raises(TrnsimError, match=r"^--scheduler tcp://127.0.0.1:9: cannot connect .*; "
-                                          r"expected the address of a running Dask scheduler"):
+    with pytest.raises(
+        TrnsimError,
+        match=r"^--scheduler tcp://127.0.0.1:9: cannot connect .*; "
+        r"expected the address of a running Dask scheduler",
+    ):
         run_sweep([GEMM], ["trn2"], mode="timing", scheduler="tcp://127.0.0.1:9")
 
 
 def test_without_dask_workers_are_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
-    with pytest.raises(TrnsimError, match=r"--workers 2 runs the sweep on Dask, which is not "
-                                          r"installed; expected pip install 'trnsim\[sweep\]'"):
+    with pytest.raises(
+        TrnsimError,
+        match=r"--workers 2 runs the sweep on Dask, which is not "
+        r"installed; expected pip install 'trnsim\[sweep\]'",
+    ):
         run_sweep([GEMM], ["trn2"], mode="timing", workers=2)
     assert run_sweep([GEMM], ["trn2"], mode="timing").rows[0]["error"] is None  # 1 needs none
 

@@ -27,10 +27,8 @@ def error(text: str, **kw) -> str:
     return msg
 
 
-
 def instructions(text: str, core: int = 0, kernel: str = "main") -> list:
     return parse(text).kernels[kernel].per_core[core].instructions
-
 
 
 T = "trnsim: 1\n"

@@ -16,7 +16,8 @@ from trnsim.trace import load, loads
 def test_init_file_relative_to_the_trace(tmp_path):
     np.save(tmp_path / "x.npy", np.arange(6, dtype=np.float64).reshape(2, 3))
     (tmp_path / "t.yaml").write_text(
-        "trnsim: 1\ntensors:\n  x: {shape: [2, 3], dtype: bfloat16, init: {file: x.npy}}\n")
+        "trnsim: 1\ntensors:\n  x: {shape: [2, 3], dtype: bfloat16, init: {file: x.npy}}\n"
+    )
     p = load(tmp_path / "t.yaml")
     assert p.tensors["x"].init == ("file", str(tmp_path / "x.npy"))
     assert p.name == "t" and p.source == str(tmp_path / "t.yaml")
@@ -27,13 +28,17 @@ def test_init_file_errors(tmp_path):
     (tmp_path / "bad.npy").write_text("not numpy")
     head = "trnsim: 1\ntensors:\n  x: {shape: [3, 2], dtype: float32, init: {file: %s}}\n"
     assert error(head % "x.npy", base_dir=tmp_path) == (
-        "t.yaml:3: tensors.x.init.file: the file holds shape [2, 3]; expected shape [3, 2]")
+        "t.yaml:3: tensors.x.init.file: the file holds shape [2, 3]; expected shape [3, 2]"
+    )
     assert error(head % "nope.npy", base_dir=tmp_path).startswith(
-        f"t.yaml:3: tensors.x.init.file: no file '{tmp_path / 'nope.npy'}'; expected a .npy")
+        f"t.yaml:3: tensors.x.init.file: no file '{tmp_path / 'nope.npy'}'; expected a .npy"
+    )
     assert error(head % "bad.npy", base_dir=tmp_path).startswith(
-        f"t.yaml:3: tensors.x.init.file: cannot read '{tmp_path / 'bad.npy'}' (")
+        f"t.yaml:3: tensors.x.init.file: cannot read '{tmp_path / 'bad.npy'}' ("
+    )
     assert error(head % "[1]", base_dir=tmp_path) == (
-        "t.yaml:3: tensors.x.init.file: got a list; expected a path to a .npy file")
+        "t.yaml:3: tensors.x.init.file: got a list; expected a path to a .npy file"
+    )
 
 
 def test_loads_makes_init_paths_absolute(tmp_path, monkeypatch):
@@ -42,7 +47,6 @@ def test_loads_makes_init_paths_absolute(tmp_path, monkeypatch):
     text = "trnsim: 1\ntensors:\n  x: {shape: [2, 3], dtype: float32, init: {file: x.npy}}\n"
     assert loads(text).tensors["x"].init == ("file", str(tmp_path / "x.npy"))
     assert loads(text, base_dir=".").tensors["x"].init == ("file", str(tmp_path / "x.npy"))
-
 
 
 SUB = """\

@@ -15,16 +15,22 @@ from trnsim.inputs.load import load_yaml
 from trnsim.runtime.session import check_program
 from trnsim.trace import document, load, loads
 
-EXAMPLE = (TOP.replace("  q:", "  xT: {shape: [8192, 4096], dtype: bfloat16}\n"
-                       "  host_y: {shape: [4096, 8192], dtype: bfloat16, on: host}\n  q:")
-           + MLP + GEMM + STREAMS)
+EXAMPLE = (
+    TOP.replace(
+        "  q:",
+        "  xT: {shape: [8192, 4096], dtype: bfloat16}\n"
+        "  host_y: {shape: [4096, 8192], dtype: bfloat16, on: host}\n  q:",
+    )
+    + MLP
+    + GEMM
+    + STREAMS
+)
 
 
 def without_lines(value):
     """`value` with every dataclass's `line` set to 0, recursively."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: without_lines(getattr(value, f.name))
-                   for f in dataclasses.fields(value)}
+        changes = {f.name: without_lines(getattr(value, f.name)) for f in dataclasses.fields(value)}
         if "line" in changes:
             changes["line"] = 0
         return dataclasses.replace(value, **changes)
@@ -44,8 +50,9 @@ def test_a_json_trace_is_its_yaml_twin_without_lines(tmp_path):
     (tmp_path / "t.json").write_text(as_json(EXAMPLE))
     from_yaml, from_json = load(tmp_path / "t.yaml"), load(tmp_path / "t.json")
     assert from_json.source == str(tmp_path / "t.json") and from_json.name == "gemm-bf16"
-    assert without_lines(from_json) == dataclasses.replace(without_lines(from_yaml),
-                                                          source=from_json.source)
+    assert without_lines(from_json) == dataclasses.replace(
+        without_lines(from_yaml), source=from_json.source
+    )
     ins = from_json.kernels["tile_gemm"].per_core[0].instructions
     assert [i.line for i in ins] == [0] * 5 and from_json.tensors["x"].line == 0
     assert from_yaml.kernels["tile_gemm"].per_core[0].instructions[0].line > 0
@@ -70,8 +77,15 @@ def yaml_error(text: str, source: str, monkeypatch) -> str:
     return str(info.value)
 
 
-ERRORS = [text for text, _ in (test_document.ERRORS + test_buffers.ERRORS
-                               + test_instructions.ERRORS + test_repeat.REPEAT_ERRORS)]
+ERRORS = [
+    text
+    for text, _ in (
+        test_document.ERRORS
+        + test_buffers.ERRORS
+        + test_instructions.ERRORS
+        + test_repeat.REPEAT_ERRORS
+    )
+]
 
 
 @pytest.mark.parametrize("text", ERRORS, ids=range(len(ERRORS)))
@@ -97,15 +111,22 @@ def test_an_error_inside_a_json_instruction_names_its_line():
     at = next(i + 1 for i, s in enumerate(text.splitlines()) if '"x_tt"' in s)
     assert str(info.value).startswith(
         f"t.json:{at}: kernels.tile_gemm.instructions[2].stationary: unknown tile or tensor "
-        "'x_tt' (did you mean 'x_t'?)")
+        "'x_tt' (did you mean 'x_t'?)"
+    )
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"trnsim": 1,\n "tensors": {]}', "t.json:2: syntax: Expecting property name enclosed in "
-                                      "double quotes (column 14); expected valid JSON"),
-    ("trnsim: 1\n", "t.json:1: syntax: Expecting value (column 1); expected valid JSON"),
-    ('{"trnsim": 1}\n,', "t.json:2: syntax: Extra data (column 1); expected valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '{"trnsim": 1,\n "tensors": {]}',
+            "t.json:2: syntax: Expecting property name enclosed in "
+            "double quotes (column 14); expected valid JSON",
+        ),
+        ("trnsim: 1\n", "t.json:1: syntax: Expecting value (column 1); expected valid JSON"),
+        ('{"trnsim": 1}\n,', "t.json:2: syntax: Extra data (column 1); expected valid JSON"),
+    ],
+)
 def test_json_syntax_errors_name_line_and_column(text, message):
     with pytest.raises(TraceError) as info:
         loads(text, "t.json")
@@ -120,12 +141,20 @@ def test_a_yaml_flow_mapping_is_still_yaml():
 
 
 def test_planning_errors_of_a_json_trace_name_kernel_and_instruction():
-    text = json.dumps({
-        "trnsim": 1, "tensors": {"x": {"shape": [128, 64], "dtype": "float32"}},
-        "tiles": {"t": {"memory": "sbuf", "shape": [128, 64], "dtype": "float32"}},
-        "instructions": [{"op": "memset", "dst": "t"},
-                         {"op": "dma_copy", "src": "x[0:128, 0:65]", "dst": "t"}]}, indent=1)
+    text = json.dumps(
+        {
+            "trnsim": 1,
+            "tensors": {"x": {"shape": [128, 64], "dtype": "float32"}},
+            "tiles": {"t": {"memory": "sbuf", "shape": [128, 64], "dtype": "float32"}},
+            "instructions": [
+                {"op": "memset", "dst": "t"},
+                {"op": "dma_copy", "src": "x[0:128, 0:65]", "dst": "t"},
+            ],
+        },
+        indent=1,
+    )
     with pytest.raises(SimError) as info:
         check_program(loads(text, "t.json"), load_chip("trn2"))
     assert str(info.value).startswith(
-        "t.json: kernel main, core 0: instruction 1 (dma_copy) src: slice 0:65 is out of bounds")
+        "t.json: kernel main, core 0: instruction 1 (dma_copy) src: slice 0:65 is out of bounds"
+    )

@@ -40,8 +40,10 @@ def test_dropping_any_wait_of_a_bundled_trace_is_a_race_naming_the_waiter(name):
         races = find_races(prog)
         label = f":{ins.line} kernel "
         assert races, (name, ins.index, w)
-        assert any(label in r.first + r.second and f"instruction {ins.index} " in
-                   r.first + r.second for r in races), (name, ins.index, w, races[0].message)
+        assert any(
+            label in r.first + r.second and f"instruction {ins.index} " in r.first + r.second
+            for r in races
+        ), (name, ins.index, w, races[0].message)
         n += 1
     assert n >= 1
 
@@ -49,8 +51,10 @@ def test_dropping_any_wait_of_a_bundled_trace_is_a_race_naming_the_waiter(name):
 def test_softmax_without_its_wait_names_both_instructions_and_the_tile():
     text = (TRACES / "softmax_rows.yaml").read_text().replace("wait: {red: 1}, ", "")
     (race,) = find_races(loads(text, "sm.yaml"))
-    assert race.first == "sm.yaml:43 kernel main queue scalar instruction 2 (activation)" or \
-        "instruction 2 (activation)" in race.first + race.second
+    assert (
+        race.first == "sm.yaml:43 kernel main queue scalar instruction 2 (activation)"
+        or "instruction 2 (activation)" in race.first + race.second
+    )
     assert "instruction 1 (tensor_scalar)" in race.first + race.second
     assert "neg_m" in race.region
     with pytest.raises(RaceError, match="race: .*neg_m.*--allow-races"):
@@ -136,8 +140,9 @@ def test_launches_on_streams_race_on_tensors_unless_an_event_orders_them():
 
 
 def test_stream_event_cycle_is_a_deadlock():
-    text = STREAMS.replace("[launch: fill, record: e]", "[wait: f, launch: fill, record: e]") \
-        .replace("[WAIT copy: {src: x, dst: x}]", "[wait: e, record: f]")
+    text = STREAMS.replace(
+        "[launch: fill, record: e]", "[wait: f, launch: fill, record: e]"
+    ).replace("[WAIT copy: {src: x, dst: x}]", "[wait: e, record: f]")
     with pytest.raises(DeadlockError, match="stream a waits for event 'f'"):
         find_races(loads(text, "t.yaml"))
 
@@ -151,9 +156,12 @@ instructions:
   - {op: memset, dst: a, wait: {s: 1}}
   - {op: memset, dst: a, signal: {s: 1}}
 """
-    with pytest.raises(DeadlockError, match=r"t.yaml:6 kernel main queue core0.vector "
-                       r"instruction 0 \(memset\) waits for semaphore 's' >= 1 that only its "
-                       r"own later instructions signal"):
+    with pytest.raises(
+        DeadlockError,
+        match=r"t.yaml:6 kernel main queue core0.vector "
+        r"instruction 0 \(memset\) waits for semaphore 's' >= 1 that only its "
+        r"own later instructions signal",
+    ):
         find_races(loads(text, "t.yaml"))
 
 
@@ -181,28 +189,53 @@ def ring(steps, nbuf=4, queues=2, drop=None):
     for i in range(steps):
         b, done = i % nbuf, i // nbuf
         rows = f"{i * 128}:{(i + 1) * 128}"
-        load_ = {"op": "dma_copy", "src": f"w[{rows}, :]", "dst": f"wb{b}",
-                 "queue": b % queues, "signal": {f"ld{b}": 1}}
+        load_ = {
+            "op": "dma_copy",
+            "src": f"w[{rows}, :]",
+            "dst": f"wb{b}",
+            "queue": b % queues,
+            "signal": {f"ld{b}": 1},
+        }
         if done:
             load_["wait"] = {f"use{b}": 2 * done}
-        mm = {"op": "matmul", "stationary": "x", "moving": f"wb{b}", "dst": f"acc{i % 2}",
-              "wait": {f"ld{b}": done + 1}, "signal": {f"use{b}": 1}}
-        st = {"op": "dma_copy", "src": f"wb{b}", "dst": f"y[{rows}, :]", "queue": queues,
-              "wait": {f"ld{b}": done + 1}, "signal": {f"use{b}": 1}}
+        mm = {
+            "op": "matmul",
+            "stationary": "x",
+            "moving": f"wb{b}",
+            "dst": f"acc{i % 2}",
+            "wait": {f"ld{b}": done + 1},
+            "signal": {f"use{b}": 1},
+        }
+        st = {
+            "op": "dma_copy",
+            "src": f"wb{b}",
+            "dst": f"y[{rows}, :]",
+            "queue": queues,
+            "wait": {f"ld{b}": done + 1},
+            "signal": {f"use{b}": 1},
+        }
         for name, x in (("load", load_), ("matmul", mm), ("store", st)):
             if drop == (i, name):
                 x.pop("wait", None)
         ins += [load_, mm, st]
-    tiles = {"x": {"memory": "sbuf", "shape": [128, 128], "dtype": "bfloat16"},
-             "acc0": {"memory": "psum", "shape": [128, 512], "dtype": "float32"},
-             "acc1": {"memory": "psum", "shape": [128, 512], "dtype": "float32"}}
+    tiles = {
+        "x": {"memory": "sbuf", "shape": [128, 128], "dtype": "bfloat16"},
+        "acc0": {"memory": "psum", "shape": [128, 512], "dtype": "float32"},
+        "acc1": {"memory": "psum", "shape": [128, 512], "dtype": "float32"},
+    }
     for b in range(nbuf):
         tiles[f"wb{b}"] = {"memory": "sbuf", "shape": [128, 512], "dtype": "bfloat16"}
     shape = [steps * 128, 512]
-    doc = {"trnsim": 1, "chip": "trn2",
-           "tensors": {"w": {"shape": shape, "dtype": "bfloat16"},
-                       "y": {"shape": shape, "dtype": "bfloat16"}},
-           "tiles": tiles, "instructions": ins}
+    doc = {
+        "trnsim": 1,
+        "chip": "trn2",
+        "tensors": {
+            "w": {"shape": shape, "dtype": "bfloat16"},
+            "y": {"shape": shape, "dtype": "bfloat16"},
+        },
+        "tiles": tiles,
+        "instructions": ins,
+    }
     return loads(json.dumps(doc), "ring.yaml")
 
 

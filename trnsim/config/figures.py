@@ -24,10 +24,18 @@ def to_dict(cfg) -> dict:
 
 # dtype name -> which tensor-engine rate applies (bf16, fp16 and tf32 share the bf16 rate)
 _DTYPE_RATE = {
-    "bfloat16": "bf16", "float16": "bf16", "tfloat32": "bf16",
+    "bfloat16": "bf16",
+    "float16": "bf16",
+    "tfloat32": "bf16",
     "float32": "fp32",
-    "float8": "fp8", "float8_e4m3": "fp8", "float8_e5m2": "fp8", "float8_e4m3fn": "fp8",
-    "mx": "mx", "float8_e4m3fn_x4": "mx", "float8_e5m2_x4": "mx", "float4_e2m1fn_x4": "mx",
+    "float8": "fp8",
+    "float8_e4m3": "fp8",
+    "float8_e5m2": "fp8",
+    "float8_e4m3fn": "fp8",
+    "mx": "mx",
+    "float8_e4m3fn_x4": "mx",
+    "float8_e5m2_x4": "mx",
+    "float4_e2m1fn_x4": "mx",
 }
 
 
@@ -38,8 +46,9 @@ def peak_flops_per_core(cfg: ChipConfig, dtype_name: str) -> float:
     no MX). Raises ValueError for a dtype the tensor engine does not take."""
     kind = _DTYPE_RATE.get(dtype_name)
     if kind is None:
-        raise ValueError(f"no tensor-engine peak for dtype '{dtype_name}'; "
-                         f"known: {', '.join(_DTYPE_RATE)}")
+        raise ValueError(
+            f"no tensor-engine peak for dtype '{dtype_name}'; known: {', '.join(_DTYPE_RATE)}"
+        )
     t = cfg.core.tensor
     rate = {"bf16": 1, "fp32": t.fp32_rate, "fp8": t.fp8_rate, "mx": t.mx_rate}[kind]
     return float(t.rows * t.cols * 2 * t.clock_hz * rate)
@@ -55,12 +64,16 @@ def derived(cfg: ChipConfig) -> dict:
     bandwidth per stack, and the number of logical cores at the default lnc.
     """
     t = cfg.core.tensor
-    core = {name: peak_flops_per_core(cfg, name)
-            for name in ("bfloat16", "float16", "float8", "float32", "mx")
-            if name != "mx" or t.mx_rate > 0}
+    core = {
+        name: peak_flops_per_core(cfg, name)
+        for name in ("bfloat16", "float16", "float8", "float32", "mx")
+        if name != "mx" or t.mx_rate > 0
+    }
     chip = {name: value * cfg.cores for name, value in core.items()}
-    published = {name: getattr(cfg.peak_flops, "bfloat16" if name == "float16" else name) or None
-                 for name in chip}
+    published = {
+        name: getattr(cfg.peak_flops, "bfloat16" if name == "float16" else name) or None
+        for name in chip
+    }
     gap = {name: published[name] / chip[name] - 1 if published[name] else None for name in chip}
     sbuf = cfg.core.sbuf.partitions * cfg.core.sbuf.partition_bytes
     psum = cfg.core.psum.partitions * cfg.core.psum.banks * cfg.core.psum.bank_bytes
@@ -69,10 +82,16 @@ def derived(cfg: ChipConfig) -> dict:
         "peak_flops": {"core": core, "chip": chip, "published": published, "gap": gap},
         "sbuf_bytes": {"core": sbuf, "chip": sbuf * cfg.cores},
         "psum_bytes": {"core": psum, "chip": psum * cfg.cores},
-        "dma_bandwidth": {"core": dma, "chip": dma * cfg.cores, "published": cfg.dma_bandwidth,
-                          "gap": cfg.dma_bandwidth / (dma * cfg.cores) - 1},
-        "hbm": {"capacity": cfg.hbm.stacks * cfg.hbm.stack_capacity,
-                "bandwidth": cfg.hbm.bandwidth,
-                "bandwidth_per_stack": cfg.hbm.bandwidth / cfg.hbm.stacks},
+        "dma_bandwidth": {
+            "core": dma,
+            "chip": dma * cfg.cores,
+            "published": cfg.dma_bandwidth,
+            "gap": cfg.dma_bandwidth / (dma * cfg.cores) - 1,
+        },
+        "hbm": {
+            "capacity": cfg.hbm.stacks * cfg.hbm.stack_capacity,
+            "bandwidth": cfg.hbm.bandwidth,
+            "bandwidth_per_stack": cfg.hbm.bandwidth / cfg.hbm.stacks,
+        },
         "logical_cores": cfg.cores // cfg.lnc,
     }

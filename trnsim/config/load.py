@@ -21,8 +21,18 @@ from trnsim.errors import TrnsimError
 from trnsim.inputs.load import load_yaml
 from trnsim.units import UnitError, expected, parse_quantity
 
-__all__ = ["ConfigError", "Origins", "configs_dir", "list_chips", "resolve", "read_tree",
-           "apply_override", "build", "fail", "latest"]
+__all__ = [
+    "ConfigError",
+    "Origins",
+    "configs_dir",
+    "list_chips",
+    "resolve",
+    "read_tree",
+    "apply_override",
+    "build",
+    "fail",
+    "latest",
+]
 
 _POSITIVE = {"count", "bytes", "Hz", "B/s"}  # kinds that must be > 0; the others must be >= 0
 _ZERO_MEANS_ABSENT = {"mx_rate", "transpose_hbm_rate", "transpose_sbuf_rate"}  # ratios; else > 0
@@ -45,8 +55,10 @@ def configs_dir() -> Path:
     for candidate in (package / "configs", package.parent / "configs"):
         if candidate.is_dir() and any(candidate.glob("*.yaml")):
             return candidate
-    raise ConfigError(f"cannot find the bundled chip configs in {package / 'configs'} "
-                      f"or {package.parent / 'configs'}")
+    raise ConfigError(
+        f"cannot find the bundled chip configs in {package / 'configs'} "
+        f"or {package.parent / 'configs'}"
+    )
 
 
 def list_chips() -> list[str]:
@@ -77,8 +89,10 @@ def resolve(name_or_path: str, relative_to: Path | None, where: str) -> Path:
         chips = list_chips()
         close = difflib.get_close_matches(name_or_path, chips, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
-        raise ConfigError(f"{where}unknown chip '{name_or_path}'; {hint}available: "
-                          f"{', '.join(chips)} (or a path to a YAML file)")
+        raise ConfigError(
+            f"{where}unknown chip '{name_or_path}'; {hint}available: "
+            f"{', '.join(chips)} (or a path to a YAML file)"
+        )
     return path
 
 
@@ -178,8 +192,9 @@ def apply_override(tree: dict, origins: Origins, text: str, root: type) -> None:
     key, eq, raw = (part.strip() for part in str(text).partition("="))
     where = f"--set {text}"
     if not eq or not raw or not _OVERRIDE_KEY.fullmatch(key):
-        raise ConfigError(f"{where}: expected key.path=value, "
-                          f"e.g. core.sbuf.partition_bytes=448KiB")
+        raise ConfigError(
+            f"{where}: expected key.path=value, e.g. core.sbuf.partition_bytes=448KiB"
+        )
     path = tuple(key.split("."))
     cls, f = root, None
     for i, part in enumerate(path):

@@ -33,24 +33,39 @@ def _check(cfg: ChipConfig, origins: Origins) -> None:
     core = cfg.core
     rows, cols = ("core", "tensor", "rows"), ("core", "tensor", "cols")
     if core.tensor.rows > core.sbuf.partitions:
-        fail(origins, latest(origins, rows, ("core", "sbuf", "partitions")),
-             f"core.tensor.rows ({core.tensor.rows}) exceeds core.sbuf.partitions "
-             f"({core.sbuf.partitions})")
+        fail(
+            origins,
+            latest(origins, rows, ("core", "sbuf", "partitions")),
+            f"core.tensor.rows ({core.tensor.rows}) exceeds core.sbuf.partitions "
+            f"({core.sbuf.partitions})",
+        )
     if core.tensor.cols > core.psum.partitions:
-        fail(origins, latest(origins, cols, ("core", "psum", "partitions")),
-             f"core.tensor.cols ({core.tensor.cols}) exceeds core.psum.partitions "
-             f"({core.psum.partitions})")
+        fail(
+            origins,
+            latest(origins, cols, ("core", "psum", "partitions")),
+            f"core.tensor.cols ({core.tensor.cols}) exceeds core.psum.partitions "
+            f"({core.psum.partitions})",
+        )
     if cfg.lnc not in cfg.lnc_allowed:
-        fail(origins, latest(origins, ("lnc",), ("lnc_allowed",)),
-             f"lnc ({cfg.lnc}) is not in lnc_allowed {list(cfg.lnc_allowed)}")
+        fail(
+            origins,
+            latest(origins, ("lnc",), ("lnc_allowed",)),
+            f"lnc ({cfg.lnc}) is not in lnc_allowed {list(cfg.lnc_allowed)}",
+        )
     if cfg.cores % cfg.lnc:
-        fail(origins, latest(origins, ("lnc",), ("cores",)),
-             f"cores ({cfg.cores}) is not divisible by lnc ({cfg.lnc})")
+        fail(
+            origins,
+            latest(origins, ("lnc",), ("cores",)),
+            f"cores ({cfg.cores}) is not divisible by lnc ({cfg.lnc})",
+        )
     hbm = cfg.hbm
     if hbm.stacks * hbm.cores_per_stack != cfg.cores:
-        fail(origins, latest(origins, ("hbm", "stacks"), ("hbm", "cores_per_stack"), ("cores",)),
-             f"hbm.stacks x hbm.cores_per_stack ({hbm.stacks} x {hbm.cores_per_stack}) "
-             f"must equal cores ({cfg.cores})")
+        fail(
+            origins,
+            latest(origins, ("hbm", "stacks"), ("hbm", "cores_per_stack"), ("cores",)),
+            f"hbm.stacks x hbm.cores_per_stack ({hbm.stacks} x {hbm.cores_per_stack}) "
+            f"must equal cores ({cfg.cores})",
+        )
 
 
 def _check_partitions(core: CoreConfig, origins: Origins) -> None:
@@ -60,11 +75,17 @@ def _check_partitions(core: CoreConfig, origins: Origins) -> None:
     steps, where = core.partition_start_steps, ("core", "partition_start_steps")
     for a, b in zip(steps, steps[1:]):
         if b <= a or b % a:
-            fail(origins, where, f"each step must be a larger multiple of the one before, "
-                                 f"got {list(steps)}")
+            fail(
+                origins,
+                where,
+                f"each step must be a larger multiple of the one before, got {list(steps)}",
+            )
     for section in ("sbuf", "psum"):
         n = getattr(core, section).partitions
         if n > steps[-1]:
-            fail(origins, latest(origins, ("core", section, "partitions"), where),
-                 f"core.{section}.partitions ({n}) exceeds the largest of "
-                 f"core.partition_start_steps ({steps[-1]})")
+            fail(
+                origins,
+                latest(origins, ("core", section, "partitions"), where),
+                f"core.{section}.partitions ({n}) exceeds the largest of "
+                f"core.partition_start_steps ({steps[-1]})",
+            )

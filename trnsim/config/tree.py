@@ -133,7 +133,8 @@ class CoreConfig:
     vector_gpsimd_share_sbuf: bool = q("bool", "Vector and GpSimd cannot access SBUF at once")
     vector_scalar_share_psum: bool = q("bool", "Vector and Scalar cannot access PSUM at once")
     partition_start_steps: tuple[int, ...] = q(
-        "list", "n partitions start at a multiple of the least step >= n")
+        "list", "n partitions start at a multiple of the least step >= n"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -195,4 +196,3 @@ class ChipConfig:
     chip_links: ChipLinkConfig = q("section", "chip-to-chip links")
     peak_flops: PeakFlopsConfig = q("section", "published chip peaks")
     source: str = q("str", "path of the YAML file this config was loaded from", default="")
-

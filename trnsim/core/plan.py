@@ -75,8 +75,7 @@ class Planner:
     """Builds the launches of one physical NeuronCore (`index`) and remembers them by program,
     so a kernel launched many times is bound, checked and costed once."""
 
-    def __init__(self, env: simpy.Environment, index: int, cfg: ChipConfig, dma,
-                 functional: bool):
+    def __init__(self, env: simpy.Environment, index: int, cfg: ChipConfig, dma, functional: bool):
         self.env, self.index, self.cfg, self.dma, self.functional = env, index, cfg, dma, functional
         self.models = {e: cls(cfg.core) for e, cls in ENGINE_MODELS.items()}
         c = cfg.core
@@ -84,22 +83,31 @@ class Planner:
         self.sbuf_port = simpy.Resource(env, 1) if c.vector_gpsimd_share_sbuf else None
         self.psum_port = simpy.Resource(env, 1) if c.vector_scalar_share_psum else None
 
-    def prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
-                rng: np.random.Generator, source: str = "") -> Launch:
+    def prepare(
+        self,
+        kernel: str,
+        prog: CoreProgram,
+        tensors: dict[str, Buffer],
+        rng: np.random.Generator,
+        source: str = "",
+    ) -> Launch:
         """Place tiles, bind operands, check every instruction and compute its cost.
 
         A SimError is raised here, and only here, as `<source>:<line>: kernel <k>, core <i>:
         <problem>`, naming the trace file (when `source` is given) and the line of the
         instruction at fault (the `line` the error carries, when it is about one)."""
         cached = self._plans.get(id(prog))
-        if (cached is not None and cached[0] is prog and len(cached[1]) == len(tensors)
-                and all(a is b for a, b in zip(cached[1], tensors.values()))):
+        if (
+            cached is not None
+            and cached[0] is prog
+            and len(cached[1]) == len(tensors)
+            and all(a is b for a, b in zip(cached[1], tensors.values()))
+        ):
             return self._relaunch(cached[2], prog, rng)
         try:
             launch = self._prepare(kernel, prog, tensors, rng)
         except SimError as e:
-            where = (f"{source}:{e.line}: " if source and e.line
-                     else f"{source}: " if source else "")
+            where = f"{source}:{e.line}: " if source and e.line else f"{source}: " if source else ""
             raise SimError(f"{where}kernel {kernel}, core {self.index}: {e}") from None
         self._plans[id(prog)] = (prog, list(tensors.values()), launch)
         return launch
@@ -111,29 +119,38 @@ class Planner:
         if self.functional:
             for t in prog.tiles.values():
                 plan.tiles[t.name].array[...] = initial_values(
-                    t.init, t.shape, t.dtype, rng, f"tile {t.name}")
+                    t.init, t.shape, t.dtype, rng, f"tile {t.name}"
+                )
         sems = Semaphores(self.env, plan.sems.names)
         return Launch(plan.kernel, self.index, plan.queues, sems, plan.tiles)
 
-    def _prepare(self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer],
-                 rng: np.random.Generator) -> Launch:
+    def _prepare(
+        self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer], rng: np.random.Generator
+    ) -> Launch:
         specs = list(prog.tiles.values())
         offsets, _, _ = place_tiles(
-            [(t.name, t.memory, t.shape[0], math.prod(t.shape[1:]) * t.dtype.itemsize)
-             for t in specs], self.cfg.core)
+            [
+                (t.name, t.memory, t.shape[0], math.prod(t.shape[1:]) * t.dtype.itemsize)
+                for t in specs
+            ],
+            self.cfg.core,
+        )
         tiles = {}
         for t in specs:
-            arr = (initial_values(t.init, t.shape, t.dtype, rng, f"tile {t.name}")
-                   if self.functional else None)
-            tiles[t.name] = Buffer(t.name, t.memory, t.shape, t.dtype, arr, offsets[t.name],
-                                   self.index)
+            arr = (
+                initial_values(t.init, t.shape, t.dtype, rng, f"tile {t.name}")
+                if self.functional
+                else None
+            )
+            tiles[t.name] = Buffer(
+                t.name, t.memory, t.shape, t.dtype, arr, offsets[t.name], self.index
+            )
         names: dict[str, int] = {}
         for ins in prog.instructions:
             for s, _ in ins.wait + ins.signal:
                 names.setdefault(s, len(names))
         if len(names) > self.cfg.core.semaphores:
-            raise SimError(f"uses {len(names)} semaphores; a core has "
-                           f"{self.cfg.core.semaphores}")
+            raise SimError(f"uses {len(names)} semaphores; a core has {self.cfg.core.semaphores}")
         sems = Semaphores(self.env, list(names))
         queues: dict[str, list[Issue]] = {}
         # Kernels repeat the same instruction on the same operands many times: bind and check
@@ -173,7 +190,8 @@ class Planner:
             waits = tuple([(names[s], v) for s, v in raw.wait]) if raw.wait else ()
             signals = tuple([(names[s], n) for s, n in raw.signal]) if raw.signal else ()
             queues.setdefault(track, []).append(
-                Issue(ins, raw.index, dur, waits, signals, *issue_args))
+                Issue(ins, raw.index, dur, waits, signals, *issue_args)
+            )
         return Launch(kernel, self.index, queues, sems, tiles)
 
     def _build(self, raw: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]):
@@ -185,8 +203,11 @@ class Planner:
         model = self.models[ins.engine]
         model.check(ins)
         run = model.execute if self.functional else None
-        return ins, engine_track(ins.engine), (ins.OP, run, model.flops(ins), _bytes(ins),
-                                               _dtype(ins), self._port(ins))
+        return (
+            ins,
+            engine_track(ins.engine),
+            (ins.OP, run, model.flops(ins), _bytes(ins), _dtype(ins), self._port(ins)),
+        )
 
     def _bind(self, ins: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]) -> Instr:
         changes = {}

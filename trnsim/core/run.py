@@ -22,14 +22,27 @@ from trnsim.trace.program import CoreProgram
 class NeuronCore:
     """One physical NeuronCore on a chip's SimPy environment: plans launches, then runs them."""
 
-    def __init__(self, env: simpy.Environment, index: int, cfg: ChipConfig, dma, recorder: Recorder,
-                 functional: bool):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        cfg: ChipConfig,
+        dma,
+        recorder: Recorder,
+        functional: bool,
+    ):
         self.env, self.index, self.cfg, self.dma = env, index, cfg, dma
         self.recorder, self.functional = recorder, functional
         self.planner = Planner(env, index, cfg, dma, functional)
 
-    def prepare(self, kernel: str, prog: CoreProgram, tensors: dict, rng: np.random.Generator,
-                source: str = "") -> Launch:
+    def prepare(
+        self,
+        kernel: str,
+        prog: CoreProgram,
+        tensors: dict,
+        rng: np.random.Generator,
+        source: str = "",
+    ) -> Launch:
         """The launch of `prog` on this core, planned (see `Planner.prepare`)."""
         return self.planner.prepare(kernel, prog, tensors, rng, source)
 
@@ -88,8 +101,20 @@ class NeuronCore:
             t = start
             for k in range(i, j):
                 it = issues[k]
-                add_span(Span(core, track, it.op, t, t + it.dur, it.nbytes, it.flops, it.index,
-                              kernel, it.dtype))
+                add_span(
+                    Span(
+                        core,
+                        track,
+                        it.op,
+                        t,
+                        t + it.dur,
+                        it.nbytes,
+                        it.flops,
+                        it.index,
+                        kernel,
+                        it.dtype,
+                    )
+                )
                 t += it.dur
             for s, n_ in it.signals:
                 sems.signal(s, n_)
@@ -133,7 +158,10 @@ def deadlock_error(launches: list[Launch], extra: list[str] = ()) -> DeadlockErr
         for track, b in sorted(la.blocked.items(), key=lambda kv: track_id(kv[0])):
             if b is not None:
                 s, v = b
-                stuck.append(f"core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
-                             f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]})")
-    return DeadlockError("deadlock: nothing can run but work is pending: "
-                         + "; ".join(stuck + list(extra)))
+                stuck.append(
+                    f"core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
+                    f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]})"
+                )
+    return DeadlockError(
+        "deadlock: nothing can run but work is pending: " + "; ".join(stuck + list(extra))
+    )

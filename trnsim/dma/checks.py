@@ -26,15 +26,21 @@ def check_copy(ins: DmaCopy, cfg: ChipConfig) -> None:
         if not isinstance(ref, Ref):
             raise SimError(f"{where}: {name} '{ref}' is not bound to a buffer")
         if ref.memory == "psum":
-            raise SimError(f"{where}: {name} '{ref}' is in PSUM, which DMA cannot reach; "
-                           f"copy it to SBUF with an engine first")
+            raise SimError(
+                f"{where}: {name} '{ref}' is in PSUM, which DMA cannot reach; "
+                f"copy it to SBUF with an engine first"
+            )
         if ref.memory not in DMA_MEMORIES:
-            raise SimError(f"{where}: {name} '{ref}' is in {ref.memory} memory; a kernel's DMA "
-                           f"reaches HBM and SBUF only (host copies are stream copy steps)")
+            raise SimError(
+                f"{where}: {name} '{ref}' is in {ref.memory} memory; a kernel's DMA "
+                f"reaches HBM and SBUF only (host copies are stream copy steps)"
+            )
     src, dst = ins.src, ins.dst
     if src.size != dst.size:
-        raise SimError(f"{where}: src '{src}' has {src.size} elements {list(src.shape)} but dst "
-                       f"'{dst}' has {dst.size} {list(dst.shape)}")
+        raise SimError(
+            f"{where}: src '{src}' has {src.size} elements {list(src.shape)} but dst "
+            f"'{dst}' has {dst.size} {list(dst.shape)}"
+        )
     queues = cfg.core.dma.queues_per_engine
     if not 0 <= ins.queue < queues:
         raise SimError(f"{where}: queue {ins.queue} is out of range 0..{queues - 1}")
@@ -43,34 +49,43 @@ def check_copy(ins: DmaCopy, cfg: ChipConfig) -> None:
         d = cfg.core.dma
         rate = d.transpose_hbm_rate if src.memory == "hbm" else d.transpose_sbuf_rate
         if not rate > 0:  # 0 = the chip has no DMA transpose (NC-v2)
-            raise SimError(f"{where}: {cfg.name} ({cfg.core.version}) has no DMA transpose from "
-                           f"{src.memory.upper()}; transpose with the tensor engine instead")
+            raise SimError(
+                f"{where}: {cfg.name} ({cfg.core.version}) has no DMA transpose from "
+                f"{src.memory.upper()}; transpose with the tensor engine instead"
+            )
 
 
 def check_transpose(ins: DmaCopy, src: Ref, dst: Ref) -> None:
     """The DMA transpose rules (2-D, dst = src.T, 2- or 4-byte dtype, same dtype, dst in SBUF)."""
     where = ins.label
     if len(src.shape) != 2 or len(dst.shape) != 2:
-        raise SimError(f"{where}: transpose needs 2-D src and dst, got src '{src}' "
-                       f"{list(src.shape)} and dst '{dst}' {list(dst.shape)}")
+        raise SimError(
+            f"{where}: transpose needs 2-D src and dst, got src '{src}' "
+            f"{list(src.shape)} and dst '{dst}' {list(dst.shape)}"
+        )
     if dst.shape != src.shape[::-1]:
-        raise SimError(f"{where}: transpose of src '{src}' {list(src.shape)} needs dst shape "
-                       f"{list(src.shape[::-1])}, got '{dst}' {list(dst.shape)}")
+        raise SimError(
+            f"{where}: transpose of src '{src}' {list(src.shape)} needs dst shape "
+            f"{list(src.shape[::-1])}, got '{dst}' {list(dst.shape)}"
+        )
     if src.dtype.name != dst.dtype.name:
-        raise SimError(f"{where}: transpose cannot cast: src is {src.dtype.name}, dst is "
-                       f"{dst.dtype.name}")
+        raise SimError(
+            f"{where}: transpose cannot cast: src is {src.dtype.name}, dst is {dst.dtype.name}"
+        )
     if src.dtype.itemsize not in (2, 4):
         raise SimError(f"{where}: transpose needs a 2- or 4-byte dtype, got {src.dtype.name}")
     if dst.memory != "sbuf":
-        raise SimError(f"{where}: transpose dst '{dst}' is in {dst.memory.upper()}, expected "
-                       f"SBUF")
+        raise SimError(f"{where}: transpose dst '{dst}' is in {dst.memory.upper()}, expected SBUF")
 
 
 def check_host_copy(src: Ref, dst: Ref) -> None:
     """A host copy moves between host memory and HBM, with equal element counts."""
     if sorted((src.memory, dst.memory)) != ["hbm", "host"]:
-        raise SimError(f"host copy {src} -> {dst}: one side must be in host memory and the other "
-                       f"in HBM, got {src.memory} -> {dst.memory}")
+        raise SimError(
+            f"host copy {src} -> {dst}: one side must be in host memory and the other "
+            f"in HBM, got {src.memory} -> {dst.memory}"
+        )
     if src.size != dst.size:
-        raise SimError(f"host copy {src} -> {dst}: src has {src.size} elements but dst has "
-                       f"{dst.size}")
+        raise SimError(
+            f"host copy {src} -> {dst}: src has {src.size} elements but dst has {dst.size}"
+        )

@@ -65,8 +65,11 @@ def run_elements(ref: Ref) -> int:
 
 def _terms(grids: tuple[int, ...]) -> list[tuple[int, int]]:
     """(lcm, sign) of every non-empty subset of `grids`, for inclusion-exclusion."""
-    return [(math.lcm(*sub), (-1) ** (k + 1))
-            for k in range(1, len(grids) + 1) for sub in combinations(grids, k)]
+    return [
+        (math.lcm(*sub), (-1) ** (k + 1))
+        for k in range(1, len(grids) + 1)
+        for sub in combinations(grids, k)
+    ]
 
 
 def segments(lo: int, hi: int, grids: tuple[int, ...]) -> int:
@@ -124,5 +127,8 @@ def cut(src: Ref, dst: Ref, transpose: bool, dma: DmaConfig, partitions: int) ->
         e = (side.p_start + i) * engines // partitions
         desc[e] += same if same is not None else _segments(i * free, (i + 1) * free, terms)
         elems[e] += free
-    return [Piece(e, desc[e], elems[e], elems[e] * s_item, elems[e] * d_item)
-            for e in range(engines) if desc[e]]
+    return [
+        Piece(e, desc[e], elems[e], elems[e] * s_item, elems[e] * d_item)
+        for e in range(engines)
+        if desc[e]
+    ]

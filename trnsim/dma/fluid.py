@@ -58,8 +58,15 @@ class Flow:
 
     __slots__ = ("key", "work", "uses", "cap", "on_done", "data", "target", "group", "coefs")
 
-    def __init__(self, key: tuple, work: float, uses: tuple[tuple[int, float], ...],
-                 cap: float, on_done: Callable[[Flow], None], data=None):
+    def __init__(
+        self,
+        key: tuple,
+        work: float,
+        uses: tuple[tuple[int, float], ...],
+        cap: float,
+        on_done: Callable[[Flow], None],
+        data=None,
+    ):
         self.key = key
         self.work = work
         self.uses = uses
@@ -89,8 +96,24 @@ class _Group:
     it, until its coefs or its component change.
     """
 
-    __slots__ = ("sig", "rids", "cap", "coefs", "members", "base", "t_base", "rate", "version",
-                 "order", "comp", "topo", "bound", "bound_comp", "caps", "alone_coefs")
+    __slots__ = (
+        "sig",
+        "rids",
+        "cap",
+        "coefs",
+        "members",
+        "base",
+        "t_base",
+        "rate",
+        "version",
+        "order",
+        "comp",
+        "topo",
+        "bound",
+        "bound_comp",
+        "caps",
+        "alone_coefs",
+    )
 
     def __init__(self, sig: tuple, cap: float, now: int, order: int, caps: tuple[float, ...]):
         self.sig = sig
@@ -195,8 +218,9 @@ class FluidModel:
     def start(self, flow: Flow) -> None:
         """Add a flow now; rates are recomputed once all changes of this instant are in."""
         if not flow.uses and flow.cap == math.inf:
-            raise ValueError(f"flow {flow.key} uses no resource and has no cap: its rate is "
-                             f"unbounded")
+            raise ValueError(
+                f"flow {flow.key} uses no resource and has no cap: its rate is unbounded"
+            )
         self._new.append(flow)
         if not self._updating and not self._pending:
             self._pending = True
@@ -267,8 +291,9 @@ class FluidModel:
         g = self._groups.get(sig)
         if g is None:
             capacity = self.capacity
-            g = self._groups[sig] = _Group(sig, f.cap, now, self._gseq,
-                                           tuple([capacity[r] for r in sig[0]]))
+            g = self._groups[sig] = _Group(
+                sig, f.cap, now, self._gseq, tuple([capacity[r] for r in sig[0]])
+            )
             self._gseq += 1
             users = self._users
             if any(r in users for r in g.rids):
@@ -296,8 +321,11 @@ class FluidModel:
         uses = f.uses
         hit = self._sigs.get(id(uses))
         if hit is None or hit[0] is not uses or hit[1][1] != f.cap:
-            hit = self._sigs[id(uses)] = (uses, (tuple([r for r, _ in uses]), f.cap),
-                                          tuple([c for _, c in uses]))
+            hit = self._sigs[id(uses)] = (
+                uses,
+                (tuple([r for r, _ in uses]), f.cap),
+                tuple([c for _, c in uses]),
+            )
         return hit[1], hit[2]
 
     def _leave(self, f: Flow) -> None:

@@ -62,11 +62,26 @@ from trnsim.units import PS_PER_S, seconds_to_ps
 class _Transfer:
     """One submitted copy: its endpoints, its flow, its queue, and who to tell."""
 
-    __slots__ = ("core", "queue", "ins", "index", "kernel", "on_done", "start", "src", "dst",
-                 "transpose", "ready", "lane", "flow", "costs")
+    __slots__ = (
+        "core",
+        "queue",
+        "ins",
+        "index",
+        "kernel",
+        "on_done",
+        "start",
+        "src",
+        "dst",
+        "transpose",
+        "ready",
+        "lane",
+        "flow",
+        "costs",
+    )
 
-    def __init__(self, core, queue, ins, index, kernel, on_done, start, src, dst, transpose,
-                 lane, costs):
+    def __init__(
+        self, core, queue, ins, index, kernel, on_done, start, src, dst, transpose, lane, costs
+    ):
         self.core, self.queue, self.ins, self.index, self.kernel = core, queue, ins, index, kernel
         self.on_done, self.start = on_done, start
         self.src, self.dst, self.transpose = src, dst, transpose
@@ -124,8 +139,15 @@ class DmaSystem:
 
     # -- submitting ----------------------------------------------------------------------------
 
-    def submit(self, core: int, queue: int, ins: DmaCopy, kernel: str,
-               on_done: Callable[[], None], index: int | None = None) -> None:
+    def submit(
+        self,
+        core: int,
+        queue: int,
+        ins: DmaCopy,
+        kernel: str,
+        on_done: Callable[[], None],
+        index: int | None = None,
+    ) -> None:
         """Start transfer `ins` on `queue` of `core` now; `on_done()` runs when it completes.
 
         `ins` must have passed `check`. Transfers on one queue move their data in submit order;
@@ -142,8 +164,20 @@ class DmaSystem:
         lane = self._lanes.get((core, queue))
         if lane is None:
             lane = self._lanes[(core, queue)] = _Lane(queue)
-        t = _Transfer(core, queue, ins, ins.index if index is None else index, kernel, on_done,
-                      self.env.now, src, dst, ins.transpose, lane, plan[2])
+        t = _Transfer(
+            core,
+            queue,
+            ins,
+            ins.index if index is None else index,
+            kernel,
+            on_done,
+            self.env.now,
+            src,
+            dst,
+            ins.transpose,
+            lane,
+            plan[2],
+        )
         t.flow = Flow((core, queue, self._seq), plan[0], plan[1], math.inf, self._data_done, t)
         self._seq += 1
         lane.waiting.append(t)
@@ -156,8 +190,20 @@ class DmaSystem:
         with concurrent host copies) and the HBM stack's.
         """
         check_host_copy(src, dst)
-        t = _Transfer(core, -1, None, -1, "", on_done, self.env.now, src, dst, False, None,
-                      self._costs(src, dst))
+        t = _Transfer(
+            core,
+            -1,
+            None,
+            -1,
+            "",
+            on_done,
+            self.env.now,
+            src,
+            dst,
+            False,
+            None,
+            self._costs(src, dst),
+        )
         work = max(max(src.nbytes, dst.nbytes) / self._host_bpps, 1e-9)
         uses = ((self._host_rid, 1.0),) + self._hbm_uses(src, dst, src.nbytes, dst.nbytes, work)
         flow = t.flow = Flow((core, -1, self._seq), work, uses, math.inf, self._data_done, t)
@@ -177,8 +223,9 @@ class DmaSystem:
         work = max(works)
         base = core * self.engines
         uses = tuple((base + p.engine, w / work) for p, w in zip(pieces, works))
-        uses += self._hbm_uses(src, dst, sum(p.src_bytes for p in pieces),
-                               sum(p.dst_bytes for p in pieces), work)
+        uses += self._hbm_uses(
+            src, dst, sum(p.src_bytes for p in pieces), sum(p.dst_bytes for p in pieces), work
+        )
         plan = self._plans[(src, dst, ins.transpose, core)] = (work, uses, self._costs(src, dst))
         return plan
 
@@ -186,11 +233,16 @@ class DmaSystem:
     def _costs(src: Ref, dst: Ref) -> tuple[int, int, int, str]:
         """(HBM bytes read, HBM bytes written, span bytes, span dtype) of a copy, reckoned once
         per distinct copy: `_finish` records them for every transfer."""
-        return (src.nbytes if src.memory == "hbm" else 0, dst.nbytes if dst.memory == "hbm" else 0,
-                max(src.nbytes, dst.nbytes), dst.dtype.name)
+        return (
+            src.nbytes if src.memory == "hbm" else 0,
+            dst.nbytes if dst.memory == "hbm" else 0,
+            max(src.nbytes, dst.nbytes),
+            dst.dtype.name,
+        )
 
-    def _hbm_uses(self, src: Ref, dst: Ref, src_bytes: int, dst_bytes: int,
-                  work: float) -> tuple[tuple[int, float], ...]:
+    def _hbm_uses(
+        self, src: Ref, dst: Ref, src_bytes: int, dst_bytes: int, work: float
+    ) -> tuple[tuple[int, float], ...]:
         """(stack resource, HBM bytes per unit of work) for the HBM endpoints of a flow."""
         uses: dict[int, float] = {}
         for ref, nbytes in ((src, src_bytes), (dst, dst_bytes)):
@@ -233,8 +285,20 @@ class DmaSystem:
         read, written, nbytes, dtype = t.costs
         self.rec.hbm_traffic(read, written)
         if t.ins is not None:
-            self.rec.add_span(Span(t.core, t.lane.track, "dma_copy", t.start, self.env.now,
-                                   nbytes, 0, t.index, t.kernel, dtype))
+            self.rec.add_span(
+                Span(
+                    t.core,
+                    t.lane.track,
+                    "dma_copy",
+                    t.start,
+                    self.env.now,
+                    nbytes,
+                    0,
+                    t.index,
+                    t.kernel,
+                    dtype,
+                )
+            )
         t.on_done()
 
     def _sample(self) -> None:

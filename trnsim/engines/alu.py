@@ -57,8 +57,10 @@ class AluEngine(EngineModel):
         vec = self.core.vector
         limit = vec.psum_max_free_elements if ref.memory == "psum" else vec.max_free_elements
         if ref.free_size > limit:
-            raise SimError(f"{ins.label}: {name} '{ref}' has {ref.free_size} elements per "
-                           f"partition, more than the {ref.memory.upper()} limit of {limit}")
+            raise SimError(
+                f"{ins.label}: {name} '{ref}' has {ref.free_size} elements per "
+                f"partition, more than the {ref.memory.upper()} limit of {limit}"
+            )
 
     def check_like(self, ins: Instr, a: str, ra: Ref, *others: tuple[str, Ref]) -> None:
         """Check every operand, and that all have ra's partition count and element count."""
@@ -75,8 +77,10 @@ class AluEngine(EngineModel):
         self.check_operand(ins, name, ref)
         check_same_partitions(ins, name, ref, a, ra)
         if ref.free_size != 1:
-            raise SimError(f"{ins.label}: {name} '{ref}' has {ref.free_size} elements per "
-                           f"partition; a per-partition operand must be a [P,1] tile")
+            raise SimError(
+                f"{ins.label}: {name} '{ref}' has {ref.free_size} elements per "
+                f"partition; a per-partition operand must be a [P,1] tile"
+            )
 
     # -- values --------------------------------------------------------------------------------
 
@@ -93,19 +97,29 @@ class AluEngine(EngineModel):
 
     def int_exact(self, ops, *operands) -> bool:
         """GpSimd computes integer operands exactly (isa.md section 2) for these operators."""
-        return self.INT_EXACT and all(op is None or op in INT_EXACT_ALU for op in ops) and all(
-            not x.dtype.is_float if isinstance(x, Ref) else is_int(x)
-            for x in operands if x is not None)
+        return (
+            self.INT_EXACT
+            and all(op is None or op in INT_EXACT_ALU for op in ops)
+            and all(
+                not x.dtype.is_float if isinstance(x, Ref) else is_int(x)
+                for x in operands
+                if x is not None
+            )
+        )
 
     def where(self, pred: np.ndarray, on_true: Ref, on_false, dst: Ref) -> None:
         """dst = on_true where pred else on_false; bit-exact when the dtypes equal dst's."""
         p = dst.partitions
-        same = on_true.dtype == dst.dtype and (not isinstance(on_false, Ref)
-                                               or on_false.dtype == dst.dtype)
+        same = on_true.dtype == dst.dtype and (
+            not isinstance(on_false, Ref) or on_false.dtype == dst.dtype
+        )
         if same:
             t = per_partition(on_true.read(), p)
-            f = (per_partition(on_false.read(), p) if isinstance(on_false, Ref)
-                 else to_dtype(np.full((1, 1), fp32(on_false), np.float32), dst.dtype))
+            f = (
+                per_partition(on_false.read(), p)
+                if isinstance(on_false, Ref)
+                else to_dtype(np.full((1, 1), fp32(on_false), np.float32), dst.dtype)
+            )
         else:
             t, f = self.load(on_true), self.column(on_false)
         dst.write(np.where(pred, t, f))
@@ -158,8 +172,10 @@ class AluEngine(EngineModel):
     def check_tensor_tensor(self, ins) -> None:
         self.check_like(ins, "src0", ins.src0, ("src1", ins.src1), ("dst", ins.dst))
         if ins.src0.memory == ins.src1.memory == "psum":
-            raise SimError(f"{ins.label}: src0 '{ins.src0}' and src1 '{ins.src1}' are both in "
-                           f"PSUM; at most one input may be")
+            raise SimError(
+                f"{ins.label}: src0 '{ins.src0}' and src1 '{ins.src1}' are both in "
+                f"PSUM; at most one input may be"
+            )
 
     def exec_tensor_tensor(self, ins) -> None:
         exact = self.int_exact((ins.alu,), ins.src0, ins.src1, ins.dst)

@@ -19,10 +19,18 @@ def _cmp(fn):
 
 
 ALU = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-    "max": np.maximum, "min": np.minimum, "pow": np.power,
-    "equal": _cmp(np.equal), "not_equal": _cmp(np.not_equal), "less": _cmp(np.less),
-    "less_equal": _cmp(np.less_equal), "greater": _cmp(np.greater),
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": np.power,
+    "equal": _cmp(np.equal),
+    "not_equal": _cmp(np.not_equal),
+    "less": _cmp(np.less),
+    "less_equal": _cmp(np.less_equal),
+    "greater": _cmp(np.greater),
     "greater_equal": _cmp(np.greater_equal),
 }
 """ALU operators: (a, b) -> a op b in the inputs' dtype; comparisons give 1 or 0."""
@@ -34,8 +42,8 @@ INT_EXACT_ALU = frozenset(ALU) - {"divide", "pow"}
 def is_int(x) -> bool:
     """True for a number with an exact int64 value that float64 also holds exactly."""
     if isinstance(x, (int, np.integer)):  # also ints too large for a float (no OverflowError)
-        return abs(int(x)) <= 2 ** 53
-    return float(x).is_integer() and abs(x) <= 2 ** 53
+        return abs(int(x)) <= 2**53
+    return float(x).is_integer() and abs(x) <= 2**53
 
 
 def fp32(x) -> np.float32:
@@ -61,8 +69,18 @@ def alu(op: str, a, b, reverse: bool = False):
 # relative accuracy there), one exp per element. Hardware evaluates these functions with
 # unpublished piece-wise polynomials (isa.md section 6), so fp32-level accuracy is what we model.
 
-_NR = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
-       1.48851587, -0.82215223, 0.17087277)
+_NR = (
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
@@ -92,8 +110,19 @@ def erf(x) -> np.ndarray:
     if small.any():
         xs = x[small]
         x2 = xs * xs
-        series = xs * (1 + x2 * (-1 / 3 + x2 * (1 / 10 + x2 * (-1 / 42 + x2 * (
-            1 / 216 + x2 * (-1 / 1320 + x2 * (1 / 9360 - x2 / 75600)))))))
+        series = xs * (
+            1
+            + x2
+            * (
+                -1 / 3
+                + x2
+                * (
+                    1 / 10
+                    + x2
+                    * (-1 / 42 + x2 * (1 / 216 + x2 * (-1 / 1320 + x2 * (1 / 9360 - x2 / 75600))))
+                )
+            )
+        )
         out[small] = _TWO_OVER_SQRT_PI * series
     return out
 
@@ -103,15 +132,28 @@ def _sigmoid(x):
 
 
 ACT = {
-    "identity": lambda x: x, "copy": lambda x: x, "exp": np.exp, "log": np.log,
-    "tanh": np.tanh, "sigmoid": _sigmoid, "relu": lambda x: np.maximum(x, 0.0),
+    "identity": lambda x: x,
+    "copy": lambda x: x,
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "relu": lambda x: np.maximum(x, 0.0),
     "gelu": lambda x: 0.5 * x * erfc(-x / math.sqrt(2.0)),
     # 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): no cancellation
-    "gelu_tanh": lambda x: x * _sigmoid(2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)),
-    "silu": lambda x: x * _sigmoid(x), "square": np.square, "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": lambda x: 1.0 / x,
-    "sin": np.sin, "cos": np.cos, "abs": np.abs, "sign": np.sign,
-    "softplus": lambda x: np.logaddexp(0.0, x), "erf": erf, "arctan": np.arctan,
+    "gelu_tanh": lambda x: x * _sigmoid(2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)),
+    "silu": lambda x: x * _sigmoid(x),
+    "square": np.square,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "sin": np.sin,
+    "cos": np.cos,
+    "abs": np.abs,
+    "sign": np.sign,
+    "softplus": lambda x: np.logaddexp(0.0, x),
+    "erf": erf,
+    "arctan": np.arctan,
     "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
 }
 """Activation functions by trace name (isa.py ACT_FUNCS), on float64 arrays."""

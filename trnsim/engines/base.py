@@ -64,8 +64,10 @@ class EngineModel:
 def check_memory(ins: Instr, name: str, ref, allowed: tuple[str, ...]) -> None:
     """The operand `name` must live in one of `allowed` memories."""
     if isinstance(ref, Ref) and ref.memory not in allowed:
-        raise SimError(f"{ins.label}: {name} '{ref}' is in {ref.memory.upper()}, expected "
-                       f"{' or '.join(m.upper() for m in allowed)}")
+        raise SimError(
+            f"{ins.label}: {name} '{ref}' is in {ref.memory.upper()}, expected "
+            f"{' or '.join(m.upper() for m in allowed)}"
+        )
 
 
 def check_partition_start(ins: Instr, name: str, ref: Ref, core: CoreConfig) -> None:
@@ -80,20 +82,26 @@ def check_partition_start(ins: Instr, name: str, ref: Ref, core: CoreConfig) -> 
     step = next(x for x in steps if x >= n)  # the config keeps partitions <= steps[-1]
     if s % step:
         allowed = ", ".join(str(x) for x in range(0, steps[-1], step))
-        raise SimError(f"{ins.label}: {name} '{ref}' spans {n} partitions starting at "
-                       f"partition {s}; it must start at {allowed}")
+        raise SimError(
+            f"{ins.label}: {name} '{ref}' spans {n} partitions starting at "
+            f"partition {s}; it must start at {allowed}"
+        )
 
 
 def check_same_partitions(ins: Instr, a: str, ra: Ref, b: str, rb: Ref) -> None:
     if ra.partitions != rb.partitions:
-        raise SimError(f"{ins.label}: {a} '{ra}' has {ra.partitions} partitions but {b} '{rb}' "
-                       f"has {rb.partitions}")
+        raise SimError(
+            f"{ins.label}: {a} '{ra}' has {ra.partitions} partitions but {b} '{rb}' "
+            f"has {rb.partitions}"
+        )
 
 
 def check_same_free(ins: Instr, a: str, ra: Ref, b: str, rb: Ref) -> None:
     if ra.free_size != rb.free_size:
-        raise SimError(f"{ins.label}: {a} '{ra}' has {ra.free_size} elements per partition but "
-                       f"{b} '{rb}' has {rb.free_size}")
+        raise SimError(
+            f"{ins.label}: {a} '{ra}' has {ra.free_size} elements per partition but "
+            f"{b} '{rb}' has {rb.free_size}"
+        )
 
 
 def per_partition(values: np.ndarray, partitions: int) -> np.ndarray:

@@ -42,9 +42,11 @@ class ScalarEngine(AluEngine):
         pair = (ins.op0, ins.op1)
         if not self.cfg.tensor_scalar_any_ops and pair not in LIMITED_TS:
             allowed = ", ".join(f"({a}, {b})" for a, b in sorted(LIMITED_TS, key=str))
-            raise SimError(f"{ins.label}: op0={ins.op0}, op1={ins.op1} is not supported by "
-                           f"tensor_scalar on the scalar engine of {self.core.version}; "
-                           f"allowed: {allowed}")
+            raise SimError(
+                f"{ins.label}: op0={ins.op0}, op1={ins.op1} is not supported by "
+                f"tensor_scalar on the scalar engine of {self.core.version}; "
+                f"allowed: {allowed}"
+            )
 
     # -- activation ----------------------------------------------------------------------------
 
@@ -59,12 +61,18 @@ class ScalarEngine(AluEngine):
             self.check_column(ins, "reduce_dst", ins.reduce_dst, "src", ins.src)
         cfg, version = self.cfg, self.core.version
         if not cfg.reduce_max and ins.reduce not in (None, "add"):
-            raise SimError(f"{ins.label}: reduce={ins.reduce} is not supported on {version}; "
-                           f"the activation reduction there is add only")
-        if (not cfg.reciprocal_bias and ins.func == "reciprocal"
-                and (isinstance(ins.bias, Ref) or ins.bias != 0)):
-            raise SimError(f"{ins.label}: func reciprocal cannot be combined with a bias on "
-                           f"{version}")
+            raise SimError(
+                f"{ins.label}: reduce={ins.reduce} is not supported on {version}; "
+                f"the activation reduction there is add only"
+            )
+        if (
+            not cfg.reciprocal_bias
+            and ins.func == "reciprocal"
+            and (isinstance(ins.bias, Ref) or ins.bias != 0)
+        ):
+            raise SimError(
+                f"{ins.label}: func reciprocal cannot be combined with a bias on {version}"
+            )
 
     def cost_activation(self, ins, prev) -> float:
         # max(MIN_II, N) whatever the scale and bias; a reduction adds the ActReadAccumulator

@@ -41,9 +41,15 @@ class TensorEngine(EngineModel):
     def _double_row(self, ins: Matmul) -> bool:
         """fp8 x fp8 with a [K, 2, M] stationary and [K, 2, N] moving on a double-row core."""
         s, m = ins.stationary, ins.moving
-        return (self.core.tensor.fp8_double_row and s.dtype.is_fp8 and m.dtype.is_fp8
-                and len(s.shape) == 3 and len(m.shape) == 3 and s.shape[1] == 2
-                and m.shape[1] == 2)
+        return (
+            self.core.tensor.fp8_double_row
+            and s.dtype.is_fp8
+            and m.dtype.is_fp8
+            and len(s.shape) == 3
+            and len(m.shape) == 3
+            and s.shape[1] == 2
+            and m.shape[1] == 2
+        )
 
     def _mkn(self, ins: Matmul) -> tuple[int, int, int]:
         """(M, K, N) with K the full contraction (2 x partitions in double-row mode)."""
@@ -61,34 +67,49 @@ class TensorEngine(EngineModel):
             check_partition_start(ins, name, r, self.core)
         for name, r in (("stationary", s), ("moving", m)):
             if not r.dtype.is_float:
-                raise SimError(f"{ins.label}: {name} '{r}' is {r.dtype.name}; matmul takes "
-                               f"float inputs (fp8, bf16, fp16, fp32)")
+                raise SimError(
+                    f"{ins.label}: {name} '{r}' is {r.dtype.name}; matmul takes "
+                    f"float inputs (fp8, bf16, fp16, fp32)"
+                )
         if (s.dtype.name == "float32") != (m.dtype.name == "float32"):
-            raise SimError(f"{ins.label}: stationary is {s.dtype.name} and moving is "
-                           f"{m.dtype.name}; fp32 can only be multiplied by fp32")
+            raise SimError(
+                f"{ins.label}: stationary is {s.dtype.name} and moving is "
+                f"{m.dtype.name}; fp32 can only be multiplied by fp32"
+            )
         if s.partitions != m.partitions:
-            raise SimError(f"{ins.label}: stationary '{s}' has {s.partitions} partitions (K) "
-                           f"but moving '{m}' has {m.partitions}; K must match")
+            raise SimError(
+                f"{ins.label}: stationary '{s}' has {s.partitions} partitions (K) "
+                f"but moving '{m}' has {m.partitions}; K must match"
+            )
         if s.partitions > t.rows:
-            raise SimError(f"{ins.label}: contraction K={s.partitions} exceeds the "
-                           f"{t.rows}-row PE array")
+            raise SimError(
+                f"{ins.label}: contraction K={s.partitions} exceeds the {t.rows}-row PE array"
+            )
         mm, _, n = self._mkn(ins)
         if mm > t.cols:
-            raise SimError(f"{ins.label}: stationary '{s}' has free size M={mm}, more than "
-                           f"{t.cols}")
+            raise SimError(
+                f"{ins.label}: stationary '{s}' has free size M={mm}, more than {t.cols}"
+            )
         if d.dtype.name == "bfloat16" and not t.bf16_dst:
-            raise SimError(f"{ins.label}: dst '{d}' is bfloat16; this core's matmul writes "
-                           f"float32 into PSUM")
+            raise SimError(
+                f"{ins.label}: dst '{d}' is bfloat16; this core's matmul writes float32 into PSUM"
+            )
         if d.dtype.name not in ("float32", "bfloat16"):
-            raise SimError(f"{ins.label}: dst '{d}' is {d.dtype.name}; matmul writes float32"
-                           f"{' or bfloat16' if t.bf16_dst else ''} into PSUM")
+            raise SimError(
+                f"{ins.label}: dst '{d}' is {d.dtype.name}; matmul writes float32"
+                f"{' or bfloat16' if t.bf16_dst else ''} into PSUM"
+            )
         limit = t.moving_free_max if d.dtype.name == "float32" else t.moving_free_max_bf16_dst
         if n > limit:
-            raise SimError(f"{ins.label}: moving '{m}' has free size N={n}, more than this "
-                           f"core's limit of {limit} for a {d.dtype.name} PSUM destination")
+            raise SimError(
+                f"{ins.label}: moving '{m}' has free size N={n}, more than this "
+                f"core's limit of {limit} for a {d.dtype.name} PSUM destination"
+            )
         if d.partitions != mm or d.free_size != n:
-            raise SimError(f"{ins.label}: dst '{d}' is {d.partitions} x {d.free_size} per "
-                           f"partition but the product is M x N = {mm} x {n}")
+            raise SimError(
+                f"{ins.label}: dst '{d}' is {d.partitions} x {d.free_size} per "
+                f"partition but the product is M x N = {mm} x {n}"
+            )
         self._check_psum_span(ins, d, limit)
 
     def _check_psum_span(self, ins: Instr, d, limit_elems: int) -> None:
@@ -99,9 +120,11 @@ class TensorEngine(EngineModel):
         last = d.buf.offset + _free_byte_offset(d, first=False)
         if first // p.bank_bytes + span_banks <= last // p.bank_bytes:
             what = "one PSUM bank" if span_banks == 1 else f"{span_banks} PSUM banks"
-            raise SimError(f"{ins.label}: dst '{d}' covers PSUM bytes {first}..{last} of each "
-                           f"partition, which crosses a bank boundary; a matmul output must fit "
-                           f"in {what} ({p.bank_bytes} B each)")
+            raise SimError(
+                f"{ins.label}: dst '{d}' covers PSUM bytes {first}..{last} of each "
+                f"partition, which crosses a bank boundary; a matmul output must fit "
+                f"in {what} ({p.bank_bytes} B each)"
+            )
 
     def cost_matmul(self, ins: Matmul, prev: Instr | None) -> float:
         t = self.core.tensor
@@ -137,14 +160,20 @@ class TensorEngine(EngineModel):
         check_partition_start(ins, "src", s, self.core)
         check_partition_start(ins, "dst", d, self.core)
         if s.free_size > self.core.tensor.cols:
-            raise SimError(f"{ins.label}: src '{s}' has {s.free_size} elements per partition; "
-                           f"a TensorE transpose takes at most {self.core.tensor.cols}")
+            raise SimError(
+                f"{ins.label}: src '{s}' has {s.free_size} elements per partition; "
+                f"a TensorE transpose takes at most {self.core.tensor.cols}"
+            )
         if d.partitions != s.free_size or d.free_size != s.partitions:
-            raise SimError(f"{ins.label}: dst '{d}' is {d.partitions} x {d.free_size}; the "
-                           f"transpose of '{s}' is {s.free_size} x {s.partitions}")
+            raise SimError(
+                f"{ins.label}: dst '{d}' is {d.partitions} x {d.free_size}; the "
+                f"transpose of '{s}' is {s.free_size} x {s.partitions}"
+            )
         if d.dtype.name not in ("float32", s.dtype.name):
-            raise SimError(f"{ins.label}: dst '{d}' is {d.dtype.name}; a transpose writes "
-                           f"float32 or the source dtype ({s.dtype.name})")
+            raise SimError(
+                f"{ins.label}: dst '{d}' is {d.dtype.name}; a transpose writes "
+                f"float32 or the source dtype ({s.dtype.name})"
+            )
 
     def cost_transpose(self, ins: Transpose, prev: Instr | None) -> float:
         t = self.core.tensor

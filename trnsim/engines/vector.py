@@ -23,8 +23,16 @@ class VectorEngine(AluEngine):
     """The Vector engine: reads and writes SBUF and PSUM, fp32 math with free casts."""
 
     engine = Engine.VECTOR
-    OPS = ("tensor_tensor", "tensor_scalar", "tensor_reduce", "bn_stats", "bn_aggr",
-           "tensor_copy", "memset", "select")
+    OPS = (
+        "tensor_tensor",
+        "tensor_scalar",
+        "tensor_reduce",
+        "bn_stats",
+        "bn_aggr",
+        "tensor_copy",
+        "memset",
+        "select",
+    )
 
     def copy_factor(self, src: Ref, dst: Ref) -> float:
         # NC-v3+ perf mode (trainium.md 2.3): bf16/fp16 tensor_copy/tensor_scalar run 4x when
@@ -48,7 +56,8 @@ class VectorEngine(AluEngine):
         both_sbuf = a.memory == b.memory == "sbuf"
         contiguous = all(r.contiguous for r in (a, b, d))
         if "psum" in (a.memory, b.memory) or (
-                all16 and both_sbuf and contiguous and ins.alu in FAST_TT_ALU):
+            all16 and both_sbuf and contiguous and ins.alu in FAST_TT_ALU
+        ):
             cycles = n
         elif self.cfg.perf_mode and all16 and both_sbuf:
             cycles = 2 * n / self.cfg.tt_fast_factor
@@ -69,8 +78,10 @@ class VectorEngine(AluEngine):
         for a in axes:
             d = nd - 1 if a is None else (a + nd if a < 0 else a)
             if not 1 <= d < nd:
-                raise SimError(f"{ins.label}: axis {a} is not a free axis of src '{ins.src}' "
-                               f"(shape {list(ins.src.shape)}; axis 0 is the partition axis)")
+                raise SimError(
+                    f"{ins.label}: axis {a} is not a free axis of src '{ins.src}' "
+                    f"(shape {list(ins.src.shape)}; axis 0 is the partition axis)"
+                )
             out.append(d)
         if len(set(out)) != len(out):
             raise SimError(f"{ins.label}: axis lists a dimension twice: {ins.axis}")
@@ -83,9 +94,11 @@ class VectorEngine(AluEngine):
         axes = self.reduce_axes(ins)
         n = math.prod(s for d, s in enumerate(ins.src.shape) if d and d not in axes)
         if ins.dst.free_size != n:
-            raise SimError(f"{ins.label}: dst '{ins.dst}' has {ins.dst.free_size} elements per "
-                           f"partition but reducing src '{ins.src}' over axis {list(axes)} "
-                           f"leaves {n}")
+            raise SimError(
+                f"{ins.label}: dst '{ins.dst}' has {ins.dst.free_size} elements per "
+                f"partition but reducing src '{ins.src}' over axis {list(axes)} "
+                f"leaves {n}"
+            )
 
     def cost_tensor_reduce(self, ins, prev) -> float:
         # N/2 for bf16 in and out with add or max, else N (isa.md 10); the MIN_II floor is an
@@ -115,11 +128,15 @@ class VectorEngine(AluEngine):
         check_same_partitions(ins, "dst", ins.dst, "src", ins.src)
         limit = self.cfg.bn_stats_max_free  # nl.tile_size.bn_stats_fmax (isa.md 1)
         if ins.src.free_size > limit:
-            raise SimError(f"{ins.label}: src '{ins.src}' has {ins.src.free_size} elements per "
-                           f"partition, more than bn_stats' limit of {limit}")
+            raise SimError(
+                f"{ins.label}: src '{ins.src}' has {ins.src.free_size} elements per "
+                f"partition, more than bn_stats' limit of {limit}"
+            )
         if ins.dst.free_size != 6:
-            raise SimError(f"{ins.label}: dst '{ins.dst}' has {ins.dst.free_size} elements per "
-                           f"partition; bn_stats writes 6 (count, mean, M2 for even and odd)")
+            raise SimError(
+                f"{ins.label}: dst '{ins.dst}' has {ins.dst.free_size} elements per "
+                f"partition; bn_stats writes 6 (count, mean, M2 for even and odd)"
+            )
 
     def cost_bn_stats(self, ins, prev) -> float:
         return self.ii(ins.src.free_size) + self.overhead(ins)  # max(MIN_II, N) (isa.md 10)
@@ -140,11 +157,15 @@ class VectorEngine(AluEngine):
         self.check_operand(ins, "dst", ins.dst)
         check_same_partitions(ins, "dst", ins.dst, "src", ins.src)
         if ins.src.free_size % 3:
-            raise SimError(f"{ins.label}: src '{ins.src}' has {ins.src.free_size} elements per "
-                           f"partition; bn_aggr needs (count, mean, M2) triples, a multiple of 3")
+            raise SimError(
+                f"{ins.label}: src '{ins.src}' has {ins.src.free_size} elements per "
+                f"partition; bn_aggr needs (count, mean, M2) triples, a multiple of 3"
+            )
         if ins.dst.free_size != 2:
-            raise SimError(f"{ins.label}: dst '{ins.dst}' has {ins.dst.free_size} elements per "
-                           f"partition; bn_aggr writes 2 (mean, variance)")
+            raise SimError(
+                f"{ins.label}: dst '{ins.dst}' has {ins.dst.free_size} elements per "
+                f"partition; bn_aggr writes 2 (mean, variance)"
+            )
 
     def cost_bn_aggr(self, ins, prev) -> float:
         # max(MIN_II, 13*(N/3)) (isa.md 10)
@@ -169,11 +190,12 @@ class VectorEngine(AluEngine):
     # -- select --------------------------------------------------------------------------------
 
     def check_select(self, ins) -> None:
-        self.check_like(ins, "dst", ins.dst, ("predicate", ins.predicate),
-                        ("on_true", ins.on_true))
+        self.check_like(ins, "dst", ins.dst, ("predicate", ins.predicate), ("on_true", ins.on_true))
         if ins.predicate.memory == ins.on_true.memory == "psum":
-            raise SimError(f"{ins.label}: predicate '{ins.predicate}' and on_true "
-                           f"'{ins.on_true}' are both in PSUM; at most one may be")
+            raise SimError(
+                f"{ins.label}: predicate '{ins.predicate}' and on_true "
+                f"'{ins.on_true}' are both in PSUM; at most one may be"
+            )
         f = ins.on_false
         if isinstance(f, Ref):
             self.check_operand(ins, "on_false", f)

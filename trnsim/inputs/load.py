@@ -41,8 +41,7 @@ def load_yaml(text: str, source: str = "<string>", error: type[Exception] = Trac
         if LIBYAML:
             try:
                 return yaml_events.fast_load(text, source, error)
-            except (yaml_events.Fallback, yaml.YAMLError, RecursionError, ValueError,
-                    UnicodeError):
+            except (yaml_events.Fallback, yaml.YAMLError, RecursionError, ValueError, UnicodeError):
                 pass  # not the common subset, or an error: the reference loader decides
         return reference_load(text, source, error)
 
@@ -55,8 +54,11 @@ def load_json(text: str, source: str = "<string>", error: type[Exception] = Trac
         try:
             return json.loads(text, parse_constant=str)
         except json.JSONDecodeError as e:
-            raise error(f"{source}:{e.lineno}: syntax: {e.msg} (column {e.colno}); expected "
-                        "valid JSON") from None
+            raise error(
+                f"{source}:{e.lineno}: syntax: {e.msg} (column {e.colno}); expected valid JSON"
+            ) from None
         except RecursionError:
-            raise error(f"{source}:1: syntax: nesting is too deep; expected valid JSON of "
-                        "fewer levels of nested lists and mappings") from None
+            raise error(
+                f"{source}:1: syntax: nesting is too deep; expected valid JSON of "
+                "fewer levels of nested lists and mappings"
+            ) from None

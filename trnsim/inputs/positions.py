@@ -28,8 +28,18 @@ import yaml
 
 from trnsim.errors import TraceError
 
-__all__ = ["PosDict", "PosList", "MAX_DEPTH", "reference_load", "too_deep", "Resolver",
-           "construct_int", "INT", "FLOAT", "BOOL"]
+__all__ = [
+    "PosDict",
+    "PosList",
+    "MAX_DEPTH",
+    "reference_load",
+    "too_deep",
+    "Resolver",
+    "construct_int",
+    "INT",
+    "FLOAT",
+    "BOOL",
+]
 
 MAX_DEPTH = 100
 """The most levels of nested lists and mappings a document may have."""
@@ -40,10 +50,12 @@ FLOAT = "tag:yaml.org,2002:float"
 _DROPPED = (BOOL, INT, FLOAT, "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value")
 _EXP = r"[eE][-+]?[0-9]+"
 _INT_RE = re.compile(
-    r"^[-+]?(?:[0-9][0-9_]*|0x[0-9a-fA-F][0-9a-fA-F_]*|0o[0-7][0-7_]*|0b[01][01_]*)$")
+    r"^[-+]?(?:[0-9][0-9_]*|0x[0-9a-fA-F][0-9a-fA-F_]*|0o[0-7][0-7_]*|0b[01][01_]*)$"
+)
 _FLOAT_RE = re.compile(
     rf"^[-+]?(?:\.[0-9][0-9_]*(?:{_EXP})?|[0-9][0-9_]*(?:\.[0-9_]*(?:{_EXP})?|{_EXP}))$"
-    r"|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$")
+    r"|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"
+)
 
 
 class PosDict(dict):
@@ -90,8 +102,14 @@ class Resolver(yaml.resolver.Resolver):
     }
 
 
-class _Loader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
-              yaml.composer.Composer, yaml.constructor.SafeConstructor, Resolver):
+class _Loader(
+    yaml.reader.Reader,
+    yaml.scanner.Scanner,
+    yaml.parser.Parser,
+    yaml.composer.Composer,
+    yaml.constructor.SafeConstructor,
+    Resolver,
+):
     """The reference loader: PyYAML's pure-Python SafeLoader with `Resolver`, building
     PosDict/PosList and rejecting duplicate keys."""
 
@@ -167,8 +185,10 @@ class _Loader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
 
 
 def too_deep(source: str, mark: Any) -> str:
-    return (f"{source}:{mark.line + 1}: syntax: nesting is too deep; expected at most "
-            f"{MAX_DEPTH} levels of nested lists and mappings")
+    return (
+        f"{source}:{mark.line + 1}: syntax: nesting is too deep; expected at most "
+        f"{MAX_DEPTH} levels of nested lists and mappings"
+    )
 
 
 def construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
@@ -180,7 +200,8 @@ def construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
 
 
 Resolver.add_implicit_resolver(
-    BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 Resolver.add_implicit_resolver(FLOAT, _FLOAT_RE, list("-+0123456789."))
 Resolver.add_implicit_resolver(INT, _INT_RE, list("-+0123456789"))
 _Loader.add_constructor(INT, construct_int)
@@ -193,8 +214,10 @@ def _syntax_message(e: yaml.YAMLError, text: str, source: str) -> str:
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     if mark is not None:
         line = mark.line + 1
-        what = ", ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None))
-                         if x) or "invalid YAML"
+        what = (
+            ", ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
+            or "invalid YAML"
+        )
         what += f" (column {mark.column + 1})"
     elif isinstance(e, yaml.reader.ReaderError):
         line = text[: e.position].count("\n") + 1
@@ -205,8 +228,7 @@ def _syntax_message(e: yaml.YAMLError, text: str, source: str) -> str:
     return " ".join(f"{source}:{line}: syntax: {what}; expected valid YAML".splitlines())
 
 
-def reference_load(text: str, source: str = "<string>",
-                   error: type[Exception] = TraceError) -> Any:
+def reference_load(text: str, source: str = "<string>", error: type[Exception] = TraceError) -> Any:
     """Parse one YAML document from `text` into PosDict/PosList/scalars (None if empty) with
     PyYAML's pure-Python parser and `_Loader`'s constructors: the reference for every result and
     message. `source` names the text in error messages; `error` is the exception class raised."""
@@ -218,11 +240,15 @@ def reference_load(text: str, source: str = "<string>",
     except yaml.YAMLError as e:
         raise error(_syntax_message(e, text, source)) from None
     except UnicodeError as e:  # e.g. a lone surrogate in a str handed to loads()
-        raise error(f"{source}:1: syntax: the text cannot be encoded ({e.reason}); expected "
-                    f"valid Unicode text") from None
+        raise error(
+            f"{source}:1: syntax: the text cannot be encoded ({e.reason}); expected "
+            f"valid Unicode text"
+        ) from None
     except RecursionError:  # a caller already deep in the stack
-        raise error(f"{source}:1: syntax: nesting is too deep; expected at most {MAX_DEPTH} "
-                    "levels of nested lists and mappings") from None
+        raise error(
+            f"{source}:1: syntax: nesting is too deep; expected at most {MAX_DEPTH} "
+            "levels of nested lists and mappings"
+        ) from None
     finally:
         if loader is not None:
             loader.dispose()

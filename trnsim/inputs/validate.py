@@ -18,8 +18,22 @@ from typing import Any, NoReturn
 from trnsim.errors import TraceError
 from trnsim.inputs.positions import PosDict, PosList
 
-__all__ = ["Loc", "show", "hint", "unknown", "one_of", "is_int", "want_map", "want_list",
-           "want_str", "want_int", "want_choice", "want_name", "check_keys", "IDENTIFIER"]
+__all__ = [
+    "Loc",
+    "show",
+    "hint",
+    "unknown",
+    "one_of",
+    "is_int",
+    "want_map",
+    "want_list",
+    "want_str",
+    "want_int",
+    "want_choice",
+    "want_name",
+    "check_keys",
+    "IDENTIFIER",
+]
 
 
 @dataclass(frozen=True)
@@ -38,8 +52,9 @@ class Loc:
     def key(self, mapping: Any, key: Any) -> Loc:
         """The location of `mapping[key]`."""
         line = mapping.line_of(key) if isinstance(mapping, PosDict) else self.line
-        return replace(self, line=line or self.line,
-                       path=f"{self.path}.{key}" if self.path else str(key))
+        return replace(
+            self, line=line or self.line, path=f"{self.path}.{key}" if self.path else str(key)
+        )
 
     def item(self, seq: Any, index: int) -> Loc:
         """The location of `seq[index]`."""
@@ -140,20 +155,26 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def want_name(value: Any, loc: Loc, what: str, ident: bool = False) -> str:
     """A name of a `what` (tensor, event, ...): a non-empty string; an identifier if `ident`."""
     if ident and not (isinstance(value, str) and IDENTIFIER.fullmatch(value)):
-        loc.fail(f"{what} name {show(value)} is not an identifier",
-                 f"a {what} name made of letters, digits and _ (not starting with a digit)")
+        loc.fail(
+            f"{what} name {show(value)} is not an identifier",
+            f"a {what} name made of letters, digits and _ (not starting with a digit)",
+        )
     name = want_str(value, loc, f"a {what} name (a string)")
     if not name.isprintable():  # names appear in one-line error messages
-        loc.fail(f"{what} name {show(value)} has a line break or control character",
-                 f"a {what} name of printable characters")
+        loc.fail(
+            f"{what} name {show(value)} has a line break or control character",
+            f"a {what} name of printable characters",
+        )
     return name
 
 
-def check_keys(mapping: dict, loc: Loc, allowed: Iterable[str], what: str = "key",
-               expected: str | None = None) -> None:
+def check_keys(
+    mapping: dict, loc: Loc, allowed: Iterable[str], what: str = "key", expected: str | None = None
+) -> None:
     """Fail on the first key of `mapping` that is not in `allowed`, at that key's line."""
     allowed = list(allowed)
     for key in mapping:
         if key not in allowed:
-            loc.key(mapping, key).fail(f"unknown {what} {show(key)}{hint(key, allowed)}",
-                                       expected or one_of(allowed))
+            loc.key(mapping, key).fail(
+                f"unknown {what} {show(key)}{hint(key, allowed)}", expected or one_of(allowed)
+            )

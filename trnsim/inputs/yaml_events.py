@@ -88,8 +88,7 @@ def fast_load(text: str, source: str = "<string>", error: type[Exception] = Trac
     if event.__class__ is not yaml.DocumentStartEvent:
         raise Fallback
     root = _Builder(get, source, error).node(get(), 0)[0]
-    if get().__class__ is not yaml.DocumentEndEvent or \
-            get().__class__ is not yaml.StreamEndEvent:
+    if get().__class__ is not yaml.DocumentEndEvent or get().__class__ is not yaml.StreamEndEvent:
         raise Fallback
     return root
 
@@ -158,7 +157,7 @@ class _Builder:
                 key = scalar(event)
                 key_line = event.start_mark.line + 1
                 if key is None and not event.value:  # libyaml may place `{?\n: v}`'s empty
-                    raise Fallback                  # key on the next line
+                    raise Fallback  # key on the next line
             elif kind is _MAPPING_END:
                 return result
             else:

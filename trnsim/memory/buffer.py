@@ -122,16 +122,19 @@ def bind(ap: Ap, buf: Buffer, where: str) -> Ref:
     """
     idx = ap.index
     if len(idx) > len(buf.shape):
-        raise SimError(f"{where}: '{ap}' has {len(idx)} indices but {buf.name} has "
-                       f"{len(buf.shape)} dims (shape {list(buf.shape)})")
+        raise SimError(
+            f"{where}: '{ap}' has {len(idx)} indices but {buf.name} has "
+            f"{len(buf.shape)} dims (shape {list(buf.shape)})"
+        )
     ranges, shape, key = [], [], []
     for d, n in enumerate(buf.shape):
         item = idx[d] if d < len(idx) else (None, None, None)
         if isinstance(item, int):
             i = item + n if item < 0 else item
             if not 0 <= i < n:
-                raise SimError(f"{where}: index {item} is out of bounds for dim {d} of "
-                               f"{buf.name} (size {n})")
+                raise SimError(
+                    f"{where}: index {item} is out of bounds for dim {d} of {buf.name} (size {n})"
+                )
             ranges.append((i, i + 1, 1))
             key.append(i)
             continue
@@ -142,12 +145,16 @@ def bind(ap: Ap, buf: Buffer, where: str) -> Ref:
         if step <= 0:
             raise SimError(f"{where}: slice step must be positive in '{ap}'")
         if not 0 <= start < stop <= n:
-            raise SimError(f"{where}: slice {start}:{stop} is out of bounds for dim {d} of "
-                           f"{buf.name} (size {n}) in '{ap}'")
+            raise SimError(
+                f"{where}: slice {start}:{stop} is out of bounds for dim {d} of "
+                f"{buf.name} (size {n}) in '{ap}'"
+            )
         ranges.append((start, stop, step))
         shape.append(len(range(start, stop, step)))
         key.append(slice(start, stop, step))
     if buf.onchip and (isinstance(idx[0] if idx else None, int) or ranges[0][2] != 1):
-        raise SimError(f"{where}: '{ap}' must take a contiguous range of partitions "
-                       f"(no integer index or step on the partition dim of a tile)")
+        raise SimError(
+            f"{where}: '{ap}' must take a contiguous range of partitions "
+            f"(no integer index or step on the partition dim of a tile)"
+        )
     return Ref(buf, tuple(ranges), tuple(shape), tuple(key), str(ap))

@@ -64,8 +64,10 @@ class Hbm:
     def stack_of(self, address: int) -> int:
         """The HBM stack holding byte `address`."""
         if not 0 <= address < self.capacity:
-            raise SimError(f"HBM address {address:#x} is outside the {fmt_bytes(self.capacity)} "
-                           f"of device memory")
+            raise SimError(
+                f"HBM address {address:#x} is outside the {fmt_bytes(self.capacity)} "
+                f"of device memory"
+            )
         return address // self.stack_capacity
 
     def home_stack(self, core: int) -> int:
@@ -91,8 +93,9 @@ class Hbm:
         if nbytes < 0:
             raise SimError(f"cannot allocate {name}: negative size {nbytes}")
         if stack is not None and not 0 <= stack < self.stacks:
-            raise SimError(f"cannot allocate {name}: stack {stack} is out of range "
-                           f"0..{self.stacks - 1}")
+            raise SimError(
+                f"cannot allocate {name}: stack {stack} is out of range 0..{self.stacks - 1}"
+            )
         a = self.alignment
         size = max(a, -(-nbytes // a) * a)
         first = 0 if stack is None else stack
@@ -103,9 +106,11 @@ class Hbm:
                 self.used += size
                 self.peak = max(self.peak, self.used)
                 return addr
-        raise SimError(f"cannot allocate {name}: {fmt_bytes(nbytes)} requested, "
-                       f"{fmt_bytes(self.free_bytes)} free, largest free block "
-                       f"{fmt_bytes(self.largest_free_block)}")
+        raise SimError(
+            f"cannot allocate {name}: {fmt_bytes(nbytes)} requested, "
+            f"{fmt_bytes(self.free_bytes)} free, largest free block "
+            f"{fmt_bytes(self.largest_free_block)}"
+        )
 
     def free(self, address: int) -> None:
         """Release the block at `address`, merging it with free neighbours in its stack."""

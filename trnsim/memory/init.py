@@ -18,8 +18,9 @@ int8 `arange` would otherwise need 32 GiB of float64 on the way). Chunked draws 
 the values of one whole-array draw (the generator's stream continues across calls)."""
 
 
-def initial_values(init, shape: tuple[int, ...], dt: DType, rng: np.random.Generator,
-                   what: str = "") -> np.ndarray:
+def initial_values(
+    init, shape: tuple[int, ...], dt: DType, rng: np.random.Generator, what: str = ""
+) -> np.ndarray:
     """A new array of `shape` and `dt` filled as `init` says.
 
     init: None or 'zeros', 'ones', 'random' (uniform [0, 1)), 'normal' (standard normal),
@@ -43,7 +44,7 @@ def initial_values(init, shape: tuple[int, ...], dt: DType, rng: np.random.Gener
                 v = rng.standard_normal(n, dtype=np.float32)
             else:
                 v = np.arange(lo, lo + n, dtype=np.float64)
-            flat[lo:lo + n] = to_dtype(v, dt)
+            flat[lo : lo + n] = to_dtype(v, dt)
         return out
     path = None
     if isinstance(init, dict):
@@ -51,8 +52,10 @@ def initial_values(init, shape: tuple[int, ...], dt: DType, rng: np.random.Gener
     elif isinstance(init, tuple) and len(init) == 2 and init[0] == "file":
         path = init[1]
     if path is None:
-        raise TrnsimError(f"{what}: unknown init {init!r}; expected zeros, ones, random, normal, "
-                          f"arange or {{file: x.npy}}")
+        raise TrnsimError(
+            f"{what}: unknown init {init!r}; expected zeros, ones, random, normal, "
+            f"arange or {{file: x.npy}}"
+        )
     full = Path(path)
     try:
         data = np.load(full, mmap_mode="r")
@@ -63,15 +66,17 @@ def initial_values(init, shape: tuple[int, ...], dt: DType, rng: np.random.Gener
     if tuple(data.shape) != tuple(shape):
         raise TrnsimError(f"{what}: {full} has shape {list(data.shape)}, expected {list(shape)}")
     if data.dtype.kind not in "biuf":
-        raise TrnsimError(f"{what}: {full} holds {data.dtype} values; expected numbers (bool, "
-                          f"integer or float) to convert to {dt.name}")
+        raise TrnsimError(
+            f"{what}: {full} holds {data.dtype} values; expected numbers (bool, "
+            f"integer or float) to convert to {dt.name}"
+        )
     out = _alloc(np.empty, shape, dt, what)
     if out.ndim == 0:
         out[()] = _convert(np.asarray(data), dt)
         return out
     rows = max(1, CHUNK_ELEMENTS // max(1, math.prod(shape[1:])))
     for lo in range(0, shape[0], rows):
-        out[lo:lo + rows] = _convert(np.asarray(data[lo:lo + rows]), dt)
+        out[lo : lo + rows] = _convert(np.asarray(data[lo : lo + rows]), dt)
     return out
 
 
@@ -87,6 +92,8 @@ def _alloc(make, shape: tuple[int, ...], dt: DType, what: str) -> np.ndarray:
         return make(shape, dt.np)
     except (MemoryError, ValueError):  # ValueError: "array is too big" for numpy itself
         nbytes = math.prod(shape) * dt.itemsize
-        raise TrnsimError(f"{what}: {list(shape)} {dt.name} needs {fmt_bytes(nbytes)} for its "
-                          f"values, more than this machine can allocate; run with --mode "
-                          f"timing (shapes only) or use smaller shapes") from None
+        raise TrnsimError(
+            f"{what}: {list(shape)} {dt.name} needs {fmt_bytes(nbytes)} for its "
+            f"values, more than this machine can allocate; run with --mode "
+            f"timing (shapes only) or use smaller shapes"
+        ) from None

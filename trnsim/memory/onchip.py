@@ -11,8 +11,9 @@ from trnsim.config import CoreConfig
 from trnsim.errors import SimError
 
 
-def place_tiles(tiles: list[tuple[str, str, int, int]], core: CoreConfig
-                ) -> tuple[dict[str, int], int, int]:
+def place_tiles(
+    tiles: list[tuple[str, str, int, int]], core: CoreConfig
+) -> tuple[dict[str, int], int, int]:
     """Assign each (name, memory, partitions, partition_bytes) tile a byte offset.
 
     Returns (offsets, sbuf bytes used per partition, psum bytes used per partition); raises a
@@ -25,8 +26,7 @@ def place_tiles(tiles: list[tuple[str, str, int, int]], core: CoreConfig
     for name, memory, partitions, nbytes in tiles:
         limit = core.sbuf.partitions if memory == "sbuf" else core.psum.partitions
         if partitions > limit:
-            raise SimError(f"tile {name} has {partitions} partitions; "
-                           f"{memory.upper()} has {limit}")
+            raise SimError(f"tile {name} has {partitions} partitions; {memory.upper()} has {limit}")
         if memory == "sbuf":
             offsets[name] = sbuf_top
             sbuf_top += nbytes
@@ -46,5 +46,7 @@ def _check(tiles, memory: str, used: int, capacity: int) -> None:
         return
     mine = sorted((t for t in tiles if t[1] == memory), key=lambda t: -t[3])[:3]
     big = ", ".join(f"{n} {b} B" for n, _, _, b in mine)
-    raise SimError(f"{memory.upper()} overflow: tiles need {used} bytes per "
-                   f"partition but {memory.upper()} has {capacity} (largest: {big})")
+    raise SimError(
+        f"{memory.upper()} overflow: tiles need {used} bytes per "
+        f"partition but {memory.upper()} has {capacity} (largest: {big})"
+    )

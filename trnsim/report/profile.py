@@ -11,14 +11,39 @@ from pathlib import Path
 from trnsim.errors import TrnsimError
 from trnsim.report.recorder import Recorder
 
-COLUMNS = ("core", "track", "kernel", "index", "op", "dtype", "start_ns", "end_ns",
-           "duration_ns", "bytes", "flops")
+COLUMNS = (
+    "core",
+    "track",
+    "kernel",
+    "index",
+    "op",
+    "dtype",
+    "start_ns",
+    "end_ns",
+    "duration_ns",
+    "bytes",
+    "flops",
+)
 
 
 def rows(rec: Recorder) -> list[tuple]:
     """The profile rows in timeline order."""
-    return [(s.core, s.track, s.kernel, s.index, s.op, s.dtype, s.start_ps / 1000,
-             s.end_ps / 1000, s.duration_ps / 1000, s.bytes, s.flops) for s in rec.spans]
+    return [
+        (
+            s.core,
+            s.track,
+            s.kernel,
+            s.index,
+            s.op,
+            s.dtype,
+            s.start_ps / 1000,
+            s.end_ps / 1000,
+            s.duration_ps / 1000,
+            s.bytes,
+            s.flops,
+        )
+        for s in rec.spans
+    ]
 
 
 def write_profile(rec: Recorder, path: str | Path) -> None:
@@ -30,14 +55,17 @@ def write_profile(rec: Recorder, path: str | Path) -> None:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            raise TrnsimError(f"{path}: writing Parquet needs pyarrow "
-                              f"(pip install 'trnsim[parquet]'); or use a .csv file") from None
+            raise TrnsimError(
+                f"{path}: writing Parquet needs pyarrow "
+                f"(pip install 'trnsim[parquet]'); or use a .csv file"
+            ) from None
         table = pa.table({c: [r[i] for r in data] for i, c in enumerate(COLUMNS)})
         pq.write_table(table, path)
         return
     if path.suffix != ".csv":
-        raise TrnsimError(f"{path}: unknown profile format '{path.suffix}'; expected .csv or "
-                          f".parquet")
+        raise TrnsimError(
+            f"{path}: unknown profile format '{path.suffix}'; expected .csv or .parquet"
+        )
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(COLUMNS)

@@ -66,11 +66,23 @@ class Recorder:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def span(self, core: int, track: str, op: str, start_ps: int, end_ps: int, nbytes: int = 0,
-             flops: int = 0, index: int = 0, kernel: str = "", dtype: str = "") -> None:
+    def span(
+        self,
+        core: int,
+        track: str,
+        op: str,
+        start_ps: int,
+        end_ps: int,
+        nbytes: int = 0,
+        flops: int = 0,
+        index: int = 0,
+        kernel: str = "",
+        dtype: str = "",
+    ) -> None:
         """Add a span from its fields (`add_span` takes a ready `Span`, for hot loops)."""
-        self._spans.append(Span(core, track, op, start_ps, end_ps, nbytes, flops, index, kernel,
-                                dtype))
+        self._spans.append(
+            Span(core, track, op, start_ps, end_ps, nbytes, flops, index, kernel, dtype)
+        )
 
     def hbm_traffic(self, read: int, written: int) -> None:
         """Count bytes read from and written to HBM."""

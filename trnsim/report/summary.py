@@ -52,8 +52,16 @@ def _queue_stats(spans: list[Span], dma_tracks: set[str]) -> dict:
     return dict(sorted(out.items()))
 
 
-def summarize(rec: Recorder, cfg: ChipConfig, total_ps: int, *, trace: str, mode: str,
-              timing=(), top: int = 10) -> dict:
+def summarize(
+    rec: Recorder,
+    cfg: ChipConfig,
+    total_ps: int,
+    *,
+    trace: str,
+    mode: str,
+    timing=(),
+    top: int = 10,
+) -> dict:
     """Summarise a run.
 
     `total_time_ns` is the whole simulated time, host launch overheads included;
@@ -85,23 +93,42 @@ def summarize(rec: Recorder, cfg: ChipConfig, total_ps: int, *, trace: str, mode
     moved = rec.hbm_bytes_read + rec.hbm_bytes_written
     top_rows = sorted(by_instr.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
     return {
-        "trace": trace, "chip": cfg.name, "mode": mode,
+        "trace": trace,
+        "chip": cfg.name,
+        "mode": mode,
         "total_time_ns": total_ps / 1000,
         "device_time_ns": device_ps / 1000,
         "engines": _engines(busy, device_ps),
         "dma": _dma(_queue_stats(spans, dma_tracks)),
-        "hbm": {"bytes_read": rec.hbm_bytes_read, "bytes_written": rec.hbm_bytes_written,
-                "bandwidth_bytes_per_s": moved / seconds if seconds else 0.0},
-        "flops": flops, "flops_per_s": flops / seconds if seconds else 0.0,
+        "hbm": {
+            "bytes_read": rec.hbm_bytes_read,
+            "bytes_written": rec.hbm_bytes_written,
+            "bandwidth_bytes_per_s": moved / seconds if seconds else 0.0,
+        },
+        "flops": flops,
+        "flops_per_s": flops / seconds if seconds else 0.0,
         "peak_fraction": _peak_fraction(cfg, flops_by_dtype, busy, seconds),
         "flops_by_dtype": dict(sorted(flops_by_dtype.items())),
-        "memory": {"sbuf_peak_bytes": rec.peaks["sbuf"], "psum_peak_bytes": rec.peaks["psum"],
-                   "hbm_peak_bytes": rec.peaks["hbm"]},
-        "timings": {f"{a}->{b}": {"ns": (rec.events[b] - rec.events[a]) / 1000}
-                    for a, b in timing if a in rec.events and b in rec.events},
+        "memory": {
+            "sbuf_peak_bytes": rec.peaks["sbuf"],
+            "psum_peak_bytes": rec.peaks["psum"],
+            "hbm_peak_bytes": rec.peaks["hbm"],
+        },
+        "timings": {
+            f"{a}->{b}": {"ns": (rec.events[b] - rec.events[a]) / 1000}
+            for a, b in timing
+            if a in rec.events and b in rec.events
+        },
         "top_instructions": [
-            {"kernel": k, "op": op, "track": f"core{c}.{tr}", "count": v[1],
-             "total_ns": v[0] / 1000} for (k, op, c, tr), v in top_rows],
+            {
+                "kernel": k,
+                "op": op,
+                "track": f"core{c}.{tr}",
+                "count": v[1],
+                "total_ns": v[0] / 1000,
+            }
+            for (k, op, c, tr), v in top_rows
+        ],
     }
 
 
@@ -112,24 +139,33 @@ def _engines(busy: dict[tuple[int, str], list], device_ps: int) -> dict:
         for track in ENGINE_TRACKS:
             b_ps, n = busy.get((core, track), (0, 0))
             engines[f"core{core}.{track}"] = {
-                "busy_ns": b_ps / 1000, "utilization": b_ps / device_ps if device_ps else 0.0,
-                "instructions": n}
+                "busy_ns": b_ps / 1000,
+                "utilization": b_ps / device_ps if device_ps else 0.0,
+                "instructions": n,
+            }
     return engines
 
 
 def _dma(stats: dict[tuple[int, int], QueueStats]) -> dict:
-    return {f"core{core}.{dma_track(queue)}": {
-        "busy_ns": st.busy_ps / 1000, "bytes": st.bytes, "transfers": st.transfers,
-        "bandwidth_bytes_per_s": st.bytes / (st.busy_ps * 1e-12) if st.busy_ps else 0.0}
-        for (core, queue), st in stats.items()}
+    return {
+        f"core{core}.{dma_track(queue)}": {
+            "busy_ns": st.busy_ps / 1000,
+            "bytes": st.bytes,
+            "transfers": st.transfers,
+            "bandwidth_bytes_per_s": st.bytes / (st.busy_ps * 1e-12) if st.busy_ps else 0.0,
+        }
+        for (core, queue), st in stats.items()
+    }
 
 
-def _peak_fraction(cfg: ChipConfig, flops_by_dtype: dict[str, int], busy: dict,
-                   seconds: float) -> float:
+def _peak_fraction(
+    cfg: ChipConfig, flops_by_dtype: dict[str, int], busy: dict, seconds: float
+) -> float:
     """The time the used dtypes' FLOPs would need at peak, over the time the cores that ran
     matmuls had."""
-    at_peak_s = sum(f / peak_flops_per_core(cfg, dt) for dt, f in flops_by_dtype.items()
-                    if _has_peak(cfg, dt))
+    at_peak_s = sum(
+        f / peak_flops_per_core(cfg, dt) for dt, f in flops_by_dtype.items() if _has_peak(cfg, dt)
+    )
     tensor = engine_track(Engine.TENSOR)
     compute_cores = len({c for (c, track), b in busy.items() if track == tensor and b[1]})
     return at_peak_s / (seconds * compute_cores) if seconds and compute_cores else 0.0
@@ -144,10 +180,13 @@ def _has_peak(cfg: ChipConfig, dt: str) -> bool:
 
 def format_summary(s: dict) -> str:
     """The summary as a readable table (what `trnsim run` prints)."""
-    out = [f"trace {s['trace']!r} on {s['chip']} ({s['mode']})",
-           f"total time      {fmt_time_ns(s['total_time_ns'])} (host launch costs included)",
-           f"device time     {fmt_time_ns(s['device_time_ns'])} (first activity to last; "
-           f"utilization and FLOP/s are over this)", ""]
+    out = [
+        f"trace {s['trace']!r} on {s['chip']} ({s['mode']})",
+        f"total time      {fmt_time_ns(s['total_time_ns'])} (host launch costs included)",
+        f"device time     {fmt_time_ns(s['device_time_ns'])} (first activity to last; "
+        f"utilization and FLOP/s are over this)",
+        "",
+    ]
     if s["engines"]:
         out.append(f"{'engine':<16}{'busy':>12}{'util':>8}{'instrs':>9}")
         for name, e in s["engines"].items():
@@ -157,37 +196,54 @@ def format_summary(s: dict) -> str:
     if s["dma"]:
         out.append(f"{'dma queue':<16}{'busy':>12}{'bytes':>12}{'xfers':>7}{'rate':>13}")
         for name, d in s["dma"].items():
-            out.append(f"{name:<16}{fmt_time_ns(d['busy_ns']):>12}{fmt_bytes(d['bytes']):>12}"
-                       f"{d['transfers']:>7}{fmt_rate(d['bandwidth_bytes_per_s']):>13}")
+            out.append(
+                f"{name:<16}{fmt_time_ns(d['busy_ns']):>12}{fmt_bytes(d['bytes']):>12}"
+                f"{d['transfers']:>7}{fmt_rate(d['bandwidth_bytes_per_s']):>13}"
+            )
         out.append("")
     h = s["hbm"]
-    out.append(f"HBM             read {fmt_bytes(h['bytes_read'])}, written "
-               f"{fmt_bytes(h['bytes_written'])}, {fmt_rate(h['bandwidth_bytes_per_s'])}")
-    out.append(f"compute         {s['flops']:.4g} FLOP, {fmt_flops(s['flops_per_s'])}, "
-               f"{s['peak_fraction']:.1%} of peak")
+    out.append(
+        f"HBM             read {fmt_bytes(h['bytes_read'])}, written "
+        f"{fmt_bytes(h['bytes_written'])}, {fmt_rate(h['bandwidth_bytes_per_s'])}"
+    )
+    out.append(
+        f"compute         {s['flops']:.4g} FLOP, {fmt_flops(s['flops_per_s'])}, "
+        f"{s['peak_fraction']:.1%} of peak"
+    )
     m = s["memory"]
-    out.append(f"memory peaks    SBUF {fmt_bytes(m['sbuf_peak_bytes'])}, PSUM "
-               f"{fmt_bytes(m['psum_peak_bytes'])}, HBM {fmt_bytes(m['hbm_peak_bytes'])}")
+    out.append(
+        f"memory peaks    SBUF {fmt_bytes(m['sbuf_peak_bytes'])}, PSUM "
+        f"{fmt_bytes(m['psum_peak_bytes'])}, HBM {fmt_bytes(m['hbm_peak_bytes'])}"
+    )
     for name, t in s["timings"].items():
         out.append(f"timing          {name}: {fmt_time_ns(t['ns'])}")
     for name, c in s.get("check", {}).items():
-        out.append(f"check           {name}: max abs err {c['max_abs_err']:.3g}, "
-                   f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}")
+        out.append(
+            f"check           {name}: max abs err {c['max_abs_err']:.3g}, "
+            f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}"
+        )
     if s["top_instructions"]:
         out += ["", f"{'top instructions':<34}{'track':<16}{'count':>7}{'total':>12}"]
         for r in s["top_instructions"]:
-            out.append(f"{(r['kernel'] + ':' + r['op'])[:33]:<34}{r['track']:<16}"
-                       f"{r['count']:>7}{fmt_time_ns(r['total_ns']):>12}")
+            out.append(
+                f"{(r['kernel'] + ':' + r['op'])[:33]:<34}{r['track']:<16}"
+                f"{r['count']:>7}{fmt_time_ns(r['total_ns']):>12}"
+            )
     return "\n".join(out)
 
 
-COMPARED = (("total time", lambda s: s["total_time_ns"], fmt_time_ns),
-            ("device time", lambda s: s["device_time_ns"], fmt_time_ns),
-            ("FLOP/s", lambda s: s["flops_per_s"], fmt_flops),
-            ("peak fraction", lambda s: s["peak_fraction"], lambda v: f"{v:.1%}"),
-            ("HBM bandwidth", lambda s: s["hbm"]["bandwidth_bytes_per_s"], fmt_rate),
-            ("busiest engine", lambda s: max((e["utilization"] for e in s["engines"].values()),
-                                            default=0.0), lambda v: f"{v:.1%}"))
+COMPARED = (
+    ("total time", lambda s: s["total_time_ns"], fmt_time_ns),
+    ("device time", lambda s: s["device_time_ns"], fmt_time_ns),
+    ("FLOP/s", lambda s: s["flops_per_s"], fmt_flops),
+    ("peak fraction", lambda s: s["peak_fraction"], lambda v: f"{v:.1%}"),
+    ("HBM bandwidth", lambda s: s["hbm"]["bandwidth_bytes_per_s"], fmt_rate),
+    (
+        "busiest engine",
+        lambda s: max((e["utilization"] for e in s["engines"].values()), default=0.0),
+        lambda v: f"{v:.1%}",
+    ),
+)
 
 
 def format_comparison(summaries: list[dict]) -> str:

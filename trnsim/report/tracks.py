@@ -37,7 +37,7 @@ def dma_queue(track: str) -> int:
     """The queue number of a DMA track: 3 for "q3"."""
     if not is_dma(track):
         raise ValueError(f"track '{track}' is not a DMA queue")
-    return int(track[len(_DMA_PREFIX):])
+    return int(track[len(_DMA_PREFIX) :])
 
 
 def track_id(track: str) -> int:

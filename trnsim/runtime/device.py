@@ -97,8 +97,10 @@ class Stream:
         device->device by DMA. Element counts must match; a dtype change is a cast."""
         s, d = _whole(src, "copy src"), _whole(dst, "copy dst")
         if s.size != d.size:
-            raise TrnsimError(f"copy {s} -> {d}: {list(s.shape)} and {list(d.shape)} have "
-                              f"different element counts")
+            raise TrnsimError(
+                f"copy {s} -> {d}: {list(s.shape)} and {list(d.shape)} have "
+                f"different element counts"
+            )
         self._enqueue("copy", s, d)
 
     def record_event(self, event: Event | None = None) -> Event:
@@ -141,8 +143,14 @@ class Stream:
 class Device:
     """A simulated chip with the device API on top."""
 
-    def __init__(self, cfg: ChipConfig, mode: str = "functional", lnc: int | None = None,
-                 seed: int = 0, source: str = ""):
+    def __init__(
+        self,
+        cfg: ChipConfig,
+        mode: str = "functional",
+        lnc: int | None = None,
+        seed: int = 0,
+        source: str = "",
+    ):
         if mode not in ("functional", "timing"):
             raise TrnsimError(f"mode '{mode}': expected functional or timing")
         self.cfg, self.mode, self.source = cfg, mode, source  # source: the trace, for errors
@@ -164,8 +172,9 @@ class Device:
 
     # -- memory --------------------------------------------------------------------------------
 
-    def malloc(self, name: str, shape, dt: DType, init=None, on: str = "hbm",
-               core: int = 0) -> Buffer:
+    def malloc(
+        self, name: str, shape, dt: DType, init=None, on: str = "hbm", core: int = 0
+    ) -> Buffer:
         """Allocate a named tensor in HBM (near logical core `core`) or host memory."""
         if name in self.tensors:
             raise TrnsimError(f"tensor {name} already exists")
@@ -176,10 +185,14 @@ class Device:
                 f"tensor {name}: {list(shape)} {dt.name} needs {fmt_bytes(nbytes)} of this "
                 f"machine's memory for its values, beyond the functional-mode limit of "
                 f"{fmt_bytes(self.max_backing_bytes)} ({fmt_bytes(self._backed)} already used); "
-                f"run with --mode timing (shapes only), or raise Device.max_backing_bytes")
+                f"run with --mode timing (shapes only), or raise Device.max_backing_bytes"
+            )
         self._backed += nbytes if (self.functional or on == "host") else 0
-        arr = (initial_values(init, shape, dt, self.rng, f"tensor {name}")
-               if self.functional or on == "host" else None)
+        arr = (
+            initial_values(init, shape, dt, self.rng, f"tensor {name}")
+            if self.functional or on == "host"
+            else None
+        )
         addr = 0
         if on == "hbm":
             stack = self.chip.hbm.home_stack(self.chip.physical(core)[0].index)
@@ -194,8 +207,10 @@ class Device:
         base = self.tensors[of]
         shape = tuple(int(x) for x in shape)
         if math.prod(shape) != math.prod(base.shape):
-            raise TrnsimError(f"view {name} of {of}: {list(shape)} has a different element "
-                              f"count than {list(base.shape)}")
+            raise TrnsimError(
+                f"view {name} of {of}: {list(shape)} has a different element "
+                f"count than {list(base.shape)}"
+            )
         arr = base.array.reshape(shape) if base.array is not None else None
         buf = Buffer(name, base.memory, shape, base.dtype, arr, base.offset)
         self.tensors[name] = buf
@@ -203,22 +218,27 @@ class Device:
 
     def free(self, name: str) -> None:
         buf = self.tensors.pop(name)
-        if buf.memory == "hbm" and not any(t.offset == buf.offset and t.memory == "hbm"
-                                           for t in self.tensors.values()):
+        if buf.memory == "hbm" and not any(
+            t.offset == buf.offset and t.memory == "hbm" for t in self.tensors.values()
+        ):
             self.chip.hbm.free(buf.offset)
 
     def check_launch(self, kernel: KernelSpec, core: int) -> None:
         """Raise if `kernel` cannot be launched on logical core `core`."""
         if not kernel.low_level:
             ops = ", ".join(sorted({o.op for o in kernel.ops}))
-            raise TrnsimError(f"kernel {kernel.name}: high-level ops ({ops}) are not yet "
-                              f"supported; the kernel library lands in a later release — "
-                              f"write it as a low-level kernel (instructions:)")
+            raise TrnsimError(
+                f"kernel {kernel.name}: high-level ops ({ops}) are not yet "
+                f"supported; the kernel library lands in a later release — "
+                f"write it as a low-level kernel (instructions:)"
+            )
         phys = len(self.chip.physical(core))
         if len(kernel.per_core) > phys:
-            raise TrnsimError(f"kernel {kernel.name}: per_core has {len(kernel.per_core)} "
-                              f"programs but logical core {core} has {phys} physical cores "
-                              f"(lnc={self.chip.lnc})")
+            raise TrnsimError(
+                f"kernel {kernel.name}: per_core has {len(kernel.per_core)} "
+                f"programs but logical core {core} has {phys} physical cores "
+                f"(lnc={self.chip.lnc})"
+            )
 
     def stream(self, core: int = 0, name: str = "") -> Stream:
         return Stream(self, core, name)
@@ -254,8 +274,11 @@ class Device:
         self.run()
 
     def _deadlock(self) -> DeadlockError:
-        extra = [f"stream {s.name} waits for {s.blocked_on} that is never recorded"
-                 for s in self.streams if s.blocked_on]
+        extra = [
+            f"stream {s.name} waits for {s.blocked_on} that is never recorded"
+            for s in self.streams
+            if s.blocked_on
+        ]
         live = [la for la in self.launches if la.blocked]
         return deadlock_error(live, extra)
 
@@ -267,8 +290,10 @@ class Device:
         with self._core_busy[stream.core].request() as req:
             yield req
             cores = self.chip.physical(stream.core)
-            launches = [core.prepare(kernel.name, prog, self.tensors, self.rng, self.source)
-                        for core, prog in zip(cores, kernel.per_core)]
+            launches = [
+                core.prepare(kernel.name, prog, self.tensors, self.rng, self.source)
+                for core, prog in zip(cores, kernel.per_core)
+            ]
             for la in launches:
                 self.launches.append(la)
                 self.kernel_tiles[(kernel.name, la.core)] = la.tiles
@@ -285,8 +310,16 @@ class Device:
             start = self.env.now
             self.chip.dma.submit_host(core, s, d, done.succeed)
             yield done
-            self.recorder.span(core, HOST, "copy", start, self.env.now, max(s.nbytes, d.nbytes),
-                               kernel=name, dtype=d.dtype.name)
+            self.recorder.span(
+                core,
+                HOST,
+                "copy",
+                start,
+                self.env.now,
+                max(s.nbytes, d.nbytes),
+                kernel=name,
+                dtype=d.dtype.name,
+            )
             return
         ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
         self.chip.dma.check(ins, core)

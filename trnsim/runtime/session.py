@@ -39,7 +39,6 @@ class RunResult:
             raise TrnsimError(f"tensor {name} has no values: the run was timing-only")
         return arr
 
-
     def tile(self, kernel: str, name: str, core: int = 0) -> np.ndarray:
         """A tile's values after the last launch of `kernel` on physical core `core`."""
         tiles = self.device.kernel_tiles.get((kernel, core))
@@ -75,8 +74,7 @@ def home_cores(program: Program) -> dict[str, int]:
 
 def _device(program: Program, cfg: ChipConfig, mode: str, lnc: int | None) -> Device:
     """A device with the program's tensors allocated, each on its home core's HBM stack."""
-    dev = Device(cfg, mode, lnc if lnc is not None else program.lnc, program.seed,
-                 program.source)
+    dev = Device(cfg, mode, lnc if lnc is not None else program.lnc, program.seed, program.source)
     homes = home_cores(program)
     for t in program.tensors.values():
         if t.view is None:
@@ -106,8 +104,14 @@ def check_program(program: Program, cfg: ChipConfig, lnc: int | None = None) -> 
     return count
 
 
-def run_program(program: Program, cfg: ChipConfig, mode: str | None = None,
-                lnc: int | None = None, progress=None, check: bool = False) -> RunResult:
+def run_program(
+    program: Program,
+    cfg: ChipConfig,
+    mode: str | None = None,
+    lnc: int | None = None,
+    progress=None,
+    check: bool = False,
+) -> RunResult:
     """Simulate `program` on a chip described by `cfg` and summarise the run.
 
     `progress(now_ps, events)` is called now and then during long runs. `check` compares each
@@ -119,8 +123,9 @@ def run_program(program: Program, cfg: ChipConfig, mode: str | None = None,
         return _run(program, cfg, mode, lnc, progress, check)
 
 
-def _run(program: Program, cfg: ChipConfig, mode: str, lnc: int | None, progress,
-         check: bool) -> RunResult:
+def _run(
+    program: Program, cfg: ChipConfig, mode: str, lnc: int | None, progress, check: bool
+) -> RunResult:
     dev = _device(program, cfg, mode, lnc)
     dev.progress = progress
     events: dict[str, Event] = {}
@@ -131,8 +136,10 @@ def _run(program: Program, cfg: ChipConfig, mode: str, lnc: int | None, progress
             if step.kind == "launch":
                 st.launch(program.kernels[step.arg])
             elif step.kind == "copy":
-                src, dst = (_operand(dev, a, f"stream {s.name}: copy {key}")
-                            for a, key in zip(step.arg, ("src", "dst")))
+                src, dst = (
+                    _operand(dev, a, f"stream {s.name}: copy {key}")
+                    for a, key in zip(step.arg, ("src", "dst"))
+                )
                 st.memcpy(dst, src)
             elif step.kind == "record":
                 ev = events[step.arg] = events.get(step.arg) or dev.event(step.arg)
@@ -141,8 +148,9 @@ def _run(program: Program, cfg: ChipConfig, mode: str, lnc: int | None, progress
                 ev = events[step.arg] = events.get(step.arg) or dev.event(step.arg)
                 st.wait_event(ev)
     dev.synchronize()
-    summary = summarize(dev.recorder, cfg, dev.env.now, trace=program.name, mode=mode,
-                        timing=program.timing)
+    summary = summarize(
+        dev.recorder, cfg, dev.env.now, trace=program.name, mode=mode, timing=program.timing
+    )
     if check:
         summary["check"] = {}
     return RunResult(dev, summary, program)

@@ -18,11 +18,18 @@ from trnsim.sweep.runner import Axis, Progress, SweepResult, parse_grid, run_swe
 __all__ = ["run", "run_sweep", "SweepResult", "Axis", "parse_grid"]
 
 
-def run(traces: str | Sequence[str], chips: str | Sequence[str] = (),
-        grid: Mapping[str, Sequence[Any]] | Sequence[str] = (), sets: Sequence[str] = (),
-        params: Mapping[str, Any] | Sequence[str] = (), mode: str | None = None,
-        out: str | Path | None = None, workers: int = 1, scheduler: str | None = None,
-        progress: Progress | None = None):
+def run(
+    traces: str | Sequence[str],
+    chips: str | Sequence[str] = (),
+    grid: Mapping[str, Sequence[Any]] | Sequence[str] = (),
+    sets: Sequence[str] = (),
+    params: Mapping[str, Any] | Sequence[str] = (),
+    mode: str | None = None,
+    out: str | Path | None = None,
+    workers: int = 1,
+    scheduler: str | None = None,
+    progress: Progress | None = None,
+):
     """Run a sweep and return its rows: a pandas DataFrame when pandas is installed, else a
     list of dicts (column -> value). For example
 
@@ -32,8 +39,9 @@ def run(traces: str | Sequence[str], chips: str | Sequence[str] = (),
     See `run_sweep` for the arguments."""
     traces = [traces] if isinstance(traces, (str, Path)) else list(traces)
     chips = [chips] if isinstance(chips, str) else list(chips)
-    result = run_sweep([str(t) for t in traces], chips, grid, sets, params, mode, out, workers,
-                       scheduler, progress)
+    result = run_sweep(
+        [str(t) for t in traces], chips, grid, sets, params, mode, out, workers, scheduler, progress
+    )
     try:
         import pandas as pd
     except ImportError:

@@ -46,8 +46,10 @@ class TraceBundle:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            raise TrnsimError(f"{path}:1: trace: cannot read the file ({e.__class__.__name__}: "
-                              f"{e}); expected a readable UTF-8 YAML file") from None
+            raise TrnsimError(
+                f"{path}:1: trace: cannot read the file ({e.__class__.__name__}: "
+                f"{e}); expected a readable UTF-8 YAML file"
+            ) from None
         base = Path(path).parent
         files: dict[str, bytes] = {}
         found: dict[tuple, tuple[str, str] | TrnsimError] = {}
@@ -61,8 +63,10 @@ class TraceBundle:
                 found[key] = e
                 continue
             top = doc if isinstance(doc, dict) else {}
-            found[key] = (str(top.get("chip") or Program.chip), str(top.get("mode") or
-                                                                     Program.mode))
+            found[key] = (
+                str(top.get("chip") or Program.chip),
+                str(top.get("mode") or Program.mode),
+            )
             for name in init_files(doc):
                 if Path(name).is_absolute():
                     continue  # read where it is, by the workers

@@ -22,8 +22,16 @@ from trnsim.units import KINDS, UnitError, parse_quantity
 __all__ = ["plot", "figure"]
 
 
-def plot(path: str | Path, x: str, y: str, hue: str | None = None, out: str | Path | None = None,
-         logx: bool = False, logy: bool = False, title: str | None = None) -> Path:
+def plot(
+    path: str | Path,
+    x: str,
+    y: str,
+    hue: str | None = None,
+    out: str | Path | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    title: str | None = None,
+) -> Path:
     """Draw the figure into `out` (PNG, SVG or PDF by its suffix; default: the table's name
     with .png) and return its path. Raises TrnsimError naming what is wrong."""
     fig = figure(path, x, y, hue, logx, logy, title)
@@ -31,37 +39,53 @@ def plot(path: str | Path, x: str, y: str, hue: str | None = None, out: str | Pa
     try:
         fig.savefig(target, metadata=_metadata(target))
     except (OSError, ValueError) as e:
-        raise TrnsimError(f"{target}: cannot write the figure ({one_line(e)}); expected a "
-                          "writable .png, .svg or .pdf path") from None
+        raise TrnsimError(
+            f"{target}: cannot write the figure ({one_line(e)}); expected a "
+            "writable .png, .svg or .pdf path"
+        ) from None
     return target
 
 
-def figure(path: str | Path, x: str, y: str, hue: str | None = None, logx: bool = False,
-           logy: bool = False, title: str | None = None):
+def figure(
+    path: str | Path,
+    x: str,
+    y: str,
+    hue: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    title: str | None = None,
+):
     """The matplotlib Figure of `plot`."""
     try:
         import matplotlib
         from matplotlib.figure import Figure
     except ImportError:
-        raise TrnsimError("trnsim plot draws with matplotlib, which is not installed; expected "
-                          "pip install 'trnsim[plot]'") from None
+        raise TrnsimError(
+            "trnsim plot draws with matplotlib, which is not installed; expected "
+            "pip install 'trnsim[plot]'"
+        ) from None
     path = Path(path)
     cols, rows = table.read(path)
     for option, name in (("--x", x), ("--y", y), ("--hue", hue)):
         if name is not None and name not in cols:
-            raise TrnsimError(f"{path}: {option} {name}: no such column{hint(name, cols)}; "
-                              f"expected one of {', '.join(cols)}")
+            raise TrnsimError(
+                f"{path}: {option} {name}: no such column{hint(name, cols)}; "
+                f"expected one of {', '.join(cols)}"
+            )
     if y not in table.FIGURES:
-        raise TrnsimError(f"--y {y}: not a figure of the table; expected one of "
-                          f"{', '.join(table.FIGURES)}")
-    good = [r for r in rows if not r.get("error") and r.get(y) is not None
-            and r.get(x) is not None]
+        raise TrnsimError(
+            f"--y {y}: not a figure of the table; expected one of {', '.join(table.FIGURES)}"
+        )
+    good = [r for r in rows if not r.get("error") and r.get(y) is not None and r.get(x) is not None]
     if not good:
-        raise TrnsimError(f"{path}: no row has a value of {y} and {x} without an error; "
-                          "expected a table with at least one point that ran")
-    ids = ["trace", "chip", *cols[2:cols.index(table.FIGURES[0])], "set", "mode"]
+        raise TrnsimError(
+            f"{path}: no row has a value of {y} and {x} without an error; "
+            "expected a table with at least one point that ran"
+        )
+    ids = ["trace", "chip", *cols[2 : cols.index(table.FIGURES[0])], "set", "mode"]
     split = ([hue] if hue and hue != x else []) + [
-        c for c in ids if c not in (x, hue) and len({r.get(c) for r in good}) > 1]
+        c for c in ids if c not in (x, hue) and len({r.get(c) for r in good}) > 1
+    ]
     positions, labels = _positions([r[x] for r in good])
     lines: dict[tuple, list[tuple[float, float]]] = {}
     for r in good:
@@ -72,8 +96,9 @@ def figure(path: str | Path, x: str, y: str, hue: str | None = None, logx: bool 
     ax = fig.subplots()
     for key, pts in lines.items():
         pts.sort()
-        label = ", ".join(str(v) if len(split) == 1 else f"{c}={v}"
-                          for c, v in zip(split, key)) or None
+        label = (
+            ", ".join(str(v) if len(split) == 1 else f"{c}={v}" for c, v in zip(split, key)) or None
+        )
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
     if logx:
         ax.set_xscale("log")
@@ -88,8 +113,9 @@ def figure(path: str | Path, x: str, y: str, hue: str | None = None, logx: bool 
     ax.set_ylabel(y)
     ax.grid(True, alpha=0.3)
     traces = sorted({Path(r["trace"]).name for r in good})
-    ax.set_title(title if title is not None else f"{y} against {x}: {', '.join(traces)}",
-                 fontsize="medium")
+    ax.set_title(
+        title if title is not None else f"{y} against {x}: {', '.join(traces)}", fontsize="medium"
+    )
     if split:
         ax.legend(title=split[0] if len(split) == 1 else None, fontsize="small")
     return fig

@@ -86,22 +86,28 @@ def parse_grid(specs: Sequence[str] | Mapping[str, Sequence[Any]]) -> list[Axis]
             key, eq, values = str(text).partition("=")
             key = key.strip()
             if not eq or not key or not values.strip():
-                raise TrnsimError(f"--grid {text}: expected KEY=V1,V2,... like --grid "
-                                  "hbm.bandwidth=2TB/s,4TB/s")
+                raise TrnsimError(
+                    f"--grid {text}: expected KEY=V1,V2,... like --grid hbm.bandwidth=2TB/s,4TB/s"
+                )
             pairs.append((key, _split(values)))
             where[key] = f"--grid {text}"
     axes: list[Axis] = []
     reserved = table.columns([])
     for key, values in pairs:
         if key in reserved:
-            raise TrnsimError(f"{where[key]}: {key} is a column of the table; expected a chip "
-                              "config key like hbm.bandwidth or a param like param.batch")
+            raise TrnsimError(
+                f"{where[key]}: {key} is a column of the table; expected a chip "
+                "config key like hbm.bandwidth or a param like param.batch"
+            )
         if any(a.key == key for a in axes):
-            raise TrnsimError(f"{where[key]}: key {key} is swept twice; expected each key in "
-                              "one --grid")
+            raise TrnsimError(
+                f"{where[key]}: key {key} is swept twice; expected each key in one --grid"
+            )
         if not values or any(v == "" for v in values):
-            raise TrnsimError(f"{where[key]}: an empty value; expected values separated by "
-                              "commas, like 2TB/s,4TB/s")
+            raise TrnsimError(
+                f"{where[key]}: an empty value; expected values separated by "
+                "commas, like 2TB/s,4TB/s"
+            )
         if len(set(values)) != len(values):
             raise TrnsimError(f"{where[key]}: a value is given twice; expected distinct values")
         axes.append(Axis(key, tuple(values)))
@@ -156,11 +162,18 @@ class _Point:
     done: bool = False  # its row is complete: figures or an error
 
 
-def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
-              grid: Sequence[str] | Mapping[str, Sequence[Any]] = (), sets: Sequence[str] = (),
-              params: Sequence[str] | Mapping[str, Any] = (), mode: str | None = None,
-              out: str | Path | None = None, workers: int = 1, scheduler: str | None = None,
-              progress: Progress | None = None) -> SweepResult:
+def run_sweep(
+    traces: Sequence[str],
+    chips: Sequence[str] = (),
+    grid: Sequence[str] | Mapping[str, Sequence[Any]] = (),
+    sets: Sequence[str] = (),
+    params: Sequence[str] | Mapping[str, Any] = (),
+    mode: str | None = None,
+    out: str | Path | None = None,
+    workers: int = 1,
+    scheduler: str | None = None,
+    progress: Progress | None = None,
+) -> SweepResult:
     """Run every point of traces x chips x grid values and return the table (see the module's
     doc). `chips` defaults to each trace's own chip; `sets` (`KEY=VALUE`) and `params`
     (`NAME=VALUE`) apply to every point. `workers` > 1 runs a Dask LocalCluster of that many
@@ -170,16 +183,20 @@ def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise TrnsimError(f"--workers {workers}: expected a number of processes >= 1")
     if scheduler and workers != 1:
-        raise TrnsimError(f"--workers {workers} with --scheduler {scheduler}: the cluster's "
-                          "workers run the points; expected one of the two options")
+        raise TrnsimError(
+            f"--workers {workers} with --scheduler {scheduler}: the cluster's "
+            "workers run the points; expected one of the two options"
+        )
     if mode not in (None, "functional", "timing"):
         raise TrnsimError(f"--mode {mode}: expected functional or timing")
     axes = parse_grid(grid)
     fixed = _settings(sets, params)
     for axis in axes:
         if any(k == axis.key for k, _ in fixed):
-            raise TrnsimError(f"--grid {axis.key}: also set with --set or --param; expected "
-                              "each key in one of them")
+            raise TrnsimError(
+                f"--grid {axis.key}: also set with --set or --param; expected "
+                "each key in one of them"
+            )
     cols = table.columns([a.key for a in axes])
     points = _points(list(dict.fromkeys(traces)), list(dict.fromkeys(chips)), axes, fixed, mode)
     result = SweepResult(cols, [], out=str(out) if out else None)
@@ -194,9 +211,12 @@ def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
     def finish(i: int, res: dict) -> None:
         p = runs[i]
         if res["version"] != __version__:
-            res = {"figures": None, "error": f"the worker runs trnsim {res['version']}, this "
-                                             f"sweep {__version__}; expected the same trnsim "
-                                             "on every worker"}
+            res = {
+                "figures": None,
+                "error": f"the worker runs trnsim {res['version']}, this "
+                f"sweep {__version__}; expected the same trnsim "
+                "on every worker",
+            }
         p.row.update(res["figures"] or {})
         p.row["error"] = res["error"]
         p.done = True
@@ -209,8 +229,9 @@ def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
 
     def rows() -> list[dict]:
         """The table so far: this sweep's rows in grid order (those done), then the others."""
-        return [p.old if p.old is not None else p.row for p in points
-                if p.old is not None or p.done] + others
+        return [
+            p.old if p.old is not None else p.row for p in points if p.old is not None or p.done
+        ] + others
 
     if out:
         table.write(out, rows(), cols)
@@ -233,17 +254,18 @@ def run_sweep(traces: Sequence[str], chips: Sequence[str] = (),
     return result
 
 
-def _points(traces: list[str], chips: list[str], axes: list[Axis], fixed: list[tuple],
-            mode: str | None) -> list[_Point]:
+def _points(
+    traces: list[str], chips: list[str], axes: list[Axis], fixed: list[tuple], mode: str | None
+) -> list[_Point]:
     """Every point in grid order (traces, then chips, then each axis's values, the last axis
     fastest), each with its row's identifying columns and its task, or its error."""
-    fixed_params = {k[len(PARAM):]: v for k, v in fixed if k.startswith(PARAM)}
+    fixed_params = {k[len(PARAM) :]: v for k, v in fixed if k.startswith(PARAM)}
     fixed_cfg = [f"{k}={v}" for k, v in fixed if not k.startswith(PARAM)]
     set_text = " ".join(f"{k}={v}" for k, v in fixed)
     combos = list(itertools.product(*[a.values for a in axes]))
 
     def params_of(values: tuple) -> dict[str, str]:
-        swept = {a.key[len(PARAM):]: v for a, v in zip(axes, values) if a.key.startswith(PARAM)}
+        swept = {a.key[len(PARAM) :]: v for a, v in zip(axes, values) if a.key.startswith(PARAM)}
         return {**fixed_params, **swept}
 
     configs: dict[tuple, ChipConfig | TrnsimError] = {}
@@ -257,8 +279,11 @@ def _points(traces: list[str], chips: list[str], axes: list[Axis], fixed: list[t
         for chip_given, values in itertools.product(chips or [None], combos):
             params = params_of(values)
             doc = found.get(tuple(sorted(params.items())))
-            error = unreadable if bundle is None else (
-                one_line(doc) if isinstance(doc, TrnsimError) else None)
+            error = (
+                unreadable
+                if bundle is None
+                else (one_line(doc) if isinstance(doc, TrnsimError) else None)
+            )
             chip = chip_given or (doc[0] if not error else "")
             point_mode = mode or (doc[1] if not error else "")
             swept = [f"{a.key}={v}" for a, v in zip(axes, values) if not a.key.startswith(PARAM)]
@@ -279,11 +304,17 @@ def _points(traces: list[str], chips: list[str], axes: list[Axis], fixed: list[t
                 else:
                     cfg = configs[ck]
             row = dict.fromkeys(table.columns([a.key for a in axes]))
-            row |= {"trace": trace, "chip": chip, **{a.key: v for a, v in zip(axes, values)},
-                    "error": error, "mode": point_mode, "set": set_text,
-                    "trace_hash": bundle.digest if bundle else "",
-                    "config_hash": config_hash(cfg) if cfg else "",
-                    "trnsim_version": __version__}
+            row |= {
+                "trace": trace,
+                "chip": chip,
+                **{a.key: v for a, v in zip(axes, values)},
+                "error": error,
+                "mode": point_mode,
+                "set": set_text,
+                "trace_hash": bundle.digest if bundle else "",
+                "config_hash": config_hash(cfg) if cfg else "",
+                "trnsim_version": __version__,
+            }
             task = None if error else (bundle, params, cfg, point_mode)
             points.append(_Point(row, _key(row, axes), task))
     return points
@@ -291,8 +322,15 @@ def _points(traces: list[str], chips: list[str], axes: list[Axis], fixed: list[t
 
 def _key(row: dict, axes: Sequence[Axis]) -> tuple:
     """What identifies a point (see the module's doc)."""
-    return (row["trace_hash"], row["chip"], *[row[a.key] for a in axes], row["set"], row["mode"],
-            row["trnsim_version"], row["config_hash"])
+    return (
+        row["trace_hash"],
+        row["chip"],
+        *[row[a.key] for a in axes],
+        row["set"],
+        row["mode"],
+        row["trnsim_version"],
+        row["config_hash"],
+    )
 
 
 def _resume(out, cols: list[str], points: list[_Point]) -> list[dict]:
@@ -301,21 +339,37 @@ def _resume(out, cols: list[str], points: list[_Point]) -> list[dict]:
     if old_cols != cols:
         missing = [c for c in cols if c not in old_cols]
         extra = [c for c in old_cols if c not in cols]
-        what = "; ".join(s for s in (missing and f"it lacks {', '.join(missing)}",
-                                     extra and f"it has {', '.join(extra)}") if s)
-        raise TrnsimError(f"{out}: the table's columns are not this sweep's "
-                          f"({what or 'another order'}); expected a table of a sweep with the "
-                          "same --grid keys, or a new --out file")
-    axes = [Axis(c, ()) for c in cols[2:cols.index(table.FIGURES[0])]]
-    by_key = {_key({**r, **{c: _str(r.get(c)) for c in table.TAIL if c != "error"}}, axes): r
-              for r in old_rows}
+        what = "; ".join(
+            s
+            for s in (
+                missing and f"it lacks {', '.join(missing)}",
+                extra and f"it has {', '.join(extra)}",
+            )
+            if s
+        )
+        raise TrnsimError(
+            f"{out}: the table's columns are not this sweep's "
+            f"({what or 'another order'}); expected a table of a sweep with the "
+            "same --grid keys, or a new --out file"
+        )
+    axes = [Axis(c, ()) for c in cols[2 : cols.index(table.FIGURES[0])]]
+    by_key = {
+        _key({**r, **{c: _str(r.get(c)) for c in table.TAIL if c != "error"}}, axes): r
+        for r in old_rows
+    }
     mine = {p.key for p in points}
     for p in points:
         old = by_key.get(p.key)
-        if (old is not None and not old.get("error") and old.get(table.FIGURES[0]) is not None
-                and p.task is not None):
-            p.old = {**old, **{c: p.row[c] for c in p.row if c not in table.FIGURES
-                               and c != "error"}}
+        if (
+            old is not None
+            and not old.get("error")
+            and old.get(table.FIGURES[0]) is not None
+            and p.task is not None
+        ):
+            p.old = {
+                **old,
+                **{c: p.row[c] for c in p.row if c not in table.FIGURES and c != "error"},
+            }
     return [r for k, r in by_key.items() if k not in mine]
 
 
@@ -334,37 +388,46 @@ def _in_process(tasks: list[tuple[int, tuple]], finish) -> None:
         forget()
 
 
-def _on_dask(tasks: list[tuple[int, tuple]], finish, workers: int,
-             scheduler: str | None) -> None:
+def _on_dask(tasks: list[tuple[int, tuple]], finish, workers: int, scheduler: str | None) -> None:
     """Run the tasks on a Dask cluster: a LocalCluster of `workers` processes (one thread
     each: a simulation holds the GIL), or the running one at `scheduler`."""
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
         what = f"--scheduler {scheduler}" if scheduler else f"--workers {workers}"
-        raise TrnsimError(f"{what} runs the sweep on Dask, which is not installed; expected "
-                          "pip install 'trnsim[sweep]' (or --workers 1)") from None
+        raise TrnsimError(
+            f"{what} runs the sweep on Dask, which is not installed; expected "
+            "pip install 'trnsim[sweep]' (or --workers 1)"
+        ) from None
     cluster = None
     try:
         if scheduler:
             try:
                 client = Client(scheduler, timeout=CONNECT_TIMEOUT)
             except (OSError, TimeoutError, ValueError) as e:
-                raise TrnsimError(f"--scheduler {scheduler}: cannot connect ({one_line(e)}); "
-                                  "expected the address of a running Dask scheduler, like "
-                                  "tcp://10.0.0.5:8786") from None
+                raise TrnsimError(
+                    f"--scheduler {scheduler}: cannot connect ({one_line(e)}); "
+                    "expected the address of a running Dask scheduler, like "
+                    "tcp://10.0.0.5:8786"
+                ) from None
         else:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                           processes=True, dashboard_address=None,
-                                           silence_logs=logging.CRITICAL)
+                    cluster = LocalCluster(
+                        n_workers=workers,
+                        threads_per_worker=1,
+                        processes=True,
+                        dashboard_address=None,
+                        silence_logs=logging.CRITICAL,
+                    )
             except Exception as e:
-                raise TrnsimError(f"--workers {workers}: cannot start a local Dask cluster "
-                                  f"({type(e).__name__}: {one_line(e)}); expected a script "
-                                  "that runs under `if __name__ == '__main__':` (worker "
-                                  "processes import it again), or --workers 1") from None
+                raise TrnsimError(
+                    f"--workers {workers}: cannot start a local Dask cluster "
+                    f"({type(e).__name__}: {one_line(e)}); expected a script "
+                    "that runs under `if __name__ == '__main__':` (worker "
+                    "processes import it again), or --workers 1"
+                ) from None
             client = Client(cluster)
         with client:
             shared: dict[str, Any] = {}
@@ -373,8 +436,9 @@ def _on_dask(tasks: list[tuple[int, tuple]], finish, workers: int,
             for n, (i, (bundle, params, cfg, mode)) in enumerate(tasks):
                 if bundle.digest not in shared:  # each trace travels once, then is shared
                     shared[bundle.digest] = client.scatter(bundle)
-                fut = client.submit(simulate, shared[bundle.digest], params, cfg, mode,
-                                    pure=False, priority=-n)
+                fut = client.submit(
+                    simulate, shared[bundle.digest], params, cfg, mode, pure=False, priority=-n
+                )
                 futures[fut.key] = i
                 submitted.append(fut)
             for fut in as_completed(submitted):
@@ -383,9 +447,12 @@ def _on_dask(tasks: list[tuple[int, tuple]], finish, workers: int,
                     res = fut.result()
                 else:
                     e = fut.exception()
-                    res = {"version": __version__, "figures": None,
-                           "error": f"the point's task failed on its worker: "
-                                    f"{type(e).__name__}: {one_line(e)}"}
+                    res = {
+                        "version": __version__,
+                        "figures": None,
+                        "error": f"the point's task failed on its worker: "
+                        f"{type(e).__name__}: {one_line(e)}",
+                    }
                 fut.release()
                 finish(i, res)
     finally:

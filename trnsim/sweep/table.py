@@ -30,14 +30,31 @@ from trnsim.isa import Engine
 
 ENGINE_KINDS = tuple(e.name.lower() for e in Engine if e is not Engine.DMA)
 
-INT_FIGURES = ("flops", "hbm_bytes_read", "hbm_bytes_written", "dma_bytes", "dma_transfers",
-               "sbuf_peak_bytes", "psum_peak_bytes", "hbm_peak_bytes")
+INT_FIGURES = (
+    "flops",
+    "hbm_bytes_read",
+    "hbm_bytes_written",
+    "dma_bytes",
+    "dma_transfers",
+    "sbuf_peak_bytes",
+    "psum_peak_bytes",
+    "hbm_peak_bytes",
+)
 FIGURES = (
-    "total_time_ns", "device_time_ns", "flops", "flops_per_s", "peak_fraction",
-    "hbm_bytes_read", "hbm_bytes_written", "hbm_bandwidth_bytes_per_s", "dma_bytes",
+    "total_time_ns",
+    "device_time_ns",
+    "flops",
+    "flops_per_s",
+    "peak_fraction",
+    "hbm_bytes_read",
+    "hbm_bytes_written",
+    "hbm_bandwidth_bytes_per_s",
+    "dma_bytes",
     "dma_transfers",
     *[f"{kind}_util_{agg}" for kind in ENGINE_KINDS for agg in ("mean", "max")],
-    "sbuf_peak_bytes", "psum_peak_bytes", "hbm_peak_bytes",
+    "sbuf_peak_bytes",
+    "psum_peak_bytes",
+    "hbm_peak_bytes",
 )
 """The figures of a row, in column order."""
 TAIL = ("error", "mode", "set", "trace_hash", "config_hash", "trnsim_version")
@@ -65,8 +82,11 @@ def figures(summary: dict) -> dict[str, int | float]:
         "dma_transfers": sum(q["transfers"] for q in summary["dma"].values()),
     }
     for kind in ENGINE_KINDS:
-        utils = [e["utilization"] for name, e in summary["engines"].items()
-                 if name.rpartition(".")[2] == kind]
+        utils = [
+            e["utilization"]
+            for name, e in summary["engines"].items()
+            if name.rpartition(".")[2] == kind
+        ]
         out[f"{kind}_util_mean"] = sum(utils) / len(utils) if utils else 0.0
         out[f"{kind}_util_max"] = max(utils, default=0.0)
     for key in ("sbuf_peak_bytes", "psum_peak_bytes", "hbm_peak_bytes"):
@@ -119,8 +139,9 @@ def write(path: str | Path, rows: Sequence[dict], cols: Sequence[str]) -> None:
             tmp.write_text(csv_lines(rows, cols), encoding="utf-8")
         os.replace(tmp, path)
     except OSError as e:
-        raise TrnsimError(f"{path}: cannot write the sweep table ({e.strerror or e}); expected "
-                          "a writable path") from None
+        raise TrnsimError(
+            f"{path}: cannot write the sweep table ({e.strerror or e}); expected a writable path"
+        ) from None
 
 
 def append_csv(path: str | Path, rows: Iterable[dict], cols: Sequence[str]) -> None:
@@ -134,8 +155,10 @@ def _pyarrow(path: Path):
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise TrnsimError(f"{path}: a Parquet table needs pyarrow (pip install "
-                          "'trnsim[parquet]'); or name a .csv file") from None
+        raise TrnsimError(
+            f"{path}: a Parquet table needs pyarrow (pip install "
+            "'trnsim[parquet]'); or name a .csv file"
+        ) from None
     return pa, pq
 
 
@@ -152,20 +175,26 @@ def read(path: str | Path) -> tuple[list[str], list[dict]]:
         try:
             table = pq.read_table(path)
         except Exception as e:  # pyarrow raises its own types for a damaged file
-            raise TrnsimError(f"{path}: cannot read the table ({type(e).__name__}: {e}); "
-                              "expected a Parquet table written by trnsim sweep") from None
+            raise TrnsimError(
+                f"{path}: cannot read the table ({type(e).__name__}: {e}); "
+                "expected a Parquet table written by trnsim sweep"
+            ) from None
         return list(table.column_names), table.to_pylist()
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise TrnsimError(f"{path}: cannot read the table ({type(e).__name__}: {e}); expected "
-                          "a CSV table written by trnsim sweep") from None
+        raise TrnsimError(
+            f"{path}: cannot read the table ({type(e).__name__}: {e}); expected "
+            "a CSV table written by trnsim sweep"
+        ) from None
     if not text.endswith("\n"):  # a sweep killed while writing its last row
-        text = text[:text.rfind("\n") + 1]
+        text = text[: text.rfind("\n") + 1]
     lines = list(csv.reader(io.StringIO(text)))
     if not lines:
-        raise TrnsimError(f"{path}: the file is empty; expected a CSV table written by trnsim "
-                          "sweep (a header line, then a row per point)")
+        raise TrnsimError(
+            f"{path}: the file is empty; expected a CSV table written by trnsim "
+            "sweep (a header line, then a row per point)"
+        )
     cols = lines[0]
     kinds = [_kind(c) for c in cols]
     rows = []
@@ -175,8 +204,10 @@ def read(path: str | Path) -> tuple[list[str], list[dict]]:
         try:
             rows.append({c: _value(v, k) for c, v, k in zip(cols, cells, kinds)})
         except ValueError:
-            raise TrnsimError(f"{path}:{n}: a cell is not a number where the column "
-                              "holds numbers; expected a table written by trnsim sweep") from None
+            raise TrnsimError(
+                f"{path}:{n}: a cell is not a number where the column "
+                "holds numbers; expected a table written by trnsim sweep"
+            ) from None
     return cols, rows
 
 

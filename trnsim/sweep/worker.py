@@ -21,8 +21,9 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def simulate(bundle: TraceBundle, params: Mapping[str, str], cfg: ChipConfig,
-             mode: str | None) -> dict:
+def simulate(
+    bundle: TraceBundle, params: Mapping[str, str], cfg: ChipConfig, mode: str | None
+) -> dict:
     """{"version": the worker's trnsim version, "figures": the row's figures or None,
     "error": None or the one-line message of what went wrong}. Never raises for a bad point:
     a failed point is a row with its error."""

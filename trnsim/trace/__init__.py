@@ -16,5 +16,12 @@ from trnsim.trace.document import (
     parse_instruction,
 )
 
-__all__ = ["load", "loads", "parse_instruction", "parse_ap", "check_semaphores",
-           "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
+__all__ = [
+    "load",
+    "loads",
+    "parse_instruction",
+    "parse_ap",
+    "check_semaphores",
+    "MAX_INSTRUCTIONS",
+    "REPEAT_KEYS",
+]

@@ -56,15 +56,22 @@ def parse_tensors(section: Any, loc: Loc, base_dir: Path) -> dict[str, TensorSpe
             shape = _shape(entry, tloc)
             on = entry["on"] if entry.get("on") is not None else "hbm"
             on = want_choice(on, tloc.key(entry, "on"), PLACES)
-            specs[name] = TensorSpec(name, shape, _dtype(entry, tloc),
-                                     _init(entry, tloc, shape, base_dir), on, line=tloc.line)
+            specs[name] = TensorSpec(
+                name,
+                shape,
+                _dtype(entry, tloc),
+                _init(entry, tloc, shape, base_dir),
+                on,
+                line=tloc.line,
+            )
     for name in entries:
         _view(name, entries, specs, ())
     return {name: specs[name] for name in section}
 
 
-def parse_tiles(section: Any, loc: Loc, tensors: Collection[str],
-                base_dir: Path) -> dict[str, TileSpec]:
+def parse_tiles(
+    section: Any, loc: Loc, tensors: Collection[str], base_dir: Path
+) -> dict[str, TileSpec]:
     """A `tiles:` section at `loc` -> name -> TileSpec; no tile may take the name of one of
     `tensors`. Init files resolve against `base_dir`."""
     section = want_map(section, loc, "a mapping of tile name -> {memory, shape, dtype}")
@@ -80,8 +87,9 @@ def parse_tiles(section: Any, loc: Loc, tensors: Collection[str],
             tloc.fail("missing key 'memory'", one_of(MEMORIES))
         memory = want_choice(entry["memory"], tloc.key(entry, "memory"), MEMORIES)
         shape = _shape(entry, tloc)  # the chip's config bounds shape[0] (memory.onchip)
-        tiles[name] = TileSpec(name, memory, shape, _dtype(entry, tloc),
-                               _init(entry, tloc, shape, base_dir), tloc.line)
+        tiles[name] = TileSpec(
+            name, memory, shape, _dtype(entry, tloc), _init(entry, tloc, shape, base_dir), tloc.line
+        )
     return tiles
 
 
@@ -95,23 +103,28 @@ def _view(name: str, entries: dict, specs: dict, chain: tuple) -> TensorSpec:
     if not isinstance(target, str) or target not in entries:
         vloc.fail(unknown("tensor", target, entries), one_of(entries))
     if target in chain or target == name:
-        vloc.fail(f"views form a cycle: {' -> '.join((*chain, name, target))}",
-                  "a view of a tensor with its own memory")
+        vloc.fail(
+            f"views form a cycle: {' -> '.join((*chain, name, target))}",
+            "a view of a tensor with its own memory",
+        )
     root = _view(target, entries, specs, (*chain, name))
     if entry.get("init") is not None:
         loc.key(entry, "init").fail("a view cannot have init", "init on the viewed tensor")
     shape = _shape(entry, loc) if entry.get("shape") is not None else root.shape
     if math.prod(shape) != math.prod(root.shape):
         loc.key(entry, "shape").fail(
-            f"{math.prod(shape)} elements in a view of {root.name!r} with "
-            f"{math.prod(root.shape)}", "the same number of elements as the viewed tensor")
+            f"{math.prod(shape)} elements in a view of {root.name!r} with {math.prod(root.shape)}",
+            "the same number of elements as the viewed tensor",
+        )
     if entry.get("dtype") is not None and _dtype(entry, loc) != root.dtype:
-        loc.key(entry, "dtype").fail(f"{entry['dtype']} differs from {root.name!r}",
-                                     f"{root.dtype.name} (or no dtype)")
+        loc.key(entry, "dtype").fail(
+            f"{entry['dtype']} differs from {root.name!r}", f"{root.dtype.name} (or no dtype)"
+        )
     if entry.get("on") is not None and entry["on"] != root.on:
         loc.key(entry, "on").fail(f"got {show(entry['on'])}", f"{root.on} (as {root.name})")
-    specs[name] = TensorSpec(name, shape, root.dtype, None, root.on, root.view or root.name,
-                             loc.line)
+    specs[name] = TensorSpec(
+        name, shape, root.dtype, None, root.on, root.view or root.name, loc.line
+    )
     return specs[name]
 
 
@@ -122,8 +135,10 @@ def _shape(entry: dict, loc: Loc) -> tuple[int, ...]:
     shape = want_list(entry["shape"], sloc, "a list of positive integers like [128, 512]")
     if not shape:
         sloc.fail("got an empty list", "a list of positive integers like [128, 512]")
-    return tuple(want_int(n, sloc.item(shape, i), "a positive integer", minimum=1)
-                 for i, n in enumerate(shape))
+    return tuple(
+        want_int(n, sloc.item(shape, i), "a positive integer", minimum=1)
+        for i, n in enumerate(shape)
+    )
 
 
 def _dtype(entry: dict, loc: Loc) -> DType:
@@ -159,8 +174,10 @@ def _init(entry: dict, loc: Loc, shape: tuple[int, ...], base_dir: Path) -> Any:
         array = np.load(path, mmap_mode="r")
         file_shape = tuple(array.shape)
     except Exception as e:  # not .npy, pickled objects, a .npz archive, truncated ...
-        floc.fail(f"cannot read {str(path)!r} ({e.__class__.__name__}: {e})",
-                  "a .npy file saved by numpy.save")
+        floc.fail(
+            f"cannot read {str(path)!r} ({e.__class__.__name__}: {e})",
+            "a .npy file saved by numpy.save",
+        )
     if file_shape != shape:
         floc.fail(f"the file holds shape {list(file_shape)}", f"shape {list(shape)}")
     return ("file", str(path))

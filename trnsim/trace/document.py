@@ -75,11 +75,33 @@ from trnsim.trace.repeat import MAX_INSTRUCTIONS, REPEAT_KEYS, core_instructions
 from trnsim.trace.schedule import parse_outputs, parse_streams, parse_timing
 from trnsim.trace.semaphores import check_semaphores
 
-__all__ = ["load", "loads", "parse_instruction", "parse_ap", "check_semaphores",
-           "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
+__all__ = [
+    "load",
+    "loads",
+    "parse_instruction",
+    "parse_ap",
+    "check_semaphores",
+    "MAX_INSTRUCTIONS",
+    "REPEAT_KEYS",
+]
 
-TOP_KEYS = ("trnsim", "name", "chip", "seed", "mode", "lnc", "outputs", "tensors", "kernels",
-            "streams", "ops", "instructions", "tiles", "timing", "params")
+TOP_KEYS = (
+    "trnsim",
+    "name",
+    "chip",
+    "seed",
+    "mode",
+    "lnc",
+    "outputs",
+    "tensors",
+    "kernels",
+    "streams",
+    "ops",
+    "instructions",
+    "tiles",
+    "timing",
+    "params",
+)
 KERNEL_KEYS = ("ops", "tiles", "instructions", "per_core")
 MODES = ("functional", "timing")
 SHORTHAND = "main"
@@ -93,13 +115,19 @@ def load(path: str | Path, params: Mapping[str, Any] | None = None) -> Program:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise TraceError(f"{path}:1: trace: cannot read the file ({e.__class__.__name__}: "
-                         f"{e}); expected a readable UTF-8 YAML file") from None
+        raise TraceError(
+            f"{path}:1: trace: cannot read the file ({e.__class__.__name__}: "
+            f"{e}); expected a readable UTF-8 YAML file"
+        ) from None
     return loads(text, source=str(path), base_dir=path.parent, params=params)
 
 
-def loads(text: str, source: str = "<string>", base_dir: str | Path = ".",
-          params: Mapping[str, Any] | None = None) -> Program:
+def loads(
+    text: str,
+    source: str = "<string>",
+    base_dir: str | Path = ".",
+    params: Mapping[str, Any] | None = None,
+) -> Program:
     """Validate trace `text`; `source` names it in errors, `base_dir` anchors init files (which
     the Program holds as absolute paths), `params` sets the trace's `params:`.
 
@@ -168,8 +196,9 @@ class _TraceParser:
         if "lnc" in get:
             # the chip config's lnc_allowed decides which sizes run (trnsim.chip)
             prog.lnc = want_int(get["lnc"], at["lnc"], "an integer >= 1", minimum=1)
-        self.tensors = prog.tensors = parse_tensors(get.get("tensors", {}), at["tensors"],
-                                                   self.base_dir)
+        self.tensors = prog.tensors = parse_tensors(
+            get.get("tensors", {}), at["tensors"], self.base_dir
+        )
         prog.kernels = self._kernels(get, at, prog.lnc)
         if "streams" in get:
             prog.streams = parse_streams(get["streams"], at["streams"], prog.kernels, self.tensors)
@@ -194,43 +223,61 @@ class _TraceParser:
     # -- kernels --------------------------------------------------------------------------------
 
     def _kernels(self, get: dict, at: dict, lnc: int | None) -> dict[str, KernelSpec]:
-        section = want_map(get.get("kernels", {}), at["kernels"],
-                           "a mapping of kernel name -> {ops: [...]} or {tiles, instructions}")
+        section = want_map(
+            get.get("kernels", {}),
+            at["kernels"],
+            "a mapping of kernel name -> {ops: [...]} or {tiles, instructions}",
+        )
         kernels = {}
         for name, entry in section.items():
             kloc = at["kernels"].key(section, name)
             want_name(name, kloc, "kernel")
-            kernels[name] = self._kernel(name, want_map(entry, kloc, "{ops: [...]} or "
-                                                        "{tiles: ..., instructions: [...]}"),
-                                         kloc, lnc)
+            kernels[name] = self._kernel(
+                name,
+                want_map(entry, kloc, "{ops: [...]} or {tiles: ..., instructions: [...]}"),
+                kloc,
+                lnc,
+            )
         if "ops" in get and "instructions" in get:
-            at["instructions"].fail("both ops: and instructions: at the top level",
-                                    "one shorthand kernel (use kernels: for more)")
+            at["instructions"].fail(
+                "both ops: and instructions: at the top level",
+                "one shorthand kernel (use kernels: for more)",
+            )
         if "tiles" in get and "instructions" not in get:
-            at["tiles"].fail("top-level tiles: without instructions:",
-                             "tiles: together with instructions: (or inside a kernel)")
+            at["tiles"].fail(
+                "top-level tiles: without instructions:",
+                "tiles: together with instructions: (or inside a kernel)",
+            )
         for key in ("ops", "instructions"):
             if key in get:
                 if SHORTHAND in kernels:
-                    at[key].fail(f"the {key}: shorthand is kernel {SHORTHAND!r}, which kernels: "
-                                 "also defines", f"another name in kernels: or no {key}: here")
+                    at[key].fail(
+                        f"the {key}: shorthand is kernel {SHORTHAND!r}, which kernels: "
+                        "also defines",
+                        f"another name in kernels: or no {key}: here",
+                    )
                 shorthand = {k: get[k] for k in ("ops", "tiles", "instructions") if k in get}
                 kloc = Loc(self.source, at[key].line, "")
                 kernels[SHORTHAND] = self._kernel(SHORTHAND, shorthand, kloc, lnc, at)
         return kernels
 
-    def _kernel(self, name: str, entry: dict, loc: Loc, lnc: int | None,
-                at: dict | None = None) -> KernelSpec:
+    def _kernel(
+        self, name: str, entry: dict, loc: Loc, lnc: int | None, at: dict | None = None
+    ) -> KernelSpec:
         """One kernel; `at` holds the key locations when `entry` is the top-level shorthand."""
         check_keys(entry, loc, KERNEL_KEYS)
         at = at or {k: loc.key(entry, k) for k in KERNEL_KEYS}
         given = [k for k in KERNEL_KEYS if entry.get(k) is not None]
         if "ops" in given and len(given) > 1:
-            at[given[1]].fail(f"a kernel with ops: cannot also have {given[1]}:",
-                              "either ops: (high level) or tiles: + instructions: (low level)")
+            at[given[1]].fail(
+                f"a kernel with ops: cannot also have {given[1]}:",
+                "either ops: (high level) or tiles: + instructions: (low level)",
+            )
         if "instructions" in given and "per_core" in given:
-            at["per_core"].fail("a kernel cannot have both instructions: and per_core:",
-                                "instructions: for one core or per_core: for each core")
+            at["per_core"].fail(
+                "a kernel cannot have both instructions: and per_core:",
+                "instructions: for one core or per_core: for each core",
+            )
         if "ops" in given:
             return KernelSpec(name, ops=self._ops(entry["ops"], at["ops"]), line=loc.line)
         shared = {}
@@ -241,8 +288,10 @@ class _TraceParser:
         elif "per_core" in given:
             cores = self._per_core(shared, entry["per_core"], at["per_core"], lnc)
         else:
-            loc.fail("a kernel needs ops:, instructions: or per_core:",
-                     "ops: [...] or tiles: + instructions: [...]")
+            loc.fail(
+                "a kernel needs ops:, instructions: or per_core:",
+                "ops: [...] or tiles: + instructions: [...]",
+            )
         return KernelSpec(name, per_core=cores, line=loc.line)
 
     def _per_core(self, shared: dict, value: Any, loc: Loc, lnc: int | None) -> list:
@@ -260,16 +309,21 @@ class _TraceParser:
             check_keys(entry, iloc, ("tiles", "instructions"))
             own = {}
             if entry.get("tiles") is not None:
-                own = parse_tiles(entry["tiles"], iloc.key(entry, "tiles"), self.tensors,
-                                  self.base_dir)
+                own = parse_tiles(
+                    entry["tiles"], iloc.key(entry, "tiles"), self.tensors, self.base_dir
+                )
             for tile in own:
                 if tile in shared:
                     iloc.key(entry, "tiles").key(entry["tiles"], tile).fail(
-                        f"tile {tile!r} is also in the kernel's shared tiles:", "a new name")
+                        f"tile {tile!r} is also in the kernel's shared tiles:", "a new name"
+                    )
             if entry.get("instructions") is None:
                 iloc.fail("missing key 'instructions'", "instructions: [...] for this core")
-            cores.append(self._core({**shared, **own}, entry["instructions"],
-                                    iloc.key(entry, "instructions")))
+            cores.append(
+                self._core(
+                    {**shared, **own}, entry["instructions"], iloc.key(entry, "instructions")
+                )
+            )
         return cores
 
     def _core(self, tiles: dict[str, TileSpec], value: Any, loc: Loc) -> CoreProgram:
@@ -288,7 +342,7 @@ class _TraceParser:
             iloc = loc.item(items, i)
             if not isinstance(item, dict) or len(item) != 1:
                 iloc.fail(f"got {show(item)}", "a single-key mapping like matmul: {a: x, b: w}")
-            (op, args), = item.items()
+            ((op, args),) = item.items()
             want_name(op, iloc, "op")
             aloc = iloc.key(item, op)
             args = want_map(args, aloc, "a mapping of the op's arguments like {x: h, out: h}")
@@ -311,4 +365,3 @@ def _plain(value: Any, done: dict | None = None) -> Any:
         else:
             done[id(value)] = [_plain(v, done) for v in value]
     return done[id(value)]
-

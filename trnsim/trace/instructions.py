@@ -24,8 +24,15 @@ from trnsim.isa import COMMON_KEYS, INSTRUCTIONS, Ap, Engine, Instr
 __all__ = ["parse_instruction", "parse_ap", "build_instruction", "NO_INIT"]
 
 
-def parse_instruction(d: dict, index: int, where: str, *, names: Collection[str] | None = None,
-                      source: str = "<api>", line: int = 0) -> Instr:
+def parse_instruction(
+    d: dict,
+    index: int,
+    where: str,
+    *,
+    names: Collection[str] | None = None,
+    source: str = "<api>",
+    line: int = 0,
+) -> Instr:
     """Build one instruction from its mapping (`{op: matmul, stationary: x_t, ...}`).
 
     `index` is its position in the kernel's list, `where` its key path for error messages
@@ -37,8 +44,9 @@ def parse_instruction(d: dict, index: int, where: str, *, names: Collection[str]
     return build_instruction(d, index, line, names, lambda: Loc(source, line, where))
 
 
-def parse_ap(text: Any, where: str | Loc = "operand", *, source: str = "<api>",
-             line: int = 0) -> Ap:
+def parse_ap(
+    text: Any, where: str | Loc = "operand", *, source: str = "<api>", line: int = 0
+) -> Ap:
     """Parse an operand: `name`, `name[3]`, `name[a:b, :, 0:128:2]` (ints may be negative,
     bounds and steps may be omitted, whitespace is free). `where` is the key path for errors
     (or a `Loc`). Raises TraceError showing the text and the expected form."""
@@ -61,8 +69,11 @@ class _Bad(Exception):
     def report(self, loc: Loc) -> NoReturn:
         if self.step is not None:
             inside, at = self.step
-            loc = loc.item(inside, at) if isinstance(at, int) and isinstance(inside, list) \
+            loc = (
+                loc.item(inside, at)
+                if isinstance(at, int) and isinstance(inside, list)
                 else loc.key(inside, at)
+            )
         loc.fail(self.what, self.expected)
 
 
@@ -86,8 +97,9 @@ def _ap(text: str) -> Ap:
         index = []
         for part in m["index"].split(","):
             bounds = [b.strip() for b in part.split(":")]
-            if len(bounds) > 3 or not all(_INT.fullmatch(b) or (b == "" and len(bounds) > 1)
-                                          for b in bounds):
+            if len(bounds) > 3 or not all(
+                _INT.fullmatch(b) or (b == "" and len(bounds) > 1) for b in bounds
+            ):
                 raise _Bad(f"bad index {part.strip()!r} in {show(text)}", _AP_FORM)
             ints = [int(b) if b else None for b in bounds]
             index.append(ints[0] if len(ints) == 1 else tuple(ints + [None] * (3 - len(ints))))
@@ -99,7 +111,7 @@ def _ap(text: str) -> Ap:
 
 # -- field kinds: value (and the operand names) -> parsed value, or _Bad ---------------------------
 
-_OPERAND = "a tile or tensor name, optionally sliced like \"x[0:128, :]\""
+_OPERAND = 'a tile or tensor name, optionally sliced like "x[0:128, :]"'
 
 
 def _operand(value: Any, names: Collection[str] | None, expected: str = _OPERAND) -> Ap:
@@ -116,8 +128,9 @@ def _operand(value: Any, names: Collection[str] | None, expected: str = _OPERAND
 
 def _is_num(value: Any) -> bool:
     c = value.__class__
-    return c is int or c is float or (isinstance(value, (int, float))
-                                      and not isinstance(value, bool))
+    return (
+        c is int or c is float or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    )
 
 
 def _operand_or_num(value: Any, names: Collection[str] | None) -> Any:
@@ -154,6 +167,7 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any, Any], str]:
             if not isinstance(value, str) or value not in choices:
                 raise _Bad(f"got {show(value)}{hint(value, choices)}", one_of(choices))
         return value
+
     return check
 
 
@@ -171,8 +185,13 @@ def _axes(value: Any, names: Collection[str] | None) -> Any:
 
 
 _KINDS: dict[str, Callable[[Any, Any], Any]] = {
-    "ap": _operand, "ap_or_num": _operand_or_num, "num": _num, "int": _count, "bool": _bool,
-    "str": _text, "axes": _axes,
+    "ap": _operand,
+    "ap_or_num": _operand_or_num,
+    "num": _num,
+    "int": _count,
+    "bool": _bool,
+    "str": _text,
+    "axes": _axes,
 }
 
 
@@ -184,8 +203,13 @@ def _semaphores(value: Any, minimum: int) -> tuple[tuple[str, int], ...]:
         raise _Bad(f"got {show(value)}", f"{{semaphore: {verb}}}, e.g. {{ld: 1}}")
     out = tuple(value.items())
     for name, n in out:
-        if (name.__class__ is not str or not name.strip() or not name.isprintable()
-                or n.__class__ is not int or n < minimum):
+        if (
+            name.__class__ is not str
+            or not name.strip()
+            or not name.isprintable()
+            or n.__class__ is not int
+            or n < minimum
+        ):
             _check_semaphore(value, name, n, minimum)
     return out
 
@@ -197,8 +221,11 @@ def _check_semaphore(sems: dict, name: Any, n: Any, minimum: int) -> None:
     if not isinstance(name, str) or not name.strip():
         raise _Bad(f"got {show(name)}", "a semaphore name (a string)", step)
     if not name.isprintable():
-        raise _Bad(f"semaphore name {show(name)} has a line break or control character",
-                   "a semaphore name of printable characters", step)
+        raise _Bad(
+            f"semaphore name {show(name)} has a line break or control character",
+            "a semaphore name of printable characters",
+            step,
+        )
     if not is_int(n) or n < minimum:
         verb = "a value to wait for" if minimum == 0 else "an increment"
         raise _Bad(f"got {show(n)}", f"{verb} (an integer >= {minimum})", step)
@@ -218,27 +245,43 @@ class _Spec(NamedTuple):
 
 
 def _spec(cls: type[Instr]) -> _Spec:
-    checks = tuple((x.name, _choice(x.metadata["choices"]) if x.metadata["kind"] == "choice"
-                    else _KINDS[x.metadata["kind"]], x.metadata["required"])
-                   for x in cls.op_fields())
+    checks = tuple(
+        (
+            x.name,
+            _choice(x.metadata["choices"])
+            if x.metadata["kind"] == "choice"
+            else _KINDS[x.metadata["kind"]],
+            x.metadata["required"],
+        )
+        for x in cls.op_fields()
+    )
     defaults = {x.name: x.default for x in dataclasses.fields(cls)}
     defaults["engine"] = cls.ENGINE
-    return _Spec(cls, frozenset((*COMMON_KEYS, *(x.name for x in cls.op_fields()))), checks,
-                 {e.label: e for e in (cls.ENGINE, *cls.ENGINES)}, defaults)
+    return _Spec(
+        cls,
+        frozenset((*COMMON_KEYS, *(x.name for x in cls.op_fields()))),
+        checks,
+        {e.label: e for e in (cls.ENGINE, *cls.ENGINES)},
+        defaults,
+    )
 
 
 _SPECS = {op: _spec(cls) for op, cls in INSTRUCTIONS.items()}
 _new = object.__new__
-NO_INIT = all(not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
-           and dataclasses.MISSING not in _SPECS[cls.OP].defaults.values()
-           for cls in INSTRUCTIONS.values())
+NO_INIT = all(
+    not hasattr(cls, "__post_init__")
+    and not hasattr(cls, "__slots__")
+    and dataclasses.MISSING not in _SPECS[cls.OP].defaults.values()
+    for cls in INSTRUCTIONS.values()
+)
 """Whether instructions may be built (and copied) without running the dataclasses' `__init__`
 (a frozen dataclass sets each field through object.__setattr__): no class needs `__init__` or
 `__post_init__` to run, and every field has a plain default."""
 
 
-def build_instruction(d: Any, index: int, line: int, names: Collection[str] | None,
-                      where: Callable[[], Loc]) -> Instr:
+def build_instruction(
+    d: Any, index: int, line: int, names: Collection[str] | None, where: Callable[[], Loc]
+) -> Instr:
     """The instruction of mapping `d`, numbered `index`, on `line`; operands must name one of
     `names` (unless None). `where()` gives the mapping's Loc, asked for only to report a
     TraceError naming the first thing wrong."""
@@ -281,8 +324,9 @@ def _engine(label: Any, spec: _Spec) -> Engine:
     engine = spec.engines.get(label) if isinstance(label, str) else None
     if engine is None:
         labels = list(spec.engines)
-        raise _Bad(f"{spec.cls.OP} cannot run on engine {show(label)}{hint(label, labels)}",
-                   one_of(labels))
+        raise _Bad(
+            f"{spec.cls.OP} cannot run on engine {show(label)}{hint(label, labels)}", one_of(labels)
+        )
     return engine
 
 
@@ -298,12 +342,14 @@ def _bad_key(d: dict, spec: _Spec, loc: Loc) -> NoReturn:
     fields = [x.name for x in spec.cls.op_fields()]
     allowed = [*COMMON_KEYS, *fields]
     key = next(k for k in d if k not in spec.allowed)
-    loc.key(d, key).fail(f"unknown field {show(key)}{hint(key, allowed)}",
-                         f"fields of {spec.cls.OP}: {', '.join(fields)} "
-                         f"(and {', '.join(COMMON_KEYS[1:])})")
+    loc.key(d, key).fail(
+        f"unknown field {show(key)}{hint(key, allowed)}",
+        f"fields of {spec.cls.OP}: {', '.join(fields)} (and {', '.join(COMMON_KEYS[1:])})",
+    )
 
 
 def _missing(d: dict, name: str, spec: _Spec, loc: Loc) -> NoReturn:
     required = [x.name for x in spec.cls.op_fields() if x.metadata["required"]]
-    loc.fail(f"{spec.cls.OP} is missing its field {name!r}",
-             f"the required fields {', '.join(required)}")
+    loc.fail(
+        f"{spec.cls.OP} is missing its field {name!r}", f"the required fields {', '.join(required)}"
+    )

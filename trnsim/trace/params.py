@@ -46,10 +46,28 @@ PARAMS_KEY = "params"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INT = re.compile(r"[-+]?[0-9][0-9_]*")
 # what an expression may hold: the grammar `repeat.py` evaluates
-_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Add,
-          ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.UAdd)
-_SYMBOL = {ast.Pow: "**", ast.Div: "/ (use //)", ast.Call: "a call", ast.Attribute: "an attribute",
-           ast.Constant: "a constant that is no integer"}
+_NODES = (
+    ast.Expression,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.USub,
+    ast.UAdd,
+)
+_SYMBOL = {
+    ast.Pow: "**",
+    ast.Div: "/ (use //)",
+    ast.Call: "a call",
+    ast.Attribute: "an attribute",
+    ast.Constant: "a constant that is no integer",
+}
 
 
 def parse_param_args(texts: Iterable[str], option: str = "--param") -> dict[str, str]:
@@ -62,8 +80,9 @@ def parse_param_args(texts: Iterable[str], option: str = "--param") -> dict[str,
         if not eq or not _NAME.fullmatch(name) or not value:
             raise TraceError(f"{option} {text}: expected NAME=VALUE, like {option} batch=64")
         if name in out:
-            raise TraceError(f"{option} {text}: param {name!r} is set twice; expected each "
-                             "param once")
+            raise TraceError(
+                f"{option} {text}: param {name!r} is set twice; expected each param once"
+            )
         out[name] = value
     return out
 
@@ -75,9 +94,11 @@ def apply_params(doc: Any, source: str, overrides: Mapping[str, Any] | None = No
     if not isinstance(doc, dict) or doc.get(PARAMS_KEY) is None:
         if overrides:
             name = next(iter(overrides))
-            raise TraceError(f"{source}:1: params: --param {name}={overrides[name]}: the trace "
-                             "declares no params; expected a param declared under params: in "
-                             "the trace")
+            raise TraceError(
+                f"{source}:1: params: --param {name}={overrides[name]}: the trace "
+                "declares no params; expected a param declared under params: in "
+                "the trace"
+            )
         return doc
     root = Loc(source, getattr(doc, "line", 1) or 1, "")
     values = _values(doc[PARAMS_KEY], root.key(doc, PARAMS_KEY), overrides)
@@ -90,12 +111,15 @@ def apply_params(doc: Any, source: str, overrides: Mapping[str, Any] | None = No
 
 def _values(section: Any, loc: Loc, overrides: dict[str, Any]) -> dict[str, int]:
     """The params' values: the overrides, else the defaults, evaluated in order."""
-    section = want_map(section, loc, "a mapping of param name -> default, like "
-                                     "{batch: 128, seq: 2048}")
+    section = want_map(
+        section, loc, "a mapping of param name -> default, like {batch: 128, seq: 2048}"
+    )
     for name, value in overrides.items():
         if name not in section:
-            loc.fail(f"--param {name}={value}: unknown param {show(name)}"
-                     f"{hint(name, section)}", one_of(section))
+            loc.fail(
+                f"--param {name}={value}: unknown param {show(name)}{hint(name, section)}",
+                one_of(section),
+            )
     values: dict[str, int] = {}
     for name, default in section.items():
         ploc = loc.key(section, name)
@@ -105,11 +129,14 @@ def _values(section: Any, loc: Loc, overrides: dict[str, Any]) -> dict[str, int]
         elif is_int(default):
             values[name] = default
         elif isinstance(default, str) and _EXPR.fullmatch(default.strip()):
-            values[name] = _expression(_EXPR.fullmatch(default.strip()).group(1), values,
-                                       frozenset(), ploc)
+            values[name] = _expression(
+                _EXPR.fullmatch(default.strip()).group(1), values, frozenset(), ploc
+            )
         else:
-            ploc.fail(f"got {show(default)}", "an integer default, or an expression of the "
-                      "params above it like \"{batch * seq}\"")
+            ploc.fail(
+                f"got {show(default)}",
+                'an integer default, or an expression of the params above it like "{batch * seq}"',
+            )
     return values
 
 
@@ -121,8 +148,9 @@ def _override(name: str, value: Any, loc: Loc) -> int:
     loc.fail(f"--param {name}={value}: got {show(value)}", f"an integer, like {name}=64")
 
 
-def _walk(value: Any, loc: Loc, params: dict[str, int], scope: frozenset[str],
-          seen: set[int]) -> Any:
+def _walk(
+    value: Any, loc: Loc, params: dict[str, int], scope: frozenset[str], seen: set[int]
+) -> Any:
     """`value` with its strings substituted; containers are changed in place, each once (YAML
     aliases share them). `scope` holds the loop variables of enclosing repeat blocks."""
     if isinstance(value, str):
@@ -153,14 +181,15 @@ def _braced(value: int | str) -> str:
     return str(value) if isinstance(value, int) else "{" + value + "}"
 
 
-def _expression(text: str, params: dict[str, int], scope: frozenset[str],
-                loc: Loc) -> int | str:
+def _expression(text: str, params: dict[str, int], scope: frozenset[str], loc: Loc) -> int | str:
     """The value of `{text}`; or, when it uses loop variables, its text with the params
     replaced (the repeat block evaluates the rest)."""
     known = [p for p in params if p not in scope]
-    expected = (f"an integer expression of the params {', '.join(params)}"
-                + (f" and loop variables {', '.join(sorted(scope))}" if scope else "")
-                + " with + - * // % and parentheses")
+    expected = (
+        f"an integer expression of the params {', '.join(params)}"
+        + (f" and loop variables {', '.join(sorted(scope))}" if scope else "")
+        + " with + - * // % and parentheses"
+    )
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError:
@@ -169,14 +198,16 @@ def _expression(text: str, params: dict[str, int], scope: frozenset[str],
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             names.append(node.id)
-        elif not isinstance(node, _NODES) or (isinstance(node, ast.Constant)
-                                               and type(node.value) is not int):
+        elif not isinstance(node, _NODES) or (
+            isinstance(node, ast.Constant) and type(node.value) is not int
+        ):
             what = _SYMBOL.get(type(node), type(node).__name__.lower())
             loc.fail(f"cannot evaluate {what} in {{{text}}}", expected)
     for name in names:
         if name not in params and name not in scope:
-            loc.fail(f"unknown param {name!r} in {{{text}}}{hint(name, [*params, *scope])}",
-                     expected)
+            loc.fail(
+                f"unknown param {name!r} in {{{text}}}{hint(name, [*params, *scope])}", expected
+            )
     if not any(name in scope for name in names):
         return _evaluate(text, {p: params[p] for p in known}, lambda: loc)
 
@@ -188,4 +219,3 @@ def _expression(text: str, params: dict[str, int], scope: frozenset[str],
         return str(v) if v >= 0 else f"({v})"
 
     return _NAME.sub(value_of, text)
-

@@ -52,11 +52,14 @@ class Race:
 
     @property
     def message(self) -> str:
-        return (f"race: {self.first} and {self.second} both access {self.region}, at least one "
-                f"writing, and no semaphore or event orders them")
+        return (
+            f"race: {self.first} and {self.second} both access {self.region}, at least one "
+            f"writing, and no semaphore or event orders them"
+        )
 
 
 # -- regions ------------------------------------------------------------------------------------
+
 
 def _dims(ap: Ap, shape: tuple) -> tuple:
     out = []
@@ -137,8 +140,7 @@ class _Shapes:
         acc = self.memo.get(key)
         if acc is None:
             dims = _dims(ap, shape)
-            acc = self.memo[key] = Access(buf, ap.name, dims, _flat(dims, shape), write,
-                                          str(ap))
+            acc = self.memo[key] = Access(buf, ap.name, dims, _flat(dims, shape), write, str(ap))
         return acc
 
 
@@ -154,6 +156,7 @@ def instr_accesses(ins: Instr, shapes: _Shapes, tiles: dict) -> list[Access]:
 
 
 # -- one core program: clocks, deadlocks, races -------------------------------------------------
+
 
 def _queue(ins: Instr) -> str:
     return f"q{ins.queue}" if ins.engine == Engine.DMA else ins.engine.label
@@ -171,8 +174,9 @@ def _label(ins: Instr, kernel: str, source: str, queue: str) -> str:
     return f"{source}:{ins.line} kernel {kernel} queue {queue} {ins.label}"
 
 
-def analyse_core(prog: CoreProgram, kernel: str, shapes: _Shapes, source: str,
-                 core: int = 0) -> CoreAnalysis:
+def analyse_core(
+    prog: CoreProgram, kernel: str, shapes: _Shapes, source: str, core: int = 0
+) -> CoreAnalysis:
     """The races within one launch of `prog`; raises DeadlockError if it can never finish.
 
     A clock is a list of ints: per engine queue the instructions done, per DMA queue the
@@ -202,8 +206,9 @@ def analyse_core(prog: CoreProgram, kernel: str, shapes: _Shapes, source: str,
             if isdma[qk]:
                 c = comp.setdefault((qk, s), nq + len(comp))
                 ranks.setdefault(id(ins), []).append((c, len(lst)))
-    prefix = {s: {q: _cumsum([x[1] for x in lst]) for q, lst in by.items()}
-              for s, by in sigs.items()}
+    prefix = {
+        s: {q: _cumsum([x[1] for x in lst]) for q, lst in by.items()} for s, by in sigs.items()
+    }
     places = {s: {q: [x[0] for x in lst] for q, lst in by.items()} for s, by in sigs.items()}
     tops = {s: {q: max(x[1] for x in lst) for q, lst in by.items()} for s, by in sigs.items()}
     width = nq + len(comp)
@@ -216,8 +221,22 @@ def analyse_core(prog: CoreProgram, kernel: str, shapes: _Shapes, source: str,
         k = last[qk][:] if last[qk] is not None else [0] * width
         for s, v in ins.wait:
             if v > 0 and s in sigs:
-                _join_wait(k, s, v, qk, p, sigs[s], prefix[s], places[s], cl, done_clock,
-                           heads.get(id(ins)), isdma, comp, tops[s])
+                _join_wait(
+                    k,
+                    s,
+                    v,
+                    qk,
+                    p,
+                    sigs[s],
+                    prefix[s],
+                    places[s],
+                    cl,
+                    done_clock,
+                    heads.get(id(ins)),
+                    isdma,
+                    comp,
+                    tops[s],
+                )
         if isdma[qk]:
             k[qk] = p
             cl[id(ins)] = last[qk] = k
@@ -237,9 +256,22 @@ def _cumsum(xs: list) -> list:
     return out
 
 
-def _join_wait(k: list, s: str, v: int, qk: int, p: int, by_queue: dict, prefix: dict,
-               places: dict, cl: dict, done_clock: dict, heads: list | None, isdma: list,
-               comp: dict, top: dict) -> None:
+def _join_wait(
+    k: list,
+    s: str,
+    v: int,
+    qk: int,
+    p: int,
+    by_queue: dict,
+    prefix: dict,
+    places: dict,
+    cl: dict,
+    done_clock: dict,
+    heads: list | None,
+    isdma: list,
+    comp: dict,
+    top: dict,
+) -> None:
     """Join into `k` the clocks of the signals of `s` that every way of reaching `v` includes:
     those whose increment, with the increments ordered after them on their own engine queue,
     exceeds the slack (the increments of every signal that may issue before the waiter, minus
@@ -297,8 +329,9 @@ def _may_precede(instrs, lists, pos, sigs, prefix, places) -> dict:
         qk, p = pos[id(ins)]
         for s, v in ins.wait:
             if v > 0 and s in sigs:
-                total = sum(prefix[s][r][bisect_left(places[s][r], p) if r == qk else -1]
-                            for r in sigs[s])
+                total = sum(
+                    prefix[s][r][bisect_left(places[s][r], p) if r == qk else -1] for r in sigs[s]
+                )
                 if total - v > 0:
                     need.setdefault(qk, []).append(ins)
                     break
@@ -375,12 +408,21 @@ def _greedy(instrs, lists, queues, kernel, source, core) -> list:
         parts = []
         for q, ins in stuck:
             s, v = next((s, v) for s, v in ins.wait if values.get(s, 0) < v)
-            later = [i for i in lists[q][heads[q]:] if any(x == s for x, _ in i.signal)]
-            why = (" that only its own later instructions signal" if later and
-                   all(_queue(i) == q for i in instrs if any(x == s for x, _ in i.signal)
-                       and i not in order) else "")
-            parts.append(f"{_label(ins, kernel, source, f'core{core}.{q}')} waits for semaphore "
-                         f"'{s}' >= {v}{why}, which can reach only {values.get(s, 0)}")
+            later = [i for i in lists[q][heads[q] :] if any(x == s for x, _ in i.signal)]
+            why = (
+                " that only its own later instructions signal"
+                if later
+                and all(
+                    _queue(i) == q
+                    for i in instrs
+                    if any(x == s for x, _ in i.signal) and i not in order
+                )
+                else ""
+            )
+            parts.append(
+                f"{_label(ins, kernel, source, f'core{core}.{q}')} waits for semaphore "
+                f"'{s}' >= {v}{why}, which can reach only {values.get(s, 0)}"
+            )
         raise DeadlockError("deadlock: " + "; ".join(parts))
     return order
 
@@ -427,7 +469,7 @@ def _races(order, clocks, pos, queues, ranks, shapes, prog, kernel, source):
                 odma = queues[oq].startswith("q")
                 if oq == qk and not dma:
                     continue
-                for lst in ((ws, rs) if acc.write else (ws,)):
+                for lst in (ws, rs) if acc.write else (ws,):
                     for j in range(len(lst) - 1, -1, -1):
                         op, oacc, oins = lst[j]
                         if oins is ins:
@@ -438,28 +480,45 @@ def _races(order, clocks, pos, queues, ranks, shapes, prog, kernel, source):
                         elif any(k[c] >= r for c, r in ranks.get(id(oins), no_ranks)):
                             continue
                         if overlap(acc, oacc):
-                            races.append(Race(_label(oins, kernel, source, queues[oq]),
-                                              _label(ins, kernel, source, q),
-                                              f"{oacc.text} / {acc.text} ({acc.buf})"))
+                            races.append(
+                                Race(
+                                    _label(oins, kernel, source, queues[oq]),
+                                    _label(ins, kernel, source, q),
+                                    f"{oacc.text} / {acc.text} ({acc.buf})",
+                                )
+                            )
             if acc.write:  # an access ordered before this write, inside its region, is
                 # shadowed: whatever would race with it races with this write too
                 for oq, lists in per_q.items():
                     odma = queues[oq].startswith("q")
                     per_q[oq] = tuple(
-                        [e for e in lst if not (
-                            _contains(acc, e[1]) and e[2] is not ins and (
-                                (oq == qk and not dma) or
-                                (k[oq] >= e[0] if not odma else
-                                 any(k[c] >= r for c, r in ranks.get(id(e[2]), no_ranks)))))]
-                        for lst in lists)
+                        [
+                            e
+                            for e in lst
+                            if not (
+                                _contains(acc, e[1])
+                                and e[2] is not ins
+                                and (
+                                    (oq == qk and not dma)
+                                    or (
+                                        k[oq] >= e[0]
+                                        if not odma
+                                        else any(
+                                            k[c] >= r for c, r in ranks.get(id(e[2]), no_ranks)
+                                        )
+                                    )
+                                )
+                            )
+                        ]
+                        for lst in lists
+                    )
             ws, rs = per_q.setdefault(qk, ([], []))
             (ws if acc.write else rs).append((p, acc, ins))
             size = sum(len(x) + len(y) for x, y in per_q.values())
             if size > limit.get(acc.buf, 64):
                 for oq, lists in per_q.items():
                     odma = queues[oq].startswith("q")
-                    per_q[oq] = tuple([e for e in lst if not known(e, oq, odma)]
-                                      for lst in lists)
+                    per_q[oq] = tuple([e for e in lst if not known(e, oq, odma)] for lst in lists)
                 size = sum(len(x) + len(y) for x, y in per_q.values())
                 limit[acc.buf] = max(64, 2 * size)
         left[qk] -= 1
@@ -467,6 +526,7 @@ def _races(order, clocks, pos, queues, ranks, shapes, prog, kernel, source):
 
 
 # -- the program: launches, copies, streams -----------------------------------------------------
+
 
 def check_deadlocks(program: Program) -> None:
     """Raise DeadlockError when the streams' event waits can never all be met, or a launch of
@@ -496,12 +556,18 @@ def _stream_order(program: Program) -> list:
                 order.append((i, heads[i]))
                 heads[i] += 1
                 progress = True
-    stuck = [(st, st.steps[heads[i]]) for i, st in enumerate(program.streams)
-             if heads[i] < len(st.steps)]
+    stuck = [
+        (st, st.steps[heads[i]]) for i, st in enumerate(program.streams) if heads[i] < len(st.steps)
+    ]
     if stuck:
-        raise DeadlockError("deadlock: " + "; ".join(
-            f"{program.source}:{step.line} stream {st.name} waits for event '{step.arg}', "
-            f"which no stream can record before it" for st, step in stuck))
+        raise DeadlockError(
+            "deadlock: "
+            + "; ".join(
+                f"{program.source}:{step.line} stream {st.name} waits for event '{step.arg}', "
+                f"which no stream can record before it"
+                for st, step in stuck
+            )
+        )
     return order
 
 
@@ -576,9 +642,12 @@ def find_races(program: Program) -> list[Race]:
             (i1, j1), (i2, j2) = steps[x], steps[y]
             if i1 == i2 or start[(i2, j2)][i1] > j1 or start[(i1, j1)][i2] > j2:
                 continue
-            races += _conflicts(touched[steps[x]], touched[steps[y]],
-                                f"stream {program.streams[i1].name}",
-                                f"stream {program.streams[i2].name}")
+            races += _conflicts(
+                touched[steps[x]],
+                touched[steps[y]],
+                f"stream {program.streams[i1].name}",
+                f"stream {program.streams[i2].name}",
+            )
     seen, out = set(), []
     for r in races:
         if r not in seen:
@@ -604,12 +673,16 @@ def _conflicts(a: list, b: list, wa: str, wb: str) -> list[Race]:
         seen.add(acc)
         for oacc, olabel in by_buf.get(acc.buf, ()):
             if (acc.write or oacc.write) and acc.buf not in done and overlap(acc, oacc):
-                out.append(Race(f"{label} ({wa})", f"{olabel} ({wb})",
-                                f"{acc.text} / {oacc.text} ({acc.buf})"))
+                out.append(
+                    Race(
+                        f"{label} ({wa})",
+                        f"{olabel} ({wb})",
+                        f"{acc.text} / {oacc.text} ({acc.buf})",
+                    )
+                )
                 done.add(acc.buf)
                 break
     return out
-
 
 
 def check_races(program: Program, allow: bool = False) -> list[str]:
@@ -619,6 +692,8 @@ def check_races(program: Program, allow: bool = False) -> list[str]:
     races = find_races(program)
     if races and not allow:
         more = f" (and {len(races) - 1} more)" if len(races) > 1 else ""
-        raise RaceError(f"{races[0].message}{more}; add a wait that orders them, or pass "
-                        f"--allow-races to run anyway")
+        raise RaceError(
+            f"{races[0].message}{more}; add a wait that orders them, or pass "
+            f"--allow-races to run anyway"
+        )
     return [f"warning: {r.message}" for r in races]

@@ -73,12 +73,15 @@ class _Expander:
     def __init__(self, names: Collection[str]):
         self.names = names
 
-    def expand(self, value: Any, loc: Loc, body: bool = False,
-               env: dict[str, int] | None = None) -> list[_Template]:
+    def expand(
+        self, value: Any, loc: Loc, body: bool = False, env: dict[str, int] | None = None
+    ) -> list[_Template]:
         """Templates of the list `value`; `env` holds the loop variables of enclosing repeat
         blocks (`as:`), substituted into `{expression}`s in the instructions' strings."""
-        expected = ("a list of instructions like {op: matmul, ...} or repeat blocks like "
-                    "{repeat: 4, instructions: [...]}")
+        expected = (
+            "a list of instructions like {op: matmul, ...} or repeat blocks like "
+            "{repeat: 4, instructions: [...]}"
+        )
         items = want_list(value, loc, expected)
         if body and not items:
             loc.fail("got an empty list", "a body of at least one instruction")
@@ -96,16 +99,23 @@ class _Expander:
             out.append((ins, line, ins.wait, (items, i, loc)))
         return out
 
-    def _repeat(self, items: list, i: int, loc: Loc, out: list[_Template],
-                env: dict[str, int] | None) -> None:
+    def _repeat(
+        self, items: list, i: int, loc: Loc, out: list[_Template], env: dict[str, int] | None
+    ) -> None:
         """Append the expansion of the repeat block `items[i]` to `out`."""
         d = items[i]
         rloc = loc.item(items, i)
-        check_keys(d, rloc, REPEAT_KEYS,
-                   expected="repeat: <count>, instructions: [<body>] and optionally as: <name>")
+        check_keys(
+            d,
+            rloc,
+            REPEAT_KEYS,
+            expected="repeat: <count>, instructions: [<body>] and optionally as: <name>",
+        )
         if d.get("repeat") is None:
-            rloc.fail("missing key 'repeat'", "repeat: <count, an integer >= 1> next to "
-                      "instructions: [<body>]")
+            rloc.fail(
+                "missing key 'repeat'",
+                "repeat: <count, an integer >= 1> next to instructions: [<body>]",
+            )
         count_loc = rloc.key(d, "repeat")
         n = want_int(d["repeat"], count_loc, "a repeat count (an integer >= 1)", minimum=1)
         if d.get("instructions") is None:
@@ -114,28 +124,35 @@ class _Expander:
         if d.get("as") is not None:
             var = d["as"]
             if not (isinstance(var, str) and var.isidentifier()):
-                rloc.key(d, "as").fail(f"loop variable {var!r} is not a name",
-                                       "a name like k (letters, digits, _)")
+                rloc.key(d, "as").fail(
+                    f"loop variable {var!r} is not a name", "a name like k (letters, digits, _)"
+                )
         bloc = rloc.key(d, "instructions")
         if var is None:  # the body is the same in every iteration: expand it once
             bodies = [self.expand(d["instructions"], bloc, body=True, env=env)] * n
         else:
-            bodies = [self.expand(d["instructions"], bloc, body=True, env={**(env or {}), var: it})
-                      for it in range(n)]
+            bodies = [
+                self.expand(d["instructions"], bloc, body=True, env={**(env or {}), var: it})
+                for it in range(n)
+            ]
         total = len(out) + n * len(bodies[0])
         if total > MAX_INSTRUCTIONS:
-            count_loc.fail(f"repeat: {n} of a body of {len(bodies[0])} instructions makes {total} "
-                           "instructions", f"at most {MAX_INSTRUCTIONS} instructions per core "
-                           "once repeats are expanded")
+            count_loc.fail(
+                f"repeat: {n} of a body of {len(bodies[0])} instructions makes {total} "
+                "instructions",
+                f"at most {MAX_INSTRUCTIONS} instructions per core once repeats are expanded",
+            )
         # iteration `it` waits for `v + it * k[s]`: k[s] is what one iteration signals on s
         k: dict[str, int] = defaultdict(int)
         for proto, _, _, _ in bodies[0]:
             for sem, inc in proto.signal:
                 k[sem] += inc
         for it, body in enumerate(bodies):
-            shifted = [(j, proto, line, where, [(s, v, k.get(s, 0)) for s, v in wait])
-                       for j, (proto, line, wait, where) in enumerate(body)
-                       if any(s in k for s, _ in wait)]
+            shifted = [
+                (j, proto, line, where, [(s, v, k.get(s, 0)) for s, v in wait])
+                for j, (proto, line, wait, where) in enumerate(body)
+                if any(s in k for s, _ in wait)
+            ]
             if not shifted:
                 out += body
                 continue
@@ -146,8 +163,13 @@ class _Expander:
 
 
 _EXPR = re.compile(r"\{([^{}]*)\}")
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 
 
 def _substitute(d: dict, env: dict[str, int], where: Callable[[], Loc]) -> dict:
@@ -158,14 +180,18 @@ def _substitute(d: dict, env: dict[str, int], where: Callable[[], Loc]) -> dict:
     changed = None
     for key, value in d.items():
         if isinstance(value, str) and "{" in value:
+
             def at(key=key):
                 return where().key(d, key)
+
             whole = _EXPR.fullmatch(value.strip())
             if whole:
                 new = _evaluate(whole.group(1), env, at)
             else:
+
                 def value_of(m, at=at):
                     return str(_evaluate(m.group(1), env, at))
+
                 new = _EXPR.sub(value_of, value)
             if changed is None:
                 changed = dict(d)
@@ -199,11 +225,17 @@ def _compiled(text: str) -> Any:
     except SyntaxError:
         return None
     for node in ast.walk(tree.body):
-        if not (isinstance(node, ast.Constant) and type(node.value) is int
-                or isinstance(node, ast.Name) and not node.id.startswith("__")
-                or isinstance(node, (ast.Load, ast.USub, ast.UAdd, *_OPS))
-                or isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
-                or isinstance(node, ast.BinOp) and type(node.op) in _OPS):
+        if not (
+            isinstance(node, ast.Constant)
+            and type(node.value) is int
+            or isinstance(node, ast.Name)
+            and not node.id.startswith("__")
+            or isinstance(node, (ast.Load, ast.USub, ast.UAdd, *_OPS))
+            or isinstance(node, ast.UnaryOp)
+            and isinstance(node.op, (ast.USub, ast.UAdd))
+            or isinstance(node, ast.BinOp)
+            and type(node.op) in _OPS
+        ):
             return None
     return compile(tree, "<expression>", "eval")
 
@@ -211,8 +243,9 @@ def _compiled(text: str) -> Any:
 def _explain(text: str, env: dict[str, int], loc: Loc) -> int:
     """Evaluate `text` node by node, failing at `loc` on the first node that cannot be
     evaluated (the reference for `_evaluate`'s compiled path)."""
-    expected = (f"an integer expression of {', '.join(env)} with + - * // % and parentheses, "
-                "like {k*128}")
+    expected = (
+        f"an integer expression of {', '.join(env)} with + - * // % and parentheses, like {{k*128}}"
+    )
     try:
         tree = ast.parse(text.strip(), mode="eval").body
     except SyntaxError:
@@ -240,8 +273,10 @@ def _explain(text: str, env: dict[str, int], loc: Loc) -> int:
 def _materialize(templates: list[_Template]) -> list[Instr]:
     """The instructions of `templates`, numbered from 0, each its own object."""
     if not NO_INIT:
-        return [replace(proto, index=index, line=line, wait=wait)
-                for index, (proto, line, wait, _) in enumerate(templates)]
+        return [
+            replace(proto, index=index, line=line, wait=wait)
+            for index, (proto, line, wait, _) in enumerate(templates)
+        ]
     out = []
     append, new = out.append, object.__new__
     for index, (proto, line, wait, _) in enumerate(templates):

@@ -32,8 +32,9 @@ __all__ = ["parse_streams", "parse_timing", "parse_outputs"]
 STEP_KINDS = ("record", "copy", "launch", "wait", "synchronize")
 
 
-def parse_streams(value: Any, loc: Loc, kernels: Collection[str],
-                  tensors: Collection[str]) -> list[StreamSpec]:
+def parse_streams(
+    value: Any, loc: Loc, kernels: Collection[str], tensors: Collection[str]
+) -> list[StreamSpec]:
     """The `streams:` section at `loc`: each stream's steps launch one of `kernels`, copy
     between `tensors`, record or wait for events (every event waited for must be recorded by
     some stream), or synchronize."""
@@ -51,8 +52,9 @@ def parse_streams(value: Any, loc: Loc, kernels: Collection[str],
             sloc.key(entry, "name").fail(f"duplicate stream name {name!r}", "unique names")
         core = 0
         if entry.get("core") is not None:
-            core = want_int(entry["core"], sloc.key(entry, "core"),
-                            "a logical core index >= 0", minimum=0)
+            core = want_int(
+                entry["core"], sloc.key(entry, "core"), "a logical core index >= 0", minimum=0
+            )
         dloc = sloc.key(entry, "do")
         steps = want_list(entry["do"], dloc, "a list of steps")
         spec = StreamSpec(name, core, line=sloc.line)
@@ -62,23 +64,29 @@ def parse_streams(value: Any, loc: Loc, kernels: Collection[str],
     recorded = {s.arg for st in streams for s in st.steps if s.kind == "record"}
     for event, wloc in waits:
         if event not in recorded:
-            wloc.fail(f"event {event!r} is never recorded{hint(event, recorded)}",
-                      "an event some stream records (record: name)")
+            wloc.fail(
+                f"event {event!r} is never recorded{hint(event, recorded)}",
+                "an event some stream records (record: name)",
+            )
     return streams
 
 
-def _step(step: Any, loc: Loc, kernels: Collection[str], tensors: Collection[str],
-          waits: list) -> Step:
+def _step(
+    step: Any, loc: Loc, kernels: Collection[str], tensors: Collection[str], waits: list
+) -> Step:
     if step == "synchronize":
         return Step("synchronize", None, loc.line)
     expected = "record: ev, wait: ev, launch: kernel, copy: {src, dst}, or synchronize"
     if not isinstance(step, dict) or len(step) != 1:
         loc.fail(f"got {show(step)}{hint(step, STEP_KINDS)}", expected)
-    (kind, arg), = step.items()
+    ((kind, arg),) = step.items()
     kloc = loc.key(step, kind)
     if kind not in STEP_KINDS or kind == "synchronize":
-        what = ("synchronize takes no argument" if kind == "synchronize"
-                else unknown("step", kind, STEP_KINDS))
+        what = (
+            "synchronize takes no argument"
+            if kind == "synchronize"
+            else unknown("step", kind, STEP_KINDS)
+        )
         kloc.fail(what, expected)
     if kind in ("record", "wait"):
         arg = want_name(arg, kloc, "event")
@@ -119,8 +127,10 @@ def parse_timing(value: Any, loc: Loc, recorded: set) -> list[tuple[str, str]]:
             kloc = iloc.key(entry, key)
             event = want_name(entry[key], kloc, "event")
             if event not in recorded:
-                kloc.fail(f"event {event!r} is never recorded{hint(event, recorded)}",
-                          "an event some stream records (record: name)")
+                kloc.fail(
+                    f"event {event!r} is never recorded{hint(event, recorded)}",
+                    "an event some stream records (record: name)",
+                )
             pair.append(event)
         out.append((pair[0], pair[1]))
     return out

@@ -18,9 +18,11 @@ from trnsim.isa import Instr
 __all__ = ["check_semaphores", "check_semaphores_at"]
 
 
-def check_semaphores(instructions: list[Instr],
-                     where: str | Callable[[int, str], Loc] = "instructions",
-                     source: str = "<api>") -> None:
+def check_semaphores(
+    instructions: list[Instr],
+    where: str | Callable[[int, str], Loc] = "instructions",
+    source: str = "<api>",
+) -> None:
     """Fail when a semaphore one core's `instructions` wait on is never signalled, or when its
     signal increments add up to less than the largest value waited for (a certain deadlock).
 
@@ -35,8 +37,9 @@ def check_semaphores(instructions: list[Instr],
     check_semaphores_at(instructions, loc_of)
 
 
-def check_semaphores_at(instructions: list[Instr],
-                        loc_of: Callable[[Instr, str], tuple[Loc, Any]]) -> None:
+def check_semaphores_at(
+    instructions: list[Instr], loc_of: Callable[[Instr, str], tuple[Loc, Any]]
+) -> None:
     """`check_semaphores`; `loc_of(ins, sem)` gives the Loc of the wait and the value written
     in the trace (which differs from `ins.wait` in repeated instructions; None if unknown)."""
     total: dict[str, int] = defaultdict(int)
@@ -49,10 +52,15 @@ def check_semaphores_at(instructions: list[Instr],
                 continue
             loc, written = loc_of(ins, sem)
             if sem not in total:
-                loc.fail(f"semaphore {sem!r} is waited on but never signalled",
-                         f"an instruction of this core with signal: {{{sem}: 1}}")
+                loc.fail(
+                    f"semaphore {sem!r} is waited on but never signalled",
+                    f"an instruction of this core with signal: {{{sem}: 1}}",
+                )
             shown = str(value)
             if written is not None and written != value:
                 shown += f" ({written} as written plus the increments of earlier repeat iterations)"
-            loc.fail(f"semaphore {sem!r} is waited on for {shown} but its signals add up to "
-                     f"only {total[sem]}", f"signal increments of {sem!r} summing to >= {value}")
+            loc.fail(
+                f"semaphore {sem!r} is waited on for {shown} but its signals add up to "
+                f"only {total[sem]}",
+                f"signal increments of {sem!r} summing to >= {value}",
+            )
