@@ -3,27 +3,9 @@ errors naming the line."""
 
 import pytest
 
-from trnsim.errors import TraceError
+from tests.inputs.helpers import DOC, err
 from trnsim.inputs.load import load_yaml
 from trnsim.inputs.positions import PosDict, PosList
-
-DOC = """\
-a: 1
-b:
-  - x
-  - {c: 2, d: [3, 4]}
-  -
-    e: 5
-f: {g: 6}
-"""
-
-
-def err(text: str, source: str = "t.yaml") -> str:
-    with pytest.raises(TraceError) as info:
-        load_yaml(text, source)
-    msg = str(info.value)
-    assert "\n" not in msg
-    return msg
 
 
 def test_lines_of_keys_and_items():

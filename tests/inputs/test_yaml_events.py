@@ -6,28 +6,11 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.inputs.helpers import DOC, err
 from trnsim.errors import TraceError
 from trnsim.inputs import yaml_events
 from trnsim.inputs.load import load_yaml
 from trnsim.inputs.positions import PosDict, PosList, reference_load
-
-DOC = """\
-a: 1
-b:
-  - x
-  - {c: 2, d: [3, 4]}
-  -
-    e: 5
-f: {g: 6}
-"""
-
-
-def err(text: str, source: str = "t.yaml") -> str:
-    with pytest.raises(TraceError) as info:
-        load_yaml(text, source)
-    msg = str(info.value)
-    assert "\n" not in msg
-    return msg
 
 
 def positioned(value):
