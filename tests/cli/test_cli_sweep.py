@@ -10,7 +10,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from trnsim.cli import _sweep_progress, main
+from trnsim.cli import main
+from trnsim.cli.sweep import _sweep_progress
 from trnsim.sweep import run_sweep, table
 
 ROOT = Path(__file__).resolve().parents[2]

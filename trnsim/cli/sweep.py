@@ -1,0 +1,203 @@
+"""`trnsim sweep` and `trnsim plot`: what-if tables over chips, config keys and params."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from trnsim.cli.app import (
+    main,
+    mode_option,
+    param_option,
+)
+from trnsim.sweep import run_sweep
+from trnsim.sweep import table as sweep_table
+from trnsim.sweep.plot import plot as plot_table
+
+
+@main.command()
+@click.argument(
+    "traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
+)
+@click.option(
+    "--chip",
+    "chips",
+    metavar="NAME|PATH",
+    multiple=True,
+    help="A chip to run every point on (repeat: --chip trn2 --chip trn3). Default: "
+    "the chip: each trace names.",
+)
+@click.option(
+    "--grid",
+    "grid",
+    metavar="KEY=V1,V2,...",
+    multiple=True,
+    help="Sweep a chip config key over values with their units, e.g. --grid "
+    "hbm.bandwidth=1TB/s,2TB/s,4TB/s, or a trace param, e.g. --grid "
+    "param.batch=8,64. Repeat it: the sweep runs every combination.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="Set a chip config key (or param.NAME) for every point, e.g. --set "
+    "core.sbuf.partition_bytes=448KiB (repeatable).",
+)
+@param_option
+@mode_option
+@click.option(
+    "--out",
+    metavar="FILE",
+    default=None,
+    help="Write the table to FILE: .csv, or .parquet (with pyarrow). If FILE exists "
+    "the sweep resumes: its points without an error are not run again. Without "
+    "--out the table is printed as CSV.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Run the points on N local worker processes (a Dask LocalCluster; needs "
+    "pip install 'trnsim[sweep]'). 1 runs them here, one after another.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    default=None,
+    help="Run the points on a running Dask cluster, e.g. --scheduler "
+    "tcp://10.0.0.5:8786; its workers need trnsim installed, and nothing else "
+    "(each point carries its trace, init files and chip config).",
+)
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No progress bar and no summary line; errors only (and the CSV without --out).",
+)
+def sweep(traces, chips, grid, overrides, params, mode, out, workers, scheduler, quiet) -> None:
+    """Simulate every combination of TRACEs, --chips and --grid values, and write one table: a
+    row per point with its trace, chip and grid values, the run's figures (total and device
+    time, FLOP/s and peak fraction, HBM bytes and bandwidth, DMA, per-engine-kind utilization
+    mean and max, memory peaks), an error column (a failed point never stops the sweep), and
+    the mode, settings, trace and config hashes and trnsim version that identify it.
+
+    \b
+    Examples:
+      trnsim sweep traces/weight_stream.yaml --chip trn1 --chip trn2 --chip trn3 \\
+          --grid hbm.bandwidth=0.5TB/s,1TB/s,2TB/s,4TB/s --mode timing --out hbm.csv
+      trnsim sweep traces/weight_stream.yaml --grid param.batch=8,32,128 \\
+          --grid core.sbuf.partition_bytes=224KiB,448KiB --workers 2 --out batch.parquet
+      trnsim sweep traces/*.yaml --chip trn2 --mode timing --scheduler tcp://10.0.0.5:8786
+    """
+    result = run_sweep(
+        list(traces),
+        list(chips),
+        list(grid),
+        list(overrides),
+        list(params),
+        mode,
+        out,
+        workers,
+        scheduler,
+        progress=_sweep_progress(quiet),
+    )
+    if _sweep_progress(quiet):
+        click.echo("\r" + " " * 78 + "\r", err=True, nl=False)
+    if not out:
+        click.echo(sweep_table.csv_lines(result.rows, result.columns), nl=False)
+    if quiet:
+        return
+    line = f"sweep: {result.points} points: {result.ran} run"
+    if result.skipped:
+        line += f", {result.skipped} already in {out}"
+    line += f", {result.failed} failed" + (f"; table in {out}" if out else "")
+    click.echo(line, err=not out)
+    failed = [r for r in result.rows[: result.points] if r.get("error")]
+    for r in failed[:5]:
+        point = " ".join(
+            str(r[c]) for c in result.columns[: result.columns.index(sweep_table.FIGURES[0])]
+        )
+        click.echo(f"  failed: {point}: {r['error']}", err=True)
+    if len(failed) > 5:
+        click.echo(f"  ... and {len(failed) - 5} more (see the error column)", err=True)
+
+
+def _sweep_progress(quiet: bool):
+    """A progress bar with points done, failures and an ETA, on an interactive terminal only."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    start = time.monotonic()
+
+    def show(done: int, total: int, failed: int) -> None:
+        width = 24
+        filled = width * done // total if total else width
+        eta = ""
+        if 0 < done < total:
+            left = (time.monotonic() - start) / done * (total - done)
+            eta = f", ETA {int(left // 60)}:{int(left % 60):02d}"
+        click.echo(
+            f"\rsweep [{'#' * filled}{'.' * (width - filled)}] {done}/{total} points, "
+            f"{failed} failed{eta}   ",
+            err=True,
+            nl=False,
+        )
+
+    return show
+
+
+@main.command()
+@click.argument("table_file", metavar="TABLE", type=click.Path(dir_okay=False))
+@click.option(
+    "--x",
+    "x",
+    metavar="KEY",
+    required=True,
+    help="The column on the x axis: a grid key such as hbm.bandwidth or "
+    "param.batch (values with units are placed by size), or any column.",
+)
+@click.option(
+    "--y",
+    "y",
+    metavar="METRIC",
+    required=True,
+    help="The figure on the y axis, e.g. device_time_ns, flops_per_s, "
+    "peak_fraction, hbm_bandwidth_bytes_per_s, tensor_util_max.",
+)
+@click.option(
+    "--hue",
+    metavar="KEY",
+    default=None,
+    help="One line per value of this column, e.g. --hue chip. Every other "
+    "identifying column that varies in the table splits the lines too.",
+)
+@click.option(
+    "--out",
+    metavar="FILE",
+    default=None,
+    help="The image: .png, .svg or .pdf. Default: TABLE with .png.",
+)
+@click.option("--logx", is_flag=True, help="A logarithmic x axis.")
+@click.option("--logy", is_flag=True, help="A logarithmic y axis.")
+@click.option(
+    "--title",
+    metavar="TEXT",
+    default=None,
+    help="The title. Default: '<METRIC> against <KEY>: <traces>'.",
+)
+def plot(table_file, x, y, hue, out, logx, logy, title) -> None:
+    """Draw a figure from a sweep TABLE (CSV or Parquet, written by trnsim sweep) with
+    matplotlib: METRIC against KEY, a line per value of --hue. Rows with an error are left
+    out. Needs pip install 'trnsim[plot]'.
+
+    \b
+    Examples:
+      trnsim plot hbm.csv --x hbm.bandwidth --y device_time_ns --hue chip --out hbm.png
+      trnsim plot batch.parquet --x param.batch --y peak_fraction --hue chip --logx
+    """
+    target = plot_table(table_file, x, y, hue, out, logx, logy, title)
+    click.echo(f"wrote {target}")

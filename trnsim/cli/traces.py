@@ -1,0 +1,176 @@
+"""`trnsim run`, `validate` and `compare`: one trace on one or several chips."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from trnsim.cli.app import (
+    _check_races,
+    _chip_for,
+    _load_trace,
+    _progress,
+    allow_races_option,
+    chip_option,
+    main,
+    mode_option,
+    param_option,
+    set_option,
+)
+from trnsim.config import load_chip
+from trnsim.errors import TrnsimError
+from trnsim.report.perfetto import write_chrome_trace
+from trnsim.report.profile import write_profile
+from trnsim.report.summary import format_comparison, format_summary
+from trnsim.runtime.session import check_program, run_program, save_outputs
+
+
+@main.command()
+@click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
+@chip_option
+@set_option
+@param_option
+@mode_option
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option(
+    "--perfetto",
+    "perfetto_file",
+    metavar="FILE",
+    default=None,
+    help="Write the timeline as Chrome trace JSON (open it in ui.perfetto.dev).",
+)
+@click.option(
+    "--profile",
+    "profile_file",
+    metavar="FILE",
+    default=None,
+    help="Write one row per instruction: FILE.csv, or FILE.parquet with pyarrow.",
+)
+@click.option(
+    "--check", is_flag=True, help="Compare each high-level op's output with its numpy reference."
+)
+@click.option(
+    "--out-dir",
+    metavar="DIR",
+    default=None,
+    help="Save the trace's `outputs:` (all HBM tensors if none) as DIR/<name>.npy.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (and --json).")
+@click.option(
+    "--check-races",
+    is_flag=True,
+    help="Run validate's race and deadlock check (docs/races.md) before simulating. "
+    "Off by default for now: on large traces it costs about as much as the "
+    "simulation; `trnsim validate` always runs it.",
+)
+@allow_races_option
+def run(
+    trace_file,
+    chip,
+    overrides,
+    params,
+    mode,
+    as_json,
+    perfetto_file,
+    profile_file,
+    check,
+    out_dir,
+    quiet,
+    check_races,
+    allow_races,
+) -> None:
+    """Simulate TRACE (a trace YAML file) and report time, engine utilization, DMA and HBM
+    traffic, FLOP/s against the chip's peak, and memory high-water marks.
+
+    \b
+    Examples:
+      trnsim run traces/gemm_double_buffered.yaml
+      trnsim run traces/gemm_double_buffered.yaml --chip trn3 --set hbm.bandwidth=6TB/s
+      trnsim run traces/llama70b_layer_timing.yaml --json > summary.json
+      trnsim run traces/softmax_rows.yaml --perfetto timeline.json --profile instrs.csv
+      trnsim run traces/weight_stream.yaml --param batch=32
+    """
+    program = _load_trace(trace_file, params)
+    if check_races:
+        _check_races(program, allow_races)
+    cfg = _chip_for(program, chip, overrides)
+    if out_dir and (mode or program.mode) == "timing":
+        raise TrnsimError(
+            f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
+            f"run with --mode functional"
+        )
+    result = run_program(program, cfg, mode, progress=_progress(quiet), check=check)
+    if _progress(quiet):
+        click.echo("\r" + " " * 70 + "\r", err=True, nl=False)
+    if perfetto_file:
+        write_chrome_trace(result.device.recorder, perfetto_file, cfg.name)
+    if profile_file:
+        write_profile(result.device.recorder, profile_file)
+    saved = save_outputs(result, out_dir) if out_dir else []
+    if as_json:
+        click.echo(json.dumps(result.summary, indent=2))
+    elif not quiet:
+        click.echo(format_summary(result.summary))
+        for label, path in (("timeline", perfetto_file), ("profile", profile_file)):
+            if path:
+                click.echo(f"{label:<16}{path}")
+        if out_dir:
+            click.echo(
+                f"{'outputs':<16}{len(saved)} tensors saved in {out_dir}"
+                + ("" if saved else " (the trace has no HBM tensors)")
+            )
+
+
+@main.command()
+@click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
+@chip_option
+@set_option
+@param_option
+@allow_races_option
+def validate(trace_file, chip, overrides, params, allow_races) -> None:
+    """Load and check TRACE without simulating it: the YAML, every key, operand and semaphore,
+    and (against the chip) every instruction's shapes, memories and limits.
+
+    \b
+    Example:
+      trnsim validate traces/two_streams.yaml --chip trn3
+      trnsim validate traces/weight_stream.yaml --param tiles=64
+    """
+    program = _load_trace(trace_file, params)
+    cfg = _chip_for(program, chip, overrides)
+    n = check_program(program, cfg)
+    _check_races(program, allow_races)
+    click.echo(
+        f"{trace_file}: ok on {cfg.name}: kernels {len(program.kernels)}, instructions "
+        f"{n}, streams {len(program.streams)}"
+    )
+
+
+@main.command()
+@click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.option(
+    "--chip",
+    "chips",
+    metavar="NAME|PATH",
+    multiple=True,
+    required=True,
+    help="A chip to run on (repeat: --chip trn2 --chip trn3).",
+)
+@set_option
+@param_option
+@mode_option
+@click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
+def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
+    """Run TRACE on several chips and show the results side by side, with ratios to the first.
+
+    \b
+    Example:
+      trnsim compare traces/gemm_double_buffered.yaml --chip trn2 --chip trn3
+    """
+    program = _load_trace(trace_file, params)
+    results = [run_program(program, load_chip(c, overrides), mode).summary for c in chips]
+    if as_json:
+        click.echo(json.dumps({s["chip"]: s for s in results}, indent=2))
+        return
+    click.echo(format_comparison(results))
