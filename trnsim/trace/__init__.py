@@ -6,15 +6,10 @@ with `repeat:` blocks), `semaphores` (the static deadlock check), `schedule` (st
 outputs) and `program` (the `Program` they build, which the runtime runs).
 """
 
-from trnsim.trace.document import (
-    MAX_INSTRUCTIONS,
-    REPEAT_KEYS,
-    check_semaphores,
-    load,
-    loads,
-    parse_ap,
-    parse_instruction,
-)
+from trnsim.trace.document import load, loads
+from trnsim.trace.instructions import parse_ap, parse_instruction
+from trnsim.trace.repeat import MAX_INSTRUCTIONS, REPEAT_KEYS
+from trnsim.trace.semaphores import check_semaphores
 
 __all__ = [
     "load",

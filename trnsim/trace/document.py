@@ -59,7 +59,6 @@ from trnsim.inputs.validate import (
     want_str,
 )
 from trnsim.trace.buffers import parse_tensors, parse_tiles
-from trnsim.trace.instructions import parse_ap, parse_instruction
 from trnsim.trace.params import apply_params
 from trnsim.trace.program import (
     CoreProgram,
@@ -71,19 +70,10 @@ from trnsim.trace.program import (
     TensorSpec,
     TileSpec,
 )
-from trnsim.trace.repeat import MAX_INSTRUCTIONS, REPEAT_KEYS, core_instructions
+from trnsim.trace.repeat import core_instructions
 from trnsim.trace.schedule import parse_outputs, parse_streams, parse_timing
-from trnsim.trace.semaphores import check_semaphores
 
-__all__ = [
-    "load",
-    "loads",
-    "parse_instruction",
-    "parse_ap",
-    "check_semaphores",
-    "MAX_INSTRUCTIONS",
-    "REPEAT_KEYS",
-]
+__all__ = ["load", "loads"]
 
 TOP_KEYS = (
     "trnsim",
