@@ -144,6 +144,8 @@ def _num(value: Any, names: Collection[str] | None) -> Any:
 
 
 def _count(value: Any, names: Collection[str] | None) -> int:
+    if value.__class__ is int and value >= 0:
+        return value
     if not is_int(value) or value < 0:
         raise _Bad(f"got {show(value)}", "an integer >= 0")
     return value
@@ -195,6 +197,9 @@ _KINDS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+_GOOD_NAMES: set[str] = set()  # semaphore names found valid (up to _AP_CACHE_SIZE)
+
+
 def _semaphores(value: Any, minimum: int) -> tuple[tuple[str, int], ...]:
     """A `wait:` (values >= 0, `minimum` 0) or `signal:` (increments >= 1, `minimum` 1) map ->
     ((name, n), ...)."""
@@ -203,20 +208,14 @@ def _semaphores(value: Any, minimum: int) -> tuple[tuple[str, int], ...]:
         raise _Bad(f"got {show(value)}", f"{{semaphore: {verb}}}, e.g. {{ld: 1}}")
     out = tuple(value.items())
     for name, n in out:
-        if (
-            name.__class__ is not str
-            or not name.strip()
-            or not name.isprintable()
-            or n.__class__ is not int
-            or n < minimum
-        ):
+        if name not in _GOOD_NAMES or n.__class__ is not int or n < minimum:
             _check_semaphore(value, name, n, minimum)
     return out
 
 
 def _check_semaphore(sems: dict, name: Any, n: Any, minimum: int) -> None:
     """Raise the _Bad of the entry `name: n` of a semaphore map if it is wrong (a name, then a
-    count, worded as `validate.want_name` and `want_int` word them)."""
+    count, worded as `validate.want_name` and `want_int` word them); remember a valid name."""
     step = (sems, name)
     if not isinstance(name, str) or not name.strip():
         raise _Bad(f"got {show(name)}", "a semaphore name (a string)", step)
@@ -229,6 +228,8 @@ def _check_semaphore(sems: dict, name: Any, n: Any, minimum: int) -> None:
     if not is_int(n) or n < minimum:
         verb = "a value to wait for" if minimum == 0 else "an increment"
         raise _Bad(f"got {show(n)}", f"{verb} (an integer >= {minimum})", step)
+    if len(_GOOD_NAMES) < _AP_CACHE_SIZE and name.__class__ is str:
+        _GOOD_NAMES.add(name)
 
 
 # -- instructions --------------------------------------------------------------------------------
@@ -291,7 +292,12 @@ def build_instruction(
         _bad_op(d, where())
     if not d.keys() <= spec.allowed:
         _bad_key(d, spec, where())
-    fields = spec.defaults.copy()
+    if NO_INIT:  # fill the new object's own __dict__: no copy of the fields afterwards
+        ins = _new(spec.cls)
+        fields = ins.__dict__
+        fields.update(spec.defaults)
+    else:
+        fields = spec.defaults.copy()
     name = ""
     try:
         for name, check, required in spec.fields:
@@ -313,11 +319,7 @@ def build_instruction(
         bad.report(where().key(d, name))
     fields["index"] = index
     fields["line"] = line
-    if not NO_INIT:
-        return spec.cls(**fields)
-    ins = _new(spec.cls)
-    ins.__dict__.update(fields)
-    return ins
+    return ins if NO_INIT else spec.cls(**fields)
 
 
 def _engine(label: Any, spec: _Spec) -> Engine:

@@ -95,7 +95,7 @@ class _Expander:
             line = (lines[i] if i < len(lines) else 0) or loc.line
             if env and isinstance(d, dict):
                 d = _substitute(d, env, lambda i=i: loc.item(items, i))
-            ins = build_instruction(d, 0, 0, names, lambda i=i: loc.item(items, i))
+            ins = build_instruction(d, -1, 0, names, lambda i=i: loc.item(items, i))
             out.append((ins, line, ins.wait, (items, i, loc)))
         return out
 
@@ -271,7 +271,8 @@ def _explain(text: str, env: dict[str, int], loc: Loc) -> int:
 
 
 def _materialize(templates: list[_Template]) -> list[Instr]:
-    """The instructions of `templates`, numbered from 0, each its own object."""
+    """The instructions of `templates`, numbered from 0, each its own object: a template's
+    first use takes its parsed instruction over (built with index -1), later uses copy it."""
     if not NO_INIT:
         return [
             replace(proto, index=index, line=line, wait=wait)
@@ -280,9 +281,13 @@ def _materialize(templates: list[_Template]) -> list[Instr]:
     out = []
     append, new = out.append, object.__new__
     for index, (proto, line, wait, _) in enumerate(templates):
-        ins = new(proto.__class__)
-        fields = ins.__dict__  # same as dataclasses.replace, without re-running __init__
-        fields.update(proto.__dict__)
+        fields = proto.__dict__
+        if fields["index"] == -1:  # first use
+            ins = proto
+        else:  # same as dataclasses.replace, without re-running __init__
+            ins = new(proto.__class__)
+            fields = ins.__dict__
+            fields.update(proto.__dict__)
         fields["index"] = index
         fields["line"] = line
         fields["wait"] = wait
