@@ -25,7 +25,7 @@ from trnsim.errors import TrnsimError
 from trnsim.runtime.session import run_program
 from trnsim.sweep import parse_grid, run, run_sweep, table
 from trnsim.sweep.bundle import TraceBundle, forget
-from trnsim.sweep.runner import config_hash
+from trnsim.sweep.points import config_hash
 from trnsim.sweep.worker import simulate
 from trnsim.trace import load
 
@@ -316,7 +316,7 @@ def test_the_trace_hash_covers_text_and_init_files(tmp_path):
 
 
 def test_resuming_runs_only_the_missing_and_failed_points(tmp_path, monkeypatch):
-    import trnsim.sweep.runner as runner
+    import trnsim.sweep.execute as runner
 
     calls = []
 
@@ -377,7 +377,7 @@ def test_resuming_runs_only_the_missing_and_failed_points(tmp_path, monkeypatch)
 
 
 def test_an_interrupted_sweep_keeps_the_points_done(tmp_path, monkeypatch):
-    import trnsim.sweep.runner as runner
+    import trnsim.sweep.execute as runner
 
     calls = []
 
@@ -401,7 +401,7 @@ def test_an_interrupted_sweep_keeps_the_points_done(tmp_path, monkeypatch):
 
 
 def test_a_worker_with_another_trnsim_fails_its_points(monkeypatch):
-    import trnsim.sweep.runner as runner
+    import trnsim.sweep.execute as runner
 
     monkeypatch.setattr(runner, "simulate", lambda *task: {**simulate(*task), "version": "0.0"})
     row = run_sweep([GEMM], ["trn2"], mode="timing").rows[0]
@@ -498,7 +498,7 @@ def test_option_errors(kw, message):
 
 def test_no_scheduler_there_is_a_one_line_error(monkeypatch):
     pytest.importorskip("distributed")
-    import trnsim.sweep.runner as runner
+    import trnsim.sweep.execute as runner
 
     monkeypatch.setattr(runner, "CONNECT_TIMEOUT", "1s")
     with pytest.raises(

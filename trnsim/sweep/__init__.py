@@ -3,8 +3,10 @@ values (chip config keys and trace params) and returns one table, a row per poin
 N worker processes, or on a Dask cluster. `trnsim sweep` is its command; `plot` draws a figure
 from a table.
 
-The parts: `runner` (points, resuming, executing), `worker` (one point, where it lands), `bundle`
-(a trace and its init files as they travel), `table` (columns, CSV/Parquet), `plot`.
+The parts: `grid` (axes and fixed settings), `points` (the cross product, resuming), `execute`
+(in this process or on Dask), `runner` (the sweep: rows as points complete), `worker` (one
+point, where it lands), `bundle` (a trace and its init files as they travel), `table` (columns,
+CSV/Parquet), `plot`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,159 @@
+"""A sweep's points: the cross product of traces, chips and grid values, each with the row
+that identifies it and the task that runs it (or the error that stops it before running), and
+resuming from a table that already holds some of them (see `trnsim.sweep.runner`)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from trnsim import __version__
+from trnsim.config import ChipConfig, load_chip, to_dict
+from trnsim.errors import TrnsimError
+from trnsim.sweep import table
+from trnsim.sweep.bundle import TraceBundle
+from trnsim.sweep.grid import PARAM, Axis
+from trnsim.sweep.worker import one_line
+
+__all__ = ["Point", "config_hash", "points", "resume"]
+
+
+def config_hash(cfg: ChipConfig) -> str:
+    """A short hash of everything in a chip config that a run depends on (not its file path)."""
+    data = {k: v for k, v in to_dict(cfg).items() if k != "source"}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Point:
+    row: dict
+    key: tuple
+    task: tuple | None = None  # (bundle, params, config, mode) when it runs
+    old: dict | None = field(default=None)  # its row in the table resumed, when done there
+    done: bool = False  # its row is complete: figures or an error
+
+
+def points(
+    traces: list[str], chips: list[str], axes: list[Axis], fixed: list[tuple], mode: str | None
+) -> list[Point]:
+    """Every point in grid order (traces, then chips, then each axis's values, the last axis
+    fastest), each with its row's identifying columns and its task, or its error."""
+    fixed_params = {k[len(PARAM) :]: v for k, v in fixed if k.startswith(PARAM)}
+    fixed_cfg = [f"{k}={v}" for k, v in fixed if not k.startswith(PARAM)]
+    set_text = " ".join(f"{k}={v}" for k, v in fixed)
+    combos = list(itertools.product(*[a.values for a in axes]))
+
+    def params_of(values: tuple) -> dict[str, str]:
+        swept = {a.key[len(PARAM) :]: v for a, v in zip(axes, values) if a.key.startswith(PARAM)}
+        return {**fixed_params, **swept}
+
+    configs: dict[tuple, ChipConfig | TrnsimError] = {}
+    out = []
+    for trace in traces:
+        try:
+            bundle, found = TraceBundle.read(trace, [params_of(v) for v in combos])
+        except TrnsimError as e:
+            bundle, found = None, {}
+            unreadable = one_line(e)
+        for chip_given, values in itertools.product(chips or [None], combos):
+            params = params_of(values)
+            doc = found.get(tuple(sorted(params.items())))
+            error = (
+                unreadable
+                if bundle is None
+                else (one_line(doc) if isinstance(doc, TrnsimError) else None)
+            )
+            chip = chip_given or (doc[0] if not error else "")
+            point_mode = mode or (doc[1] if not error else "")
+            swept = [f"{a.key}={v}" for a, v in zip(axes, values) if not a.key.startswith(PARAM)]
+            overrides = fixed_cfg + swept
+            cfg = None
+            if chip and (chip_given or not error):
+                ck = (chip, tuple(overrides))
+                if ck not in configs:
+                    try:
+                        configs[ck] = load_chip(chip, overrides)
+                    except TrnsimError as e:
+                        configs[ck] = e
+                if isinstance(configs[ck], TrnsimError):
+                    msg = one_line(configs[ck])
+                    for text in swept:  # the config names every override --set
+                        msg = msg.replace(f"--set {text}", f"--grid {text}")
+                    error = error or msg
+                else:
+                    cfg = configs[ck]
+            row = dict.fromkeys(table.columns([a.key for a in axes]))
+            row |= {
+                "trace": trace,
+                "chip": chip,
+                **{a.key: v for a, v in zip(axes, values)},
+                "error": error,
+                "mode": point_mode,
+                "set": set_text,
+                "trace_hash": bundle.digest if bundle else "",
+                "config_hash": config_hash(cfg) if cfg else "",
+                "trnsim_version": __version__,
+            }
+            task = None if error else (bundle, params, cfg, point_mode)
+            out.append(Point(row, _key(row, axes), task))
+    return out
+
+
+def _key(row: dict, axes: Sequence[Axis]) -> tuple:
+    """What identifies a point (see the module's doc)."""
+    return (
+        row["trace_hash"],
+        row["chip"],
+        *[row[a.key] for a in axes],
+        row["set"],
+        row["mode"],
+        row["trnsim_version"],
+        row["config_hash"],
+    )
+
+
+def resume(out, cols: list[str], points: list[Point]) -> list[dict]:
+    """Mark the points already in table `out` without an error; return its other rows."""
+    old_cols, old_rows = table.read(out)
+    if old_cols != cols:
+        missing = [c for c in cols if c not in old_cols]
+        extra = [c for c in old_cols if c not in cols]
+        what = "; ".join(
+            s
+            for s in (
+                missing and f"it lacks {', '.join(missing)}",
+                extra and f"it has {', '.join(extra)}",
+            )
+            if s
+        )
+        raise TrnsimError(
+            f"{out}: the table's columns are not this sweep's "
+            f"({what or 'another order'}); expected a table of a sweep with the "
+            "same --grid keys, or a new --out file"
+        )
+    axes = [Axis(c, ()) for c in cols[2 : cols.index(table.FIGURES[0])]]
+    by_key = {
+        _key({**r, **{c: _str(r.get(c)) for c in table.TAIL if c != "error"}}, axes): r
+        for r in old_rows
+    }
+    mine = {p.key for p in points}
+    for p in points:
+        old = by_key.get(p.key)
+        if (
+            old is not None
+            and not old.get("error")
+            and old.get(table.FIGURES[0]) is not None
+            and p.task is not None
+        ):
+            p.old = {
+                **old,
+                **{c: p.row[c] for c in p.row if c not in table.FIGURES and c != "error"},
+            }
+    return [r for k, r in by_key.items() if k not in mine]
+
+
+def _str(value) -> str:
+    return "" if value is None else str(value)
