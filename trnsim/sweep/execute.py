@@ -4,6 +4,7 @@ point is handed to `finish(i, result)` as it completes."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import warnings
 from typing import Any
@@ -20,9 +21,14 @@ CONNECT_TIMEOUT = "10s"
 
 
 def in_process(tasks: list[tuple[int, tuple]], finish) -> None:
+    """Run the tasks one after another. The `trnsim` command runs with the cyclic collector off
+    (`trnsim.cli.app.entry`): here it collects after each point, when the point's objects are
+    gone and the walk is short, so a long sweep's few cycles do not pile up."""
     try:
         for i, task in tasks:
             finish(i, simulate(*task))
+            if not gc.isenabled():
+                gc.collect()
     finally:
         forget()
 
