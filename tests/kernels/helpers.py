@@ -1,0 +1,29 @@
+"""Running a lowered program: tensors, one kernel built by a lowering, the run's result."""
+
+from __future__ import annotations
+
+from trnsim.config import load_chip
+from trnsim.dtypes import dtype
+from trnsim.kernels.builder import KernelBuilder
+from trnsim.runtime.session import run_program
+from trnsim.trace.program import KernelSpec, Program, Step, StreamSpec, TensorSpec
+
+
+def run_lowered(tensors: dict, lower, chip: str = "trn2", mode: str = "functional", seed: int = 0):
+    """tensors: name -> (shape, dtype name, init); lower(builder, cfg) emits the kernel."""
+    cfg = load_chip(chip)
+    specs = {n: TensorSpec(n, tuple(s), dtype(d), init) for n, (s, d, init) in tensors.items()}
+    b = KernelBuilder(specs)
+    lower(b, cfg)
+    prog = Program(
+        "lowered",
+        chip,
+        seed,
+        mode,
+        None,
+        [],
+        specs,
+        {"k": KernelSpec("k", per_core=[b.program()])},
+        [StreamSpec("default", 0, [Step("launch", "k")])],
+    )
+    return run_program(prog, cfg, mode), b

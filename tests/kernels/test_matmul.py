@@ -1,0 +1,70 @@
+"""The matmul lowering: values against numpy over ragged sizes and dtypes, and its schedule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.kernels.helpers import run_lowered
+from trnsim.errors import TraceError
+from trnsim.kernels.matmul import lower_matmul
+
+
+def _mm(shapes, dt="bfloat16", out_dt="float32", chip="trn2"):
+    (a, b, o) = shapes
+    r, builder = run_lowered(
+        {"a": (a, dt, "normal"), "b": (b, dt, "normal"), "out": (o, out_dt, None)},
+        lambda bl, cfg: lower_matmul(bl, cfg, "a", "b", "out"),
+        chip=chip,
+    )
+    ref = r.tensor("a").astype(np.float32) @ r.tensor("b").astype(np.float32)
+    return r.tensor("out").astype(np.float32), ref, builder
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2", "trn3"])
+@pytest.mark.parametrize(
+    "m,k,n", [(128, 128, 512), (1, 1, 1), (200, 300, 700), (130, 129, 513), (640, 256, 1100)]
+)
+def test_values_match_numpy_for_ragged_sizes(chip, m, k, n):
+    got, ref, _ = _mm(((m, k), (k, n), (m, n)), chip=chip)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)  # fp32 accumulation of bf16
+
+
+@pytest.mark.parametrize(
+    "dt,out_dt,tol", [("float32", "float32", 1e-4), ("float16", "bfloat16", 2e-2)]
+)
+def test_dtypes(dt, out_dt, tol):
+    got, ref, _ = _mm(((96, 160), (160, 300), (96, 300)), dt, out_dt)
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_batched_and_shared_b():
+    got, ref, _ = _mm(((3, 70, 140), (3, 140, 90), (3, 70, 90)))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+    got, ref, _ = _mm(((2, 70, 140), (140, 90), (2, 70, 90)))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_shapes_that_do_not_agree_are_an_error():
+    with pytest.raises(TraceError, match=r"matmul: a \[4, 5\] @ b \[6, 7\] -> out \[4, 7\]"):
+        _mm(((4, 5), (6, 7), (4, 7)))
+
+
+def test_one_block_is_load_multiply_evacuate_store():
+    """128 x 128 x 512 on trn2: A^T by DMA transpose, B by DMA, one matmul, one copy out of
+    PSUM, one store: 5 instructions, each waiting only for what it reads."""
+    _, _, b = _mm(((128, 128), (128, 512), (128, 512)))
+    ops = [(i.OP, i.engine.label) for i in b.instructions]
+    assert ops == [
+        ("dma_copy", "dma"),
+        ("dma_copy", "dma"),
+        ("matmul", "tensor"),
+        ("tensor_copy", "vector"),
+        ("dma_copy", "dma"),
+    ]
+    mm = b.instructions[2]
+    assert set(dict(mm.wait)) == {
+        f"w.{mm.stationary.name}",
+        f"w.{mm.moving.name}",
+    }
+    assert b.instructions[0].transpose

@@ -1,0 +1,185 @@
+"""Building one core's instruction program in code, with its synchronisation derived.
+
+A lowering says what each instruction reads and writes; the builder adds the semaphore waits
+and signals that order it, so no lowering writes a semaphore by hand:
+
+- Every tile has two counting semaphores, `w.<tile>` (writes completed) and `r.<tile>` (reads
+  completed). An instruction that reads a tile waits until every earlier write to it is done
+  (read after write); one that writes a tile waits until every earlier read is done (write
+  after read) and, when its region overlaps a write not yet read, every earlier write (write
+  after write). Every access signals its counter when it completes.
+- Counting is sound because of those rules: a later write to a tile cannot complete before the
+  reads that precede it, so a reader waiting for `w.t >= n` is released by the first n writes
+  and by nothing later.
+- A wait is left out when order already guarantees it: an earlier instruction on the same queue
+  waited for as much (queues issue in order), or every write (read) still to wait for runs on
+  the same compute engine, which runs its instructions one after another.
+- HBM tensors are ordered between ops, not inside one: `barrier()` (called by the lowering at
+  each op's start) makes every later access to a tensor wait for the earlier ops' conflicting
+  accesses (same counters, `w.<tensor>` and `r.<tensor>`). Inside an op the lowering's own
+  dataflow orders its HBM accesses (a block is loaded, computed, then stored; blocks are
+  disjoint), which lets the loads of one block overlap the stores of another.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from trnsim.dtypes import DType
+from trnsim.isa import Ap, Engine, Instr
+from trnsim.trace.program import CoreProgram, TensorSpec, TileSpec
+
+__all__ = ["KernelBuilder", "ap", "Region"]
+
+Region = tuple[tuple[int, int], ...]
+"""Per dim (start, stop) of the elements an operand touches (steps ignored: a superset)."""
+
+
+def ap(name: str, *index: int | slice) -> Ap:
+    """The operand `name[index]` built from Python ints and slices: ap("x", slice(0, 128))."""
+    parts, idx = [], []
+    for item in index:
+        if isinstance(item, slice):
+            idx.append((item.start, item.stop, item.step))
+            start = "" if item.start is None else item.start
+            stop = "" if item.stop is None else item.stop
+            step = f":{item.step}" if item.step not in (None, 1) else ""
+            parts.append(f"{start}:{stop}{step}")
+        else:
+            idx.append(int(item))
+            parts.append(str(int(item)))
+    return Ap(name, tuple(idx), f"{name}[{', '.join(parts)}]" if parts else name)
+
+
+def region(a: Ap, shape: tuple[int, ...]) -> Region:
+    """The region operand `a` touches in a buffer of `shape`."""
+    out = []
+    for d, n in enumerate(shape):
+        item = a.index[d] if d < len(a.index) else (None, None, None)
+        if isinstance(item, int):
+            i = item + n if item < 0 else item
+            out.append((i, i + 1))
+            continue
+        start, stop, _ = item
+        start = 0 if start is None else (start + n if start < 0 else start)
+        stop = n if stop is None else (stop + n if stop < 0 else stop)
+        out.append((start, stop))
+    return tuple(out)
+
+
+def _overlap(a: Region, b: Region) -> bool:
+    return all(s0 < e1 and s1 < e0 for (s0, e0), (s1, e1) in zip(a, b))
+
+
+@dataclass
+class _Buffer:
+    """What the builder knows of one tile or tensor: its accesses so far, each by queue."""
+
+    shape: tuple[int, ...]
+    tile: bool
+    writes: int = 0  # how many so far
+    reads: int = 0
+    last_write: dict[Any, int] = field(default_factory=dict)  # queue -> count after its last one
+    last_read: dict[Any, int] = field(default_factory=dict)
+    unread: list[Region] = field(default_factory=list)  # regions written since the last read
+    floor_w: int = 0  # tensors: writes of earlier ops (what a barrier makes later ones wait for)
+    floor_r: int = 0
+
+
+class KernelBuilder:
+    """One physical core's program: tiles, instructions, and their semaphores (module doc)."""
+
+    def __init__(self, tensors: dict[str, TensorSpec], prefix: str = ""):
+        self.tensors = tensors
+        self.prefix = prefix
+        self.tiles: dict[str, TileSpec] = {}
+        self.instructions: list[Instr] = []
+        self._bufs: dict[str, _Buffer] = {
+            n: _Buffer(t.shape, tile=False) for n, t in tensors.items()
+        }
+        self._waited: dict[Any, dict[str, int]] = defaultdict(dict)  # queue -> sem -> value
+        self._names: dict[str, int] = defaultdict(int)
+
+    # -- buffers -------------------------------------------------------------------------------
+
+    def tile(self, base: str, memory: str, shape: tuple[int, ...], dtype: DType) -> str:
+        """A new tile (its name unique in this program: `base`, `base_1`, ...)."""
+        while True:  # never a tensor's name: a tile of that name would hide the tensor
+            n = self._names[base]
+            self._names[base] += 1
+            name = f"{self.prefix}{base}" + (f"_{n}" if n else "")
+            if name not in self.tensors and name not in self.tiles:
+                break
+        self.tiles[name] = TileSpec(name, memory, tuple(shape), dtype)
+        self._bufs[name] = _Buffer(tuple(shape), tile=True)
+        return name
+
+    def barrier(self) -> None:
+        """An op boundary: later accesses to a tensor wait for the conflicting accesses of
+        everything emitted so far (module doc)."""
+        for buf in self._bufs.values():
+            if not buf.tile:
+                buf.floor_w, buf.floor_r = len(buf.writes), len(buf.reads)
+
+    # -- instructions --------------------------------------------------------------------------
+
+    def emit(self, cls: type[Instr], reads: list[Ap], writes: list[Ap], **fields) -> Instr:
+        """Append instruction `cls(**fields)` reading `reads` and writing `writes` (its operand
+        fields among `fields`), with the waits that order it and the signals it gives."""
+        engine = fields.pop("engine", cls.ENGINE)
+        queue: Any = ("dma", fields.get("queue", 0)) if engine is Engine.DMA else engine
+        waits: dict[str, int] = {}
+        signals: dict[str, int] = {}
+        for a in reads:
+            buf = self._bufs[a.name]
+            n = buf.writes if buf.tile else buf.floor_w
+            self._need(waits, queue, "w." + a.name, n, buf.last_write)
+        for a in writes:
+            buf = self._bufs[a.name]
+            if buf.tile:
+                self._need(waits, queue, "r." + a.name, buf.reads, buf.last_read)
+                mine = region(a, buf.shape)
+                if any(_overlap(mine, r) for r in buf.unread):
+                    self._need(waits, queue, "w." + a.name, buf.writes, buf.last_write)
+            else:
+                self._need(waits, queue, "r." + a.name, buf.floor_r, buf.last_read)
+                self._need(waits, queue, "w." + a.name, buf.floor_w, buf.last_write)
+        for a in reads:
+            buf = self._bufs[a.name]
+            buf.reads += 1
+            buf.last_read[queue] = buf.reads
+            buf.unread.clear()
+            signals["r." + a.name] = signals.get("r." + a.name, 0) + 1
+        for a in writes:
+            buf = self._bufs[a.name]
+            buf.writes += 1
+            buf.last_write[queue] = buf.writes
+            buf.unread.append(region(a, buf.shape))
+            signals["w." + a.name] = signals.get("w." + a.name, 0) + 1
+        seen = self._waited[queue]
+        for sem, value in waits.items():
+            seen[sem] = max(seen.get(sem, 0), value)
+        ins = cls(
+            index=len(self.instructions),
+            engine=engine,
+            wait=tuple(waits.items()),
+            signal=tuple(signals.items()),
+            **fields,
+        )
+        self.instructions.append(ins)
+        return ins
+
+    def _need(self, waits: dict, queue: Any, sem: str, n: int, last: dict[Any, int]) -> None:
+        """Wait for `sem >= n` (the first n accesses counted by `sem`; `last`: each queue's
+        count after its last access) unless order already gives it."""
+        done = max(self._waited[queue].get(sem, 0), waits.get(sem, 0))
+        if n <= done:
+            return
+        if queue.__class__ is Engine and all(c <= done for q, c in last.items() if q is not queue):
+            return  # what is left to wait for ran on this compute engine, one after another
+        waits[sem] = n
+
+    def program(self) -> CoreProgram:
+        return CoreProgram(dict(self.tiles), list(self.instructions))

@@ -1,0 +1,181 @@
+"""`matmul` (`mm`, `bmm`): out[..., M, N] = a[..., M, K] @ b[..., K, N] on one core.
+
+The kernel, as an NKI engineer writes it for TensorE (`matmul` computes dst[M', N'] =
+stationary[K', M']^T @ moving[K', N'], K' and M' <= 128 partitions, N' <= the moving limit):
+
+- a strip of A^T, K x MB (MB = a few 128-row blocks of A), is loaded once and stays in SBUF:
+  DMA transpose where the chip has one for the dtype (NC-v3 on), else A's blocks are loaded as
+  they are and turned on TensorE (`transpose` into PSUM, copied to SBUF);
+- for each N block, B's K x NB block streams through rotating SBUF buffers (loads on several DMA
+  queues, so the next block loads while TensorE multiplies this one), and every 128-row block of
+  the strip accumulates into its own PSUM bank over K (`accumulate` after the first);
+- the PSUM banks are rotated (two sets, when the banks allow) and emptied to SBUF by VectorE and
+  ScalarE in turn (casting to out's dtype), then stored to HBM.
+
+Ragged sizes (M, N, K not multiples of the tile) use partial tiles. Leading (batch) dims of a
+and b loop around the whole: a and b both [B, M, K] / [B, K, N], or b 2-D and shared.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import DType, dtype
+from trnsim.errors import TraceError
+from trnsim.isa import Activation, DmaCopy, Engine, Matmul, TensorCopy, Transpose
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.trace.program import TensorSpec
+
+__all__ = ["lower_matmul"]
+
+SBUF_SHARE = 0.75  # of a partition's SBUF the A strip and B buffers may take (rest: headroom)
+B_BUFS = 3  # rotating B blocks: one loading, one in use, one spare for queue jitter
+
+
+def lower_matmul(
+    b: KernelBuilder, cfg: ChipConfig, a_name: str, b_name: str, out_name: str
+) -> None:
+    """Emit out = a @ b (module doc) into builder `b`."""
+    ta, tb, to = (b.tensors[n] for n in (a_name, b_name, out_name))
+    (bat, M, K), (bat_b, K2, N), (bat_o, M2, N2) = _dims(ta), _dims(tb), _dims(to)
+    if K != K2 or (M, N) != (M2, N2) or bat_o != bat or bat_b not in (bat, ()):
+        raise TraceError(
+            f"matmul: a {list(ta.shape)} @ b {list(tb.shape)} -> out {list(to.shape)}: "
+            "shapes do not agree; expected a [..., M, K], b [..., K, N] or [K, N], "
+            "out [..., M, N]"
+        )
+    plan = _Plan(cfg, ta.dtype, to.dtype, M, N, K)
+    for batch in _batches(bat):
+        kb = batch if bat_b else ()
+        _one(b, plan, (a_name, batch), (b_name, kb), (out_name, batch))
+
+
+def _dims(t: TensorSpec) -> tuple[tuple[int, ...], int, int]:
+    if len(t.shape) < 2:
+        raise TraceError(f"matmul: tensor {t.name} has shape {list(t.shape)}; expected 2-D or more")
+    return tuple(t.shape[:-2]), t.shape[-2], t.shape[-1]
+
+
+def _batches(bat: tuple[int, ...]) -> list[tuple[int, ...]]:
+    out: list[tuple[int, ...]] = [()]
+    for n in bat:
+        out = [(*x, i) for x in out for i in range(n)]
+    return out
+
+
+class _Plan:
+    """Tile sizes for one matmul on one chip."""
+
+    def __init__(self, cfg: ChipConfig, a_dt: DType, out_dt: DType, M: int, N: int, K: int):
+        c = cfg.core
+        self.P = c.tensor.rows  # contraction (K) and stationary (M) block: 128
+        self.NB = min(c.tensor.moving_free_max, c.psum.bank_bytes // 4, N)
+        self.dma_transpose = a_dt.itemsize in (2, 4) and c.dma.transpose_hbm_rate > 0
+        banks = c.psum.banks - (0 if self.dma_transpose else 1)  # one for TensorE transposes
+        self.a_dt, self.out_dt = a_dt, out_dt
+        self.M, self.N, self.K = M, N, K
+        kt = math.ceil(K / self.P)
+        budget = int(c.sbuf.partition_bytes * SBUF_SHARE) - B_BUFS * self.NB * a_dt.itemsize
+        per_block = kt * self.P * a_dt.itemsize  # one 128-row block of the A^T strip
+        most = max(1, min(banks // 2, budget // (2 * per_block)))  # two strips in flight
+        self.mt = max(1, min(most, math.ceil(M / self.P)))  # 128-row blocks per strip
+        self.psum_sets = 2 if 2 * self.mt <= banks else 1
+        self.queues = c.dma.queues_per_engine
+        self.evac = (Engine.VECTOR, Engine.SCALAR)
+
+
+def _one(b: KernelBuilder, p: _Plan, a: tuple, bm: tuple, out: tuple) -> None:
+    """One batch element: out[M, N] = a[M, K] @ b[K, N]."""
+    (a_name, ab), (b_name, bb), (o_name, ob) = a, bm, out
+    P, MB = p.P, p.P * p.mt
+    kt = math.ceil(p.K / P)
+    strips = [b.tile("aT", "sbuf", (P, kt * MB), p.a_dt) for _ in range(2)]
+    bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(B_BUFS)]
+    accs = [b.tile("acc", "psum", (P, p.mt * p.NB), dtype("float32")) for _ in range(p.psum_sets)]
+    outs = [b.tile("o", "sbuf", (P, p.NB), p.out_dt) for _ in range(2)]
+    q = _Queues(p.queues)
+    turn = None
+    if not p.dma_transpose:  # A's blocks go through TensorE: a load buffer and a PSUM tile
+        turn = (b.tile("a_raw", "sbuf", (P, P), p.a_dt), b.tile("a_tp", "psum", (P, P), p.a_dt))
+    n_acc = n_b = n_out = 0
+    for si, m0 in enumerate(range(0, p.M, MB)):
+        strip = strips[si % 2]
+        ms = [(m, min(P, p.M - m)) for m in range(m0, min(m0 + MB, p.M), P)]
+        _load_strip(b, p, strip, (a_name, ab), ms, kt, q, turn)
+        for n0 in range(0, p.N, p.NB):
+            nw = min(p.NB, p.N - n0)
+            acc = accs[n_acc % len(accs)]
+            n_acc += 1
+            for k in range(kt):
+                k0, kw = k * P, min(P, p.K - k * P)
+                bt = bbufs[n_b % B_BUFS]
+                n_b += 1
+                src = ap(b_name, *bb, slice(k0, k0 + kw), slice(n0, n0 + nw))
+                dst = ap(bt, slice(0, kw), slice(0, nw))
+                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load())
+                for j, (_, mw) in enumerate(ms):
+                    col = k * MB + j * P
+                    st = ap(strip, slice(0, kw), slice(col, col + mw))
+                    d = ap(acc, slice(0, mw), slice(j * p.NB, j * p.NB + nw))
+                    b.emit(
+                        Matmul, [st, dst], [d], stationary=st, moving=dst, dst=d, accumulate=k > 0
+                    )
+            for j, (m, mw) in enumerate(ms):
+                o = outs[n_out % 2]
+                engine = p.evac[n_out % 2]
+                n_out += 1
+                src = ap(acc, slice(0, mw), slice(j * p.NB, j * p.NB + nw))
+                dst = ap(o, slice(0, mw), slice(0, nw))
+                _copy(b, engine, src, dst)
+                hbm = ap(o_name, *ob, slice(m, m + mw), slice(n0, n0 + nw))
+                b.emit(DmaCopy, [dst], [hbm], src=dst, dst=hbm, queue=q.store())
+
+
+def _load_strip(
+    b: KernelBuilder, p: _Plan, strip: str, a: tuple, ms: list, kt: int, q, turn
+) -> None:
+    """A^T of rows `ms` (start, width) of a, all of K, into `strip` [128, kt * MB]: block
+    (k, j) at columns k * MB + j * 128. `turn`: (SBUF, PSUM) tiles for a TensorE transpose."""
+    a_name, ab = a
+    P, MB = p.P, p.P * p.mt
+    for k in range(kt):
+        k0, kw = k * P, min(P, p.K - k * P)
+        for j, (m, mw) in enumerate(ms):
+            col = k * MB + j * P
+            dst = ap(strip, slice(0, kw), slice(col, col + mw))
+            src = ap(a_name, *ab, slice(m, m + mw), slice(k0, k0 + kw))
+            if p.dma_transpose:
+                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load(), transpose=True)
+                continue
+            raw, tp = turn
+            r = ap(raw, slice(0, mw), slice(0, kw))
+            b.emit(DmaCopy, [src], [r], src=src, dst=r, queue=q.load())
+            t = ap(tp, slice(0, kw), slice(0, mw))
+            b.emit(Transpose, [r], [t], src=r, dst=t)
+            _copy(b, Engine.VECTOR, t, dst)
+
+
+def _copy(b: KernelBuilder, engine: Engine, src, dst) -> None:
+    """PSUM -> SBUF (with a cast) on VectorE or ScalarE."""
+    if engine is Engine.SCALAR:
+        b.emit(Activation, [src], [dst], func="copy", src=src, dst=dst)
+    else:
+        b.emit(TensorCopy, [src], [dst], src=src, dst=dst)
+
+
+class _Queues:
+    """DMA queues: loads rotate over the first half, stores over the second."""
+
+    def __init__(self, n: int):
+        self.half = max(1, n // 2)
+        self.n = n
+        self.i = self.j = 0
+
+    def load(self) -> int:
+        self.i += 1
+        return (self.i - 1) % self.half
+
+    def store(self) -> int:
+        self.j += 1
+        return self.half + (self.j - 1) % max(1, self.n - self.half)
