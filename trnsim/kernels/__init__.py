@@ -1,0 +1,76 @@
+"""The kernel library: high-level ops (PyTorch's aten names and argument names) lowered to one
+core's instruction program, as a good NKI engineer would write them.
+
+`lower(ops, tensors, cfg)` turns a list of `OpSpec`s on HBM tensors into a `CoreProgram`
+(tiles and instructions, their semaphores derived by `builder.KernelBuilder`); `reference(op,
+args, arrays)` is each op's numpy result, against which `--check` compares. The lowerings:
+`matmul` (`mm`, `bmm`), elementwise unary and binary ops (`elementwise.UNARY`, `BINARY`),
+`softmax` and `log_softmax`. An op without a lowering is a TraceError naming it.
+"""
+
+from __future__ import annotations
+
+from trnsim.config import ChipConfig
+from trnsim.errors import TraceError
+from trnsim.kernels.builder import KernelBuilder
+from trnsim.kernels.elementwise import BINARY, UNARY, lower_binary, lower_unary
+from trnsim.kernels.matmul import lower_matmul
+from trnsim.kernels.reference import reference
+from trnsim.kernels.softmax import lower_softmax
+from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
+
+__all__ = ["lower", "lower_op", "reference", "OPS"]
+
+_ARGS = {  # op -> (required tensor args, optional args)
+    **{op: (("a", "b", "out"), ()) for op in ("matmul", "mm", "bmm")},
+    **{op: (("x", "out"), ()) for op in UNARY},
+    **{op: (("a", "b", "out"), ()) for op in BINARY},
+    "softmax": (("x", "out"), ("dim",)),
+    "log_softmax": (("x", "out"), ("dim",)),
+}
+OPS = tuple(_ARGS)
+"""The ops the library lowers."""
+
+
+def lower(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig) -> CoreProgram:
+    """One core's program running `ops` in order (each op's accesses wait for the earlier
+    ops' conflicting ones). Raises TraceError for an op it cannot lower, naming the op."""
+    b = KernelBuilder(tensors)
+    for op in ops:
+        b.barrier()
+        try:
+            lower_op(b, cfg, op)
+        except TraceError as e:
+            raise TraceError(f"line {op.line}: {e}" if op.line else str(e)) from None
+    return b.program()
+
+
+def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
+    """Emit one op into `b`."""
+    if op.op not in _ARGS:
+        raise TraceError(
+            f"op {op.op!r} has no lowering yet; expected one of {', '.join(sorted(OPS))}"
+        )
+    required, optional = _ARGS[op.op]
+    args = op.args
+    for k in required:
+        if k not in args:
+            raise TraceError(f"{op.op}: missing argument {k!r}; expected {', '.join(required)}")
+        v = args[k]
+        if isinstance(v, str) and v not in b.tensors:
+            raise TraceError(f"{op.op}: {k} names {v!r}, which is not a tensor")
+    extra = [k for k in args if k not in required and k not in optional]
+    if extra:
+        raise TraceError(
+            f"{op.op}: unknown argument {extra[0]!r}; expected {', '.join(required + optional)}"
+        )
+    if op.op in ("matmul", "mm", "bmm"):
+        lower_matmul(b, cfg, args["a"], args["b"], args["out"])
+    elif op.op in UNARY:
+        lower_unary(b, cfg, op.op, args["x"], args["out"])
+    elif op.op in BINARY:
+        lower_binary(b, cfg, op.op, args["a"], args["b"], args["out"])
+    else:
+        lower_softmax(
+            b, cfg, args["x"], args["out"], args.get("dim", -1), log=op.op == "log_softmax"
+        )

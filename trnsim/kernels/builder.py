@@ -6,19 +6,22 @@ and signals that order it, so no lowering writes a semaphore by hand:
 - Every tile has two counting semaphores, `w.<tile>` (writes completed) and `r.<tile>` (reads
   completed). An instruction that reads a tile waits until every earlier write to it is done
   (read after write); one that writes a tile waits until every earlier read is done (write
-  after read) and, when its region overlaps a write not yet read, every earlier write (write
-  after write). Every access signals its counter when it completes.
+  after read). A write over a region written but not yet read is allowed only on the same
+  compute engine (a matmul accumulating into PSUM) or by an instruction that also reads the
+  tile; anything else is a bug of the lowering, refused here. Every access signals its counter
+  when it completes.
 - Counting is sound because of those rules: a later write to a tile cannot complete before the
   reads that precede it, so a reader waiting for `w.t >= n` is released by the first n writes
-  and by nothing later.
+  and by nothing later (and the same for writers waiting on `r.t`).
 - A wait is left out when order already guarantees it: an earlier instruction on the same queue
   waited for as much (queues issue in order), or every write (read) still to wait for runs on
   the same compute engine, which runs its instructions one after another.
-- HBM tensors are ordered between ops, not inside one: `barrier()` (called by the lowering at
-  each op's start) makes every later access to a tensor wait for the earlier ops' conflicting
-  accesses (same counters, `w.<tensor>` and `r.<tensor>`). Inside an op the lowering's own
-  dataflow orders its HBM accesses (a block is loaded, computed, then stored; blocks are
-  disjoint), which lets the loads of one block overlap the stores of another.
+- HBM tensors are ordered between ops, not inside one: `barrier()` (called at each op's start)
+  makes every later access to a tensor wait for all the earlier ops' accesses to it (same
+  counters, `w.<tensor>` and `r.<tensor>`; reads wait for reads too, so an op that reads and
+  writes a tensor in place cannot count its own reads as the earlier ops'). Inside an op the
+  lowering's own dataflow orders its HBM accesses (a block is loaded, computed, then stored;
+  blocks are disjoint), which lets the loads of one block overlap the stores of another.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ class _Buffer:
     reads: int = 0
     last_write: dict[Any, int] = field(default_factory=dict)  # queue -> count after its last one
     last_read: dict[Any, int] = field(default_factory=dict)
-    unread: list[Region] = field(default_factory=list)  # regions written since the last read
+    unread: list = field(default_factory=list)  # (region, queue) of writes since the last read
     floor_w: int = 0  # tensors: writes of earlier ops (what a barrier makes later ones wait for)
     floor_r: int = 0
 
@@ -101,6 +104,7 @@ class KernelBuilder:
         }
         self._waited: dict[Any, dict[str, int]] = defaultdict(dict)  # queue -> sem -> value
         self._names: dict[str, int] = defaultdict(int)
+        self.scratch: dict[str, str] = {}  # a lowering's own key -> tile name (reused buffers)
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -121,7 +125,7 @@ class KernelBuilder:
         everything emitted so far (module doc)."""
         for buf in self._bufs.values():
             if not buf.tile:
-                buf.floor_w, buf.floor_r = len(buf.writes), len(buf.reads)
+                buf.floor_w, buf.floor_r = buf.writes, buf.reads
 
     # -- instructions --------------------------------------------------------------------------
 
@@ -134,18 +138,24 @@ class KernelBuilder:
         signals: dict[str, int] = {}
         for a in reads:
             buf = self._bufs[a.name]
-            n = buf.writes if buf.tile else buf.floor_w
-            self._need(waits, queue, "w." + a.name, n, buf.last_write)
+            if buf.tile:
+                self._need(waits, queue, "w." + a.name, buf.writes, buf.last_write)
+            else:
+                self._floor(waits, queue, a.name, buf)
         for a in writes:
             buf = self._bufs[a.name]
             if buf.tile:
                 self._need(waits, queue, "r." + a.name, buf.reads, buf.last_read)
                 mine = region(a, buf.shape)
-                if any(_overlap(mine, r) for r in buf.unread):
-                    self._need(waits, queue, "w." + a.name, buf.writes, buf.last_write)
+                read_too = any(x.name == a.name for x in reads)  # its read waited for them
+                for r, q in () if read_too else buf.unread:
+                    if q is not queue and _overlap(mine, r):
+                        raise AssertionError(
+                            f"lowering bug: {cls.OP} writes {a} over a write not yet read "
+                            "from another queue (order it with a read first)"
+                        )
             else:
-                self._need(waits, queue, "r." + a.name, buf.floor_r, buf.last_read)
-                self._need(waits, queue, "w." + a.name, buf.floor_w, buf.last_write)
+                self._floor(waits, queue, a.name, buf)
         for a in reads:
             buf = self._bufs[a.name]
             buf.reads += 1
@@ -156,7 +166,7 @@ class KernelBuilder:
             buf = self._bufs[a.name]
             buf.writes += 1
             buf.last_write[queue] = buf.writes
-            buf.unread.append(region(a, buf.shape))
+            buf.unread.append((region(a, buf.shape), queue))
             signals["w." + a.name] = signals.get("w." + a.name, 0) + 1
         seen = self._waited[queue]
         for sem, value in waits.items():
@@ -170,6 +180,12 @@ class KernelBuilder:
         )
         self.instructions.append(ins)
         return ins
+
+    def _floor(self, waits: dict, queue: Any, name: str, buf: _Buffer) -> None:
+        """A tensor access waits for every access of the earlier ops (reads too: an op that
+        reads a tensor in place must not count its own reads as the earlier ops')."""
+        self._need(waits, queue, "w." + name, buf.floor_w, buf.last_write)
+        self._need(waits, queue, "r." + name, buf.floor_r, buf.last_read)
 
     def _need(self, waits: dict, queue: Any, sem: str, n: int, last: dict[Any, int]) -> None:
         """Wait for `sem >= n` (the first n accesses counted by `sem`; `last`: each queue's

@@ -1,0 +1,135 @@
+"""Elementwise ops: unary (`exp`, `gelu`, casts, ...) and binary (`add`, `mul`, ...) on tensors of
+one shape, or a tensor and a number.
+
+The kernel: the tensors are walked in blocks of up to 128 x FREE elements (`layout.flat_blocks`:
+elementwise ops do not care which element sits on which partition, so every block uses all 128
+partitions when its size allows); each block is loaded (inputs on separate DMA queues), computed
+in place in SBUF (ScalarE for functions, VectorE for arithmetic; a number rides along as the
+instruction's immediate), and stored, through rotating buffers so the next block loads while this
+one computes and the last one stores.
+"""
+
+from __future__ import annotations
+
+from trnsim.config import ChipConfig
+from trnsim.errors import TraceError
+from trnsim.isa import Activation, Ap, DmaCopy, TensorCopy, TensorScalar, TensorTensor
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import flat_blocks
+
+__all__ = ["UNARY", "BINARY", "lower_unary", "lower_binary", "FREE"]
+
+FREE = 2048  # elements per partition of a block: 4 KiB of bf16, where DMA runs at full rate
+BUFS = 3  # rotating buffers per operand
+
+UNARY = {  # op -> activation function of ScalarE
+    "exp": "exp",
+    "log": "log",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_tanh",
+    "silu": "silu",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "square": "square",
+    "abs": "abs",
+    "reciprocal": "reciprocal",
+    "sin": "sin",
+    "cos": "cos",
+    "erf": "erf",
+    "copy": "copy",
+    "neg": "identity",  # with scale -1
+}
+BINARY = {  # op -> VectorE ALU op
+    "add": "add",
+    "sub": "subtract",
+    "mul": "multiply",
+    "div": "divide",
+    "maximum": "max",
+    "minimum": "min",
+    "pow": "pow",
+}
+
+
+def lower_unary(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) -> None:
+    """out = op(x) (module doc); out's dtype may differ from x's (the result is cast)."""
+    tx, to = b.tensors[x], b.tensors[out]
+    _same_shape(op, ("x", tx), ("out", to))
+    q = 0
+    blocks = flat_blocks(tx.shape, cfg.core.sbuf.partitions, FREE)
+    big = _largest(blocks)
+    for n, (index, p, f) in enumerate(blocks):
+        xt = _buf(b, "x", n, big, tx.dtype)
+        ot = _buf(b, "o", n, big, to.dtype) if to.dtype != tx.dtype else xt
+        src, t = ap(x, *index), ap(xt, slice(0, p), slice(0, f))
+        b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=q % 4)
+        o = ap(ot, slice(0, p), slice(0, f))
+        if op == "copy" and ot != xt:
+            b.emit(TensorCopy, [t], [o], src=t, dst=o)
+        elif op != "copy":
+            scale = -1.0 if op == "neg" else 1.0
+            b.emit(Activation, [t], [o], func=UNARY[op], src=t, dst=o, scale=scale)
+        dst = ap(out, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + q % 4)
+        q += 1
+
+
+def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) -> None:
+    """out = a <op> b; `a` and `b` are tensor names of out's shape, or one of them a number."""
+    to = b.tensors[out]
+    names = [v for v in (a, bb) if isinstance(v, str)]
+    if not names:
+        raise TraceError(f"{op}: a and b are both numbers; expected at least one tensor")
+    _same_shape(op, *[(k, b.tensors[v]) for k, v in (("a", a), ("b", bb)) if isinstance(v, str)])
+    _same_shape(op, ("a" if isinstance(a, str) else "b", b.tensors[names[0]]), ("out", to))
+    alu = BINARY[op]
+    blocks = flat_blocks(to.shape, cfg.core.sbuf.partitions, FREE)
+    big = _largest(blocks)
+    for n, (index, p, f) in enumerate(blocks):
+        tiles = []
+        for k, v in enumerate((a, bb)):
+            if not isinstance(v, str):
+                tiles.append(v)
+                continue
+            t = ap(_buf(b, "ab"[k], n, big, b.tensors[v].dtype), slice(0, p), slice(0, f))
+            src = ap(v, *index)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=(2 * n + k) % 8)
+            tiles.append(t)
+        o = ap(_buf(b, "o", n, big, to.dtype), slice(0, p), slice(0, f))
+        t0, t1 = tiles
+        if isinstance(t0, Ap):
+            if isinstance(t1, Ap):
+                b.emit(TensorTensor, [t0, t1], [o], alu=alu, src0=t0, src1=t1, dst=o)
+            else:
+                b.emit(TensorScalar, [t0], [o], src=t0, dst=o, op0=alu, operand0=float(t1))
+        else:  # number <op> tensor: the immediate goes first
+            b.emit(
+                TensorScalar, [t1], [o], src=t1, dst=o, op0=alu, operand0=float(t0), reverse0=True
+            )
+        dst = ap(out, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
+
+
+def _largest(blocks: list[tuple]) -> tuple[int, int]:
+    return max(p for _, p, _ in blocks), max(f for _, _, f in blocks)
+
+
+def _buf(b: KernelBuilder, kind: str, n: int, shape: tuple[int, int], dt) -> str:
+    """Rotating buffer n % BUFS of `kind` (of `shape`: the largest block's), allocated at the
+    first use of its slot."""
+    key = f"{kind}{n % BUFS}:{dt.name}:{shape}"
+    name = b.scratch.get(key)
+    if name is None:
+        name = b.scratch[key] = b.tile(kind, "sbuf", shape, dt)
+    return name
+
+
+def _same_shape(op: str, *named) -> None:
+    shapes = {tuple(t.shape) for _, t in named}
+    if len(shapes) > 1:
+        given = ", ".join(f"{k} {list(t.shape)}" for k, t in named)
+        raise TraceError(
+            f"{op}: {given}: shapes differ; expected one shape (broadcasting is not lowered yet)"
+        )

@@ -1,0 +1,104 @@
+"""Each lowered op's numpy reference: what its output should be, computed in float64 from the
+input values as stored (so only the kernel's own rounding counts against it), and the tolerance
+a correct kernel meets for the output's dtype."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["reference", "tolerance"]
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+_UNARY = {
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "relu": lambda x: np.maximum(x, 0),
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
+    "silu": lambda x: x * _sigmoid(x),
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "square": np.square,
+    "abs": np.abs,
+    "reciprocal": lambda x: 1 / x,
+    "sin": np.sin,
+    "cos": np.cos,
+    "erf": _erf,
+    "copy": lambda x: x,
+    "neg": np.negative,
+}
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "pow": np.power,
+}
+
+
+def _softmax(x, dim):
+    e = np.exp(x - x.max(axis=dim, keepdims=True))
+    return e / e.sum(axis=dim, keepdims=True)
+
+
+def _log_softmax(x, dim):
+    m = x - x.max(axis=dim, keepdims=True)
+    return m - np.log(np.exp(m).sum(axis=dim, keepdims=True))
+
+
+def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """The expected `out` of op `op` with `args` (tensor names or numbers) on `arrays`."""
+
+    def val(k):
+        v = args[k]
+        return arrays[v].astype(np.float64) if isinstance(v, str) else float(v)
+
+    if op in ("matmul", "mm", "bmm"):
+        return np.matmul(val("a"), val("b"))
+    if op in _UNARY:
+        return _UNARY[op](val("x"))
+    if op in _BINARY:
+        return _BINARY[op](val("a"), val("b"))
+    if op == "softmax":
+        return _softmax(val("x"), args.get("dim", -1))
+    if op == "log_softmax":
+        return _log_softmax(val("x"), args.get("dim", -1))
+    raise KeyError(op)
+
+
+def tolerance(dtype_name: str) -> tuple[float, float]:
+    """(rtol, atol relative to the reference's largest magnitude) a correct kernel meets
+    when it writes `dtype_name`: a few units in the last place of the output's format (the
+    engines compute in fp32 and round once on the way out, ScalarE's functions are
+    approximations within that)."""
+    eps = {
+        "float32": 2.0**-23,
+        "bfloat16": 2.0**-8,
+        "float16": 2.0**-11,
+        "float8_e4m3": 2.0**-3,
+        "float8_e5m2": 2.0**-2,
+    }.get(dtype_name, 0.0)
+    return max(8 * eps, 1e-5), max(8 * eps, 1e-5)
