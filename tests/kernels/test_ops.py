@@ -154,6 +154,8 @@ def test_lowered_programs_pass_the_race_check():
         "w": ((384, 640), "bfloat16", "normal"),
         "h": ((256, 640), "float32", None),
         "p": ((256, 640), "float32", None),
+        "g": ((640,), "float32", "normal"),
+        "s": ((256,), "float32", None),
     }
     r = _run(
         t,
@@ -163,6 +165,8 @@ def test_lowered_programs_pass_the_race_check():
             ("exp", {"x": "h", "out": "p"}),
             ("relu", {"x": "h", "out": "h"}),
             ("log_softmax", {"x": "h", "out": "p"}),
+            ("rms_norm", {"x": "p", "out": "h", "weight": "g"}),
+            ("sum", {"x": "h", "out": "s"}),
         ],
     )
     assert find_races(r.program) == []
@@ -174,3 +178,43 @@ def test_lowered_programs_pass_the_race_check():
     i = next(i for i, x in enumerate(ins) if x.wait)
     ins[i] = replace(ins[i], wait=())
     assert find_races(r.program)
+
+
+@pytest.mark.parametrize("shape", [(128, 512), (300, 70), (2, 130, 33)])
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_reductions_over_the_last_dim(op, shape, keepdim):
+    out = shape[:-1] + ((1,) if keepdim else ())
+    r = _run(
+        {"x": (shape, "float32", "normal"), "out": (out, "float32", None)},
+        [(op, {"x": "x", "out": "out", "dim": -1, "keepdim": keepdim})],
+    )
+    _check(r, op, {"x": "x", "keepdim": keepdim}, inputs=["x"])
+
+
+@pytest.mark.parametrize("shape", [(128, 512), (300, 70), (2, 130, 600)])
+@pytest.mark.parametrize(
+    "op,affine",
+    [
+        ("layer_norm", ("weight", "bias")),
+        ("layer_norm", ()),
+        ("rms_norm", ("weight",)),
+        ("rms_norm", ()),
+    ],
+)
+def test_norms(op, affine, shape):
+    d = shape[-1]
+    t = {
+        "x": (shape, "bfloat16", "normal"),
+        "out": (shape, "float32", None),
+        "weight": ((d,), "float32", "normal"),
+        "bias": ((d,), "float32", "normal"),
+    }
+    args = {"x": "x", "out": "out", "eps": 1e-5, **{k: k for k in affine}}
+    r = _run(t, [(op, args)])
+    ref = reference(
+        op,
+        {k: v for k, v in args.items() if k != "out"},
+        {n: r.tensor(n) for n in ("x", "weight", "bias")},
+    )
+    np.testing.assert_allclose(r.tensor("out"), ref, rtol=1e-4, atol=1e-4)

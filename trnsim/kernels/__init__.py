@@ -5,7 +5,8 @@ core's instruction program, as a good NKI engineer would write them.
 (tiles and instructions, their semaphores derived by `builder.KernelBuilder`); `reference(op,
 args, arrays)` is each op's numpy result, against which `--check` compares. The lowerings:
 `matmul` (`mm`, `bmm`), elementwise unary and binary ops (`elementwise.UNARY`, `BINARY`),
-`softmax` and `log_softmax`. An op without a lowering is a TraceError naming it.
+`softmax` and `log_softmax`, row reductions (`sum`, `mean`, `amax`, `amin` over the last dim)
+and `layer_norm`, `rms_norm`. An op without a lowering is a TraceError naming it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.elementwise import BINARY, UNARY, lower_binary, lower_unary
 from trnsim.kernels.matmul import lower_matmul
 from trnsim.kernels.reference import reference
+from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction
 from trnsim.kernels.softmax import lower_softmax
 from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
 
@@ -27,6 +29,9 @@ _ARGS = {  # op -> (required tensor args, optional args)
     **{op: (("a", "b", "out"), ()) for op in BINARY},
     "softmax": (("x", "out"), ("dim",)),
     "log_softmax": (("x", "out"), ("dim",)),
+    **{op: (("x", "out"), ("dim", "keepdim")) for op in REDUCTIONS},
+    "layer_norm": (("x", "out"), ("weight", "bias", "eps", "normalized_shape")),
+    "rms_norm": (("x", "out"), ("weight", "eps", "normalized_shape")),
 }
 OPS = tuple(_ARGS)
 """The ops the library lowers."""
@@ -70,6 +75,21 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
         lower_unary(b, cfg, op.op, args["x"], args["out"])
     elif op.op in BINARY:
         lower_binary(b, cfg, op.op, args["a"], args["b"], args["out"])
+    elif op.op in REDUCTIONS:
+        lower_reduction(
+            b, cfg, op.op, args["x"], args["out"], args.get("dim", -1), args.get("keepdim", False)
+        )
+    elif op.op in ("layer_norm", "rms_norm"):
+        lower_norm(
+            b,
+            cfg,
+            op.op,
+            args["x"],
+            args["out"],
+            args.get("weight"),
+            args.get("bias"),
+            args.get("eps", 1e-5),
+        )
     else:
         lower_softmax(
             b, cfg, args["x"], args["out"], args.get("dim", -1), log=op.op == "log_softmax"

@@ -86,6 +86,20 @@ def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> n
         return _softmax(val("x"), args.get("dim", -1))
     if op == "log_softmax":
         return _log_softmax(val("x"), args.get("dim", -1))
+    if op in ("sum", "mean", "amax", "amin"):
+        f = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}[op]
+        return f(val("x"), axis=-1, keepdims=bool(args.get("keepdim", False)))
+    if op in ("layer_norm", "rms_norm"):
+        x = val("x")
+        eps = float(args.get("eps", 1e-5))
+        if op == "layer_norm":
+            x = x - x.mean(axis=-1, keepdims=True)
+        y = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+        if args.get("weight") is not None:
+            y = y * val("weight")
+        if args.get("bias") is not None:
+            y = y + val("bias")
+        return y
     raise KeyError(op)
 
 
