@@ -5,11 +5,10 @@ Each walks x in blocks of up to 128 rows (one row per partition, the whole row i
 `layout.row_blocks`), rotating BUFS buffers so loads, engines and stores overlap:
 - a reduction is one VectorE `tensor_reduce` to a [rows, 1] column (`mean` scales it on the
   way), stored to out's matching rows;
-- `rms_norm`: the sum of squares on ScalarE (`activation square` with its `add` reduction),
-  rstd = (ss / D + eps) ^ -0.5 on VectorE (`tensor_scalar multiply, add`, then `pow`), and
-  x * rstd * weight (`tensor_scalar` by the column, `tensor_tensor` by the weight);
-- `layer_norm`: the mean (`tensor_reduce add`, scaled), x - mean, the variance as rms_norm's
-  sum of squares of that, then (x - mean) * rstd * weight + bias.
+- `rms_norm` and `layer_norm`: the row sums of x and of x^2 on ScalarE (`activation` with its
+  `add` reduction), mean, variance and rstd = (var + eps) ^ -0.5 as [rows, 1] columns on
+  VectorE, the normalisation as one ScalarE pass (`activation identity`, scale = rstd, bias =
+  -mean * rstd) into the output tile, then * weight and + bias in place on VectorE.
 The weight and bias ([D]) are loaded once into one partition and spread to all 128 by TensorE
 (a ones column times the row: `matmul` with K = 1), as NKI kernels broadcast along partitions.
 """
@@ -52,10 +51,10 @@ def lower_reduction(
             f"{op}: x {list(tx.shape)} reduced over its last dim gives {list(want)}, "
             f"but out is {list(to.shape)}; expected out of shape {list(want)}"
         )
-    d = _fits(cfg, op, tx)
+    d, bufs = _fits(cfg, op, tx)
     P, f32 = cfg.core.sbuf.partitions, dtype("float32")
     for n, (index, rows) in enumerate(row_blocks(tx.shape, P)):
-        slot, r = n % BUFS, slice(0, rows)
+        slot, r = n % bufs, slice(0, rows)
         xa = ap(_tile(b, f"x{slot}", (P, d), tx.dtype), r)
         src = ap(x, *index)
         b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
@@ -77,93 +76,97 @@ def lower_norm(
     tx, to = b.tensors[x], b.tensors[out]
     if tuple(tx.shape) != tuple(to.shape):
         raise TraceError(f"{op}: x {list(tx.shape)} and out {list(to.shape)} differ")
-    d = _fits(cfg, op, tx)
+    d, bufs = _fits(cfg, op, tx)
     for k, v in (("weight", weight), ("bias", bias)):
         if v is not None and tuple(b.tensors[v].shape) != (d,):
             raise TraceError(
                 f"{op}: {k} {v} has shape {list(b.tensors[v].shape)}; expected [{d}] (x's last dim)"
             )
-    P, f32 = cfg.core.sbuf.partitions, dtype("float32")
-    w = _spread(b, cfg, weight, d) if weight is not None else None
-    bb = _spread(b, cfg, bias, d) if bias is not None else None
+    P = cfg.core.sbuf.partitions
+    spread = [_spread(b, cfg, v, d) if v is not None else None for v in (weight, bias)]
     for n, (index, rows) in enumerate(row_blocks(tx.shape, P)):
-        slot, r = n % BUFS, slice(0, rows)
+        slot, r = n % bufs, slice(0, rows)
         xa = ap(_tile(b, f"x{slot}", (P, d), tx.dtype), r)
         src = ap(x, *index)
         b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
-        col = [ap(_tile(b, f"{k}{slot}", (P, 1), f32), r) for k in ("s", "m", "v")]
-        y = ap(_tile(b, f"y{slot}", (P, d), f32), r)
-        if op == "layer_norm":  # y = x - mean
-            b.emit(TensorReduce, [xa], [col[0]], alu="add", src=xa, dst=col[0])
-            b.emit(
-                TensorScalar,
-                [col[0]],
-                [col[1]],
-                src=col[0],
-                dst=col[1],
-                op0="multiply",
-                operand0=1.0 / d,
-            )
-            b.emit(TensorScalar, [xa, col[1]], [y], src=xa, dst=y, op0="subtract", operand0=col[1])
-            centred = y
-        else:
-            centred = xa
-        sq = ap(_tile(b, f"sq{slot}", (P, d), f32), r)
-        b.emit(
-            Activation,
-            [centred],
-            [sq, col[2]],
-            func="square",
-            src=centred,
-            dst=sq,
-            reduce="add",
-            reduce_dst=col[2],
-        )
-        b.emit(
-            TensorScalar,
-            [col[2]],
-            [col[0]],
-            src=col[2],
-            dst=col[0],
-            op0="multiply",
-            operand0=1.0 / d,
-            op1="add",
-            operand1=float(eps),
-        )
-        b.emit(TensorScalar, [col[0]], [col[1]], src=col[0], dst=col[1], op0="pow", operand0=-0.5)
-        b.emit(
-            TensorScalar,
-            [centred, col[1]],
-            [y],
-            src=centred,
-            dst=y,
-            op0="multiply",
-            operand0=col[1],
-        )
         o = ap(_tile(b, f"o{slot}", (P, d), to.dtype), r)
-        last = y
-        for k, t in (("w", w), ("b", bb)):
-            if t is None:
-                continue
-            nxt = o if (k == "b" or bb is None) else y
-            alu = "multiply" if k == "w" else "add"
-            tt = ap(t, r)
-            b.emit(TensorTensor, [last, tt], [nxt], alu=alu, src0=last, src1=tt, dst=nxt)
-            last = nxt
-        if last is y:
-            b.emit(TensorCopy, [y], [o], src=y, dst=o)
+        _normalize(b, op, xa, o, slot, r, d, float(eps))
+        for k, t in enumerate(spread):  # in place: o * weight, + bias
+            if t is not None:
+                tt = ap(t, r)
+                alu = "add" if k else "multiply"
+                b.emit(TensorTensor, [o, tt], [o], alu=alu, src0=o, src1=tt, dst=o)
         dst = ap(out, *index)
         b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 4)
 
 
-def _fits(cfg: ChipConfig, op: str, tx) -> int:
+def _normalize(b: KernelBuilder, op: str, xa, y, slot: int, r: slice, d: int, eps: float):
+    """y = (x - mean) * rstd (layer_norm) or x * rstd (rms_norm): the row sums on ScalarE
+    (activation reductions; their elementwise results go to y, overwritten later on ScalarE),
+    the [rows, 1] statistics on VectorE, the normalisation as one ScalarE pass (scale = rstd,
+    bias = -mean * rstd)."""
+    f32, rows = dtype("float32"), b.tiles[xa.name].shape[0]
+    s, ss, m, v, nb = (ap(_tile(b, f"{k}{slot}", (rows, 1), f32), r) for k in "sqmvn")
+    b.emit(
+        Activation,
+        [xa],
+        [y, ss],
+        func="square",
+        src=xa,
+        dst=y,
+        reduce="add",
+        reduce_dst=ss,
+    )
+    if op == "layer_norm":
+        b.emit(Activation, [xa], [y, s], func="copy", src=xa, dst=y, reduce="add", reduce_dst=s)
+        b.emit(TensorScalar, [s], [m], src=s, dst=m, op0="multiply", operand0=1.0 / d)
+        b.emit(TensorTensor, [m, m], [v], alu="multiply", src0=m, src1=m, dst=v)  # mean^2
+        # var + eps = ss / d - mean^2 + eps
+        b.emit(
+            TensorScalar,
+            [ss],
+            [s],
+            src=ss,
+            dst=s,
+            op0="multiply",
+            operand0=1.0 / d,
+            op1="add",
+            operand1=eps,
+        )
+        b.emit(TensorTensor, [s, v], [v], alu="subtract", src0=s, src1=v, dst=v)
+    else:
+        b.emit(
+            TensorScalar,
+            [ss],
+            [v],
+            src=ss,
+            dst=v,
+            op0="multiply",
+            operand0=1.0 / d,
+            op1="add",
+            operand1=eps,
+        )
+    b.emit(TensorScalar, [v], [s], src=v, dst=s, op0="pow", operand0=-0.5)  # rstd
+    if op == "layer_norm":
+        b.emit(TensorTensor, [m, s], [nb], alu="multiply", src0=m, src1=s, dst=nb)
+        b.emit(TensorScalar, [nb], [nb], src=nb, dst=nb, op0="multiply", operand0=-1.0)
+        b.emit(Activation, [xa, s, nb], [y], func="identity", src=xa, dst=y, scale=s, bias=nb)
+    else:
+        b.emit(Activation, [xa, s], [y], func="identity", src=xa, dst=y, scale=s)
+
+
+def _fits(cfg: ChipConfig, op: str, tx) -> tuple[int, int]:
+    """(D, buffers): the row length and how many blocks rotate (up to BUFS, fewer for long
+    rows: each needs x and the output; the spread weight and bias are fixed)."""
     d = tx.shape[-1]
-    if d * (tx.dtype.itemsize + 16) * BUFS > cfg.core.sbuf.partition_bytes * SBUF_SHARE:
+    budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - 8 * d
+    bufs = min(BUFS, budget // (d * (tx.dtype.itemsize + 4)))
+    if bufs < 1:
         raise TraceError(
             f"{op}: rows of {d} elements do not fit a partition's SBUF; "
             "rows this long are not lowered yet"
         )
-    return d
+    return d, bufs
 
 
 def _spread(b: KernelBuilder, cfg: ChipConfig, name: str, d: int) -> str:
@@ -173,7 +176,7 @@ def _spread(b: KernelBuilder, cfg: ChipConfig, name: str, d: int) -> str:
     t = b.tensors[name]
     row = b.tile("row", "sbuf", (1, d), t.dtype)
     ones = b.tile("ones", "sbuf", (1, P), t.dtype)
-    out = b.tile(f"{name}_rows", "sbuf", (P, d), f32)
+    out = b.tile(f"{name}_rows", "sbuf", (P, d), t.dtype)
     b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
     src, dst = ap(name), ap(row)
     b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=0)
