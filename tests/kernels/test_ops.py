@@ -127,7 +127,7 @@ def test_a_chain_in_place_keeps_each_ops_order():
         ([("exp", {"x": "x", "out": "out", "alpha": 1})], r"exp: unknown argument 'alpha'"),
         (
             [("add", {"a": "x", "b": "y", "out": "out"})],
-            r"add: a \[4, 4\], b \[4, 5\]: shapes differ",
+            r"add: a \[4, 4\], b \[4, 5\] -> out \[4, 4\]: this broadcast is not lowered",
         ),
         ([("softmax", {"x": "x", "out": "out", "dim": 0})], r"softmax: dim 0; only the last dim"),
     ],
@@ -218,3 +218,36 @@ def test_norms(op, affine, shape):
         {n: r.tensor(n) for n in ("x", "weight", "bias")},
     )
     np.testing.assert_allclose(r.tensor("out"), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize(
+    "full,part",
+    [((300, 70), (70,)), ((2, 130, 33), (1, 1, 33)), ((300, 70), (300, 1)), ((2, 5, 9), (2, 5, 1))],
+)
+@pytest.mark.parametrize("part_first", [False, True])
+def test_binary_broadcast(op, full, part, part_first):
+    t = {
+        "f": (full, "float32", "normal"),
+        "p": (part, "float32", "random"),
+        "out": (full, "float32", None),
+    }
+    args = {"a": "p", "b": "f"} if part_first else {"a": "f", "b": "p"}
+    r = _run(t, [(op, {**args, "out": "out"})])
+    _check(r, op, args)
+
+
+def test_a_broadcast_that_is_not_lowered_names_the_shapes():
+    from trnsim.config import load_chip
+    from trnsim.dtypes import dtype
+    from trnsim.trace.program import TensorSpec
+
+    tensors = {
+        n: TensorSpec(n, s, dtype("float32"))
+        for n, s in (("x", (4, 6)), ("y", (4, 1, 6)), ("out", (4, 6)))
+    }
+    with pytest.raises(
+        TraceError,
+        match=r"add: a \[4, 6\], b \[4, 1, 6\] -> out \[4, 6\]: this broadcast is not lowered yet",
+    ):
+        lower([OpSpec("add", {"a": "x", "b": "y", "out": "out"})], tensors, load_chip("trn2"))

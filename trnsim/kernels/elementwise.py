@@ -1,5 +1,6 @@
 """Elementwise ops: unary (`exp`, `gelu`, casts, ...) and binary (`add`, `mul`, ...) on tensors of
-one shape, or a tensor and a number.
+one shape, a tensor and a number, or a tensor and a row ([D]) or column ([..., 1]) broadcast
+over it.
 
 The kernel: the tensors are walked in blocks of up to 128 x FREE elements (`layout.flat_blocks`:
 elementwise ops do not care which element sits on which partition, so every block uses all 128
@@ -11,11 +12,14 @@ one computes and the last one stores.
 
 from __future__ import annotations
 
+import math
+
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.isa import Activation, Ap, DmaCopy, TensorCopy, TensorScalar, TensorTensor
+from trnsim.kernels.broadcast import spread_rows
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import flat_blocks
+from trnsim.kernels.layout import flat_blocks, row_blocks
 
 __all__ = ["UNARY", "BINARY", "lower_unary", "lower_binary", "FREE"]
 
@@ -77,11 +81,15 @@ def lower_unary(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) ->
 
 
 def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) -> None:
-    """out = a <op> b; `a` and `b` are tensor names of out's shape, or one of them a number."""
+    """out = a <op> b; `a` and `b` are tensor names of out's shape, or one of them a number,
+    or one of them broadcast along out's rows or columns (`_broadcast`)."""
     to = b.tensors[out]
     names = [v for v in (a, bb) if isinstance(v, str)]
     if not names:
         raise TraceError(f"{op}: a and b are both numbers; expected at least one tensor")
+    if len(names) == 2 and b.tensors[a].shape != b.tensors[bb].shape:
+        _broadcast(b, cfg, op, a, bb, out)
+        return
     _same_shape(op, *[(k, b.tensors[v]) for k, v in (("a", a), ("b", bb)) if isinstance(v, str)])
     _same_shape(op, ("a" if isinstance(a, str) else "b", b.tensors[names[0]]), ("out", to))
     alu = BINARY[op]
@@ -107,6 +115,58 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
         else:  # number <op> tensor: the immediate goes first
             b.emit(
                 TensorScalar, [t1], [o], src=t1, dst=o, op0=alu, operand0=float(t0), reverse0=True
+            )
+        dst = ap(out, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
+
+
+def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out: str) -> None:
+    """out = a <op> b where one of them has out's shape and the other is a row ([D], or
+    [1, ..., D]: spread over the partitions once, `broadcast.spread_rows`, then `tensor_tensor`
+    per block) or a column (out's shape with a last dim of 1: loaded per block, then
+    `tensor_scalar` by it). Blocks are rows of out, one per partition."""
+    to = b.tensors[out]
+    shapes = {k: tuple(b.tensors[v].shape) for k, v in (("a", a), ("b", bb))}
+    full = [k for k in ("a", "b") if shapes[k] == tuple(to.shape)]
+    d = to.shape[-1] if to.shape else 1
+    other = "b" if full == ["a"] else "a"
+    part = shapes[other]
+    is_row = math.prod(part) == d and part[-1:] == (d,)
+    is_col = part == tuple(to.shape[:-1]) + (1,)
+    if len(full) != 1 or not (is_row or is_col):
+        raise TraceError(
+            f"{op}: a {list(shapes['a'])}, b {list(shapes['b'])} -> out {list(to.shape)}: this "
+            "broadcast is not lowered yet; expected one operand of out's shape and the other "
+            "of its last dim [D] or of out's shape with a last dim of 1"
+        )
+    if d * 8 * BUFS > cfg.core.sbuf.partition_bytes // 2:
+        raise TraceError(f"{op}: broadcast rows of {d} elements are not lowered yet")
+    names = {"a": a, "b": bb}
+    fname, pname = names[full[0]], names[other]
+    alu, P = BINARY[op], cfg.core.sbuf.partitions
+    row = spread_rows(b, cfg, pname, d) if is_row else None
+    for n, (index, rows) in enumerate(row_blocks(tuple(to.shape), P)):
+        r = slice(0, rows)
+        t = ap(_buf(b, "x", n, (P, d), b.tensors[fname].dtype), r)
+        src = ap(fname, *index)
+        b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=n % 8)
+        o = ap(_buf(b, "o", n, (P, d), to.dtype), r)
+        if is_row:
+            s0, s1 = (t, ap(row, r)) if full[0] == "a" else (ap(row, r), t)
+            b.emit(TensorTensor, [s0, s1], [o], alu=alu, src0=s0, src1=s1, dst=o)
+        else:
+            c = ap(_buf(b, "c", n, (P, 1), b.tensors[pname].dtype), r)
+            csrc = ap(pname, *index)
+            b.emit(DmaCopy, [csrc], [c], src=csrc, dst=c, queue=(n + 4) % 8)
+            b.emit(
+                TensorScalar,
+                [t, c],
+                [o],
+                src=t,
+                dst=o,
+                op0=alu,
+                operand0=c,
+                reverse0=full[0] == "b",
             )
         dst = ap(out, *index)
         b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)

@@ -21,13 +21,12 @@ from trnsim.errors import TraceError
 from trnsim.isa import (
     Activation,
     DmaCopy,
-    Matmul,
-    Memset,
     TensorCopy,
     TensorReduce,
     TensorScalar,
     TensorTensor,
 )
+from trnsim.kernels.broadcast import spread_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 
@@ -83,7 +82,7 @@ def lower_norm(
                 f"{op}: {k} {v} has shape {list(b.tensors[v].shape)}; expected [{d}] (x's last dim)"
             )
     P = cfg.core.sbuf.partitions
-    spread = [_spread(b, cfg, v, d) if v is not None else None for v in (weight, bias)]
+    spread = [spread_rows(b, cfg, v, d) if v is not None else None for v in (weight, bias)]
     for n, (index, rows) in enumerate(row_blocks(tx.shape, P)):
         slot, r = n % bufs, slice(0, rows)
         xa = ap(_tile(b, f"x{slot}", (P, d), tx.dtype), r)
@@ -167,28 +166,6 @@ def _fits(cfg: ChipConfig, op: str, tx) -> tuple[int, int]:
             "rows this long are not lowered yet"
         )
     return d, bufs
-
-
-def _spread(b: KernelBuilder, cfg: ChipConfig, name: str, d: int) -> str:
-    """A [128, d] fp32 tile holding tensor `name` ([d]) on every partition: loaded into one
-    partition, multiplied by a ones column on TensorE (K = 1) into PSUM, copied out."""
-    P, f32 = cfg.core.sbuf.partitions, dtype("float32")
-    t = b.tensors[name]
-    row = b.tile("row", "sbuf", (1, d), t.dtype)
-    ones = b.tile("ones", "sbuf", (1, P), t.dtype)
-    out = b.tile(f"{name}_rows", "sbuf", (P, d), t.dtype)
-    b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
-    src, dst = ap(name), ap(row)
-    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=0)
-    step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
-    ps = b.tile("spread", "psum", (P, step), f32)
-    for c in range(0, d, step):
-        w = min(step, d - c)
-        mv, acc = ap(row, slice(None), slice(c, c + w)), ap(ps, slice(None), slice(0, w))
-        b.emit(Matmul, [ap(ones), mv], [acc], stationary=ap(ones), moving=mv, dst=acc)
-        o = ap(out, slice(None), slice(c, c + w))
-        b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
-    return out
 
 
 def _tile(b: KernelBuilder, key: str, shape: tuple[int, int], dt) -> str:
