@@ -120,6 +120,12 @@ def run(
                 f"{'outputs':<16}{len(saved)} tensors saved in {out_dir}"
                 + ("" if saved else " (the trace has no HBM tensors)")
             )
+    failed = [k for k, c in result.summary.get("check", {}).items() if not c["ok"]]
+    if failed:
+        raise TrnsimError(
+            f"--check: {len(failed)} op(s) differ from their numpy reference beyond the "
+            f"tolerance of their dtype: {', '.join(failed)}"
+        )
 
 
 @main.command()

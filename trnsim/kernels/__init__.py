@@ -37,16 +37,20 @@ OPS = tuple(_ARGS)
 """The ops the library lowers."""
 
 
-def lower(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig) -> CoreProgram:
+def lower(
+    ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, source: str = ""
+) -> CoreProgram:
     """One core's program running `ops` in order (each op's accesses wait for the earlier
-    ops' conflicting ones). Raises TraceError for an op it cannot lower, naming the op."""
+    ops' conflicting ones). Raises TraceError for an op it cannot lower, naming the op and, as
+    `<source>:<line>: `, where it is written."""
     b = KernelBuilder(tensors)
     for op in ops:
         b.barrier()
         try:
             lower_op(b, cfg, op)
         except TraceError as e:
-            raise TraceError(f"line {op.line}: {e}" if op.line else str(e)) from None
+            where = f"{source}:{op.line}: " if source else f"line {op.line}: " if op.line else ""
+            raise TraceError(f"{where}{e}") from None
     return b.program()
 
 

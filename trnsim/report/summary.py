@@ -217,6 +217,8 @@ def format_summary(s: dict) -> str:
     )
     for name, t in s["timings"].items():
         out.append(f"timing          {name}: {fmt_time_ns(t['ns'])}")
+    if s.get("check_note"):
+        out.append(f"check           nothing to compare: {s['check_note']}")
     for name, c in s.get("check", {}).items():
         out.append(
             f"check           {name}: max abs err {c['max_abs_err']:.3g}, "

@@ -14,10 +14,12 @@ from trnsim.config import ChipConfig
 from trnsim.errors import TrnsimError
 from trnsim.gcpause import no_gc
 from trnsim.isa import Ap
+from trnsim.kernels import lower
+from trnsim.kernels.check import compare, expected_outputs
 from trnsim.memory.buffer import bind
 from trnsim.report.summary import summarize
 from trnsim.runtime import Device, Event
-from trnsim.trace.program import Program
+from trnsim.trace.program import KernelSpec, Program
 
 
 @dataclass
@@ -59,6 +61,10 @@ def home_cores(program: Program) -> dict[str, int]:
                 for v in ins.op_getter()(ins):
                     if type(v) is Ap:
                         seen[v.name] = None
+        for op in k.ops:
+            for v in op.args.values():
+                if isinstance(v, str) and v in program.tensors:
+                    seen[v] = None
         used[name] = list(seen)
     homes: dict[str, int] = {}
     for stream in program.streams:
@@ -90,13 +96,14 @@ def check_program(program: Program, cfg: ChipConfig, lnc: int | None = None) -> 
     SBUF/PSUM, every instruction's operands, shapes and limits), without simulating. Returns the
     number of instructions checked."""
     dev = _device(program, cfg, "timing", lnc)
+    kernels = lower_kernels(program, cfg)
     count = 0
     for stream in program.streams:
         cores = dev.chip.physical(stream.core)
         for step in stream.steps:
             if step.kind != "launch":
                 continue
-            kernel = program.kernels[step.arg]
+            kernel = kernels[step.arg]
             dev.check_launch(kernel, stream.core)
             for core, prog in zip(cores, kernel.per_core):
                 core.prepare(kernel.name, prog, dev.tensors, dev.rng, program.source)
@@ -128,13 +135,19 @@ def _run(
 ) -> RunResult:
     dev = _device(program, cfg, mode, lnc)
     dev.progress = progress
+    kernels = lower_kernels(program, cfg)
+    initial = (
+        {n: b.array.copy() for n, b in dev.tensors.items() if b.array is not None}
+        if check and mode == "functional"
+        else None
+    )
     events: dict[str, Event] = {}
     streams = {s.name: dev.stream(s.core, s.name) for s in program.streams}
     for s in program.streams:
         st = streams[s.name]
         for step in s.steps:
             if step.kind == "launch":
-                st.launch(program.kernels[step.arg])
+                st.launch(kernels[step.arg])
             elif step.kind == "copy":
                 src, dst = (
                     _operand(dev, a, f"stream {s.name}: copy {key}")
@@ -152,8 +165,41 @@ def _run(
         dev.recorder, cfg, dev.env.now, trace=program.name, mode=mode, timing=program.timing
     )
     if check:
-        summary["check"] = {}
+        summary["check"], note = _check(program, dev, initial)
+        if note:
+            summary["check_note"] = note
     return RunResult(dev, summary, program)
+
+
+def _check(program: Program, dev: Device, initial: dict | None) -> tuple[dict, str | None]:
+    """--check: ({op key: {ok, max_abs_err, max_rel_err}}, None) (`trnsim.kernels.check`), or
+    ({}, why nothing could be compared)."""
+    if all(k.low_level for k in program.kernels.values()):
+        return {}, "the trace has no high-level ops (ops:) to compare"
+    if initial is None:
+        return {}, "a timing-mode run computes no values (use --mode functional)"
+    dtypes = {n: b.dtype for n, b in dev.tensors.items()}
+    expected, why = expected_outputs(program, initial, dtypes)
+    if why:
+        return {}, why
+    return {
+        key: compare(values, dev.tensors[t].array, dtypes[t].name)
+        for key, (t, values) in expected.items()
+    }, None
+
+
+def lower_kernels(program: Program, cfg: ChipConfig) -> dict[str, KernelSpec]:
+    """The program's kernels with each high-level one (`ops:`) lowered by the kernel library
+    to a low-level kernel on the first physical core of its logical core. A TraceError of the
+    library names the trace file and the op's line."""
+    out = {}
+    for name, k in program.kernels.items():
+        if k.low_level:
+            out[name] = k
+        else:
+            core = lower(k.ops, program.tensors, cfg, program.source)
+            out[name] = KernelSpec(name, per_core=[core], line=k.line)
+    return out
 
 
 def _operand(dev: Device, a, where: str):

@@ -1,0 +1,84 @@
+"""`--check`: each high-level op's output against its numpy reference.
+
+The reference replays the program on the host, in numpy: from the tensors' initial values, the
+streams' steps in order (the kernels' ops, each result rounded to its output's dtype as the
+device stores it; tensor copies), then compares, for every tensor an op wrote last, the
+simulated final values with the reference's. An op whose output a later step overwrote is
+judged through the op that overwrote it (its error would show there). The replay needs one
+order of the steps: with one stream it is the stream's; with several, or a low-level kernel
+(whose values only the simulator knows) before an op, the check says what it could not do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trnsim.isa import Ap
+from trnsim.kernels.reference import reference, tolerance
+from trnsim.trace.program import Program
+
+__all__ = ["expected_outputs", "compare"]
+
+
+def expected_outputs(
+    program: Program, initial: dict[str, np.ndarray], dtypes: dict[str, Any]
+) -> tuple[dict[str, tuple[str, np.ndarray]], str | None]:
+    """({check key: (tensor, expected values)}, None) or ({}, why nothing can be checked).
+    The key names the op: `<kernel>.ops[<i>] <op>`."""
+    if len(program.streams) != 1:
+        return {}, "the check replays one stream in order; this trace has several"
+    arrays = {n: a.astype(np.float64) for n, a in initial.items() if a is not None}
+    last: dict[str, str] = {}  # tensor -> key of the op that wrote it last
+    for step in program.streams[0].steps:
+        if step.kind == "copy":
+            src, dst = (_whole(a) for a in step.arg)
+            if src in arrays and dst in arrays:
+                arrays[dst] = arrays[src].reshape(arrays[dst].shape).copy()
+                last.pop(dst, None)
+            elif dst is not None or _whole(step.arg[1]) is None:
+                break  # a sliced copy: not replayed, so compare what came before it
+            continue
+        if step.kind != "launch":
+            continue
+        kernel = program.kernels[step.arg]
+        if kernel.low_level:
+            if last:
+                break  # its values are the simulator's own: compare what came before it
+            continue
+        for i, op in enumerate(kernel.ops):
+            args = {k: v for k, v in op.args.items() if k != "out"}
+            out = op.args["out"]
+            value = reference(op.op, args, arrays)
+            arrays[out] = _stored(np.broadcast_to(value, arrays[out].shape), dtypes[out])
+            last[out] = f"{kernel.name}.ops[{i}] {op.op}"
+    return {key: (t, arrays[t]) for t, key in last.items()}, None
+
+
+def compare(expected: np.ndarray, got: np.ndarray, dtype_name: str) -> dict:
+    """{ok, max_abs_err, max_rel_err} of simulated `got` against `expected`."""
+    got = np.asarray(got, dtype=np.float64)
+    err = np.abs(got - expected)
+    rtol, atol = tolerance(dtype_name)
+    scale = max(1.0, float(np.nanmax(np.abs(expected)))) if expected.size else 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(expected != 0, err / np.abs(expected), 0.0)
+    bad = err > atol * scale + rtol * np.abs(expected)
+    return {
+        "ok": bool(not bad.any() and np.isfinite(got).all() == np.isfinite(expected).all()),
+        "max_abs_err": float(err.max()) if err.size else 0.0,
+        "max_rel_err": float(rel.max()) if rel.size else 0.0,
+    }
+
+
+def _whole(a: Any) -> str | None:
+    """The tensor a copy operand names when it is the whole tensor, else None."""
+    if isinstance(a, Ap):
+        return None if a.index else a.name
+    return a if isinstance(a, str) and "[" not in a else None
+
+
+def _stored(value: np.ndarray, dt) -> np.ndarray:
+    """`value` as the device stores it in dtype `dt` (rounded), back in float64."""
+    return np.asarray(value).astype(dt.np).astype(np.float64)
