@@ -1,0 +1,132 @@
+"""The kernel library's ops against their rooflines, on one physical NeuronCore, in timing mode.
+
+    python benchmarks/bench_kernels.py              # trn2
+    python benchmarks/bench_kernels.py --chip trn3  # another chip
+    python benchmarks/bench_kernels.py --small      # smaller shapes, a few seconds in all
+
+For each op: the simulated time, its two bounds (FLOPs / the core's TensorE peak for the input
+dtype, and HBM bytes read and written / the core's DMA bandwidth, engines x engine bandwidth),
+which one binds, the fraction of that bound the lowered kernel reaches, the instruction count
+and the wall-clock time of lowering and simulating it here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from trnsim.config import load_chip, peak_flops_per_core  # noqa: E402
+from trnsim.dtypes import dtype  # noqa: E402
+from trnsim.runtime.session import run_program  # noqa: E402
+from trnsim.trace.program import (  # noqa: E402
+    KernelSpec,
+    OpSpec,
+    Program,
+    Step,
+    StreamSpec,
+    TensorSpec,
+)
+
+BF16 = "bfloat16"
+
+
+def cases(small: bool) -> list[tuple[str, dict, dict, float]]:
+    """(label, tensors name -> (shape, dtype), op args, FLOPs)."""
+    m, k, n = (1024, 2048, 2048) if small else (4096, 8192, 8192)
+    r, d = (2048, 4096) if small else (8192, 8192)
+    return [
+        (
+            f"matmul {m}x{k}x{n}",
+            {"a": ((m, k), BF16), "b": ((k, n), BF16), "out": ((m, n), BF16)},
+            {"op": "matmul", "a": "a", "b": "b", "out": "out"},
+            2.0 * m * k * n,
+        ),
+        (
+            f"add [{r}, {d}]",
+            {"a": ((r, d), BF16), "b": ((r, d), BF16), "out": ((r, d), BF16)},
+            {"op": "add", "a": "a", "b": "b", "out": "out"},
+            0.0,
+        ),
+        (
+            f"gelu [{r}, {d}]",
+            {"x": ((r, d), BF16), "out": ((r, d), BF16)},
+            {"op": "gelu", "x": "x", "out": "out"},
+            0.0,
+        ),
+        (
+            f"softmax [{r}, {d}]",
+            {"x": ((r, d), BF16), "out": ((r, d), BF16)},
+            {"op": "softmax", "x": "x", "out": "out"},
+            0.0,
+        ),
+        (
+            f"layer_norm [{r}, {d}]",
+            {"x": ((r, d), BF16), "out": ((r, d), BF16), "w": ((d,), BF16), "b": ((d,), BF16)},
+            {"op": "layer_norm", "x": "x", "out": "out", "weight": "w", "bias": "b"},
+            0.0,
+        ),
+        (
+            f"rms_norm [{r}, {d}]",
+            {"x": ((r, d), BF16), "out": ((r, d), BF16), "w": ((d,), BF16)},
+            {"op": "rms_norm", "x": "x", "out": "out", "weight": "w"},
+            0.0,
+        ),
+    ]
+
+
+def run_case(chip: str, tensors: dict, args: dict):
+    cfg = load_chip(chip)
+    specs = {n: TensorSpec(n, s, dtype(dt)) for n, (s, dt) in tensors.items()}
+    op = OpSpec(args["op"], {k: v for k, v in args.items() if k != "op"})
+    prog = Program(
+        "bench",
+        chip,
+        0,
+        "timing",
+        1,
+        [],
+        specs,
+        {"k": KernelSpec("k", ops=[op])},
+        [StreamSpec("s", 0, [Step("launch", "k")])],
+    )
+    start = time.perf_counter()
+    result = run_program(prog, cfg, "timing")
+    return cfg, specs, result, time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--chip", default="trn2")
+    ap.add_argument("--small", action="store_true")
+    a = ap.parse_args()
+    print(
+        f"{'op':<26}{'sim time':>12}{'compute':>12}{'DMA':>12}  bound{'reached':>9}"
+        f"{'instrs':>9}{'wall':>8}"
+    )
+    for label, tensors, args, flops in cases(a.small):
+        cfg, specs, result, wall = run_case(a.chip, tensors, args)
+        s = result.summary
+        ns = s["device_time_ns"]
+        nbytes = sum(math.prod(t.shape) * t.dtype.itemsize for t in specs.values())
+        dma = cfg.core.dma.engines * cfg.core.dma.engine_bandwidth  # bytes/s of one core
+        t_dma = nbytes / dma * 1e9
+        t_fl = flops / peak_flops_per_core(cfg, BF16) * 1e9
+        bound, which = max((t_fl, "compute"), (t_dma, "DMA"))
+        instrs = sum(e["instructions"] for e in s["engines"].values()) + sum(
+            q["transfers"] for q in s["dma"].values()
+        )
+        print(
+            f"{label:<26}{ns / 1e3:>10.1f}us{t_fl / 1e3:>10.1f}us{t_dma / 1e3:>10.1f}us"
+            f"  {which:<7}{bound / ns:>8.0%}{instrs:>9,}{wall:>7.1f}s"
+        )
+
+
+if __name__ == "__main__":
+    main()
