@@ -5,14 +5,16 @@ core's instruction program, as a good NKI engineer would write them.
 (tiles and instructions, their semaphores derived by `builder.KernelBuilder`); `reference(op,
 args, arrays)` is each op's numpy result, against which `--check` compares. The lowerings:
 `matmul` (`mm`, `bmm`), elementwise unary and binary ops (`elementwise.UNARY`, `BINARY`),
-`softmax` and `log_softmax`, row reductions (`sum`, `mean`, `amax`, `amin` over the last dim)
-and `layer_norm`, `rms_norm`. An op without a lowering is a TraceError naming it.
+`softmax` and `log_softmax`, row reductions (`sum`, `mean`, `amax`, `amin` over the last dim),
+`layer_norm`, `rms_norm`, and `scaled_dot_product_attention` (flash-style). An op without a
+lowering is a TraceError naming it.
 """
 
 from __future__ import annotations
 
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
+from trnsim.kernels.attention import lower_attention
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.elementwise import BINARY, UNARY, lower_binary, lower_unary
 from trnsim.kernels.matmul import lower_matmul
@@ -32,6 +34,7 @@ _ARGS = {  # op -> (required tensor args, optional args)
     **{op: (("x", "out"), ("dim", "keepdim")) for op in REDUCTIONS},
     "layer_norm": (("x", "out"), ("weight", "bias", "eps", "normalized_shape")),
     "rms_norm": (("x", "out"), ("weight", "eps", "normalized_shape")),
+    "scaled_dot_product_attention": (("q", "k", "v", "out"), ("is_causal", "scale")),
 }
 OPS = tuple(_ARGS)
 """The ops the library lowers."""
@@ -93,6 +96,17 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
             args.get("weight"),
             args.get("bias"),
             args.get("eps", 1e-5),
+        )
+    elif op.op == "scaled_dot_product_attention":
+        lower_attention(
+            b,
+            cfg,
+            args["q"],
+            args["k"],
+            args["v"],
+            args["out"],
+            bool(args.get("is_causal")),
+            args.get("scale"),
         )
     else:
         lower_softmax(

@@ -100,6 +100,15 @@ def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> n
         if args.get("bias") is not None:
             y = y + val("bias")
         return y
+    if op == "scaled_dot_product_attention":
+        q, k, v = val("q"), val("k"), val("v")
+        group = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+        scale = args.get("scale") or 1 / math.sqrt(q.shape[-1])
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+        if args.get("is_causal"):
+            s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+        return np.matmul(_softmax(s, -1), v)
     raise KeyError(op)
 
 

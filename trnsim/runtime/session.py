@@ -183,8 +183,8 @@ def _check(program: Program, dev: Device, initial: dict | None) -> tuple[dict, s
     if why:
         return {}, why
     return {
-        key: compare(values, dev.tensors[t].array, dtypes[t].name)
-        for key, (t, values) in expected.items()
+        key: compare(values, dev.tensors[t].array, dtypes[t].name, op)
+        for key, (t, values, op) in expected.items()
     }, None
 
 
