@@ -48,7 +48,8 @@ def test_base_units():
     assert cfg.core.sbuf.partition_bytes == 224 * 1024
     assert cfg.core.psum.bank_bytes == 2048
     assert cfg.core.dma.engine_bandwidth == 23e9
-    assert cfg.core.dma.fixed_cost == 1.3e-6
+    assert cfg.core.dma.transfer_setup == 615e-9
+    assert cfg.core.dma.store_bandwidth == 26.9e9
     assert cfg.core.dma.descriptor_cost == 2e-9
     assert cfg.hbm.stack_capacity == 24 * 2**30
     assert cfg.hbm.bandwidth == 2.9e12
@@ -126,7 +127,7 @@ def test_to_dict_is_plain_data_in_base_units():
     assert d["lnc_allowed"] == [1, 2]
     assert d["core"]["sbuf"]["partition_bytes"] == 229376
     assert d["core"]["tensor"]["clock_hz"] == 2_400_000_000
-    assert d["core"]["dma"]["fixed_cost"] == 1.3e-6
+    assert d["core"]["dma"]["transfer_setup"] == 615e-9
     assert d["hbm"]["bandwidth"] == 2.9e12
     assert d["peak_flops"]["float8"] == 1299e12
 
@@ -167,7 +168,7 @@ def test_overrides():
             "lnc=1",
             "lnc_allowed=[1]",
             "description=a what-if: twice the SBUF",
-            "core.dma.fixed_cost=0",
+            "core.dma.transfer_setup=0",
         ],
     )
     assert cfg.core.sbuf.partition_bytes == 448 * 1024
@@ -175,7 +176,7 @@ def test_overrides():
     assert cfg.core.vector.perf_mode is False
     assert (cfg.lnc, cfg.lnc_allowed) == (1, (1,))
     assert cfg.description == "a what-if: twice the SBUF"
-    assert cfg.core.dma.fixed_cost == 0.0
+    assert cfg.core.dma.transfer_setup == 0.0
 
 
 def test_overrides_apply_after_inheritance(write_yaml):
@@ -274,9 +275,9 @@ def test_wrong_type(write_yaml, body, line, key, what):
             "must be greater than 0, got '0KiB'",
         ),
         (
-            "core:\n  dma:\n    fixed_cost: -1us\n",
+            "core:\n  dma:\n    transfer_setup: -1us\n",
             4,
-            "core.dma.fixed_cost",
+            "core.dma.transfer_setup",
             "must not be negative, got '-1us'",
         ),
         (

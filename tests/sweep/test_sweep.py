@@ -359,7 +359,7 @@ def test_resuming_runs_only_the_missing_and_failed_points(tmp_path, monkeypatch)
             [GEMM],
             ["trn2"],
             ["hbm.bandwidth=1TB/s,2TB/s,4TB/s", "core.sbuf.partition_bytes=224KiB,8KiB"],
-            sets=["core.dma.fixed_cost=1us"],
+            sets=["core.dma.transfer_setup=1us"],
             mode="timing",
             out=out,
         ).ran

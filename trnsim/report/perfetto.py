@@ -1,8 +1,10 @@
 """The timeline as Chrome trace JSON, which ui.perfetto.dev and chrome://tracing open.
 
 One process per NeuronCore, one thread per track (engine, DMA queue, host copies; `tracks` gives
-their thread ids, order and names), one complete event ("ph": "X") per span, and a process "HBM"
-with one counter track per stack giving its bandwidth.
+their thread ids, order and names), one complete event ("ph": "X") per span; below the queues,
+one thread per DMA engine that moved data (as Neuron Explorer's DMA rows), with one event per
+transfer's data phase on it (`Recorder.dma_moves`: transfers sharing an engine overlap there, as
+they share it); and a process "HBM" with one counter track per stack giving its bandwidth.
 Timestamps are microseconds (the format's unit) computed from integer picoseconds.
 """
 
@@ -12,7 +14,7 @@ import json
 from pathlib import Path
 
 from trnsim.report.recorder import Recorder
-from trnsim.report.tracks import display_name, track_id
+from trnsim.report.tracks import display_name, dma_engine_id, dma_track, track_id
 
 HBM_PID = 10_000
 
@@ -22,7 +24,8 @@ def chrome_trace(rec: Recorder, chip: str = "") -> dict:
     events: list[dict] = []
     tracks = sorted({(s.core, s.track) for s in rec.recorded}, key=lambda t: (t[0], track_id(t[1])))
     tids = {track: track_id(track) for _, track in tracks}
-    for core in sorted({c for c, _ in tracks}):
+    engines = sorted({(m.core, e) for m in rec.dma_moves for e in m.engines})
+    for core in sorted({c for c, _ in tracks} | {c for c, _ in engines}):
         events.append(
             {
                 "ph": "M",
@@ -60,6 +63,40 @@ def chrome_trace(rec: Recorder, chip: str = "") -> dict:
                 "args": {"sort_index": tids[track]},
             }
         )
+    for core, e in engines:
+        tid = dma_engine_id(e)
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": core,
+                "tid": tid,
+                "args": {"name": f"dma engine {e}"},
+            }
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": core,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        )
+    for m in rec.dma_moves:
+        for e in m.engines:
+            events.append(
+                {
+                    "ph": "X",
+                    "name": "data",
+                    "cat": m.kernel,
+                    "pid": m.core,
+                    "tid": dma_engine_id(e),
+                    "ts": m.start_ps / 1e6,
+                    "dur": (m.end_ps - m.start_ps) / 1e6,
+                    "args": {"kernel": m.kernel, "index": m.index, "queue": dma_track(m.queue)},
+                }
+            )
     for s in rec.spans:
         events.append(
             {
