@@ -295,12 +295,12 @@ class DmaSystem:
     # -- progress ------------------------------------------------------------------------------
 
     def _ready(self, ev: simpy.Timeout) -> None:
-        t = ev.value  # the transfer whose fixed cost is paid
+        t = ev.value  # the transfer whose setup is done
         t.ready = True
         self._kick(t.lane)
 
     def _kick(self, lane: _Lane) -> None:
-        """Start the queue's next transfer if the queue is free and its fixed cost is paid."""
+        """Start the queue's next transfer if the queue is free and its setup is done."""
         if not lane.busy and lane.waiting and lane.waiting[0].ready:
             lane.busy = True
             t = lane.waiting.popleft()

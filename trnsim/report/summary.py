@@ -20,7 +20,7 @@ _START, _END, _BYTES = attrgetter("start_ps"), attrgetter("end_ps"), attrgetter(
 
 class QueueStats(NamedTuple):
     """One DMA queue's transfers: `busy_ps` is the union of their [submit, end] intervals
-    (transfers of a queue overlap while later ones pay their fixed cost)."""
+    (transfers of a queue overlap while later ones are set up)."""
 
     busy_ps: int
     bytes: int
