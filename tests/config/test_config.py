@@ -92,6 +92,28 @@ def test_derived_peaks():
     assert d3["chip"]["mx"] == 32 * 78.6432e12
     assert d3["published"]["mx"] == 2517e12
     assert d3["gap"]["mx"] == pytest.approx(2517 / 2516.5824 - 1)
+    # plain fp8 on Trn3: not published (2,517 is MX only); the derived 8 x 157.3 TF stands in
+    assert d3["published"]["float8"] == 1258e12
+    assert d3["gap"]["float8"] == pytest.approx(1258 / (16 * 78.6432) - 1)
+
+
+def test_corrections_of_published_figures():
+    """trainium.md 3.6 and 3.5: the figures the calibration corrected."""
+    trn1, trn2, trn3 = (load_chip(c) for c in ("trn1", "trn2", "trn3"))
+    assert trn2.chip_links.bandwidth == 1024e9  # a trn2.48xlarge; +256 GB/s only in UltraServers
+    assert trn3.lnc == 2
+    assert (trn2.core.vector.fixed_overhead_cycles, trn1.core.vector.fixed_overhead_cycles) == (
+        144,
+        100,
+    )
+    assert trn2.core.vector.dve_max_free_elements == trn3.core.vector.dve_max_free_elements == 2**14
+    assert trn1.core.scalar.commit_latency_cycles == 264 - trn1.core.scalar.min_ii_cycles
+    assert (trn1.core.tensor.warmup, trn2.core.tensor.warmup, trn3.core.tensor.warmup) == (
+        False,
+        True,
+        True,
+    )
+    assert trn2.core.dma.store_bandwidth == 26.9e9 > trn2.core.dma.engine_bandwidth
 
 
 def test_derived_totals():
