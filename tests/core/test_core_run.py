@@ -215,3 +215,20 @@ def test_a_relaunched_kernel_starts_from_fresh_tiles_and_semaphores():
     )
     spans = [s for s in r.device.recorder.spans if s.track == "vector"]
     assert len(spans) == 2 and spans[0].duration_ps == spans[1].duration_ps
+
+
+def test_read_after_write_on_one_engine_waits_for_the_commit():
+    # a -> b, then b -> c reads what the first wrote: it starts commit_latency_cycles after the
+    # first ends (ScalarE: 200 cycles, not busy time); a -> d after it does not wait
+    t = Trace()
+    k = t.kernel("k")
+    for name in "abcd":
+        k.tile(name, "sbuf", [128, 512], "float32", init="zeros")
+    k.activation(func="copy", src="a", dst="b")
+    k.activation(func="copy", src="b", dst="c")
+    k.activation(func="copy", src="a", dst="d")
+    (_, _, s0, e0), (_, _, s1, e1), (_, _, s2, e2) = spans(t.run(TRN2, mode="timing"))
+    commit = cycles_to_ps(TRN2.core.scalar.commit_latency_cycles, SE)
+    assert (s0, e0 - s0) == (s0, cycles_to_ps(512, SE))
+    assert s1 == e0 + commit and e1 - s1 == cycles_to_ps(512, SE)
+    assert s2 == e1
