@@ -2,6 +2,8 @@
 `trnsim.calibration` within its tolerance, the issue's acceptance bands for the Trn2 DMA curve,
 and the mechanism behind each figure derived by hand from the config."""
 
+from pathlib import Path
+
 import pytest
 
 from trnsim import calibration as cal
@@ -93,3 +95,13 @@ def test_vector_dependent_is_n_plus_144():
     assert cal.vector_chain_cycles("trn2", free=512) == pytest.approx(
         512 + v.commit_latency_cycles, abs=0.01
     )
+
+
+def test_the_docs_tables_are_what_the_command_prints(figures):
+    """docs/calibration.md is current: regenerate its tables with `python
+    benchmarks/calibration.py` when the model or a config changes."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "calibration.md").read_text()
+    assert cal.table(figures) in docs
+    for chip in ("trn1", "trn3"):
+        rel = cal.curve(chip)
+        assert all(f"{rel[b]:.3f}" in docs for b in (256, 2048))
