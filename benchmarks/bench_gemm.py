@@ -10,12 +10,18 @@ Prints wall-clock time per mode, the simulated time, and the TensorE roofline fo
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from trnsim.api import Trace
-from trnsim.config import load_chip, peak_flops_per_core
+ROOT = Path(__file__).resolve().parents[1]  # measure this checkout, not an installed trnsim
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from trnsim.api import Trace  # noqa: E402
+from trnsim.config import load_chip, peak_flops_per_core  # noqa: E402
 
 
 def gemm(size: int, mode: str) -> Trace:

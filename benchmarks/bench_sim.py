@@ -14,10 +14,16 @@ binding, checks, costs, simulation, summary.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-from trnsim.api import Trace
-from trnsim.config import load_chip
+ROOT = Path(__file__).resolve().parents[1]  # measure this checkout, not an installed trnsim
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from trnsim.api import Trace  # noqa: E402
+from trnsim.config import load_chip  # noqa: E402
 
 
 def pipeline(n_instr: int, free: int) -> Trace:

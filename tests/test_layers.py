@@ -12,7 +12,7 @@ LAYERS = {
     2: ["memory", "sync"],
     3: ["engines", "dma"],
     4: ["core", "chip"],
-    5: ["runtime", "api", "kernels", "sweep"],
+    5: ["runtime", "api", "calibration", "kernels", "sweep"],
     6: ["cli", "torch"],
 }
 LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}

@@ -45,7 +45,7 @@ def test_configs_show_readable():
         "2.4 GHz",
         "960 MHz",
         "2.9 TB/s",
-        "1.3 us",
+        "615 ns",
         "23 GB/s",
         "64 cycles",
         "derived",

@@ -48,7 +48,8 @@ def test_base_units():
     assert cfg.core.sbuf.partition_bytes == 224 * 1024
     assert cfg.core.psum.bank_bytes == 2048
     assert cfg.core.dma.engine_bandwidth == 23e9
-    assert cfg.core.dma.fixed_cost == 1.3e-6
+    assert cfg.core.dma.transfer_setup == 615e-9
+    assert cfg.core.dma.store_bandwidth == 26.9e9
     assert cfg.core.dma.descriptor_cost == 2e-9
     assert cfg.hbm.stack_capacity == 24 * 2**30
     assert cfg.hbm.bandwidth == 2.9e12
@@ -91,6 +92,28 @@ def test_derived_peaks():
     assert d3["chip"]["mx"] == 32 * 78.6432e12
     assert d3["published"]["mx"] == 2517e12
     assert d3["gap"]["mx"] == pytest.approx(2517 / 2516.5824 - 1)
+    # plain fp8 on Trn3: not published (2,517 is MX only); the derived 8 x 157.3 TF stands in
+    assert d3["published"]["float8"] == 1258e12
+    assert d3["gap"]["float8"] == pytest.approx(1258 / (16 * 78.6432) - 1)
+
+
+def test_corrections_of_published_figures():
+    """trainium.md 3.6 and 3.5: the figures the calibration corrected."""
+    trn1, trn2, trn3 = (load_chip(c) for c in ("trn1", "trn2", "trn3"))
+    assert trn2.chip_links.bandwidth == 1024e9  # a trn2.48xlarge; +256 GB/s only in UltraServers
+    assert trn3.lnc == 2
+    assert (trn2.core.vector.fixed_overhead_cycles, trn1.core.vector.fixed_overhead_cycles) == (
+        144,
+        100,
+    )
+    assert trn2.core.vector.dve_max_free_elements == trn3.core.vector.dve_max_free_elements == 2**14
+    assert trn1.core.scalar.commit_latency_cycles == 264 - trn1.core.scalar.min_ii_cycles
+    assert (trn1.core.tensor.warmup, trn2.core.tensor.warmup, trn3.core.tensor.warmup) == (
+        False,
+        True,
+        True,
+    )
+    assert trn2.core.dma.store_bandwidth == 26.9e9 > trn2.core.dma.engine_bandwidth
 
 
 def test_derived_totals():
@@ -126,7 +149,7 @@ def test_to_dict_is_plain_data_in_base_units():
     assert d["lnc_allowed"] == [1, 2]
     assert d["core"]["sbuf"]["partition_bytes"] == 229376
     assert d["core"]["tensor"]["clock_hz"] == 2_400_000_000
-    assert d["core"]["dma"]["fixed_cost"] == 1.3e-6
+    assert d["core"]["dma"]["transfer_setup"] == 615e-9
     assert d["hbm"]["bandwidth"] == 2.9e12
     assert d["peak_flops"]["float8"] == 1299e12
 
@@ -167,7 +190,7 @@ def test_overrides():
             "lnc=1",
             "lnc_allowed=[1]",
             "description=a what-if: twice the SBUF",
-            "core.dma.fixed_cost=0",
+            "core.dma.transfer_setup=0",
         ],
     )
     assert cfg.core.sbuf.partition_bytes == 448 * 1024
@@ -175,7 +198,7 @@ def test_overrides():
     assert cfg.core.vector.perf_mode is False
     assert (cfg.lnc, cfg.lnc_allowed) == (1, (1,))
     assert cfg.description == "a what-if: twice the SBUF"
-    assert cfg.core.dma.fixed_cost == 0.0
+    assert cfg.core.dma.transfer_setup == 0.0
 
 
 def test_overrides_apply_after_inheritance(write_yaml):
@@ -274,9 +297,9 @@ def test_wrong_type(write_yaml, body, line, key, what):
             "must be greater than 0, got '0KiB'",
         ),
         (
-            "core:\n  dma:\n    fixed_cost: -1us\n",
+            "core:\n  dma:\n    transfer_setup: -1us\n",
             4,
-            "core.dma.fixed_cost",
+            "core.dma.transfer_setup",
             "must not be negative, got '-1us'",
         ),
         (

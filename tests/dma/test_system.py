@@ -1,8 +1,11 @@
 """The chip's DMA system driven directly: exact timelines worked out by hand from the config,
 streaming rates against the bandwidth bounds, fair sharing of HBM stacks, values, errors.
 
-Notation (all read from the config): F = fixed_cost, d = descriptor_cost, B = engine_bandwidth,
-E = DMA engines per core, S = HBM bandwidth per stack = hbm.bandwidth / stacks.
+Notation (all read from the config): S(k) = transfer_setup + (k - 1) x engine_stagger, the setup
+of a transfer touching k engines (a queue sets up one transfer at a time, overlapping earlier
+transfers' data); L = load_completion_latency (data end to completion); d = descriptor_cost,
+B = engine_bandwidth (store_bandwidth into HBM), E = DMA engines per core, H = HBM bandwidth
+per stack = hbm.bandwidth / stacks.
 """
 
 import math
@@ -27,8 +30,8 @@ from trnsim.units import seconds_to_ps
 BF16, FP32 = dtype("bfloat16"), dtype("float32")
 
 
-def make(chip="trn2", functional=False):
-    cfg = load_chip(chip)
+def make(chip="trn2", functional=False, overrides=()):
+    cfg = load_chip(chip, overrides)
     env = simpy.Environment()
     hbm = Hbm(cfg, functional)
     rec = Recorder()
@@ -72,10 +75,22 @@ def submit(s, ins, core=0, then=None):
     s.dma.submit(core, ins.queue, ins, "k", done)
 
 
-def data_ps(cfg, descriptors, nbytes, factor=1.0):
+def data_ps(cfg, descriptors, nbytes, factor=1.0, store=False):
     """One engine's data phase alone: descriptors x d + bytes / (B x factor), in ps."""
     d = cfg.core.dma
-    return (descriptors * d.descriptor_cost + nbytes / (d.engine_bandwidth * factor)) * 1e12
+    bw = d.store_bandwidth if store else d.engine_bandwidth
+    return (descriptors * d.descriptor_cost + nbytes / (bw * factor)) * 1e12
+
+
+def setup_ps(cfg, engines=1):
+    """S(k): the setup of a transfer touching `engines` engines, in ps."""
+    d = cfg.core.dma
+    return seconds_to_ps(d.transfer_setup) + (engines - 1) * seconds_to_ps(d.engine_stagger)
+
+
+def latency_ps(cfg, store=False):
+    d = cfg.core.dma
+    return seconds_to_ps(d.store_completion_latency if store else d.load_completion_latency)
 
 
 # -- exact timelines ---------------------------------------------------------------------------
@@ -83,14 +98,14 @@ def data_ps(cfg, descriptors, nbytes, factor=1.0):
 
 def test_one_32kib_transfer_on_one_engine():
     """[8, 2048] bf16 = 32 KiB into partitions 0-7: engine 0 alone, 8 rows of 4 KiB = 8
-    descriptors. End = F + 8 d + 32768 / B (rounded up to the ps): 1300 + 16 + 1424.7 ns on trn2.
-    """
+    descriptors. End = S(1) + 8 d + 32768 / B + L (rounded up to the ps): 615 + 16 + 1424.7 +
+    300 ns on trn2."""
     s = make()
     x = tensor(s, "x", [8, 2048])
     t = tile(s, "t", [128, 2048])
     submit(s, copy(x, t, dst_index=[(0, 8, None)]))
     s.env.run()
-    expect = seconds_to_ps(s.cfg.core.dma.fixed_cost) + data_ps(s.cfg, 8, 32768)
+    expect = setup_ps(s.cfg) + data_ps(s.cfg, 8, 32768) + latency_ps(s.cfg)
     (span,) = s.rec.spans
     assert abs(span.end_ps - expect) <= 1
     assert (span.track, span.op, span.start_ps, span.bytes, span.dtype) == (
@@ -101,22 +116,33 @@ def test_one_32kib_transfer_on_one_engine():
         "bfloat16",
     )
     assert s.rec.hbm_bytes_read == 32768 and s.rec.hbm_bytes_written == 0
-    # the stack counter: one sample when data starts (32768 B over the data phase), 0 at the end
+    # the stack counter: one sample when data starts (32768 B over the data phase), 0 when the
+    # data ends (L before completion)
     (t0, st, rate), (t1, _, zero) = s.rec.hbm_samples
-    assert (t0, st, t1, zero) == (seconds_to_ps(s.cfg.core.dma.fixed_cost), 0, span.end_ps, 0.0)
+    assert (t0, st, t1, zero) == (setup_ps(s.cfg), 0, span.end_ps - latency_ps(s.cfg), 0.0)
     assert rate == pytest.approx(32768 / (data_ps(s.cfg, 8, 32768) * 1e-12))
+    # the data phase on its one engine, and what the setup cost beyond the bytes: nothing
+    (move,) = s.rec.dma_moves
+    assert (move.engines, move.start_ps, move.end_ps, move.overhead_ps) == (
+        (0,),
+        setup_ps(s.cfg),
+        span.end_ps - latency_ps(s.cfg),
+        0,
+    )
 
 
 def test_two_transfers_on_one_queue_serialize():
-    """Same queue, same engine: both pay F from submission (overlapped), but the 2nd's data
-    starts when the 1st's ends: ends at F + D and F + 2D (D = one data phase)."""
+    """Same queue, same engine: the 2nd's setup follows the 1st's (ready at 2 S, overlapping the
+    1st's data) and its data starts when the 1st's ends (D = one data phase > S): ends at
+    S + D + L and S + 2D + L."""
     s = make()
     x = tensor(s, "x", [8, 2048])
     t = tile(s, "t", [128, 2048])
     for i in range(2):
         submit(s, copy(x, t, dst_index=[(0, 8, None)], index=i))
     s.env.run()
-    f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
+    f, d = setup_ps(s.cfg) + latency_ps(s.cfg), data_ps(s.cfg, 8, 32768)
+    assert d > setup_ps(s.cfg)
     (_, _, _, e1), (_, _, _, e2) = s.ends
     assert abs(e1 - (f + d)) <= 1 and abs(e2 - (f + 2 * d)) <= 2
     st = dma_queue_stats(s.rec.spans)
@@ -124,15 +150,16 @@ def test_two_transfers_on_one_queue_serialize():
 
 
 def test_two_queues_share_one_engine():
-    """Queues 0 and 1 on engine 0 at once: round-robin = half the engine each, so both end at
-    F + 2D; each queue is busy from submission to its end."""
+    """Queues 0 and 1 on engine 0 at once: each sets up its own (ready at S), then round-robin
+    = half the engine each, so both end at S + 2D + L; each queue is busy from submission to
+    its end."""
     s = make()
     x = tensor(s, "x", [8, 2048])
     t = tile(s, "t", [128, 2048])
     for q in range(2):
         submit(s, copy(x, t, dst_index=[(0, 8, None)], queue=q, index=q))
     s.env.run()
-    f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
+    f, d = setup_ps(s.cfg) + latency_ps(s.cfg), data_ps(s.cfg, 8, 32768)
     assert [e for *_, e in s.ends] == [s.ends[0][3]] * 2
     assert abs(s.ends[0][3] - (f + 2 * d)) <= 2
     assert [v.busy_ps for v in dma_queue_stats(s.rec.spans).values()] == [s.ends[0][3]] * 2
@@ -140,42 +167,43 @@ def test_two_queues_share_one_engine():
 
 def test_transpose_runs_at_its_rate():
     """fp32 [128, 64] in HBM -> [64, 128] in SBUF (partitions 0-63: engines 0-7), one 512 B
-    row per partition, 8 per engine, at B x transpose_hbm_rate."""
+    row per partition, 8 per engine, at B x transpose_hbm_rate, after S(8)."""
     s = make()
     x = tensor(s, "x", [128, 64], FP32)
     t = tile(s, "t", [64, 128], FP32)
     submit(s, copy(x, t, transpose=True))
     s.env.run()
     rate = s.cfg.core.dma.transpose_hbm_rate
-    expect = seconds_to_ps(s.cfg.core.dma.fixed_cost) + data_ps(s.cfg, 8, 8 * 512, rate)
+    expect = setup_ps(s.cfg, 8) + data_ps(s.cfg, 8, 8 * 512, rate) + latency_ps(s.cfg)
     assert abs(s.ends[0][3] - expect) <= 1
 
 
 def test_one_queue_moves_one_transfer_at_a_time():
     """Queues are FIFO as a whole: a transfer on engine 0 (partitions 0-7) then one on engine 1
     (partitions 8-15), both on queue 0, do not overlap although their engines differ: ends at
-    F + D and F + 2D."""
+    S + D + L and S + 2D + L."""
     s = make()
     x = tensor(s, "x", [8, 2048])
     t = tile(s, "t", [128, 2048])
     submit(s, copy(x, t, dst_index=[(0, 8, None)], index=0))
     submit(s, copy(x, t, dst_index=[(8, 16, None)], index=1))
     s.env.run()
-    f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
+    f, d = setup_ps(s.cfg) + latency_ps(s.cfg), data_ps(s.cfg, 8, 32768)
     (_, _, _, e1), (_, _, _, e2) = s.ends
     assert abs(e1 - (f + d)) <= 1 and abs(e2 - (f + 2 * d)) <= 2
 
 
 def test_uneven_transfer_ends_with_its_bottleneck_piece():
     """[12, 2048] bf16 into partitions 0-11: engine 0 moves 8 rows (32 KiB), engine 1 four
-    (16 KiB). One flow at the pace of engine 0's piece: ends at F + 8 d + 32768 / B, as the
-    slowest piece alone would; the stack carries all 48 KiB over that data phase."""
+    (16 KiB). One flow at the pace of engine 0's piece, after S(2): ends at S(2) + 8 d +
+    32768 / B + L, as the slowest piece alone would; the stack carries all 48 KiB over that
+    data phase."""
     s = make()
     x = tensor(s, "x", [12, 2048])
     t = tile(s, "t", [128, 2048])
     submit(s, copy(x, t, dst_index=[(0, 12, None)]))
     s.env.run()
-    f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
+    f, d = setup_ps(s.cfg, 2) + latency_ps(s.cfg), data_ps(s.cfg, 8, 32768)
     (span,) = s.rec.spans
     assert abs(span.end_ps - (f + d)) <= 1 and span.bytes == 49152
     (_, _, rate), _ = s.rec.hbm_samples
@@ -186,18 +214,65 @@ def test_uneven_transfer_moves_its_pieces_in_lockstep():
     """The one approximation of a flow per transfer. A = [12, 2048] into partitions 0-11 on
     queue 0 (engine 0: D of work, engine 1: D/2, used at coefficient 1/2); B = [8, 2048] into
     partitions 8-15 on queue 1 (engine 1: D). Engine 1 saturates when r/2 + r = 1: both run
-    at 2/3 and end at F + 1.5 D. (Per piece, A's half-size piece on engine 1 would have lagged
-    behind its engine-0 piece without delaying A: A at F + D, B at F + 1.5 D.)"""
-    s = make()
+    at 2/3 and end at S + 1.5 D + L. (Per piece, A's half-size piece on engine 1 would have
+    lagged behind its engine-0 piece without delaying A: A at S + D + L, B at S + 1.5 D + L.)
+    Without the engine stagger, so that both become ready at once."""
+    s = make(overrides=["core.dma.engine_stagger=0"])
     x = tensor(s, "x", [12, 2048])
     t = tile(s, "t", [128, 2048])
     u = tile(s, "u", [128, 2048])
     submit(s, copy(x, t, dst_index=[(0, 12, None)], queue=0, index=0))
     submit(s, copy(x, u, src_index=[(0, 8, None)], dst_index=[(8, 16, None)], queue=1, index=1))
     s.env.run()
-    f, d = seconds_to_ps(s.cfg.core.dma.fixed_cost), data_ps(s.cfg, 8, 32768)
+    f, d = setup_ps(s.cfg) + latency_ps(s.cfg), data_ps(s.cfg, 8, 32768)
     assert [i for _, _, i, _ in s.ends] == [0, 1]  # same ps: core, queue order
     assert all(abs(e - (f + 1.5 * d)) <= 2 for *_, e in s.ends)
+
+
+def test_small_transfers_go_at_one_per_setup():
+    """Eight [128, 128] bf16 loads (256 B per partition: 16 engines x 8 descriptors of 256 B) on
+    one queue: each data phase D = 8 d + 2048 / B is shorter than S(16), so the queue is
+    setup-bound: transfer i ends at (i + 1) S(16) + D + L, and each costs S(16) - D beyond its
+    bytes (D rounded up to the ps)."""
+    s = make()
+    x = tensor(s, "x", [128, 128])
+    t = tile(s, "t", [128, 128])
+    for i in range(8):
+        submit(s, copy(x, t, index=i))
+    s.env.run()
+    s16, d = setup_ps(s.cfg, 16), data_ps(s.cfg, 8, 2048)
+    assert d < s16
+    for i, (*_, end) in enumerate(s.ends):
+        assert abs(end - ((i + 1) * s16 + d + latency_ps(s.cfg))) <= 1
+    assert [m.overhead_ps for m in s.rec.dma_moves] == [s16 - math.ceil(d)] * 8
+    assert s.rec.dma_moves[0].engines == tuple(range(16))
+
+
+def test_each_queue_sets_up_its_own_transfers():
+    """The setup bound is per queue (docs/model.md): the same eight small loads over two queues
+    are set up two at a time; the two queues' data phases then share the 16 engines (2 D each):
+    the last ends at 4 S(16) + 2 D + L, about twice as fast as on one queue."""
+    s = make()
+    x = tensor(s, "x", [128, 128])
+    t = tile(s, "t", [128, 128])
+    for i in range(8):
+        submit(s, copy(x, t, queue=i % 2, index=i))
+    s.env.run()
+    s16, d = setup_ps(s.cfg, 16), data_ps(s.cfg, 8, 2048)
+    assert abs(max(e for *_, e in s.ends) - (4 * s16 + 2 * d + latency_ps(s.cfg))) <= 2
+
+
+def test_a_store_moves_at_the_store_rate():
+    """SBUF -> HBM [8, 2048] bf16 on engine 0: S(1) + 8 d + 32768 / store_bandwidth + the store
+    completion latency."""
+    s = make()
+    x = tensor(s, "x", [8, 2048])
+    t = tile(s, "t", [128, 2048])
+    submit(s, copy(t, x, src_index=[(0, 8, None)]))
+    s.env.run()
+    expect = setup_ps(s.cfg) + data_ps(s.cfg, 8, 32768, store=True) + latency_ps(s.cfg, True)
+    assert abs(s.ends[0][3] - expect) <= 1
+    assert s.cfg.core.dma.store_bandwidth > s.cfg.core.dma.engine_bandwidth
 
 
 def test_host_copies_share_the_link():

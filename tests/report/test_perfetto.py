@@ -5,7 +5,7 @@ import csv
 
 from trnsim.report.perfetto import HBM_PID, chrome_trace
 from trnsim.report.profile import COLUMNS, rows, write_profile
-from trnsim.report.recorder import Recorder, Span
+from trnsim.report.recorder import DmaMove, Recorder, Span
 
 
 def recorder() -> Recorder:
@@ -98,4 +98,19 @@ def test_profile_rows(tmp_path):
         "3.0",
         "128",
         "0",
+    ]
+
+
+def test_dma_engine_rows():
+    """Each DMA engine that moved data has its own row below the queues (thread id 1000 + E,
+    named as Neuron Explorer's DMA rows), with one event per transfer's data phase on it."""
+    rec = recorder()
+    rec.dma_move(DmaMove(0, 2, (0, 15), 500, 1_500, 0, 0, "k"))
+    t = chrome_trace(rec, "trn2")
+    rows = [(p, tid, a["name"]) for p, tid, a in meta(t, "thread_name") if tid >= 1000]
+    assert rows == [(0, 1000, "dma engine 0"), (0, 1015, "dma engine 15")]
+    data = [e for e in t["traceEvents"] if e["ph"] == "X" and e["tid"] >= 1000]
+    assert [(e["tid"], e["ts"], e["dur"], e["args"]["queue"]) for e in data] == [
+        (1000, 0.0005, 0.001, "q2"),
+        (1015, 0.0005, 0.001, "q2"),
     ]

@@ -4,7 +4,7 @@ is the union of a queue's transfer intervals), engine utilization, FLOP/s, peaks
 import pytest
 
 from trnsim.config import load_chip, peak_flops_per_core
-from trnsim.report.recorder import Recorder, Span
+from trnsim.report.recorder import DmaMove, Recorder, Span
 from trnsim.report.summary import QueueStats, dma_queue_stats, format_summary, summarize
 
 
@@ -91,8 +91,22 @@ def test_dma_queues(summary):
         "bytes": 4024,
         "transfers": 3,
         "bandwidth_bytes_per_s": 4024 / 600e-12,
+        "setup_overhead_ns": 0.0,
     }
     assert summary["dma"]["core0.q2"]["busy_ns"] == 0.01
+
+
+def test_setup_overhead_per_queue():
+    """Each transfer's data phase (`DmaMove`) carries what its setup cost beyond its bytes;
+    the summary sums them per queue, and the table shows them beside the busy time."""
+    rec = recorder()
+    rec.dma_move(DmaMove(0, 0, (0, 1), 100, 200, 700, 0, "k"))
+    rec.dma_move(DmaMove(0, 0, (0, 1), 300, 400, 500, 1, "k"))
+    rec.dma_move(DmaMove(0, 2, (3,), 0, 10, 0, 2, "k"))
+    s = summarize(rec, load_chip("trn2"), 2_000_000, trace="t", mode="timing")
+    assert s["dma"]["core0.q0"]["setup_overhead_ns"] == 1.2
+    assert s["dma"]["core0.q2"]["setup_overhead_ns"] == 0.0
+    assert "setup over bytes" in format_summary(s)
 
 
 def test_hbm_flops_memory_timings(summary):

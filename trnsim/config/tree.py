@@ -35,13 +35,18 @@ class TensorEngineConfig:
     moving_free_max_bf16_dst: int = q("count", "max moving free size N with a bf16 PSUM dst")
     bf16_dst: bool = q("bool", "matmul may write bf16 into PSUM (NC-v4)")
     stationary_min_cycles: int = q("cycles", "the 64 in max(min(64, N_stat), N_moving)")
-    mm_init_latency_cycles: int = q("cycles", "MM_INIT_LATENCY: minimum matmul initiation")
+    mm_init_latency_cycles: int = q(
+        "cycles", "MM_INIT_LATENCY: floor of a matmul's initiation interval"
+    )
     load_stationary_cycles: int = q("cycles", "LoadStationary II, hidden when in background")
     fp32_rate: float = q("ratio", "fp32 throughput relative to bf16 (1/4)")
     fp8_double_row: bool = q("bool", "fp8 double-row mode: K=256 per pass at bf16 speed")
     fp8_rate: float = q("ratio", "fp8 throughput relative to bf16 (2 with double-row)")
     mx_rate: float = q("ratio", "MX (mxfp8/mxfp4) throughput relative to bf16; 0 if absent")
     transpose_fp32_rate: float = q("ratio", "fp32 transpose-mode throughput relative to bf16")
+    warmup: bool = q("bool", "dI/dt throttle: bursts after idle start slow and ramp to full")
+    warmup_start_rate: float = q("ratio", "throughput of a cold PE array relative to full")
+    warmup_time: float = q("s", "busy time from cold to full throughput (and idle to cool)")
 
 
 @dataclass(frozen=True)
@@ -51,11 +56,15 @@ class VectorEngineConfig:
     clock_hz: int = q("Hz", "VectorE clock")
     min_ii_cycles: int = q("cycles", "MIN_II: minimum initiation interval")
     fixed_overhead_cycles: int = q("cycles", "static overhead added to a dependent instruction")
+    commit_latency_cycles: int = q(
+        "cycles", "after its issue interval, cycles until a result can be read by the next"
+    )
     perf_mode: bool = q("bool", "bf16/fp16 fast modes (NC-v3+)")
     copy_fast_factor: float = q("ratio", "tensor_copy/tensor_scalar speedup, SBUF->SBUF 16-bit")
     copy_fast_factor_strided: float = q("ratio", "same, non-contiguous or one side in PSUM")
     tt_fast_factor: float = q("ratio", "tensor_tensor speedup, both SBUF, all 16-bit")
-    max_free_elements: int = q("count", "max elements per partition per instruction")
+    max_free_elements: int = q("count", "max elements per partition, Scalar/GpSimd ops")
+    dve_max_free_elements: int = q("count", "max elements per partition, VectorE ops")
     psum_max_free_elements: int = q("count", "max elements per partition when in PSUM")
     bn_stats_max_free: int = q("count", "max src elements per partition of bn_stats")
 
@@ -67,6 +76,9 @@ class ScalarEngineConfig:
     clock_hz: int = q("Hz", "ScalarE clock")
     min_ii_cycles: int = q("cycles", "MIN_II")
     fixed_overhead_cycles: int = q("cycles", "static overhead added to a dependent instruction")
+    commit_latency_cycles: int = q(
+        "cycles", "after its issue interval, cycles until a result can be read by the next"
+    )
     reduce_cycles: int = q("cycles", "ActReadAccumulator: extra cycles to read the reduction")
     perf_mode_factor: float = q("ratio", "16-bit tensor_copy/tensor_scalar speedup (1 if none)")
     copy_bit_exact: bool = q("bool", "tensor_copy of equal dtypes is bit-exact, not via fp32")
@@ -83,6 +95,9 @@ class GpSimdEngineConfig:
     min_ii_cycles: int = q("cycles", "MIN_II")
     start_cycles: int = q("cycles", "GPSIMD_START: fixed start cost of iota/affine_select")
     fixed_overhead_cycles: int = q("cycles", "static overhead added to a dependent instruction")
+    commit_latency_cycles: int = q(
+        "cycles", "after its issue interval, cycles until a result can be read by the next"
+    )
 
 
 @dataclass(frozen=True)
@@ -108,8 +123,12 @@ class DmaConfig:
 
     engines: int = q("count", "DMA engines per NeuronCore")
     queues_per_engine: int = q("count", "hardware queues per DMA engine")
-    engine_bandwidth: float = q("B/s", "sustained bytes/s of one DMA engine")
-    fixed_cost: float = q("s", "per-transfer fixed cost (descriptor setup, semaphore)")
+    engine_bandwidth: float = q("B/s", "bytes/s of one DMA engine moving a load (not to HBM)")
+    store_bandwidth: float = q("B/s", "bytes/s of one DMA engine moving a store (to HBM)")
+    transfer_setup: float = q("s", "per-transfer setup on its queue, one transfer at a time")
+    engine_stagger: float = q("s", "setup added per further engine a transfer touches")
+    load_completion_latency: float = q("s", "end of a load's data to its semaphore signal")
+    store_completion_latency: float = q("s", "end of a store's data to its semaphore signal")
     descriptor_cost: float = q("s", "processing cost of each descriptor")
     max_descriptor_bytes: int = q("bytes", "largest contiguous run one descriptor moves")
     packet_bytes: int = q("bytes", "round-robin arbitration granularity between queues")

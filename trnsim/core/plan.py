@@ -53,6 +53,7 @@ class Issue:
     nbytes: int
     dtype: str
     port: object = None  # a shared SBUF/PSUM port (simpy.Resource) this instruction holds
+    stall: int = 0  # ps it waits after the previous instruction's end for that one's result
 
 
 @dataclass
@@ -156,7 +157,7 @@ class Planner:
         # Kernels repeat the same instruction on the same operands many times: bind and check
         # each distinct one once, and cost each distinct (instruction, waits?, previous) once.
         bound_memo: dict[tuple, tuple] = {}  # op fields -> (id, bound, track, static fields)
-        cost_memo: dict[tuple, int] = {}
+        cost_memo: dict[tuple, tuple[int, int]] = {}  # -> (duration, stall) in ps
         prev: dict[Engine, tuple] = {}  # engine -> (id, bound instruction) of the last one
         dma = Engine.DMA
         getters: dict[type, object] = {}
@@ -176,23 +177,33 @@ class Planner:
             kid, ins, track, issue_args = entry
             engine = raw.engine
             if engine is dma:  # the Issue carries its index: `ins` stays shared
-                dur = 0
+                dur = stall = 0
             else:
                 before = prev.get(engine)
                 ckey = (kid, not raw.wait, before[0] if before else -1)
-                dur = cost_memo.get(ckey)
-                if dur is None:
-                    model = self.models[engine]
-                    timed = ins if bool(ins.wait) == bool(raw.wait) else replace(ins, wait=raw.wait)
-                    cycles = model.cost(timed, before[1] if before else None)
-                    dur = cost_memo[ckey] = cycles_to_ps(cycles, model.clock_hz)
+                costs = cost_memo.get(ckey)
+                if costs is None:
+                    costs = cost_memo[ckey] = self._cost(ins, raw, before)
+                dur, stall = costs
                 prev[engine] = (kid, ins)
             waits = tuple([(names[s], v) for s, v in raw.wait]) if raw.wait else ()
             signals = tuple([(names[s], n) for s, n in raw.signal]) if raw.signal else ()
             queues.setdefault(track, []).append(
-                Issue(ins, raw.index, dur, waits, signals, *issue_args)
+                Issue(ins, raw.index, dur, waits, signals, *issue_args, stall)
             )
         return Launch(kernel, self.index, queues, sems, tiles)
+
+    def _cost(self, ins: Instr, raw: Instr, before: tuple | None) -> tuple[int, int]:
+        """(duration, stall) in ps of bound `ins` (with `raw`'s waits) after `before`."""
+        model = self.models[ins.engine]
+        timed = ins if bool(ins.wait) == bool(raw.wait) else replace(ins, wait=raw.wait)
+        prev = before[1] if before else None
+        cycles = model.cost(timed, prev)
+        stall = model.stall(timed, prev)
+        return (
+            cycles_to_ps(cycles, model.clock_hz),
+            cycles_to_ps(stall, model.clock_hz) if stall else 0,
+        )
 
     def _build(self, raw: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]):
         """Bind and check one distinct instruction: (bound, track, the Issue's static fields)."""

@@ -13,10 +13,15 @@ import simpy
 
 from trnsim.config import ChipConfig
 from trnsim.core.plan import Issue, Launch, Planner
+from trnsim.engines.warmup import Warmup
 from trnsim.errors import DeadlockError
+from trnsim.isa import Engine
 from trnsim.report.recorder import Recorder, Span
 from trnsim.report.tracks import dma_queue, is_dma, track_id
 from trnsim.trace.program import CoreProgram
+from trnsim.units import seconds_to_ps
+
+TENSOR = Engine.TENSOR.label
 
 
 class NeuronCore:
@@ -34,6 +39,12 @@ class NeuronCore:
         self.env, self.index, self.cfg, self.dma = env, index, cfg, dma
         self.recorder, self.functional = recorder, functional
         self.planner = Planner(env, index, cfg, dma, functional)
+        t = cfg.core.tensor
+        self.warmup = (
+            Warmup(t.warmup_start_rate, seconds_to_ps(t.warmup_time))
+            if t.warmup and t.warmup_start_rate < 1
+            else None
+        )
 
     def prepare(
         self,
@@ -63,12 +74,17 @@ class NeuronCore:
         A block is an instruction followed by every next one that neither waits, nor holds a
         shared port, up to and including the first that signals: nothing can observe the
         instants inside a block, so it costs one SimPy timeout however long it is. Values are
-        computed, in order, when the block starts."""
+        computed, in order, when the block starts. An instruction with a `stall` starts no
+        sooner than that long after the previous one's end; on the tensor track of a core with
+        warm-up, durations are stretched by `Warmup` as the block is laid out."""
+        if track == TENSOR and self.warmup is not None:
+            yield from self._warm_queue(launch, track, issues)
+            return
         env, sems, core, kernel = self.env, launch.sems, self.index, launch.kernel
         add_span = self.recorder.add_span
         timeout = env.timeout
         values = sems.values
-        n, i = len(issues), 0
+        n, i, last = len(issues), 0, 0
         while i < n:
             it = issues[i]
             for s, v in it.waits:
@@ -86,11 +102,14 @@ class NeuronCore:
                     nxt = issues[j]
                     if nxt.waits or nxt.port is not None:
                         break
-                    dur += nxt.dur
+                    dur += nxt.stall + nxt.dur
                     j += 1
                     if nxt.signals:
                         break
             start = env.now
+            gap = last + it.stall - start if it.stall else 0
+            if gap > 0:
+                dur += gap
             for k in range(i, j):
                 it = issues[k]
                 if it.run is not None:
@@ -98,9 +117,11 @@ class NeuronCore:
             yield timeout(dur)
             if req is not None:
                 issues[i].port.release(req)
-            t = start
+            t = start if gap <= 0 else start + gap
             for k in range(i, j):
                 it = issues[k]
+                if k > i:
+                    t += it.stall
                 add_span(
                     Span(
                         core,
@@ -116,6 +137,52 @@ class NeuronCore:
                     )
                 )
                 t += it.dur
+            last = t
+            for s, n_ in it.signals:
+                sems.signal(s, n_)
+            i = j
+
+    def _warm_queue(self, launch: Launch, track: str, issues: list[Issue]):
+        """`_engine_queue` for a PE array with warm-up: one instruction at a time (each one's
+        duration depends on when it starts), one timeout per run of instructions that neither
+        wait nor signal."""
+        env, sems, core, kernel = self.env, launch.sems, self.index, launch.kernel
+        add_span, stretch = self.recorder.add_span, self.warmup.stretch
+        values = sems.values
+        n, i = len(issues), 0
+        while i < n:
+            it = issues[i]
+            for s, v in it.waits:
+                if values[s] < v:
+                    launch.blocked[track] = (s, v)
+                    yield sems.wait(s, v)
+                    del launch.blocked[track]
+            t = start = env.now
+            j = i
+            while True:
+                it = issues[j]
+                if it.run is not None:
+                    it.run(it.ins)
+                dur = stretch(t, it.dur)
+                add_span(
+                    Span(
+                        core,
+                        track,
+                        it.op,
+                        t,
+                        t + dur,
+                        it.nbytes,
+                        it.flops,
+                        it.index,
+                        kernel,
+                        it.dtype,
+                    )
+                )
+                t += dur
+                j += 1
+                if it.signals or j == n or issues[j].waits:
+                    break
+            yield env.timeout(t - start)
             for s, n_ in it.signals:
                 sems.signal(s, n_)
             i = j

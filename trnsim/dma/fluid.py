@@ -25,9 +25,11 @@ the groups that changed. Groups are created and removed far less often than flow
 (a group lives as long as any flow with its resources is in progress), so each group caches its
 component until the next creation or removal of a group that shares a resource with another
 (a group alone in its component links or splits nothing). A group alone is filled without the
-heap: its rate is its bound. Within a component, groups
-are filled in creation order, so the float sums (and so the rates) do not depend on which change
-triggered the update.
+heap: its rate is its bound. Within a component, groups are filled in creation order, so the
+float sums (and so the rates) do not depend on which change triggered the update.
+
+`flows` holds the flow, group and component records; `filling` the progressive filling; this
+module the model that starts flows, advances time and re-arms the timer.
 """
 
 from __future__ import annotations
@@ -35,146 +37,15 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from itertools import repeat
 from operator import add as _add
-from operator import mul as _mul
 from operator import sub as _sub
-from operator import truediv as _truediv
 
 import simpy
 
-# a flow is done when what is left would take it less than this many ps
-_DONE_PS = 1e-3
+from trnsim.dma.filling import fill, fill_alone
+from trnsim.dma.flows import DONE_PS, Component, Flow, Group, creation_order, flow_key
 
-
-class Flow:
-    """One unit of work moving through resources.
-
-    `key` orders flows for tie-breaks (flows completing at the same ps are reported in key
-    order, so keys must be unique and comparable); `uses` is a tuple of (resource id, coef)
-    with distinct ids; `cap` bounds the rate (math.inf: only the resources do; a flow needs a
-    finite cap or a resource with a positive coef); `on_done(flow)` is called at completion.
-    """
-
-    __slots__ = ("key", "work", "uses", "cap", "on_done", "data", "target", "group", "coefs")
-
-    def __init__(
-        self,
-        key: tuple,
-        work: float,
-        uses: tuple[tuple[int, float], ...],
-        cap: float,
-        on_done: Callable[[Flow], None],
-        data=None,
-    ):
-        self.key = key
-        self.work = work
-        self.uses = uses
-        self.cap = cap
-        self.on_done = on_done
-        self.data = data
-        self.target = 0.0  # the group's progress at which this flow is done
-        self.group: _Group | None = None
-        self.coefs: tuple[float, ...] = ()  # its coefs, in its group's rids order, once started
-
-    @property
-    def rate(self) -> float:
-        """Work units per ps now (0 before the flow's first update or after it finished)."""
-        return self.group.rate if self.group is not None else 0.0
-
-    def __lt__(self, other: Flow) -> bool:
-        return self.key < other.key
-
-
-class _Group:
-    """Flows with the same resources and cap: one rate, one progress counter.
-
-    Progress (work done per member since the group formed) is `base + rate * (t - t_base)`;
-    it is rebased whenever the rate or the membership changes. `comp` caches the group's
-    component while `topo` matches the model's; `bound` caches the lowest level at which the
-    group's cap or one of its private resources (used by no other group of `bound_comp`) stops
-    it, until its coefs or its component change.
-    """
-
-    __slots__ = (
-        "sig",
-        "rids",
-        "cap",
-        "coefs",
-        "members",
-        "base",
-        "t_base",
-        "rate",
-        "version",
-        "order",
-        "comp",
-        "topo",
-        "bound",
-        "bound_comp",
-        "caps",
-        "alone_coefs",
-    )
-
-    def __init__(self, sig: tuple, cap: float, now: int, order: int, caps: tuple[float, ...]):
-        self.sig = sig
-        self.rids: tuple[int, ...] = sig[0]
-        self.caps = caps  # its resources' capacities, in rids order
-        self.cap = cap
-        self.coefs = [0.0] * len(self.rids)
-        self.members: list[tuple[float, Flow]] = []  # heap of (target progress, flow)
-        self.base = 0.0
-        self.t_base = now
-        self.rate = 0.0
-        self.version = 0  # bumped when the timer entry for the head flow goes stale
-        self.order = order  # creation order: fixes the filling order within a component
-        self.comp: _Comp | None = None
-        self.topo = -1
-        self.bound = math.inf
-        self.bound_comp: _Comp | None = None
-        self.alone_coefs: list[float] | None = None  # the coefs `bound` is for, when alone
-
-    def rebase(self, now: int) -> None:
-        self.base += self.rate * (now - self.t_base)
-        self.t_base = now
-
-    def head_finish(self) -> float:
-        """When the first member finishes at the current rate, in (fractional) ps."""
-        return self.t_base + (self.members[0][0] - self.base) / self.rate
-
-
-def _key(f: Flow) -> tuple:
-    return f.key
-
-
-def _order(g: _Group) -> int:
-    return g.order
-
-
-class _Comp:
-    """A connected component of groups, and how their resources are shared, for filling.
-
-    `groups` in creation order; `private[i]` / `shared[i]`: (resource, position in the group's
-    rids) for the resources of `groups[i]` that no other group of the component uses / that
-    some other one does; `users`: shared resource -> (group index, position) of its users.
-    """
-
-    __slots__ = ("groups", "private", "shared", "users")
-
-    def __init__(self, groups: list[_Group], users: dict[int, dict[_Group, None]]):
-        self.groups = groups
-        self.private: list[tuple[tuple[int, int], ...]] = []
-        self.shared: list[tuple[tuple[int, int], ...]] = []
-        self.users: dict[int, list[tuple[int, int]]] = {}
-        for i, g in enumerate(groups):
-            priv, shar = [], []
-            for pos, r in enumerate(g.rids):
-                if len(users[r]) > 1:
-                    shar.append((r, pos))
-                    self.users.setdefault(r, []).append((i, pos))
-                else:
-                    priv.append((r, pos))
-            self.private.append(tuple(priv))
-            self.shared.append(tuple(shar))
+__all__ = ["Flow", "FluidModel"]
 
 
 class FluidModel:
@@ -196,9 +67,9 @@ class FluidModel:
         """How many times rates were recomputed (for benchmarks)."""
         self.count = 0
         """Flows in progress."""
-        self._groups: dict[tuple, _Group] = {}
-        self._users: dict[int, dict[_Group, None]] = {}  # resource -> groups using it, in order
-        self._timers: list[tuple[float, int, int, _Group]] = []  # (ps, seq, version, group)
+        self._groups: dict[tuple, Group] = {}
+        self._users: dict[int, dict[Group, None]] = {}  # resource -> groups using it, in order
+        self._timers: list[tuple[float, int, int, Group]] = []  # (ps, seq, version, group)
         self._tseq = 0
         self._gseq = 0  # groups created so far
         self._topo = 0  # bumped when a group is created or removed: cached components go stale
@@ -247,16 +118,16 @@ class FluidModel:
         now = self.env.now
         timers, dirty = self._timers, {}
         done: list[Flow] = []
-        while timers and timers[0][0] <= now + _DONE_PS:
+        while timers and timers[0][0] <= now + DONE_PS:
             _, _, ver, g = heapq.heappop(timers)
             if ver != g.version:
                 continue
             dirty[g] = None
-            while g.members and g.head_finish() <= now + _DONE_PS:
+            while g.members and g.head_finish() <= now + DONE_PS:
                 done.append(heapq.heappop(g.members)[1])
         if done:
             if len(done) > 1:
-                done.sort(key=_key)
+                done.sort(key=flow_key)
             for f in done:
                 self._leave(f)
             self._updating = True
@@ -274,7 +145,7 @@ class FluidModel:
         while timers and timers[0][2] != timers[0][3].version:
             heapq.heappop(timers)
         if timers:
-            at = now + max(1, math.ceil(timers[0][0] - now - _DONE_PS))
+            at = now + max(1, math.ceil(timers[0][0] - now - DONE_PS))
             if at != self._armed:  # else the live timeout already fires then
                 self._gen += 1
                 self._armed = at
@@ -286,12 +157,12 @@ class FluidModel:
             self._loaded = False
             self.on_change()
 
-    def _join(self, f: Flow, now: int) -> _Group:
+    def _join(self, f: Flow, now: int) -> Group:
         sig, cs = self._sig(f)
         g = self._groups.get(sig)
         if g is None:
             capacity = self.capacity
-            g = self._groups[sig] = _Group(
+            g = self._groups[sig] = Group(
                 sig, f.cap, now, self._gseq, tuple([capacity[r] for r in sig[0]])
             )
             self._gseq += 1
@@ -336,7 +207,7 @@ class FluidModel:
         f.target = -1.0
         self.count -= 1
 
-    def _component(self, g: _Group) -> _Comp:
+    def _component(self, g: Group) -> Component:
         """The groups linked to `g` through shared resources, cached until the next creation or
         removal of a group."""
         if g.topo == self._topo:
@@ -354,16 +225,16 @@ class FluidModel:
                         if k not in seen_g:
                             seen_g.add(k)
                             comp.append(k)
-        comp.sort(key=_order)
-        c = _Comp(comp, users)
+        comp.sort(key=creation_order)
+        c = Component(comp, users)
         for h in comp:
             h.comp, h.topo = c, self._topo
         return c
 
-    def _refill(self, dirty: dict[_Group, None], now: int) -> None:
+    def _refill(self, dirty: dict[Group, None], now: int) -> None:
         """Recompute the rates of the component(s) of the changed groups; re-arm their timers."""
         users, load = self._users, self.load
-        seeds: dict[_Group, None] = {}
+        seeds: dict[Group, None] = {}
         for g in dirty:
             if g.members:
                 seeds[g] = None
@@ -390,7 +261,7 @@ class FluidModel:
             return
         self.updates += 1
         timers = self._timers
-        done: set[_Group] = set()
+        done: set[Group] = set()
         for s in seeds:
             if s in done or not s.members:  # not s.members: removed after it was seeded
                 continue
@@ -398,7 +269,8 @@ class FluidModel:
             if not component.users:  # a group alone (the usual case): no heap, no lists
                 old_rate = s.rate
                 s.rebase(now)
-                self._fill_alone(component)
+                if fill_alone(self.load, component):
+                    self._loaded = True
                 if (old_rate != s.rate or s in dirty) and s.rate > 0:
                     s.version += 1
                     self._tseq += 1
@@ -409,113 +281,10 @@ class FluidModel:
             old = [g.rate for g in comp]
             for g in comp:
                 g.rebase(now)
-            self._fill(component)
+            if fill(self.capacity, self.load, component):
+                self._loaded = True
             for g, rate in zip(comp, old):
                 if (rate != g.rate or g in dirty) and g.rate > 0:
                     g.version += 1
                     self._tseq += 1
                     heapq.heappush(timers, (g.head_finish(), self._tseq, g.version, g))
-
-    def _fill(self, comp: _Comp) -> None:
-        """Progressive filling over a component's groups: set each one's max-min fair rate,
-        and the load of their resources.
-
-        Each resource would saturate at level (capacity - use by frozen groups) / (summed
-        coefs of its unfrozen groups); a heap yields the lowest, whose groups freeze there,
-        which raises the projections of their other resources. A resource that only one group
-        uses (a core's engines, when the other groups are other cores' transfers; all of them
-        for a group alone) saturates at capacity / coef whatever the others do: it acts as a cap
-        on that group (`_Group.bound`, kept while the group's coefs stay) and stays out of the
-        heap.
-        """
-        cap, load, groups, users = self.capacity, self.load, comp.groups, comp.users
-        fresh: list[bool] = []  # per group: bound recomputed (its coefs or component changed)
-        olds = [g.rate for g in groups]
-        for i, g in enumerate(groups):
-            g.rate = -1.0  # not frozen yet
-            if g.bound_comp is comp:
-                fresh.append(False)
-                continue
-            bound, gc = g.cap, g.coefs
-            for rid, pos in comp.private[i]:
-                c = gc[pos]
-                if c > 0:
-                    lvl = cap[rid] / c
-                    if lvl < bound:
-                        bound = lvl
-            g.bound, g.bound_comp, g.alone_coefs = bound, comp, None
-            fresh.append(True)
-        if not users:  # one group: its bound is its rate
-            g = groups[0]
-            g.rate = g.bound
-        else:
-            self._fill_shared(comp)
-        for i, g in enumerate(groups):
-            rate = g.rate
-            if fresh[i] or rate != olds[i]:
-                gc = g.coefs
-                for rid, pos in comp.private[i]:
-                    load[rid] = gc[pos] * rate
-                self._loaded = True
-
-    def _fill_alone(self, comp: _Comp) -> None:
-        """`_fill` for a component of one group: its rate is its bound, the lowest of its cap
-        and its resources' capacity / coef (min is exact: the same floats as `_fill`'s loop,
-        computed by map and min over the group's resources, all private, in order)."""
-        g = comp.groups[0]
-        gc = g.coefs
-        if g.bound_comp is not comp and gc != g.alone_coefs:
-            if gc and min(gc) > 0:
-                bound = min(g.cap, min(map(_truediv, g.caps, gc)))
-            else:  # no resource, or a coef of 0 (its resource is left free: skip it)
-                bound = min([g.cap] + [c / k for c, k in zip(g.caps, gc) if k > 0])
-            g.bound, g.alone_coefs = bound, gc
-        elif g.bound == g.rate:
-            return  # same rate, same coefs: same loads
-        g.bound_comp = comp
-        g.rate = rate = g.bound
-        self.load.update(zip(g.rids, map(_mul, gc, repeat(rate))))
-        self._loaded = True
-
-    def _fill_shared(self, comp: _Comp) -> None:
-        """The heap part of `_fill`, for a component whose groups share resources."""
-        cap, load, groups, users = self.capacity, self.load, comp.groups, comp.users
-        coefs: dict[int, float] = {}
-        heap = []
-        for rid, us in users.items():
-            c = sum([groups[i].coefs[pos] for i, pos in us])
-            coefs[rid] = c
-            heap.append((cap[rid] / c if c > 0 else math.inf, rid, 0))
-        heap += [(g.bound, -1 - i, 0) for i, g in enumerate(groups)]
-        heapq.heapify(heap)
-        used = dict.fromkeys(users, 0.0)
-        version = dict.fromkeys(users, 0)
-        active = {rid: len(us) for rid, us in users.items()}  # unfrozen groups per resource
-        shared, left_groups = comp.shared, len(groups)
-        while left_groups:
-            level, rid, ver = heapq.heappop(heap)
-            if rid < 0:
-                frozen = (-1 - rid,)
-            elif ver != version[rid]:
-                continue
-            else:
-                frozen = [i for i, _ in users[rid]]
-            for i in frozen:
-                g = groups[i]
-                if g.rate >= 0.0:
-                    continue
-                g.rate = level
-                left_groups -= 1
-                gc = g.coefs
-                for r, pos in shared[i]:
-                    c = gc[pos]
-                    used[r] += c * level
-                    left = coefs[r] = coefs[r] - c
-                    n = active[r] = active[r] - 1
-                    if r != rid:
-                        v = version[r] = version[r] + 1
-                        if n:  # a resource whose groups are all frozen needs no projection
-                            lvl = (cap[r] - used[r]) / left if left > 0 else math.inf
-                            heapq.heappush(heap, (max(level, lvl), r, v))
-        load.update(used)
-        self._loaded = True

@@ -2,14 +2,17 @@
 
 A transfer submitted at `t0` on queue `q` of core `c` is cut into per-engine pieces
 (`descriptors.cut`); piece `i` on engine `e_i` needs `w_i = descriptors * descriptor_cost +
-engine_bytes / (engine_bandwidth * f)` seconds of its engine (`f` = transpose_hbm_rate /
-transpose_sbuf_rate for a transpose from HBM / SBUF, else 1; `engine_bytes` = max(src bytes,
-dst bytes): a cast moves the larger). The transfer is then ONE fluid flow:
+engine_bytes / (bandwidth * f)` seconds of its engine (`bandwidth` = store_bandwidth for a copy
+into HBM, else engine_bandwidth; `f` = transpose_hbm_rate / transpose_sbuf_rate for a transpose
+from HBM / SBUF, else 1; `engine_bytes` = max(src bytes, dst bytes): a cast moves the larger).
+A queue is a two-stage pipeline, and the transfer is ONE fluid flow:
 
-- it becomes ready at `t0 + fixed_cost` (latency: descriptor setup, semaphore-to-start; it
-  overlaps the data movement of earlier transfers, so it is paid once per pipeline, not per
-  transfer);
-- its data phase starts when it is ready and the previous transfer on queue (c, q) has finished
+- setup: `S = transfer_setup + (k - 1) * engine_stagger` for a transfer touching k engines
+  (descriptor generation and dispatch, the engines' starts staggered). A queue sets up one
+  transfer at a time, from `max(t0, the end of its previous setup)`, while earlier transfers
+  move their data: so S bounds the rate at which the queue's transfers go through (small
+  transfers cost S each, whatever their bytes) but not its bandwidth;
+- data: it starts when its setup is done and the previous transfer on queue (c, q) has finished
   its data phase (queues are FIFO);
 - its work is its bottleneck piece's, `W = max_i w_i`, and it progresses at rate `r`
   (engine-seconds per second, <= 1) using each engine it touches with coefficient `w_i / W`
@@ -27,12 +30,15 @@ bottleneck no longer finishes early and frees its engine (or its share of the st
 transfer ends; contention on its engine slows the whole transfer where the piece alone could
 have lagged behind without delaying it; and the queue's next transfer waits for all pieces.
 
-When the data phase ends, the queue's next transfer may start, values are copied (functional
-mode), one span is recorded on track `q<queue>` from `t0` to the end, then `on_done()` is
-called. Host copies are one flow on the host link (capacity `host_link.bandwidth`, shared by
-concurrent copies) and the HBM stack, after `host_link.latency`; they record HBM bytes and
-counters but no span (the stream that issued the copy owns its timing and records it). Per-queue
-statistics (busy time, bytes, transfers) are derived from the spans (`report.summary`).
+When the data phase ends the queue's next transfer may start; `load_completion_latency` (or
+`store_completion_latency` for a copy into HBM) later the transfer completes: values are copied
+(functional mode), one span is recorded on track `q<queue>` from `t0` to completion, the data phase
+on each engine the transfer touched (`Recorder.dma_moves`, with `max(0, S - W)`, the time the setup
+cost beyond the bytes), then `on_done()` is called. Host copies are one flow on the host link
+(capacity `host_link.bandwidth`, shared by concurrent copies) and the HBM stack, after
+`host_link.latency`; they record HBM bytes and counters but no span (the stream that issued the copy
+owns its timing and records it). Per-queue statistics (busy time, bytes, transfers) are derived from
+the spans (`report.summary`).
 
 Ties: flows are keyed (core, queue, submit order) (host copies: queue -1), so transfers that end
 at the same ps complete in that order.
@@ -54,7 +60,7 @@ from trnsim.dma.fluid import Flow, FluidModel
 from trnsim.isa import DmaCopy
 from trnsim.memory.buffer import Ref
 from trnsim.memory.hbm import Hbm
-from trnsim.report.recorder import Recorder, Span
+from trnsim.report.recorder import DmaMove, Recorder, Span
 from trnsim.report.tracks import dma_track
 from trnsim.units import PS_PER_S, seconds_to_ps
 
@@ -77,6 +83,8 @@ class _Transfer:
         "lane",
         "flow",
         "costs",
+        "plan",
+        "data_start",
     )
 
     def __init__(
@@ -89,17 +97,31 @@ class _Transfer:
         self.lane: _Lane | None = lane
         self.flow: Flow | None = None
         self.costs: tuple[int, int, int, str] = costs  # see DmaSystem._costs
+        self.plan: _Plan | None = None
+        self.data_start = 0
+
+
+class _Plan:
+    """How one distinct copy runs on one core: its flow's work and uses, its setup time, its
+    completion latency, the engines it touches and the setup it costs beyond its bytes (ps)."""
+
+    __slots__ = ("work", "uses", "costs", "setup", "latency", "engines", "overhead")
+
+    def __init__(self, work, uses, costs, setup, latency, engines, overhead):
+        self.work, self.uses, self.costs, self.setup = work, uses, costs, setup
+        self.latency, self.engines, self.overhead = latency, engines, overhead
 
 
 class _Lane:
     """One queue of one core: transfers waiting in FIFO order, at most one moving data."""
 
-    __slots__ = ("waiting", "busy", "track")
+    __slots__ = ("waiting", "busy", "track", "setup_free")
 
     def __init__(self, queue: int):
         self.waiting: deque[_Transfer] = deque()
         self.busy = False
         self.track = dma_track(queue)
+        self.setup_free = 0  # ps at which the queue's setup stage is free
 
 
 class DmaSystem:
@@ -117,13 +139,18 @@ class DmaSystem:
         stack_rate = cfg.hbm.bandwidth / cfg.hbm.stacks / PS_PER_S  # bytes per ps
         self._stack_rid = [self.fluid.add_resource(stack_rate) for _ in range(cfg.hbm.stacks)]
         self._host_rid = self.fluid.add_resource(1.0)
-        self._fixed_ps = seconds_to_ps(d.fixed_cost)
+        self._setup_ps = seconds_to_ps(d.transfer_setup)
+        self._stagger_ps = seconds_to_ps(d.engine_stagger)
+        self._latency_ps = (
+            seconds_to_ps(d.load_completion_latency),
+            seconds_to_ps(d.store_completion_latency),
+        )
         self._desc_ps = d.descriptor_cost * PS_PER_S
-        self._engine_bpps = d.engine_bandwidth / PS_PER_S  # bytes per ps
+        self._engine_bpps = (d.engine_bandwidth / PS_PER_S, d.store_bandwidth / PS_PER_S)
         self._host_bpps = cfg.host_link.bandwidth / PS_PER_S
         self._host_ps = seconds_to_ps(cfg.host_link.latency)
         self._lanes: dict[tuple[int, int], _Lane] = {}
-        self._plans: dict[tuple, tuple] = {}  # (src, dst, transpose, core) -> (work, uses, costs)
+        self._plans: dict[tuple, _Plan] = {}  # (src, dst, transpose, core) -> plan
         self._seq = 0
         self._last_rate = [0.0] * cfg.hbm.stacks  # bytes/s each stack was last recorded at
         self._last_load = [0.0] * cfg.hbm.stacks  # its fluid load (bytes/ps) then
@@ -176,12 +203,16 @@ class DmaSystem:
             dst,
             ins.transpose,
             lane,
-            plan[2],
+            plan.costs,
         )
-        t.flow = Flow((core, queue, self._seq), plan[0], plan[1], math.inf, self._data_done, t)
+        t.plan = plan
+        t.flow = Flow((core, queue, self._seq), plan.work, plan.uses, math.inf, self._data_done, t)
         self._seq += 1
         lane.waiting.append(t)
-        self.env.timeout(self._fixed_ps, t).callbacks.append(self._ready)
+        now = self.env.now
+        ready = (lane.setup_free if lane.setup_free > now else now) + plan.setup
+        lane.setup_free = ready
+        self.env.timeout(ready - now, t).callbacks.append(self._ready)
 
     def submit_host(self, core: int, src: Ref, dst: Ref, on_done: Callable[[], None]) -> None:
         """Copy between host memory and HBM over the host link, for `core`'s stream.
@@ -210,15 +241,16 @@ class DmaSystem:
         self._seq += 1
         self.env.timeout(self._host_ps).callbacks.append(lambda _ev: self.fluid.start(flow))
 
-    def _plan(self, ins: DmaCopy, core: int) -> tuple:
-        """(work W, uses, costs) of the copy on `core`, cached per distinct copy and core."""
+    def _plan(self, ins: DmaCopy, core: int) -> _Plan:
+        """The copy's plan on `core`, cached per distinct copy and core."""
         src, dst = ins.src, ins.dst
         d = self.cfg.core.dma
         pieces = cut(src, dst, ins.transpose, d, self.cfg.core.sbuf.partitions)
         f = 1.0
         if ins.transpose:
             f = d.transpose_hbm_rate if src.memory == "hbm" else d.transpose_sbuf_rate
-        rate = self._engine_bpps * f
+        store = dst.memory == "hbm"
+        rate = self._engine_bpps[store] * f
         works = [p.descriptors * self._desc_ps + p.engine_bytes / rate for p in pieces]
         work = max(works)
         base = core * self.engines
@@ -226,7 +258,16 @@ class DmaSystem:
         uses += self._hbm_uses(
             src, dst, sum(p.src_bytes for p in pieces), sum(p.dst_bytes for p in pieces), work
         )
-        plan = self._plans[(src, dst, ins.transpose, core)] = (work, uses, self._costs(src, dst))
+        setup = self._setup_ps + (len(pieces) - 1) * self._stagger_ps
+        plan = self._plans[(src, dst, ins.transpose, core)] = _Plan(
+            work,
+            uses,
+            self._costs(src, dst),
+            setup,
+            self._latency_ps[store],
+            tuple([p.engine for p in pieces]),
+            max(0, setup - math.ceil(work)),
+        )
         return plan
 
     @staticmethod
@@ -254,24 +295,47 @@ class DmaSystem:
     # -- progress ------------------------------------------------------------------------------
 
     def _ready(self, ev: simpy.Timeout) -> None:
-        t = ev.value  # the transfer whose fixed cost is paid
+        t = ev.value  # the transfer whose setup is done
         t.ready = True
         self._kick(t.lane)
 
     def _kick(self, lane: _Lane) -> None:
-        """Start the queue's next transfer if the queue is free and its fixed cost is paid."""
+        """Start the queue's next transfer if the queue is free and its setup is done."""
         if not lane.busy and lane.waiting and lane.waiting[0].ready:
             lane.busy = True
-            self.fluid.start(lane.waiting.popleft().flow)
+            t = lane.waiting.popleft()
+            t.data_start = self.env.now
+            self.fluid.start(t.flow)
 
     def _data_done(self, flow: Flow) -> None:
         t = flow.data
         t.flow = flow.data = None  # break the cycle: reference counting frees both now
         lane = t.lane
-        if lane is not None:
-            lane.busy = False
-            self._kick(lane)
-        self._finish(t)
+        if lane is None:  # a host copy
+            self._finish(t)
+            return
+        lane.busy = False
+        self._kick(lane)
+        plan = t.plan
+        self.rec.dma_move(
+            DmaMove(
+                t.core,
+                t.queue,
+                plan.engines,
+                t.data_start,
+                self.env.now,
+                plan.overhead,
+                t.index,
+                t.kernel,
+            )
+        )
+        if plan.latency:
+            self.env.timeout(plan.latency, t).callbacks.append(self._complete)
+        else:
+            self._finish(t)
+
+    def _complete(self, ev: simpy.Timeout) -> None:
+        self._finish(ev.value)
 
     def _finish(self, t: _Transfer) -> None:
         src, dst = t.src, t.dst

@@ -48,14 +48,20 @@ class AluEngine(EngineModel):
         with np.errstate(all="ignore"):
             super().execute(ins)
 
+    @property
+    def max_free(self) -> int:
+        """Elements per partition an SBUF operand may have (VectorE: its own, lower limit on
+        NC-v3/v4)."""
+        return self.core.vector.max_free_elements
+
     # -- operand checks ------------------------------------------------------------------------
 
     def check_operand(self, ins: Instr, name: str, ref: Ref) -> None:
-        """Memory, partition start and free-size limit (64K elements SBUF, 4K PSUM: N-A2)."""
+        """Memory, partition start and free-size limit (`max_free` in SBUF, 4K in PSUM)."""
         check_memory(ins, name, ref, self.MEMORIES)
         check_partition_start(ins, name, ref, self.core)
         vec = self.core.vector
-        limit = vec.psum_max_free_elements if ref.memory == "psum" else vec.max_free_elements
+        limit = vec.psum_max_free_elements if ref.memory == "psum" else self.max_free
         if ref.free_size > limit:
             raise SimError(
                 f"{ins.label}: {name} '{ref}' has {ref.free_size} elements per "

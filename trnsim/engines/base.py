@@ -1,11 +1,13 @@
 """What every engine model supplies, and the helpers they share.
 
 An engine model is pure: `check(ins)` validates an instruction against the hardware's rules,
-`cost(ins, prev)` gives its duration in the engine's own cycles (`prev` is the instruction before
-it on the same queue, or None), `execute(ins)` computes its values with numpy, and `flops(ins)`
-counts its floating-point operations. Dispatch is by op name to `check_<op>`, `cost_<op>`,
-`exec_<op>` methods (tinygrad's `_exec_<packet>` pattern). The SimPy run loop lives once, in
-`trnsim.core.plan`, and calls none of these while the simulation runs except `execute`.
+`cost(ins, prev)` gives its duration in the engine's own cycles (`prev` is the instruction before it
+on the same queue, or None), `stall(ins, prev)` the cycles it must wait after `prev` ends for
+`prev`'s result (a read after write on the same engine waits for the pipeline to commit),
+`execute(ins)` computes its values with numpy, and `flops(ins)` counts its floating-point
+operations. Dispatch is by op name to `check_<op>`, `cost_<op>`, `exec_<op>` methods (tinygrad's
+`_exec_<packet>` pattern). The SimPy run loop lives once, in `trnsim.core.plan`, and calls none of
+these while the simulation runs except `execute`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ class EngineModel:
         """Duration in this engine's cycles."""
         return self._method("cost", ins)(ins, prev)
 
+    def stall(self, ins: Instr, prev: Instr | None) -> float:
+        """Cycles `ins` waits after `prev` ends before it may start: the engine's
+        `commit_latency_cycles` when `ins` reads what `prev` wrote, else 0 (engines whose
+        config has no commit latency never wait)."""
+        latency = getattr(getattr(self.core, self.engine.label), "commit_latency_cycles", 0)
+        return latency if latency and prev is not None and reads_after_write(ins, prev) else 0
+
     def execute(self, ins: Instr) -> None:
         """Compute the instruction's values into its destination(s)."""
         self._method("exec", ins)(ins)
@@ -55,6 +64,29 @@ class EngineModel:
         """Floating-point operations performed (for FLOP/s reports); 0 when not counted."""
         fn = getattr(self, f"flops_{ins.OP}", None)
         return fn(ins) if fn else 0
+
+
+# outputs of an instruction; every other operand is read
+WRITTEN = ("dst", "reduce_dst")
+
+
+def reads_after_write(ins: Instr, prev: Instr) -> bool:
+    """Whether `ins` reads an element that `prev` writes (conservatively: a read view and a
+    written view of one buffer whose index intervals overlap in every dim)."""
+    written = [getattr(prev, n, None) for n in WRITTEN]
+    written = [w for w in written if isinstance(w, Ref)]
+    if not written:
+        return False
+    for f in ins.op_fields():
+        r = getattr(ins, f.name)
+        if f.name in WRITTEN or not isinstance(r, Ref):
+            continue
+        for w in written:
+            if w.buf is r.buf and all(
+                a0 < b1 and b0 < a1 for (a0, a1, _), (b0, b1, _) in zip(r.ranges, w.ranges)
+            ):
+                return True
+    return False
 
 
 # ----------------------------------------------------------------------------------------------

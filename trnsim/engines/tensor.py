@@ -1,11 +1,14 @@
 """TensorE: the 128x128 systolic array. Reads SBUF, writes fp32 (or bf16 on NC-v4) into PSUM.
 
-Cost (trainium.md 3.1, published for NC-v2, used for later cores as a labelled assumption):
-a back-to-back matmul takes `max(min(64, M), N)` cycles (M = stationary free size, N = moving
-free size), four times that for fp32 inputs. fp8 in double-row mode contracts K = 2 x 128 in the
-same time, so it does twice the FLOPs. LoadStationary runs in the background behind the previous
-matmul; when the engine starts cold (first instruction, or one that waits on a semaphore) the
-pipeline fill (MM_INIT_LATENCY) and, for a new stationary, the LoadStationary are exposed.
+Cost (trainium.md 3.1 and 3.5, published for NC-v2, used for later cores as a labelled
+assumption): a back-to-back matmul takes `max(min(64, M), N)` cycles (M = stationary free size,
+N = moving free size), four times that for fp32 inputs, and at least MM_INIT_LATENCY (64): the
+initiation interval is `max(N, MM_INIT_LATENCY)`, a floor, not an addition. fp8 in double-row
+mode contracts K = 2 x 128 in the same time, so it does twice the FLOPs. LoadStationary runs in
+the background behind the previous matmul; when the engine starts cold (first instruction, or
+one that waits on a semaphore) a new stationary's LoadStationary is exposed. The warm-up of the
+PE array (the dI/dt throttle) depends on when instructions run, so the run loop applies it
+(`trnsim.engines.warmup`).
 """
 
 from __future__ import annotations
@@ -132,8 +135,8 @@ class TensorEngine(EngineModel):
         cycles = max(min(t.stationary_min_cycles, mm), n)
         if ins.stationary.dtype.name == "float32":
             cycles /= t.fp32_rate
+        cycles = max(cycles, t.mm_init_latency_cycles)
         if prev is None or ins.wait:
-            cycles += t.mm_init_latency_cycles
             if not (isinstance(prev, Matmul) and _same_operand(prev.stationary, ins.stationary)):
                 cycles += t.load_stationary_cycles
         return cycles
@@ -180,9 +183,7 @@ class TensorEngine(EngineModel):
         cycles = max(ins.src.partitions, min(t.stationary_min_cycles, ins.src.free_size))
         if ins.src.dtype.name == "float32":
             cycles /= t.transpose_fp32_rate
-        if prev is None or ins.wait:
-            cycles += t.mm_init_latency_cycles
-        return cycles
+        return max(cycles, t.mm_init_latency_cycles)
 
     def exec_transpose(self, ins: Transpose) -> None:
         src = ins.src.read().reshape(ins.src.partitions, -1)

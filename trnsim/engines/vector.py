@@ -34,6 +34,11 @@ class VectorEngine(AluEngine):
         "select",
     )
 
+    @property
+    def max_free(self) -> int:
+        # NKL: DVE instructions take at most 2^14 free elements on NC-v3/v4
+        return self.core.vector.dve_max_free_elements
+
     def copy_factor(self, src: Ref, dst: Ref) -> float:
         # NC-v3+ perf mode (trainium.md 2.3): bf16/fp16 tensor_copy/tensor_scalar run 4x when
         # both sides are SBUF with a contiguous innermost dim, 2x when strided or one is PSUM.

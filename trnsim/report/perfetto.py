@@ -1,8 +1,10 @@
 """The timeline as Chrome trace JSON, which ui.perfetto.dev and chrome://tracing open.
 
 One process per NeuronCore, one thread per track (engine, DMA queue, host copies; `tracks` gives
-their thread ids, order and names), one complete event ("ph": "X") per span, and a process "HBM"
-with one counter track per stack giving its bandwidth.
+their thread ids, order and names), one complete event ("ph": "X") per span; below the queues,
+one thread per DMA engine that moved data (as Neuron Explorer's DMA rows), with one event per
+transfer's data phase on it (`Recorder.dma_moves`: transfers sharing an engine overlap there, as
+they share it); and a process "HBM" with one counter track per stack giving its bandwidth.
 Timestamps are microseconds (the format's unit) computed from integer picoseconds.
 """
 
@@ -12,9 +14,74 @@ import json
 from pathlib import Path
 
 from trnsim.report.recorder import Recorder
-from trnsim.report.tracks import display_name, track_id
+from trnsim.report.tracks import display_name, dma_engine_id, dma_track, track_id
 
 HBM_PID = 10_000
+
+
+def _meta(name: str, pid: int, tid: int, args: dict) -> dict:
+    return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": args}
+
+
+def _thread(pid: int, tid: int, name: str) -> list[dict]:
+    """A thread's name and sort index (its tid)."""
+    return [
+        _meta("thread_name", pid, tid, {"name": name}),
+        _meta("thread_sort_index", pid, tid, {"sort_index": tid}),
+    ]
+
+
+def _span(s, tid: int) -> dict:
+    return {
+        "ph": "X",
+        "name": s.op,
+        "cat": s.kernel,
+        "pid": s.core,
+        "tid": tid,
+        "ts": s.start_ps / 1e6,
+        "dur": s.duration_ps / 1e6,
+        "args": {
+            "kernel": s.kernel,
+            "index": s.index,
+            "dtype": s.dtype,
+            "bytes": s.bytes,
+            "flops": s.flops,
+        },
+    }
+
+
+def _moves(rec: Recorder) -> list[dict]:
+    """One event per transfer's data phase on each DMA engine it used."""
+    return [
+        {
+            "ph": "X",
+            "name": "data",
+            "cat": m.kernel,
+            "pid": m.core,
+            "tid": dma_engine_id(e),
+            "ts": m.start_ps / 1e6,
+            "dur": (m.end_ps - m.start_ps) / 1e6,
+            "args": {"kernel": m.kernel, "index": m.index, "queue": dma_track(m.queue)},
+        }
+        for m in rec.dma_moves
+        for e in m.engines
+    ]
+
+
+def _hbm(rec: Recorder) -> list[dict]:
+    """The HBM process: a counter track per stack, in GB/s."""
+    if not rec.hbm_samples:
+        return []
+    return [_meta("process_name", HBM_PID, 0, {"name": "HBM"})] + [
+        {
+            "ph": "C",
+            "name": f"stack{h.stack} GB/s",
+            "pid": HBM_PID,
+            "ts": h.ps / 1e6,
+            "args": {"GB/s": h.bytes_per_s / 1e9},
+        }
+        for h in rec.hbm_samples
+    ]
 
 
 def chrome_trace(rec: Recorder, chip: str = "") -> dict:
@@ -22,77 +89,17 @@ def chrome_trace(rec: Recorder, chip: str = "") -> dict:
     events: list[dict] = []
     tracks = sorted({(s.core, s.track) for s in rec.recorded}, key=lambda t: (t[0], track_id(t[1])))
     tids = {track: track_id(track) for _, track in tracks}
-    for core in sorted({c for c, _ in tracks}):
-        events.append(
-            {
-                "ph": "M",
-                "name": "process_name",
-                "pid": core,
-                "tid": 0,
-                "args": {"name": f"{chip} core{core}".strip()},
-            }
-        )
-        events.append(
-            {
-                "ph": "M",
-                "name": "process_sort_index",
-                "pid": core,
-                "tid": 0,
-                "args": {"sort_index": core},
-            }
-        )
+    engines = sorted({(m.core, e) for m in rec.dma_moves for e in m.engines})
+    for core in sorted({c for c, _ in tracks} | {c for c, _ in engines}):
+        events.append(_meta("process_name", core, 0, {"name": f"{chip} core{core}".strip()}))
+        events.append(_meta("process_sort_index", core, 0, {"sort_index": core}))
     for core, track in tracks:
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": core,
-                "tid": tids[track],
-                "args": {"name": display_name(track)},
-            }
-        )
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_sort_index",
-                "pid": core,
-                "tid": tids[track],
-                "args": {"sort_index": tids[track]},
-            }
-        )
-    for s in rec.spans:
-        events.append(
-            {
-                "ph": "X",
-                "name": s.op,
-                "cat": s.kernel,
-                "pid": s.core,
-                "tid": tids[s.track],
-                "ts": s.start_ps / 1e6,
-                "dur": s.duration_ps / 1e6,
-                "args": {
-                    "kernel": s.kernel,
-                    "index": s.index,
-                    "dtype": s.dtype,
-                    "bytes": s.bytes,
-                    "flops": s.flops,
-                },
-            }
-        )
-    if rec.hbm_samples:
-        events.append(
-            {"ph": "M", "name": "process_name", "pid": HBM_PID, "tid": 0, "args": {"name": "HBM"}}
-        )
-        for h in rec.hbm_samples:
-            events.append(
-                {
-                    "ph": "C",
-                    "name": f"stack{h.stack} GB/s",
-                    "pid": HBM_PID,
-                    "ts": h.ps / 1e6,
-                    "args": {"GB/s": h.bytes_per_s / 1e9},
-                }
-            )
+        events += _thread(core, tids[track], display_name(track))
+    for core, e in engines:
+        events += _thread(core, dma_engine_id(e), f"dma engine {e}")
+    events += [_span(s, tids[s.track]) for s in rec.spans]
+    events += _moves(rec)
+    events += _hbm(rec)
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
 

@@ -1,9 +1,9 @@
 """The recorder: what a run observed, and the only writer of it.
 
-Engines' queue loops, DMA transfers and host copies add spans; the DMA adds HBM byte counts and
-bandwidth samples; the device API adds event times and memory high-water marks. Everyone else
-(the summary, the Perfetto and profile writers, tests) only reads. Times are integer
-picoseconds.
+Engines' queue loops, DMA transfers and host copies add spans; the DMA adds each transfer's data
+phase on its engines (`DmaMove`), HBM byte counts and bandwidth samples; the device API adds event
+times and memory high-water marks. Everyone else (the summary, the Perfetto and profile writers,
+tests) only reads. Times are integer picoseconds.
 
 A span is one instruction, one DMA transfer or one host copy on one track (`tracks`). Recording
 spans sits on the simulator's hot path, so a `Span` is a NamedTuple and `Recorder.add_span` is
@@ -39,6 +39,22 @@ class Span(NamedTuple):
         return self.end_ps - self.start_ps
 
 
+class DmaMove(NamedTuple):
+    """One DMA transfer's data phase: on each of `engines` (the core's DMA engine numbers) from
+    `start_ps` to `end_ps` (the pieces of a transfer move in lockstep). `overhead_ps` is the
+    time its setup cost its queue beyond the bytes (max(0, setup - data at full rate)): what a
+    small transfer costs for being a transfer."""
+
+    core: int
+    queue: int
+    engines: tuple[int, ...]
+    start_ps: int
+    end_ps: int
+    overhead_ps: int
+    index: int
+    kernel: str
+
+
 class HbmSample(NamedTuple):
     """From `ps` on, HBM stack `stack` moves `bytes_per_s` (until its next sample)."""
 
@@ -50,13 +66,15 @@ class HbmSample(NamedTuple):
 class Recorder:
     """Spans, HBM traffic and bandwidth samples, event times and memory high-water marks.
 
-    Read `spans`, `hbm_samples`, `events`, `peaks`, `hbm_bytes_read` and `hbm_bytes_written`;
-    write only through the methods."""
+    Read `spans`, `dma_moves`, `hbm_samples`, `events`, `peaks`, `hbm_bytes_read` and
+    `hbm_bytes_written`; write only through the methods."""
 
     def __init__(self):
         self._spans: list[Span] = []
         self._sorted: list[Span] | None = None
         self.add_span = self._spans.append  # add_span(span: Span) -> None
+        self.dma_moves: list[DmaMove] = []
+        self.dma_move = self.dma_moves.append  # dma_move(move: DmaMove) -> None
         self.hbm_samples: list[HbmSample] = []
         self._last_sample: dict[int, int] = {}  # stack -> index of its last sample
         self.hbm_bytes_read = 0

@@ -20,7 +20,7 @@ _START, _END, _BYTES = attrgetter("start_ps"), attrgetter("end_ps"), attrgetter(
 
 class QueueStats(NamedTuple):
     """One DMA queue's transfers: `busy_ps` is the union of their [submit, end] intervals
-    (transfers of a queue overlap while later ones pay their fixed cost)."""
+    (transfers of a queue overlap while later ones are set up)."""
 
     busy_ps: int
     bytes: int
@@ -99,7 +99,7 @@ def summarize(
         "total_time_ns": total_ps / 1000,
         "device_time_ns": device_ps / 1000,
         "engines": _engines(busy, device_ps),
-        "dma": _dma(_queue_stats(spans, dma_tracks)),
+        "dma": _dma(_queue_stats(spans, dma_tracks), _overheads(rec)),
         "hbm": {
             "bytes_read": rec.hbm_bytes_read,
             "bytes_written": rec.hbm_bytes_written,
@@ -146,13 +146,26 @@ def _engines(busy: dict[tuple[int, str], list], device_ps: int) -> dict:
     return engines
 
 
-def _dma(stats: dict[tuple[int, int], QueueStats]) -> dict:
+def _overheads(rec: Recorder) -> dict[tuple[int, int], int]:
+    """(core, queue) -> ps its transfers' setup cost beyond their bytes (`DmaMove`)."""
+    out: dict[tuple[int, int], int] = defaultdict(int)
+    for m in rec.dma_moves:
+        if m.overhead_ps:
+            out[(m.core, m.queue)] += m.overhead_ps
+    return out
+
+
+def _dma(stats: dict[tuple[int, int], QueueStats], overheads: dict) -> dict:
+    """Per queue; `setup_overhead_ns` is the time its small transfers cost beyond their bytes:
+    per transfer, how much longer its setup took than its data at full rate. A queue whose
+    overhead is a large part of its busy time is limited by its transfer count, not bandwidth."""
     return {
         f"core{core}.{dma_track(queue)}": {
             "busy_ns": st.busy_ps / 1000,
             "bytes": st.bytes,
             "transfers": st.transfers,
             "bandwidth_bytes_per_s": st.bytes / (st.busy_ps * 1e-12) if st.busy_ps else 0.0,
+            "setup_overhead_ns": overheads.get((core, queue), 0) / 1000,
         }
         for (core, queue), st in stats.items()
     }
@@ -194,11 +207,17 @@ def format_summary(s: dict) -> str:
             out.append(f"{name:<16}{busy:>12}{e['utilization']:>8.1%}{e['instructions']:>9}")
         out.append("")
     if s["dma"]:
-        out.append(f"{'dma queue':<16}{'busy':>12}{'bytes':>12}{'xfers':>7}{'rate':>13}")
+        out.append(
+            f"{'dma queue':<16}{'busy':>12}{'bytes':>12}{'xfers':>7}{'rate':>13}"
+            f"{'setup over bytes':>20}"
+        )
         for name, d in s["dma"].items():
+            over = d["setup_overhead_ns"]
+            share = f" ({over / d['busy_ns']:.0%})" if d["busy_ns"] else ""
             out.append(
                 f"{name:<16}{fmt_time_ns(d['busy_ns']):>12}{fmt_bytes(d['bytes']):>12}"
                 f"{d['transfers']:>7}{fmt_rate(d['bandwidth_bytes_per_s']):>13}"
+                f"{fmt_time_ns(over) + share:>20}"
             )
         out.append("")
     h = s["hbm"]

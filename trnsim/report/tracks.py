@@ -4,7 +4,8 @@ A span's `track` is a string: an engine's name ("tensor", "vector", "scalar", "g
 `Engine` label), "q<N>" for DMA queue N of a core, or "host" for host<->device copies (timed by
 the stream that issued them). `track_id` orders them: the engines by their `Engine` value (0-3),
 then the host track (99), then the DMA queues by number (100 + N). The core starts its queues
-and reports deadlocks in that order, and Perfetto uses it as the thread id and sort index.
+and reports deadlocks in that order, and Perfetto uses it as the thread id and sort index; its
+DMA-engine rows (data movement per engine, not spans) come after them (`dma_engine_id`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ ENGINE_TRACKS = tuple(e.label for e in Engine if e is not Engine.DMA)
 HOST = "host"
 HOST_ID = 99
 DMA_ID_BASE = 100  # queue N is track id DMA_ID_BASE + N
+DMA_ENGINE_ID_BASE = 1000  # DMA engine E's Perfetto row is DMA_ENGINE_ID_BASE + E
 _DMA_PREFIX = "q"
 _ENGINE_IDS = {e.label: int(e) for e in Engine if e is not Engine.DMA}
 
@@ -47,6 +49,11 @@ def track_id(track: str) -> int:
     if track == HOST:
         return HOST_ID
     return DMA_ID_BASE + dma_queue(track)
+
+
+def dma_engine_id(engine: int) -> int:
+    """The Perfetto thread id (and sort index) of a core's DMA engine `engine`."""
+    return DMA_ENGINE_ID_BASE + engine
 
 
 def display_name(track: str) -> str:
