@@ -5,7 +5,8 @@
     python benchmarks/bench_kernels.py --small      # smaller shapes, a few seconds in all
 
 For each op: the simulated time, its two bounds (FLOPs / the core's TensorE peak for the input
-dtype, and HBM bytes read and written / the core's DMA bandwidth, engines x engine bandwidth),
+dtype, and HBM bytes read / the core's DMA load bandwidth plus bytes written / its store
+bandwidth, each engines x the engine's rate),
 which one binds, the fraction of that bound the lowered kernel reaches, the instruction count
 and the wall-clock time of lowering and simulating it here.
 """
@@ -41,6 +42,7 @@ def cases(small: bool) -> list[tuple[str, dict, dict, float]]:
     """(label, tensors name -> (shape, dtype), op args, FLOPs)."""
     m, k, n = (1024, 2048, 2048) if small else (4096, 8192, 8192)
     r, d = (2048, 4096) if small else (8192, 8192)
+    h, sq = (4, 1024) if small else (32, 4096)
     return [
         (
             f"matmul {m}x{k}x{n}",
@@ -78,6 +80,24 @@ def cases(small: bool) -> list[tuple[str, dict, dict, float]]:
             {"op": "rms_norm", "x": "x", "out": "out", "weight": "w"},
             0.0,
         ),
+        (
+            f"attention causal h{h} s{sq} d128",
+            {
+                "q": ((1, h, sq, 128), BF16),
+                "k": ((1, h, sq, 128), BF16),
+                "v": ((1, h, sq, 128), BF16),
+                "out": ((1, h, sq, 128), BF16),
+            },
+            {
+                "op": "scaled_dot_product_attention",
+                "q": "q",
+                "k": "k",
+                "v": "v",
+                "out": "out",
+                "is_causal": True,
+            },
+            2 * 2 * sq * sq * 128 * h / 2,  # the unmasked half of QK^T and PV
+        ),
     ]
 
 
@@ -114,9 +134,15 @@ def main() -> None:
         cfg, specs, result, wall = run_case(a.chip, tensors, args)
         s = result.summary
         ns = s["device_time_ns"]
-        nbytes = sum(math.prod(t.shape) * t.dtype.itemsize for t in specs.values())
-        dma = cfg.core.dma.engines * cfg.core.dma.engine_bandwidth  # bytes/s of one core
-        t_dma = nbytes / dma * 1e9
+        d = cfg.core.dma
+        nbytes = {n: math.prod(t.shape) * t.dtype.itemsize for n, t in specs.items()}
+        written = nbytes[args["out"]]
+        # one core's DMA engines: loads at engine_bandwidth, stores at store_bandwidth
+        t_dma = (
+            ((sum(nbytes.values()) - written) / d.engine_bandwidth + written / d.store_bandwidth)
+            / d.engines
+            * 1e9
+        )
         t_fl = flops / peak_flops_per_core(cfg, BF16) * 1e9
         bound, which = max((t_fl, "compute"), (t_dma, "DMA"))
         instrs = sum(e["instructions"] for e in s["engines"].values()) + sum(

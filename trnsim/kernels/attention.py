@@ -10,16 +10,18 @@ top-left alignment); `scale` defaults to 1 / sqrt(D). The scores never leave the
 - per block of KB = 512 keys (stopping at the diagonal when causal): k^T [D, KB] and v (four
   [128, D] chunks) are loaded on rotating DMA queues; S = q k^T on TensorE into one PSUM bank;
   on the diagonal block S goes to SBUF and GpSimd masks it (`affine_select`); VectorE takes
-  the block's row max, m' = max(m, scale * max); ScalarE computes P = exp(scale * S - m')
-  (bf16, with its row sum in the same instruction) and the correction c = exp(m - m');
-  TensorE transposes P in 128-key chunks (PSUM), ScalarE copies them to SBUF, TensorE
-  accumulates P^T-chunk x v-chunk into PSUM; VectorE updates l = l * c + rowsum(P) and
-  acc = acc * c + P v;
+  the block's row max, m' = max(m, scale * max) (kept negated, in one instruction); ScalarE
+  computes P = exp(scale * S - m') (bf16, with its row sum in the same instruction) and the
+  correction c = exp(m - m'); TensorE transposes P in 128-key chunks (PSUM), ScalarE copies
+  them to SBUF, TensorE accumulates P^T-chunk x v-chunk into PSUM; GpSimd rescales
+  l = l * c + rowsum(P) and acc * c, VectorE adds P v;
 - out = acc / l, cast and stored.
 
-Every buffer rotates (two or three deep) so the next block's loads and matmuls overlap this
-block's softmax. TensorE does three passes per block (scores, transposes, P v) of which two
-count as FLOPs: it can reach about 2/3 of peak, less where ScalarE or VectorE bind.
+Query blocks are emitted INTERLEAVE at a time, stage by stage, so each engine alternates
+between independent blocks; every buffer rotates; and the scores of key block j + 1 are issued
+before block j's softmax, so TensorE computes them while the other engines work on block j.
+TensorE does three passes per block (scores, transposes, P v) of which two count as FLOPs: it
+can reach about 2/3 of peak, less where ScalarE or VectorE bind.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from trnsim.isa import (
     Activation,
     AffineSelect,
     DmaCopy,
+    Engine,
     Matmul,
     Memset,
     TensorCopy,
@@ -46,6 +49,8 @@ from trnsim.kernels.builder import KernelBuilder, ap
 __all__ = ["lower_attention"]
 
 KB = 512  # keys per block: one PSUM bank of fp32 scores
+INTERLEAVE = 3  # query blocks in flight at once (`_interleave`)
+_DONE = object()
 NEG = -3.4028234663852886e38  # the most negative fp32: the mask's fill and m's start
 
 
@@ -62,15 +67,38 @@ def lower_attention(
         raise TraceError(_shapes(tq, tk, tv, to))
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     t = _Tiles(b, cfg, D, tq.dtype, to.dtype)
-    for batch in _indices(lead):
-        for h in range(H):
-            hk = h // (H // Hkv)
-            for q0 in range(0, S, t.P):
-                qw = min(t.P, S - q0)
-                kv = (k, v, (*batch, hk), Skv)
-                _query_block(
-                    b, t, (q, (*batch, h)), kv, (out, (*batch, h)), q0, qw, is_causal, scale
-                )
+    blocks = (
+        _query_block(
+            b,
+            t,
+            (q, (*batch, h)),
+            (k, v, (*batch, h // (H // Hkv)), Skv),
+            (out, (*batch, h)),
+            q0,
+            min(t.P, S - q0),
+            is_causal,
+            scale,
+        )
+        for batch in _indices(lead)
+        for h in range(H)
+        for q0 in range(0, S, t.P)
+    )
+    _interleave(blocks, INTERLEAVE)
+
+
+def _interleave(blocks, width: int) -> None:
+    """Emit the query blocks' stages round-robin, `width` blocks at a time: the blocks are
+    independent, so each engine alternates between them and one block's dependency chain
+    (load, scores, max, exp, transposes, P v) hides behind the others' work."""
+    active: list = []
+    for block in blocks:
+        active.append(block)
+        if len(active) < width:
+            continue
+        while len(active) == width:
+            active = [g for g in active if next(g, _DONE) is not _DONE]
+    while active:
+        active = [g for g in active if next(g, _DONE) is not _DONE]
 
 
 def _shapes(tq, tk, tv, to) -> str:
@@ -89,40 +117,43 @@ def _indices(lead: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 
 class _Tiles:
-    """The kernel's rotating buffers and a counter per kind."""
+    """The kernel's buffers, by kind: a stage takes one (a free one, or a new tile when none
+    is free) and gives it back after the last instruction that uses it, so each kind holds as
+    many tiles as are ever live at once (a few, with INTERLEAVE blocks in flight); the builder
+    orders a taken tile's next writes after its earlier reads."""
 
     def __init__(self, b: KernelBuilder, cfg: ChipConfig, D: int, in_dt, out_dt):
+        self.b = b
         self.P, self.D, self.in_dt, self.out_dt = cfg.core.tensor.rows, D, in_dt, out_dt
         self.dma_transpose = in_dt.itemsize in (2, 4) and cfg.core.dma.transpose_hbm_rate > 0
         f32, bf16, P = dtype("float32"), dtype("bfloat16"), self.P
-        chunks = KB // P
-        sb = lambda n, shape, dt, k: [b.tile(n, "sbuf", shape, dt) for _ in range(k)]  # noqa: E731
-        ps = lambda n, shape, dt, k: [b.tile(n, "psum", shape, dt) for _ in range(k)]  # noqa: E731
-        self.qT = sb("qT", (P, P), in_dt, 2)
-        self.kT = sb("kT", (P, KB), in_dt, 3)
-        self.v = sb("v", (P, chunks * D), in_dt, 3)
-        self.s = ps("s", (P, KB), f32, 2)
-        self.s_sb = sb("s_sb", (P, KB), f32, 2)
-        self.p = sb("p", (P, KB), bf16, 2)
-        self.pT = ps("pT", (P, chunks * P), bf16, 2)
-        self.pT_sb = sb("pT_sb", (P, chunks * P), bf16, 2)
-        self.pv = ps("pv", (P, D), f32, 2)
-        self.acc = sb("acc", (P, D), f32, 2)
-        self.o = sb("o", (P, D), out_dt, 2)
-        cols = ("m", "m_new", "nm", "c", "l", "lb", "mx")
-        self.col = {n: sb(n, (P, 1), f32, 2) for n in cols}
-        self.raw = (
-            None
-            if self.dma_transpose
-            else (sb("q_raw", (P, P), in_dt, 1)[0], ps("q_tp", (P, P), in_dt, 1)[0])
-        )
-        self.n: dict[str, int] = {}
+        self.kinds = {  # kind -> (memory, shape, dtype)
+            "qT": ("sbuf", (P, P), in_dt),
+            "kT": ("sbuf", (P, KB), in_dt),
+            "v": ("sbuf", (P, KB // P * D), in_dt),
+            "s": ("psum", (P, KB), f32),
+            "s_sb": ("sbuf", (P, KB), f32),
+            "p": ("sbuf", (P, KB), bf16),
+            "pT": ("psum", (P, P), bf16),  # one per 128-key chunk of P
+            "pT_sb": ("sbuf", (P, P), bf16),
+            "pv": ("psum", (P, D), f32),
+            "acc": ("sbuf", (P, D), f32),
+            "o": ("sbuf", (P, D), out_dt),
+            "col": ("sbuf", (P, 1), f32),  # the [rows, 1] statistics
+            "raw": ("sbuf", (P, P), in_dt),  # NC-v2: loads turned on TensorE
+            "tp": ("psum", (P, P), in_dt),
+        }
+        self.free: dict[str, list[str]] = {k: [] for k in self.kinds}
         self.queue = 0
 
-    def next(self, kind: str, pool: list[str]) -> str:
-        i = self.n.get(kind, 0)
-        self.n[kind] = i + 1
-        return pool[i % len(pool)]
+    def take(self, kind: str) -> str:
+        if self.free[kind]:
+            return self.free[kind].pop()
+        memory, shape, dt = self.kinds[kind]
+        return self.b.tile(kind, memory, shape, dt)
+
+    def give(self, kind: str, *names: str) -> None:
+        self.free[kind].extend(names)
 
     def q(self) -> int:
         self.queue += 1
@@ -138,7 +169,7 @@ def _load_t(b: KernelBuilder, t: _Tiles, tensor: str, index: tuple, r0: int, row
         d = ap(dst, slice(0, D), slice(0, rows))
         b.emit(DmaCopy, [src], [d], src=src, dst=d, queue=t.q(), transpose=True)
         return
-    raw, tp = t.raw
+    raw, tp = t.take("raw"), t.take("tp")
     for c in range(0, rows, t.P):
         w = min(t.P, rows - c)
         src = ap(tensor, *index, slice(r0 + c, r0 + c + w), slice(None))
@@ -148,46 +179,75 @@ def _load_t(b: KernelBuilder, t: _Tiles, tensor: str, index: tuple, r0: int, row
         b.emit(Transpose, [r], [p], src=r, dst=p)
         d = ap(dst, slice(0, D), slice(c, c + w))
         b.emit(TensorCopy, [p], [d], src=p, dst=d)
+    t.give("raw", raw)
+    t.give("tp", tp)
 
 
 def _query_block(b, t: _Tiles, qh, kv, oh, q0: int, qw: int, causal: bool, scale: float):
+    """One block of qw query rows from q0, as a generator of its stages (`_interleave`): every
+    key block's scores one step ahead of the previous block's softmax and P v, so TensorE
+    computes S(j + 1) while the other engines work on block j."""
     (q, qi), (k, v, ki, skv), (out, oi) = qh, kv, oh
     D, r = t.D, slice(0, qw)
-    qt = t.next("qT", t.qT)
+    qt = t.take("qT")
     _load_t(b, t, q, qi, q0, qw, qt)
     qT = ap(qt, slice(0, D), slice(0, qw))
-    col = {n: ap(t.next(n, pool), r) for n, pool in t.col.items()}
-    acc = ap(t.next("acc", t.acc), r)
-    b.emit(Memset, [], [col["m"]], dst=col["m"], value=NEG)
-    b.emit(Memset, [], [col["l"]], dst=col["l"], value=0.0)
-    b.emit(Memset, [], [acc], dst=acc, value=0.0)
+    # the state: -m (negated running max; two tiles, this block's and the next's), l, acc
+    cols = [t.take("col") for _ in range(6)]
+    acc_t = t.take("acc")
+    state = {
+        "nm": [ap(cols[0], r), ap(cols[1], r)],
+        "l": ap(cols[2], r),
+        "acc": ap(acc_t, r),
+        "cols": {n: ap(c, r) for n, c in zip(("c", "lb", "mx"), cols[3:])},
+    }
+    b.emit(Memset, [], [state["nm"][0]], dst=state["nm"][0], value=-NEG, engine=Engine.GPSIMD)
+    b.emit(Memset, [], [state["l"]], dst=state["l"], value=0.0, engine=Engine.GPSIMD)
+    b.emit(Memset, [], [state["acc"]], dst=state["acc"], value=0.0, engine=Engine.GPSIMD)
+    yield
     end = min(skv, q0 + qw) if causal else skv
-    for t0 in range(0, end, KB):
+    pending = None
+    for n, t0 in enumerate(range(0, end, KB)):
         kw = min(KB, skv - t0, end - t0 if causal else KB)
-        _key_block(b, t, qT, col, acc, (k, v, ki), q0, qw, t0, kw, causal, scale)
-    o = ap(t.next("o", t.o), r)
-    b.emit(TensorScalar, [acc, col["l"]], [o], src=acc, dst=o, op0="divide", operand0=col["l"])
+        scores = _scores(b, t, qT, (k, v, ki), q0, qw, t0, kw, causal)
+        yield
+        if pending is not None:
+            _softmax_pv(b, t, state, *pending, scale)
+            yield
+        pending = (n, scores, qw, kw)
+    _softmax_pv(b, t, state, *pending, scale)
+    yield
+    ot = t.take("o")
+    o = ap(ot, r)
+    acc, l_ = state["acc"], state["l"]
+    b.emit(TensorScalar, [acc, l_], [o], src=acc, dst=o, op0="divide", operand0=l_)
     dst = ap(out, *oi, slice(q0, q0 + qw), slice(None))
     b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + t.q())
+    t.give("o", ot)
+    t.give("col", *cols)
+    t.give("acc", acc_t)
+    t.give("qT", qt)
 
 
-def _key_block(b, t: _Tiles, qT, col, acc, kv, q0, qw, t0, kw, causal, scale) -> None:
-    """One block of kw keys from t0: scores, online softmax, P v into acc (module doc)."""
+def _scores(b, t: _Tiles, qT, kv, q0, qw, t0, kw, causal) -> tuple:
+    """Load block t0's k^T and v, S = q k^T (masked on the diagonal): (S, its kind, v tile,
+    chunks)."""
     k, v, ki = kv
     P, D, r, kr = t.P, t.D, slice(0, qw), slice(0, kw)
-    kt = t.next("kT", t.kT)
+    kt = t.take("kT")
     _load_t(b, t, k, ki, t0, kw, kt)
     kT = ap(kt, slice(0, D), kr)
-    vt = t.next("v", t.v)
+    vt = t.take("v")
     chunks = [(j, min(P, kw - j * P)) for j in range((kw + P - 1) // P)]
     for j, cw in chunks:
         src = ap(v, *ki, slice(t0 + j * P, t0 + j * P + cw), slice(None))
         dst = ap(vt, slice(0, cw), slice(j * D, (j + 1) * D))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=t.q())
-    s = ap(t.next("s", t.s), r, kr)
+    s = ap(t.take("s"), r, kr)
     b.emit(Matmul, [qT, kT], [s], stationary=qT, moving=kT, dst=s)
+    t.give("kT", kt)
     if causal and t0 + kw - 1 > q0:  # the diagonal: keys after the query get -inf
-        masked = ap(t.next("s_sb", t.s_sb), r, kr)
+        masked = ap(t.take("s_sb"), r, kr)
         b.emit(TensorCopy, [s], [masked], src=s, dst=masked)
         b.emit(
             AffineSelect,
@@ -201,22 +261,34 @@ def _key_block(b, t: _Tiles, qT, col, acc, kv, q0, qw, t0, kw, causal, scale) ->
             partition_step=1,
             step=-1,
         )
-        s = masked
-    m, mn, nm, c, lb, mx = (col[n] for n in ("m", "m_new", "nm", "c", "lb", "mx"))
+        t.give("s", s.name)
+        return masked, "s_sb", vt, chunks
+    return s, "s", vt, chunks
+
+
+def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: int, scale):
+    """Block n's online softmax and P v into the state (module doc): -m' = min(-scale * max,
+    -m) in one VectorE instruction, P and its row sum in one ScalarE instruction, the
+    correction c = exp(-(-m) + (-m')) on ScalarE; l and acc rescaled on GpSimd, P v added on
+    VectorE."""
+    s, s_kind, vt, chunks = scores
+    P, D, r, kr = t.P, t.D, slice(0, qw), slice(0, kw)
+    nm_old, nm = state["nm"][n % 2], state["nm"][(n + 1) % 2]
+    c, lb, mx = (state["cols"][k] for k in ("c", "lb", "mx"))
+    l_, acc = state["l"], state["acc"]
     b.emit(TensorReduce, [s], [mx], alu="max", src=s, dst=mx)
     b.emit(
         TensorScalar,
-        [mx, m],
-        [mn],
+        [mx, nm_old],
+        [nm],
         src=mx,
-        dst=mn,
+        dst=nm,
         op0="multiply",
-        operand0=scale,
-        op1="max",
-        operand1=m,
+        operand0=-scale,
+        op1="min",
+        operand1=nm_old,
     )
-    b.emit(TensorScalar, [mn], [nm], src=mn, dst=nm, op0="multiply", operand0=-1.0)
-    p = ap(t.next("p", t.p), r, kr)
+    p = ap(t.take("p"), r, kr)
     b.emit(
         Activation,
         [s, nm],
@@ -229,9 +301,7 @@ def _key_block(b, t: _Tiles, qT, col, acc, kv, q0, qw, t0, kw, causal, scale) ->
         reduce="add",
         reduce_dst=lb,
     )
-    b.emit(Activation, [m, nm], [c], func="exp", src=m, dst=c, bias=nm)
-    b.emit(TensorCopy, [mn], [m], src=mn, dst=m)
-    l_ = col["l"]
+    b.emit(Activation, [nm_old, nm], [c], func="exp", src=nm_old, dst=c, scale=-1.0, bias=nm)
     b.emit(
         TensorScalar,
         [l_, c, lb],
@@ -242,18 +312,35 @@ def _key_block(b, t: _Tiles, qT, col, acc, kv, q0, qw, t0, kw, causal, scale) ->
         operand0=c,
         op1="add",
         operand1=lb,
+        engine=Engine.GPSIMD,
     )
-    pT, pT_sb = t.next("pT", t.pT), t.next("pT_sb", t.pT_sb)
-    pv = ap(t.next("pv", t.pv), r)
+    t.give(s_kind, s.name)
+    pT = [t.take("pT") for _ in chunks]
+    pT_sb = [t.take("pT_sb") for _ in chunks]
+    pv = ap(t.take("pv"), r)
     for j, cw in chunks:
         src = ap(p.name, r, slice(j * P, j * P + cw))
-        tp = ap(pT, slice(0, cw), slice(j * P, j * P + qw))
+        tp = ap(pT[j], slice(0, cw), slice(0, qw))
         b.emit(Transpose, [src], [tp], src=src, dst=tp)
-        sbt = ap(pT_sb, slice(0, cw), slice(j * P, j * P + qw))
+        sbt = ap(pT_sb[j], slice(0, cw), slice(0, qw))
         b.emit(Activation, [tp], [sbt], func="copy", src=tp, dst=sbt)
     for j, cw in chunks:
-        st = ap(pT_sb, slice(0, cw), slice(j * P, j * P + qw))
+        st = ap(pT_sb[j], slice(0, cw), slice(0, qw))
         mv = ap(vt, slice(0, cw), slice(j * D, (j + 1) * D))
         b.emit(Matmul, [st, mv], [pv], stationary=st, moving=mv, dst=pv, accumulate=j > 0)
-    b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c)
+    b.emit(
+        TensorScalar,
+        [acc, c],
+        [acc],
+        src=acc,
+        dst=acc,
+        op0="multiply",
+        operand0=c,
+        engine=Engine.GPSIMD,
+    )
     b.emit(TensorTensor, [acc, pv], [acc], alu="add", src0=acc, src1=pv, dst=acc)
+    t.give("p", p.name)
+    t.give("pT", *pT)
+    t.give("pT_sb", *pT_sb)
+    t.give("pv", pv.name)
+    t.give("v", vt)
