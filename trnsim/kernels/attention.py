@@ -49,8 +49,23 @@ from trnsim.kernels.builder import KernelBuilder, ap
 __all__ = ["lower_attention"]
 
 KB = 512  # keys per block: one PSUM bank of fp32 scores
-INTERLEAVE = 3  # query blocks in flight at once (`_interleave`)
+INTERLEAVE = 2  # query blocks in flight at once (`_interleave`)
 _DONE = object()
+QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 4)}  # kind -> (first, count)
+DEPTH = {  # tiles of a kind before any is reused: enough for INTERLEAVE blocks in flight
+    "qT": INTERLEAVE + 1,
+    "kT": 4 * INTERLEAVE,
+    "v": 4 * INTERLEAVE,
+    "s": 2 * INTERLEAVE,  # PSUM (16 KiB): 6 x 2 KiB of scores, 2 x 1 KiB of P^T, 2 x 512 B
+    "s_sb": INTERLEAVE,
+    "p": INTERLEAVE,
+    "pT": 2,
+    "pT_sb": INTERLEAVE,
+    "pv": 2,
+    "acc": INTERLEAVE + 1,
+    "o": 2,
+    "col": 6 * (INTERLEAVE + 1),
+}
 NEG = -3.4028234663852886e38  # the most negative fp32: the mask's fill and m's start
 
 
@@ -117,10 +132,9 @@ def _indices(lead: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 
 class _Tiles:
-    """The kernel's buffers, by kind: a stage takes one (a free one, or a new tile when none
-    is free) and gives it back after the last instruction that uses it, so each kind holds as
-    many tiles as are ever live at once (a few, with INTERLEAVE blocks in flight); the builder
-    orders a taken tile's next writes after its earlier reads."""
+    """The kernel's buffers, by kind: a stage takes one and gives it back after the last
+    instruction that uses it; a kind has DEPTH tiles (more only if more are live at once),
+    reused in turn; the builder orders a taken tile's next writes after its earlier reads."""
 
     def __init__(self, b: KernelBuilder, cfg: ChipConfig, D: int, in_dt, out_dt):
         self.b = b
@@ -134,8 +148,8 @@ class _Tiles:
             "s": ("psum", (P, KB), f32),
             "s_sb": ("sbuf", (P, KB), f32),
             "p": ("sbuf", (P, KB), bf16),
-            "pT": ("psum", (P, P), bf16),  # one per 128-key chunk of P
-            "pT_sb": ("sbuf", (P, P), bf16),
+            "pT": ("psum", (P, KB), bf16),  # P^T's chunks side by side
+            "pT_sb": ("sbuf", (P, KB), bf16),
             "pv": ("psum", (P, D), f32),
             "acc": ("sbuf", (P, D), f32),
             "o": ("sbuf", (P, D), out_dt),
@@ -144,37 +158,57 @@ class _Tiles:
             "tp": ("psum", (P, P), in_dt),
         }
         self.free: dict[str, list[str]] = {k: [] for k in self.kinds}
-        self.queue = 0
+        self.made: dict[str, int] = {}
+        self.scalar_max = cfg.core.scalar.reduce_max  # NC-v2's ScalarE reduces by add only
+        self.turns = 0
+        self.queues: dict[str, int] = {}
 
     def take(self, kind: str) -> str:
-        if self.free[kind]:
-            return self.free[kind].pop()
+        """A tile of `kind`: a new one until the kind has DEPTH of them, then the one given
+        back longest ago (so the next use of a tile is as far from its last as can be)."""
+        made = self.made.setdefault(kind, 0)
+        if self.free[kind] and made >= DEPTH.get(kind, 1):
+            return self.free[kind].pop(0)
+        self.made[kind] = made + 1
         memory, shape, dt = self.kinds[kind]
         return self.b.tile(kind, memory, shape, dt)
 
     def give(self, kind: str, *names: str) -> None:
         self.free[kind].extend(names)
 
-    def q(self) -> int:
-        self.queue += 1
-        return (self.queue - 1) % 8
+    def turn(self) -> bool:
+        """Alternates: which of VectorE and ScalarE takes the row max (and the other the
+        copy of P^T) for the next key block."""
+        self.turns += 1
+        return self.scalar_max and self.turns % 2 == 1
+
+    def q(self, kind: str) -> int:
+        """The next DMA queue for a transfer of `kind`: each kind has queues of its own, so a
+        transfer waiting for its buffer (a q^T load waits for the scores of the block that
+        used it before) never holds up another kind's behind it (queues are FIFO)."""
+        first, n = QUEUES[kind]
+        i = self.queues.get(kind, 0)
+        self.queues[kind] = i + 1
+        return first + i % n
 
 
-def _load_t(b: KernelBuilder, t: _Tiles, tensor: str, index: tuple, r0: int, rows: int, dst: str):
+def _load_t(
+    b: KernelBuilder, t: _Tiles, kind: str, tensor: str, index, r0: int, rows: int, dst: str
+):
     """dst[0:D, 0:rows] = tensor[*index, r0:r0 + rows, :] transposed: a DMA transpose, or
     128-row loads each turned on TensorE where the chip's DMA has none."""
     D = t.D
     if t.dma_transpose:
         src = ap(tensor, *index, slice(r0, r0 + rows), slice(None))
         d = ap(dst, slice(0, D), slice(0, rows))
-        b.emit(DmaCopy, [src], [d], src=src, dst=d, queue=t.q(), transpose=True)
+        b.emit(DmaCopy, [src], [d], src=src, dst=d, queue=t.q(kind), transpose=True)
         return
     raw, tp = t.take("raw"), t.take("tp")
     for c in range(0, rows, t.P):
         w = min(t.P, rows - c)
         src = ap(tensor, *index, slice(r0 + c, r0 + c + w), slice(None))
         r = ap(raw, slice(0, w), slice(0, D))
-        b.emit(DmaCopy, [src], [r], src=src, dst=r, queue=t.q())
+        b.emit(DmaCopy, [src], [r], src=src, dst=r, queue=t.q(kind))
         p = ap(tp, slice(0, D), slice(0, w))
         b.emit(Transpose, [r], [p], src=r, dst=p)
         d = ap(dst, slice(0, D), slice(c, c + w))
@@ -184,13 +218,14 @@ def _load_t(b: KernelBuilder, t: _Tiles, tensor: str, index: tuple, r0: int, row
 
 
 def _query_block(b, t: _Tiles, qh, kv, oh, q0: int, qw: int, causal: bool, scale: float):
-    """One block of qw query rows from q0, as a generator of its stages (`_interleave`): every
-    key block's scores one step ahead of the previous block's softmax and P v, so TensorE
-    computes S(j + 1) while the other engines work on block j."""
+    """One block of qw query rows from q0, as a generator of its stages (`_interleave`): key
+    block j + 1 is loaded while block j's scores are computed, and every block's scores come
+    one stage before the previous block's softmax and P v, so TensorE computes S(j + 1) while
+    the other engines work on block j."""
     (q, qi), (k, v, ki, skv), (out, oi) = qh, kv, oh
     D, r = t.D, slice(0, qw)
     qt = t.take("qT")
-    _load_t(b, t, q, qi, q0, qw, qt)
+    _load_t(b, t, "q", q, qi, q0, qw, qt)
     qT = ap(qt, slice(0, D), slice(0, qw))
     # the state: -m (negated running max; two tiles, this block's and the next's), l, acc
     cols = [t.take("col") for _ in range(6)]
@@ -204,45 +239,65 @@ def _query_block(b, t: _Tiles, qh, kv, oh, q0: int, qw: int, causal: bool, scale
     b.emit(Memset, [], [state["nm"][0]], dst=state["nm"][0], value=-NEG, engine=Engine.GPSIMD)
     b.emit(Memset, [], [state["l"]], dst=state["l"], value=0.0, engine=Engine.GPSIMD)
     b.emit(Memset, [], [state["acc"]], dst=state["acc"], value=0.0, engine=Engine.GPSIMD)
-    yield
     end = min(skv, q0 + qw) if causal else skv
+    blocks = [(t0, min(KB, skv - t0, end - t0)) for t0 in range(0, end, KB)]
+    loaded = _load_kv(b, t, (k, v, ki), *blocks[0])
+    yield
     pending = None
-    for n, t0 in enumerate(range(0, end, KB)):
-        kw = min(KB, skv - t0, end - t0 if causal else KB)
-        scores = _scores(b, t, qT, (k, v, ki), q0, qw, t0, kw, causal)
+    for n, (t0, kw) in enumerate(blocks):
+        scores = _scores(b, t, qT, loaded, q0, qw, t0, kw, causal)
+        if n + 1 < len(blocks):
+            loaded = _load_kv(b, t, (k, v, ki), *blocks[n + 1])
         yield
         if pending is not None:
-            _softmax_pv(b, t, state, *pending, scale)
-            yield
+            yield from _softmax_pv(b, t, state, *pending, scale)
         pending = (n, scores, qw, kw)
-    _softmax_pv(b, t, state, *pending, scale)
-    yield
+    yield from _softmax_pv(b, t, state, *pending, scale)
     ot = t.take("o")
     o = ap(ot, r)
     acc, l_ = state["acc"], state["l"]
     b.emit(TensorScalar, [acc, l_], [o], src=acc, dst=o, op0="divide", operand0=l_)
     dst = ap(out, *oi, slice(q0, q0 + qw), slice(None))
-    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + t.q())
+    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=t.q("out"))
     t.give("o", ot)
     t.give("col", *cols)
     t.give("acc", acc_t)
     t.give("qT", qt)
 
 
-def _scores(b, t: _Tiles, qT, kv, q0, qw, t0, kw, causal) -> tuple:
-    """Load block t0's k^T and v, S = q k^T (masked on the diagonal): (S, its kind, v tile,
-    chunks)."""
+def _load_kv(b, t: _Tiles, kv, t0: int, kw: int) -> tuple:
+    """Load key block t0 (kw keys): k^T [D, kw] and v. (k^T tile, v tile, chunks), a chunk
+    (P's columns as a slice, its keys, v's columns) per 128-or-fewer keys. With kw a multiple
+    of 4, v comes in ONE DMA, in flat order: partition p holds keys 4p .. 4p + 3, so chunk j
+    is the keys 4p + j (P's columns j::4); otherwise one DMA per 128 consecutive keys."""
     k, v, ki = kv
-    P, D, r, kr = t.P, t.D, slice(0, qw), slice(0, kw)
+    P, D = t.P, t.D
     kt = t.take("kT")
-    _load_t(b, t, k, ki, t0, kw, kt)
-    kT = ap(kt, slice(0, D), kr)
+    _load_t(b, t, "k", k, ki, t0, kw, kt)
     vt = t.take("v")
-    chunks = [(j, min(P, kw - j * P)) for j in range((kw + P - 1) // P)]
-    for j, cw in chunks:
+    if kw % 4 == 0 and kw // 4 <= P:
+        rows = kw // 4
+        src = ap(v, *ki, slice(t0, t0 + kw), slice(None))
+        dst = ap(vt, slice(0, rows), slice(0, 4 * D))
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=t.q("v"))
+        chunks = [(slice(j, kw, 4), rows, slice(j * D, (j + 1) * D)) for j in range(4)]
+        return kt, vt, chunks
+    chunks = []
+    for j in range((kw + P - 1) // P):
+        cw = min(P, kw - j * P)
         src = ap(v, *ki, slice(t0 + j * P, t0 + j * P + cw), slice(None))
         dst = ap(vt, slice(0, cw), slice(j * D, (j + 1) * D))
-        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=t.q())
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=t.q("v"))
+        chunks.append((slice(j * P, j * P + cw), cw, slice(j * D, (j + 1) * D)))
+    return kt, vt, chunks
+
+
+def _scores(b, t: _Tiles, qT, loaded: tuple, q0, qw, t0, kw, causal) -> tuple:
+    """S = q k^T of a loaded key block, masked on the diagonal: (S, its kind, v tile,
+    chunks)."""
+    kt, vt, chunks = loaded
+    r, kr = slice(0, qw), slice(0, kw)
+    kT = ap(kt, slice(0, t.D), kr)
     s = ap(t.take("s"), r, kr)
     b.emit(Matmul, [qT, kT], [s], stationary=qT, moving=kT, dst=s)
     t.give("kT", kt)
@@ -267,16 +322,22 @@ def _scores(b, t: _Tiles, qT, kv, q0, qw, t0, kw, causal) -> tuple:
 
 
 def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: int, scale):
-    """Block n's online softmax and P v into the state (module doc): -m' = min(-scale * max,
-    -m) in one VectorE instruction, P and its row sum in one ScalarE instruction, the
-    correction c = exp(-(-m) + (-m')) on ScalarE; l and acc rescaled on GpSimd, P v added on
-    VectorE."""
+    """Block n's online softmax and P v into the state, two stages (module doc): the row max
+    on VectorE or ScalarE in turn, -m' = min(-scale * max, -m) in one VectorE instruction, P
+    and its row sum in one ScalarE instruction, the correction c = exp(-(-m) + (-m')) on
+    ScalarE; P^T's chunks into one PSUM tile and out of it in one copy (by the engine that did
+    not take the max); l and acc rescaled on GpSimd, P v added on VectorE."""
     s, s_kind, vt, chunks = scores
-    P, D, r, kr = t.P, t.D, slice(0, qw), slice(0, kw)
+    P, r, kr = t.P, slice(0, qw), slice(0, kw)
     nm_old, nm = state["nm"][n % 2], state["nm"][(n + 1) % 2]
     c, lb, mx = (state["cols"][k] for k in ("c", "lb", "mx"))
     l_, acc = state["l"], state["acc"]
-    b.emit(TensorReduce, [s], [mx], alu="max", src=s, dst=mx)
+    p = ap(t.take("p"), r, kr)
+    turn = t.turn()
+    if turn:  # ScalarE's copy with a max reduction; its elementwise result is overwritten
+        b.emit(Activation, [s], [p, mx], func="copy", src=s, dst=p, reduce="max", reduce_dst=mx)
+    else:
+        b.emit(TensorReduce, [s], [mx], alu="max", src=s, dst=mx)
     b.emit(
         TensorScalar,
         [mx, nm_old],
@@ -288,7 +349,7 @@ def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: i
         op1="min",
         operand1=nm_old,
     )
-    p = ap(t.take("p"), r, kr)
+    yield  # every step on another engine than the last is a stage of its own
     b.emit(
         Activation,
         [s, nm],
@@ -315,19 +376,32 @@ def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: i
         engine=Engine.GPSIMD,
     )
     t.give(s_kind, s.name)
-    pT = [t.take("pT") for _ in chunks]
-    pT_sb = [t.take("pT_sb") for _ in chunks]
-    pv = ap(t.take("pv"), r)
-    for j, cw in chunks:
-        src = ap(p.name, r, slice(j * P, j * P + cw))
-        tp = ap(pT[j], slice(0, cw), slice(0, qw))
+    yield  # the softmax, then (a stage later: other blocks' work in between) P v
+    pT, pT_sb = t.take("pT"), t.take("pT_sb")
+    for j, (cols, keys, _) in enumerate(chunks):
+        src = ap(p.name, r, cols)
+        tp = ap(pT, slice(0, keys), slice(j * P, j * P + qw))
         b.emit(Transpose, [src], [tp], src=src, dst=tp)
-        sbt = ap(pT_sb[j], slice(0, cw), slice(0, qw))
-        b.emit(Activation, [tp], [sbt], func="copy", src=tp, dst=sbt)
-    for j, cw in chunks:
-        st = ap(pT_sb[j], slice(0, cw), slice(0, qw))
-        mv = ap(vt, slice(0, cw), slice(j * D, (j + 1) * D))
+    yield
+    rows = max(keys for _, keys, _ in chunks)
+    spans = (
+        [(slice(0, rows), slice(0, len(chunks) * P))]
+        if qw == P
+        else [(slice(0, keys), slice(j * P, j * P + qw)) for j, (_, keys, _) in enumerate(chunks)]
+    )  # one copy of the whole tile, or one per chunk where qw < 128 leaves gaps
+    for rs, cs in spans:
+        a, z = ap(pT, rs, cs), ap(pT_sb, rs, cs)
+        if turn:
+            b.emit(TensorCopy, [a], [z], src=a, dst=z)
+        else:
+            b.emit(Activation, [a], [z], func="copy", src=a, dst=z)
+    yield
+    pv = ap(t.take("pv"), r)
+    for j, (_, keys, vcols) in enumerate(chunks):
+        st = ap(pT_sb, slice(0, keys), slice(j * P, j * P + qw))
+        mv = ap(vt, slice(0, keys), vcols)
         b.emit(Matmul, [st, mv], [pv], stationary=st, moving=mv, dst=pv, accumulate=j > 0)
+    yield
     b.emit(
         TensorScalar,
         [acc, c],
@@ -340,7 +414,8 @@ def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: i
     )
     b.emit(TensorTensor, [acc, pv], [acc], alu="add", src0=acc, src1=pv, dst=acc)
     t.give("p", p.name)
-    t.give("pT", *pT)
-    t.give("pT_sb", *pT_sb)
+    t.give("pT", pT)
+    t.give("pT_sb", pT_sb)
     t.give("pv", pv.name)
     t.give("v", vt)
+    yield
