@@ -21,3 +21,8 @@ class SimError(TrnsimError):
 
 class DeadlockError(SimError):
     """The event queue ran dry while some queue still waits on a semaphore."""
+
+
+class OutOfMemoryError(TrnsimError):
+    """A device allocation does not fit: the message says what was requested, what is free and
+    the largest free block (torch.cuda.OutOfMemoryError's counterpart)."""

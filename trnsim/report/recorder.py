@@ -1,9 +1,9 @@
 """The recorder: what a run observed, and the only writer of it.
 
 Engines' queue loops, DMA transfers and host copies add spans; the DMA adds HBM byte counts and
-bandwidth samples; the device API adds event times and memory high-water marks. Everyone else
-(the summary, the Perfetto and profile writers, tests) only reads. Times are integer
-picoseconds.
+bandwidth samples; the device API adds event times, memory high-water marks and the calls of its
+host threads. Everyone else (the summary, the Perfetto and profile writers, tests) only reads.
+Times are integer picoseconds.
 
 A span is one instruction, one DMA transfer or one host copy on one track (`tracks`). Recording
 spans sits on the simulator's hot path, so a `Span` is a NamedTuple and `Recorder.add_span` is
@@ -39,6 +39,16 @@ class Span(NamedTuple):
         return self.end_ps - self.start_ps
 
 
+class HostCall(NamedTuple):
+    """One device-API call on a simulated host thread: what it did, from when to when (ps)."""
+
+    thread: str
+    op: str
+    start_ps: int
+    end_ps: int
+    detail: str
+
+
 class HbmSample(NamedTuple):
     """From `ps` on, HBM stack `stack` moves `bytes_per_s` (until its next sample)."""
 
@@ -63,6 +73,7 @@ class Recorder:
         self.hbm_bytes_written = 0
         self.events: dict[str, int] = {}  # event name -> ps it was last recorded at
         self.peaks: dict[str, int] = dict.fromkeys(MEMORIES, 0)  # memory -> bytes
+        self.host_calls: list[HostCall] = []  # appended by the runtime's host threads
 
     # -- writing -------------------------------------------------------------------------------
 
