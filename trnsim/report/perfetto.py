@@ -1,8 +1,10 @@
 """The timeline as Chrome trace JSON, which ui.perfetto.dev and chrome://tracing open.
 
 One process per NeuronCore, one thread per track (engine, DMA queue, host copies; `tracks` gives
-their thread ids, order and names), one complete event ("ph": "X") per span, and a process "HBM"
-with one counter track per stack giving its bandwidth.
+their thread ids, order and names), one complete event ("ph": "X") per span; a process "host"
+with a thread per simulated host thread (the Python caller, or each stream of a trace) showing
+its device-API calls and their cost; and a process "HBM" with one counter track per stack giving
+its bandwidth.
 Timestamps are microseconds (the format's unit) computed from integer picoseconds.
 """
 
@@ -15,6 +17,7 @@ from trnsim.report.recorder import Recorder
 from trnsim.report.tracks import display_name, track_id
 
 HBM_PID = 10_000
+HOST_PID = 9_999
 
 
 def chrome_trace(rec: Recorder, chip: str = "") -> dict:
@@ -79,6 +82,7 @@ def chrome_trace(rec: Recorder, chip: str = "") -> dict:
                 },
             }
         )
+    events += _host_events(rec)
     if rec.hbm_samples:
         events.append(
             {"ph": "M", "name": "process_name", "pid": HBM_PID, "tid": 0, "args": {"name": "HBM"}}
@@ -94,6 +98,38 @@ def chrome_trace(rec: Recorder, chip: str = "") -> dict:
                 }
             )
     return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def _host_events(rec: Recorder) -> list[dict]:
+    """A process "host" with a thread per simulated host thread, one event per API call."""
+    if not rec.host_calls:
+        return []
+    tids: dict[str, int] = {}
+    for c in rec.host_calls:
+        tids.setdefault(c.thread, len(tids))
+    out: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}},
+        {"ph": "M", "name": "process_sort_index", "pid": HOST_PID, "tid": 0,
+         "args": {"sort_index": -1}},
+    ]  # fmt: skip
+    for name, tid in tids.items():
+        out.append(
+            {"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": tid, "args": {"name": name}}
+        )
+    for c in rec.host_calls:
+        out.append(
+            {
+                "ph": "X",
+                "name": c.op,
+                "cat": "host",
+                "pid": HOST_PID,
+                "tid": tids[c.thread],
+                "ts": c.start_ps / 1e6,
+                "dur": (c.end_ps - c.start_ps) / 1e6,
+                "args": {"detail": c.detail},
+            }
+        )
+    return out
 
 
 def write_chrome_trace(rec: Recorder, path: str | Path, chip: str = "") -> None:
