@@ -3,8 +3,15 @@
 import numpy as np
 import pytest
 
-from tests.runtime.helpers import COPY, GRAPH_LAUNCH, LAUNCH, TRN2, copy_kernel, memset_kernel
-from tests.runtime.helpers import memset_ps
+from tests.runtime.helpers import (
+    COPY,
+    GRAPH_LAUNCH,
+    LAUNCH,
+    TRN2,
+    copy_kernel,
+    memset_kernel,
+    memset_ps,
+)
 from trnsim.errors import TrnsimError
 from trnsim.runtime import Device
 
