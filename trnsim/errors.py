@@ -23,6 +23,7 @@ class DeadlockError(SimError):
     """The event queue ran dry while some queue still waits on a semaphore."""
 
 
-class OutOfMemoryError(TrnsimError):
+class OutOfMemoryError(SimError):
     """A device allocation does not fit: the message says what was requested, what is free and
-    the largest free block (torch.cuda.OutOfMemoryError's counterpart)."""
+    the largest free block (torch.cuda.OutOfMemoryError's counterpart). A SimError, as the HBM
+    allocator's errors were before the device API had its own."""
