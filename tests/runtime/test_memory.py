@@ -116,3 +116,17 @@ def test_timing_mode_buffers_have_no_values():
     assert v.array is None and v.nbytes == 1 << 30
     with pytest.raises(TrnsimError, match="timing-only"):
         v.numpy()
+
+
+def test_copies_to_and_from_a_strided_view_touch_only_its_elements():
+    dev = Device(TRN2)
+    m = dev.malloc(8 * 8 * 4).view("float32", (8, 8))
+    col = m[:, 3]
+    dev.memcpy_async(col, np.arange(8, dtype=np.float32))  # host -> a strided device view
+    back = np.zeros((4,), np.float32)
+    dev.memcpy_async(back, m[2:6, 3])
+    dev.synchronize()
+    expect = np.zeros((8, 8), np.float32)
+    expect[:, 3] = np.arange(8)
+    np.testing.assert_array_equal(m.numpy(), expect)
+    assert back.tolist() == [2.0, 3.0, 4.0, 5.0]

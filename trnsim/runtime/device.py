@@ -41,6 +41,7 @@ def devices(
 ) -> list[Device]:
     """Every logical NeuronCore of one simulated chip; they share its HBM, DMA, clock and host."""
     ctx = ChipContext(_config(chip), mode, lnc, seed)
+    ctx.max_backing_bytes = MAX_BACKING_BYTES
     return [Device(ctx, i) for i in range(ctx.chip.logical_cores)]
 
 
@@ -74,6 +75,16 @@ class Device:
     cfg = property(lambda self: self.ctx.cfg, doc="The chip's config.")
     mode = property(lambda self: self.ctx.mode, doc='"functional" or "timing".')
     functional = property(lambda self: self.ctx.functional)
+
+    @property
+    def max_backing_bytes(self) -> int:
+        """Bytes of this machine's RAM that values of device and host tensors may take
+        (functional mode); shared by the chip's devices."""
+        return self.ctx.max_backing_bytes
+
+    @max_backing_bytes.setter
+    def max_backing_bytes(self, nbytes: int) -> None:
+        self.ctx.max_backing_bytes = nbytes
 
     @property
     def name(self) -> str:
@@ -132,8 +143,9 @@ class Device:
         return buf
 
     def free(self, buf: DeviceBuffer) -> None:
-        """Give `buf` back to the allocator (O(log n) in the free blocks); using it after is an
-        error. As in CUDA, free work still queued that uses it first (synchronize)."""
+        """Give `buf` back to the allocator (O(log n) in the free blocks); using it, or a view
+        of it, after is an error. `free` does not wait for queued work: work already enqueued on
+        the buffer still runs, on bytes nobody can read any more, so synchronize first."""
         self._own(buf, "free")
         buf.check("free")
         self.chip.hbm.free(buf.address)

@@ -186,6 +186,8 @@ def _run(
         threads.append(env.process(run))
     ctx.run_until(env.all_of(threads))
     ctx.run_all()
+    ctx.host = ctx.threads[0]  # later calls on the result's devices come from the main thread
+    ctx.host.now = env.now
     summary = summarize(
         ctx.recorder, cfg, env.now, trace=program.name, mode=mode, timing=program.timing
     )
