@@ -127,6 +127,7 @@ def test_high_level_kernels_are_not_yet_supported():
 def test_a_semaphore_deadlock_names_the_stuck_queue():
     dev = Device(TRN2)
     dev.launch(memset_kernel("stuck", wait={"never": 1}))
+    assert not dev.default_stream.query()  # query neither blocks nor raises
     with pytest.raises(DeadlockError) as e:
         dev.synchronize()
     msg = str(e.value)

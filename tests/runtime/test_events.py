@@ -107,3 +107,12 @@ def test_a_wait_is_for_the_record_before_it():
     dev.synchronize()
     long, short = sorted(dev.recorder.spans, key=lambda s: s.kernel)
     assert short.start_ps == 2 * LAUNCH < long.end_ps  # did not wait for the second record
+
+
+def test_an_event_of_another_chip_is_an_error():
+    dev, other = Device(TRN2), Device(TRN2)
+    e = other.event()
+    with pytest.raises(TrnsimError, match="the event is of another chip"):
+        e.record(dev.default_stream)
+    with pytest.raises(TrnsimError, match="the event is of another chip"):
+        dev.default_stream.wait_event(e)

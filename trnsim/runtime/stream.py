@@ -65,6 +65,8 @@ class Stream:
         event = event or self.device.event()
         self._no_capture("record_event")
         ctx = self.ctx
+        if event.device.ctx is not ctx:
+            raise TrnsimError(f"record_event on stream {self.name}: the event is of another chip")
         t = ctx.host.call("event.record", ctx.costs.event, event.name)
         self.push(RECORD, t, (event, event._new_record()))
         return event
@@ -74,6 +76,8 @@ class Stream:
         Waiting on an event never recorded is a no-op, as in CUDA."""
         self._no_capture("wait_event")
         ctx = self.ctx
+        if event.device.ctx is not ctx:
+            raise TrnsimError(f"wait_event on stream {self.name}: the event is of another chip")
         t = ctx.host.call("stream.wait_event", ctx.costs.event, event.name)
         if event._done is not None and not event._done.triggered:
             self.push(WAIT, t, (event._done, event.name))
