@@ -18,7 +18,10 @@ from trnsim.config import ChipConfig
 from trnsim.core.plan import Launch
 from trnsim.core.run import deadlock_error
 from trnsim.errors import DeadlockError, TrnsimError
+from trnsim.isa import DmaCopy, Engine
+from trnsim.memory.buffer import Ref
 from trnsim.report.recorder import Recorder
+from trnsim.report.tracks import HOST
 from trnsim.runtime.host import HostCosts, HostThread
 from trnsim.units import fmt_bytes
 
@@ -121,7 +124,7 @@ class ChipContext:
         live = [la for la in self.launches if la.blocked]
         return deadlock_error(live, extra)
 
-    # -- the work of a launch ------------------------------------------------------------------
+    # -- the work of a launch or a copy, run by a stream ---------------------------------------
 
     def run_launch(self, stream, kernel, tensors: dict, timing_only: bool, before_ps: int):
         """A launch on `stream`'s logical core, after `before_ps` of device-side launch cost."""
@@ -142,3 +145,20 @@ class ChipContext:
                     self.recorder.peak(memory, la.tile_bytes(memory))
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
             self.launches = [la for la in self.launches if la not in launches]
+
+    def run_copy(self, stream, s: Ref, d: Ref):
+        """A copy on `stream`: host<->device over the host link, device->device by DMA."""
+        env = self.env
+        done = env.event()
+        core = self.chip.physical(stream.core)[0].index
+        if "host" in (s.memory, d.memory):
+            start = env.now
+            self.chip.dma.submit_host(core, s, d, done.succeed)
+            yield done
+            self.recorder.span(core, HOST, "copy", start, env.now, max(s.nbytes, d.nbytes),
+                               kernel=f"copy {s}->{d}", dtype=d.dtype.name)  # fmt: skip
+            return
+        ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
+        self.chip.dma.check(ins, core)
+        self.chip.dma.submit(core, 0, ins, f"copy {s}->{d}", done.succeed)
+        yield done

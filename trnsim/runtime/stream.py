@@ -15,9 +15,6 @@ from collections import deque
 import simpy
 
 from trnsim.errors import TrnsimError
-from trnsim.isa import DmaCopy, Engine
-from trnsim.memory.buffer import Ref
-from trnsim.report.tracks import HOST
 from trnsim.runtime.event import Event
 
 LAUNCH, COPY, RECORD, WAIT = "launch", "copy", "record", "wait"
@@ -134,7 +131,7 @@ class Stream:
             if kind is LAUNCH:
                 yield from ctx.run_launch(self, *args)
             elif kind is COPY:
-                yield from _copy(ctx, self, *args)
+                yield from ctx.run_copy(self, *args)
             elif kind is RECORD:
                 args[0]._fire(args[1], env.now)
             elif not args[0].triggered:  # WAIT
@@ -148,21 +145,3 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"Stream({self.name!r}, core={self.core}, pending={len(self._queue)})"
-
-
-def _copy(ctx, stream: Stream, s: Ref, d: Ref):
-    """A copy: host<->device over the host link, device->device by DMA."""
-    env = ctx.env
-    done = env.event()
-    core = ctx.chip.physical(stream.core)[0].index
-    if "host" in (s.memory, d.memory):
-        start = env.now
-        ctx.chip.dma.submit_host(core, s, d, done.succeed)
-        yield done
-        ctx.recorder.span(core, HOST, "copy", start, env.now, max(s.nbytes, d.nbytes),
-                          kernel=f"copy {s}->{d}", dtype=d.dtype.name)  # fmt: skip
-        return
-    ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
-    ctx.chip.dma.check(ins, core)
-    ctx.chip.dma.submit(core, 0, ins, f"copy {s}->{d}", done.succeed)
-    yield done
