@@ -197,7 +197,7 @@ def test_a_70b_model_is_declared_and_simulated_in_timing_mode():
     big = load_chip("trn2", ["hbm.stack_capacity=48GiB"])
     r = model().run(big)
     assert r.device.chip.hbm.used >= total
-    assert all(b.array is None for b in r.device.tensors.values())
+    assert all(b.array is None for b in r.tensors.values())
     assert r.summary["hbm"]["bytes_read"] == 128 * 2048 * 2
     with pytest.raises(SimError, match="cannot allocate .* requested, .* free, largest free"):
         model().run(TRN2)

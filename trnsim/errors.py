@@ -21,3 +21,9 @@ class SimError(TrnsimError):
 
 class DeadlockError(SimError):
     """The event queue ran dry while some queue still waits on a semaphore."""
+
+
+class OutOfMemoryError(SimError):
+    """A device allocation does not fit: the message says what was requested, what is free and
+    the largest free block (torch.cuda.OutOfMemoryError's counterpart). A SimError, as the HBM
+    allocator's errors were before the device API had its own."""

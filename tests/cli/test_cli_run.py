@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from trnsim.cli import main
+from trnsim.report.perfetto import HOST_PID
 from trnsim.report.tracks import DMA_ENGINE_ID_BASE
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -153,21 +154,25 @@ def test_run_json_dma_hbm_timings():
     }
     assert all(set(v) >= {"ns"} for v in t.values())
     # start -> producer_done by hand from configs/trn2.yaml (see two_streams.yaml's header), in ps:
-    # the two host copies start after the link's 2 us latency and keep the 64 GB/s link busy
-    # until both are in, host_x (512 KiB) and host_w (128 KiB) back to back;
-    copies = 2_000_000 + (2**19 + 2**17) / 0.064  # = 12.24 us
-    # act_x: load x, gelu, store h. A [128, 2048] bf16 copy gives each of the 16 DMA engines 8
-    # partitions of 4 KiB (8 descriptors): a setup of 615 + 15 x 16 ns, then 8 x 2 ns + 32 KiB
-    # at 23 B/ns (a load, then 300 ns to its completion) or 26.9 B/ns (the store, at once);
-    # GELU waits on the load: max(64, 2048) + 100 ScalarE cycles at 1.2 GHz
+    # each stream is a host thread; its copy costs it 2 us, then the two host copies start
+    # after the link's 2 us latency and keep the 64 GB/s link busy until both are in, host_x
+    # (512 KiB) and host_w (128 KiB) back to back;
+    copy_call = 2_000_000
+    copies = copy_call + 2_000_000 + (2**19 + 2**17) / 0.064  # = 14.24 us
+    # act_x (launched by 12 us, so it waits for the copy): load x, gelu, store h. A [128, 2048]
+    # bf16 copy gives each of the 16 DMA engines 8 partitions of 4 KiB (8 descriptors): a
+    # setup of 615 + 15 x 16 ns, then 8 x 2 ns + 32 KiB at 23 B/ns (a load, then 300 ns to its
+    # completion) or 26.9 B/ns (the store, at once); GELU waits on the load: max(64, 2048) + 100
+    # ScalarE cycles at 1.2 GHz
     load = 855_000 + math.ceil(8 * 2_000 + 2**15 / 0.023) + 300_000
     store = 855_000 + math.ceil(8 * 2_000 + 2**15 / 0.0269)
     act_x = load + math.ceil((2048 + 100) / 1.2e9 * 1e12) + store
-    # more_work: GELU over [128, 24576] fp32 without a wait: 24576 ScalarE cycles; each launch
-    # costs the host 10 us first
+    assert copies + act_x < copy_call + 2 * LAUNCH_PS
+    # more_work: GELU over [128, 24576] fp32 without a wait: 24576 ScalarE cycles; its launch
+    # returns to the host at copy + 2 launches, after h_ready, so it starts then
     more_work = math.ceil(24576 / 1.2e9 * 1e12)
-    want = copies + LAUNCH_PS + act_x + LAUNCH_PS + more_work
-    assert abs(t["start->producer_done"]["ns"] * 1000 - want) <= 2  # the fluid model's ps
+    assert abs(t["start->h_ready"]["ns"] * 1000 - (copies + act_x)) <= 2  # the fluid model's ps
+    assert t["start->producer_done"]["ns"] == (copy_call + 2 * LAUNCH_PS + more_work) / 1000
 
 
 @pytest.mark.parametrize("trace", [GEMM, TWO_STREAMS, SOFTMAX])
@@ -243,8 +248,13 @@ def test_perfetto_spans_equal_profile_rows(tmp_path, trace):
         for e in events
         if e["ph"] == "M" and e["name"] == "thread_name"
     }
-    # the DMA-engine rows show data phases, not spans (the profile has none of them)
-    spans = [e for e in events if e["ph"] == "X" and e["tid"] < DMA_ENGINE_ID_BASE]
+    # the DMA-engine rows show data phases and the host process API calls, not spans (the
+    # profile has none of them)
+    spans = [
+        e
+        for e in events
+        if e["ph"] == "X" and e["tid"] < DMA_ENGINE_ID_BASE and e["pid"] != HOST_PID
+    ]
     assert len(spans) == len(rows)
 
     # per track of the timeline and per track of the profile: the multiset of

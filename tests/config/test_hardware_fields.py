@@ -105,6 +105,6 @@ def test_tiles_are_bounded_by_the_chip_not_the_trace_format():
 
 def test_lnc_is_bounded_by_lnc_allowed():
     with pytest.raises(TrnsimError, match="lnc 4 is not supported on trn2; expected one of 1, 2"):
-        Device(load_chip("trn2"), "timing", lnc=4)
-    dev = Device(load_chip("trn2", ["lnc_allowed=[1, 2, 4]"]), "timing", lnc=4)
+        Device(load_chip("trn2"), mode="timing", lnc=4)
+    dev = Device(load_chip("trn2", ["lnc_allowed=[1, 2, 4]"]), mode="timing", lnc=4)
     assert dev.chip.logical_cores == 2

@@ -29,7 +29,7 @@ def _check(r, op, args, out="out", inputs=None):
     arrays = {n: r.tensor(n) for n in (inputs or [v for v in args.values() if isinstance(v, str)])}
     ref = reference(op, args, arrays)
     got = r.tensor(out).astype(np.float64)
-    rtol, atol = tolerance(r.device.tensors[out].dtype.name)
+    rtol, atol = tolerance(r.tensors[out].dtype.name)
     np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol * max(1.0, np.abs(ref).max()))
 
 

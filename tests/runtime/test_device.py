@@ -1,131 +1,150 @@
-"""The device API: streams, events, launches and copies, as API contracts."""
+"""The device: properties, launches with bound tensors, copies with values, errors, and the
+host clock of a launch-bound loop (contracts in the manner of PyTorch's device tests)."""
 
 import numpy as np
 import pytest
 
-from trnsim.config import load_chip
-from trnsim.dtypes import dtype
-from trnsim.errors import DeadlockError, TrnsimError
-from trnsim.runtime import Device
-from trnsim.trace import parse_instruction
-from trnsim.trace.program import CoreProgram, KernelSpec, OpSpec, TileSpec
-from trnsim.units import cycles_to_ps, seconds_to_ps
-
-TRN2 = load_chip("trn2")
-LAUNCH = seconds_to_ps(TRN2.host_link.launch_overhead)
-
-
-def memset_kernel(name="k", n=512):
-    """One VectorE memset of a [128, n] fp32 tile: max(64, n) cycles."""
-    tiles = {"a": TileSpec("a", "sbuf", (128, n), dtype("float32"))}
-    ins = [parse_instruction({"op": "memset", "dst": "a", "value": 1.0}, 0, "i")]
-    return KernelSpec(name, per_core=[CoreProgram(tiles, ins)])
-
-
-def test_event_elapsed_time_is_the_simulated_gap():
-    dev = Device(TRN2)
-    s = dev.stream(0)
-    start, end = dev.event("start"), dev.event("end")
-    s.record_event(start)
-    s.launch(memset_kernel())
-    s.record_event(end)
-    never = dev.event("never")  # an event no stream records
-    kernel_ps = cycles_to_ps(512, TRN2.core.vector.clock_hz)
-    assert end.time_ps is None  # nothing has run yet: simulation advances lazily
-    # query is a synchronizing call (runtime.device): it runs the clock until the work before
-    # the record is done, so it answers True here, with the event's time set
-    assert end.query()
-    assert end.time_ps == start.time_ps + LAUNCH + kernel_ps
-    assert not never.query() and never.time_ps is None
-    s.synchronize()
-    assert start.query() and end.query()
-    assert end.time_ps - start.time_ps == LAUNCH + kernel_ps
-    assert start.elapsed_time(end) == pytest.approx((LAUNCH + kernel_ps) / 1e9)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=DeadlockError,
-    reason=(
-        "bug: Event.query and Stream.query run Device.run() with no target, which raises "
-        "DeadlockError while another stream waits for an event the host has not recorded yet; "
-        "the queried work is complete (Event.synchronize returns) and the host may record the "
-        "event later"
-    ),
+from tests.runtime.helpers import (
+    GRAPH_LAUNCH,
+    LAUNCH,
+    TRN2,
+    copy_kernel,
+    memset_kernel,
+    memset_ps,
 )
-def test_query_does_not_fail_on_a_stream_waiting_for_a_later_record():
+from trnsim.core.run import NeuronCore
+from trnsim.errors import DeadlockError, TrnsimError
+from trnsim.runtime import Device, devices
+from trnsim.trace.program import KernelSpec, OpSpec
+
+
+def test_properties():
+    dev = Device(TRN2)  # lnc=2: 4 logical cores of 2 physical cores each
+    assert dev.name == "trn2 logical NeuronCore 0 (lnc=2)"
+    assert dev.memory == TRN2.hbm.stacks * TRN2.hbm.stack_capacity
+    assert dev.clocks["tensor"] == TRN2.core.tensor.clock_hz
+    assert dev.peak_flops["bfloat16"] == TRN2.peak_flops.bfloat16 / 4
+
+
+def test_devices_share_one_chip():
+    devs = devices(TRN2)
+    assert [d.index for d in devs] == [0, 1, 2, 3]
+    assert all(d.env is devs[0].env and d.chip is devs[0].chip for d in devs)
+    assert len(devices(TRN2, lnc=1)) == 8
+
+
+def test_bad_logical_core():
+    with pytest.raises(TrnsimError, match="logical cores 0..3"):
+        Device(TRN2, index=4)
+
+
+def test_launch_reads_and_writes_the_bound_buffers():
     dev = Device(TRN2)
-    a, b = dev.stream(0, "a"), dev.stream(1, "b")
-    later, done = dev.event("later"), dev.event("done")
-    b.wait_event(later)  # recorded by the host below, after the queries
-    b.launch(memset_kernel("second"))
-    a.launch(memset_kernel("first"))
-    a.record_event(done)
-    assert done.query() and a.query()
-    assert not b.query()  # still waiting
-    a.record_event(later)
+    x = dev.malloc(128 * 256 * 4).view("float32", (128, 256))
+    y = dev.malloc(128 * 256 * 4).view("float32", (128, 256))
+    host = np.arange(128 * 256, dtype=np.float32).reshape(128, 256)
+    dev.memcpy_async(x, host)
+    dev.launch(copy_kernel(), {"x": x, "y": y})
+    out = np.zeros_like(host)
+    dev.memcpy_async(out, y)
     dev.synchronize()
-    assert b.query()
+    np.testing.assert_array_equal(out, host)
 
 
-def test_stream_wait_event_orders_two_streams():
-    dev = Device(TRN2)
-    a, b = dev.stream(0, "a"), dev.stream(1, "b")
-    done = dev.event("done")
-    a.launch(memset_kernel("first", 4096))
-    a.record_event(done)
-    b.wait_event(done)
-    b.launch(memset_kernel("second"))
-    dev.synchronize()
-    first, second = dev.recorder.spans
-    assert (first.kernel, second.kernel) == ("first", "second")
-    assert second.start_ps >= first.end_ps + LAUNCH  # b issued its launch after the event
-
-
-def test_launches_on_different_cores_overlap_and_on_one_core_serialize():
-    dev = Device(TRN2)
-    for core in (0, 1):
-        dev.stream(core).launch(memset_kernel(f"k{core}", 16384))  # 17 us > one launch cost
-    dev.synchronize()
-    k0, k1 = sorted(dev.recorder.spans, key=lambda s: s.kernel)
-    assert (k0.core, k1.core) == (0, 2)  # logical core 1 = physical cores 2, 3 at lnc=2
-    assert k1.start_ps < k0.end_ps  # overlap (the host issued them one launch cost apart)
-
-    dev = Device(TRN2)
-    dev.stream(0).launch(memset_kernel("p", 4096))
-    dev.stream(0).launch(memset_kernel("q", 4096))
-    dev.synchronize()
-    p, q = dev.recorder.spans
-    assert q.start_ps >= p.end_ps
-
-
-def test_host_to_device_copy_moves_values():
-    dev = Device(TRN2)
-    h = dev.malloc("h", (128, 256), dtype("float32"), "normal", on="host")
-    d = dev.malloc("d", (128, 256), dtype("bfloat16"))
-    dev.default_stream.memcpy(d, h)
-    dev.synchronize()
-    np.testing.assert_array_equal(d.array, h.array.astype(dtype("bfloat16").np))
-    assert dev.env.now > 0
-
-
-def test_wait_for_an_event_never_recorded_is_a_deadlock():
-    dev = Device(TRN2)
-    s = dev.stream(0, "lonely")
-    s.wait_event(dev.event("never"))
-    with pytest.raises(DeadlockError, match="stream lonely waits for event 'never'"):
+def test_a_timing_only_launch_takes_the_same_time_and_writes_nothing():
+    times = []
+    for timing_only in (False, True):
+        dev = Device(TRN2)
+        x = dev.malloc(128 * 256 * 4).view("float32", (128, 256))
+        y = dev.malloc(128 * 256 * 4).view("float32", (128, 256))
+        x.array[...] = 3.0
+        dev.launch(copy_kernel(), {"x": x, "y": y}, timing_only=timing_only)
         dev.synchronize()
+        assert (y.array == (0.0 if timing_only else 3.0)).all()
+        times.append(dev.host_time_ps)
+    assert times[0] == times[1] > LAUNCH
+
+
+def test_copies_move_and_cast_values():
+    dev = Device(TRN2)
+    h = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
+    a = dev.malloc(h.nbytes).view("float32", h.shape)
+    b = dev.malloc(h.nbytes // 2).view("bfloat16", h.shape)
+    back = np.zeros_like(h)
+    dev.memcpy_async(a, h)  # host -> device
+    dev.memcpy_async(b, a)  # device -> device, with a cast to bf16 (DMA)
+    dev.memcpy_async(back, b)  # device -> host, cast back to fp32
+    dev.synchronize()
+    np.testing.assert_array_equal(back, h.astype(b.dtype.np).astype(np.float32))
+    with pytest.raises(TrnsimError, match="different element counts"):
+        dev.memcpy_async(np.zeros(3, np.float32), a)
+    with pytest.raises(TrnsimError, match="both sides are host memory"):
+        dev.memcpy_async(np.zeros(3, np.float32), np.ones(3, np.float32))
+
+
+def test_a_thousand_tiny_launches_are_launch_bound():
+    """Each launch costs the host LAUNCH (10 us); a 64-cycle memset (67 ns) runs as soon as it
+    is enqueued, so kernel i runs from (i + 1) x LAUNCH: the loop takes 1,000 x LAUNCH + one
+    kernel, and the device is idle 99% of the time."""
+    dev = Device(TRN2, mode="timing")
+    k = memset_kernel("tiny", 64)
+    for _ in range(1000):
+        dev.launch(k)
+    assert dev.host_time_ps == 1000 * LAUNCH  # enqueueing alone took the host 10 ms
+    dev.synchronize()
+    assert dev.host_time_ps == dev.env.now == 1000 * LAUNCH + memset_ps(64)
+    spans = dev.recorder.spans
+    assert [s.start_ps for s in spans[:3]] == [LAUNCH, 2 * LAUNCH, 3 * LAUNCH]
+
+
+def test_the_same_loop_replayed_as_a_graph():
+    """One host launch, then each kernel pays GRAPH_LAUNCH (1 us) of device time: LAUNCH +
+    1,000 x (GRAPH_LAUNCH + kernel), faster than eager by 999 x LAUNCH - 1,000 x GRAPH_LAUNCH
+    - 999 x kernel."""
+    dev = Device(TRN2, mode="timing")
+    k = memset_kernel("tiny", 64)
+    g = dev.graph()
+    with g.capture():
+        for _ in range(1000):
+            dev.launch(k)
+    assert g.nodes == 1000 and dev.host_time_ps == 0  # capturing runs nothing, costs nothing
+    g.replay()
+    assert dev.host_time_ps == LAUNCH
+    dev.synchronize()
+    graph = LAUNCH + 1000 * (GRAPH_LAUNCH + memset_ps(64))
+    assert dev.host_time_ps == graph
+    eager = 1000 * LAUNCH + memset_ps(64)
+    assert eager - graph == 999 * LAUNCH - 1000 * GRAPH_LAUNCH - 999 * memset_ps(64)
 
 
 def test_high_level_kernels_are_not_yet_supported():
     dev = Device(TRN2)
     k = KernelSpec("mlp", ops=[OpSpec("matmul", {"a": "x", "b": "w", "out": "h"})])
     with pytest.raises(TrnsimError, match="high-level ops \\(matmul\\) are not yet supported"):
-        dev.default_stream.launch(k)
+        dev.launch(k)
 
 
-def test_bad_logical_core():
-    dev = Device(TRN2)  # lnc=2: 4 logical cores
-    with pytest.raises(TrnsimError, match="logical cores 0..3"):
-        dev.stream(4)
-    assert Device(TRN2, lnc=1).chip.logical_cores == 8
+def test_a_semaphore_deadlock_names_the_stuck_queue():
+    dev = Device(TRN2)
+    dev.launch(memset_kernel("stuck", wait={"never": 1}))
+    assert not dev.default_stream.query()  # query neither blocks nor raises
+    with pytest.raises(DeadlockError) as e:
+        dev.synchronize()
+    msg = str(e.value)
+    assert "core0.vector in kernel stuck waits for semaphore 'never' >= 1 (it is 0)" in msg
+    assert "stream default is in launch stuck" in msg
+
+
+@pytest.mark.parametrize("exc", [NotImplementedError, RecursionError])
+def test_errors_inside_the_simulation_propagate(monkeypatch, exc):
+    """Regression: Device.run caught RuntimeError broadly, so these (subclasses of it) were
+    reported as an empty deadlock."""
+
+    def start(self, launch):
+        raise exc("inside an engine")
+
+    monkeypatch.setattr(NeuronCore, "start", start)
+    dev = Device(TRN2)
+    dev.launch(memset_kernel())
+    with pytest.raises(exc, match="inside an engine"):
+        dev.synchronize()

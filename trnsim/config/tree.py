@@ -177,7 +177,12 @@ class HostLinkConfig:
 
     bandwidth: float = q("B/s", "host<->device bandwidth per chip")
     latency: float = q("s", "one-way latency of a host transfer")
-    launch_overhead: float = q("s", "host time to launch one kernel")
+    launch_overhead: float = q("s", "host time to launch one kernel (or replay one graph)")
+    copy_overhead: float = q("s", "host time to enqueue one copy (memcpy_async)")
+    event_overhead: float = q("s", "host time to record an event or enqueue an event wait")
+    graph_launch_overhead: float = q(
+        "s", "device time before each kernel of a replayed graph (instead of a host launch)"
+    )
 
 
 @dataclass(frozen=True)

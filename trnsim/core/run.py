@@ -45,6 +45,7 @@ class NeuronCore:
             if t.warmup and t.warmup_start_rate < 1
             else None
         )
+        self._timing_planner: Planner | None = None  # for timing-only launches on a functional chip
 
     def prepare(
         self,
@@ -53,9 +54,16 @@ class NeuronCore:
         tensors: dict,
         rng: np.random.Generator,
         source: str = "",
+        timing_only: bool = False,
     ) -> Launch:
-        """The launch of `prog` on this core, planned (see `Planner.prepare`)."""
-        return self.planner.prepare(kernel, prog, tensors, rng, source)
+        """The launch of `prog` on this core, planned (see `Planner.prepare`). A `timing_only`
+        launch computes no values (its tiles have none), even on a functional chip."""
+        planner = self.planner
+        if timing_only and self.functional:
+            if self._timing_planner is None:
+                self._timing_planner = Planner(self.env, self.index, self.cfg, self.dma, False)
+            planner = self._timing_planner
+        return planner.prepare(kernel, prog, tensors, rng, source)
 
     def start(self, launch: Launch) -> simpy.Event:
         """Start every queue of the launch; the returned event fires when all have finished."""
@@ -229,6 +237,8 @@ def deadlock_error(launches: list[Launch], extra: list[str] = ()) -> DeadlockErr
                     f"core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
                     f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]})"
                 )
+    stuck += list(extra)
     return DeadlockError(
-        "deadlock: nothing can run but work is pending: " + "; ".join(stuck + list(extra))
+        "deadlock: nothing can run but work is pending: "
+        + ("; ".join(stuck) or "no queue reports what it waits for")
     )

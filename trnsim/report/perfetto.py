@@ -4,7 +4,9 @@ One process per NeuronCore, one thread per track (engine, DMA queue, host copies
 their thread ids, order and names), one complete event ("ph": "X") per span; below the queues,
 one thread per DMA engine that moved data (as Neuron Explorer's DMA rows), with one event per
 transfer's data phase on it (`Recorder.dma_moves`: transfers sharing an engine overlap there, as
-they share it); and a process "HBM" with one counter track per stack giving its bandwidth.
+they share it); a process "host" with a thread per simulated host thread (the Python caller, or
+each stream of a trace) showing its device-API calls and their cost; and a process "HBM" with one
+counter track per stack giving its bandwidth.
 Timestamps are microseconds (the format's unit) computed from integer picoseconds.
 """
 
@@ -17,6 +19,7 @@ from trnsim.report.recorder import Recorder
 from trnsim.report.tracks import display_name, dma_engine_id, dma_track, track_id
 
 HBM_PID = 10_000
+HOST_PID = 9_999
 
 
 def _meta(name: str, pid: int, tid: int, args: dict) -> dict:
@@ -99,8 +102,41 @@ def chrome_trace(rec: Recorder, chip: str = "") -> dict:
         events += _thread(core, dma_engine_id(e), f"dma engine {e}")
     events += [_span(s, tids[s.track]) for s in rec.spans]
     events += _moves(rec)
+    events += _host_events(rec)
     events += _hbm(rec)
     return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def _host_events(rec: Recorder) -> list[dict]:
+    """A process "host" with a thread per simulated host thread, one event per API call."""
+    if not rec.host_calls:
+        return []
+    tids: dict[str, int] = {}
+    for c in rec.host_calls:
+        tids.setdefault(c.thread, len(tids))
+    out: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}},
+        {"ph": "M", "name": "process_sort_index", "pid": HOST_PID, "tid": 0,
+         "args": {"sort_index": -1}},
+    ]  # fmt: skip
+    for name, tid in tids.items():
+        out.append(
+            {"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": tid, "args": {"name": name}}
+        )
+    for c in rec.host_calls:
+        out.append(
+            {
+                "ph": "X",
+                "name": c.op,
+                "cat": "host",
+                "pid": HOST_PID,
+                "tid": tids[c.thread],
+                "ts": c.start_ps / 1e6,
+                "dur": (c.end_ps - c.start_ps) / 1e6,
+                "args": {"detail": c.detail},
+            }
+        )
+    return out
 
 
 def write_chrome_trace(rec: Recorder, path: str | Path, chip: str = "") -> None:

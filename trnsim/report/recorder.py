@@ -2,8 +2,8 @@
 
 Engines' queue loops, DMA transfers and host copies add spans; the DMA adds each transfer's data
 phase on its engines (`DmaMove`), HBM byte counts and bandwidth samples; the device API adds event
-times and memory high-water marks. Everyone else (the summary, the Perfetto and profile writers,
-tests) only reads. Times are integer picoseconds.
+times, memory high-water marks and the calls of its host threads (`HostCall`). Everyone else (the
+summary, the Perfetto and profile writers, tests) only reads. Times are integer picoseconds.
 
 A span is one instruction, one DMA transfer or one host copy on one track (`tracks`). Recording
 spans sits on the simulator's hot path, so a `Span` is a NamedTuple and `Recorder.add_span` is
@@ -55,6 +55,16 @@ class DmaMove(NamedTuple):
     kernel: str
 
 
+class HostCall(NamedTuple):
+    """One device-API call on a simulated host thread: what it did, from when to when (ps)."""
+
+    thread: str
+    op: str
+    start_ps: int
+    end_ps: int
+    detail: str
+
+
 class HbmSample(NamedTuple):
     """From `ps` on, HBM stack `stack` moves `bytes_per_s` (until its next sample)."""
 
@@ -66,8 +76,8 @@ class HbmSample(NamedTuple):
 class Recorder:
     """Spans, HBM traffic and bandwidth samples, event times and memory high-water marks.
 
-    Read `spans`, `dma_moves`, `hbm_samples`, `events`, `peaks`, `hbm_bytes_read` and
-    `hbm_bytes_written`; write only through the methods."""
+    Read `spans`, `dma_moves`, `hbm_samples`, `events`, `peaks`, `host_calls`,
+    `hbm_bytes_read` and `hbm_bytes_written`; write only through the methods."""
 
     def __init__(self):
         self._spans: list[Span] = []
@@ -81,6 +91,7 @@ class Recorder:
         self.hbm_bytes_written = 0
         self.events: dict[str, int] = {}  # event name -> ps it was last recorded at
         self.peaks: dict[str, int] = dict.fromkeys(MEMORIES, 0)  # memory -> bytes
+        self.host_calls: list[HostCall] = []  # appended by the runtime's host threads
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -1,6 +1,23 @@
-"""The device runtime: `device` (memory, streams, events, launches over a simulated chip) and
-`session` (running a whole trace `Program` on a device, as `trnsim run` does)."""
+"""The device runtime, with CUDA's names and semantics (docs/runtime.md), one concept a module:
+`device` (a logical NeuronCore, memory calls, copies, launches), `memory` (buffers by bytes,
+strided views, statistics), `stream`, `event`, `graph`, `host` (the simulated host threads and
+their call costs), `context` (the chip the devices share); and `session`, which runs a whole
+trace `Program` on this API, as `trnsim run` does."""
 
-from trnsim.runtime.device import Device, Event, Stream
+from trnsim.runtime.device import Device, devices
+from trnsim.runtime.event import Event
+from trnsim.runtime.graph import Graph
+from trnsim.runtime.host import HostThread
+from trnsim.runtime.memory import DeviceBuffer, TensorView
+from trnsim.runtime.stream import Stream
 
-__all__ = ["Device", "Event", "Stream"]
+__all__ = [
+    "Device",
+    "DeviceBuffer",
+    "Event",
+    "Graph",
+    "HostThread",
+    "Stream",
+    "TensorView",
+    "devices",
+]

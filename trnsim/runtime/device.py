@@ -1,332 +1,273 @@
-"""The device API: memory, streams, events and launches over a simulated chip.
+"""The device: one logical NeuronCore of a simulated chip, with CUDA's runtime API on top.
 
-Names follow CUDA's (malloc, memcpy, Stream, Event, synchronize). Simulation advances lazily: host
-calls enqueue work on streams; a synchronizing call (`Device.synchronize`, `Stream.synchronize`,
-`Event.synchronize`, `Event.query`) runs the SimPy clock until what it waits for is complete.
-Streams are in-order queues bound to a logical NeuronCore; kernels on one logical core run one at
-a time, while copies and kernels of different streams overlap when they use different hardware.
+    from trnsim.runtime import Device
+    dev = Device("trn2")                       # logical core 0 of a functional Trn2
+    buf = dev.malloc(128 * 512 * 4)            # bytes of HBM
+    x = buf.view("float32", (128, 512))        # a typed view, no copy
+    dev.memcpy_async(x, host_array)            # host -> device on the default stream
+    dev.launch(kernel, {"x": x})               # a low-level kernel, its tensor bound to x
+    dev.synchronize()                          # the host waits; its clock moves to the end
+
+Names and semantics follow the CUDA runtime and torch.cuda (docs/runtime.md). Simulation is
+lazy: host calls cost host time and enqueue work; `query` runs the device up to the host's
+present, `synchronize` until the work is done.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-import simpy
 
-from trnsim.chip import Chip
-from trnsim.config import ChipConfig
-from trnsim.core.plan import Launch
-from trnsim.core.run import deadlock_error
-from trnsim.dtypes import DType
-from trnsim.errors import DeadlockError, TrnsimError
-from trnsim.isa import Ap, DmaCopy, Engine
+from trnsim.config import ChipConfig, load_chip
+from trnsim.dtypes import DTYPES
+from trnsim.errors import OutOfMemoryError, SimError, TrnsimError
+from trnsim.isa import Ap
 from trnsim.memory.buffer import Buffer, Ref, bind
-from trnsim.memory.init import initial_values
-from trnsim.report.recorder import Recorder
-from trnsim.report.tracks import HOST
-from trnsim.trace.program import KernelSpec
-from trnsim.units import fmt_bytes, seconds_to_ps
+from trnsim.runtime import context
+from trnsim.runtime.context import ChipContext
+from trnsim.runtime.event import Event
+from trnsim.runtime.graph import Graph
+from trnsim.runtime.memory import DeviceBuffer, MemoryStats, TensorView
+from trnsim.runtime.stream import Stream
 
-# Values of tensors live in this machine's RAM in functional mode: a tensor that fits the chip's
-# HBM may not fit here. Beyond this many bytes, runs must use timing mode.
-MAX_BACKING_BYTES = 8 * 2**30
-
-
-class Event:
-    """A point in a stream. `elapsed_time` gives simulated milliseconds, like CUDA's."""
-
-    def __init__(self, device: Device, name: str = ""):
-        self.device, self.name = device, name
-        self.time_ps: int | None = None
-        self._done = device.env.event()
-
-    def _fire(self) -> None:
-        self.time_ps = self.device.env.now
-        if not self._done.triggered:
-            self._done.succeed()
-        if self.name:
-            self.device.recorder.event(self.name, self.time_ps)
-
-    def record(self, stream: Stream | None = None) -> None:
-        (stream or self.device.default_stream).record_event(self)
-
-    def query(self) -> bool:
-        """True once the work before the record has completed (runs the clock up to now)."""
-        self.device.run()
-        return self.time_ps is not None
-
-    def synchronize(self) -> None:
-        self.device.run(until=self._done)
-
-    def elapsed_time(self, end: Event) -> float:
-        """Milliseconds of simulated time from this event to `end` (both must have completed)."""
-        for e in (self, end):
-            if e.time_ps is None:
-                e.synchronize()
-        return (end.time_ps - self.time_ps) / 1e9
+MAX_BACKING_BYTES = context.MAX_BACKING_BYTES
 
 
-class Stream:
-    """An in-order queue of device work bound to a logical NeuronCore."""
+def _config(chip: str | ChipConfig) -> ChipConfig:
+    return chip if isinstance(chip, ChipConfig) else load_chip(chip)
 
-    def __init__(self, device: Device, core: int = 0, name: str = ""):
-        device.chip.physical(core)  # validates the index
-        self.device, self.core, self.name = device, core, name or f"stream{len(device.streams)}"
-        self._work = simpy.Store(device.env)
-        self._pending = 0
-        self._idle = device.env.event()
-        self._idle.succeed()
-        self.blocked_on: str | None = None
-        device.streams.append(self)
-        device.env.process(self._run())
 
-    def _enqueue(self, kind: str, *args) -> None:
-        if self._pending == 0:
-            self._idle = self.device.env.event()
-        self._pending += 1
-        self._work.put((kind, args))
-
-    def launch(self, kernel: KernelSpec) -> None:
-        """Run a kernel on this stream's logical core after the work before it."""
-        self.device.check_launch(kernel, self.core)
-        self._enqueue("launch", kernel)
-
-    def memcpy(self, dst: Buffer | Ref, src: Buffer | Ref) -> None:
-        """Copy a tensor, or a slice of one (a Ref): host<->device over the host link,
-        device->device by DMA. Element counts must match; a dtype change is a cast."""
-        s, d = _whole(src, "copy src"), _whole(dst, "copy dst")
-        if s.size != d.size:
-            raise TrnsimError(
-                f"copy {s} -> {d}: {list(s.shape)} and {list(d.shape)} have "
-                f"different element counts"
-            )
-        self._enqueue("copy", s, d)
-
-    def record_event(self, event: Event | None = None) -> Event:
-        event = event or Event(self.device)
-        self._enqueue("record", event)
-        return event
-
-    def wait_event(self, event: Event) -> None:
-        self._enqueue("wait", event)
-
-    def synchronize(self) -> None:
-        self.device.run(until=self._idle)
-
-    def query(self) -> bool:
-        self.device.run()
-        return self._pending == 0
-
-    # -- the stream's process ------------------------------------------------------------------
-
-    def _run(self):
-        dev = self.device
-        while True:
-            kind, args = yield self._work.get()
-            if kind == "launch":
-                yield from dev._launch(self, args[0])
-            elif kind == "copy":
-                yield from dev._copy(self, *args)
-            elif kind == "record":
-                args[0]._fire()
-            elif kind == "wait":
-                if not args[0]._done.triggered:
-                    self.blocked_on = f"event '{args[0].name}'"
-                    yield args[0]._done
-                    self.blocked_on = None
-            self._pending -= 1
-            if self._pending == 0:
-                self._idle.succeed()
+def devices(
+    chip: str | ChipConfig = "trn2", mode: str = "functional", lnc: int | None = None, seed: int = 0
+) -> list[Device]:
+    """Every logical NeuronCore of one simulated chip; they share its HBM, DMA, clock and host."""
+    ctx = ChipContext(_config(chip), mode, lnc, seed)
+    ctx.max_backing_bytes = MAX_BACKING_BYTES
+    return [Device(ctx, i) for i in range(ctx.chip.logical_cores)]
 
 
 class Device:
-    """A simulated chip with the device API on top."""
+    """One logical NeuronCore (`index`) of a chip (a name such as "trn2", a config path or a
+    `ChipConfig`; or the `ChipContext` of devices sharing one chip)."""
 
     def __init__(
         self,
-        cfg: ChipConfig,
+        chip: str | ChipConfig | ChipContext = "trn2",
+        index: int = 0,
         mode: str = "functional",
         lnc: int | None = None,
         seed: int = 0,
         source: str = "",
     ):
-        if mode not in ("functional", "timing"):
-            raise TrnsimError(f"mode '{mode}': expected functional or timing")
-        self.cfg, self.mode, self.source = cfg, mode, source  # source: the trace, for errors
-        self.functional = mode == "functional"
-        self.env = simpy.Environment()
-        self.recorder = Recorder()
-        self.chip = Chip(self.env, cfg, self.recorder, self.functional, lnc)
-        self.rng = np.random.default_rng(seed)
-        self.tensors: dict[str, Buffer] = {}
-        self.streams: list[Stream] = []
-        self.launches: list[Launch] = []  # running now (for deadlock reports)
-        self.kernel_tiles: dict[tuple[str, int], dict[str, Buffer]] = {}  # last launch's tiles
-        self._core_busy = [simpy.Resource(self.env, 1) for _ in range(self.chip.logical_cores)]
-        self._host = simpy.Resource(self.env, 1)
-        self.progress = None  # callable(now_ps, events) called every 100,000 events
-        self.max_backing_bytes = MAX_BACKING_BYTES
-        self._backed = 0  # bytes of numpy backing store held by tensors
-        self.default_stream = Stream(self, 0, "default")
+        ctx = chip if isinstance(chip, ChipContext) else None
+        if ctx is None:
+            ctx = ChipContext(_config(chip), mode, lnc, seed, source)
+            ctx.max_backing_bytes = MAX_BACKING_BYTES
+        ctx.chip.physical(index)  # validates the index
+        self.ctx, self.index = ctx, index
+        self.stats = MemoryStats()
+        self.default_stream = Stream(self, "default" if index == 0 else f"default{index}")
+
+    # -- properties ----------------------------------------------------------------------------
+
+    env = property(lambda self: self.ctx.env, doc="The chip's SimPy environment (ps clock).")
+    recorder = property(lambda self: self.ctx.recorder, doc="What the chip's run observed.")
+    chip = property(lambda self: self.ctx.chip, doc="The simulated chip's parts.")
+    cfg = property(lambda self: self.ctx.cfg, doc="The chip's config.")
+    mode = property(lambda self: self.ctx.mode, doc='"functional" or "timing".')
+    functional = property(lambda self: self.ctx.functional)
+
+    @property
+    def max_backing_bytes(self) -> int:
+        """Bytes of this machine's RAM that values of device and host tensors may take
+        (functional mode); shared by the chip's devices."""
+        return self.ctx.max_backing_bytes
+
+    @max_backing_bytes.setter
+    def max_backing_bytes(self, nbytes: int) -> None:
+        self.ctx.max_backing_bytes = nbytes
+
+    @property
+    def name(self) -> str:
+        return f"{self.cfg.name} logical NeuronCore {self.index} (lnc={self.chip.lnc})"
+
+    @property
+    def memory(self) -> int:
+        """Bytes of HBM on the chip (shared by its logical cores)."""
+        return self.chip.hbm.capacity
+
+    @property
+    def clocks(self) -> dict[str, int]:
+        """Engine clocks in Hz."""
+        c = self.cfg.core
+        return {e: getattr(c, e).clock_hz for e in ("tensor", "vector", "scalar", "gpsimd")}
+
+    @property
+    def peak_flops(self) -> dict[str, float]:
+        """Published dense peak FLOP/s per dtype, this logical core's share of the chip's."""
+        p, n = self.cfg.peak_flops, self.chip.logical_cores
+        return {k: getattr(p, k) / n for k in ("bfloat16", "float8", "float32", "mx")}
+
+    @property
+    def host_time_ps(self) -> int:
+        """The host thread's clock (ps)."""
+        return self.ctx.host.now
 
     # -- memory --------------------------------------------------------------------------------
 
-    def malloc(
-        self, name: str, shape, dt: DType, init=None, on: str = "hbm", core: int = 0
-    ) -> Buffer:
-        """Allocate a named tensor in HBM (near logical core `core`) or host memory."""
-        if name in self.tensors:
-            raise TrnsimError(f"tensor {name} already exists")
-        shape = tuple(int(x) for x in shape)
-        nbytes = math.prod(shape) * dt.itemsize
-        if (self.functional or on == "host") and nbytes > self.max_backing_bytes - self._backed:
-            raise TrnsimError(
-                f"tensor {name}: {list(shape)} {dt.name} needs {fmt_bytes(nbytes)} of this "
-                f"machine's memory for its values, beyond the functional-mode limit of "
-                f"{fmt_bytes(self.max_backing_bytes)} ({fmt_bytes(self._backed)} already used); "
-                f"run with --mode timing (shapes only), or raise Device.max_backing_bytes"
-            )
-        self._backed += nbytes if (self.functional or on == "host") else 0
-        arr = (
-            initial_values(init, shape, dt, self.rng, f"tensor {name}")
-            if self.functional or on == "host"
-            else None
-        )
-        addr = 0
-        if on == "hbm":
-            stack = self.chip.hbm.home_stack(self.chip.physical(core)[0].index)
-            addr = self.chip.hbm.allocate(math.prod(shape) * dt.itemsize, name, stack)
-            self.recorder.peak("hbm", self.chip.hbm.peak)
-        buf = Buffer(name, on, shape, dt, arr, addr)
-        self.tensors[name] = buf
+    def malloc(self, nbytes: int) -> DeviceBuffer:
+        """`nbytes` of HBM on this core's home stack (others when it is full). Raises
+        OutOfMemoryError saying what was requested, what is free and the largest free block."""
+        return self._malloc(int(nbytes), f"malloc of {int(nbytes)} bytes")
+
+    def _malloc(self, nbytes: int, what: str, label: str = "a buffer", values=None):
+        """`malloc` for the trace runner: `what` and `label` name the tensor in errors;
+        `values()` gives its initial values (their bytes become the buffer's, no copy)."""
+        ctx, hbm = self.ctx, self.chip.hbm
+        if nbytes < 0:
+            raise TrnsimError(f"{what}: negative size")
+        raw = None
+        if ctx.functional:
+            ctx.reserve_backing(nbytes, what)
+            raw = np.zeros(nbytes, np.uint8) if values is None else values().reshape(-1)
+            raw = raw.view(np.uint8)
+        stack = hbm.home_stack(self.chip.physical(self.index)[0].index)
+        try:
+            addr = hbm.allocate(nbytes, label, stack)
+        except SimError as e:
+            self.stats.ooms += 1
+            ctx.backed -= nbytes if ctx.functional else 0
+            raise OutOfMemoryError(f"out of device memory on {self.name}: {e}") from None
+        buf = DeviceBuffer(self, addr, nbytes, hbm.size_of(addr), raw)
+        self.stats.on_malloc(buf)
+        self.recorder.peak("hbm", hbm.peak)
         return buf
 
-    def view(self, name: str, of: str, shape) -> Buffer:
-        """A tensor sharing `of`'s memory with another shape (no copy, no traffic)."""
-        base = self.tensors[of]
-        shape = tuple(int(x) for x in shape)
-        if math.prod(shape) != math.prod(base.shape):
-            raise TrnsimError(
-                f"view {name} of {of}: {list(shape)} has a different element "
-                f"count than {list(base.shape)}"
-            )
-        arr = base.array.reshape(shape) if base.array is not None else None
-        buf = Buffer(name, base.memory, shape, base.dtype, arr, base.offset)
-        self.tensors[name] = buf
-        return buf
+    def free(self, buf: DeviceBuffer) -> None:
+        """Give `buf` back to the allocator (O(log n) in the free blocks); using it, or a view
+        of it, after is an error. `free` does not wait for queued work: work already enqueued on
+        the buffer still runs, on bytes nobody can read any more, so synchronize first."""
+        self._own(buf, "free")
+        buf.check("free")
+        self.chip.hbm.free(buf.address)
+        buf.freed = True
+        if buf.raw is not None:
+            self.ctx.backed -= buf.nbytes
+            buf.raw = None
+        self.stats.on_free(buf)
 
-    def free(self, name: str) -> None:
-        buf = self.tensors.pop(name)
-        if buf.memory == "hbm" and not any(
-            t.offset == buf.offset and t.memory == "hbm" for t in self.tensors.values()
-        ):
-            self.chip.hbm.free(buf.offset)
+    def memory_allocated(self) -> int:
+        """Bytes of HBM allocated by this device now (blocks rounded to the alignment)."""
+        return self.stats.allocated
 
-    def check_launch(self, kernel: KernelSpec, core: int) -> None:
-        """Raise if `kernel` cannot be launched on logical core `core`."""
+    def max_memory_allocated(self) -> int:
+        return self.stats.allocated_peak
+
+    def memory_reserved(self) -> int:
+        """Equal to `memory_allocated`: there is no caching allocator."""
+        return self.stats.allocated
+
+    def memory_stats(self) -> dict[str, int]:
+        """torch.cuda.memory_stats()'s keys ("allocated_bytes.all.current", ...)."""
+        return self.stats.as_dict()
+
+    def reset_peak_memory_stats(self) -> None:
+        self.stats.reset_peak()
+
+    def _own(self, buf, what: str) -> None:
+        b = buf.buffer if isinstance(buf, TensorView) else buf
+        if not isinstance(b, DeviceBuffer):
+            raise TrnsimError(f"{what}: expected a DeviceBuffer or TensorView, got {buf!r}")
+        if b.device.ctx is not self.ctx:
+            raise TrnsimError(f"{what}: {buf!r} belongs to another chip")
+
+    # -- streams, events, graphs ---------------------------------------------------------------
+
+    def stream(self, name: str = "") -> Stream:
+        """A new stream on this logical core."""
+        return Stream(self, name)
+
+    def event(self, enable_timing: bool = False, name: str = "") -> Event:
+        return Event(self, enable_timing, name)
+
+    def graph(self) -> Graph:
+        return Graph(self)
+
+    def synchronize(self) -> None:
+        """Block the host until all work on all streams of the chip is done."""
+        ctx = self.ctx
+        ctx.run_all()
+        ctx.host.wait_until("device.synchronize", ctx.env.now)
+
+    # -- launches and copies -------------------------------------------------------------------
+
+    def launch(self, kernel, tensors=None, stream: Stream | None = None, timing_only=False):
+        """Launch low-level `kernel` on `stream` (default: the default stream); `tensors` maps
+        the kernel's tensor names to TensorViews (see `Stream.launch`)."""
+        (stream or self.default_stream).launch(kernel, tensors, timing_only)
+
+    def memcpy_async(self, dst, src, stream: Stream | None = None) -> None:
+        """Copy between a host numpy array and a device buffer or view, or device to device,
+        on `stream`. Element counts must match; a dtype change is a cast. Values move when
+        the copy completes: keep a host array unchanged until then."""
+        (stream or self.default_stream).memcpy_async(dst, src)
+
+    def bind_tensors(self, kernel, tensors, timing_only: bool) -> dict[str, Buffer]:
+        """Check that `kernel` can run here; its tensors as the Buffers instructions bind to."""
         if not kernel.low_level:
             ops = ", ".join(sorted({o.op for o in kernel.ops}))
             raise TrnsimError(
-                f"kernel {kernel.name}: high-level ops ({ops}) are not yet "
-                f"supported; the kernel library lands in a later release — "
-                f"write it as a low-level kernel (instructions:)"
+                f"kernel {kernel.name}: high-level ops ({ops}) are not yet supported; the "
+                f"kernel library lands in a later release — write it as a low-level kernel "
+                f"(instructions:)"
             )
-        phys = len(self.chip.physical(core))
+        phys = len(self.chip.physical(self.index))
         if len(kernel.per_core) > phys:
             raise TrnsimError(
-                f"kernel {kernel.name}: per_core has {len(kernel.per_core)} "
-                f"programs but logical core {core} has {phys} physical cores "
-                f"(lnc={self.chip.lnc})"
+                f"kernel {kernel.name}: per_core has {len(kernel.per_core)} programs but "
+                f"logical core {self.index} has {phys} physical cores (lnc={self.chip.lnc})"
             )
+        if not tensors:
+            return {}
+        if all(type(b) is Buffer for b in tensors.values()):
+            return tensors  # already bound (the trace runner's named tensors)
+        out = {}
+        for name, v in tensors.items():
+            if isinstance(v, DeviceBuffer):
+                v = v.view("uint8")
+            if not isinstance(v, TensorView):
+                raise TrnsimError(f"launch {kernel.name}: tensor {name} is not a device view")
+            self._own(v, f"launch {kernel.name}: tensor {name}")
+            out[name] = v.bound(name, values=not timing_only)
+        return out
 
-    def stream(self, core: int = 0, name: str = "") -> Stream:
-        return Stream(self, core, name)
-
-    def event(self, name: str = "") -> Event:
-        return Event(self, name)
-
-    # -- running -------------------------------------------------------------------------------
-
-    def run(self, until: simpy.Event | None = None) -> None:
-        """Advance the clock until `until` fires (or until nothing is left to do)."""
-        env = self.env
-        if self.progress is None:  # SimPy's own loop: the fast path
-            try:
-                env.run(until=until)
-            except RuntimeError:  # the schedule ran dry before `until` fired
-                if until is None or until.triggered:
-                    raise
-        else:
-            step, peek, inf, progress, n = env.step, env.peek, math.inf, self.progress, 0
-            while (until is None or not until.processed) and peek() != inf:
-                step()
-                n += 1
-                if n % 100_000 == 0:
-                    progress(env.now, n)
-        if until is not None and not until.triggered:
-            raise self._deadlock()
-        if until is None and any(s._pending for s in self.streams):
-            raise self._deadlock()
-
-    def synchronize(self) -> None:
-        """Wait for all work on all streams."""
-        self.run()
-
-    def _deadlock(self) -> DeadlockError:
-        extra = [
-            f"stream {s.name} waits for {s.blocked_on} that is never recorded"
-            for s in self.streams
-            if s.blocked_on
-        ]
-        live = [la for la in self.launches if la.blocked]
-        return deadlock_error(live, extra)
-
-    def _launch(self, stream: Stream, kernel: KernelSpec):
-        env = self.env
-        with self._host.request() as req:  # the host thread issues launches one at a time
-            yield req
-            yield env.timeout(seconds_to_ps(self.cfg.host_link.launch_overhead))
-        with self._core_busy[stream.core].request() as req:
-            yield req
-            cores = self.chip.physical(stream.core)
-            launches = [
-                core.prepare(kernel.name, prog, self.tensors, self.rng, self.source)
-                for core, prog in zip(cores, kernel.per_core)
-            ]
-            for la in launches:
-                self.launches.append(la)
-                self.kernel_tiles[(kernel.name, la.core)] = la.tiles
-                for memory in ("sbuf", "psum"):
-                    self.recorder.peak(memory, la.tile_bytes(memory))
-            yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
-            self.launches = [la for la in self.launches if la not in launches]
-
-    def _copy(self, stream: Stream, s: Ref, d: Ref):
-        done = self.env.event()
-        core = self.chip.physical(stream.core)[0].index
-        name = f"copy {s}->{d}"
-        if "host" in (s.memory, d.memory):
-            start = self.env.now
-            self.chip.dma.submit_host(core, s, d, done.succeed)
-            yield done
-            self.recorder.span(
-                core,
-                HOST,
-                "copy",
-                start,
-                self.env.now,
-                max(s.nbytes, d.nbytes),
-                kernel=name,
-                dtype=d.dtype.name,
+    def copy_operands(self, dst, src) -> tuple[Ref, Ref]:
+        """`src` and `dst` of a copy as bound references, checked."""
+        s, d = self._ref(src, "src"), self._ref(dst, "dst")
+        if s.size != d.size:
+            raise TrnsimError(
+                f"memcpy_async {s} -> {d}: {list(s.shape)} and {list(d.shape)} have "
+                f"different element counts"
             )
-            return
-        ins = DmaCopy(engine=Engine.DMA, src=s, dst=d)
-        self.chip.dma.check(ins, core)
-        self.chip.dma.submit(core, 0, ins, name, done.succeed)
-        yield done
+        if s.memory == "host" and d.memory == "host":
+            raise TrnsimError(f"memcpy_async {s} -> {d}: both sides are host memory")
+        return s, d
 
+    def _ref(self, x, which: str) -> Ref:
+        if isinstance(x, Ref):
+            return x
+        if isinstance(x, np.ndarray):
+            dt = DTYPES.get(x.dtype.name)
+            if dt is None:
+                raise TrnsimError(f"memcpy_async {which}: numpy dtype {x.dtype} is not supported")
+            buf = Buffer("host", "host", x.shape, dt, x)
+            return bind(Ap("host"), buf, f"memcpy_async {which}")
+        if isinstance(x, DeviceBuffer):
+            x = x.view("uint8")
+        if not isinstance(x, TensorView):
+            raise TrnsimError(f"memcpy_async {which}: expected a numpy array or device view")
+        self._own(x, f"memcpy_async {which}")
+        name = f"dev@{x.data_ptr:#x}"
+        return bind(Ap(name), x.bound(name), f"memcpy_async {which}")
 
-def _whole(x: Buffer | Ref, where: str) -> Ref:
-    """A Ref as it is, or a whole buffer as a Ref."""
-    return x if isinstance(x, Ref) else bind(Ap(x.name), x, where)
+    def __repr__(self) -> str:
+        return f"Device({self.cfg.name!r}, index={self.index})"

@@ -1,14 +1,17 @@
-"""Run a whole Program on a Device: allocate its tensors, replay its streams, report.
+"""Run a whole Program on the device API: allocate its tensors, run each of its streams as a host
+thread, report.
 
 This is what `trnsim run` does, as a library call: `run_program(load("x.yaml"), load_chip("trn2"))`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import simpy
 
 from trnsim.config import ChipConfig
 from trnsim.errors import TrnsimError
@@ -16,19 +19,24 @@ from trnsim.gcpause import no_gc
 from trnsim.isa import Ap
 from trnsim.kernels import lower
 from trnsim.kernels.check import compare, expected_outputs
-from trnsim.memory.buffer import bind
+from trnsim.memory.buffer import Buffer, bind
+from trnsim.memory.init import initial_values
 from trnsim.report.summary import summarize
-from trnsim.runtime import Device, Event
+from trnsim.runtime.device import Device
+from trnsim.runtime.event import Event
+from trnsim.runtime.memory import TensorView
 from trnsim.trace.program import KernelSpec, Program
 
 
 @dataclass
 class RunResult:
-    """What a run produced: the device (tensors, recorder) and the summary dict."""
+    """What a run produced: the device of logical core 0 (its chip's clock and recorder), the
+    summary dict and the program's tensors, by name."""
 
     device: Device
     summary: dict
     program: Program
+    tensors: dict[str, Buffer]
 
     @property
     def total_ps(self) -> int:
@@ -36,14 +44,14 @@ class RunResult:
 
     def tensor(self, name: str) -> np.ndarray:
         """A tensor's final values (functional mode)."""
-        arr = self.device.tensors[name].array
+        arr = self.tensors[name].array
         if arr is None:
             raise TrnsimError(f"tensor {name} has no values: the run was timing-only")
         return arr
 
     def tile(self, kernel: str, name: str, core: int = 0) -> np.ndarray:
         """A tile's values after the last launch of `kernel` on physical core `core`."""
-        tiles = self.device.kernel_tiles.get((kernel, core))
+        tiles = self.device.ctx.kernel_tiles.get((kernel, core))
         if tiles is None or name not in tiles:
             raise TrnsimError(f"no tile {name} of kernel {kernel} on core {core}")
         if tiles[name].array is None:
@@ -78,35 +86,67 @@ def home_cores(program: Program) -> dict[str, int]:
     return homes
 
 
-def _device(program: Program, cfg: ChipConfig, mode: str, lnc: int | None) -> Device:
-    """A device with the program's tensors allocated, each on its home core's HBM stack."""
-    dev = Device(cfg, mode, lnc if lnc is not None else program.lnc, program.seed, program.source)
+def _devices(
+    program: Program, cfg: ChipConfig, mode: str, lnc: int | None
+) -> tuple[list[Device], dict[str, Buffer]]:
+    """The chip's devices, and the program's tensors allocated through them: each HBM tensor on
+    its home core's stack, each host tensor a numpy array."""
+    dev0 = Device(cfg, 0, mode, lnc if lnc is not None else program.lnc, program.seed,
+                  program.source)  # fmt: skip
+    ctx = dev0.ctx
+    devs = [dev0] + [Device(ctx, i) for i in range(1, ctx.chip.logical_cores)]
     homes = home_cores(program)
-    for t in program.tensors.values():
-        if t.view is None:
-            dev.malloc(t.name, t.shape, t.dtype, t.init, t.on, homes.get(t.name, 0))
+    tensors: dict[str, Buffer] = {}
+    views: dict[str, TensorView] = {}
     for t in program.tensors.values():
         if t.view is not None:
-            dev.view(t.name, t.view, t.shape)
-    return dev
+            continue
+        what = f"tensor {t.name}: {list(t.shape)} {t.dtype.name}"
+        if t.on == "host":
+            nbytes = math.prod(t.shape) * t.dtype.itemsize
+            ctx.reserve_backing(nbytes, what)
+            arr = initial_values(t.init, t.shape, t.dtype, ctx.rng, f"tensor {t.name}")
+            tensors[t.name] = Buffer(t.name, "host", t.shape, t.dtype, arr)
+            continue
+        dev = devs[homes.get(t.name, 0)]
+        buf = dev._malloc(
+            math.prod(t.shape) * t.dtype.itemsize,
+            what,
+            t.name,
+            lambda t=t: initial_values(t.init, t.shape, t.dtype, ctx.rng, f"tensor {t.name}"),
+        )
+        v = views[t.name] = buf.view(t.dtype, t.shape)
+        tensors[t.name] = v.bound(t.name)
+    for t in program.tensors.values():
+        if t.view is None:
+            continue
+        if t.view in views:
+            v = views[t.name] = views[t.view].view(t.shape)
+            tensors[t.name] = v.bound(t.name)
+        else:
+            base = tensors[t.view]
+            arr = base.array.reshape(t.shape) if base.array is not None else None
+            tensors[t.name] = Buffer(t.name, base.memory, t.shape, t.dtype, arr, base.offset)
+    return devs, tensors
 
 
 def check_program(program: Program, cfg: ChipConfig, lnc: int | None = None) -> int:
     """Check everything a run would check before the clock starts (tensors fit in HBM, tiles in
     SBUF/PSUM, every instruction's operands, shapes and limits), without simulating. Returns the
     number of instructions checked."""
-    dev = _device(program, cfg, "timing", lnc)
-    kernels = lower_kernels(program, cfg)
+    devs, tensors = _devices(program, cfg, "timing", lnc)
+    ctx = devs[0].ctx
+    program = lowered(program, cfg)
     count = 0
     for stream in program.streams:
-        cores = dev.chip.physical(stream.core)
+        cores = ctx.chip.physical(stream.core)
         for step in stream.steps:
             if step.kind != "launch":
                 continue
-            kernel = kernels[step.arg]
-            dev.check_launch(kernel, stream.core)
+            kernel = program.kernels[step.arg]
+            devs[stream.core].bind_tensors(kernel, tensors, False)
             for core, prog in zip(cores, kernel.per_core):
-                core.prepare(kernel.name, prog, dev.tensors, dev.rng, program.source)
+                core.prepare(kernel.name, prog, tensors, ctx.rng, program.source)
                 count += len(prog.instructions)
     return count
 
@@ -121,9 +161,12 @@ def run_program(
 ) -> RunResult:
     """Simulate `program` on a chip described by `cfg` and summarise the run.
 
-    `progress(now_ps, events)` is called now and then during long runs. `check` compares each
-    high-level op's output with its numpy reference (high-level ops are not supported yet, so
-    there is nothing to compare and the summary's `check` is empty).
+    Each stream of the program is a host thread issuing its steps, in order, through the device
+    API (`_host_thread`). `progress(now_ps, events)` is called now and then during long runs.
+    High-level kernels (`ops:`) are lowered by the kernel library (`lowered`). `check`
+    compares each op's output with its numpy reference (`trnsim.kernels.check`): the summary's
+    `check` maps each op compared to {ok, max_abs_err, max_rel_err}, and `check_note` says why
+    when nothing could be compared.
     """
     mode = mode or program.mode
     with no_gc():
@@ -133,81 +176,121 @@ def run_program(
 def _run(
     program: Program, cfg: ChipConfig, mode: str, lnc: int | None, progress, check: bool
 ) -> RunResult:
-    dev = _device(program, cfg, mode, lnc)
-    dev.progress = progress
-    kernels = lower_kernels(program, cfg)
+    devs, tensors = _devices(program, cfg, mode, lnc)
+    ctx = devs[0].ctx
+    ctx.progress = progress
+    env = ctx.env
+    written = program
+    program = lowered(program, cfg)
     initial = (
-        {n: b.array.copy() for n, b in dev.tensors.items() if b.array is not None}
+        {n: b.array.copy() for n, b in tensors.items() if b.array is not None}
         if check and mode == "functional"
         else None
     )
     events: dict[str, Event] = {}
-    streams = {s.name: dev.stream(s.core, s.name) for s in program.streams}
+    recorded: dict[str, simpy.Event] = {}  # event name -> fires when some stream records it
     for s in program.streams:
-        st = streams[s.name]
         for step in s.steps:
-            if step.kind == "launch":
-                st.launch(kernels[step.arg])
-            elif step.kind == "copy":
-                src, dst = (
-                    _operand(dev, a, f"stream {s.name}: copy {key}")
-                    for a, key in zip(step.arg, ("src", "dst"))
-                )
-                st.memcpy(dst, src)
-            elif step.kind == "record":
-                ev = events[step.arg] = events.get(step.arg) or dev.event(step.arg)
-                st.record_event(ev)
-            elif step.kind == "wait":
-                ev = events[step.arg] = events.get(step.arg) or dev.event(step.arg)
-                st.wait_event(ev)
-    dev.synchronize()
+            if step.kind in ("record", "wait") and step.arg not in events:
+                events[step.arg] = devs[s.core].event(enable_timing=True, name=step.arg)
+                recorded[step.arg] = env.event()
+    threads = []
+    for s in program.streams:
+        thread = ctx.thread(f"stream {s.name}")
+        stream = devs[s.core].stream(s.name)
+        run = _host_thread(ctx, thread, stream, s, program, tensors, events, recorded)
+        threads.append(env.process(run))
+    ctx.run_until(env.all_of(threads))
+    ctx.run_all()
+    ctx.host = ctx.threads[0]  # later calls on the result's devices come from the main thread
+    ctx.host.now = env.now
     summary = summarize(
-        dev.recorder, cfg, dev.env.now, trace=program.name, mode=mode, timing=program.timing
+        ctx.recorder, cfg, env.now, trace=program.name, mode=mode, timing=program.timing
     )
     if check:
-        summary["check"], note = _check(program, dev, initial)
+        summary["check"], note = _check(written, tensors, initial)
         if note:
             summary["check_note"] = note
-    return RunResult(dev, summary, program)
+    return RunResult(devs[0], summary, program, tensors)
 
 
-def _check(program: Program, dev: Device, initial: dict | None) -> tuple[dict, str | None]:
+def lowered(program: Program, cfg: ChipConfig) -> Program:
+    """`program` with each high-level kernel (`ops:`) lowered by the kernel library to a
+    low-level kernel on the first physical core of its logical core (the same program when it
+    has none). A TraceError of the library names the trace file and the op's line."""
+    if all(k.low_level for k in program.kernels.values()):
+        return program
+    kernels = {}
+    for name, k in program.kernels.items():
+        if k.low_level:
+            kernels[name] = k
+        else:
+            core = lower(k.ops, program.tensors, cfg, program.source)
+            kernels[name] = KernelSpec(name, per_core=[core], line=k.line)
+    return replace(program, kernels=kernels)
+
+
+def _check(program: Program, tensors: dict, initial: dict | None) -> tuple[dict, str | None]:
     """--check: ({op key: {ok, max_abs_err, max_rel_err}}, None) (`trnsim.kernels.check`), or
     ({}, why nothing could be compared)."""
     if all(k.low_level for k in program.kernels.values()):
         return {}, "the trace has no high-level ops (ops:) to compare"
     if initial is None:
         return {}, "a timing-mode run computes no values (use --mode functional)"
-    dtypes = {n: b.dtype for n, b in dev.tensors.items()}
+    dtypes = {n: b.dtype for n, b in tensors.items()}
     expected, why = expected_outputs(program, initial, dtypes)
     if why:
         return {}, why
     return {
-        key: compare(values, dev.tensors[t].array, dtypes[t].name, op)
+        key: compare(values, tensors[t].array, dtypes[t].name, op)
         for key, (t, values, op) in expected.items()
     }, None
 
 
-def lower_kernels(program: Program, cfg: ChipConfig) -> dict[str, KernelSpec]:
-    """The program's kernels with each high-level one (`ops:`) lowered by the kernel library
-    to a low-level kernel on the first physical core of its logical core. A TraceError of the
-    library names the trace file and the op's line."""
-    out = {}
-    for name, k in program.kernels.items():
-        if k.low_level:
-            out[name] = k
-        else:
-            core = lower(k.ops, program.tensors, cfg, program.source)
-            out[name] = KernelSpec(name, per_core=[core], line=k.line)
-    return out
+def _host_thread(ctx, thread, stream, spec, program, tensors, events, recorded):
+    """One trace stream as a host thread: its steps are API calls, in order, each at the
+    thread's clock. `wait: e` blocks the thread until some stream has recorded `e`, then
+    calls `wait_event`; `synchronize` blocks it until its stream is done."""
+    env = ctx.env
+    for step in spec.steps:
+        kind, arg = step.kind, step.arg
+        if kind == "synchronize":
+            if stream._idle is not None:
+                thread.waiting = f"its stream {stream.name} to finish"
+                yield stream._idle
+                thread.waiting = None
+            thread.wait_until("stream.synchronize", env.now, stream.name)
+            continue
+        if kind == "wait" and not recorded[arg].triggered:
+            thread.waiting = f"event '{arg}', which no stream has recorded"
+            yield recorded[arg]
+            thread.waiting = None
+            thread.wait_until("wait for a record", env.now, arg)
+        ctx.host = thread
+        if kind == "launch":
+            stream.launch(program.kernels[arg], tensors)
+        elif kind == "copy":
+            src, dst = (
+                _operand(tensors, a, f"stream {spec.name}: copy {key}")
+                for a, key in zip(arg, ("src", "dst"))
+            )
+            stream.memcpy_async(dst, src)
+        elif kind == "record":
+            stream.record_event(events[arg])
+        elif kind == "wait":
+            stream.wait_event(events[arg])
+        if thread.now > env.now:
+            yield env.timeout(thread.now - env.now)
+        if kind == "record" and not recorded[arg].triggered:
+            recorded[arg].succeed()
 
 
-def _operand(dev: Device, a, where: str):
-    """A copy step's operand (a tensor name, possibly sliced) bound to the device's tensor."""
+def _operand(tensors: dict[str, Buffer], a, where: str):
+    """A copy step's operand (a tensor name, possibly sliced) bound to the program's tensor."""
     ap = a if isinstance(a, Ap) else Ap(a, (), a)
-    if ap.name not in dev.tensors:
+    if ap.name not in tensors:
         raise TrnsimError(f"{where}: no tensor {ap.name}")
-    return bind(ap, dev.tensors[ap.name], where)
+    return bind(ap, tensors[ap.name], where)
 
 
 def save_outputs(result: RunResult, out_dir: str | Path) -> list[Path]:

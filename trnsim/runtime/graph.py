@@ -1,0 +1,69 @@
+"""Graphs: capture launches and copies on a stream, replay them as one host launch.
+
+As with CUDA graphs (torch.cuda.CUDAGraph): inside `with graph.capture(stream):` the stream's
+launches and copies are recorded instead of run, and cost the host nothing. `replay()` costs the
+host one launch (`host_link.launch_overhead`) and enqueues the whole sequence at once; each
+kernel of the replay then pays only `host_link.graph_launch_overhead` of device time before it
+starts. So N tiny kernels take about N x launch_overhead eagerly, and launch_overhead + N x
+(graph_launch_overhead + kernel) replayed. The captured tensors are bound at capture time: a
+replay reads and writes the same device memory, as a CUDA graph does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from trnsim.errors import TrnsimError
+from trnsim.runtime.stream import LAUNCH
+
+
+class Graph:
+    """A captured sequence of launches and copies (`Device.graph()`)."""
+
+    def __init__(self, device):
+        self.device = device
+        self._nodes: list[tuple[str, tuple]] = []
+        self._stream = None
+        self._capturing = False
+
+    @property
+    def nodes(self) -> int:
+        """How many launches and copies the graph holds."""
+        return len(self._nodes)
+
+    @contextlib.contextmanager
+    def capture(self, stream=None):
+        """Record the launches and copies made on `stream` (default: the device's default
+        stream) inside the block. A graph is captured once."""
+        stream = stream or self.device.default_stream
+        if self._stream is not None:
+            raise TrnsimError("graph capture: this graph was already captured")
+        if stream._capture is not None:
+            raise TrnsimError(f"graph capture: stream {stream.name} is already being captured")
+        if stream.device.ctx is not self.device.ctx:
+            raise TrnsimError("graph capture: the stream belongs to another chip")
+        self._stream, stream._capture = stream, self
+        try:
+            yield self
+        finally:
+            stream._capture = None
+
+    def add(self, stream, kind: str, args: tuple) -> None:
+        """Called by the capturing stream for each launch or copy."""
+        self._nodes.append((kind, args))
+
+    def replay(self) -> None:
+        """Enqueue the captured work on its stream, for one host launch."""
+        stream = self._stream
+        if stream is None:
+            raise TrnsimError("graph replay: nothing was captured")
+        if stream._capture is not None:
+            raise TrnsimError("graph replay: the graph is still being captured")
+        ctx = stream.ctx
+        t = ctx.host.call("graph.replay", ctx.costs.launch, f"{len(self._nodes)} nodes")
+        per_kernel = ctx.costs.graph_launch
+        for kind, args in self._nodes:
+            if kind is LAUNCH:
+                kernel, tensors, timing_only, _ = args
+                args = (kernel, tensors, timing_only, per_kernel)
+            stream.push(kind, t, args)

@@ -1,0 +1,147 @@
+"""Streams: in-order queues of device work on one logical NeuronCore, with CUDA's semantics.
+
+A host call (launch, copy, event record or wait) costs its host thread time and enqueues an item
+stamped with the host clock after the call: the item cannot start before then, nor before the
+items ahead of it in the stream finish. Kernels on one logical core run one at a time; copies
+and kernels of different streams overlap when they use different hardware.
+
+A stream runs a SimPy process only while it has work, so an idle stream holds nothing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import simpy
+
+from trnsim.errors import TrnsimError
+from trnsim.runtime.event import Event
+
+LAUNCH, COPY, RECORD, WAIT = "launch", "copy", "record", "wait"
+
+
+class Stream:
+    """An in-order queue of device work bound to a logical NeuronCore (`Device.stream()`)."""
+
+    def __init__(self, device, name: str = ""):
+        self.device, self.core = device, device.index
+        self.ctx = device.ctx
+        self.name = name or f"stream{self.ctx.stream_count}"
+        self.ctx.stream_count += 1
+        self._queue: deque = deque()  # (kind, not_before_ps, args)
+        self._idle: simpy.Event | None = None  # fires when the queue empties; None when idle
+        self._capture = None  # the Graph capturing this stream's calls
+        self.blocked_on: str | None = None
+
+    # -- host calls ----------------------------------------------------------------------------
+
+    def launch(self, kernel, tensors=None, timing_only: bool = False) -> None:
+        """Launch low-level `kernel` on this stream with its tensors bound to device memory
+        (`tensors`: name -> TensorView). A `timing_only` launch takes simulated time but
+        computes no values, even on a functional device."""
+        args = (kernel, self.device.bind_tensors(kernel, tensors, timing_only), timing_only, 0)
+        if self._capture is not None:
+            self._capture.add(self, LAUNCH, args)
+            return
+        ctx = self.ctx
+        t = ctx.host.call("launch", ctx.costs.launch, kernel.name)
+        self.push(LAUNCH, t, args)
+
+    def memcpy_async(self, dst, src) -> None:
+        """Copy `src` to `dst` on this stream (see `Device.memcpy_async`)."""
+        s, d = self.device.copy_operands(dst, src)
+        if self._capture is not None:
+            self._capture.add(self, COPY, (s, d))
+            return
+        ctx = self.ctx
+        t = ctx.host.call("memcpy_async", ctx.costs.copy, f"{s}->{d}")
+        self.push(COPY, t, (s, d))
+
+    def record_event(self, event: Event | None = None) -> Event:
+        """Record `event` (a new one by default) at this point of the stream; returns it."""
+        event = event or self.device.event()
+        self._no_capture("record_event")
+        ctx = self.ctx
+        if event.device.ctx is not ctx:
+            raise TrnsimError(f"record_event on stream {self.name}: the event is of another chip")
+        t = ctx.host.call("event.record", ctx.costs.event, event.name)
+        self.push(RECORD, t, (event, event._new_record()))
+        return event
+
+    def wait_event(self, event: Event) -> None:
+        """Make this stream's later work wait for the event's latest record (at call time).
+        Waiting on an event never recorded is a no-op, as in CUDA."""
+        self._no_capture("wait_event")
+        ctx = self.ctx
+        if event.device.ctx is not ctx:
+            raise TrnsimError(f"wait_event on stream {self.name}: the event is of another chip")
+        t = ctx.host.call("stream.wait_event", ctx.costs.event, event.name)
+        if event._done is not None and not event._done.triggered:
+            self.push(WAIT, t, (event._done, event.name))
+
+    def wait_stream(self, other: Stream) -> None:
+        """Make this stream's later work wait for all work enqueued on `other` so far."""
+        self.wait_event(other.record_event())
+
+    def query(self) -> bool:
+        """Is all work enqueued here done at the host's present? Runs the device only up to the
+        host's clock; never blocks, never raises."""
+        if self._queue:
+            self.ctx.advance_to(self.ctx.host.now)
+        return not self._queue
+
+    def synchronize(self) -> None:
+        """Block the host until all work enqueued here is done."""
+        ctx = self.ctx
+        if self._idle is not None:
+            ctx.run_until(self._idle)
+        ctx.host.wait_until("stream.synchronize", ctx.env.now, self.name)
+
+    def _no_capture(self, what: str) -> None:
+        if self._capture is not None:
+            raise TrnsimError(f"{what} on stream {self.name} during graph capture: a graph holds "
+                              f"launches and copies only")  # fmt: skip
+
+    # -- the device side -----------------------------------------------------------------------
+
+    def push(self, kind: str, not_before: int, args: tuple) -> None:
+        """Enqueue an item that may start at `not_before` ps (the host clock after its call)."""
+        q = self._queue
+        q.append((kind, not_before, args))
+        if len(q) == 1:
+            self._idle = self.ctx.env.event()
+            self.ctx.busy[self] = None
+            self.ctx.env.process(self._drain())
+
+    def pending(self) -> str:
+        """What the stream is doing or waiting for (deadlock reports)."""
+        if self.blocked_on:
+            return f"stream {self.name} waits for {self.blocked_on}"
+        kind, _, args = self._queue[0]
+        what = args[0].name if kind == LAUNCH else f"{args[0]}->{args[1]}" if kind == COPY else ""
+        return f"stream {self.name} is in {kind} {what}".rstrip()
+
+    def _drain(self):
+        ctx, q = self.ctx, self._queue
+        env = ctx.env
+        while q:
+            kind, not_before, args = q[0]
+            if not_before > env.now:
+                yield env.timeout(not_before - env.now)
+            if kind is LAUNCH:
+                yield from ctx.run_launch(self, *args)
+            elif kind is COPY:
+                yield from ctx.run_copy(self, *args)
+            elif kind is RECORD:
+                args[0]._fire(args[1], env.now)
+            elif not args[0].triggered:  # WAIT
+                self.blocked_on = f"event '{args[1]}'"
+                yield args[0]
+                self.blocked_on = None
+            q.popleft()
+        del ctx.busy[self]
+        idle, self._idle = self._idle, None
+        idle.succeed()
+
+    def __repr__(self) -> str:
+        return f"Stream({self.name!r}, core={self.core}, pending={len(self._queue)})"
