@@ -1,0 +1,123 @@
+"""The races within one launch: the accesses of its instructions, in a topological order, each
+checked against the history of its buffer's earlier accesses that are still live.
+
+An earlier access E is ordered before a new one under the new access's clock when E's engine
+queue has done it (or, for a DMA transfer, it is known complete). The history stays short:
+- a buffer no instruction of the launch writes is not tracked (reads never race);
+- an access ordered before a new one whose region holds it, the new one writing or both
+  reading, is shadowed: whatever would race with it also races with the new one (a later access
+  unordered with E cannot be ordered before the new one, nor after it, since E is before it);
+- an access that every queue with instructions still to come knows is done can race with
+  nothing more (dropped now and then, when a buffer's history doubles).
+"""
+
+from __future__ import annotations
+
+from trnsim.isa import Instr
+from trnsim.trace.races.clocks import Clocks
+from trnsim.trace.races.found import Race
+from trnsim.trace.races.launch import Launch
+from trnsim.trace.races.regions import Shapes, contains, instr_accesses, overlap
+
+__all__ = ["launch_races"]
+
+# an entry of a buffer's history: (lo, hi, queue, position, Access, instruction, ranks), where
+# [lo, hi) is the access's flat range and ranks None for an engine queue's instruction
+_NONE: list = []
+
+
+class _Front:
+    """Per queue, the clock of its latest instruction so far and how many are still to come."""
+
+    def __init__(self, la: Launch):
+        self.clocks = [None] * len(la.queues)
+        self.left = [len(lst) for lst in la.lists]
+
+    def knows(self, e: tuple) -> bool:
+        """Does every queue with instructions still to come know entry e is done?"""
+        q, p, ranks = e[2], e[3], e[6]
+        for r, f in enumerate(self.clocks):
+            if not self.left[r]:
+                continue
+            if f is None:
+                return False
+            if ranks is None:
+                if f[q] < p:
+                    return False
+            elif not any(f[c] >= x for c, x in ranks):
+                return False
+        return True
+
+
+def _accesses(la: Launch, shapes: Shapes) -> tuple[dict, set]:
+    """id(instruction) -> its accesses; and the buffers that can race within the launch: some
+    instruction writes them, and more than one queue, or a DMA queue, accesses them."""
+    tiles = la.prog.tiles
+    memo: dict = {}
+    accs = {id(ins): instr_accesses(ins, shapes, tiles, memo) for ins in la.prog.instructions}
+    written = {a.buf for lst in accs.values() for a in lst if a.write}
+    users: dict[str, set] = {}
+    for ins in la.prog.instructions:
+        qk = la.pos[id(ins)][0]
+        for a in accs[id(ins)]:
+            if a.buf in written:
+                users.setdefault(a.buf, set()).add(qk)
+    tracked = {b for b, qs in users.items() if len(qs) > 1 or any(la.isdma[q] for q in qs)}
+    return accs, tracked
+
+
+def launch_races(la: Launch, order: list[Instr], clocks: Clocks, shapes: Shapes):
+    """(races, tensor accesses) of one launch: the races between its instructions, and each
+    distinct tensor Access it makes -> the label of its first instruction."""
+    at, pos, isdma = clocks.at, la.pos, la.isdma
+    accs, written = _accesses(la, shapes)
+    hist: dict[str, list] = {}
+    limit: dict[str, int] = {}
+    front = _Front(la)
+    races: list[Race] = []
+    tensor_acc: dict = {}
+    for ins in order:
+        qk, p = pos[id(ins)]
+        k = at[id(ins)]
+        front.clocks[qk] = k
+        ranks = None if not isdma[qk] else clocks.ranks.get(id(ins), _NONE)
+        for acc in accs[id(ins)]:
+            if acc not in tensor_acc and acc.buf.startswith("tensor "):
+                tensor_acc[acc] = la.label(ins)
+            if acc.buf not in written:
+                continue
+            lst = hist.setdefault(acc.buf, [])
+            keep = _check(acc, ins, qk, k, isdma[qk], lst, la, races)
+            keep.append((acc.flat[0], acc.flat[1], qk, p, acc, ins, ranks))
+            hist[acc.buf] = keep
+            if len(keep) > limit.get(acc.buf, 64):
+                keep = hist[acc.buf] = [e for e in keep if not front.knows(e)]
+                limit[acc.buf] = max(64, 2 * len(keep))
+        front.left[qk] -= 1
+    return races, tensor_acc
+
+
+def _check(acc, ins, qk, k, dma, lst, la, races) -> list:
+    """Report the entries of `lst` that race with `acc` (of `ins`, on queue qk, clock k);
+    return the entries that stay live (those `acc` does not shadow)."""
+    lo, hi, write = acc.flat[0], acc.flat[1], acc.write
+    keep = []
+    for e in lst:
+        oacc, oins = e[4], e[5]
+        if oins is ins or e[1] <= lo or hi <= e[0]:
+            keep.append(e)
+            continue
+        ranks = e[6]
+        if ranks is None:
+            ordered = (e[2] == qk and not dma) or k[e[2]] >= e[3]
+        else:
+            ordered = any(k[c] >= r for c, r in ranks)
+        if ordered:
+            if (write or not oacc.write) and contains(acc, oacc):
+                continue  # shadowed
+        elif (write or oacc.write) and overlap(acc, oacc):
+            races.append(
+                Race(la.label(oins), la.label(ins), f"{oacc.text} / {acc.text} ({acc.buf})")
+            )
+        keep.append(e)
+    return keep
