@@ -185,7 +185,8 @@ class Device:
                 f"tensor {name}: {list(shape)} {dt.name} needs {fmt_bytes(nbytes)} of this "
                 f"machine's memory for its values, beyond the functional-mode limit of "
                 f"{fmt_bytes(self.max_backing_bytes)} ({fmt_bytes(self._backed)} already used); "
-                f"run with --mode timing (shapes only), or raise Device.max_backing_bytes"
+                f"run with --mode timing (shapes only; or `mode: timing` in the trace; "
+                f"from Python, raise Device.max_backing_bytes)"
             )
         self._backed += nbytes if (self.functional or on == "host") else 0
         arr = (

@@ -73,12 +73,21 @@ def home_cores(program: Program) -> dict[str, int]:
 
 
 def _device(program: Program, cfg: ChipConfig, mode: str, lnc: int | None) -> Device:
-    """A device with the program's tensors allocated, each on its home core's HBM stack."""
+    """A device with the program's tensors allocated, each on its home core's HBM stack.
+    Errors about the trace's `lnc:` or a tensor's allocation carry its line."""
+    if lnc is None and program.lnc is not None and program.lnc not in cfg.lnc_allowed:
+        raise TrnsimError(
+            f"{program.source}:{program.lines.get('lnc', 0)}: lnc: {program.lnc} is not "
+            f"supported on {cfg.name}; expected one of {', '.join(map(str, cfg.lnc_allowed))}"
+        )
     dev = Device(cfg, mode, lnc if lnc is not None else program.lnc, program.seed, program.source)
     homes = home_cores(program)
     for t in program.tensors.values():
         if t.view is None:
-            dev.malloc(t.name, t.shape, t.dtype, t.init, t.on, homes.get(t.name, 0))
+            try:
+                dev.malloc(t.name, t.shape, t.dtype, t.init, t.on, homes.get(t.name, 0))
+            except TrnsimError as e:
+                raise type(e)(f"{program.source}:{t.line}: tensors.{t.name}: {e}") from None
     for t in program.tensors.values():
         if t.view is not None:
             dev.view(t.name, t.view, t.shape)

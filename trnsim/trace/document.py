@@ -177,6 +177,7 @@ class _TraceParser:
             at["trnsim"].fail(f"unsupported format version {show(get['trnsim'])}", "1")
         prog = Program(source=self.source)
         prog.name = self._name(get, at)
+        prog.lines = {k: at[k].line for k in ("chip", "lnc", "mode") if k in get}
         if "chip" in get:
             prog.chip = want_str(get["chip"], at["chip"], "a chip name such as trn2")
         if "seed" in get:

@@ -116,8 +116,8 @@ def _check(acc, ins, qk, k, dma, lst, la, races) -> list:
             if (write or not oacc.write) and contains(acc, oacc):
                 continue  # shadowed
         elif (write or oacc.write) and overlap(acc, oacc):
-            races.append(
-                Race(la.label(oins), la.label(ins), f"{oacc.text} / {acc.text} ({acc.buf})")
-            )
+            a, b = (oins, ins) if oins.index <= ins.index else (ins, oins)  # in trace order
+            regions = (oacc.text, acc.text) if a is oins else (acc.text, oacc.text)
+            races.append(Race(la.label(a), la.label(b), f"{regions[0]} / {regions[1]} ({acc.buf})"))
         keep.append(e)
     return keep
