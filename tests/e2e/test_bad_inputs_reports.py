@@ -4,7 +4,9 @@ has a line."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -17,6 +19,18 @@ tiles:
   {TILE}
 instructions:
   - {{op: memset, dst: a}}
+"""
+
+OPS = """trnsim: 1
+tensors:
+  x: {shape: [128, 64], dtype: float32}
+  w: {shape: [64, 64], dtype: float32}
+  h: {shape: [128, 64], dtype: float32}
+kernels:
+  mlp:
+    ops:
+      - matmul: {a: x, b: w, out: h}
+      - gelu: {x: h, out: h}
 """
 
 ROWS = {
@@ -107,6 +121,36 @@ ROWS = {
         r"^error: race: t\.yaml:6 kernel main queue vector instruction 0 \(memset\) and t\.yaml:7 "
         r"kernel main queue gpsimd instruction 1 \(tensor_copy\) both access a / a \(tile a\)",
     ),
+    "ops: an unknown op": (
+        OPS.replace("gelu:", "gelux:"),
+        [],
+        2,
+        r"^error: t\.yaml:10: kernels\.mlp\.ops\[1\]: unknown op 'gelux' \(did you mean 'gelu'\?\)",
+    ),
+    "ops: an operand that is no tensor name": (
+        OPS.replace("b: w,", "b: [w],"),
+        [],
+        2,
+        r"^error: t\.yaml:9: kernels\.mlp\.ops\[0\]\.matmul\.b: matmul: b: got a list; expected a tensor name$",
+    ),
+    "ops: an unknown argument": (
+        OPS.replace("b: w,", "c: w,"),
+        [],
+        2,
+        r"^error: t\.yaml:9: kernels\.mlp\.ops\[0\]\.matmul: matmul: unknown argument 'c'",
+    ),
+    "ops: a missing argument": (
+        OPS.replace("gelu: {x: h, out: h}", "gelu: {x: h}"),
+        [],
+        2,
+        r"^error: t\.yaml:10: kernels\.mlp\.ops\[1\]\.gelu: gelu: missing argument 'out'",
+    ),
+    "ops: valid, but not supported yet": (
+        OPS,
+        [],
+        2,
+        r"^error: t\.yaml:7: kernel mlp: high-level ops \(gelu, matmul\) are not yet supported",
+    ),
 }
 
 
@@ -135,3 +179,19 @@ def test_bad_input(row, command, tmp_path):
         return
     assert re.search(pattern, one_line(res.stderr)), res.stderr
     assert res.stdout == ""
+
+
+def test_check_says_it_has_nothing_to_compare():
+    res = CliRunner().invoke(main, ["run", "traces/softmax_rows.yaml", "--check", "--json"])
+    assert res.exit_code == 0
+    assert json.loads(res.stdout)["check"] == {}
+    assert one_line(res.stderr).startswith("note: --check has nothing to compare")
+
+
+def test_the_trace_format_ships_in_docs_and_is_linked():
+    root = Path(__file__).parents[2]
+    readme = (root / "README.md").read_text()
+    assert "(docs/trace_format.md)" in readme and "../shared" not in readme
+    assert "## High-level kernels" in (root / "docs" / "trace_format.md").read_text()
+    res = CliRunner().invoke(main, ["run", "--help"])
+    assert "docs/trace_format.md" in res.output

@@ -80,8 +80,9 @@ def run(
     skip_races,
     allow_races,
 ) -> None:
-    """Simulate TRACE (a trace YAML file) and report time, engine utilization, DMA and HBM
-    traffic, FLOP/s against the chip's peak, and memory high-water marks.
+    """Simulate TRACE (a trace YAML or JSON file; the format: docs/trace_format.md) and report
+    time, engine utilization, DMA and HBM traffic, FLOP/s against the chip's peak, and memory
+    high-water marks. Races and deadlocks are checked first (docs/races.md).
 
     \b
     Examples:
@@ -108,6 +109,12 @@ def run(
     if profile_file:
         write_profile(result.device.recorder, profile_file)
     saved = save_outputs(result, out_dir) if out_dir else []
+    if check and not result.summary.get("check") and not quiet:
+        click.echo(
+            "note: --check has nothing to compare: it compares high-level ops (ops:) with "
+            "their numpy references, and this trace has none that ran",
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps(result.summary, indent=2))
     elif not quiet:

@@ -228,8 +228,9 @@ class Device:
         """Raise if `kernel` cannot be launched on logical core `core`."""
         if not kernel.low_level:
             ops = ", ".join(sorted({o.op for o in kernel.ops}))
+            where = f"{self.source}:{kernel.line}: " if self.source and kernel.line else ""
             raise TrnsimError(
-                f"kernel {kernel.name}: high-level ops ({ops}) are not yet "
+                f"{where}kernel {kernel.name}: high-level ops ({ops}) are not yet "
                 f"supported; the kernel library lands in a later release — "
                 f"write it as a low-level kernel (instructions:)"
             )

@@ -59,6 +59,7 @@ from trnsim.inputs.validate import (
     want_str,
 )
 from trnsim.trace.buffers import parse_tensors, parse_tiles
+from trnsim.trace.ops import check_op
 from trnsim.trace.params import apply_params
 from trnsim.trace.program import (
     CoreProgram,
@@ -340,6 +341,7 @@ class _TraceParser:
             for key in args:
                 if not isinstance(key, str):
                     aloc.fail(f"argument name {show(key)}", "argument names that are strings")
+            check_op(op, args, iloc, aloc)
             ops.append(OpSpec(op, _plain(args), aloc.line))
         return ops
 
