@@ -195,3 +195,116 @@ def test_the_trace_format_ships_in_docs_and_is_linked():
     assert "## High-level kernels" in (root / "docs" / "trace_format.md").read_text()
     res = CliRunner().invoke(main, ["run", "--help"])
     assert "docs/trace_format.md" in res.output
+
+
+# -- reports -----------------------------------------------------------------------------------
+
+
+def run_json(*args) -> dict:
+    res = CliRunner().invoke(main, ["run", *map(str, args), "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_top_instructions_show_busy_time_not_a_sum_of_overlapping_transfers():
+    s = run_json("traces/gemm_double_buffered.yaml")
+    for r in s["top_instructions"]:
+        assert "total_ns" not in r
+        assert r["busy_ns"] <= s["device_time_ns"] + 1e-9
+        assert r["busy_ns"] <= r["count"] * r["mean_ns"] + 1e-6
+    # some DMA group overlaps itself: its busy time is below count x mean
+    assert any(r["busy_ns"] < r["count"] * r["mean_ns"] - 1e-6 for r in s["top_instructions"])
+    res = CliRunner().invoke(main, ["run", "traces/gemm_double_buffered.yaml"])
+    head = next(x for x in res.stdout.splitlines() if x.startswith("top instructions"))
+    assert head.split()[-3:] == ["count", "busy", "mean"]
+
+
+def test_no_peak_fraction_without_flops():
+    s = run_json("traces/softmax_rows.yaml")
+    assert s["flops"] == 0 and s["peak_fraction"] is None
+    out = CliRunner().invoke(main, ["run", "traces/softmax_rows.yaml"]).stdout
+    compute = next(x for x in out.splitlines() if x.startswith("compute"))
+    assert "peak" not in compute
+    assert run_json("traces/gemm_double_buffered.yaml")["peak_fraction"] > 0
+
+
+def test_the_physical_cores_of_each_logical_core_are_named_under_lnc_2():
+    s = run_json("traces/two_streams.yaml")
+    assert s["lnc"] == 2
+    assert s["logical_cores"] == {"0": ["core0", "core1"], "1": ["core2", "core3"]}
+    out = CliRunner().invoke(main, ["run", "traces/two_streams.yaml"]).stdout
+    assert "lnc 2: a stream's core: 0 runs on core0, core1; core: 1 runs on core2, core3" in out
+    assert (
+        "cores "
+        not in CliRunner().invoke(main, ["run", "traces/two_streams.yaml", "--chip", "trn1"]).stdout
+    )  # lnc 1: nothing to explain
+
+
+def test_every_report_carries_the_version_and_the_config_hash(tmp_path):
+    from trnsim import __version__
+
+    base = run_json("traces/softmax_rows.yaml")
+    other = run_json("traces/softmax_rows.yaml", "--set", "hbm.bandwidth=4TB/s")
+    assert base["trnsim_version"] == other["trnsim_version"] == __version__
+    assert re.fullmatch(r"[0-9a-f]{12}", base["config_hash"])
+    assert base["config_hash"] != other["config_hash"]
+    assert (
+        run_json("traces/softmax_rows.yaml", "--chip", "trn2")["config_hash"] == base["config_hash"]
+    )
+    p, c = tmp_path / "t.json", tmp_path / "p.csv"
+    res = CliRunner().invoke(
+        main, ["run", "traces/softmax_rows.yaml", "--perfetto", str(p), "--profile", str(c)]
+    )
+    assert res.exit_code == 0, res.output
+    assert f"config {base['config_hash']}" in res.stdout
+    meta = json.loads(p.read_text())["otherData"]
+    assert meta == {
+        "chip": "trn2",
+        "trnsim_version": __version__,
+        "config_hash": base["config_hash"],
+    }
+    head, row = c.read_text().splitlines()[:2]
+    assert head.endswith(",trnsim_version,config_hash")
+    assert row.endswith(f",{__version__},{base['config_hash']}")
+
+
+def compare(*args):
+    return CliRunner().invoke(main, ["compare", *map(str, args)])
+
+
+def test_compare_gives_a_column_that_cannot_run_its_reason(tmp_path):
+    (tmp_path / "t.yaml").write_text(ROWS["lnc the chip does not support"][0])
+    res = compare(tmp_path / "t.yaml", "--chip", "trn1", "--chip", "trn2")
+    assert res.exit_code == 0, res.output
+    assert re.search(
+        r"^trn1 did not run: .*t\.yaml:3: lnc: 2 is not supported on trn1", res.stdout, re.M
+    )
+    data = json.loads(
+        compare(tmp_path / "t.yaml", "--chip", "trn1", "--chip", "trn2", "--json").stdout
+    )
+    assert "lnc: 2 is not supported" in data["trn1"]["error"] and "total_time_ns" in data["trn2"]
+    res = compare(tmp_path / "t.yaml", "--chip", "trn1")  # nothing ran: an error
+    assert res.exit_code == 2 and one_line(res.stderr).startswith("error: trn1: ")
+
+
+def test_compare_columns_carry_their_own_overrides_and_distinct_labels(tmp_path):
+    mine = tmp_path / "mychip.yaml"
+    mine.write_text("base: trn2\nhbm:\n  bandwidth: 4TB/s\n")
+    args = ["traces/weight_stream.yaml", "--mode", "timing", "--json"]
+    data = json.loads(
+        compare(
+            *args,
+            "--chip",
+            "trn2",
+            "--chip",
+            "trn2,hbm.bandwidth=0.5TB/s",
+            "--chip",
+            mine,
+            "--chip",
+            "trn2",
+        ).stdout
+    )
+    assert list(data) == ["trn2", "trn2 hbm.bandwidth=0.5TB/s", "mychip", "trn2 #2"]
+    assert data["trn2"]["config_hash"] == data["trn2 #2"]["config_hash"]
+    assert len({d["config_hash"] for d in data.values()}) == 3
+    assert data["trn2 hbm.bandwidth=0.5TB/s"]["device_time_ns"] > data["trn2"]["device_time_ns"]

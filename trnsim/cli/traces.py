@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -22,6 +23,7 @@ from trnsim.config import load_chip
 from trnsim.errors import TrnsimError
 from trnsim.report.perfetto import write_chrome_trace
 from trnsim.report.profile import write_profile
+from trnsim.report.provenance import provenance
 from trnsim.report.summary import format_comparison, format_summary
 from trnsim.runtime.session import check_program, run_program, save_outputs
 
@@ -104,10 +106,11 @@ def run(
     result = run_program(program, cfg, mode, progress=_progress(quiet), check=check)
     if _progress(quiet):
         click.echo("\r" + " " * 70 + "\r", err=True, nl=False)
+    meta = provenance(cfg)
     if perfetto_file:
-        write_chrome_trace(result.device.recorder, perfetto_file, cfg.name)
+        write_chrome_trace(result.device.recorder, perfetto_file, cfg.name, meta)
     if profile_file:
-        write_profile(result.device.recorder, profile_file)
+        write_profile(result.device.recorder, profile_file, meta)
     saved = save_outputs(result, out_dir) if out_dir else []
     if check and not result.summary.get("check") and not quiet:
         click.echo(
@@ -159,10 +162,11 @@ def validate(trace_file, chip, overrides, params, allow_races) -> None:
 @click.option(
     "--chip",
     "chips",
-    metavar="NAME|PATH",
+    metavar="NAME|PATH[,KEY=VALUE...]",
     multiple=True,
     required=True,
-    help="A chip to run on (repeat: --chip trn2 --chip trn3).",
+    help="A column: a chip to run on, optionally with its own overrides after commas (repeat: "
+    "--chip trn2 --chip trn2,hbm.bandwidth=4TB/s --chip trn3).",
 )
 @set_option
 @param_option
@@ -171,13 +175,43 @@ def validate(trace_file, chip, overrides, params, allow_races) -> None:
 def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
     """Run TRACE on several chips and show the results side by side, with ratios to the first.
 
+    Each column is labelled by its --chip (a config file by its name, overrides appended); a
+    column that cannot run (an lnc the chip does not support, a tile that does not fit) shows
+    why instead of values. `--set` applies to every column, a column's own overrides after it.
+
     \b
-    Example:
+    Examples:
       trnsim compare traces/gemm_double_buffered.yaml --chip trn2 --chip trn3
+      trnsim compare traces/weight_stream.yaml --chip trn2 --chip trn2,hbm.bandwidth=4TB/s
     """
     program = _load_trace(trace_file, params)
-    results = [run_program(program, load_chip(c, overrides), mode).summary for c in chips]
+    columns = _columns(chips, overrides)
+    results = {}
+    for label, cfg in columns.items():
+        try:
+            results[label] = run_program(program, cfg, mode).summary
+        except TrnsimError as e:
+            results[label] = {"chip": cfg.name, "error": " ".join(str(e).split())}
+    if all("error" in s for s in results.values()):
+        raise TrnsimError("; ".join(f"{k}: {s['error']}" for k, s in results.items()))
     if as_json:
-        click.echo(json.dumps({s["chip"]: s for s in results}, indent=2))
+        click.echo(json.dumps(results, indent=2))
         return
     click.echo(format_comparison(results))
+
+
+def _columns(chips, overrides) -> dict:
+    """label -> ChipConfig, one per --chip (labels made distinct: `trn2`, `mychip`,
+    `trn2 hbm.bandwidth=4TB/s`, `trn2 #2`)."""
+    out: dict = {}
+    for spec in chips:
+        name, *own = [x.strip() for x in spec.split(",")]
+        cfg = load_chip(name, (*overrides, *own))
+        label = Path(name).stem if name.endswith((".yaml", ".yml")) or "/" in name else name
+        label = " ".join([label, *own])
+        n, unique = 1, label
+        while unique in out:
+            n += 1
+            unique = f"{label} #{n}"
+        out[unique] = cfg
+    return out

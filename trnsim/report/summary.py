@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from trnsim.config import ChipConfig, peak_flops_per_core
 from trnsim.isa import Engine
+from trnsim.report.provenance import provenance
 from trnsim.report.recorder import Recorder, Span
 from trnsim.report.tracks import ENGINE_TRACKS, dma_queue, dma_track, engine_track, is_dma
 from trnsim.units import fmt_bytes, fmt_flops, fmt_rate, fmt_time_ns
@@ -61,6 +62,7 @@ def summarize(
     mode: str,
     timing=(),
     top: int = 10,
+    lnc: int = 1,
 ) -> dict:
     """Summarise a run.
 
@@ -68,17 +70,22 @@ def summarize(
     `device_time_ns` runs from the start of the first span (instruction, DMA transfer or host
     copy) to the end of the last. Engine utilization, achieved FLOP/s and `peak_fraction` are
     measured over the device time, so a kernel's efficiency does not depend on the host's
-    launch cost. DMA queues' figures are `dma_queue_stats`.
+    launch cost. DMA queues' figures are `dma_queue_stats`. `logical_cores` maps each logical
+    core that ran something (a stream's `core:`) to the physical cores it is made of (`lnc` of
+    them): tracks name physical cores.
     """
     spans = rec.recorded
     first = min(map(_START, spans), default=0)
     device_ps = max(map(_END, spans), default=0) - first
     by_instr: dict[tuple, list] = defaultdict(lambda: [0, 0])  # (kernel, op, core, track)
+    intervals: dict[tuple, list] = defaultdict(list)  # the same key -> (start, end) of spans
     flops_by_dtype: dict[str, int] = defaultdict(int)
     for s in spans:
-        t = by_instr[_INSTRUCTION(s)]
+        key = _INSTRUCTION(s)
+        t = by_instr[key]
         t[0] += s.end_ps - s.start_ps
         t[1] += 1
+        intervals[key].append((s.start_ps, s.end_ps))
         if s.flops and s.track in ENGINE_TRACKS:
             flops_by_dtype[s.dtype] += s.flops
     busy: dict[tuple[int, str], list] = defaultdict(lambda: [0, 0])  # (core, engine track)
@@ -91,11 +98,18 @@ def summarize(
     seconds = device_ps * 1e-12
     flops = sum(flops_by_dtype.values())
     moved = rec.hbm_bytes_read + rec.hbm_bytes_written
-    top_rows = sorted(by_instr.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
+    busy_of = {k: _union(v) for k, v in intervals.items()}
+    top_rows = sorted(by_instr.items(), key=lambda kv: (-busy_of[kv[0]], kv[0]))[:top]
     return {
         "trace": trace,
         "chip": cfg.name,
         "mode": mode,
+        **provenance(cfg),
+        "lnc": lnc,
+        "logical_cores": {
+            str(lc): [f"core{p}" for p in range(lc * lnc, (lc + 1) * lnc)]
+            for lc in sorted({s.core // lnc for s in spans})
+        },
         "total_time_ns": total_ps / 1000,
         "device_time_ns": device_ps / 1000,
         "engines": _engines(busy, device_ps),
@@ -125,11 +139,25 @@ def summarize(
                 "op": op,
                 "track": f"core{c}.{tr}",
                 "count": v[1],
-                "total_ns": v[0] / 1000,
+                "busy_ns": busy_of[(k, op, c, tr)] / 1000,
+                "mean_ns": v[0] / v[1] / 1000,
             }
             for (k, op, c, tr), v in top_rows
         ],
     }
+
+
+def _union(intervals: list[tuple[int, int]]) -> int:
+    """The time covered by at least one of `intervals` (overlapping transfers count once)."""
+    total, end = 0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def _engines(busy: dict[tuple[int, str], list], device_ps: int) -> dict:
@@ -160,9 +188,11 @@ def _dma(stats: dict[tuple[int, int], QueueStats]) -> dict:
 
 def _peak_fraction(
     cfg: ChipConfig, flops_by_dtype: dict[str, int], busy: dict, seconds: float
-) -> float:
+) -> float | None:
     """The time the used dtypes' FLOPs would need at peak, over the time the cores that ran
-    matmuls had."""
+    matmuls had; None for a run without FLOPs (there is no peak to compare with)."""
+    if not any(flops_by_dtype.values()):
+        return None
     at_peak_s = sum(
         f / peak_flops_per_core(cfg, dt) for dt, f in flops_by_dtype.items() if _has_peak(cfg, dt)
     )
@@ -187,6 +217,10 @@ def format_summary(s: dict) -> str:
         f"utilization and FLOP/s are over this)",
         "",
     ]
+    if s.get("lnc", 1) > 1 and s["logical_cores"]:
+        cores = [f"core: {lc} runs on {', '.join(ps)}" for lc, ps in s["logical_cores"].items()]
+        out.append(f"cores           lnc {s['lnc']}: a stream's " + "; ".join(cores))
+        out.append("")
     if s["engines"]:
         out.append(f"{'engine':<16}{'busy':>12}{'util':>8}{'instrs':>9}")
         for name, e in s["engines"].items():
@@ -206,10 +240,8 @@ def format_summary(s: dict) -> str:
         f"HBM             read {fmt_bytes(h['bytes_read'])}, written "
         f"{fmt_bytes(h['bytes_written'])}, {fmt_rate(h['bandwidth_bytes_per_s'])}"
     )
-    out.append(
-        f"compute         {s['flops']:.4g} FLOP, {fmt_flops(s['flops_per_s'])}, "
-        f"{s['peak_fraction']:.1%} of peak"
-    )
+    peak = "" if s["peak_fraction"] is None else f", {s['peak_fraction']:.1%} of peak"
+    out.append(f"compute         {s['flops']:.4g} FLOP, {fmt_flops(s['flops_per_s'])}{peak}")
     m = s["memory"]
     out.append(
         f"memory peaks    SBUF {fmt_bytes(m['sbuf_peak_bytes'])}, PSUM "
@@ -223,12 +255,17 @@ def format_summary(s: dict) -> str:
             f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}"
         )
     if s["top_instructions"]:
-        out += ["", f"{'top instructions':<34}{'track':<16}{'count':>7}{'total':>12}"]
+        out += [
+            "",
+            f"{'top instructions':<34}{'track':<16}{'count':>7}{'busy':>12}{'mean':>12}",
+        ]
         for r in s["top_instructions"]:
             out.append(
                 f"{(r['kernel'] + ':' + r['op'])[:33]:<34}{r['track']:<16}"
-                f"{r['count']:>7}{fmt_time_ns(r['total_ns']):>12}"
+                f"{r['count']:>7}{fmt_time_ns(r['busy_ns']):>12}{fmt_time_ns(r['mean_ns']):>12}"
             )
+        out.append("(busy: time with at least one running, overlapping transfers counted once)")
+    out.append(f"model           trnsim {s['trnsim_version']}, config {s['config_hash']}")
     return "\n".join(out)
 
 
@@ -236,7 +273,7 @@ COMPARED = (
     ("total time", lambda s: s["total_time_ns"], fmt_time_ns),
     ("device time", lambda s: s["device_time_ns"], fmt_time_ns),
     ("FLOP/s", lambda s: s["flops_per_s"], fmt_flops),
-    ("peak fraction", lambda s: s["peak_fraction"], lambda v: f"{v:.1%}"),
+    ("peak fraction", lambda s: s["peak_fraction"], lambda v: "-" if v is None else f"{v:.1%}"),
     ("HBM bandwidth", lambda s: s["hbm"]["bandwidth_bytes_per_s"], fmt_rate),
     (
         "busiest engine",
@@ -246,16 +283,26 @@ COMPARED = (
 )
 
 
-def format_comparison(summaries: list[dict]) -> str:
-    """Several runs of one trace side by side, with each value's ratio to the first chip's."""
-    head = f"{'':<16}" + "".join(f"{s['chip']:>22}" for s in summaries)
-    out = [f"trace {summaries[0]['trace']!r}", head]
+def format_comparison(columns: dict[str, dict]) -> str:
+    """Several runs of one trace side by side (label -> summary, or {"error": why} for a
+    column that could not run), with each value's ratio to the first column that ran."""
+    ran = [s for s in columns.values() if "error" not in s]
+    first = ran[0]
+    width = max(22, *(len(label) + 2 for label in columns))
+    head = f"{'':<16}" + "".join(f"{label:>{width}}" for label in columns)
+    out = [f"trace {first['trace']!r}", head]
     for label, get, fmt in COMPARED:
-        base = get(summaries[0])
+        base = get(first)
         cells = []
-        for s in summaries:
+        for s in columns.values():
+            if "error" in s:
+                cells.append(f"{'-':>{width}}")
+                continue
             v = get(s)
-            ratio = f" ({v / base:.2f}x)" if base and s is not summaries[0] else ""
-            cells.append(f"{fmt(v) + ratio:>22}")
+            ratio = f" ({v / base:.2f}x)" if base and v is not None and s is not first else ""
+            cells.append(f"{fmt(v) + ratio:>{width}}")
         out.append(f"{label:<16}" + "".join(cells))
+    for label, s in columns.items():
+        if "error" in s:
+            out.append(f"{label} did not run: {s['error']}")
     return "\n".join(out)

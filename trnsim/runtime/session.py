@@ -158,7 +158,13 @@ def _run(
                 st.wait_event(ev)
     dev.synchronize()
     summary = summarize(
-        dev.recorder, cfg, dev.env.now, trace=program.name, mode=mode, timing=program.timing
+        dev.recorder,
+        cfg,
+        dev.env.now,
+        trace=program.name,
+        mode=mode,
+        timing=program.timing,
+        lnc=dev.chip.lnc,
     )
     if check:
         summary["check"] = {}
