@@ -70,24 +70,25 @@ def summarize(
     `device_time_ns` runs from the start of the first span (instruction, DMA transfer or host
     copy) to the end of the last. Engine utilization, achieved FLOP/s and `peak_fraction` are
     measured over the device time, so a kernel's efficiency does not depend on the host's
-    launch cost. DMA queues' figures are `dma_queue_stats`. `logical_cores` maps each logical
-    core that ran something (a stream's `core:`) to the physical cores it is made of (`lnc` of
-    them): tracks name physical cores.
+    launch cost. DMA queues' figures are `dma_queue_stats`; `logical_cores` is `_logical`.
     """
     spans = rec.recorded
     first = min(map(_START, spans), default=0)
     device_ps = max(map(_END, spans), default=0) - first
     by_instr: dict[tuple, list] = defaultdict(lambda: [0, 0])  # (kernel, op, core, track)
-    intervals: dict[tuple, list] = defaultdict(list)  # the same key -> (start, end) of spans
+    # the same key -> (start, end) of its spans, off engine tracks (where spans may overlap)
+    intervals: dict[tuple, list] = defaultdict(list)
     flops_by_dtype: dict[str, int] = defaultdict(int)
     for s in spans:
         key = _INSTRUCTION(s)
         t = by_instr[key]
         t[0] += s.end_ps - s.start_ps
         t[1] += 1
-        intervals[key].append((s.start_ps, s.end_ps))
-        if s.flops and s.track in ENGINE_TRACKS:
-            flops_by_dtype[s.dtype] += s.flops
+        if s.track in ENGINE_TRACKS:
+            if s.flops:
+                flops_by_dtype[s.dtype] += s.flops
+        else:
+            intervals[key].append((s.start_ps, s.end_ps))
     busy: dict[tuple[int, str], list] = defaultdict(lambda: [0, 0])  # (core, engine track)
     for (_k, _op, core, track), (ps, n) in by_instr.items():
         if track in ENGINE_TRACKS:
@@ -98,18 +99,13 @@ def summarize(
     seconds = device_ps * 1e-12
     flops = sum(flops_by_dtype.values())
     moved = rec.hbm_bytes_read + rec.hbm_bytes_written
-    busy_of = {k: _union(v) for k, v in intervals.items()}
-    top_rows = sorted(by_instr.items(), key=lambda kv: (-busy_of[kv[0]], kv[0]))[:top]
     return {
         "trace": trace,
         "chip": cfg.name,
         "mode": mode,
         **provenance(cfg),
         "lnc": lnc,
-        "logical_cores": {
-            str(lc): [f"core{p}" for p in range(lc * lnc, (lc + 1) * lnc)]
-            for lc in sorted({s.core // lnc for s in spans})
-        },
+        "logical_cores": _logical(by_instr, lnc),
         "total_time_ns": total_ps / 1000,
         "device_time_ns": device_ps / 1000,
         "engines": _engines(busy, device_ps),
@@ -133,18 +129,33 @@ def summarize(
             for a, b in timing
             if a in rec.events and b in rec.events
         },
-        "top_instructions": [
-            {
-                "kernel": k,
-                "op": op,
-                "track": f"core{c}.{tr}",
-                "count": v[1],
-                "busy_ns": busy_of[(k, op, c, tr)] / 1000,
-                "mean_ns": v[0] / v[1] / 1000,
-            }
-            for (k, op, c, tr), v in top_rows
-        ],
+        "top_instructions": _top(by_instr, intervals, top),
     }
+
+
+def _logical(by_instr: dict, lnc: int) -> dict[str, list[str]]:
+    """Each logical core that ran something (a stream's `core:`) -> the physical cores it is
+    made of (`lnc` of them): tracks name physical cores."""
+    used = sorted({core // lnc for _k, _op, core, _t in by_instr})
+    return {str(lc): [f"core{p}" for p in range(lc * lnc, (lc + 1) * lnc)] for lc in used}
+
+
+def _top(by_instr: dict, intervals: dict, top: int) -> list[dict]:
+    """The `top` (kernel, op, core, track) groups by busy time: the time at least one of their
+    spans ran (engine spans never overlap: their sum), with their count and mean duration."""
+    busy = {k: _union(intervals[k]) if k in intervals else v[0] for k, v in by_instr.items()}
+    rows = sorted(by_instr.items(), key=lambda kv: (-busy[kv[0]], kv[0]))[:top]
+    return [
+        {
+            "kernel": k,
+            "op": op,
+            "track": f"core{c}.{tr}",
+            "count": v[1],
+            "busy_ns": busy[(k, op, c, tr)] / 1000,
+            "mean_ns": v[0] / v[1] / 1000,
+        }
+        for (k, op, c, tr), v in rows
+    ]
 
 
 def _union(intervals: list[tuple[int, int]]) -> int:
