@@ -39,7 +39,7 @@ ROWS = {
         "trnsim: 1\nchip: trn1\nlnc: 2\n" + BASIC.split("\n", 1)[1],
         [],
         2,
-        r"^error: t\.yaml:3: lnc: 2 is not supported on trn1; expected one of 1$",
+        r"^error: t\.yaml:3: lnc 2 is not supported on trn1; expected one of 1$",
     ),
     "unknown chip: in the trace": (
         "trnsim: 1\nchip: trn9\n" + BASIC.split("\n", 1)[1],
@@ -277,12 +277,12 @@ def test_compare_gives_a_column_that_cannot_run_its_reason(tmp_path):
     res = compare(tmp_path / "t.yaml", "--chip", "trn1", "--chip", "trn2")
     assert res.exit_code == 0, res.output
     assert re.search(
-        r"^trn1 did not run: .*t\.yaml:3: lnc: 2 is not supported on trn1", res.stdout, re.M
+        r"^trn1 did not run: .*t\.yaml:3: lnc 2 is not supported on trn1", res.stdout, re.M
     )
     data = json.loads(
         compare(tmp_path / "t.yaml", "--chip", "trn1", "--chip", "trn2", "--json").stdout
     )
-    assert "lnc: 2 is not supported" in data["trn1"]["error"] and "total_time_ns" in data["trn2"]
+    assert "lnc 2 is not supported" in data["trn1"]["error"] and "total_time_ns" in data["trn2"]
     res = compare(tmp_path / "t.yaml", "--chip", "trn1")  # nothing ran: an error
     assert res.exit_code == 2 and one_line(res.stderr).startswith("error: trn1: ")
 

@@ -77,7 +77,7 @@ def _device(program: Program, cfg: ChipConfig, mode: str, lnc: int | None) -> De
     Errors about the trace's `lnc:` or a tensor's allocation carry its line."""
     if lnc is None and program.lnc is not None and program.lnc not in cfg.lnc_allowed:
         raise TrnsimError(
-            f"{program.source}:{program.lines.get('lnc', 0)}: lnc: {program.lnc} is not "
+            f"{program.source}:{program.lines.get('lnc', 0)}: lnc {program.lnc} is not "
             f"supported on {cfg.name}; expected one of {', '.join(map(str, cfg.lnc_allowed))}"
         )
     dev = Device(cfg, mode, lnc if lnc is not None else program.lnc, program.seed, program.source)
