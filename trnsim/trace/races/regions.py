@@ -127,7 +127,7 @@ def instr_accesses(ins: Instr, shapes: Shapes, tiles: dict, memo: dict) -> list[
     for name, write in fields:
         v = getattr(ins, name)
         if type(v) is Ap:
-            key = (v, write)
+            key = (id(v), write)  # the instruction keeps v alive: its id stays its own
             acc = memo.get(key, False)
             if acc is False:
                 acc = memo[key] = shapes.access(v, tiles, write)
