@@ -7,8 +7,8 @@ queue has done it (or, for a DMA transfer, it is known complete). The history st
 - an access ordered before a new one whose region holds it, the new one writing or both
   reading, is shadowed: whatever would race with it also races with the new one (a later access
   unordered with E cannot be ordered before the new one, nor after it, since E is before it);
-- an access that every queue with instructions still to come knows is done can race with
-  nothing more (dropped now and then, when a buffer's history doubles).
+- an access that every queue with accesses to the buffer still to come knows is done can
+  race with nothing more (dropped now and then, when a buffer's history doubles).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from trnsim.isa import Instr
 from trnsim.trace.races.clocks import Clocks
 from trnsim.trace.races.found import Race
 from trnsim.trace.races.launch import Launch
-from trnsim.trace.races.regions import Shapes, contains, instr_accesses, overlap
+from trnsim.trace.races.regions import Shapes, contains, dims_meet, instr_accesses
 
 __all__ = ["launch_races"]
 
@@ -27,18 +27,20 @@ _NONE: list = []
 
 
 class _Front:
-    """Per queue, the clock of its latest instruction so far and how many are still to come."""
+    """Per queue, the clock of its latest instruction so far; per tracked buffer, per queue
+    that accesses it, how many of that queue's instructions accessing it are still to come."""
 
-    def __init__(self, la: Launch):
-        self.clocks = [None] * len(la.queues)
-        self.left = [len(lst) for lst in la.lists]
+    def __init__(self, la: Launch, left: dict[str, dict[int, int]]):
+        self.clocks: list = [None] * len(la.queues)
+        self.left = left
 
-    def knows(self, e: tuple) -> bool:
-        """Does every queue with instructions still to come know entry e is done?"""
+    def knows(self, e: tuple, buf: str) -> bool:
+        """Does every queue that will still access `buf` know entry e is done?"""
         q, p, ranks = e[2], e[3], e[6]
-        for r, f in enumerate(self.clocks):
-            if not self.left[r]:
+        for r, n in self.left[buf].items():
+            if not n:
                 continue
+            f = self.clocks[r]
             if f is None:
                 return False
             if ranks is None:
@@ -49,20 +51,21 @@ class _Front:
         return True
 
 
-def _accesses(la: Launch, shapes: Shapes) -> tuple[dict, set]:
-    """id(instruction) -> its accesses; and the buffers that can race within the launch: some
-    instruction writes them, and more than one queue, or a DMA queue, accesses them."""
+def _accesses(la: Launch, shapes: Shapes) -> tuple[dict, dict]:
+    """id(instruction) -> its accesses; and the buffers that can race within the launch (some
+    instruction writes them, and more than one queue, or a DMA queue, accesses them) -> per
+    queue accessing them, how many of its instructions do."""
     tiles = la.prog.tiles
     memo: dict = {}
     accs = {id(ins): instr_accesses(ins, shapes, tiles, memo) for ins in la.prog.instructions}
     written = {a.buf for lst in accs.values() for a in lst if a.write}
-    users: dict[str, set] = {}
+    users: dict[str, dict[int, int]] = {}
     for ins in la.prog.instructions:
         qk = la.pos[id(ins)][0]
-        for a in accs[id(ins)]:
-            if a.buf in written:
-                users.setdefault(a.buf, set()).add(qk)
-    tracked = {b for b, qs in users.items() if len(qs) > 1 or any(la.isdma[q] for q in qs)}
+        for buf in {a.buf for a in accs[id(ins)] if a.buf in written}:
+            per = users.setdefault(buf, {})
+            per[qk] = per.get(qk, 0) + 1
+    tracked = {b: qs for b, qs in users.items() if len(qs) > 1 or any(la.isdma[q] for q in qs)}
     return accs, tracked
 
 
@@ -70,10 +73,10 @@ def launch_races(la: Launch, order: list[Instr], clocks: Clocks, shapes: Shapes)
     """(races, tensor accesses) of one launch: the races between its instructions, and each
     distinct tensor Access it makes -> the label of its first instruction."""
     at, pos, isdma = clocks.at, la.pos, la.isdma
-    accs, written = _accesses(la, shapes)
+    accs, tracked = _accesses(la, shapes)
     hist: dict[str, list] = {}
     limit: dict[str, int] = {}
-    front = _Front(la)
+    front = _Front(la, tracked)
     races: list[Race] = []
     tensor_acc: dict = {}
     for ins in order:
@@ -81,31 +84,36 @@ def launch_races(la: Launch, order: list[Instr], clocks: Clocks, shapes: Shapes)
         k = at[id(ins)]
         front.clocks[qk] = k
         ranks = None if not isdma[qk] else clocks.ranks.get(id(ins), _NONE)
-        for acc in accs[id(ins)]:
+        mine = accs[id(ins)]
+        for buf in {a.buf for a in mine if a.buf in tracked}:
+            tracked[buf][qk] -= 1  # (this instruction's own accesses are checked below)
+        for acc in mine:
             if acc not in tensor_acc and acc.buf.startswith("tensor "):
                 tensor_acc[acc] = la.label(ins)
-            if acc.buf not in written:
+            if acc.buf not in tracked:
                 continue
             lst = hist.setdefault(acc.buf, [])
             keep = _check(acc, ins, qk, k, isdma[qk], lst, la, races)
             keep.append((acc.flat[0], acc.flat[1], qk, p, acc, ins, ranks))
             hist[acc.buf] = keep
-            if len(keep) > limit.get(acc.buf, 64):
-                keep = hist[acc.buf] = [e for e in keep if not front.knows(e)]
-                limit[acc.buf] = max(64, 2 * len(keep))
-        front.left[qk] -= 1
+            if len(keep) > limit.get(acc.buf, 16):
+                keep = hist[acc.buf] = [e for e in keep if not front.knows(e, acc.buf)]
+                limit[acc.buf] = max(16, 2 * len(keep))
     return races, tensor_acc
 
 
 def _check(acc, ins, qk, k, dma, lst, la, races) -> list:
     """Report the entries of `lst` that race with `acc` (of `ins`, on queue qk, clock k);
     return the entries that stay live (those `acc` does not shadow)."""
-    lo, hi, write = acc.flat[0], acc.flat[1], acc.write
+    lo, hi, write, name, dims = acc.flat[0], acc.flat[1], acc.write, acc.name, acc.dims
     keep = []
     for e in lst:
         oacc, oins = e[4], e[5]
         if oins is ins or e[1] <= lo or hi <= e[0]:
             keep.append(e)
+            continue
+        if oacc is not acc and oacc.name == name and not dims_meet(oacc.dims, dims):
+            keep.append(e)  # disjoint slices of one operand (overlap() is this, or the flat range)
             continue
         ranks = e[6]
         if ranks is None:
@@ -113,9 +121,9 @@ def _check(acc, ins, qk, k, dma, lst, la, races) -> list:
         else:
             ordered = any(k[c] >= r for c, r in ranks)
         if ordered:
-            if (write or not oacc.write) and contains(acc, oacc):
+            if (write or not oacc.write) and (oacc is acc or contains(acc, oacc)):
                 continue  # shadowed
-        elif (write or oacc.write) and overlap(acc, oacc):
+        elif write or oacc.write:
             a, b = (oins, ins) if oins.index <= ins.index else (ins, oins)  # in trace order
             regions = (oacc.text, acc.text) if a is oins else (acc.text, oacc.text)
             races.append(Race(la.label(a), la.label(b), f"{regions[0]} / {regions[1]} ({acc.buf})"))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from trnsim.isa import Ap, Instr
 from trnsim.trace.program import Program
 
-__all__ = ["Access", "Shapes", "overlap", "contains", "instr_accesses"]
+__all__ = ["Access", "Shapes", "overlap", "dims_meet", "contains", "instr_accesses"]
 
 WRITE_FIELDS = ("dst", "reduce_dst")
 
@@ -61,12 +61,20 @@ def _ranges_meet(a: tuple, b: tuple) -> bool:
     return True
 
 
+def dims_meet(a: tuple, b: tuple) -> bool:
+    """Do two slices (dims) of one operand meet in every dim?"""
+    for x, y in zip(a, b):
+        if x is not y and x != y and not _ranges_meet(x, y):
+            return False
+    return True
+
+
 def overlap(a: Access, b: Access) -> bool:
     """Conservative: same name: the slices meet in every dim; views: the flat ranges meet."""
     if a.buf != b.buf:
         return False
     if a.name == b.name:
-        return all(_ranges_meet(x, y) for x, y in zip(a.dims, b.dims))
+        return dims_meet(a.dims, b.dims)
     return a.flat[0] < b.flat[1] and b.flat[0] < a.flat[1]
 
 
