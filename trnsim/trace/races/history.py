@@ -51,49 +51,55 @@ class _Front:
         return True
 
 
-def _accesses(la: Launch, shapes: Shapes) -> tuple[dict, dict]:
-    """id(instruction) -> its accesses; and the buffers that can race within the launch (some
-    instruction writes them, and more than one queue, or a DMA queue, accesses them) -> per
-    queue accessing them, how many of its instructions do."""
+def _accesses(la: Launch, shapes: Shapes) -> tuple[dict, dict, dict]:
+    """(id(instruction) -> (its accesses to tracked buffers, those buffers), the tracked
+    buffers -> per queue accessing them how many of its instructions do, each distinct tensor
+    Access -> the label of its first instruction). Tracked: the buffers that can race within
+    the launch (some instruction writes them; more than one queue, or a DMA queue, accesses
+    them)."""
     tiles = la.prog.tiles
     memo: dict = {}
     accs = {id(ins): instr_accesses(ins, shapes, tiles, memo) for ins in la.prog.instructions}
     written = {a.buf for lst in accs.values() for a in lst if a.write}
     users: dict[str, dict[int, int]] = {}
+    tensor_acc: dict = {}
     for ins in la.prog.instructions:
         qk = la.pos[id(ins)][0]
-        for buf in {a.buf for a in accs[id(ins)] if a.buf in written}:
+        mine = accs[id(ins)]
+        for buf in {a.buf for a in mine if a.buf in written}:
             per = users.setdefault(buf, {})
             per[qk] = per.get(qk, 0) + 1
+        for a in mine:
+            if a not in tensor_acc and a.buf.startswith("tensor "):
+                tensor_acc[a] = la.label(ins)
     tracked = {b: qs for b, qs in users.items() if len(qs) > 1 or any(la.isdma[q] for q in qs)}
-    return accs, tracked
+    out = {}
+    for key, mine in accs.items():
+        acc = [a for a in mine if a.buf in tracked]
+        out[key] = (acc, tuple({a.buf: None for a in acc}))
+    return out, tracked, tensor_acc
 
 
 def launch_races(la: Launch, order: list[Instr], clocks: Clocks, shapes: Shapes):
     """(races, tensor accesses) of one launch: the races between its instructions, and each
     distinct tensor Access it makes -> the label of its first instruction."""
     at, pos, isdma = clocks.at, la.pos, la.isdma
-    accs, tracked = _accesses(la, shapes)
+    accs, tracked, tensor_acc = _accesses(la, shapes)
     hist: dict[str, list] = {}
     limit: dict[str, int] = {}
     front = _Front(la, tracked)
     races: list[Race] = []
-    tensor_acc: dict = {}
     for ins in order:
         qk, p = pos[id(ins)]
-        k = at[id(ins)]
-        front.clocks[qk] = k
+        k = front.clocks[qk] = at[id(ins)]
+        mine, bufs = accs[id(ins)]
+        if not mine:
+            continue
         ranks = None if not isdma[qk] else clocks.ranks.get(id(ins), _NONE)
-        mine = accs[id(ins)]
-        for buf in {a.buf for a in mine if a.buf in tracked}:
+        for buf in bufs:
             tracked[buf][qk] -= 1  # (this instruction's own accesses are checked below)
         for acc in mine:
-            if acc not in tensor_acc and acc.buf.startswith("tensor "):
-                tensor_acc[acc] = la.label(ins)
-            if acc.buf not in tracked:
-                continue
-            lst = hist.setdefault(acc.buf, [])
-            keep = _check(acc, ins, qk, k, isdma[qk], lst, la, races)
+            keep = _check(acc, ins, qk, k, isdma[qk], hist.get(acc.buf, _NONE), la, races)
             keep.append((acc.flat[0], acc.flat[1], qk, p, acc, ins, ranks))
             hist[acc.buf] = keep
             if len(keep) > limit.get(acc.buf, 16):
