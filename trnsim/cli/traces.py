@@ -173,7 +173,8 @@ def validate(trace_file, chip, overrides, params, allow_races) -> None:
 @mode_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
 def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
-    """Run TRACE on several chips and show the results side by side, with ratios to the first.
+    """Run TRACE on several chips and show the results side by side, with ratios to the first
+    column that ran.
 
     Each column is labelled by its --chip (a config file by its name, overrides appended); a
     column that cannot run (an lnc the chip does not support, a tile that does not fit) shows
