@@ -5,7 +5,8 @@
 
 Two kernels: `pipeline`, a software pipeline over three engines where every instruction crosses
 a semaphore (per step a matmul on TensorE, an activation on ScalarE that waits for it, a
-tensor_tensor on VectorE that waits for that), the worst case; and `chains`, accumulation chains
+tensor_tensor on VectorE that waits for that, and that the next activation waits for before
+overwriting its input), the worst case; and `chains`, accumulation chains
 of 8 matmuls and a PSUM->SBUF copy, where most instructions wait on nothing. `build s` is the
 Python API making the instructions; `run s` is everything `trnsim run` does after loading:
 binding, checks, costs, simulation, summary.
@@ -42,8 +43,13 @@ def pipeline(n_instr: int, free: int) -> Trace:
             signal={"mm": 1},
             **({"wait": {"act": i}} if i else {}),
         )
-        k.activation(func="gelu", src="acc", dst="h", wait={"mm": i + 1}, signal={"act": 1})
-        k.tensor_tensor(alu="add", src0="h", src1="y", dst="y", wait={"act": i + 1})
+        # the activation overwrites h: it waits for the previous step's add to have read it
+        k.activation(
+            func="gelu", src="acc", dst="h", wait={"mm": i + 1, "add": i}, signal={"act": 1}
+        )
+        k.tensor_tensor(
+            alu="add", src0="h", src1="y", dst="y", wait={"act": i + 1}, signal={"add": 1}
+        )
     return t
 
 

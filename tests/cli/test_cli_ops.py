@@ -76,10 +76,10 @@ def test_check_says_when_there_is_nothing_to_compare(mlp):
     assert "check           nothing to compare: a timing-mode run computes no values" in r.output
 
 
-def test_an_op_without_a_lowering_names_its_line(tmp_path):
+def test_an_unknown_op_names_its_line(tmp_path):
     p = tmp_path / "t.yaml"
     p.write_text(MLP.replace("  - gelu: {x: h, out: h}", "  - conv2d: {x: h, out: h}"))
     r = invoke("run", p)
     assert r.exit_code != 0
-    assert f"{p}:13: op 'conv2d' has no lowering yet" in r.output
+    assert f"{p}:13: ops[2]: unknown op 'conv2d'" in r.output
     assert "Traceback" not in r.output

@@ -197,14 +197,16 @@ def assert_engines(g: dict, busy: dict[str, tuple], device_ps: int) -> None:
 
 
 def assert_flops(g: dict, cfg, flops: int, device_ps, compute_cores: int = 1) -> None:
-    """bf16 FLOPs, FLOP/s over the device time, and the fraction of the computing cores' peak."""
+    """bf16 FLOPs, FLOP/s over the device time, and the fraction of the computing cores' peak
+    (none without FLOPs)."""
     seconds = Fraction(device_ps) / PS
     assert g["flops"] == flops
     assert g["flops_by_dtype"] == ({"bfloat16": flops} if flops else {})
     assert g["flops_per_s"] == ratio(flops / seconds)
-    assert g["peak_fraction"] == ratio(
-        flops / peak_per_core(cfg) / (seconds * compute_cores) if flops else 0
-    )
+    if not flops:
+        assert g["peak_fraction"] is None
+        return
+    assert g["peak_fraction"] == ratio(flops / peak_per_core(cfg) / (seconds * compute_cores))
 
 
 def test_every_golden_has_its_figures_derived():

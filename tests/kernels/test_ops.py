@@ -251,3 +251,42 @@ def test_a_broadcast_that_is_not_lowered_names_the_shapes():
         match=r"add: a \[4, 6\], b \[4, 1, 6\] -> out \[4, 6\]: this broadcast is not lowered yet",
     ):
         lower([OpSpec("add", {"a": "x", "b": "y", "out": "out"})], tensors, load_chip("trn2"))
+
+
+def test_every_op_of_the_trace_table_is_lowered():
+    """trnsim.trace.ops (what loading accepts) and the library agree: every op in the table
+    lowers on a small example, none is refused as unknown."""
+    from trnsim.config import load_chip
+    from trnsim.dtypes import dtype
+    from trnsim.trace.ops import OPS
+    from trnsim.trace.program import TensorSpec
+
+    f32 = dtype("float32")
+    shapes = {
+        "x": (4, 8),
+        "a": (8, 8),
+        "b": (8, 8),
+        "out": (4, 8),
+        "weight": (8,),
+        "bias": (8,),
+        "q": (1, 4, 8),
+        "k": (1, 4, 8),
+        "v": (1, 4, 8),
+    }
+    for op, spec in OPS.items():
+        args = {k: k for k in spec if not k.endswith("?")}
+        out = shapes["out"]
+        if op in ("matmul", "mm", "bmm"):
+            out = (8, 8)
+        elif op in ("sum", "mean", "amax", "amin"):
+            out = (4,)
+        elif op == "scaled_dot_product_attention":
+            out = (1, 4, 8)
+        elif "a" in args:
+            out = (8, 8)
+        tensors = {
+            n: TensorSpec(n, out if n == "out" else shapes[n], f32)
+            for n in (*args, "weight", "bias")
+        }
+        prog = lower([OpSpec(op, args)], tensors, load_chip("trn2"))
+        assert prog.instructions, op

@@ -323,7 +323,7 @@ ERRORS = [
     ),
     (K + "    ops:\n      - 3: {x: a}\n", "t.yaml:5: kernels.k.ops[0]: got 3; expected a op name"),
     (
-        T + "kernels:\n  main: {ops: [{relu: {x: a}}]}\nops: [{exp: {x: a}}]\n",
+        T + "kernels:\n  main: {ops: [{relu: {x: a, out: a}}]}\nops: [{exp: {x: a, out: a}}]\n",
         "t.yaml:4: ops: the ops: shorthand is kernel 'main', which kernels: also defines",
     ),
     (
@@ -386,11 +386,12 @@ def test_null_sections_count_as_absent():
 
 
 def test_alias_bombs_in_op_arguments_stay_cheap():
-    text = "trnsim: 1\nops:\n  - relu:\n      a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+    text = "trnsim: 1\nops:\n  - softmax:\n      x: a\n      out: a\n      dim:\n"
+    text += "        - &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
     for i in range(1, 9):
-        text += f"      a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n"
-    args = loads(text).kernels["main"].ops[0].args
-    assert args["a8"][0] is args["a7"] and type(args["a8"]) is list
+        text += f"        - &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n"
+    dim = loads(text).kernels["main"].ops[0].args["dim"]
+    assert dim[8][0] is dim[7] and type(dim[8]) is list
 
 
 def test_load_errors(tmp_path):

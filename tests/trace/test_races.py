@@ -169,14 +169,14 @@ def test_cli_validate_and_run_refuse_a_race_unless_allowed(tmp_path):
     text = (TRACES / "softmax_rows.yaml").read_text().replace("wait: {red: 1}, ", "")
     path = tmp_path / "sm.yaml"
     path.write_text(text)
-    for cmd in (["validate"], ["run", "--check-races"]):
+    for cmd in (["validate"], ["run"]):
         res = CliRunner().invoke(main, [*cmd, str(path)])
         assert res.exit_code == 2, res.output
         assert "error: race:" in res.output and "neg_m" in res.output
         res = CliRunner().invoke(main, [*cmd, str(path), "--allow-races"])
         assert res.exit_code == 0, res.output
         assert "warning: race:" in res.output
-    res = CliRunner().invoke(main, ["run", str(path)])  # run checks only when asked (for now)
+    res = CliRunner().invoke(main, ["run", str(path), "--no-race-check"])  # the opt-out
     assert res.exit_code == 0 and "race:" not in res.output, res.output
 
 

@@ -25,7 +25,8 @@ ERRORS = [
         "t.yaml:3: streams[0].cores: unknown key 'cores' (did you mean 'core'?)",
     ),
     (
-        K + "    ops: [{relu: {x: a}}]\nstreams:\n  - name: s\n    do:\n      - launch: kk\n",
+        K
+        + "    ops: [{relu: {x: a, out: a}}]\nstreams:\n  - name: s\n    do:\n      - launch: kk\n",
         "t.yaml:8: streams[0].do[0].launch: unknown kernel 'kk' (did you mean 'k'?); "
         "expected one of k",
     ),

@@ -117,7 +117,15 @@ def _check_races(program, allow: bool) -> None:
 
 
 def _chip_for(program, chip: str | None, overrides) -> ChipConfig:
-    return load_chip(chip or program.chip, overrides)
+    """--chip, or the trace's `chip:` (whose errors name its line)."""
+    if chip or "chip" not in program.lines:
+        return load_chip(chip or program.chip, overrides)
+    try:
+        return load_chip(program.chip, overrides)
+    except TrnsimError as e:
+        if any(str(e).startswith(f"--set {o.split('=')[0]}") for o in overrides):
+            raise
+        raise type(e)(f"{program.source}:{program.lines['chip']}: chip: {e}") from None
 
 
 def _progress(quiet: bool):

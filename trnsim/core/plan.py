@@ -54,6 +54,7 @@ class Issue:
     dtype: str
     port: object = None  # a shared SBUF/PSUM port (simpy.Resource) this instruction holds
     stall: int = 0  # ps it waits after the previous instruction's end for that one's result
+    line: int = 0  # the instruction's trace line (deadlock reports)
 
 
 @dataclass
@@ -65,7 +66,9 @@ class Launch:
     queues: dict[str, list[Issue]]  # track -> issues ("tensor", ..., "q3")
     sems: Semaphores
     tiles: dict[str, Buffer]
-    blocked: dict[str, tuple | None] = field(default_factory=dict)  # track -> (sem, value)
+    # track -> (sem, value, Issue) while a queue waits on a semaphore
+    blocked: dict[str, tuple | None] = field(default_factory=dict)
+    source: str = ""  # the trace file (deadlock reports)
 
     def tile_bytes(self, memory: str) -> int:
         """Bytes of this launch's tiles in `memory` (sbuf or psum), for high-water marks."""
@@ -104,12 +107,15 @@ class Planner:
             and len(cached[1]) == len(tensors)
             and all(a is b for a, b in zip(cached[1], tensors.values()))
         ):
-            return self._relaunch(cached[2], prog, rng)
+            launch = self._relaunch(cached[2], prog, rng)
+            launch.source = source
+            return launch
         try:
             launch = self._prepare(kernel, prog, tensors, rng)
         except SimError as e:
             where = f"{source}:{e.line}: " if source and e.line else f"{source}: " if source else ""
             raise SimError(f"{where}kernel {kernel}, core {self.index}: {e}") from None
+        launch.source = source
         self._plans[id(prog)] = (prog, list(tensors.values()), launch)
         return launch
 
@@ -129,13 +135,18 @@ class Planner:
         self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer], rng: np.random.Generator
     ) -> Launch:
         specs = list(prog.tiles.values())
-        offsets, _, _ = place_tiles(
-            [
-                (t.name, t.memory, t.shape[0], math.prod(t.shape[1:]) * t.dtype.itemsize)
-                for t in specs
-            ],
-            self.cfg.core,
-        )
+        try:
+            offsets, _, _ = place_tiles(
+                [
+                    (t.name, t.memory, t.shape[0], math.prod(t.shape[1:]) * t.dtype.itemsize)
+                    for t in specs
+                ],
+                self.cfg.core,
+            )
+        except SimError as e:  # at the line of the tile that does not fit
+            if not e.line and getattr(e, "tile", None) in prog.tiles:
+                e.line = prog.tiles[e.tile].line
+            raise
         tiles = {}
         for t in specs:
             arr = (
@@ -189,7 +200,7 @@ class Planner:
             waits = tuple([(names[s], v) for s, v in raw.wait]) if raw.wait else ()
             signals = tuple([(names[s], n) for s, n in raw.signal]) if raw.signal else ()
             queues.setdefault(track, []).append(
-                Issue(ins, raw.index, dur, waits, signals, *issue_args, stall)
+                Issue(ins, raw.index, dur, waits, signals, *issue_args, stall, raw.line)
             )
         return Launch(kernel, self.index, queues, sems, tiles)
 

@@ -97,7 +97,7 @@ class NeuronCore:
             it = issues[i]
             for s, v in it.waits:
                 if values[s] < v:
-                    launch.blocked[track] = (s, v)
+                    launch.blocked[track] = (s, v, it)
                     yield sems.wait(s, v)
                     del launch.blocked[track]
             req = None
@@ -216,7 +216,7 @@ class NeuronCore:
         for it in issues:
             for s, v in it.waits:
                 if values[s] < v:
-                    blocked[track] = (s, v)
+                    blocked[track] = (s, v, it)
                     yield sems.wait(s, v)
                     del blocked[track]
             submit(core, queue, it.ins, kernel, partial(finished, it), it.index)
@@ -232,10 +232,12 @@ def deadlock_error(launches: list[Launch], extra: list[str] = ()) -> DeadlockErr
     for la in launches:
         for track, b in sorted(la.blocked.items(), key=lambda kv: track_id(kv[0])):
             if b is not None:
-                s, v = b
+                s, v, it = b if len(b) == 3 else (*b, None)
+                where = f"{la.source}:{it.line}: " if it is not None and it.line else ""
+                at = f" at instruction {it.index} ({it.op})" if it is not None else ""
                 stuck.append(
-                    f"core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
-                    f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]})"
+                    f"{where}core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
+                    f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]}){at}"
                 )
     stuck += list(extra)
     return DeadlockError(

@@ -16,28 +16,15 @@ from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.kernels.attention import lower_attention
 from trnsim.kernels.builder import KernelBuilder
-from trnsim.kernels.elementwise import BINARY, UNARY, lower_binary, lower_unary
+from trnsim.kernels.elementwise import BINARY, UNARY, lower_binary, lower_unary  # noqa: F401
 from trnsim.kernels.matmul import lower_matmul
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction
 from trnsim.kernels.softmax import lower_softmax
+from trnsim.trace.ops import OPS
 from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
 
 __all__ = ["lower", "lower_op", "reference", "OPS"]
-
-_ARGS = {  # op -> (required tensor args, optional args)
-    **{op: (("a", "b", "out"), ()) for op in ("matmul", "mm", "bmm")},
-    **{op: (("x", "out"), ()) for op in UNARY},
-    **{op: (("a", "b", "out"), ()) for op in BINARY},
-    "softmax": (("x", "out"), ("dim",)),
-    "log_softmax": (("x", "out"), ("dim",)),
-    **{op: (("x", "out"), ("dim", "keepdim")) for op in REDUCTIONS},
-    "layer_norm": (("x", "out"), ("weight", "bias", "eps", "normalized_shape")),
-    "rms_norm": (("x", "out"), ("weight", "eps", "normalized_shape")),
-    "scaled_dot_product_attention": (("q", "k", "v", "out"), ("is_causal", "scale")),
-}
-OPS = tuple(_ARGS)
-"""The ops the library lowers."""
 
 
 def lower(
@@ -59,23 +46,23 @@ def lower(
 
 def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
     """Emit one op into `b`."""
-    if op.op not in _ARGS:
+    spec = OPS.get(op.op)
+    if spec is None:
         raise TraceError(
             f"op {op.op!r} has no lowering yet; expected one of {', '.join(sorted(OPS))}"
         )
-    required, optional = _ARGS[op.op]
     args = op.args
-    for k in required:
-        if k not in args:
-            raise TraceError(f"{op.op}: missing argument {k!r}; expected {', '.join(required)}")
-        v = args[k]
-        if isinstance(v, str) and v not in b.tensors:
+    for key, kind in spec.items():
+        k = key.rstrip("?")
+        if k == key and k not in args:
+            raise TraceError(f"{op.op}: missing argument {k!r}; expected {', '.join(spec)}")
+        v = args.get(k)
+        if kind != "value" and isinstance(v, str) and v not in b.tensors:
             raise TraceError(f"{op.op}: {k} names {v!r}, which is not a tensor")
-    extra = [k for k in args if k not in required and k not in optional]
+    names = {k.rstrip("?") for k in spec}
+    extra = [k for k in args if k not in names]
     if extra:
-        raise TraceError(
-            f"{op.op}: unknown argument {extra[0]!r}; expected {', '.join(required + optional)}"
-        )
+        raise TraceError(f"{op.op}: unknown argument {extra[0]!r}; expected {', '.join(spec)}")
     if op.op in ("matmul", "mm", "bmm"):
         lower_matmul(b, cfg, args["a"], args["b"], args["out"])
     elif op.op in UNARY:

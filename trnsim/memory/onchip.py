@@ -21,12 +21,15 @@ def place_tiles(
     partitions.
     """
     offsets: dict[str, int] = {}
+    ends: list[tuple[str, str, int]] = []  # (name, memory, end) in placement order
     sbuf_top = psum_top = 0
     bank = core.psum.bank_bytes
     for name, memory, partitions, nbytes in tiles:
         limit = core.sbuf.partitions if memory == "sbuf" else core.psum.partitions
         if partitions > limit:
-            raise SimError(f"tile {name} has {partitions} partitions; {memory.upper()} has {limit}")
+            e = SimError(f"tile {name} has {partitions} partitions; {memory.upper()} has {limit}")
+            e.tile = name
+            raise e
         if memory == "sbuf":
             offsets[name] = sbuf_top
             sbuf_top += nbytes
@@ -36,17 +39,23 @@ def place_tiles(
                 start = -(-start // bank) * bank
             offsets[name] = start
             psum_top = start + nbytes
-    _check(tiles, "sbuf", sbuf_top, core.sbuf.partition_bytes)
-    _check(tiles, "psum", psum_top, core.psum.banks * bank)
+        ends.append((name, memory, sbuf_top if memory == "sbuf" else psum_top))
+    _check(tiles, ends, "sbuf", sbuf_top, core.sbuf.partition_bytes)
+    _check(tiles, ends, "psum", psum_top, core.psum.banks * bank)
     return offsets, sbuf_top, psum_top
 
 
-def _check(tiles, memory: str, used: int, capacity: int) -> None:
+def _check(tiles, ends, memory: str, used: int, capacity: int) -> None:
+    """Raise for an overflowing memory: the SimError's `tile` is the first that does not fit."""
     if used <= capacity:
         return
     mine = sorted((t for t in tiles if t[1] == memory), key=lambda t: -t[3])[:3]
     big = ", ".join(f"{n} {b} B" for n, _, _, b in mine)
-    raise SimError(
+    first = next(n for n, m, end in ends if m == memory and end > capacity)
+    e = SimError(
         f"{memory.upper()} overflow: tiles need {used} bytes per "
-        f"partition but {memory.upper()} has {capacity} (largest: {big})"
+        f"partition but {memory.upper()} has {capacity}; tile {first} is the first that does "
+        f"not fit (largest: {big})"
     )
+    e.tile = first
+    raise e

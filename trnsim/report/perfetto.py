@@ -139,5 +139,12 @@ def _host_events(rec: Recorder) -> list[dict]:
     return out
 
 
-def write_chrome_trace(rec: Recorder, path: str | Path, chip: str = "") -> None:
-    Path(path).write_text(json.dumps(chrome_trace(rec, chip), separators=(",", ":")))
+def write_chrome_trace(
+    rec: Recorder, path: str | Path, chip: str = "", meta: dict | None = None
+) -> None:
+    """Write the Chrome trace JSON; `meta` (the report's provenance: trnsim version, config
+    hash) goes into its `otherData`, which Perfetto shows as the trace's metadata."""
+    trace = chrome_trace(rec, chip)
+    if meta:
+        trace["otherData"] = {"chip": chip, **meta}
+    Path(path).write_text(json.dumps(trace, separators=(",", ":")))

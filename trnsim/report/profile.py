@@ -46,10 +46,16 @@ def rows(rec: Recorder) -> list[tuple]:
     ]
 
 
-def write_profile(rec: Recorder, path: str | Path) -> None:
-    """Write the table; the format follows the extension (.csv or .parquet)."""
+def write_profile(rec: Recorder, path: str | Path, meta: dict | None = None) -> None:
+    """Write the table; the format follows the extension (.csv or .parquet). `meta` (the
+    report's provenance: trnsim version, config hash) adds one column per key, the same value
+    in every row."""
     path = Path(path)
     data = rows(rec)
+    columns = COLUMNS
+    if meta:
+        columns = (*COLUMNS, *meta)
+        data = [(*r, *meta.values()) for r in data]
     if path.suffix == ".parquet":
         try:
             import pyarrow as pa
@@ -59,7 +65,7 @@ def write_profile(rec: Recorder, path: str | Path) -> None:
                 f"{path}: writing Parquet needs pyarrow "
                 f"(pip install 'trnsim[parquet]'); or use a .csv file"
             ) from None
-        table = pa.table({c: [r[i] for r in data] for i, c in enumerate(COLUMNS)})
+        table = pa.table({c: [r[i] for r in data] for i, c in enumerate(columns)})
         pq.write_table(table, path)
         return
     if path.suffix != ".csv":
@@ -68,5 +74,5 @@ def write_profile(rec: Recorder, path: str | Path) -> None:
         )
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(COLUMNS)
+        w.writerow(columns)
         w.writerows(data)

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from trnsim.config import ChipConfig, peak_flops_per_core
 from trnsim.isa import Engine
+from trnsim.report.provenance import provenance
 from trnsim.report.recorder import Recorder, Span
 from trnsim.report.tracks import ENGINE_TRACKS, dma_queue, dma_track, engine_track, is_dma
 from trnsim.units import fmt_bytes, fmt_flops, fmt_rate, fmt_time_ns
@@ -61,6 +62,7 @@ def summarize(
     mode: str,
     timing=(),
     top: int = 10,
+    lnc: int = 1,
 ) -> dict:
     """Summarise a run.
 
@@ -68,19 +70,25 @@ def summarize(
     `device_time_ns` runs from the start of the first span (instruction, DMA transfer or host
     copy) to the end of the last. Engine utilization, achieved FLOP/s and `peak_fraction` are
     measured over the device time, so a kernel's efficiency does not depend on the host's
-    launch cost. DMA queues' figures are `dma_queue_stats`.
+    launch cost. DMA queues' figures are `dma_queue_stats`; `logical_cores` is `_logical`.
     """
     spans = rec.recorded
     first = min(map(_START, spans), default=0)
     device_ps = max(map(_END, spans), default=0) - first
     by_instr: dict[tuple, list] = defaultdict(lambda: [0, 0])  # (kernel, op, core, track)
+    # the same key -> (start, end) of its spans, off engine tracks (where spans may overlap)
+    intervals: dict[tuple, list] = defaultdict(list)
     flops_by_dtype: dict[str, int] = defaultdict(int)
     for s in spans:
-        t = by_instr[_INSTRUCTION(s)]
+        key = _INSTRUCTION(s)
+        t = by_instr[key]
         t[0] += s.end_ps - s.start_ps
         t[1] += 1
-        if s.flops and s.track in ENGINE_TRACKS:
-            flops_by_dtype[s.dtype] += s.flops
+        if s.track in ENGINE_TRACKS:
+            if s.flops:
+                flops_by_dtype[s.dtype] += s.flops
+        else:
+            intervals[key].append((s.start_ps, s.end_ps))
     busy: dict[tuple[int, str], list] = defaultdict(lambda: [0, 0])  # (core, engine track)
     for (_k, _op, core, track), (ps, n) in by_instr.items():
         if track in ENGINE_TRACKS:
@@ -91,11 +99,13 @@ def summarize(
     seconds = device_ps * 1e-12
     flops = sum(flops_by_dtype.values())
     moved = rec.hbm_bytes_read + rec.hbm_bytes_written
-    top_rows = sorted(by_instr.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
     return {
         "trace": trace,
         "chip": cfg.name,
         "mode": mode,
+        **provenance(cfg),
+        "lnc": lnc,
+        "logical_cores": _logical(by_instr, lnc),
         "total_time_ns": total_ps / 1000,
         "device_time_ns": device_ps / 1000,
         "engines": _engines(busy, device_ps),
@@ -119,17 +129,46 @@ def summarize(
             for a, b in timing
             if a in rec.events and b in rec.events
         },
-        "top_instructions": [
-            {
-                "kernel": k,
-                "op": op,
-                "track": f"core{c}.{tr}",
-                "count": v[1],
-                "total_ns": v[0] / 1000,
-            }
-            for (k, op, c, tr), v in top_rows
-        ],
+        "top_instructions": _top(by_instr, intervals, top),
     }
+
+
+def _logical(by_instr: dict, lnc: int) -> dict[str, list[str]]:
+    """Each logical core that ran something (a stream's `core:`) -> the physical cores it is
+    made of (`lnc` of them): tracks name physical cores."""
+    used = sorted({core // lnc for _k, _op, core, _t in by_instr})
+    return {str(lc): [f"core{p}" for p in range(lc * lnc, (lc + 1) * lnc)] for lc in used}
+
+
+def _top(by_instr: dict, intervals: dict, top: int) -> list[dict]:
+    """The `top` (kernel, op, core, track) groups by busy time: the time at least one of their
+    spans ran (engine spans never overlap: their sum), with their count and mean duration."""
+    busy = {k: _union(intervals[k]) if k in intervals else v[0] for k, v in by_instr.items()}
+    rows = sorted(by_instr.items(), key=lambda kv: (-busy[kv[0]], kv[0]))[:top]
+    return [
+        {
+            "kernel": k,
+            "op": op,
+            "track": f"core{c}.{tr}",
+            "count": v[1],
+            "busy_ns": busy[(k, op, c, tr)] / 1000,
+            "mean_ns": v[0] / v[1] / 1000,
+        }
+        for (k, op, c, tr), v in rows
+    ]
+
+
+def _union(intervals: list[tuple[int, int]]) -> int:
+    """The time covered by at least one of `intervals` (overlapping transfers count once)."""
+    total, end = 0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def _engines(busy: dict[tuple[int, str], list], device_ps: int) -> dict:
@@ -173,9 +212,11 @@ def _dma(stats: dict[tuple[int, int], QueueStats], overheads: dict) -> dict:
 
 def _peak_fraction(
     cfg: ChipConfig, flops_by_dtype: dict[str, int], busy: dict, seconds: float
-) -> float:
+) -> float | None:
     """The time the used dtypes' FLOPs would need at peak, over the time the cores that ran
-    matmuls had."""
+    matmuls had; None for a run without FLOPs (there is no peak to compare with)."""
+    if not any(flops_by_dtype.values()):
+        return None
     at_peak_s = sum(
         f / peak_flops_per_core(cfg, dt) for dt, f in flops_by_dtype.items() if _has_peak(cfg, dt)
     )
@@ -200,6 +241,10 @@ def format_summary(s: dict) -> str:
         f"utilization and FLOP/s are over this)",
         "",
     ]
+    if s.get("lnc", 1) > 1 and s["logical_cores"]:
+        cores = [f"core: {lc} runs on {', '.join(ps)}" for lc, ps in s["logical_cores"].items()]
+        out.append(f"cores           lnc {s['lnc']}: a stream's " + "; ".join(cores))
+        out.append("")
     if s["engines"]:
         out.append(f"{'engine':<16}{'busy':>12}{'util':>8}{'instrs':>9}")
         for name, e in s["engines"].items():
@@ -225,10 +270,8 @@ def format_summary(s: dict) -> str:
         f"HBM             read {fmt_bytes(h['bytes_read'])}, written "
         f"{fmt_bytes(h['bytes_written'])}, {fmt_rate(h['bandwidth_bytes_per_s'])}"
     )
-    out.append(
-        f"compute         {s['flops']:.4g} FLOP, {fmt_flops(s['flops_per_s'])}, "
-        f"{s['peak_fraction']:.1%} of peak"
-    )
+    peak = "" if s["peak_fraction"] is None else f", {s['peak_fraction']:.1%} of peak"
+    out.append(f"compute         {s['flops']:.4g} FLOP, {fmt_flops(s['flops_per_s'])}{peak}")
     m = s["memory"]
     out.append(
         f"memory peaks    SBUF {fmt_bytes(m['sbuf_peak_bytes'])}, PSUM "
@@ -244,12 +287,17 @@ def format_summary(s: dict) -> str:
             f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}"
         )
     if s["top_instructions"]:
-        out += ["", f"{'top instructions':<34}{'track':<16}{'count':>7}{'total':>12}"]
+        out += [
+            "",
+            f"{'top instructions':<34}{'track':<16}{'count':>7}{'busy':>12}{'mean':>12}",
+        ]
         for r in s["top_instructions"]:
             out.append(
                 f"{(r['kernel'] + ':' + r['op'])[:33]:<34}{r['track']:<16}"
-                f"{r['count']:>7}{fmt_time_ns(r['total_ns']):>12}"
+                f"{r['count']:>7}{fmt_time_ns(r['busy_ns']):>12}{fmt_time_ns(r['mean_ns']):>12}"
             )
+        out.append("(busy: time with at least one running, overlapping transfers counted once)")
+    out.append(f"model           trnsim {s['trnsim_version']}, config {s['config_hash']}")
     return "\n".join(out)
 
 
@@ -257,7 +305,7 @@ COMPARED = (
     ("total time", lambda s: s["total_time_ns"], fmt_time_ns),
     ("device time", lambda s: s["device_time_ns"], fmt_time_ns),
     ("FLOP/s", lambda s: s["flops_per_s"], fmt_flops),
-    ("peak fraction", lambda s: s["peak_fraction"], lambda v: f"{v:.1%}"),
+    ("peak fraction", lambda s: s["peak_fraction"], lambda v: "-" if v is None else f"{v:.1%}"),
     ("HBM bandwidth", lambda s: s["hbm"]["bandwidth_bytes_per_s"], fmt_rate),
     (
         "busiest engine",
@@ -267,16 +315,26 @@ COMPARED = (
 )
 
 
-def format_comparison(summaries: list[dict]) -> str:
-    """Several runs of one trace side by side, with each value's ratio to the first chip's."""
-    head = f"{'':<16}" + "".join(f"{s['chip']:>22}" for s in summaries)
-    out = [f"trace {summaries[0]['trace']!r}", head]
+def format_comparison(columns: dict[str, dict]) -> str:
+    """Several runs of one trace side by side (label -> summary, or {"error": why} for a
+    column that could not run), with each value's ratio to the first column that ran."""
+    ran = [s for s in columns.values() if "error" not in s]
+    first = ran[0]
+    width = max(22, *(len(label) + 2 for label in columns))
+    head = f"{'':<16}" + "".join(f"{label:>{width}}" for label in columns)
+    out = [f"trace {first['trace']!r}", head]
     for label, get, fmt in COMPARED:
-        base = get(summaries[0])
+        base = get(first)
         cells = []
-        for s in summaries:
+        for s in columns.values():
+            if "error" in s:
+                cells.append(f"{'-':>{width}}")
+                continue
             v = get(s)
-            ratio = f" ({v / base:.2f}x)" if base and s is not summaries[0] else ""
-            cells.append(f"{fmt(v) + ratio:>22}")
+            ratio = f" ({v / base:.2f}x)" if base and v is not None and s is not first else ""
+            cells.append(f"{fmt(v) + ratio:>{width}}")
         out.append(f"{label:<16}" + "".join(cells))
+    for label, s in columns.items():
+        if "error" in s:
+            out.append(f"{label} did not run: {s['error']}")
     return "\n".join(out)

@@ -74,7 +74,8 @@ class ChipContext:
                 f"{what} needs {fmt_bytes(nbytes)} of this machine's memory for its values, "
                 f"beyond the functional-mode limit of {fmt_bytes(self.max_backing_bytes)} "
                 f"({fmt_bytes(self.backed)} already used); run with --mode timing (shapes "
-                f"only), or raise Device.max_backing_bytes"
+                f"only; or `mode: timing` in the trace; from Python, raise "
+                f"Device.max_backing_bytes)"
             )
         self.backed += nbytes
 

@@ -90,7 +90,13 @@ def _devices(
     program: Program, cfg: ChipConfig, mode: str, lnc: int | None
 ) -> tuple[list[Device], dict[str, Buffer]]:
     """The chip's devices, and the program's tensors allocated through them: each HBM tensor on
-    its home core's stack, each host tensor a numpy array."""
+    its home core's stack, each host tensor a numpy array. Errors about the trace's `lnc:` or
+    a tensor's allocation carry its line."""
+    if lnc is None and program.lnc is not None and program.lnc not in cfg.lnc_allowed:
+        raise TrnsimError(
+            f"{program.source}:{program.lines.get('lnc', 0)}: lnc {program.lnc} is not "
+            f"supported on {cfg.name}; expected one of {', '.join(map(str, cfg.lnc_allowed))}"
+        )
     dev0 = Device(cfg, 0, mode, lnc if lnc is not None else program.lnc, program.seed,
                   program.source)  # fmt: skip
     ctx = dev0.ctx
@@ -101,20 +107,12 @@ def _devices(
     for t in program.tensors.values():
         if t.view is not None:
             continue
-        what = f"tensor {t.name}: {list(t.shape)} {t.dtype.name}"
-        if t.on == "host":
-            nbytes = math.prod(t.shape) * t.dtype.itemsize
-            ctx.reserve_backing(nbytes, what)
-            arr = initial_values(t.init, t.shape, t.dtype, ctx.rng, f"tensor {t.name}")
-            tensors[t.name] = Buffer(t.name, "host", t.shape, t.dtype, arr)
+        try:
+            buf = _allocate(t, devs[homes.get(t.name, 0)], tensors)
+        except TrnsimError as e:
+            raise type(e)(f"{program.source}:{t.line}: tensors.{t.name}: {e}") from None
+        if buf is None:
             continue
-        dev = devs[homes.get(t.name, 0)]
-        buf = dev._malloc(
-            math.prod(t.shape) * t.dtype.itemsize,
-            what,
-            t.name,
-            lambda t=t: initial_values(t.init, t.shape, t.dtype, ctx.rng, f"tensor {t.name}"),
-        )
         v = views[t.name] = buf.view(t.dtype, t.shape)
         tensors[t.name] = v.bound(t.name)
     for t in program.tensors.values():
@@ -128,6 +126,25 @@ def _devices(
             arr = base.array.reshape(t.shape) if base.array is not None else None
             tensors[t.name] = Buffer(t.name, base.memory, t.shape, t.dtype, arr, base.offset)
     return devs, tensors
+
+
+def _allocate(t, dev: Device, tensors: dict[str, Buffer]):
+    """Tensor `t`: a host tensor goes into `tensors` (None is returned), an HBM tensor is
+    allocated on `dev` and its buffer returned."""
+    ctx = dev.ctx
+    what = f"tensor {t.name}: {list(t.shape)} {t.dtype.name}"
+    if t.on == "host":
+        nbytes = math.prod(t.shape) * t.dtype.itemsize
+        ctx.reserve_backing(nbytes, what)
+        arr = initial_values(t.init, t.shape, t.dtype, ctx.rng, f"tensor {t.name}")
+        tensors[t.name] = Buffer(t.name, "host", t.shape, t.dtype, arr)
+        return None
+    return dev._malloc(
+        math.prod(t.shape) * t.dtype.itemsize,
+        what,
+        t.name,
+        lambda t=t: initial_values(t.init, t.shape, t.dtype, ctx.rng, f"tensor {t.name}"),
+    )
 
 
 def check_program(program: Program, cfg: ChipConfig, lnc: int | None = None) -> int:
@@ -205,7 +222,13 @@ def _run(
     ctx.host = ctx.threads[0]  # later calls on the result's devices come from the main thread
     ctx.host.now = env.now
     summary = summarize(
-        ctx.recorder, cfg, env.now, trace=program.name, mode=mode, timing=program.timing
+        ctx.recorder,
+        cfg,
+        env.now,
+        trace=program.name,
+        mode=mode,
+        timing=program.timing,
+        lnc=ctx.chip.lnc,
     )
     if check:
         summary["check"], note = _check(written, tensors, initial)

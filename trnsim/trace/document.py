@@ -59,6 +59,7 @@ from trnsim.inputs.validate import (
     want_str,
 )
 from trnsim.trace.buffers import parse_tensors, parse_tiles
+from trnsim.trace.ops import check_op
 from trnsim.trace.params import apply_params
 from trnsim.trace.program import (
     CoreProgram,
@@ -177,6 +178,7 @@ class _TraceParser:
             at["trnsim"].fail(f"unsupported format version {show(get['trnsim'])}", "1")
         prog = Program(source=self.source)
         prog.name = self._name(get, at)
+        prog.lines = {k: at[k].line for k in ("chip", "lnc", "mode") if k in get}
         if "chip" in get:
             prog.chip = want_str(get["chip"], at["chip"], "a chip name such as trn2")
         if "seed" in get:
@@ -339,6 +341,7 @@ class _TraceParser:
             for key in args:
                 if not isinstance(key, str):
                     aloc.fail(f"argument name {show(key)}", "argument names that are strings")
+            check_op(op, args, iloc, aloc)
             ops.append(OpSpec(op, _plain(args), aloc.line))
         return ops
 

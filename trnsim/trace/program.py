@@ -100,3 +100,5 @@ class Program:
     streams: list[StreamSpec] = field(default_factory=list)
     timing: list[tuple[str, str]] = field(default_factory=list)
     source: str = "<program>"
+    # top-level key -> its line (chip, lnc, mode), for errors
+    lines: dict[str, int] = field(default_factory=dict, compare=False)

@@ -1,0 +1,24 @@
+"""What produced a report: the trnsim version and a short hash of the effective chip config
+(after `base:` and `--set`), so that results of different models never mix unnoticed. Every
+report carries it: the summary (`--json`), the profile table and the Perfetto trace."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from trnsim import __version__
+from trnsim.config import ChipConfig, to_dict
+
+__all__ = ["provenance", "config_hash"]
+
+
+def config_hash(cfg: ChipConfig) -> str:
+    """12 hex digits of the SHA-256 of the config's fields (name, values, sources), canonical
+    JSON: two configs with any field different hash differently."""
+    text = json.dumps(to_dict(cfg), sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def provenance(cfg: ChipConfig) -> dict[str, str]:
+    return {"trnsim_version": __version__, "config_hash": config_hash(cfg)}

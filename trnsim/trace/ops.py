@@ -1,0 +1,72 @@
+"""The high-level ops a trace's `ops:` may name (PyTorch aten names and argument names): one
+table, checked when the trace loads (so that a misspelt op or argument is an error at its line)
+and used by the kernel library (`trnsim.kernels`), which lowers every op in it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trnsim.inputs.validate import Loc, hint, one_of, show, unknown
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+__all__ = ["OPS", "UNARY", "BINARY", "REDUCTIONS", "check_op"]
+
+UNARY = (
+    "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "sqrt", "rsqrt",
+    "square", "abs", "reciprocal", "sin", "cos", "erf", "copy", "neg",
+)  # fmt: skip
+BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
+REDUCTIONS = ("sum", "mean", "amax", "amin")
+
+_X = {"x": "tensor", "out": "tensor"}
+
+# op -> argument -> "tensor" (names a tensor of the trace), "operand" (a tensor or a number) or
+# "value"; optional arguments end in ?
+OPS: dict[str, dict[str, str]] = {
+    **{op: {"a": "tensor", "b": "tensor", "out": "tensor"} for op in ("matmul", "mm", "bmm")},
+    **{op: _X for op in UNARY},
+    **{op: {"a": "operand", "b": "operand", "out": "tensor"} for op in BINARY},
+    **{op: {**_X, "dim?": "value"} for op in ("softmax", "log_softmax")},
+    **{op: {**_X, "dim?": "value", "keepdim?": "value"} for op in REDUCTIONS},
+    "layer_norm": {**_X, "weight?": "tensor", "bias?": "tensor", "eps?": "value"},
+    "rms_norm": {**_X, "weight?": "tensor", "eps?": "value"},
+    "scaled_dot_product_attention": {
+        "q": "tensor",
+        "k": "tensor",
+        "v": "tensor",
+        "out": "tensor",
+        "is_causal?": "value",
+        "scale?": "value",
+    },  # fmt: skip
+}
+
+
+def check_op(op: str, args: dict, loc: Loc, args_loc: Loc) -> None:
+    """Fail at `loc` for an unknown op, at `args_loc` for a missing or unknown argument, or a
+    tensor operand that is not a name. Whether a name is a declared tensor is left to the
+    kernel library: the format's own examples name intermediates (`out: h`) and tensors that
+    are declared elsewhere."""
+    spec = OPS.get(op)
+    if spec is None:
+        loc.fail(unknown("op", op, OPS), one_of(sorted(OPS), limit=40))
+    names = {k.rstrip("?"): kind for k, kind in spec.items()}
+    for key in args:
+        if key not in names:
+            args_loc.fail(
+                f"{op}: unknown argument {show(key)}{hint(key, names)}",
+                f"{op}'s arguments: {', '.join(spec)} (? = optional)",
+            )
+    for key in spec:
+        if not key.endswith("?") and key not in args:
+            args_loc.fail(f"{op}: missing argument {key!r}", f"{op}'s arguments: {', '.join(spec)}")
+    for key, value in args.items():
+        name = isinstance(value, str) and IDENT.fullmatch(value)
+        if names[key] == "tensor" and not name:
+            args_loc.key(args, key).fail(f"{op}: {key}: got {show(value)}", "a tensor name")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if names[key] == "operand" and not (name or number):
+            args_loc.key(args, key).fail(
+                f"{op}: {key}: got {show(value)}", "a tensor name or a number"
+            )

@@ -1,0 +1,111 @@
+"""The static race and deadlock check of a `Program` (docs/races.md gives the rules).
+
+Within one launch on one physical core, every engine queue is in order and every DMA queue
+issues in order (its transfers complete in any order); semaphore waits order what every
+interleaving of the signals guarantees (`clocks`). Between launches and host copies, streams
+are in order and events order streams (`streams`). Two accesses to overlapping regions
+(`regions`), at least one a write, neither ordered before the other, are a race (`history`
+within a launch, `found.conflicts` between unordered launches and copies). A launch (`launch`)
+or a stream schedule that can never finish is a deadlock. Nothing here simulates.
+
+`find_races(program)` returns the races (`Race`, with a one-line `message`); `check_races`
+raises `RaceError` for the first (or returns warnings); `check_deadlocks` raises
+`DeadlockError`.
+"""
+
+from __future__ import annotations
+
+from trnsim.isa import Ap
+from trnsim.trace.program import Program
+from trnsim.trace.races.clocks import launch_clocks
+from trnsim.trace.races.found import Race, RaceError, conflicts
+from trnsim.trace.races.history import launch_races
+from trnsim.trace.races.launch import Launch
+from trnsim.trace.races.regions import Shapes
+from trnsim.trace.races.streams import stream_clocks, stream_order
+
+__all__ = ["Race", "RaceError", "find_races", "check_races", "check_deadlocks"]
+
+
+def check_deadlocks(program: Program) -> None:
+    """Raise DeadlockError when the streams' event waits can never all be met, or a launch of
+    some kernel can never finish (`find_races` runs this check too)."""
+    stream_order(program)
+    for k in program.kernels.values():
+        for c, prog in enumerate(k.per_core):
+            Launch(prog, k.name, program.source, c).order()
+
+
+def _analyse(program: Program, shapes: Shapes, kernel, c: int):
+    la = Launch(kernel.per_core[c], kernel.name, program.source, c)
+    order = la.order()
+    return launch_races(la, order, launch_clocks(la, order), shapes)
+
+
+def find_races(program: Program) -> list[Race]:
+    """Every race of `program` (deterministic order); raises DeadlockError first if it can
+    never finish."""
+    start = stream_clocks(program, stream_order(program))
+    shapes = Shapes(program)
+    src = program.source
+    cache: dict[tuple, dict] = {}
+    races: list[Race] = []
+    touched: dict[tuple, dict] = {}  # (stream, step) -> {Access: label} of a launch or copy
+    for i, st in enumerate(program.streams):
+        for j, step in enumerate(st.steps):
+            if step.kind == "copy":
+                accs = {}
+                for ap, w in zip(step.arg, (False, True)):
+                    ap = ap if isinstance(ap, Ap) else Ap(ap, (), ap)
+                    a = shapes.access(ap, {}, w)
+                    if a is not None:
+                        accs.setdefault(a, f"{src}:{step.line} stream {st.name} copy")
+                touched[(i, j)] = accs
+            elif step.kind == "launch":
+                kernel = program.kernels.get(step.arg)
+                if kernel is None or not kernel.low_level:
+                    continue
+                per = []
+                for c in range(len(kernel.per_core)):
+                    if (kernel.name, c) not in cache:
+                        found, cache[(kernel.name, c)] = _analyse(program, shapes, kernel, c)
+                        races += found
+                    per.append(cache[(kernel.name, c)])
+                for a in range(len(per)):  # the physical cores of one launch are not ordered
+                    for b in range(a + 1, len(per)):
+                        races += conflicts(per[a], per[b], f"core{a}", f"core{b}")
+                touched[(i, j)] = {acc: lab for p in per for acc, lab in p.items()}
+    races += _between_streams(program, touched, start)
+    return list(dict.fromkeys(races))
+
+
+def _between_streams(program: Program, touched: dict, start: dict) -> list[Race]:
+    """Conflicts between steps of different streams that no event orders."""
+    out: list[Race] = []
+    steps = sorted(touched)
+    for x in range(len(steps)):
+        for y in range(x + 1, len(steps)):
+            (i1, j1), (i2, j2) = steps[x], steps[y]
+            if i1 == i2 or start[(i2, j2)][i1] > j1 or start[(i1, j1)][i2] > j2:
+                continue
+            out += conflicts(
+                touched[steps[x]],
+                touched[steps[y]],
+                f"stream {program.streams[i1].name}",
+                f"stream {program.streams[i2].name}",
+            )
+    return out
+
+
+def check_races(program: Program, allow: bool = False) -> list[str]:
+    """Raise RaceError naming the first race (and how many more) unless `allow`; return one
+    warning line per race (empty when there is none). Raises DeadlockError for a schedule that
+    can never finish, whatever `allow`."""
+    races = find_races(program)
+    if races and not allow:
+        more = f" (and {len(races) - 1} more)" if len(races) > 1 else ""
+        raise RaceError(
+            f"{races[0].message}{more}; add a wait that orders them, or pass "
+            f"--allow-races to run anyway"
+        )
+    return [f"warning: {r.message}" for r in races]
