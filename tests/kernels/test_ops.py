@@ -290,3 +290,20 @@ def test_every_op_of_the_trace_table_is_lowered():
         }
         prog = lower([OpSpec(op, args)], tensors, load_chip("trn2"))
         assert prog.instructions, op
+
+
+@pytest.mark.parametrize("op", ["softmax", "sum", "rms_norm"])
+def test_rows_longer_than_one_vector_instruction_are_refused(op):
+    from trnsim.config import load_chip
+    from trnsim.dtypes import dtype
+    from trnsim.trace.program import TensorSpec
+
+    cfg = load_chip("trn2")
+    d = cfg.core.vector.dve_max_free_elements * 2
+    out = (2,) if op == "sum" else (2, d)
+    tensors = {
+        "x": TensorSpec("x", (2, d), dtype("bfloat16")),
+        "out": TensorSpec("out", out, dtype("bfloat16")),
+    }
+    with pytest.raises(TraceError, match=f"rows of {d} elements do not fit"):
+        lower([OpSpec(op, {"x": "x", "out": "out"})], tensors, cfg)

@@ -160,10 +160,11 @@ def _fits(cfg: ChipConfig, op: str, tx) -> tuple[int, int]:
     d = tx.shape[-1]
     budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - 8 * d
     bufs = min(BUFS, budget // (d * (tx.dtype.itemsize + 4)))
-    if bufs < 1:
+    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
         raise TraceError(
-            f"{op}: rows of {d} elements do not fit a partition's SBUF; "
-            "rows this long are not lowered yet"
+            f"{op}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
+            f"instruction ({cfg.core.vector.dve_max_free_elements} elements); rows this long "
+            "are not lowered yet"
         )
     return d, bufs
 

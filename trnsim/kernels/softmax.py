@@ -45,10 +45,11 @@ def lower_softmax(
     f32 = dtype("float32")
     per_row = d * (tx.dtype.itemsize + to.dtype.itemsize)
     bufs = min(BUFS, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // per_row)
-    if bufs < 1:
+    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
         raise TraceError(
-            f"{name}: rows of {d} elements do not fit a partition's SBUF; "
-            "rows this long are not lowered yet"
+            f"{name}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
+            f"instruction ({cfg.core.vector.dve_max_free_elements} elements); rows this long "
+            "are not lowered yet"
         )
     P = cfg.core.sbuf.partitions
     for n, (index, rows) in enumerate(row_blocks(tx.shape, P)):
