@@ -127,7 +127,7 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     a = ap.parse_args()
     print(
-        f"{'op':<26}{'sim time':>12}{'compute':>12}{'DMA':>12}  bound{'reached':>9}"
+        f"{'op':<34}{'sim time':>12}{'compute':>12}{'DMA':>12}  bound{'reached':>9}"
         f"{'instrs':>9}{'wall':>8}"
     )
     for label, tensors, args, flops in cases(a.small):
@@ -149,7 +149,7 @@ def main() -> None:
             q["transfers"] for q in s["dma"].values()
         )
         print(
-            f"{label:<26}{ns / 1e3:>10.1f}us{t_fl / 1e3:>10.1f}us{t_dma / 1e3:>10.1f}us"
+            f"{label:<34}{ns / 1e3:>10.1f}us{t_fl / 1e3:>10.1f}us{t_dma / 1e3:>10.1f}us"
             f"  {which:<7}{bound / ns:>8.0%}{instrs:>9,}{wall:>7.1f}s"
         )
 

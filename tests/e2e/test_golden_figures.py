@@ -219,6 +219,7 @@ def test_every_golden_has_its_figures_derived():
         "two_streams",
         "llama70b_layer_timing",
         "weight_stream",
+        "mlp_ops",
     }
 
 
@@ -658,3 +659,26 @@ def test_llama70b_layer(name):
     # (its design claim, not a model formula)
     assert lower <= step <= launch + Fraction(101, 100) * hbm_bound
     assert g["hbm"]["bandwidth_bytes_per_s"] == ratio((read + written) / (Fraction(device) / PS))
+
+
+# -- mlp_ops: three high-level ops lowered by the kernel library -----------------------------------
+
+
+@by_name("mlp_ops")
+def test_mlp_ops(name):
+    """Exact FLOPs and HBM bytes from the shapes; the device time between the roofline lower
+    bound and twice the sum of the ops' own bounds (traces/mlp_ops.yaml's header)."""
+    g, cfg = golden(name)
+    m, k, n = 512, 1024, 2048
+    flops = 2 * m * k * n + 2 * 1 * 128 * n  # the matmul, and the K = 1 spread of the bias
+    assert g["flops"] == flops
+    x, w, bias, h = m * k * 2, k * n * 2, n * 4, m * n * 2  # bytes
+    assert g["hbm"]["bytes_read"] == x + w + bias + 2 * h  # the add and GELU read h back
+    assert g["hbm"]["bytes_written"] == 3 * h
+    d = cfg.core.dma
+    load, store = d.engines * d.engine_bandwidth / PS, d.engines * d.store_bandwidth / PS
+    tensor = Fraction(flops) / (peak_per_core(cfg) / PS)
+    low = max(tensor, (x + w + bias + 2 * h) / load + 3 * h / store)
+    ops = max(tensor, (x + w) / load + h / store) + 2 * (h / load + h / store)
+    device = g["device_time_ns"] * 1000
+    assert low < device < 2 * ops

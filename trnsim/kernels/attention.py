@@ -99,6 +99,7 @@ def lower_attention(
         for q0 in range(0, S, t.P)
     )
     _interleave(blocks, INTERLEAVE)
+    b.release(*t.psum)
 
 
 def _interleave(blocks, width: int) -> None:
@@ -159,6 +160,7 @@ class _Tiles:
         }
         self.free: dict[str, list[str]] = {k: [] for k in self.kinds}
         self.made: dict[str, int] = {}
+        self.psum: list[str] = []  # every PSUM tile taken, released when the op ends
         self.scalar_max = cfg.core.scalar.reduce_max  # NC-v2's ScalarE reduces by add only
         self.turns = 0
         self.queues: dict[str, int] = {}
@@ -171,6 +173,10 @@ class _Tiles:
             return self.free[kind].pop(0)
         self.made[kind] = made + 1
         memory, shape, dt = self.kinds[kind]
+        if memory == "psum":  # perhaps a larger one an earlier op released: used by slices
+            name = self.b.psum(kind, shape, dt)
+            self.psum.append(name)
+            return name
         return self.b.tile(kind, memory, shape, dt)
 
     def give(self, kind: str, *names: str) -> None:
@@ -396,7 +402,7 @@ def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: i
         else:
             b.emit(Activation, [a], [z], func="copy", src=a, dst=z)
     yield
-    pv = ap(t.take("pv"), r)
+    pv = ap(t.take("pv"), r, slice(0, t.D))
     for j, (_, keys, vcols) in enumerate(chunks):
         st = ap(pT_sb, slice(0, keys), slice(j * P, j * P + qw))
         mv = ap(vt, slice(0, keys), vcols)

@@ -24,11 +24,12 @@ def spread_rows(b: KernelBuilder, cfg: ChipConfig, name: str, d: int) -> str:
     src, dst = ap(name), ap(row)
     b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=0)
     step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
-    ps = b.tile("spread", "psum", (P, step), f32)
+    ps = b.psum("spread", (P, step), f32)
     for c in range(0, d, step):
         w = min(step, d - c)
         mv, acc = ap(row, slice(None), slice(c, c + w)), ap(ps, slice(None), slice(0, w))
         b.emit(Matmul, [ap(ones), mv], [acc], stationary=ap(ones), moving=mv, dst=acc)
         o = ap(out, slice(None), slice(c, c + w))
         b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
+    b.release(ps)
     return out

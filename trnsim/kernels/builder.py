@@ -105,6 +105,7 @@ class KernelBuilder:
         self._waited: dict[Any, dict[str, int]] = defaultdict(dict)  # queue -> sem -> value
         self._names: dict[str, int] = defaultdict(int)
         self.scratch: dict[str, str] = {}  # a lowering's own key -> tile name (reused buffers)
+        self._free_psum: list[str] = []  # PSUM tiles released by ops that ended
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -119,6 +120,22 @@ class KernelBuilder:
         self.tiles[name] = TileSpec(name, memory, tuple(shape), dtype)
         self._bufs[name] = _Buffer(tuple(shape), tile=True)
         return name
+
+    def psum(self, base: str, shape: tuple[int, ...], dtype: DType) -> str:
+        """A PSUM tile of at least `shape` (callers address it by slices): one an earlier op
+        released, when one of that dtype is large enough, else a new one. PSUM is 16 KiB a
+        partition: tiles that lived only for an op are reused by the next ops instead of piling
+        up (the accesses of the old and the new use are ordered like any others)."""
+        for i, name in enumerate(self._free_psum):
+            t = self.tiles[name]
+            if t.dtype == dtype and all(a >= b for a, b in zip(t.shape, shape)):
+                del self._free_psum[i]
+                return name
+        return self.tile(base, "psum", shape, dtype)
+
+    def release(self, *names: str) -> None:
+        """PSUM tiles of an op that ended, for `psum` to hand to the next ops."""
+        self._free_psum.extend(n for n in names if self.tiles[n].memory == "psum")
 
     def barrier(self) -> None:
         """An op boundary: later accesses to a tensor wait for the conflicting accesses of

@@ -9,7 +9,8 @@ stationary[K', M']^T @ moving[K', N'], K' and M' <= 128 partitions, N' <= the mo
 - for each N block, B's K x NB block streams through rotating SBUF buffers (loads on several DMA
   queues, so the next block loads while TensorE multiplies this one), and every 128-row block of
   the strip accumulates into its own PSUM bank over K (`accumulate` after the first);
-- the PSUM banks are rotated (two sets, when the banks allow) and emptied to SBUF by VectorE and
+- the PSUM banks are rotated (two sets, when the banks allow; released to the kernel's next ops
+  at the end) and emptied to SBUF by VectorE and
   ScalarE in turn (casting to out's dtype), then stored to HBM.
 
 Ragged sizes (M, N, K not multiples of the tile) use partial tiles. Leading (batch) dims of a
@@ -46,9 +47,11 @@ def lower_matmul(
             "out [..., M, N]"
         )
     plan = _Plan(cfg, ta.dtype, to.dtype, M, N, K)
+    bufs = _Buffers(b, plan)
     for batch in _batches(bat):
         kb = batch if bat_b else ()
-        _one(b, plan, (a_name, batch), (b_name, kb), (out_name, batch))
+        _one(b, plan, bufs, (a_name, batch), (b_name, kb), (out_name, batch))
+    b.release(*bufs.accs, *(bufs.turn[1:] if bufs.turn else ()))
 
 
 def _dims(t: TensorSpec) -> tuple[tuple[int, ...], int, int]:
@@ -85,19 +88,29 @@ class _Plan:
         self.evac = (Engine.VECTOR, Engine.SCALAR)
 
 
-def _one(b: KernelBuilder, p: _Plan, a: tuple, bm: tuple, out: tuple) -> None:
+class _Buffers:
+    """The kernel's tiles, made once for all batch elements: two A^T strips, B_BUFS B blocks,
+    the PSUM accumulators, two output blocks, and for TensorE transposes a load buffer and a
+    PSUM tile."""
+
+    def __init__(self, b: KernelBuilder, p: _Plan):
+        P, kt = p.P, math.ceil(p.K / p.P)
+        self.strips = [b.tile("aT", "sbuf", (P, kt * P * p.mt), p.a_dt) for _ in range(2)]
+        self.bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(B_BUFS)]
+        self.accs = [b.psum("acc", (P, p.mt * p.NB), dtype("float32")) for _ in range(p.psum_sets)]
+        self.outs = [b.tile("o", "sbuf", (P, p.NB), p.out_dt) for _ in range(2)]
+        self.turn = None
+        if not p.dma_transpose:
+            self.turn = (b.tile("a_raw", "sbuf", (P, P), p.a_dt), b.psum("a_tp", (P, P), p.a_dt))
+
+
+def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: tuple) -> None:
     """One batch element: out[M, N] = a[M, K] @ b[K, N]."""
     (a_name, ab), (b_name, bb), (o_name, ob) = a, bm, out
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
-    strips = [b.tile("aT", "sbuf", (P, kt * MB), p.a_dt) for _ in range(2)]
-    bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(B_BUFS)]
-    accs = [b.tile("acc", "psum", (P, p.mt * p.NB), dtype("float32")) for _ in range(p.psum_sets)]
-    outs = [b.tile("o", "sbuf", (P, p.NB), p.out_dt) for _ in range(2)]
+    strips, bbufs, accs, outs, turn = bufs.strips, bufs.bbufs, bufs.accs, bufs.outs, bufs.turn
     q = _Queues(p.queues)
-    turn = None
-    if not p.dma_transpose:  # A's blocks go through TensorE: a load buffer and a PSUM tile
-        turn = (b.tile("a_raw", "sbuf", (P, P), p.a_dt), b.tile("a_tp", "psum", (P, P), p.a_dt))
     n_acc = n_b = n_out = 0
     for si, m0 in enumerate(range(0, p.M, MB)):
         strip = strips[si % 2]
