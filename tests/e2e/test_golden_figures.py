@@ -220,6 +220,7 @@ def test_every_golden_has_its_figures_derived():
         "llama70b_layer_timing",
         "weight_stream",
         "mlp_ops",
+        "attention_ops",
     }
 
 
@@ -682,3 +683,20 @@ def test_mlp_ops(name):
     ops = max(tensor, (x + w) / load + h / store) + 2 * (h / load + h / store)
     device = g["device_time_ns"] * 1000
     assert low < device < 2 * ops
+
+
+# -- attention_ops: causal grouped-query attention as one fused op ---------------------------------
+
+
+@by_name("attention_ops")
+def test_attention_ops(name):
+    """FLOPs and HBM bytes of a causal flash attention, by hand (traces/attention_ops.yaml)."""
+    g, _ = golden(name)
+    heads, s, d, kb = 8, 512, 64, 128  # query heads, tokens, head dim, queries per block
+    blocks = s // kb
+    keys = sum((i + 1) * kb for i in range(blocks))  # each query block stops at the diagonal
+    assert g["flops"] == heads * 2 * (2 * d * kb * keys)  # scores and P v
+    q_bytes, out_bytes = heads * s * d * 2, heads * s * d * 4
+    kv_bytes = heads * keys * d * 2  # k (and v) rows each query block reads
+    assert g["hbm"]["bytes_read"] == q_bytes + 2 * kv_bytes
+    assert g["hbm"]["bytes_written"] == out_bytes
