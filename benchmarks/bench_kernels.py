@@ -4,7 +4,8 @@
     python benchmarks/bench_kernels.py --chip trn3  # another chip
     python benchmarks/bench_kernels.py --small      # smaller shapes, a few seconds in all
 
-For each op: the simulated time, its two bounds (FLOPs / the core's TensorE peak for the input
+For each op, on one physical core (or both cores of an LNC 2 logical core, where the label says
+so): the simulated time, its two bounds (FLOPs / the cores' TensorE peak for the input
 dtype, and HBM bytes read / the core's DMA load bandwidth plus bytes written / its store
 bandwidth, each engines x the engine's rate),
 which one binds, the fraction of that bound the lowered kernel reaches, the instruction count
@@ -38,8 +39,8 @@ from trnsim.trace.program import (  # noqa: E402
 BF16 = "bfloat16"
 
 
-def cases(small: bool) -> list[tuple[str, dict, dict, float]]:
-    """(label, tensors name -> (shape, dtype), op args, FLOPs)."""
+def cases(small: bool) -> list[tuple]:
+    """(label, tensors name -> (shape, dtype), op args, FLOPs[, LNC: physical cores])."""
     m, k, n = (1024, 2048, 2048) if small else (4096, 8192, 8192)
     r, d = (2048, 4096) if small else (8192, 8192)
     h, sq = (4, 1024) if small else (32, 4096)
@@ -49,6 +50,13 @@ def cases(small: bool) -> list[tuple[str, dict, dict, float]]:
             {"a": ((m, k), BF16), "b": ((k, n), BF16), "out": ((m, n), BF16)},
             {"op": "matmul", "a": "a", "b": "b", "out": "out"},
             2.0 * m * k * n,
+        ),
+        (
+            f"matmul {m}x{k}x{n} lnc 2",
+            {"a": ((m, k), BF16), "b": ((k, n), BF16), "out": ((m, n), BF16)},
+            {"op": "matmul", "a": "a", "b": "b", "out": "out"},
+            2.0 * m * k * n,
+            2,
         ),
         (
             f"add [{r}, {d}]",
@@ -101,7 +109,7 @@ def cases(small: bool) -> list[tuple[str, dict, dict, float]]:
     ]
 
 
-def run_case(chip: str, tensors: dict, args: dict):
+def run_case(chip: str, tensors: dict, args: dict, lnc: int = 1):
     cfg = load_chip(chip)
     specs = {n: TensorSpec(n, s, dtype(dt)) for n, (s, dt) in tensors.items()}
     op = OpSpec(args["op"], {k: v for k, v in args.items() if k != "op"})
@@ -110,7 +118,7 @@ def run_case(chip: str, tensors: dict, args: dict):
         chip,
         0,
         "timing",
-        1,
+        lnc,
         [],
         specs,
         {"k": KernelSpec("k", ops=[op])},
@@ -130,20 +138,23 @@ def main() -> None:
         f"{'op':<34}{'sim time':>12}{'compute':>12}{'DMA':>12}  bound{'reached':>9}"
         f"{'instrs':>9}{'wall':>8}"
     )
-    for label, tensors, args, flops in cases(a.small):
-        cfg, specs, result, wall = run_case(a.chip, tensors, args)
+    for label, tensors, args, flops, *more in cases(a.small):
+        lnc = more[0] if more else 1
+        cfg, specs, result, wall = run_case(a.chip, tensors, args, lnc)
         s = result.summary
         ns = s["device_time_ns"]
         d = cfg.core.dma
         nbytes = {n: math.prod(t.shape) * t.dtype.itemsize for n, t in specs.items()}
         written = nbytes[args["out"]]
-        # one core's DMA engines: loads at engine_bandwidth, stores at store_bandwidth
+        # the cores' DMA engines together: loads at engine_bandwidth, stores at store_bandwidth
+        # (a matmul's B, which every core reads, counted once)
         t_dma = (
             ((sum(nbytes.values()) - written) / d.engine_bandwidth + written / d.store_bandwidth)
             / d.engines
+            / lnc
             * 1e9
         )
-        t_fl = flops / peak_flops_per_core(cfg, BF16) * 1e9
+        t_fl = flops / peak_flops_per_core(cfg, BF16) / lnc * 1e9
         bound, which = max((t_fl, "compute"), (t_dma, "DMA"))
         instrs = sum(e["instructions"] for e in s["engines"].values()) + sum(
             q["transfers"] for q in s["dma"].values()

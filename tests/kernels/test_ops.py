@@ -307,3 +307,70 @@ def test_rows_longer_than_one_vector_instruction_are_refused(op):
     }
     with pytest.raises(TraceError, match=f"rows of {d} elements do not fit"):
         lower([OpSpec(op, {"x": "x", "out": "out"})], tensors, cfg)
+
+
+def _run_cores(tensors, ops, cores, chip="trn2"):
+    """Lower `ops` over `cores` physical cores and run them as one LNC kernel."""
+    from trnsim.config import load_chip
+    from trnsim.dtypes import dtype
+    from trnsim.kernels import lower_cores
+    from trnsim.runtime.session import run_program
+    from trnsim.trace.program import KernelSpec, Program, Step, StreamSpec, TensorSpec
+
+    cfg = load_chip(chip)
+    specs = {n: TensorSpec(n, tuple(s), dtype(d), init) for n, (s, d, init) in tensors.items()}
+    progs = lower_cores([OpSpec(op, args) for op, args in ops], specs, cfg, cores)
+    prog = Program(
+        "lnc",
+        chip,
+        0,
+        "functional",
+        cores,
+        [],
+        specs,
+        {"k": KernelSpec("k", per_core=progs)},
+        [StreamSpec("s", 0, [Step("launch", "k")])],
+    )
+    return run_program(prog, cfg), progs
+
+
+def test_two_cores_split_the_rows_and_give_the_same_values():
+    """LNC 2: each core computes half of every op's rows; the values are one core's."""
+    from trnsim.trace.races import find_races
+
+    t = {
+        "x": ((512, 256), "bfloat16", "normal"),
+        "w": ((256, 640), "bfloat16", "normal"),
+        "g": ((640,), "float32", "normal"),
+        "h": ((512, 640), "float32", None),
+        "p": ((512, 640), "float32", None),
+    }
+    ops = [
+        ("matmul", {"a": "x", "b": "w", "out": "h"}),
+        ("gelu", {"x": "h", "out": "h"}),
+        ("rms_norm", {"x": "h", "out": "p", "weight": "g"}),
+        ("softmax", {"x": "p", "out": "p"}),
+    ]
+    two, progs = _run_cores(t, ops, 2)
+    one = _run(t, ops)
+    np.testing.assert_array_equal(two.tensor("p"), one.tensor("p"))
+    assert all(p.instructions for p in progs)  # both cores work
+    mm = [sum(1 for i in p.instructions if i.OP == "matmul") for p in progs]
+    assert mm[0] == mm[1]  # 256 rows each: the same matmuls
+    assert find_races(two.program) == []
+
+
+def test_a_whole_read_of_what_both_cores_wrote_is_refused():
+    from trnsim.config import load_chip
+    from trnsim.dtypes import dtype
+    from trnsim.kernels import lower_cores
+    from trnsim.trace.program import TensorSpec
+
+    tensors = {n: TensorSpec(n, (256, 256), dtype("bfloat16")) for n in ("x", "w", "h", "y")}
+    ops = [
+        OpSpec("exp", {"x": "w", "out": "h"}, line=5),
+        OpSpec("matmul", {"a": "x", "b": "h", "out": "y"}, line=6),
+    ]
+    with pytest.raises(TraceError, match=r"t.yaml:6: matmul: b 'h' was written by an earlier op"):
+        lower_cores(ops, tensors, load_chip("trn2"), 2, "t.yaml")
+    lower_cores(ops, tensors, load_chip("trn2"), 1, "t.yaml")  # on one core it is fine

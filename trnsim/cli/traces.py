@@ -25,7 +25,7 @@ from trnsim.report.perfetto import write_chrome_trace
 from trnsim.report.profile import write_profile
 from trnsim.report.provenance import provenance
 from trnsim.report.summary import format_comparison, format_summary
-from trnsim.runtime.session import check_program, run_program, save_outputs
+from trnsim.runtime.session import check_program, lowered, run_program, save_outputs
 
 
 @main.command()
@@ -95,9 +95,9 @@ def run(
       trnsim run traces/weight_stream.yaml --param batch=32
     """
     program = _load_trace(trace_file, params)
-    if not skip_races:
-        _check_races(program, allow_races)
     cfg = _chip_for(program, chip, overrides)
+    if not skip_races:  # the ops as the kernel library lowers them, with their semaphores
+        _check_races(lowered(program, cfg, program.lnc or cfg.lnc), allow_races)
     if out_dir and (mode or program.mode) == "timing":
         raise TrnsimError(
             f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
@@ -150,7 +150,7 @@ def validate(trace_file, chip, overrides, params, allow_races) -> None:
     program = _load_trace(trace_file, params)
     cfg = _chip_for(program, chip, overrides)
     n = check_program(program, cfg)
-    _check_races(program, allow_races)
+    _check_races(lowered(program, cfg, program.lnc or cfg.lnc), allow_races)
     click.echo(
         f"{trace_file}: ok on {cfg.name}: kernels {len(program.kernels)}, instructions "
         f"{n}, streams {len(program.streams)}"

@@ -12,6 +12,8 @@ lowering is a TraceError naming it.
 
 from __future__ import annotations
 
+import math
+
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.kernels.attention import lower_attention
@@ -24,7 +26,7 @@ from trnsim.kernels.softmax import lower_softmax
 from trnsim.trace.ops import OPS
 from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
 
-__all__ = ["lower", "lower_op", "reference", "OPS"]
+__all__ = ["lower", "lower_cores", "lower_op", "reference", "OPS"]
 
 
 def lower(
@@ -33,7 +35,10 @@ def lower(
     """One core's program running `ops` in order (each op's accesses wait for the earlier
     ops' conflicting ones). Raises TraceError for an op it cannot lower, naming the op and, as
     `<source>:<line>: `, where it is written."""
-    b = KernelBuilder(tensors)
+    return _lower_into(KernelBuilder(tensors), ops, cfg, source)
+
+
+def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: str):
     for op in ops:
         b.barrier()
         try:
@@ -42,6 +47,63 @@ def lower(
             where = f"{source}:{op.line}: " if source else f"line {op.line}: " if op.line else ""
             raise TraceError(f"{where}{e}") from None
     return b.program()
+
+
+FULL_READS = {  # op -> arguments it reads whole on every core (the others: by the core's rows)
+    **{op: ("b",) for op in ("matmul", "mm", "bmm")},
+    "layer_norm": ("weight", "bias"),
+    "rms_norm": ("weight",),
+    "scaled_dot_product_attention": ("k", "v"),
+}
+
+
+def lower_cores(
+    ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, cores: int, source=""
+) -> list[CoreProgram]:
+    """`ops` split over the `cores` physical cores of a logical core: each computes its share
+    of every op's output rows (`layout.core_rows`), the same share for every op, so a core reads
+    back only rows it wrote itself. The cores of one launch do not synchronise, so an op that
+    reads a whole tensor (a matmul's b, a norm's weight, attention's k and v, a broadcast
+    operand) written by an earlier op of the kernel, or that reads a tensor written with
+    another row split, is an error: such ops belong in a kernel of their own, launched after
+    (launches on a stream run one after another)."""
+    if cores > 1:
+        _check_split(ops, tensors, source)
+    programs = []
+    for c in range(cores):
+        b = KernelBuilder(tensors)
+        b.part = (c, cores)
+        programs.append(_lower_into(b, ops, cfg, source))
+    return programs
+
+
+def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], source: str) -> None:
+    rows_of = {}  # tensor -> the row count of the split its writer used
+    for op in ops:
+        out = op.args.get("out")
+        r_out = (
+            _rows(tensors[out].shape)
+            if op.op not in REDUCTIONS
+            else _rows(tensors[op.args["x"]].shape)
+        )
+        full = FULL_READS.get(op.op, ())
+        for k, v in op.args.items():
+            if k == "out" or not isinstance(v, str) or v not in rows_of:
+                continue
+            whole = k in full or (op.op in BINARY and tensors[v].shape != tensors[out].shape)
+            if whole or rows_of[v] != r_out:
+                where = f"{source}:{op.line}: " if source else ""
+                raise TraceError(
+                    f"{where}{op.op}: {k} {v!r} was written by an earlier op of this kernel on "
+                    "both physical cores (lnc 2), and this op needs rows of it the other core "
+                    "wrote; cores synchronise only between launches: put the op in a kernel "
+                    "of its own"
+                )
+        rows_of[out] = r_out
+
+
+def _rows(shape) -> int:
+    return math.prod(shape[:-1])
 
 
 def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:

@@ -82,6 +82,14 @@ def lower_attention(
         raise TraceError(_shapes(tq, tk, tv, to))
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     t = _Tiles(b, cfg, D, tq.dtype, to.dtype)
+    share = b.share(to.shape)
+    if share is not None and S % t.P:
+        raise TraceError(
+            f"scaled_dot_product_attention: a sequence of {S} split over {b.part[1]} cores: "
+            f"query blocks of {t.P} would straddle the cores' shares; expected a multiple of "
+            f"{t.P} (or lnc: 1)"
+        )
+    lo, hi = share or (0, math.prod(tq.shape[:-1]))
     blocks = (
         _query_block(
             b,
@@ -94,9 +102,10 @@ def lower_attention(
             is_causal,
             scale,
         )
-        for batch in _indices(lead)
+        for i, batch in enumerate(_indices(lead))
         for h in range(H)
         for q0 in range(0, S, t.P)
+        if lo <= (i * H + h) * S + q0 < hi  # this core's query rows
     )
     _interleave(blocks, INTERLEAVE)
     b.release(*t.psum)

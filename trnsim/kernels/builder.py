@@ -16,12 +16,16 @@ and signals that order it, so no lowering writes a semaphore by hand:
 - A wait is left out when order already guarantees it: an earlier instruction on the same queue
   waited for as much (queues issue in order), or every write (read) still to wait for runs on
   the same compute engine, which runs its instructions one after another.
-- HBM tensors are ordered between ops, not inside one: `barrier()` (called at each op's start)
-  makes every later access to a tensor wait for all the earlier ops' accesses to it (same
-  counters, `w.<tensor>` and `r.<tensor>`; reads wait for reads too, so an op that reads and
-  writes a tensor in place cannot count its own reads as the earlier ops'). Inside an op the
-  lowering's own dataflow orders its HBM accesses (a block is loaded, computed, then stored;
-  blocks are disjoint), which lets the loads of one block overlap the stores of another.
+- HBM tensors are ordered between ops, not inside one: `barrier()` marks each op's start, and
+  the ops that touch a tensor are its generations. Every access of generation g waits for all
+  the accesses (reads and writes) of generation g - 1, and counts itself in the other of two
+  alternating sets of counters (`w.<t>.<g % 2>`, `r.<t>.<g % 2>`): an op's own accesses never
+  add to the counts it waits for (so an op that reads and writes a tensor in place cannot let
+  its own early stores stand for the earlier op's), and generation g + 1, which waits for all of
+  g, cannot complete before g's waits are met. Generations are thus ordered one after another,
+  and the race check (docs/races.md) sees every count met exactly. Inside an op the lowering's
+  dataflow orders its HBM accesses (a block is loaded, computed, then stored; blocks are
+  disjoint), which lets the loads of one block overlap the stores of another.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 
 from trnsim.dtypes import DType
 from trnsim.isa import Ap, Engine, Instr
+from trnsim.kernels.layout import core_rows
 from trnsim.trace.program import CoreProgram, TensorSpec, TileSpec
 
 __all__ = ["KernelBuilder", "ap", "Region"]
@@ -78,16 +83,29 @@ def _overlap(a: Region, b: Region) -> bool:
 
 @dataclass
 class _Buffer:
-    """What the builder knows of one tile or tensor: its accesses so far, each by queue."""
+    """What the builder knows of one tile: its accesses so far, each by queue."""
 
     shape: tuple[int, ...]
-    tile: bool
     writes: int = 0  # how many so far
     reads: int = 0
     last_write: dict[Any, int] = field(default_factory=dict)  # queue -> count after its last one
     last_read: dict[Any, int] = field(default_factory=dict)
     unread: list = field(default_factory=list)  # (region, queue) of writes since the last read
-    floor_w: int = 0  # tensors: writes of earlier ops (what a barrier makes later ones wait for)
+
+
+@dataclass
+class _Tensor:
+    """An HBM tensor's accesses, counted per generation (the ops that touched it, in order) in
+    two alternating sets of semaphores: generation g signals `w.<t>.<g % 2>` and `r.<t>.<g %
+    2>` and waits for the other set's totals as they were when g began (module doc)."""
+
+    gen: int = 0
+    op: int = -1  # the op that touched it last
+    writes: list[int] = field(default_factory=lambda: [0, 0])  # per set
+    reads: list[int] = field(default_factory=lambda: [0, 0])
+    last_write: list[dict] = field(default_factory=lambda: [{}, {}])
+    last_read: list[dict] = field(default_factory=lambda: [{}, {}])
+    floor_w: int = 0  # the other set's totals when this generation began
     floor_r: int = 0
 
 
@@ -99,13 +117,14 @@ class KernelBuilder:
         self.prefix = prefix
         self.tiles: dict[str, TileSpec] = {}
         self.instructions: list[Instr] = []
-        self._bufs: dict[str, _Buffer] = {
-            n: _Buffer(t.shape, tile=False) for n, t in tensors.items()
-        }
+        self._bufs: dict[str, _Buffer] = {}  # tiles
+        self._tensors: dict[str, _Tensor] = {n: _Tensor() for n in tensors}
+        self._op = 0
         self._waited: dict[Any, dict[str, int]] = defaultdict(dict)  # queue -> sem -> value
         self._names: dict[str, int] = defaultdict(int)
         self.scratch: dict[str, str] = {}  # a lowering's own key -> tile name (reused buffers)
         self._free_psum: list[str] = []  # PSUM tiles released by ops that ended
+        self.part = (0, 1)  # this program is physical core part[0] of part[1] (`share`)
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -118,7 +137,7 @@ class KernelBuilder:
             if name not in self.tensors and name not in self.tiles:
                 break
         self.tiles[name] = TileSpec(name, memory, tuple(shape), dtype)
-        self._bufs[name] = _Buffer(tuple(shape), tile=True)
+        self._bufs[name] = _Buffer(tuple(shape))
         return name
 
     def psum(self, base: str, shape: tuple[int, ...], dtype: DType) -> str:
@@ -137,12 +156,15 @@ class KernelBuilder:
         """PSUM tiles of an op that ended, for `psum` to hand to the next ops."""
         self._free_psum.extend(n for n in names if self.tiles[n].memory == "psum")
 
+    def share(self, shape: tuple[int, ...]) -> tuple[int, int] | None:
+        """The flattened rows of an op's output of `shape` this core computes (`layout.
+        core_rows`), or None when one core computes them all."""
+        return None if self.part[1] == 1 else core_rows(tuple(shape), self.part)
+
     def barrier(self) -> None:
-        """An op boundary: later accesses to a tensor wait for the conflicting accesses of
-        everything emitted so far (module doc)."""
-        for buf in self._bufs.values():
-            if not buf.tile:
-                buf.floor_w, buf.floor_r = buf.writes, buf.reads
+        """An op boundary: later accesses to a tensor wait for the accesses of everything
+        emitted so far (module doc)."""
+        self._op += 1
 
     # -- instructions --------------------------------------------------------------------------
 
@@ -154,37 +176,28 @@ class KernelBuilder:
         waits: dict[str, int] = {}
         signals: dict[str, int] = {}
         for a in reads:
-            buf = self._bufs[a.name]
-            if buf.tile:
+            if a.name in self._tensors:
+                self._floor(waits, queue, a.name)
+            else:
+                buf = self._bufs[a.name]
                 self._need(waits, queue, "w." + a.name, buf.writes, buf.last_write)
-            else:
-                self._floor(waits, queue, a.name, buf)
         for a in writes:
+            if a.name in self._tensors:
+                self._floor(waits, queue, a.name)
+                continue
             buf = self._bufs[a.name]
-            if buf.tile:
-                self._need(waits, queue, "r." + a.name, buf.reads, buf.last_read)
-                mine = region(a, buf.shape)
-                read_too = any(x.name == a.name for x in reads)  # its read waited for them
-                for r, q in () if read_too else buf.unread:
-                    if q is not queue and _overlap(mine, r):
-                        raise AssertionError(
-                            f"lowering bug: {cls.OP} writes {a} over a write not yet read "
-                            "from another queue (order it with a read first)"
-                        )
-            else:
-                self._floor(waits, queue, a.name, buf)
-        for a in reads:
-            buf = self._bufs[a.name]
-            buf.reads += 1
-            buf.last_read[queue] = buf.reads
-            buf.unread.clear()
-            signals["r." + a.name] = signals.get("r." + a.name, 0) + 1
-        for a in writes:
-            buf = self._bufs[a.name]
-            buf.writes += 1
-            buf.last_write[queue] = buf.writes
-            buf.unread.append((region(a, buf.shape), queue))
-            signals["w." + a.name] = signals.get("w." + a.name, 0) + 1
+            self._need(waits, queue, "r." + a.name, buf.reads, buf.last_read)
+            mine = region(a, buf.shape)
+            read_too = any(x.name == a.name for x in reads)  # its read waited for them
+            for r, q in () if read_too else buf.unread:
+                if q is not queue and _overlap(mine, r):
+                    raise AssertionError(
+                        f"lowering bug: {cls.OP} writes {a} over a write not yet read "
+                        "from another queue (order it with a read first)"
+                    )
+        for a, kind in [*((a, "r") for a in reads), *((a, "w") for a in writes)]:
+            sem = self._count(a, kind, queue)
+            signals[sem] = signals.get(sem, 0) + 1
         seen = self._waited[queue]
         for sem, value in waits.items():
             seen[sem] = max(seen.get(sem, 0), value)
@@ -198,11 +211,38 @@ class KernelBuilder:
         self.instructions.append(ins)
         return ins
 
-    def _floor(self, waits: dict, queue: Any, name: str, buf: _Buffer) -> None:
-        """A tensor access waits for every access of the earlier ops (reads too: an op that
-        reads a tensor in place must not count its own reads as the earlier ops')."""
-        self._need(waits, queue, "w." + name, buf.floor_w, buf.last_write)
-        self._need(waits, queue, "r." + name, buf.floor_r, buf.last_read)
+    def _floor(self, waits: dict, queue: Any, name: str) -> None:
+        """A tensor access waits for every access of the tensor's previous generation (its
+        writes and its reads, so generations are ordered one after another)."""
+        t = self._tensors[name]
+        if t.op != self._op:  # the first access of this op: a new generation
+            t.gen, t.op = t.gen + 1, self._op
+            prev = (t.gen - 1) % 2
+            t.floor_w, t.floor_r = t.writes[prev], t.reads[prev]
+        prev = (t.gen - 1) % 2
+        self._need(waits, queue, f"w.{name}.{prev}", t.floor_w, t.last_write[prev])
+        self._need(waits, queue, f"r.{name}.{prev}", t.floor_r, t.last_read[prev])
+
+    def _count(self, a: Ap, kind: str, queue: Any) -> str:
+        """Count access `kind` ("r" or "w") of operand `a` by `queue`; the semaphore it
+        signals."""
+        t = self._tensors.get(a.name)
+        if t is not None:
+            cur = t.gen % 2
+            counts, last = (t.reads, t.last_read) if kind == "r" else (t.writes, t.last_write)
+            counts[cur] += 1
+            last[cur][queue] = counts[cur]
+            return f"{kind}.{a.name}.{cur}"
+        buf = self._bufs[a.name]
+        if kind == "r":
+            buf.reads += 1
+            buf.last_read[queue] = buf.reads
+            buf.unread.clear()
+        else:
+            buf.writes += 1
+            buf.last_write[queue] = buf.writes
+            buf.unread.append((region(a, buf.shape), queue))
+        return f"{kind}.{a.name}"
 
     def _need(self, waits: dict, queue: Any, sem: str, n: int, last: dict[Any, int]) -> None:
         """Wait for `sem >= n` (the first n accesses counted by `sem`; `last`: each queue's

@@ -62,7 +62,7 @@ def lower_unary(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) ->
     tx, to = b.tensors[x], b.tensors[out]
     _same_shape(op, ("x", tx), ("out", to))
     q = 0
-    blocks = flat_blocks(tx.shape, cfg.core.sbuf.partitions, FREE)
+    blocks = flat_blocks(tx.shape, cfg.core.sbuf.partitions, FREE, b.share(to.shape))
     big = _largest(blocks)
     for n, (index, p, f) in enumerate(blocks):
         xt = _buf(b, "x", n, big, tx.dtype)
@@ -93,7 +93,7 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
     _same_shape(op, *[(k, b.tensors[v]) for k, v in (("a", a), ("b", bb)) if isinstance(v, str)])
     _same_shape(op, ("a" if isinstance(a, str) else "b", b.tensors[names[0]]), ("out", to))
     alu = BINARY[op]
-    blocks = flat_blocks(to.shape, cfg.core.sbuf.partitions, FREE)
+    blocks = flat_blocks(to.shape, cfg.core.sbuf.partitions, FREE, b.share(to.shape))
     big = _largest(blocks)
     for n, (index, p, f) in enumerate(blocks):
         tiles = []
@@ -145,7 +145,7 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
     fname, pname = names[full[0]], names[other]
     alu, P = BINARY[op], cfg.core.sbuf.partitions
     row = spread_rows(b, cfg, pname, d) if is_row else None
-    for n, (index, rows) in enumerate(row_blocks(tuple(to.shape), P)):
+    for n, (index, rows) in enumerate(row_blocks(tuple(to.shape), P, b.share(to.shape))):
         r = slice(0, rows)
         t = ap(_buf(b, "x", n, (P, d), b.tensors[fname].dtype), r)
         src = ap(fname, *index)

@@ -12,32 +12,66 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-__all__ = ["row_blocks", "flat_blocks"]
+__all__ = ["row_blocks", "flat_blocks", "core_rows"]
 
 
-def row_blocks(shape: tuple[int, ...], most: int) -> Iterator[tuple[tuple, int]]:
+def row_blocks(
+    shape: tuple[int, ...], most: int, rows: tuple[int, int] | None = None
+) -> Iterator[tuple[tuple, int]]:
     """(index, rows): consecutive blocks of at most `most` rows (all dims but the last) that
-    cover `shape` in order; `index` selects the block (ints and slices, for `builder.ap`)."""
-    yield from _blocks(tuple(shape[:-1]), most)
+    cover `shape` in order, or only its flattened rows [lo, hi) when `rows` is given (the
+    share of one physical core); `index` selects the block (ints and slices, for
+    `builder.ap`)."""
+    dims = tuple(shape[:-1])
+    lo, hi = rows if rows is not None else (0, math.prod(dims))
+    if lo < hi:
+        yield from _blocks(dims, most, lo, hi)
 
 
-def _blocks(dims: tuple[int, ...], most: int) -> Iterator[tuple[tuple, int]]:
+def _blocks(dims: tuple[int, ...], most: int, lo: int, hi: int) -> Iterator[tuple[tuple, int]]:
+    """The blocks of rows [lo, hi) (0 <= lo < hi <= prod(dims)) of an array of `dims`."""
     if not dims:
         yield (), 1
         return
     inner = math.prod(dims[1:])
+    first, last = lo // inner, (hi - 1) // inner  # the items the range touches
+    if first == last and (lo % inner or hi - lo < inner):  # inside one item
+        for index, n in _blocks(dims[1:], most, lo - first * inner, hi - first * inner):
+            yield (first, *index), n
+        return
+    full_lo = first + (lo % inner != 0)
+    full_hi = last + (hi % inner == 0)  # items [full_lo, full_hi) are whole
+    if full_lo > first:  # the leading part of item `first`
+        for index, n in _blocks(dims[1:], most, lo - first * inner, inner):
+            yield (first, *index), n
     if inner <= most:
         per = max(1, most // inner)
-        for i0 in range(0, dims[0], per):
-            i1 = min(i0 + per, dims[0])
+        for i0 in range(full_lo, full_hi, per):
+            i1 = min(i0 + per, full_hi)
             yield (slice(i0, i1),), (i1 - i0) * inner
-        return
-    for i in range(dims[0]):
-        for index, rows in _blocks(dims[1:], most):
-            yield (i, *index), rows
+    else:
+        for i in range(full_lo, full_hi):
+            for index, n in _blocks(dims[1:], most, 0, inner):
+                yield (i, *index), n
+    if full_hi <= last:  # the trailing part of item `last`
+        for index, n in _blocks(dims[1:], most, 0, hi - last * inner):
+            yield (last, *index), n
 
 
-def flat_blocks(shape: tuple[int, ...], partitions: int, most_free: int) -> list[tuple]:
+def core_rows(shape: tuple[int, ...], part: tuple[int, int], align: int = 128) -> tuple[int, int]:
+    """The flattened rows (all dims but the last) physical core `c` of `n` computes, `part` =
+    (c, n): contiguous shares, split at multiples of `align` rows, the same for every op of a
+    kernel whose output has this many rows (so a core reads back only rows it wrote)."""
+    c, n = part
+    total = math.prod(shape[:-1])
+    cut = [min(total, round(total * k / n / align) * align) for k in range(n + 1)]
+    cut[-1] = total
+    return cut[c], max(cut[c], cut[c + 1])
+
+
+def flat_blocks(
+    shape: tuple[int, ...], partitions: int, most_free: int, rows: tuple[int, int] | None = None
+) -> list[tuple]:
     """(index, partitions, free): blocks covering `shape` in order, each moved into a tile of
     [partitions, free] (the block's elements in flat order). Whole rows are grouped into blocks
     of `partitions * free` elements when every block divides evenly (elementwise ops use all
@@ -47,15 +81,15 @@ def flat_blocks(shape: tuple[int, ...], partitions: int, most_free: int) -> list
         return [((), 1, 1)]
     d = shape[-1]
     if d <= most_free:
-        flat = list(row_blocks(shape, max(1, partitions * most_free // d)))
+        flat = list(row_blocks(shape, max(1, partitions * most_free // d), rows))
         if all((r * d) % partitions == 0 for _, r in flat):
             return [(index, partitions, r * d // partitions) for index, r in flat]
     out = []
-    for index, rows in row_blocks(shape, partitions):
+    for index, n in row_blocks(shape, partitions, rows):
         if d <= most_free:
-            out.append((index, rows, d))
+            out.append((index, n, d))
             continue
         full = index + (slice(None),) * (len(shape) - 1 - len(index))
         for c in range(0, d, most_free):
-            out.append(((*full, slice(c, min(c + most_free, d))), rows, min(most_free, d - c)))
+            out.append(((*full, slice(c, min(c + most_free, d))), n, min(most_free, d - c)))
     return out

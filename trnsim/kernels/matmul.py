@@ -48,9 +48,12 @@ def lower_matmul(
         )
     plan = _Plan(cfg, ta.dtype, to.dtype, M, N, K)
     bufs = _Buffers(b, plan)
-    for batch in _batches(bat):
-        kb = batch if bat_b else ()
-        _one(b, plan, bufs, (a_name, batch), (b_name, kb), (out_name, batch))
+    lo, hi = b.share(to.shape) or (0, math.prod(bat) * M)  # this core's rows of out
+    for i, batch in enumerate(_batches(bat)):
+        rows = (max(lo - i * M, 0), min(hi - i * M, M))
+        if rows[0] < rows[1]:
+            kb = batch if bat_b else ()
+            _one(b, plan, bufs, (a_name, batch), (b_name, kb), (out_name, batch), rows)
     b.release(*bufs.accs, *(bufs.turn[1:] if bufs.turn else ()))
 
 
@@ -104,17 +107,18 @@ class _Buffers:
             self.turn = (b.tile("a_raw", "sbuf", (P, P), p.a_dt), b.psum("a_tp", (P, P), p.a_dt))
 
 
-def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: tuple) -> None:
-    """One batch element: out[M, N] = a[M, K] @ b[K, N]."""
+def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: tuple, rows):
+    """One batch element: out[m0:m1, N] = a[m0:m1, K] @ b[K, N], (m0, m1) = `rows`."""
     (a_name, ab), (b_name, bb), (o_name, ob) = a, bm, out
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
     strips, bbufs, accs, outs, turn = bufs.strips, bufs.bbufs, bufs.accs, bufs.outs, bufs.turn
     q = _Queues(p.queues)
     n_acc = n_b = n_out = 0
-    for si, m0 in enumerate(range(0, p.M, MB)):
+    for si, m0 in enumerate(range(rows[0], rows[1], MB)):
         strip = strips[si % 2]
-        ms = [(m, min(P, p.M - m)) for m in range(m0, min(m0 + MB, p.M), P)]
+        end = min(m0 + MB, rows[1])
+        ms = [(m, min(P, end - m)) for m in range(m0, end, P)]
         _load_strip(b, p, strip, (a_name, ab), ms, kt, q, turn)
         for n0 in range(0, p.N, p.NB):
             nw = min(p.NB, p.N - n0)

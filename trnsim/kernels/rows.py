@@ -52,7 +52,7 @@ def lower_reduction(
         )
     d, bufs = _fits(cfg, op, tx)
     P, f32 = cfg.core.sbuf.partitions, dtype("float32")
-    for n, (index, rows) in enumerate(row_blocks(tx.shape, P)):
+    for n, (index, rows) in enumerate(row_blocks(tx.shape, P, b.share(tx.shape))):
         slot, r = n % bufs, slice(0, rows)
         xa = ap(_tile(b, f"x{slot}", (P, d), tx.dtype), r)
         src = ap(x, *index)
@@ -83,7 +83,7 @@ def lower_norm(
             )
     P = cfg.core.sbuf.partitions
     spread = [spread_rows(b, cfg, v, d) if v is not None else None for v in (weight, bias)]
-    for n, (index, rows) in enumerate(row_blocks(tx.shape, P)):
+    for n, (index, rows) in enumerate(row_blocks(tx.shape, P, b.share(tx.shape))):
         slot, r = n % bufs, slice(0, rows)
         xa = ap(_tile(b, f"x{slot}", (P, d), tx.dtype), r)
         src = ap(x, *index)

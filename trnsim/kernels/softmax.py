@@ -52,7 +52,7 @@ def lower_softmax(
             "are not lowered yet"
         )
     P = cfg.core.sbuf.partitions
-    for n, (index, rows) in enumerate(row_blocks(tx.shape, P)):
+    for n, (index, rows) in enumerate(row_blocks(tx.shape, P, b.share(to.shape))):
         slot = n % bufs
         xt = _tile(b, f"x{slot}", (P, d), tx.dtype)
         ot = _tile(b, f"o{slot}", (P, d), to.dtype)

@@ -17,7 +17,7 @@ from trnsim.config import ChipConfig
 from trnsim.errors import TrnsimError
 from trnsim.gcpause import no_gc
 from trnsim.isa import Ap
-from trnsim.kernels import lower
+from trnsim.kernels import lower_cores
 from trnsim.kernels.check import compare, expected_outputs
 from trnsim.memory.buffer import Buffer, bind
 from trnsim.memory.init import initial_values
@@ -153,7 +153,7 @@ def check_program(program: Program, cfg: ChipConfig, lnc: int | None = None) -> 
     number of instructions checked."""
     devs, tensors = _devices(program, cfg, "timing", lnc)
     ctx = devs[0].ctx
-    program = lowered(program, cfg)
+    program = lowered(program, cfg, ctx.chip.lnc)
     count = 0
     for stream in program.streams:
         cores = ctx.chip.physical(stream.core)
@@ -198,7 +198,7 @@ def _run(
     ctx.progress = progress
     env = ctx.env
     written = program
-    program = lowered(program, cfg)
+    program = lowered(program, cfg, ctx.chip.lnc)
     initial = (
         {n: b.array.copy() for n, b in tensors.items() if b.array is not None}
         if check and mode == "functional"
@@ -237,10 +237,11 @@ def _run(
     return RunResult(devs[0], summary, program, tensors)
 
 
-def lowered(program: Program, cfg: ChipConfig) -> Program:
+def lowered(program: Program, cfg: ChipConfig, lnc: int = 1) -> Program:
     """`program` with each high-level kernel (`ops:`) lowered by the kernel library to a
-    low-level kernel on the first physical core of its logical core (the same program when it
-    has none). A TraceError of the library names the trace file and the op's line."""
+    low-level kernel over the `lnc` physical cores of a logical core (`kernels.lower_cores`;
+    the same program when it has none). A TraceError of the library names the trace file and
+    the op's line."""
     if all(k.low_level for k in program.kernels.values()):
         return program
     kernels = {}
@@ -248,8 +249,8 @@ def lowered(program: Program, cfg: ChipConfig) -> Program:
         if k.low_level:
             kernels[name] = k
         else:
-            core = lower(k.ops, program.tensors, cfg, program.source)
-            kernels[name] = KernelSpec(name, per_core=[core], line=k.line)
+            cores = lower_cores(k.ops, program.tensors, cfg, lnc, program.source)
+            kernels[name] = KernelSpec(name, per_core=cores, line=k.line)
     return replace(program, kernels=kernels)
 
 

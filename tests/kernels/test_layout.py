@@ -1,0 +1,50 @@
+"""How lowerings walk tensors: row blocks (of a core's share of the rows) cover exactly the rows
+they claim, in order; flat blocks hold each element of a share once; the cores' shares
+partition the rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from trnsim.kernels.layout import core_rows, flat_blocks, row_blocks
+
+SHAPES = [(5, 7, 3), (3, 130, 4), (2, 3, 4, 5), (300, 8), (1, 9), (7,)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("most", [1, 4, 128])
+def test_row_blocks_of_a_range_cover_it_in_order(shape, most):
+    rows = math.prod(shape[:-1])
+    index = np.arange(rows).reshape(shape[:-1])
+    step = max(1, rows // 12)
+    for lo in range(0, rows, step):
+        for hi in range(lo + 1, rows + 1, step):
+            got = []
+            for ix, n in row_blocks(shape, most, (lo, hi)):
+                sel = np.asarray(index[ix]).reshape(-1)
+                assert len(sel) == n
+                got += sel.tolist()
+            assert got == list(range(lo, hi))
+
+
+@pytest.mark.parametrize("shape", [(300, 1000), (4, 3000), (2, 130, 7), (5000,)])
+def test_flat_blocks_of_a_share_hold_its_elements(shape):
+    data = np.arange(math.prod(shape)).reshape(shape)
+    for part in ((0, 2), (1, 2)):
+        lo, hi = core_rows(shape, part)
+        blocks = flat_blocks(shape, 128, 2048, (lo, hi))
+        flat = [v for ix, p, f in blocks for v in data[ix].reshape(-1).tolist()]
+        assert all(np.asarray(data[ix]).size == p * f for ix, p, f in blocks)
+        d = shape[-1]
+        assert sorted(flat) == list(range(lo * d, hi * d))  # each element once (column chunks
+        # of long rows come block by block, not in flat order)
+
+
+def test_core_shares_partition_the_rows_at_multiples_of_128():
+    assert core_rows((1000, 64), (0, 2)) == (0, 512)
+    assert core_rows((1000, 64), (1, 2)) == (512, 1000)
+    assert core_rows((100, 64), (0, 2)) == (0, 0)  # too few rows to split: one core does all
+    assert core_rows((100, 64), (1, 2)) == (0, 100)
