@@ -14,9 +14,11 @@ __all__ = ["provenance", "config_hash"]
 
 
 def config_hash(cfg: ChipConfig) -> str:
-    """12 hex digits of the SHA-256 of the config's fields (name, values, sources), canonical
-    JSON: two configs with any field different hash differently."""
-    text = json.dumps(to_dict(cfg), sort_keys=True, default=repr, separators=(",", ":"))
+    """12 hex digits of the SHA-256 of the config's fields (name, values), canonical JSON: two
+    configs with any field different hash differently; where the file lies does not count (the
+    same config from a checkout or an installed package, or another machine, hashes the same)."""
+    data = {k: v for k, v in to_dict(cfg).items() if k != "source"}
+    text = json.dumps(data, sort_keys=True, default=repr, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

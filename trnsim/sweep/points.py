@@ -4,27 +4,20 @@ resuming from a table that already holds some of them (see `trnsim.sweep.runner`
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trnsim import __version__
-from trnsim.config import ChipConfig, load_chip, to_dict
+from trnsim.config import ChipConfig, load_chip
 from trnsim.errors import TrnsimError
+from trnsim.report.provenance import config_hash
 from trnsim.sweep import table
 from trnsim.sweep.bundle import TraceBundle
 from trnsim.sweep.grid import PARAM, Axis
 from trnsim.sweep.worker import one_line
 
 __all__ = ["Point", "config_hash", "points", "resume"]
-
-
-def config_hash(cfg: ChipConfig) -> str:
-    """A short hash of everything in a chip config that a run depends on (not its file path)."""
-    data = {k: v for k, v in to_dict(cfg).items() if k != "source"}
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
 @dataclass
