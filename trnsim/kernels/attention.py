@@ -337,61 +337,47 @@ def _scores(b, t: _Tiles, qT, loaded: tuple, q0, qw, t0, kw, causal) -> tuple:
 
 
 def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: int, scale):
-    """Block n's online softmax and P v into the state, two stages (module doc): the row max
-    on VectorE or ScalarE in turn, -m' = min(-scale * max, -m) in one VectorE instruction, P
-    and its row sum in one ScalarE instruction, the correction c = exp(-(-m) + (-m')) on
-    ScalarE; P^T's chunks into one PSUM tile and out of it in one copy (by the engine that did
-    not take the max); l and acc rescaled on GpSimd, P v added on VectorE."""
-    s, s_kind, vt, chunks = scores
-    P, r, kr = t.P, slice(0, qw), slice(0, kw)
+    """Block n's online softmax, then P v into the state: stages of a generator (module doc);
+    every step on another engine than the last is a stage of its own."""
+    p, turn = yield from _softmax(b, t, state, n, scores, qw, kw, scale)
+    yield from _pv(b, t, state, scores, p, turn, qw)
+
+
+def _softmax(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: int, scale):
+    """The row max on VectorE or ScalarE in turn, -m' = min(-scale * max, -m) in one VectorE
+    instruction; then P and its row sum in one ScalarE instruction, the correction c =
+    exp(-(-m) + (-m')) on ScalarE, l = l * c + rowsum on GpSimd. Returns (P, turn)."""
+    s, s_kind, _, _ = scores
+    r, kr = slice(0, qw), slice(0, kw)
     nm_old, nm = state["nm"][n % 2], state["nm"][(n + 1) % 2]
     c, lb, mx = (state["cols"][k] for k in ("c", "lb", "mx"))
-    l_, acc = state["l"], state["acc"]
+    l_ = state["l"]
     p = ap(t.take("p"), r, kr)
     turn = t.turn()
     if turn:  # ScalarE's copy with a max reduction; its elementwise result is overwritten
         b.emit(Activation, [s], [p, mx], func="copy", src=s, dst=p, reduce="max", reduce_dst=mx)
     else:
         b.emit(TensorReduce, [s], [mx], alu="max", src=s, dst=mx)
-    b.emit(
-        TensorScalar,
-        [mx, nm_old],
-        [nm],
-        src=mx,
-        dst=nm,
-        op0="multiply",
-        operand0=-scale,
-        op1="min",
-        operand1=nm_old,
-    )
-    yield  # every step on another engine than the last is a stage of its own
-    b.emit(
-        Activation,
-        [s, nm],
-        [p, lb],
-        func="exp",
-        src=s,
-        dst=p,
-        scale=scale,
-        bias=nm,
-        reduce="add",
-        reduce_dst=lb,
-    )
+    b.emit(TensorScalar, [mx, nm_old], [nm], src=mx, dst=nm, op0="multiply",
+           operand0=-scale, op1="min", operand1=nm_old)  # fmt: skip
+    yield
+    b.emit(Activation, [s, nm], [p, lb], func="exp", src=s, dst=p, scale=scale, bias=nm,
+           reduce="add", reduce_dst=lb)  # fmt: skip
     b.emit(Activation, [nm_old, nm], [c], func="exp", src=nm_old, dst=c, scale=-1.0, bias=nm)
-    b.emit(
-        TensorScalar,
-        [l_, c, lb],
-        [l_],
-        src=l_,
-        dst=l_,
-        op0="multiply",
-        operand0=c,
-        op1="add",
-        operand1=lb,
-        engine=Engine.GPSIMD,
-    )
+    b.emit(TensorScalar, [l_, c, lb], [l_], src=l_, dst=l_, op0="multiply", operand0=c,
+           op1="add", operand1=lb, engine=Engine.GPSIMD)  # fmt: skip
     t.give(s_kind, s.name)
-    yield  # the softmax, then (a stage later: other blocks' work in between) P v
+    yield
+    return p, turn
+
+
+def _pv(b, t: _Tiles, state: dict, scores: tuple, p, turn: bool, qw: int):
+    """P^T's chunks on TensorE into one PSUM tile; out of it in one copy (by the engine that
+    did not take the max); P v accumulated on TensorE; acc rescaled on GpSimd, P v added on
+    VectorE."""
+    _, _, vt, chunks = scores
+    P, r = t.P, slice(0, qw)
+    c, acc = state["cols"]["c"], state["acc"]
     pT, pT_sb = t.take("pT"), t.take("pT_sb")
     for j, (cols, keys, _) in enumerate(chunks):
         src = ap(p.name, r, cols)
@@ -417,16 +403,8 @@ def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: i
         mv = ap(vt, slice(0, keys), vcols)
         b.emit(Matmul, [st, mv], [pv], stationary=st, moving=mv, dst=pv, accumulate=j > 0)
     yield
-    b.emit(
-        TensorScalar,
-        [acc, c],
-        [acc],
-        src=acc,
-        dst=acc,
-        op0="multiply",
-        operand0=c,
-        engine=Engine.GPSIMD,
-    )
+    b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c,
+           engine=Engine.GPSIMD)  # fmt: skip
     b.emit(TensorTensor, [acc, pv], [acc], alu="add", src0=acc, src1=pv, dst=acc)
     t.give("p", p.name)
     t.give("pT", pT)
