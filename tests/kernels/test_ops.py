@@ -288,6 +288,8 @@ def test_every_op_of_the_trace_table_is_lowered():
             n: TensorSpec(n, out if n == "out" else shapes[n], f32)
             for n in (*args, "weight", "bias")
         }
+        if op == "linear":  # a weight [N, K]
+            tensors["weight"] = TensorSpec("weight", (8, 8), f32)
         prog = lower([OpSpec(op, args)], tensors, load_chip("trn2"))
         assert prog.instructions, op
 
@@ -374,3 +376,17 @@ def test_a_whole_read_of_what_both_cores_wrote_is_refused():
     with pytest.raises(TraceError, match=r"t.yaml:6: matmul: b 'h' was written by an earlier op"):
         lower_cores(ops, tensors, load_chip("trn2"), 2, "t.yaml")
     lower_cores(ops, tensors, load_chip("trn2"), 1, "t.yaml")  # on one core it is fine
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("x_shape", [(200, 300), (2, 70, 300)])
+def test_linear_takes_the_weight_as_n_by_k(bias, x_shape):
+    t = {
+        "x": (x_shape, "bfloat16", "normal"),
+        "weight": ((130, 300), "bfloat16", "normal"),
+        "bias": ((130,), "float32", "normal"),
+        "out": (x_shape[:-1] + (130,), "float32", None),
+    }
+    args = {"x": "x", "weight": "weight", "out": "out", **({"bias": "bias"} if bias else {})}
+    r = _run(t, [("linear", args)])
+    _check(r, "linear", {k: v for k, v in args.items() if k != "out"})

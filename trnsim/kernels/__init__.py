@@ -4,7 +4,7 @@ core's instruction program, as a good NKI engineer would write them.
 `lower(ops, tensors, cfg)` turns a list of `OpSpec`s on HBM tensors into a `CoreProgram`
 (tiles and instructions, their semaphores derived by `builder.KernelBuilder`); `reference(op,
 args, arrays)` is each op's numpy result, against which `--check` compares. The lowerings:
-`matmul` (`mm`, `bmm`), elementwise unary and binary ops (`elementwise.UNARY`, `BINARY`),
+`matmul` (`mm`, `bmm`), `linear`, elementwise unary and binary ops (`elementwise.UNARY`, `BINARY`),
 `softmax` and `log_softmax`, row reductions (`sum`, `mean`, `amax`, `amin` over the last dim),
 `layer_norm`, `rms_norm`, and `scaled_dot_product_attention` (flash-style). An op without a
 lowering is a TraceError naming it.
@@ -51,6 +51,7 @@ def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: st
 
 FULL_READS = {  # op -> arguments it reads whole on every core (the others: by the core's rows)
     **{op: ("b",) for op in ("matmul", "mm", "bmm")},
+    "linear": ("weight", "bias"),
     "layer_norm": ("weight", "bias"),
     "rms_norm": ("weight",),
     "scaled_dot_product_attention": ("k", "v"),
@@ -127,6 +128,11 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
         raise TraceError(f"{op.op}: unknown argument {extra[0]!r}; expected {', '.join(spec)}")
     if op.op in ("matmul", "mm", "bmm"):
         lower_matmul(b, cfg, args["a"], args["b"], args["out"])
+    elif op.op == "linear":  # out = x @ weight^T (+ bias, broadcast over the rows)
+        lower_matmul(b, cfg, args["x"], args["weight"], args["out"], b_transposed=True)
+        if args.get("bias") is not None:
+            b.barrier()  # the add reads what the matmul wrote: a generation of its own
+            lower_binary(b, cfg, "add", args["out"], args["bias"], args["out"])
     elif op.op in UNARY:
         lower_unary(b, cfg, op.op, args["x"], args["out"])
     elif op.op in BINARY:

@@ -35,18 +35,32 @@ B_BUFS = 3  # rotating B blocks: one loading, one in use, one spare for queue ji
 
 
 def lower_matmul(
-    b: KernelBuilder, cfg: ChipConfig, a_name: str, b_name: str, out_name: str
+    b: KernelBuilder,
+    cfg: ChipConfig,
+    a_name: str,
+    b_name: str,
+    out_name: str,
+    b_transposed: bool = False,
 ) -> None:
-    """Emit out = a @ b (module doc) into builder `b`."""
+    """Emit out = a @ b (module doc) into builder `b`; with `b_transposed`, b is given as
+    [..., N, K] (a linear layer's weight) and its blocks are loaded by DMA transpose."""
     ta, tb, to = (b.tensors[n] for n in (a_name, b_name, out_name))
     (bat, M, K), (bat_b, K2, N), (bat_o, M2, N2) = _dims(ta), _dims(tb), _dims(to)
+    if b_transposed:
+        K2, N = N, K2
     if K != K2 or (M, N) != (M2, N2) or bat_o != bat or bat_b not in (bat, ()):
+        want = "[..., N, K] or [N, K]" if b_transposed else "[..., K, N] or [K, N]"
         raise TraceError(
             f"matmul: a {list(ta.shape)} @ b {list(tb.shape)} -> out {list(to.shape)}: "
-            "shapes do not agree; expected a [..., M, K], b [..., K, N] or [K, N], "
-            "out [..., M, N]"
+            f"shapes do not agree; expected a [..., M, K], b {want}, out [..., M, N]"
         )
     plan = _Plan(cfg, ta.dtype, to.dtype, M, N, K)
+    plan.b_transposed = b_transposed
+    if b_transposed and not plan.dma_transpose:
+        raise TraceError(
+            f"linear: {cfg.name} has no DMA transpose for {ta.dtype.name}: a weight of [N, K] "
+            "is not lowered on it yet"
+        )
     bufs = _Buffers(b, plan)
     lo, hi = b.share(to.shape) or (0, math.prod(bat) * M)  # this core's rows of out
     for i, batch in enumerate(_batches(bat)):
@@ -88,6 +102,7 @@ class _Plan:
         self.mt = max(1, min(most, math.ceil(M / self.P)))  # 128-row blocks per strip
         self.psum_sets = 2 if 2 * self.mt <= banks else 1
         self.queues = c.dma.queues_per_engine
+        self.b_transposed = False
         self.evac = (Engine.VECTOR, Engine.SCALAR)
 
 
@@ -128,9 +143,13 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
                 k0, kw = k * P, min(P, p.K - k * P)
                 bt = bbufs[n_b % B_BUFS]
                 n_b += 1
-                src = ap(b_name, *bb, slice(k0, k0 + kw), slice(n0, n0 + nw))
                 dst = ap(bt, slice(0, kw), slice(0, nw))
-                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load())
+                if p.b_transposed:  # the weight's [nw, kw] block, turned on the way in
+                    src = ap(b_name, *bb, slice(n0, n0 + nw), slice(k0, k0 + kw))
+                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load(), transpose=True)
+                else:
+                    src = ap(b_name, *bb, slice(k0, k0 + kw), slice(n0, n0 + nw))
+                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load())
                 for j, (_, mw) in enumerate(ms):
                     col = k * MB + j * P
                     st = ap(strip, slice(0, kw), slice(col, col + mw))

@@ -78,6 +78,9 @@ def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> n
 
     if op in ("matmul", "mm", "bmm"):
         return np.matmul(val("a"), val("b"))
+    if op == "linear":
+        y = np.matmul(val("x"), val("weight").T)
+        return y + val("bias") if args.get("bias") is not None else y
     if op in _UNARY:
         return _UNARY[op](val("x"))
     if op in _BINARY:

@@ -26,6 +26,7 @@ _X = {"x": "tensor", "out": "tensor"}
 # "value"; optional arguments end in ?
 OPS: dict[str, dict[str, str]] = {
     **{op: {"a": "tensor", "b": "tensor", "out": "tensor"} for op in ("matmul", "mm", "bmm")},
+    "linear": {"x": "tensor", "weight": "tensor", "bias?": "tensor", "out": "tensor"},
     **{op: _X for op in UNARY},
     **{op: {"a": "operand", "b": "operand", "out": "tensor"} for op in BINARY},
     **{op: {**_X, "dim?": "value"} for op in ("softmax", "log_softmax")},
