@@ -290,6 +290,8 @@ def test_every_op_of_the_trace_table_is_lowered():
         }
         if op == "linear":  # a weight [N, K]
             tensors["weight"] = TensorSpec("weight", (8, 8), f32)
+        if op == "transpose":
+            tensors["out"] = TensorSpec("out", (8, 4), f32)
         prog = lower([OpSpec(op, args)], tensors, load_chip("trn2"))
         assert prog.instructions, op
 
@@ -390,3 +392,12 @@ def test_linear_takes_the_weight_as_n_by_k(bias, x_shape):
     args = {"x": "x", "weight": "weight", "out": "out", **({"bias": "bias"} if bias else {})}
     r = _run(t, [("linear", args)])
     _check(r, "linear", {k: v for k, v in args.items() if k != "out"})
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2"])
+@pytest.mark.parametrize("shape", [(200, 700), (3, 130, 64), (128, 128)])
+def test_transpose_of_the_last_two_dims(chip, shape):
+    out = shape[:-2] + (shape[-1], shape[-2])
+    t = {"x": (shape, "float32", "normal"), "out": (out, "float32", None)}
+    r = _run(t, [("transpose", {"x": "x", "out": "out", "dim0": -1, "dim1": -2})], chip=chip)
+    np.testing.assert_array_equal(r.tensor("out"), np.swapaxes(r.tensor("x"), -1, -2))

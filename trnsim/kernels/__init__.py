@@ -4,10 +4,11 @@ core's instruction program, as a good NKI engineer would write them.
 `lower(ops, tensors, cfg)` turns a list of `OpSpec`s on HBM tensors into a `CoreProgram`
 (tiles and instructions, their semaphores derived by `builder.KernelBuilder`); `reference(op,
 args, arrays)` is each op's numpy result, against which `--check` compares. The lowerings:
-`matmul` (`mm`, `bmm`), `linear`, elementwise unary and binary ops (`elementwise.UNARY`, `BINARY`),
-`softmax` and `log_softmax`, row reductions (`sum`, `mean`, `amax`, `amin` over the last dim),
-`layer_norm`, `rms_norm`, and `scaled_dot_product_attention` (flash-style). An op without a
-lowering is a TraceError naming it.
+`matmul` (`mm`, `bmm`), `linear`, `transpose` (of the last two dims), elementwise unary and
+binary ops (`elementwise.UNARY`, `BINARY`), `softmax` and `log_softmax`, row reductions (`sum`,
+`mean`, `amax`, `amin` over the last dim), `layer_norm`, `rms_norm`, and
+`scaled_dot_product_attention` (flash-style). An op without a lowering is a TraceError naming
+it. `lower_cores` splits the ops between the physical cores of an LNC 2 logical core.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from trnsim.kernels.matmul import lower_matmul
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction
 from trnsim.kernels.softmax import lower_softmax
+from trnsim.kernels.transpose import lower_transpose
 from trnsim.trace.ops import OPS
 from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
 
@@ -52,6 +54,7 @@ def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: st
 FULL_READS = {  # op -> arguments it reads whole on every core (the others: by the core's rows)
     **{op: ("b",) for op in ("matmul", "mm", "bmm")},
     "linear": ("weight", "bias"),
+    "transpose": ("x",),
     "layer_norm": ("weight", "bias"),
     "rms_norm": ("weight",),
     "scaled_dot_product_attention": ("k", "v"),
@@ -137,6 +140,8 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
         lower_unary(b, cfg, op.op, args["x"], args["out"])
     elif op.op in BINARY:
         lower_binary(b, cfg, op.op, args["a"], args["b"], args["out"])
+    elif op.op == "transpose":
+        lower_transpose(b, cfg, args["x"], args["out"], args.get("dim0", -2), args.get("dim1", -1))
     elif op.op in REDUCTIONS:
         lower_reduction(
             b, cfg, op.op, args["x"], args["out"], args.get("dim", -1), args.get("keepdim", False)

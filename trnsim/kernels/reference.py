@@ -78,6 +78,8 @@ def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> n
 
     if op in ("matmul", "mm", "bmm"):
         return np.matmul(val("a"), val("b"))
+    if op == "transpose":
+        return np.swapaxes(val("x"), args.get("dim0", -2), args.get("dim1", -1))
     if op == "linear":
         y = np.matmul(val("x"), val("weight").T)
         return y + val("bias") if args.get("bias") is not None else y

@@ -31,6 +31,7 @@ OPS: dict[str, dict[str, str]] = {
     **{op: {"a": "operand", "b": "operand", "out": "tensor"} for op in BINARY},
     **{op: {**_X, "dim?": "value"} for op in ("softmax", "log_softmax")},
     **{op: {**_X, "dim?": "value", "keepdim?": "value"} for op in REDUCTIONS},
+    "transpose": {**_X, "dim0?": "value", "dim1?": "value"},
     "layer_norm": {**_X, "weight?": "tensor", "bias?": "tensor", "eps?": "value"},
     "rms_norm": {**_X, "weight?": "tensor", "eps?": "value"},
     "scaled_dot_product_attention": {

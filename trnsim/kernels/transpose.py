@@ -1,0 +1,83 @@
+"""`transpose` of the last two dims: out[..., N, M] = x[..., M, N]^T.
+
+The kernel, per block of 128 columns of x and up to 512 of its rows: a DMA transpose into SBUF
+(on NC-v3 and later, for 2- and 4-byte dtypes), or else a load, a TensorE transpose into PSUM
+and a copy back to SBUF (128 x 128 at a time); then a store of the block into out's rows. Loads
+and stores rotate over DMA queues and buffers, so the next block loads while this one stores.
+"""
+
+from __future__ import annotations
+
+from trnsim.config import ChipConfig
+from trnsim.errors import TraceError
+from trnsim.isa import DmaCopy, TensorCopy, Transpose
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import core_rows
+
+__all__ = ["lower_transpose"]
+
+BUFS = 3
+ROWS = 512  # rows of x per DMA-transpose block (its free size in SBUF)
+
+
+def lower_transpose(
+    b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim0: int = -2, dim1: int = -1
+) -> None:
+    tx, to = b.tensors[x], b.tensors[out]
+    nd = len(tx.shape)
+    dims = sorted(d % nd for d in (dim0, dim1)) if nd >= 2 else []
+    if dims != [nd - 2, nd - 1]:
+        raise TraceError(
+            f"transpose: dims {dim0}, {dim1} of x {list(tx.shape)}: only the last two dims "
+            "are lowered yet"
+        )
+    *lead, M, N = tx.shape
+    if tuple(to.shape) != (*lead, N, M) or to.dtype != tx.dtype:
+        raise TraceError(
+            f"transpose: x {list(tx.shape)} {tx.dtype.name} -> out {list(to.shape)} "
+            f"{to.dtype.name}; expected out {[*lead, N, M]} of x's dtype"
+        )
+    P = cfg.core.sbuf.partitions
+    if b.part[1] > 1 and N % P:
+        raise TraceError(
+            f"transpose: out's rows of {N} split over {b.part[1]} cores: blocks of {P} would "
+            f"straddle the cores' shares; expected a multiple of {P} (or lnc: 1)"
+        )
+    dma = tx.dtype.itemsize in (2, 4) and cfg.core.dma.transpose_hbm_rate > 0
+    rows = ROWS if dma else P
+    tiles = [b.tile("t", "sbuf", (P, rows), tx.dtype) for _ in range(BUFS)]
+    turn = (
+        None if dma else (b.tile("raw", "sbuf", (P, P), tx.dtype), b.psum("tp", (P, P), tx.dtype))
+    )
+    lo, hi = core_rows(tuple(to.shape), b.part) if b.part[1] > 1 else (0, len(_lead(lead)) * N)
+    n = 0
+    for i, batch in enumerate(_lead(lead)):
+        for n0 in range(0, N, P):  # out's rows n0 .. n0 + nw: this core's if its share has them
+            if not lo <= i * N + n0 < hi:
+                continue
+            nw = min(P, N - n0)
+            for m0 in range(0, M, rows):
+                mw = min(rows, M - m0)
+                t = ap(tiles[n % BUFS], slice(0, nw), slice(0, mw))
+                src = ap(x, *batch, slice(m0, m0 + mw), slice(n0, n0 + nw))
+                if dma:
+                    b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=n % 4, transpose=True)
+                else:
+                    raw, tp = turn
+                    r = ap(raw, slice(0, mw), slice(0, nw))
+                    b.emit(DmaCopy, [src], [r], src=src, dst=r, queue=n % 4)
+                    p = ap(tp, slice(0, nw), slice(0, mw))
+                    b.emit(Transpose, [r], [p], src=r, dst=p)
+                    b.emit(TensorCopy, [p], [t], src=p, dst=t)
+                dst = ap(out, *batch, slice(n0, n0 + nw), slice(m0, m0 + mw))
+                b.emit(DmaCopy, [t], [dst], src=t, dst=dst, queue=8 + n % 4)
+                n += 1
+    if turn:
+        b.release(turn[1])
+
+
+def _lead(lead: list[int]) -> list[tuple[int, ...]]:
+    out: list[tuple[int, ...]] = [()]
+    for size in lead:
+        out = [(*o, i) for o in out for i in range(size)]
+    return out
