@@ -263,6 +263,9 @@ def test_every_op_of_the_trace_table_is_lowered():
 
     f32 = dtype("float32")
     shapes = {
+        "condition": (8, 8),
+        "other": (8, 8),
+        "mask": (4, 8),
         "x": (4, 8),
         "a": (8, 8),
         "b": (8, 8),
@@ -275,6 +278,8 @@ def test_every_op_of_the_trace_table_is_lowered():
     }
     for op, spec in OPS.items():
         args = {k: k for k in spec if not k.endswith("?")}
+        if "value" in args:
+            args["value"] = 0.5
         out = shapes["out"]
         if op in ("matmul", "mm", "bmm"):
             out = (8, 8)
@@ -287,6 +292,7 @@ def test_every_op_of_the_trace_table_is_lowered():
         tensors = {
             n: TensorSpec(n, out if n == "out" else shapes[n], f32)
             for n in (*args, "weight", "bias")
+            if n != "value"
         }
         if op == "linear":  # a weight [N, K]
             tensors["weight"] = TensorSpec("weight", (8, 8), f32)
@@ -401,3 +407,28 @@ def test_transpose_of_the_last_two_dims(chip, shape):
     t = {"x": (shape, "float32", "normal"), "out": (out, "float32", None)}
     r = _run(t, [("transpose", {"x": "x", "out": "out", "dim0": -1, "dim1": -2})], chip=chip)
     np.testing.assert_array_equal(r.tensor("out"), np.swapaxes(r.tensor("x"), -1, -2))
+
+
+@pytest.mark.parametrize("shape", [(300, 70), (2, 130, 7)])
+def test_where_and_masked_fill(shape):
+    t = {
+        "c": (shape, "uint8", "random"),
+        "a": (shape, "float32", "normal"),
+        "o": (shape, "float32", "normal"),
+        "out": (shape, "float32", None),
+        "out2": (shape, "float32", None),
+        "out3": (shape, "float32", None),
+    }
+    r = _run(
+        t,
+        [
+            ("where", {"condition": "c", "a": "a", "other": "o", "out": "out"}),
+            ("masked_fill", {"x": "a", "mask": "c", "value": -1e4, "out": "out2"}),
+            ("where", {"condition": "c", "a": 2.5, "other": "o", "out": "out3"}),
+        ],
+    )
+    c = r.tensor("c") != 0
+    assert 0 < c.mean() < 1  # both branches are taken
+    np.testing.assert_array_equal(r.tensor("out"), np.where(c, r.tensor("a"), r.tensor("o")))
+    np.testing.assert_array_equal(r.tensor("out2"), np.where(c, np.float32(-1e4), r.tensor("a")))
+    np.testing.assert_array_equal(r.tensor("out3"), np.where(c, np.float32(2.5), r.tensor("o")))

@@ -6,9 +6,9 @@ core's instruction program, as a good NKI engineer would write them.
 args, arrays)` is each op's numpy result, against which `--check` compares. The lowerings:
 `matmul` (`mm`, `bmm`), `linear`, `transpose` (of the last two dims), elementwise unary and
 binary ops (`elementwise.UNARY`, `BINARY`), `softmax` and `log_softmax`, row reductions (`sum`,
-`mean`, `amax`, `amin` over the last dim), `layer_norm`, `rms_norm`, and
-`scaled_dot_product_attention` (flash-style). An op without a lowering is a TraceError naming
-it. `lower_cores` splits the ops between the physical cores of an LNC 2 logical core.
+`mean`, `amax`, `amin` over the last dim), `layer_norm`, `rms_norm`, `where`, `masked_fill`
+and `scaled_dot_product_attention` (flash-style). An op without a lowering is a TraceError
+naming it. `lower_cores` splits the ops between the physical cores of an LNC 2 logical core.
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.kernels.attention import lower_attention
 from trnsim.kernels.builder import KernelBuilder
-from trnsim.kernels.elementwise import BINARY, UNARY, lower_binary, lower_unary  # noqa: F401
+from trnsim.kernels.elementwise import (  # noqa: F401
+    BINARY,
+    UNARY,
+    lower_binary,
+    lower_unary,
+    lower_where,
+)
 from trnsim.kernels.matmul import lower_matmul
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction
@@ -140,6 +146,10 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
         lower_unary(b, cfg, op.op, args["x"], args["out"])
     elif op.op in BINARY:
         lower_binary(b, cfg, op.op, args["a"], args["b"], args["out"])
+    elif op.op == "where":
+        lower_where(b, cfg, args["condition"], args["a"], args["other"], args["out"])
+    elif op.op == "masked_fill":
+        lower_where(b, cfg, args["mask"], float(args["value"]), args["x"], args["out"])
     elif op.op == "transpose":
         lower_transpose(b, cfg, args["x"], args["out"], args.get("dim0", -2), args.get("dim1", -1))
     elif op.op in REDUCTIONS:

@@ -16,12 +16,12 @@ import math
 
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
-from trnsim.isa import Activation, Ap, DmaCopy, TensorCopy, TensorScalar, TensorTensor
+from trnsim.isa import Activation, Ap, DmaCopy, Select, TensorCopy, TensorScalar, TensorTensor
 from trnsim.kernels.broadcast import spread_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import flat_blocks, row_blocks
 
-__all__ = ["UNARY", "BINARY", "lower_unary", "lower_binary", "FREE"]
+__all__ = ["UNARY", "BINARY", "lower_unary", "lower_binary", "lower_where", "FREE"]
 
 FREE = 2048  # elements per partition of a block: 4 KiB of bf16, where DMA runs at full rate
 BUFS = 3  # rotating buffers per operand
@@ -193,3 +193,44 @@ def _same_shape(op: str, *named) -> None:
         raise TraceError(
             f"{op}: {given}: shapes differ; expected one shape (broadcasting is not lowered yet)"
         )
+
+
+def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str) -> None:
+    """out = where(cond, a, other) (`masked_fill(x, mask, value)` is where(mask, value, x)):
+    `cond` and the tensors among `a`, `other` of out's shape; `a` or `other` may be a number.
+    Flat blocks, each a VectorE `select` (a number `a` is first swapped with `other` by
+    negating the condition, as select takes a number only when false)."""
+    to = b.tensors[out]
+    tensors = [("condition", cond)] + [(k, v) for k, v in (("a", a), ("other", other))
+                                        if isinstance(v, str)]  # fmt: skip
+    _same_shape("where", *[(k, b.tensors[v]) for k, v in tensors], ("out", to))
+    if not isinstance(a, str) and not isinstance(other, str):
+        raise TraceError("where: a and other are both numbers; expected at least one tensor")
+    negate = not isinstance(a, str)  # select(pred, on_true: tile, on_false: tile or number)
+    if negate:
+        a, other = other, a
+    blocks = flat_blocks(to.shape, cfg.core.sbuf.partitions, FREE, b.share(to.shape))
+    big = _largest(blocks)
+    for n, (index, p, f) in enumerate(blocks):
+        r = (slice(0, p), slice(0, f))
+        loaded = {}
+        for k, v in (("c", cond), ("a", a), ("o", other)):
+            if not isinstance(v, str):
+                continue
+            t = ap(_buf(b, k, n, big, b.tensors[v].dtype), *r)
+            src = ap(v, *index)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=(3 * n + len(loaded)) % 8)
+            loaded[k] = t
+        pred = loaded["c"]
+        if negate:  # the condition flipped: 1 where it was 0
+            flipped = ap(_buf(b, "nc", n, big, b.tensors[cond].dtype), *r)
+            b.emit(TensorScalar, [pred], [flipped], src=pred, dst=flipped, op0="equal",
+                   operand0=0.0)  # fmt: skip
+            pred = flipped
+        o = ap(_buf(b, "o", n, big, to.dtype), *r)
+        on_false = loaded.get("o", other if not isinstance(other, str) else None)
+        on_false = float(on_false) if not isinstance(on_false, Ap) else on_false
+        reads = [pred, loaded["a"]] + ([on_false] if isinstance(on_false, Ap) else [])
+        b.emit(Select, reads, [o], predicate=pred, on_true=loaded["a"], on_false=on_false, dst=o)
+        dst = ap(out, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)

@@ -78,6 +78,10 @@ def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> n
 
     if op in ("matmul", "mm", "bmm"):
         return np.matmul(val("a"), val("b"))
+    if op == "where":
+        return np.where(val("condition") != 0, val("a"), val("other"))
+    if op == "masked_fill":
+        return np.where(val("mask") != 0, float(args["value"]), val("x"))
     if op == "transpose":
         return np.swapaxes(val("x"), args.get("dim0", -2), args.get("dim1", -1))
     if op == "linear":

@@ -32,6 +32,8 @@ OPS: dict[str, dict[str, str]] = {
     **{op: {**_X, "dim?": "value"} for op in ("softmax", "log_softmax")},
     **{op: {**_X, "dim?": "value", "keepdim?": "value"} for op in REDUCTIONS},
     "transpose": {**_X, "dim0?": "value", "dim1?": "value"},
+    "where": {"condition": "tensor", "a": "operand", "other": "operand", "out": "tensor"},
+    "masked_fill": {"x": "tensor", "mask": "tensor", "value": "value", "out": "tensor"},
     "layer_norm": {**_X, "weight?": "tensor", "bias?": "tensor", "eps?": "value"},
     "rms_norm": {**_X, "weight?": "tensor", "eps?": "value"},
     "scaled_dot_product_attention": {
