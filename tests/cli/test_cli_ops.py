@@ -84,3 +84,26 @@ def test_an_unknown_op_names_its_line(tmp_path):
     assert r.exit_code != 0
     assert f"{p}:13: ops[2]: unknown op 'conv2d'" in r.output
     assert "Traceback" not in r.output
+
+
+def test_a_fused_chain_passes_the_check(tmp_path):
+    """Four elementwise ops in a row run as one fused kernel; --check replays them one by one
+    in numpy from the initial values and compares the final h and y."""
+    p = tmp_path / "chain.yaml"
+    p.write_text(
+        "trnsim: 1\nchip: trn2\ntensors:\n"
+        "  h: {shape: [300, 1000], dtype: bfloat16, init: normal}\n"
+        "  x: {shape: [300, 1000], dtype: bfloat16, init: normal}\n"
+        "  y: {shape: [300, 1000], dtype: float32}\n"
+        "ops:\n"
+        "  - add: {a: h, b: x, out: h}\n"
+        "  - gelu: {x: h, out: h}\n"
+        "  - mul: {a: h, b: 2.0, out: y}\n"
+        "  - exp: {x: y, out: y}\n"
+    )
+    r = invoke("run", p, "--check", "--json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert set(s["check"]) == {"main.ops[1] gelu", "main.ops[3] exp"}
+    assert all(c["ok"] for c in s["check"].values())
+    assert s["hbm"]["bytes_read"] == 2 * 300 * 1000 * 2  # h and x once: fused

@@ -26,6 +26,7 @@ from trnsim.kernels.elementwise import (  # noqa: F401
     lower_unary,
     lower_where,
 )
+from trnsim.kernels.fusion import chains, lower_chain
 from trnsim.kernels.matmul import lower_matmul
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction
@@ -47,10 +48,16 @@ def lower(
 
 
 def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: str):
-    for op in ops:
+    """The ops into `b`, runs of elementwise ops fused (`fusion`), each run or op a generation
+    of its tensors' accesses."""
+    for run in chains(ops, b.tensors):
+        op = run[0]
         b.barrier()
         try:
-            lower_op(b, cfg, op)
+            for op in run:
+                check_args(b, op)
+            op = run[0]
+            lower_chain(b, cfg, run) if len(run) > 1 else lower_op(b, cfg, op)
         except TraceError as e:
             where = f"{source}:{op.line}: " if source else f"line {op.line}: " if op.line else ""
             raise TraceError(f"{where}{e}") from None
@@ -116,8 +123,9 @@ def _rows(shape) -> int:
     return math.prod(shape[:-1])
 
 
-def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
-    """Emit one op into `b`."""
+def check_args(b: KernelBuilder, op: OpSpec) -> None:
+    """Raise TraceError for an op that is not in the table, a missing or unknown argument, or
+    a tensor argument naming no tensor."""
     spec = OPS.get(op.op)
     if spec is None:
         raise TraceError(
@@ -135,6 +143,11 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
     extra = [k for k in args if k not in names]
     if extra:
         raise TraceError(f"{op.op}: unknown argument {extra[0]!r}; expected {', '.join(spec)}")
+
+
+def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
+    """Emit one op into `b` (its arguments checked by `check_args`)."""
+    args = op.args
     if op.op in ("matmul", "mm", "bmm"):
         lower_matmul(b, cfg, args["a"], args["b"], args["out"])
     elif op.op == "linear":  # out = x @ weight^T (+ bias, broadcast over the rows)
