@@ -109,7 +109,7 @@ def test_sweep_params(tmp_path):
         (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers 2 with --scheduler"),
         (
             ["--out", "/nonexistent/dir/t.csv"],
-            "/nonexistent/dir/t.csv: cannot write the sweep table",
+            "--out /nonexistent/dir/t.csv: folder /nonexistent/dir does not exist",
         ),
     ],
 )

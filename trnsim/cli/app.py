@@ -10,6 +10,8 @@ beside it (`traces`, `sweep`, `configs`).
 from __future__ import annotations
 
 import gc
+import io
+import os
 import sys
 
 import click
@@ -19,15 +21,19 @@ from trnsim.config import ChipConfig, load_chip
 from trnsim.errors import TrnsimError
 from trnsim.trace import load as load_trace
 from trnsim.trace.params import parse_param_args
+from trnsim.trace.program import Program
 from trnsim.trace.races import check_races
 from trnsim.units import fmt_time_ns
+
+EXIT_CLOSED_PIPE = 128 + 13  # a shell's status for a process that SIGPIPE ended
 
 chip_option = click.option(
     "--chip",
     "chip",
     metavar="NAME|PATH",
     default=None,
-    help="Chip config: a bundled name (trn1, trn2, trn3) or a path to a YAML file.",
+    help="Chip config: a bundled name (trn1, trn2, trn3) or a path to a YAML file. Default: the "
+    f"trace's `chip:`, or {Program.chip} for a trace without one.",
 )
 
 set_option = click.option(
@@ -53,32 +59,84 @@ def _load_trace(trace_file: str, params: tuple[str, ...]):
     return load_trace(trace_file, parse_param_args(params))
 
 
+def clean(text: str) -> str:
+    """`text` safe to show on a terminal: every control or format character (ESC, the
+    bidirectional overrides such as U+202E) escaped as Python writes it (`\\x1b`, `\\u202e`),
+    so a name in a trace can neither recolour the terminal nor reorder what it shows."""
+    return "".join(c if c.isprintable() or c in " \n" else repr(c)[1:-1] for c in text)
+
+
+def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
+    """click.echo of `clean(text)`: every line trnsim prints goes through here."""
+    click.echo(clean(text), err=err, nl=nl)
+
+
+def _one_line(e: BaseException) -> str:
+    return clean(" ".join(str(e).split()))
+
+
+def _quiet_exit_on_closed_pipe() -> None:
+    """The reader of stdout went away (`trnsim ... | head -1`): end quietly, as a Unix tool
+    killed by SIGPIPE does (exit 141), and point stdout at /dev/null so that the flush at exit
+    does not fail again (the pattern of Python's signal module documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # no real stdout (CliRunner)
+        pass
+    sys.exit(EXIT_CLOSED_PIPE)
+
+
 class _Group(click.Group):
-    """A click group that turns every TrnsimError into `error: <message>` and exit code 2."""
+    """A click group that turns every TrnsimError into `error: <message>` and exit code 2, a
+    closed stdout into a quiet exit, and lists its commands with whole summaries."""
+
+    group_class = type  # subgroups (`configs`) are _Groups too
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except TrnsimError as e:
-            click.echo(f"error: {' '.join(str(e).split())}", err=True)
+            click.echo(f"error: {_one_line(e)}", err=True)
             ctx.exit(2)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except BrokenPipeError:
+            _quiet_exit_on_closed_pipe()
+        except click.ClickException as e:  # usage errors, which may quote a user's value
+            e.message = clean(e.message)
+            raise
+        except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as e:  # a bug in trnsim: still one line, unless --debug
-            if ctx.params.get("debug"):
+            if ctx.find_root().params.get("debug"):
                 raise
             click.echo(
-                f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+                f"internal error: {type(e).__name__}: {_one_line(e)} "
                 f"(a bug in trnsim; rerun with `trnsim --debug ...` for a traceback)",
                 err=True,
             )
             ctx.exit(3)
 
+    def format_commands(self, ctx: click.Context, formatter) -> None:
+        """Each command with its whole `short_help` (click would cut it to fit one line)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.short_help or cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(
+    cls=_Group,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="trnsim")
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
-def main(debug: bool) -> None:
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """trnsim: an emulator and timing simulator of AWS Trainium chips.
 
     \b
@@ -90,7 +148,11 @@ def main(debug: bool) -> None:
       trnsim configs show trn2 --set hbm.bandwidth=4TB/s
       trnsim sweep traces/weight_stream.yaml --chip trn2 --chip trn3 --grid param.batch=8,64
       trnsim plot sweep.csv --x hbm.bandwidth --y device_time_ns --hue chip
+
+    The trace format: docs/trace_format.md.
     """
+    if ctx.invoked_subcommand is None:  # bare `trnsim`: the help, and success
+        click.echo(ctx.get_help())
 
 
 mode_option = click.option(
@@ -113,7 +175,7 @@ allow_races_option = click.option(
 def _check_races(program, allow: bool) -> None:
     """The race and deadlock check of docs/races.md; warnings go to stderr."""
     for line in check_races(program, allow):
-        click.echo(line, err=True)
+        echo(line, err=True)
 
 
 def _chip_for(program, chip: str | None, overrides) -> ChipConfig:
@@ -152,4 +214,4 @@ def entry() -> None:
     programs call it, keeps the collector as it finds it.
     """
     gc.disable()
-    main()
+    main(prog_name="trnsim")  # also when started as `python cli.py`

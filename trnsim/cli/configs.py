@@ -7,15 +7,12 @@ import json
 
 import click
 
-from trnsim.cli.app import (
-    main,
-    set_option,
-)
+from trnsim.cli.app import echo, main, set_option
 from trnsim.config import ChipConfig, derived, list_chips, load_chip, to_dict
 from trnsim.units import fmt_bytes, fmt_flops, fmt_hz, fmt_rate, fmt_time_ns
 
 
-@main.group()
+@main.group(short_help="List and inspect the chip configs (configs/*.yaml).")
 def configs() -> None:
     """List and inspect the chip configs (configs/*.yaml).
 
@@ -26,7 +23,7 @@ def configs() -> None:
     """
 
 
-@configs.command("list")
+@configs.command("list", short_help="One line per bundled chip config.")
 def configs_list() -> None:
     """One line per bundled chip: name, cores x NeuronCore version, description.
 
@@ -36,10 +33,12 @@ def configs_list() -> None:
     """
     for name in list_chips():
         cfg = load_chip(name)
-        click.echo(f"{name:<6} {cfg.cores} x {cfg.core.version:<6} {cfg.description}")
+        echo(f"{name:<6} {cfg.cores} x {cfg.core.version:<6} {cfg.description}")
 
 
-@configs.command("show")
+@configs.command(
+    "show", short_help="Show one chip config with units, and the figures derived from it."
+)
 @click.argument("chip", metavar="CHIP")
 @set_option
 @click.option(
@@ -60,10 +59,10 @@ def configs_show(chip: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """
     cfg = load_chip(chip, overrides)
     if as_json:
-        click.echo(json.dumps({**to_dict(cfg), "derived": derived(cfg)}, indent=2))
+        echo(json.dumps({**to_dict(cfg), "derived": derived(cfg)}, indent=2))
         return
     for line in _describe(cfg):
-        click.echo(line)
+        echo(line)
 
 
 # ---------------------------------------------------------------------------------------------

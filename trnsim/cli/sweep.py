@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import click
 
 from trnsim.cli.app import (
+    echo,
     main,
     mode_option,
     param_option,
 )
+from trnsim.report.files import check_distinct, check_file
 from trnsim.sweep import run_sweep
 from trnsim.sweep import table as sweep_table
 from trnsim.sweep.plot import plot as plot_table
 
 
-@main.command()
+@main.command(short_help="Run traces over chips and config values into one table.")
 @click.argument(
     "traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
 )
@@ -94,6 +97,9 @@ def sweep(traces, chips, grid, overrides, params, mode, out, workers, scheduler,
           --grid core.sbuf.partition_bytes=224KiB,448KiB --workers 2 --out batch.parquet
       trnsim sweep traces/*.yaml --chip trn2 --mode timing --scheduler tcp://10.0.0.5:8786
     """
+    if out:
+        check_file("--out", out)
+        check_distinct([("--out", out)], [*traces, *chips])
     result = run_sweep(
         list(traces),
         list(chips),
@@ -116,13 +122,13 @@ def sweep(traces, chips, grid, overrides, params, mode, out, workers, scheduler,
     if result.skipped:
         line += f", {result.skipped} already in {out}"
     line += f", {result.failed} failed" + (f"; table in {out}" if out else "")
-    click.echo(line, err=not out)
+    echo(line, err=not out)
     failed = [r for r in result.rows[: result.points] if r.get("error")]
     for r in failed[:5]:
         point = " ".join(
             str(r[c]) for c in result.columns[: result.columns.index(sweep_table.FIGURES[0])]
         )
-        click.echo(f"  failed: {point}: {r['error']}", err=True)
+        echo(f"  failed: {point}: {r['error']}", err=True)
     if len(failed) > 5:
         click.echo(f"  ... and {len(failed) - 5} more (see the error column)", err=True)
 
@@ -150,7 +156,7 @@ def _sweep_progress(quiet: bool):
     return show
 
 
-@main.command()
+@main.command(short_help="Draw a figure from a sweep table.")
 @click.argument("table_file", metavar="TABLE", type=click.Path(dir_okay=False))
 @click.option(
     "--x",
@@ -199,5 +205,8 @@ def plot(table_file, x, y, hue, out, logx, logy, title) -> None:
       trnsim plot hbm.csv --x hbm.bandwidth --y device_time_ns --hue chip --out hbm.png
       trnsim plot batch.parquet --x param.batch --y peak_fraction --hue chip --logx
     """
+    out = out or str(Path(table_file).with_suffix(".png"))
+    check_file("--out", out)
+    check_distinct([("--out", out)], [table_file])
     target = plot_table(table_file, x, y, hue, out, logx, logy, title)
-    click.echo(f"wrote {target}")
+    echo(f"wrote {target}")

@@ -14,6 +14,7 @@ from trnsim.cli.app import (
     _progress,
     allow_races_option,
     chip_option,
+    echo,
     main,
     mode_option,
     param_option,
@@ -21,14 +22,15 @@ from trnsim.cli.app import (
 )
 from trnsim.config import load_chip
 from trnsim.errors import TrnsimError
+from trnsim.report.files import check_distinct, check_file, check_folder
 from trnsim.report.perfetto import write_chrome_trace
-from trnsim.report.profile import write_profile
+from trnsim.report.profile import check_format, write_profile
 from trnsim.report.provenance import provenance
 from trnsim.report.summary import format_comparison, format_summary
 from trnsim.runtime.session import check_program, lowered, run_program, save_outputs
 
 
-@main.command()
+@main.command(short_help="Simulate a trace and report its time, traffic and memory use.")
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @chip_option
 @set_option
@@ -94,7 +96,9 @@ def run(
       trnsim run traces/softmax_rows.yaml --perfetto timeline.json --profile instrs.csv
       trnsim run traces/weight_stream.yaml --param batch=32
     """
+    _check_outputs(perfetto_file, profile_file, out_dir, [trace_file, chip])
     program = _load_trace(trace_file, params)
+    _check_outputs(perfetto_file, profile_file, out_dir, _init_files(program), program)
     cfg = _chip_for(program, chip, overrides)
     if not skip_races:  # the ops as the kernel library lowers them, with their semaphores
         _check_races(lowered(program, cfg, program.lnc or cfg.lnc), allow_races)
@@ -105,7 +109,7 @@ def run(
         )
     result = run_program(program, cfg, mode, progress=_progress(quiet), check=check)
     if _progress(quiet):
-        click.echo("\r" + " " * 70 + "\r", err=True, nl=False)
+        click.echo("\r" + " " * 70 + "\r", err=True, nl=False)  # the progress line, erased
     meta = provenance(cfg)
     if perfetto_file:
         write_chrome_trace(result.device.recorder, perfetto_file, cfg.name, meta)
@@ -113,14 +117,14 @@ def run(
         write_profile(result.device.recorder, profile_file, meta)
     saved = save_outputs(result, out_dir) if out_dir else []
     if as_json:
-        click.echo(json.dumps(result.summary, indent=2))
+        echo(json.dumps(result.summary, indent=2))
     elif not quiet:
-        click.echo(format_summary(result.summary))
+        echo(format_summary(result.summary))
         for label, path in (("timeline", perfetto_file), ("profile", profile_file)):
             if path:
-                click.echo(f"{label:<16}{path}")
+                echo(f"{label:<16}{path}")
         if out_dir:
-            click.echo(
+            echo(
                 f"{'outputs':<16}{len(saved)} tensors saved in {out_dir}"
                 + ("" if saved else " (the trace has no HBM tensors)")
             )
@@ -132,7 +136,7 @@ def run(
         )
 
 
-@main.command()
+@main.command(short_help="Check a trace against a chip without simulating it.")
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @chip_option
 @set_option
@@ -151,13 +155,13 @@ def validate(trace_file, chip, overrides, params, allow_races) -> None:
     cfg = _chip_for(program, chip, overrides)
     n = check_program(program, cfg)
     _check_races(lowered(program, cfg, program.lnc or cfg.lnc), allow_races)
-    click.echo(
+    echo(
         f"{trace_file}: ok on {cfg.name}: kernels {len(program.kernels)}, instructions "
         f"{n}, streams {len(program.streams)}"
     )
 
 
-@main.command()
+@main.command(short_help="Run a trace on several chips and show the results side by side.")
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @click.option(
     "--chip",
@@ -196,9 +200,37 @@ def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
     if all("error" in s for s in results.values()):
         raise TrnsimError("; ".join(f"{k}: {s['error']}" for k, s in results.items()))
     if as_json:
-        click.echo(json.dumps(results, indent=2))
+        echo(json.dumps(results, indent=2))
         return
-    click.echo(format_comparison(results))
+    echo(format_comparison(results))
+
+
+def _check_outputs(perfetto_file, profile_file, out_dir, inputs, program=None) -> None:
+    """Every path `run` will write, checked before it simulates: one-line errors naming the
+    option (a folder where a file goes, a missing or read-only folder, an output named twice or
+    naming one of the run's `inputs`); with `program`, the .npy files --out-dir will write too."""
+    if perfetto_file:
+        check_file("--perfetto", perfetto_file)
+    if profile_file:
+        check_file("--profile", profile_file)
+        try:
+            check_format(profile_file)
+        except TrnsimError as e:
+            raise TrnsimError(f"--profile {e}") from None
+    if out_dir:
+        check_folder("--out-dir", out_dir)
+    outputs = [("--perfetto", perfetto_file), ("--profile", profile_file)]
+    if out_dir and program is not None:
+        names = program.outputs or [n for n, t in program.tensors.items() if t.on == "hbm"]
+        outputs += [("--out-dir", Path(out_dir, f"{n}.npy")) for n in names]
+    check_distinct(outputs, [i for i in inputs if i and Path(i).is_file()])
+
+
+def _init_files(program) -> list[str]:
+    """The files the trace's tensors and tiles are initialised from (`init: {file: x.npy}`)."""
+    specs = [*program.tensors.values()]
+    specs += [t for k in program.kernels.values() for c in k.per_core for t in c.tiles.values()]
+    return [s.init[1] for s in specs if isinstance(s.init, tuple) and s.init[0] == "file"]
 
 
 def _columns(chips, overrides) -> dict:

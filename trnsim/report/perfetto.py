@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trnsim.report.files import replacing
 from trnsim.report.recorder import Recorder
 from trnsim.report.tracks import display_name, dma_engine_id, dma_track, track_id
 
@@ -147,4 +148,6 @@ def write_chrome_trace(
     trace = chrome_trace(rec, chip)
     if meta:
         trace["otherData"] = {"chip": chip, **meta}
-    Path(path).write_text(json.dumps(trace, separators=(",", ":")))
+    text = json.dumps(trace, separators=(",", ":"))
+    with replacing(path) as fh:
+        fh.write(text)

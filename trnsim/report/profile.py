@@ -9,6 +9,7 @@ import csv
 from pathlib import Path
 
 from trnsim.errors import TrnsimError
+from trnsim.report.files import replacing, replacing_path
 from trnsim.report.recorder import Recorder
 
 COLUMNS = (
@@ -46,33 +47,43 @@ def rows(rec: Recorder) -> list[tuple]:
     ]
 
 
-def write_profile(rec: Recorder, path: str | Path, meta: dict | None = None) -> None:
-    """Write the table; the format follows the extension (.csv or .parquet). `meta` (the
-    report's provenance: trnsim version, config hash) adds one column per key, the same value
-    in every row."""
-    path = Path(path)
-    data = rows(rec)
-    columns = COLUMNS
-    if meta:
-        columns = (*COLUMNS, *meta)
-        data = [(*r, *meta.values()) for r in data]
-    if path.suffix == ".parquet":
+def check_format(path: str | Path) -> str:
+    """'csv' or 'parquet' by the extension of `path`; raises TrnsimError for any other, or for
+    Parquet without pyarrow (checked before a run, so that it does not fail after it)."""
+    suffix = Path(path).suffix
+    if suffix == ".parquet":
         try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+            import pyarrow  # noqa: F401
         except ImportError:
             raise TrnsimError(
                 f"{path}: writing Parquet needs pyarrow "
                 f"(pip install 'trnsim[parquet]'); or use a .csv file"
             ) from None
+        return "parquet"
+    if suffix != ".csv":
+        raise TrnsimError(f"{path}: unknown profile format '{suffix}'; expected .csv or .parquet")
+    return "csv"
+
+
+def write_profile(rec: Recorder, path: str | Path, meta: dict | None = None) -> None:
+    """Write the table; the format follows the extension (.csv or .parquet). `meta` (the
+    report's provenance: trnsim version, config hash) adds one column per key, the same value
+    in every row. The file appears whole or not at all (`files.replacing`)."""
+    fmt = check_format(path)
+    data = rows(rec)
+    columns = COLUMNS
+    if meta:
+        columns = (*COLUMNS, *meta)
+        data = [(*r, *meta.values()) for r in data]
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         table = pa.table({c: [r[i] for r in data] for i, c in enumerate(columns)})
-        pq.write_table(table, path)
+        with replacing_path(path) as tmp:
+            pq.write_table(table, tmp)
         return
-    if path.suffix != ".csv":
-        raise TrnsimError(
-            f"{path}: unknown profile format '{path.suffix}'; expected .csv or .parquet"
-        )
-    with path.open("w", newline="") as fh:
+    with replacing(path, newline="") as fh:
         w = csv.writer(fh)
         w.writerow(columns)
         w.writerows(data)

@@ -21,6 +21,7 @@ from trnsim.kernels import lower_cores
 from trnsim.kernels.check import compare, expected_outputs
 from trnsim.memory.buffer import Buffer, bind
 from trnsim.memory.init import initial_values
+from trnsim.report.files import replacing
 from trnsim.report.summary import summarize
 from trnsim.runtime.device import Device
 from trnsim.runtime.event import Event
@@ -333,6 +334,7 @@ def save_outputs(result: RunResult, out_dir: str | Path) -> list[Path]:
         dt = prog.tensors[n].dtype
         if dt.is_float and dt.name not in ("float32", "float16"):
             values = values.astype(np.float32)
-        np.save(p, values)
+        with replacing(p, "wb") as fh:
+            np.save(fh, values)
         paths.append(p)
     return paths

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from trnsim.errors import TrnsimError
 from trnsim.inputs.validate import hint
+from trnsim.report.files import replacing_path
 from trnsim.sweep import table
 from trnsim.sweep.worker import one_line
 from trnsim.units import KINDS, UnitError, parse_quantity
@@ -37,7 +38,9 @@ def plot(
     fig = figure(path, x, y, hue, logx, logy, title)
     target = Path(out) if out else Path(path).with_suffix(".png")
     try:
-        fig.savefig(target, metadata=_metadata(target))
+        with replacing_path(target) as tmp:
+            fmt = target.suffix[1:].lower() or "png"  # tmp's own suffix is not the target's
+            fig.savefig(tmp, format=fmt, metadata=_metadata(target))
     except (OSError, ValueError) as e:
         raise TrnsimError(
             f"{target}: cannot write the figure ({one_line(e)}); expected a "

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from trnsim.errors import TrnsimError
 from trnsim.isa import Engine
+from trnsim.report.files import replacing, replacing_path
 
 ENGINE_KINDS = tuple(e.name.lower() for e in Engine if e is not Engine.DMA)
 
@@ -127,17 +127,17 @@ def csv_lines(rows: Iterable[dict], cols: Sequence[str], header: bool = True) ->
 def write(path: str | Path, rows: Sequence[dict], cols: Sequence[str]) -> None:
     """Write the whole table to `path` (replacing it at once: a reader never sees half)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
         if is_parquet(path):
             pa, pq = _pyarrow(path)
             types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
             schema = pa.schema([(c, types[_kind(c)]) for c in cols])
             table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows], schema)
-            pq.write_table(table, tmp)
+            with replacing_path(path) as tmp:
+                pq.write_table(table, tmp)
         else:
-            tmp.write_text(csv_lines(rows, cols), encoding="utf-8")
-        os.replace(tmp, path)
+            with replacing(path, encoding="utf-8", newline="") as fh:
+                fh.write(csv_lines(rows, cols))
     except OSError as e:
         raise TrnsimError(
             f"{path}: cannot write the sweep table ({e.strerror or e}); expected a writable path"
