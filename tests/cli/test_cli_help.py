@@ -59,6 +59,15 @@ def test_clean_escapes_control_and_bidi_characters(raw, shown):
     assert clean(raw) == shown
 
 
+def test_an_error_keeps_one_line_and_escapes_what_split_would_take_for_spaces(tmp_path):
+    (tmp_path / "t.yaml").write_text(
+        'trnsim: 1\ntensors:\n  "a\\x1fb\\tc": {shape: [2], dtype: f32}\n'
+    )
+    r = invoke("run", str(tmp_path / "t.yaml"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "tensors.a\\x1fb\\tc:" in r.stderr, r.stderr
+
+
 def test_a_usage_error_quoting_a_value_escapes_it():
     r = invoke("run", "t.yaml", "--mode", "x\x1b[31m")
     assert r.exit_code == 2

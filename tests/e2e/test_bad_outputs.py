@@ -71,6 +71,9 @@ ROWS = {
     # -- a closed pipe ends the command quietly, exit 141 as after SIGPIPE
     "configs show | head -1": Row(["configs", "show", "trn3"], 141, lines=0, stdout_closed=True),
     "run --json | head -1": Row(["run", "t.yaml", "--json"], 141, lines=0, stdout_closed=True),
+    "--help | head -1": Row(["--help"], 141, lines=0, stdout_closed=True),
+    "run --help | head -1": Row(["run", "--help"], 141, lines=0, stdout_closed=True),
+    "bare trnsim | head -1": Row([], 141, lines=0, stdout_closed=True),
     # -- output paths, checked before simulating
     "--out-dir an existing file": Row(["run", "t.yaml", "--out-dir", "afile"], says=["--out-dir afile: is a file"]),
     "--out-dir a missing parent": Row(["run", "t.yaml", "--out-dir", "nodir/out"], says=["--out-dir nodir/out: folder nodir does not exist"]),

@@ -59,11 +59,11 @@ def _load_trace(trace_file: str, params: tuple[str, ...]):
     return load_trace(trace_file, parse_param_args(params))
 
 
-def clean(text: str) -> str:
-    """`text` safe to show on a terminal: every control or format character (ESC, the
-    bidirectional overrides such as U+202E) escaped as Python writes it (`\\x1b`, `\\u202e`),
-    so a name in a trace can neither recolour the terminal nor reorder what it shows."""
-    return "".join(c if c.isprintable() or c in " \n" else repr(c)[1:-1] for c in text)
+def clean(text: str, keep: str = "\n") -> str:
+    """`text` safe to show on a terminal: every control or format character but those in `keep`
+    (ESC, the bidirectional overrides such as U+202E) escaped as Python writes it (`\\x1b`,
+    `\\u202e`), so a name in a trace can neither recolour the terminal nor reorder what it shows."""
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
 def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
@@ -72,7 +72,9 @@ def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
 
 
 def _one_line(e: BaseException) -> str:
-    return clean(" ".join(str(e).split()))
+    """The message on one line: line breaks become spaces, other controls (even those that
+    `str.split` takes for spaces, such as \\t or \\x1f) are escaped."""
+    return " ".join(clean(str(e)).split())
 
 
 def _quiet_exit_on_closed_pipe() -> None:
@@ -115,6 +117,14 @@ class _Group(click.Group):
                 err=True,
             )
             ctx.exit(3)
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        """As click's, but a closed pipe while parsing (`trnsim --help | head -1`) ends as one
+        while running does, not with click's own exit code 1."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:
+            _quiet_exit_on_closed_pipe()
 
     def format_commands(self, ctx: click.Context, formatter) -> None:
         """Each command with its whole `short_help` (click would cut it to fit one line)."""
