@@ -98,7 +98,7 @@ def run(
     """
     _check_outputs(perfetto_file, profile_file, out_dir, [trace_file, chip])
     program = _load_trace(trace_file, params)
-    _check_outputs(perfetto_file, profile_file, out_dir, _init_files(program), program)
+    _check_outputs_of(program, perfetto_file, profile_file, out_dir)
     cfg = _chip_for(program, chip, overrides)
     if not skip_races:  # the ops as the kernel library lowers them, with their semaphores
         _check_races(lowered(program, cfg, program.lnc or cfg.lnc), allow_races)
@@ -205,10 +205,10 @@ def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
     echo(format_comparison(results))
 
 
-def _check_outputs(perfetto_file, profile_file, out_dir, inputs, program=None) -> None:
-    """Every path `run` will write, checked before it simulates: one-line errors naming the
-    option (a folder where a file goes, a missing or read-only folder, an output named twice or
-    naming one of the run's `inputs`); with `program`, the .npy files --out-dir will write too."""
+def _check_outputs(perfetto_file, profile_file, out_dir, inputs) -> None:
+    """Every path `run` will write, checked before it loads or simulates anything: one-line
+    errors naming the option (a folder where a file goes, a missing or read-only folder, an
+    unknown profile format, an output named twice or naming one of the run's `inputs`)."""
     if perfetto_file:
         check_file("--perfetto", perfetto_file)
     if profile_file:
@@ -219,18 +219,24 @@ def _check_outputs(perfetto_file, profile_file, out_dir, inputs, program=None) -
             raise TrnsimError(f"--profile {e}") from None
     if out_dir:
         check_folder("--out-dir", out_dir)
+    _check_distinct([("--perfetto", perfetto_file), ("--profile", profile_file)], inputs)
+
+
+def _check_outputs_of(program, perfetto_file, profile_file, out_dir) -> None:
+    """Once the trace is loaded: no output, the .npy files --out-dir writes included, names a
+    file the trace's tensors or tiles are initialised from (`init: {file: x.npy}`)."""
     outputs = [("--perfetto", perfetto_file), ("--profile", profile_file)]
-    if out_dir and program is not None:
+    if out_dir:
         names = program.outputs or [n for n, t in program.tensors.items() if t.on == "hbm"]
         outputs += [("--out-dir", Path(out_dir, f"{n}.npy")) for n in names]
-    check_distinct(outputs, [i for i in inputs if i and Path(i).is_file()])
-
-
-def _init_files(program) -> list[str]:
-    """The files the trace's tensors and tiles are initialised from (`init: {file: x.npy}`)."""
     specs = [*program.tensors.values()]
     specs += [t for k in program.kernels.values() for c in k.per_core for t in c.tiles.values()]
-    return [s.init[1] for s in specs if isinstance(s.init, tuple) and s.init[0] == "file"]
+    files = [s.init[1] for s in specs if isinstance(s.init, tuple) and s.init[0] == "file"]
+    _check_distinct(outputs, files)
+
+
+def _check_distinct(outputs, inputs) -> None:
+    check_distinct(outputs, [i for i in inputs if i and Path(i).is_file()])
 
 
 def _columns(chips, overrides) -> dict:
