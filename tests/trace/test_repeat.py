@@ -184,16 +184,16 @@ REPEAT_ERRORS = [
         "instructions",
     ),
     (
-        TILE + "  - {repeat: 10000001, instructions: [{op: memset, dst: t}]}\n",
-        "t.yaml:7: instructions[0].repeat: repeat: 10000001 of a body of 1 instructions makes "
-        "10000001 instructions; expected at most 10000000 instructions per core once repeats are "
-        "expanded",
+        TILE + "  - {repeat: 5000001, instructions: [{op: memset, dst: t}]}\n",
+        "t.yaml:7: instructions[0].repeat: repeat: 5000001 of a body of 1 instructions brings the "
+        "trace to 5000001 instructions; expected at most 5000000 instructions from its low-level "
+        "kernels and repeat: blocks (raise the limit with --max-instructions N)",
     ),
     (
         TILE + "  - {op: memset, dst: t}\n  - repeat: 100000\n    instructions:\n"
         "      - {op: memset, dst: t}\n      - {repeat: 1000, instructions: [{op: iota, dst: t}]}\n",
-        "t.yaml:8: instructions[1].repeat: repeat: 100000 of a body of 1001 instructions makes "
-        "100100001 instructions; expected at most 10000000",
+        "t.yaml:8: instructions[1].repeat: repeat: 100000 of a body of 1001 instructions brings "
+        "the trace to 100100001 instructions; expected at most 5000000",
     ),
     # errors inside bodies: the body's line and key path
     (
