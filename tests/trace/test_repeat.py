@@ -302,7 +302,21 @@ def test_repeat_loop_variables_change_operands():
         ('{op: memset, dst: "t[{k//0}:1, :]"}', "divides by zero"),
         ('{op: memset, dst: "t[{k*}:1, :]"}', "cannot read {k*}"),
         ('{op: memset, dst: "t[{__builtins__}:1, :]"}', "cannot evaluate '__builtins__'"),
-        ('{op: memset, dst: "t[{k.real}:1, :]"}', "cannot evaluate"),
+        ('{op: memset, dst: "t[{k.real}:1, :]"}', "cannot evaluate an attribute in {k.real}"),
+        ('{op: memset, dst: "t[{2**k}:1, :]"}', "cannot evaluate ** in {2**k}; expected an "),
+        ('{op: memset, dst: "t[{k+0.5}:1, :]"}', "cannot evaluate the constant 0.5 in {k+0.5}"),
+        ('{op: memset, dst: "t[{min(k, 1)}:1, :]"}', "cannot evaluate a call in {min(k, 1)}"),
+        # sizes: 2,000 terms would exhaust the stack; 101 names and 100 products are 201 terms
+        (
+            '{op: memset, dst: "t[{' + "*".join(["k"] * 2000) + '}:1, :]"}',
+            "{k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*...} is too long (3999 characters, at "
+            "most 1000); expected an integer expression of k with +, -, *, //, % and "
+            "parentheses (at most 200 terms and 1000 characters), like {k*128}",
+        ),
+        (
+            '{op: memset, dst: "t[{' + "*".join(["k"] * 101) + '}:1, :]"}',
+            "has more than 200 terms; expected",
+        ),
     ],
 )
 def test_repeat_loop_variable_errors(body, message):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import operator
 import re
 from collections import defaultdict
 from collections.abc import Callable, Collection
@@ -39,6 +38,7 @@ from typing import Any
 from trnsim.inputs.positions import PosList
 from trnsim.inputs.validate import Loc, check_keys, is_int, want_int, want_list
 from trnsim.isa import Instr
+from trnsim.trace.expressions import GRAMMAR, OPS, ExpressionError, parse_expression
 from trnsim.trace.instructions import NO_INIT, build_instruction
 from trnsim.trace.semaphores import check_semaphores_at
 
@@ -215,13 +215,6 @@ def _block_size(d: dict, memo: dict[int, int]) -> int:
 
 
 _EXPR = re.compile(r"\{([^{}]*)\}")
-_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-}
 
 
 def _substitute(d: dict, env: dict[str, int], where: Callable[[], Loc]) -> dict:
@@ -270,54 +263,37 @@ def _evaluate(text: str, env: dict[str, int], where: Callable[[], Loc]) -> int:
 
 @functools.lru_cache(maxsize=1 << 12)
 def _compiled(text: str) -> Any:
-    """The code of the expression `text` if it holds only integer constants, names, unary + -
-    and the binary operators of _OPS; else None."""
+    """The code of the expression `text` if it is in the language (`parse_expression`: integer
+    constants, names, + - * // % and parentheses, within its size limits); else None."""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError:
+        return compile(parse_expression(text), "<expression>", "eval")
+    except ExpressionError:
         return None
-    for node in ast.walk(tree.body):
-        if not (
-            isinstance(node, ast.Constant)
-            and type(node.value) is int
-            or isinstance(node, ast.Name)
-            and not node.id.startswith("__")
-            or isinstance(node, (ast.Load, ast.USub, ast.UAdd, *_OPS))
-            or isinstance(node, ast.UnaryOp)
-            and isinstance(node.op, (ast.USub, ast.UAdd))
-            or isinstance(node, ast.BinOp)
-            and type(node.op) in _OPS
-        ):
-            return None
-    return compile(tree, "<expression>", "eval")
 
 
 def _explain(text: str, env: dict[str, int], loc: Loc) -> int:
     """Evaluate `text` node by node, failing at `loc` on the first node that cannot be
     evaluated (the reference for `_evaluate`'s compiled path)."""
-    expected = (
-        f"an integer expression of {', '.join(env)} with + - * // % and parentheses, like {{k*128}}"
-    )
+    expected = f"an integer expression of {', '.join(env)} with {GRAMMAR}, like {{k*128}}"
     try:
-        tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        loc.fail(f"cannot read {{{text}}}", expected)
+        tree = parse_expression(text).body
+    except ExpressionError as e:
+        loc.fail(str(e), expected)
 
     def ev(node) -> int:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
+        if isinstance(node, ast.Constant):
             return node.value
-        if isinstance(node, ast.Name) and node.id in env:
+        if isinstance(node, ast.Name):
+            if node.id not in env:
+                loc.fail(f"cannot evaluate {node.id!r} in {{{text}}}", expected)
             return env[node.id]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        if isinstance(node, ast.UnaryOp):
             v = ev(node.operand)
             return -v if isinstance(node.op, ast.USub) else v
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            a, b = ev(node.left), ev(node.right)
-            if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b == 0:
-                loc.fail(f"{{{text}}} divides by zero", expected)
-            return _OPS[type(node.op)](a, b)
-        what = node.id if isinstance(node, ast.Name) else ast.dump(node)[:40]
-        loc.fail(f"cannot evaluate {what!r} in {{{text}}}", expected)
+        a, b = ev(node.left), ev(node.right)  # a BinOp of OPS: parse_expression checked
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b == 0:
+            loc.fail(f"{{{text}}} divides by zero", expected)
+        return OPS[type(node.op)](a, b)
 
     return ev(tree)
 
