@@ -172,7 +172,7 @@ def _init(entry: dict, loc: Loc, shape: tuple[int, ...], dt: DType, files: Files
     path = base_dir / name
     if not allow_outside and not inside(path, base_dir):
         floc.fail(
-            f"{show(name)} is outside the trace's folder {str(base_dir)!r}",
+            f"{show(name, 200)} is outside the trace's folder {str(base_dir)!r}",
             "a .npy file inside the trace's folder (or run with --allow-outside-files)",
         )
     if not path.is_file():
