@@ -6,6 +6,8 @@ fails by memory, not by a timer; each is refused in well under a second."""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 import resource
@@ -16,6 +18,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from click.testing import CliRunner
+
+from trnsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT = 1_500_000_000  # bytes of address space for the bomb rows
@@ -284,3 +289,32 @@ def test_bf16_and_fp8_files_load_their_values(tmp_path):
     want = np.arange(6, dtype=np.float32).reshape(2, 3)
     for name in ("b", "f"):
         np.testing.assert_array_equal(np.load(tmp_path / "out" / f"{name}.npy"), want)
+
+
+def test_compare_and_sweep_take_the_files_options(tmp_path, monkeypatch):
+    """`compare` and `sweep` load traces as `run` does: files outside the folder only with
+    --allow-outside-files (the sweep carries the option, and the file, to its workers), and
+    --max-instructions limits the trace (a sweep row's error)."""
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    write_files(folder)
+    two = tensor("{file: ../x.npy}") + "  - {op: memset, dst: a}\n"  # instructions on lines 7, 8
+    (folder / "t.yaml").write_text(two)
+    monkeypatch.chdir(folder)
+    res = CliRunner().invoke(main, ["compare", "t.yaml", "--chip", "trn2"])
+    assert res.exit_code == 2
+    assert re.search(rf"^error: t\.yaml:3: .*'\.\./x\.npy' {OUTSIDE}", res.stderr)
+    res = CliRunner().invoke(main, ["compare", "t.yaml", "--chip", "trn2", "--allow-outside-files"])
+    assert res.exit_code == 0 and "total time" in res.stdout
+    errors = []
+    for extra in ([], ["--allow-outside-files"], ["--allow-outside-files", "--max-instructions=1"]):
+        res = CliRunner().invoke(main, ["sweep", "t.yaml", "--chip", "trn2", "-q", *extra])
+        (row,) = csv.DictReader(io.StringIO(res.stdout))
+        errors.append(row["error"])
+    assert re.search(rf"^t\.yaml:3: .*{OUTSIDE}", errors[0])
+    assert errors[1] == ""
+    assert errors[2] == (
+        "t.yaml:8: instructions[1]: this instruction brings the trace to 2 instructions; "
+        "expected at most 1 instructions from its low-level kernels and repeat: blocks (raise "
+        "the limit with --max-instructions N)"
+    )
