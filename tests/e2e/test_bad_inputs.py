@@ -77,6 +77,7 @@ def write_files(folder: Path) -> None:
     (folder / "link.npy").symlink_to(outside / "x.npy")
     np.save(folder / "bf16.npy", np.arange(6, dtype=ml_dtypes.bfloat16).reshape(2, 3))
     np.save(folder / "fp8.npy", np.arange(6, dtype=ml_dtypes.float8_e4m3).reshape(2, 3))
+    np.save(folder / "e5m2.npy", np.arange(6, dtype=ml_dtypes.float8_e5m2).reshape(2, 3))  # <f1
     (folder / "text.npy").write_text("1 2 3\n4 5 6\n")
     np.save(folder / "nan.npy", np.array([[1, 2, np.nan], [4, 5, 6]], np.float32))
     np.save(folder / "big.npy", np.array([[1, 2, 3], [4, 5, 300]], np.int64))
@@ -275,19 +276,21 @@ def test_bad_input(row, command, tmp_path):
 
 
 def test_bf16_and_fp8_files_load_their_values(tmp_path):
-    """The |V2 and |V1 records of ml_dtypes arrays are read as the declared types: the saved
-    outputs (as float32) hold the files' values."""
+    """The |V2 and |V1 records of ml_dtypes arrays (and float8_e5m2's `<f1`, which numpy writes
+    but cannot read) are read as the declared types: the saved outputs (as float32) hold the
+    files' values."""
     write_files(tmp_path)
     text = (
         "trnsim: 1\ntensors:\n"
         "  b: {shape: [2, 3], dtype: bfloat16, init: {file: bf16.npy}}\n"
-        "  f: {shape: [2, 3], dtype: fp8, init: {file: fp8.npy}}\n" + BASIC
+        "  f: {shape: [2, 3], dtype: fp8, init: {file: fp8.npy}}\n"
+        "  e: {shape: [2, 3], dtype: float8_e5m2, init: {file: e5m2.npy}}\n" + BASIC
     )
     (tmp_path / "t.yaml").write_text(text)
     res = trnsim(["run", "t.yaml", "--out-dir", "out", "-q"], tmp_path, False)
     assert res.returncode == 0, res.stderr
     want = np.arange(6, dtype=np.float32).reshape(2, 3)
-    for name in ("b", "f"):
+    for name in ("b", "f", "e"):
         np.testing.assert_array_equal(np.load(tmp_path / "out" / f"{name}.npy"), want)
 
 

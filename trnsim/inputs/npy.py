@@ -10,6 +10,8 @@ with the file without naming it (the caller adds the file and the trace's line).
 
 from __future__ import annotations
 
+import ast
+import math
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,8 @@ __all__ = ["NpyError", "open_npy", "as_declared", "check_integer_values", "insid
 
 MAGIC = b"\x93NUMPY"
 """The first bytes of every .npy file."""
+MAX_HEADER = 1 << 16
+"""The longest header read (numpy's own limit is 10,000 bytes unless told otherwise)."""
 CHUNK = 1 << 20
 """Values are checked this many at a time (memory stays small whatever the file's size)."""
 
@@ -33,22 +37,62 @@ class NpyError(ValueError):
 
 
 def open_npy(path: str | Path) -> np.ndarray:
-    """The array of the .npy file at `path`, memory-mapped, never unpickled."""
+    """The array of the .npy file at `path`, memory-mapped, never unpickled. Files of 1-byte
+    floats, which numpy writes (`<f1`, for ml_dtypes' float8_e5m2) but cannot read, come as raw
+    1-byte records, like the other fp8 types' `|V1`."""
+    header, offset = _header(path)
+    descr = header.get("descr")
+    if isinstance(descr, str) and descr[1:] == "f1":
+        shape = tuple(header.get("shape", ()))
+        order = "F" if header.get("fortran_order") else "C"
+        if math.prod(shape) == 0:
+            return np.zeros(shape, "V1")
+        raw = np.memmap(path, "V1", "r", offset, shape or (1,), order)
+        return raw.reshape(shape)
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(MAGIC))
-    except OSError as e:
-        raise NpyError(f"cannot be read ({e.strerror})") from None
-    if head != MAGIC:
-        raise NpyError("not a .npy file (it does not start with numpy's header: a text file?)")
+        objects = np.dtype(descr).hasobject
+    except (TypeError, ValueError):
+        objects = False  # numpy's own load words it
+    if objects:
+        raise NpyError(
+            "holds Python objects (a pickle), which trnsim never unpickles",
+            "a .npy file of numbers",
+        )
     try:
         data = np.load(path, mmap_mode="r", allow_pickle=False)
-    except Exception as e:  # noqa: BLE001  truncated, object arrays, a bad header ...
+    except Exception as e:  # noqa: BLE001  truncated, a bad header ...
         what = " ".join(str(e).split())[:120]
         raise NpyError(f"numpy cannot read it ({e.__class__.__name__}: {what})") from None
     if not isinstance(data, np.ndarray):
         raise NpyError("does not hold one array")
     return data
+
+
+def _header(path: str | Path) -> tuple[dict, int]:
+    """The header of a .npy file (a Python literal: read without evaluating anything) and where
+    its data starts."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(MAGIC)) != MAGIC:
+                raise NpyError(
+                    "not a .npy file (it does not start with numpy's header: a text file?)"
+                )
+            major = f.read(2)[:1]
+            size = 2 if major == b"\x01" else 4
+            n = int.from_bytes(f.read(size), "little")
+            if n > MAX_HEADER:
+                raise NpyError(f"its header claims {n} bytes (at most {MAX_HEADER})")
+            text = f.read(n).decode("utf-8" if major == b"\x03" else "latin1")
+            offset = f.tell()
+    except OSError as e:
+        raise NpyError(f"cannot be read ({e.strerror})") from None
+    try:
+        header = ast.literal_eval(text)
+    except (ValueError, SyntaxError, RecursionError, MemoryError, UnicodeError):
+        header = None
+    if not isinstance(header, dict):
+        raise NpyError("numpy's header of it cannot be read")
+    return header, offset
 
 
 def as_declared(data: np.ndarray, dt: DType) -> np.ndarray:
@@ -62,11 +106,12 @@ def as_declared(data: np.ndarray, dt: DType) -> np.ndarray:
         if dt.is_float and dt.itemsize == raw and (dt.is_fp8 or dt.name == "bfloat16"):
             return data.view(dt.np)
         names = {2: "bfloat16", 1: "an fp8 type"}
-        saved = f" (how numpy saves ml_dtypes {names[raw]})" if raw in names else ""
-        want = names.get(raw, "numbers")
+        if raw not in names:
+            raise NpyError(f"holds raw {raw}-byte records", f"numbers to convert to {dt.name}")
         raise NpyError(
-            f"holds raw {raw}-byte records{saved}, which cannot be read as {dt.name}",
-            f"the tensor declared {want}, or a file of numbers",
+            f"holds raw {raw}-byte records (how numpy saves ml_dtypes {names[raw]}), which "
+            f"cannot be read as {dt.name}",
+            f"the tensor declared {names[raw]}, or a file of numbers",
         )
     raise NpyError(f"holds {data.dtype} values", f"numbers to convert to {dt.name}")
 
