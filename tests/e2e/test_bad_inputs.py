@@ -169,7 +169,7 @@ ROWS = {
         "trnsim: 1\n" + BASIC,
         ["--chip", "based.yaml"],
         2,
-        rf"^error: list\.yaml: {NOT_A_CONFIG}",
+        rf"^error: based\.yaml:1: base: list\.yaml: {NOT_A_CONFIG}",
     ),
     "--set a bandwidth beyond the float range": (
         "trnsim: 1\n" + BASIC,

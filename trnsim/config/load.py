@@ -106,9 +106,10 @@ def resolve(name_or_path: str, relative_to: Path | None, where: str) -> Path:
     return path
 
 
-def read_tree(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, Origins]:
+def read_tree(path: Path, chain: tuple[Path, ...] = (), where: str = "") -> tuple[dict, Origins]:
     """One file and its bases, merged: (tree, origins of every key path). `chain` holds the
-    files that extend this one (to report inheritance cycles)."""
+    files that extend this one (to report inheritance cycles); `where` (the `base:` that names
+    this file) prefixes the error when the file is no config."""
     shown = _show(path)
     if path in chain:
         cycle = " -> ".join(_show(p) for p in (*chain, path))
@@ -119,13 +120,14 @@ def read_tree(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, Origins]:
         raise ConfigError(f"{shown}: cannot read: {e.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError(
-            f"{shown}: not a chip config (not UTF-8 text; expected a YAML mapping of config keys)"
+            f"{where}{shown}: not a chip config (not UTF-8 text; expected a YAML mapping of "
+            "config keys)"
         ) from None
     tree = load_yaml(text, shown, error=ConfigError)
     if tree is None:
         tree = {}
     if not isinstance(tree, dict):  # never echo the file: it may be any file (/etc/passwd)
-        raise ConfigError(f"{shown}: {NOT_A_CONFIG}")
+        raise ConfigError(f"{where}{shown}: {NOT_A_CONFIG}")
     rank = -len(chain)
     origins: Origins = {(): (shown, None, rank)}
     _record(tree, (), (shown, rank), origins)
@@ -138,7 +140,7 @@ def read_tree(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, Origins]:
         raise ConfigError(
             f"{where}expected a chip name or a path to a YAML file, got {_brief(base)}"
         )
-    base_tree, base_origins = read_tree(resolve(base, path.parent, where), (*chain, path))
+    base_tree, base_origins = read_tree(resolve(base, path.parent, where), (*chain, path), where)
     origins.pop(("base",), None)
     base_origins.update(origins)
     return _merge(base_tree, tree), base_origins
