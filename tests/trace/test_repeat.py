@@ -5,6 +5,9 @@ import re
 from dataclasses import replace
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.trace.helpers import TENS, TILE, K, error, instructions, line, parse
 from trnsim.errors import TraceError
@@ -328,3 +331,29 @@ def test_repeat_loop_variable_errors(body, message):
         loads(text, "t.yaml")
     with pytest.raises(TraceError, match="loop variable"):
         loads(text.replace("as: k", "as: 3k"), "t.yaml")
+
+
+BODIES = st.recursive(
+    st.just("{op: memset, dst: t}"),
+    lambda inner: st.builds(
+        lambda n, items: f"{{repeat: {n}, instructions: [{', '.join(items)}]}}",
+        st.integers(1, 4),
+        st.lists(inner, min_size=1, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(BODIES, min_size=1, max_size=3), st.integers(1, 200))
+def test_fuzz_the_size_limit_counts_what_expansion_makes(items, limit):
+    """The count taken from the repeat counts before expanding equals the instructions the
+    expansion makes; a trace is refused exactly when that is more than the limit."""
+    text = TILE + "".join(f"  - {item}\n" for item in items)
+    made = len(instructions(text))
+    assert repeat.count_instructions(yaml.safe_load(text)["instructions"], {}) == made
+    if made > limit:
+        assert "expected at most " + str(limit) in error(text, max_instructions=limit)
+    else:
+        got = parse(text, max_instructions=limit).kernels["main"].per_core[0].instructions
+        assert len(got) == made
