@@ -110,7 +110,32 @@ ERRORS = [
     (parse_count, None, "expected a whole number like '128', got None"),
     (parse_ratio, "half", "expected a number like '0.25', got 'half'"),
     (parse_ratio, float("nan"), "expected a number like '0.25', got nan"),
+    (parse_bandwidth, float("inf"), "expected a bandwidth like '2.9TB/s'"),
+    # too large to hold: beyond the float range, 2**53 ps, or 2**63 - 1
+    (
+        parse_bandwidth,
+        "1e400TB/s",
+        "expected a bandwidth within the float range (below 1.8e308 in base units), got "
+        "'1e400TB/s'",
+    ),
+    (
+        parse_time,
+        "1e30s",
+        "expected a time of at most 9007s (2**53 ps, beyond which a time loses picoseconds), "
+        "got '1e30s'",
+    ),
+    (parse_time, "9008s", "expected a time of at most 9007s"),
+    (parse_hz, "1e30GHz", "expected a frequency of at most 9223372036854775807 (2**63 - 1)"),
+    (parse_bytes, "9223372036854775808B", "expected a size of at most"),
+    (parse_bandwidth, "1e999999999TB/s", "expected a bandwidth like '2.9TB/s' (B/s"),
+    (parse_count, "9" * 401, "expected a whole number like '128' of at most 400 digits"),
 ]
+
+
+def test_the_largest_values_that_hold_are_accepted():
+    assert parse_time("9007s") == 9007.0 and parse_time("-9007s") == -9007.0
+    assert parse_bytes(f"{2**63 - 1}B") == 2**63 - 1
+    assert parse_bandwidth("1e290TB/s") == 1e302
 
 
 @pytest.mark.parametrize(("parse", "text", "message"), ERRORS)

@@ -121,41 +121,87 @@ def expected(kind: str) -> str:
     return KINDS[kind].expected()
 
 
+MAX_DIGITS = 400
+MAX_EXPONENT = 400
+"""Longer numbers, or larger exponents, are refused before they are read (`1e999999999` would
+take minutes to turn into an exact fraction); every sane quantity is far inside."""
+
+
+def _brief(value: object, limit: int = 60) -> str:
+    """`repr(value)`, cut to `limit` characters (a value may be a whole file)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _exact(kind: str, value: object) -> Fraction:
     """Parse `value` as a quantity of `kind`, exactly, in base units."""
     k = KINDS[kind]
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Fraction)):
-        raise UnitError(f"expected {k.expected()}, got {value!r}")
+        raise UnitError(f"expected {k.expected()}, got {_brief(value)}")
     if isinstance(value, str):
         m = _QUANTITY.fullmatch(value)
         if m is None:
-            raise UnitError(f"expected {k.expected()}, got {value!r}")
+            raise UnitError(f"expected {k.expected()}, got {_brief(value)}")
+        digits, _, exponent = m.group(1).lower().partition("e")
+        if len(digits) > MAX_DIGITS or abs(int(exponent or 0)) > MAX_EXPONENT:
+            raise UnitError(
+                f"expected {k.expected()} of at most {MAX_DIGITS} digits and an exponent "
+                f"within +-{MAX_EXPONENT}, got {_brief(value)}"
+            )
         number, unit = Fraction(m.group(1)), m.group(2)
     else:
         try:
             number, unit = Fraction(value), ""
         except (ValueError, OverflowError):
-            raise UnitError(f"expected {k.expected()}, got {value!r}") from None
+            raise UnitError(f"expected {k.expected()}, got {_brief(value)}") from None
     if unit not in k.units and not (unit == "" and number == 0):
         missing = " with no unit" if unit == "" else ""
-        raise UnitError(f"expected {k.expected()}, got {value!r}{missing}")
+        raise UnitError(f"expected {k.expected()}, got {_brief(value)}{missing}")
     result = number * k.units.get(unit, 1)
     if k.integer and result.denominator != 1:
         of = {"bytes": " of bytes", "Hz": " of Hz", "cycles": " of cycles"}.get(kind, "")
-        raise UnitError(f"expected a whole number{of}, got {value!r}")
+        raise UnitError(f"expected a whole number{of}, got {_brief(value)}")
     return result
+
+
+MAX_INT = 2**63 - 1
+"""The largest whole quantity (bytes, Hz, cycles, counts): what int64 arrays and numpy sizes
+hold."""
+MAX_TIME_PS = 2**53
+"""The longest time, in picoseconds (~9007 s): times are kept as float seconds, which hold every
+picosecond exactly only up to 2**53 of them, and converted to the integer-ps clock."""
 
 
 def parse_quantity(kind: str, value: object) -> int | float:
     """Parse `value` (a string like '224KiB', or a number) as `kind`, into its base unit.
 
-    Whole kinds (`bytes`, `Hz`, `cycles`, `count`) return int, the others float.
+    Whole kinds (`bytes`, `Hz`, `cycles`, `count`) return int, the others float. Values too
+    large to hold without overflow or loss are refused: whole ones above MAX_INT, floats
+    beyond the float range, times above MAX_TIME_PS picoseconds.
     Raises UnitError naming the expected form.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown unit kind {kind!r}; known: {', '.join(KINDS)}")
     exact = _exact(kind, value)
-    return int(exact) if KINDS[kind].integer else float(exact)
+    k = KINDS[kind]
+    if k.integer:
+        if abs(exact) > MAX_INT:
+            raise UnitError(
+                f"expected {k.noun} of at most {MAX_INT} (2**63 - 1), got {_brief(value)}"
+            )
+        return int(exact)
+    if kind == "s" and abs(exact) * PS_PER_S > MAX_TIME_PS:
+        raise UnitError(
+            f"expected a time of at most {MAX_TIME_PS // PS_PER_S}s (2**53 ps, beyond which "
+            f"a time loses picoseconds), got {_brief(value)}"
+        )
+    try:
+        return float(exact)
+    except OverflowError:
+        raise UnitError(
+            f"expected {k.noun} within the float range (below 1.8e308 in base units), got "
+            f"{_brief(value)}"
+        ) from None
 
 
 def parse_bytes(value: object) -> int:

@@ -380,7 +380,14 @@ def test_yaml_problems(write_yaml):
     path = write_yaml("yes.yaml", "base: trn2\ncore:\n  vector:\n    perf_mode: yes\n")
     assert error(path) == f"{path}:4: core.vector.perf_mode: expected true or false, got 'yes'"
     path = write_yaml("list.yaml", "- 1\n- 2\n")
-    assert error(path) == f"{path}: expected a mapping of keys at the top level, got [1, 2]"
+    assert error(path) == f"{path}: not a chip config (expected a YAML mapping of config keys)"
+    # any readable file that is no config: never echoed in the message
+    path = write_yaml("passwd", "root:x:0:0:root:/root:/bin/bash\nbin:x:1:1::/:/sbin/nologin\n")
+    assert error(path) == f"{path}: not a chip config (expected a YAML mapping of config keys)"
+    path.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe secret")
+    assert error(path) == (
+        f"{path}: not a chip config (not UTF-8 text; expected a YAML mapping of config keys)"
+    )
 
 
 def test_base_problems(write_yaml):

@@ -105,14 +105,19 @@ def test_matmul_of_inf_gives_nan_without_a_warning(chip_name):
 )
 def test_init_file_of_non_numbers_is_a_clean_error(tmp_path, values):
     """Regression (memory/init.py): a .npy of the right shape but of strings, records or complex
-    numbers passes the loader's shape check; converting it at run time raised from numpy."""
+    numbers passed the loader's shape check; converting it at run time raised from numpy. The
+    loader now checks the values' type too, and names the line."""
     np.save(tmp_path / "v.npy", values)
     path = tmp_path / "t.yaml"
     path.write_text(
         "trnsim: 1\ntiles:\n  t: {memory: sbuf, shape: [2, 2], dtype: float32, "
         "init: {file: v.npy}}\ninstructions: [{op: memset, dst: t, value: 1}]\n"
     )
-    with pytest.raises(TrnsimError, match=r"tile t: .*v\.npy holds .* values; expected numbers"):
+    with pytest.raises(
+        TrnsimError,
+        match=r"t\.yaml:3: tiles\.t\.init\.file: '.*v\.npy': holds .* values; expected "
+        r"numbers to convert to float32$",
+    ):
         session.run_program(trace.load(path), chip("trn2"), "functional")
 
 

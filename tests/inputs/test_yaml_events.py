@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.inputs.helpers import DOC, err
 from trnsim.errors import TraceError
-from trnsim.inputs import yaml_events
+from trnsim.inputs import positions, yaml_events
 from trnsim.inputs.load import load_yaml
 from trnsim.inputs.positions import PosDict, PosList, reference_load
 
@@ -175,3 +175,55 @@ def test_fuzz_fast_path_equals_the_reference(text):
     got = fast(text)
     if got is not None:
         assert got == reference(text)
+
+
+@st.composite
+def aliased_texts(draw):
+    """Flow lists and mappings whose items are scalars or aliases of the anchors before them."""
+    anchors, items = [], []
+    for n in range(draw(st.integers(1, 6))):
+        parts = []
+        for _ in range(draw(st.integers(0, 4))):
+            parts.append(draw(st.sampled_from([*(f"*a{k}" for k in anchors), "1", "x", "[2, 3]"])))
+        if draw(st.booleans()):
+            body = "[" + ", ".join(parts) + "]"
+        else:
+            body = "{" + ", ".join(f"k{i}: {p}" for i, p in enumerate(parts)) + "}"
+        if draw(st.booleans()):
+            anchors.append(n)
+            body = f"&a{n} {body}"
+        items.append(body)
+    return "- " + "\n- ".join(items) + "\n"
+
+
+def _counts(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(nodes, nodes added by aliases) as the fast path and the reference loader count them."""
+    from yaml._yaml import CParser  # noqa: PLC0415
+
+    get = CParser(text).get_event
+    get(), get()
+    fast_builder = yaml_events._Builder(get, "t", TraceError)
+    fast_builder.node(get(), 0)
+    ref = positions._Loader(text, "t", TraceError)
+    ref.get_single_node()
+    return (fast_builder.nodes, fast_builder.aliased), (ref.nodes, ref.aliased)
+
+
+@settings(max_examples=100, deadline=None)
+@given(aliased_texts())
+@example("- &a0 [1, 1]\n- &a1 [*a0, *a0, {k: *a0}]\n- [*a1, *a1]\n")
+def test_fuzz_both_loaders_count_aliased_nodes_alike(text):
+    """A document is refused for its aliases by both loaders or by neither: they count every
+    key and item, and at each alias every node below its anchor."""
+    fast_count, reference_count = _counts(text)
+    assert fast_count == reference_count
+    data = reference_load(text)
+
+    def size(value) -> int:  # the nodes below `value`, aliases expanded
+        if isinstance(value, dict):
+            return sum(1 + 1 + size(v) for v in value.values())
+        if isinstance(value, list):
+            return sum(1 + size(v) for v in value)
+        return 0
+
+    assert fast_count[0] == size(data)

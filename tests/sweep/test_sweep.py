@@ -254,8 +254,9 @@ def test_a_scheduler_with_workers_gives_the_same_table_bit_for_bit(serial, clust
 
 
 def test_init_files_travel_with_the_trace(tmp_path, cluster):
-    """A trace whose tiles start from .npy files (one beside it, one in a sibling folder) runs
-    on the workers with no access to the files: they are moved before the sweep."""
+    """A trace whose tiles start from .npy files (one beside it, one in a sibling folder, which
+    --allow-outside-files allows) runs on the workers with no access to the files: they are
+    moved before the sweep."""
     folder, data = tmp_path / "traces", tmp_path / "data"
     folder.mkdir()
     data.mkdir()
@@ -272,9 +273,13 @@ def test_init_files_travel_with_the_trace(tmp_path, cluster):
         "  acc: {memory: psum, shape: [128, 512], dtype: float32}\n"
         "instructions:\n  - {op: matmul, stationary: x, moving: w, dst: acc}\n"
     )
-    bundle, _ = TraceBundle.read(str(trace), [{}])
+    refused, _ = TraceBundle.read(str(trace), [{}])  # the file outside is neither read nor loaded
+    assert [name for name, _ in refused.files] == ["x.npy"]
+    with pytest.raises(TrnsimError, match=r"mm\.yaml:5: .*'\.\./data/w\.npy' is outside"):
+        refused.load({})
+    bundle, _ = TraceBundle.read(str(trace), [{}], allow_outside_files=True)
     assert [name for name, _ in bundle.files] == ["../data/w.npy", "x.npy"]
-    want = run_program(load(trace), load_chip("trn2"))
+    want = run_program(load(trace, allow_outside_files=True), load_chip("trn2"))
     want_figures = table.figures(want.summary)
     shutil.rmtree(data)
     (folder / "x.npy").unlink()

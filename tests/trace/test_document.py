@@ -25,6 +25,7 @@ from tests.trace.helpers import (
 )
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
+from trnsim.inputs import load as load_module
 from trnsim.isa import Activation, Ap, DmaCopy, Engine, Matmul, TensorCopy
 from trnsim.trace import load, loads
 from trnsim.trace.program import (
@@ -385,13 +386,32 @@ def test_null_sections_count_as_absent():
     assert p.streams == [StreamSpec("default", 0, [])]
 
 
-def test_alias_bombs_in_op_arguments_stay_cheap():
+def _alias_bomb(levels: int) -> str:
     text = "trnsim: 1\nops:\n  - softmax:\n      x: a\n      out: a\n      dim:\n"
     text += "        - &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
-    for i in range(1, 9):
+    for i in range(1, levels):
         text += f"        - &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n"
-    dim = loads(text).kernels["main"].ops[0].args["dim"]
-    assert dim[8][0] is dim[7] and type(dim[8]) is list
+    return text
+
+
+def test_aliases_in_op_arguments_stay_shared():
+    dim = loads(_alias_bomb(5)).kernels["main"].ops[0].args["dim"]  # 10**5 nodes when expanded
+    assert dim[4][0] is dim[3] and type(dim[4]) is list
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_alias_bombs_are_refused_while_reading(monkeypatch, libyaml):
+    """Level k's anchor has s_k = 10 + 10 s_(k-1) nodes below it (s_0 = 10, s_5 = 1,111,110);
+    levels 1-5 add 1,234,500 nodes, and the 8th use of level 5 in level 6 (line 13) crosses
+    10,000,000."""
+    monkeypatch.setattr(load_module, "LIBYAML", libyaml)
+    with pytest.raises(TraceError) as e:
+        loads(_alias_bomb(9))
+    assert str(e.value) == (
+        "<string>:13: syntax: aliases expand the document by more than 10000000 nodes; "
+        "expected at most 10000000 nodes added by aliases (each use of an anchor counts every "
+        "node below it)"
+    )
 
 
 def test_load_errors(tmp_path):

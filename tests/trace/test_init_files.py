@@ -33,8 +33,9 @@ def test_init_file_errors(tmp_path):
     assert error(head % "nope.npy", base_dir=tmp_path).startswith(
         f"t.yaml:3: tensors.x.init.file: no file '{tmp_path / 'nope.npy'}'; expected a .npy"
     )
-    assert error(head % "bad.npy", base_dir=tmp_path).startswith(
-        f"t.yaml:3: tensors.x.init.file: cannot read '{tmp_path / 'bad.npy'}' ("
+    assert error(head % "bad.npy", base_dir=tmp_path) == (
+        f"t.yaml:3: tensors.x.init.file: '{tmp_path / 'bad.npy'}': not a .npy file (it does not "
+        "start with numpy's header: a text file?); expected a .npy file saved by numpy.save"
     )
     assert error(head % "[1]", base_dir=tmp_path) == (
         "t.yaml:3: tensors.x.init.file: got a list; expected a path to a .npy file"

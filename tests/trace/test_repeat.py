@@ -5,6 +5,9 @@ import re
 from dataclasses import replace
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.trace.helpers import TENS, TILE, K, error, instructions, line, parse
 from trnsim.errors import TraceError
@@ -184,16 +187,16 @@ REPEAT_ERRORS = [
         "instructions",
     ),
     (
-        TILE + "  - {repeat: 10000001, instructions: [{op: memset, dst: t}]}\n",
-        "t.yaml:7: instructions[0].repeat: repeat: 10000001 of a body of 1 instructions makes "
-        "10000001 instructions; expected at most 10000000 instructions per core once repeats are "
-        "expanded",
+        TILE + "  - {repeat: 5000001, instructions: [{op: memset, dst: t}]}\n",
+        "t.yaml:7: instructions[0].repeat: repeat: 5000001 of a body of 1 instructions brings the "
+        "trace to 5000001 instructions; expected at most 5000000 instructions from its low-level "
+        "kernels and repeat: blocks (raise the limit with --max-instructions N)",
     ),
     (
         TILE + "  - {op: memset, dst: t}\n  - repeat: 100000\n    instructions:\n"
         "      - {op: memset, dst: t}\n      - {repeat: 1000, instructions: [{op: iota, dst: t}]}\n",
-        "t.yaml:8: instructions[1].repeat: repeat: 100000 of a body of 1001 instructions makes "
-        "100100001 instructions; expected at most 10000000",
+        "t.yaml:8: instructions[1].repeat: repeat: 100000 of a body of 1001 instructions brings "
+        "the trace to 100100001 instructions; expected at most 5000000",
     ),
     # errors inside bodies: the body's line and key path
     (
@@ -302,7 +305,21 @@ def test_repeat_loop_variables_change_operands():
         ('{op: memset, dst: "t[{k//0}:1, :]"}', "divides by zero"),
         ('{op: memset, dst: "t[{k*}:1, :]"}', "cannot read {k*}"),
         ('{op: memset, dst: "t[{__builtins__}:1, :]"}', "cannot evaluate '__builtins__'"),
-        ('{op: memset, dst: "t[{k.real}:1, :]"}', "cannot evaluate"),
+        ('{op: memset, dst: "t[{k.real}:1, :]"}', "cannot evaluate an attribute in {k.real}"),
+        ('{op: memset, dst: "t[{2**k}:1, :]"}', "cannot evaluate ** in {2**k}; expected an "),
+        ('{op: memset, dst: "t[{k+0.5}:1, :]"}', "cannot evaluate the constant 0.5 in {k+0.5}"),
+        ('{op: memset, dst: "t[{min(k, 1)}:1, :]"}', "cannot evaluate a call in {min(k, 1)}"),
+        # sizes: 2,000 terms would exhaust the stack; 101 names and 100 products are 201 terms
+        (
+            '{op: memset, dst: "t[{' + "*".join(["k"] * 2000) + '}:1, :]"}',
+            "{k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*k*...} is too long (3999 characters, at "
+            "most 1000); expected an integer expression of k with +, -, *, //, % and "
+            "parentheses (at most 200 terms and 1000 characters), like {k*128}",
+        ),
+        (
+            '{op: memset, dst: "t[{' + "*".join(["k"] * 101) + '}:1, :]"}',
+            "has more than 200 terms; expected",
+        ),
     ],
 )
 def test_repeat_loop_variable_errors(body, message):
@@ -314,3 +331,29 @@ def test_repeat_loop_variable_errors(body, message):
         loads(text, "t.yaml")
     with pytest.raises(TraceError, match="loop variable"):
         loads(text.replace("as: k", "as: 3k"), "t.yaml")
+
+
+BODIES = st.recursive(
+    st.just("{op: memset, dst: t}"),
+    lambda inner: st.builds(
+        lambda n, items: f"{{repeat: {n}, instructions: [{', '.join(items)}]}}",
+        st.integers(1, 4),
+        st.lists(inner, min_size=1, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(BODIES, min_size=1, max_size=3), st.integers(1, 200))
+def test_fuzz_the_size_limit_counts_what_expansion_makes(items, limit):
+    """The count taken from the repeat counts before expanding equals the instructions the
+    expansion makes; a trace is refused exactly when that is more than the limit."""
+    text = TILE + "".join(f"  - {item}\n" for item in items)
+    made = len(instructions(text))
+    assert repeat.count_instructions(yaml.safe_load(text)["instructions"], {}) == made
+    if made > limit:
+        assert "expected at most " + str(limit) in error(text, max_instructions=limit)
+    else:
+        got = parse(text, max_instructions=limit).kernels["main"].per_core[0].instructions
+        assert len(got) == made

@@ -19,6 +19,7 @@ import click
 from trnsim import __version__
 from trnsim.config import ChipConfig, load_chip
 from trnsim.errors import TrnsimError
+from trnsim.trace import MAX_INSTRUCTIONS
 from trnsim.trace import load as load_trace
 from trnsim.trace.params import parse_param_args
 from trnsim.trace.program import Program
@@ -54,9 +55,34 @@ param_option = click.option(
 )
 
 
-def _load_trace(trace_file: str, params: tuple[str, ...]):
-    """The trace at `trace_file`, with `--param`s set."""
-    return load_trace(trace_file, parse_param_args(params))
+def files_options(f):
+    """`--allow-outside-files` and `--max-instructions`, for commands that load traces."""
+    f = click.option(
+        "--max-instructions",
+        type=click.IntRange(min=1),
+        metavar="N",
+        default=MAX_INSTRUCTIONS,
+        show_default=True,
+        help="The most instructions the trace's low-level kernels and repeat: blocks may "
+        "expand to (checked before expanding; ~800 bytes each to run).",
+    )(f)
+    return click.option(
+        "--allow-outside-files",
+        is_flag=True,
+        help="Let init: {file: ...} name .npy files outside the trace's folder.",
+    )(f)
+
+
+def _load_trace(
+    trace_file: str, params: tuple[str, ...], allow_outside: bool = False, most: int | None = None
+):
+    """The trace at `trace_file`, with `--param`s set (and the files options)."""
+    return load_trace(
+        trace_file,
+        parse_param_args(params),
+        allow_outside_files=allow_outside,
+        max_instructions=most or MAX_INSTRUCTIONS,
+    )
 
 
 def clean(text: str, keep: str = "\n") -> str:

@@ -10,6 +10,7 @@ import click
 
 from trnsim.cli.app import (
     echo,
+    files_options,
     main,
     mode_option,
     param_option,
@@ -82,7 +83,21 @@ from trnsim.sweep.plot import plot as plot_table
     is_flag=True,
     help="No progress bar and no summary line; errors only (and the CSV without --out).",
 )
-def sweep(traces, chips, grid, overrides, params, mode, out, workers, scheduler, quiet) -> None:
+@files_options
+def sweep(
+    traces,
+    chips,
+    grid,
+    overrides,
+    params,
+    mode,
+    out,
+    workers,
+    scheduler,
+    quiet,
+    allow_outside_files,
+    max_instructions,
+) -> None:
     """Simulate every combination of TRACEs, --chips and --grid values, and write one table: a
     row per point with its trace, chip and grid values, the run's figures (total and device
     time, FLOP/s and peak fraction, HBM bytes and bandwidth, DMA, per-engine-kind utilization
@@ -111,6 +126,10 @@ def sweep(traces, chips, grid, overrides, params, mode, out, workers, scheduler,
         workers,
         scheduler,
         progress=_sweep_progress(quiet),
+        loading={
+            "allow_outside_files": allow_outside_files,
+            "max_instructions": max_instructions,
+        },
     )
     if _sweep_progress(quiet):
         click.echo("\r" + " " * 78 + "\r", err=True, nl=False)

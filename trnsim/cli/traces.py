@@ -15,6 +15,7 @@ from trnsim.cli.app import (
     allow_races_option,
     chip_option,
     echo,
+    files_options,
     main,
     mode_option,
     param_option,
@@ -69,6 +70,7 @@ from trnsim.runtime.session import check_program, lowered, run_program, save_out
     "(~0.3 s on the Llama trace); a deadlock is then found by the simulation.",
 )
 @allow_races_option
+@files_options
 def run(
     trace_file,
     chip,
@@ -83,6 +85,8 @@ def run(
     quiet,
     skip_races,
     allow_races,
+    allow_outside_files,
+    max_instructions,
 ) -> None:
     """Simulate TRACE (a trace YAML or JSON file; the format: docs/trace_format.md) and report
     time, engine utilization, DMA and HBM traffic, FLOP/s against the chip's peak, and memory
@@ -97,7 +101,7 @@ def run(
       trnsim run traces/weight_stream.yaml --param batch=32
     """
     _check_outputs(perfetto_file, profile_file, out_dir, [trace_file, chip])
-    program = _load_trace(trace_file, params)
+    program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
     _check_outputs_of(program, perfetto_file, profile_file, out_dir)
     cfg = _chip_for(program, chip, overrides)
     if not skip_races:  # the ops as the kernel library lowers them, with their semaphores
@@ -142,7 +146,10 @@ def run(
 @set_option
 @param_option
 @allow_races_option
-def validate(trace_file, chip, overrides, params, allow_races) -> None:
+@files_options
+def validate(
+    trace_file, chip, overrides, params, allow_races, allow_outside_files, max_instructions
+) -> None:
     """Load and check TRACE without simulating it: the YAML, every key, operand and semaphore,
     and (against the chip) every instruction's shapes, memories and limits.
 
@@ -151,7 +158,7 @@ def validate(trace_file, chip, overrides, params, allow_races) -> None:
       trnsim validate traces/two_streams.yaml --chip trn3
       trnsim validate traces/weight_stream.yaml --param tiles=64
     """
-    program = _load_trace(trace_file, params)
+    program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
     cfg = _chip_for(program, chip, overrides)
     n = check_program(program, cfg)
     _check_races(lowered(program, cfg, program.lnc or cfg.lnc), allow_races)
@@ -176,7 +183,10 @@ def validate(trace_file, chip, overrides, params, allow_races) -> None:
 @param_option
 @mode_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
-def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
+@files_options
+def compare(
+    trace_file, chips, overrides, params, mode, as_json, allow_outside_files, max_instructions
+) -> None:
     """Run TRACE on several chips and show the results side by side, with ratios to the first
     column that ran.
 
@@ -189,7 +199,7 @@ def compare(trace_file, chips, overrides, params, mode, as_json) -> None:
       trnsim compare traces/gemm_double_buffered.yaml --chip trn2 --chip trn3
       trnsim compare traces/weight_stream.yaml --chip trn2 --chip trn2,hbm.bandwidth=4TB/s
     """
-    program = _load_trace(trace_file, params)
+    program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
     columns = _columns(chips, overrides)
     results = {}
     for label, cfg in columns.items():

@@ -39,6 +39,10 @@ _ZERO_MEANS_ABSENT = {"mx_rate", "transpose_hbm_rate", "transpose_sbuf_rate"}  #
 _LOADER_SET = {"source"}  # fields the loader fills, not the YAML
 _OVERRIDE_KEY = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
+NOT_A_CONFIG = "not a chip config (expected a YAML mapping of config keys)"
+BRIEF = 60
+"""The most characters of a value an error message shows (a value may be a whole file)."""
+
 Origins = dict  # key path -> (where: file or "--set k=v", line or None, rank)
 # rank orders the sources of values: a base file < the file that extends it < each --set
 
@@ -64,6 +68,12 @@ def configs_dir() -> Path:
 def list_chips() -> list[str]:
     """Names of the bundled chip configs, sorted (e.g. ['trn1', 'trn2', 'trn3'])."""
     return sorted(p.stem for p in configs_dir().glob("*.yaml"))
+
+
+def _brief(value: object) -> str:
+    """`repr(value)`, cut to BRIEF characters."""
+    text = repr(value)
+    return text if len(text) <= BRIEF else text[: BRIEF - 3] + "..."
 
 
 def _show(path: Path) -> str:
@@ -96,9 +106,10 @@ def resolve(name_or_path: str, relative_to: Path | None, where: str) -> Path:
     return path
 
 
-def read_tree(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, Origins]:
+def read_tree(path: Path, chain: tuple[Path, ...] = (), where: str = "") -> tuple[dict, Origins]:
     """One file and its bases, merged: (tree, origins of every key path). `chain` holds the
-    files that extend this one (to report inheritance cycles)."""
+    files that extend this one (to report inheritance cycles); `where` (the `base:` that names
+    this file) prefixes the error when the file is no config."""
     shown = _show(path)
     if path in chain:
         cycle = " -> ".join(_show(p) for p in (*chain, path))
@@ -107,11 +118,16 @@ def read_tree(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, Origins]:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{shown}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"{where}{shown}: not a chip config (not UTF-8 text; expected a YAML mapping of "
+            "config keys)"
+        ) from None
     tree = load_yaml(text, shown, error=ConfigError)
     if tree is None:
         tree = {}
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{shown}: expected a mapping of keys at the top level, got {tree!r}")
+    if not isinstance(tree, dict):  # never echo the file: it may be any file (/etc/passwd)
+        raise ConfigError(f"{where}{shown}: {NOT_A_CONFIG}")
     rank = -len(chain)
     origins: Origins = {(): (shown, None, rank)}
     _record(tree, (), (shown, rank), origins)
@@ -121,8 +137,10 @@ def read_tree(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, Origins]:
     line = tree.line_of("base")
     where = f"{shown}:{line}: base: "
     if not isinstance(base, str):
-        raise ConfigError(f"{where}expected a chip name or a path to a YAML file, got {base!r}")
-    base_tree, base_origins = read_tree(resolve(base, path.parent, where), (*chain, path))
+        raise ConfigError(
+            f"{where}expected a chip name or a path to a YAML file, got {_brief(base)}"
+        )
+    base_tree, base_origins = read_tree(resolve(base, path.parent, where), (*chain, path), where)
     origins.pop(("base",), None)
     base_origins.update(origins)
     return _merge(base_tree, tree), base_origins
@@ -156,7 +174,8 @@ def fail(origins: Origins, path: tuple, what: str) -> typing.NoReturn:
     else:
         where, line = "config", None
     location = f"{where}:{line}" if line else where
-    key = f" {'.'.join(map(str, path))}:" if path else ""
+    key = f" {'.'.join(str(p) if len(str(p)) <= BRIEF else _brief(p) for p in path)}:"
+    key = key if path else ""
     raise ConfigError(f"{location}:{key} {what}")
 
 
@@ -236,7 +255,7 @@ def build(cls: type, tree: dict, path: tuple, origins: Origins):
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else f"; valid: {', '.join(names)}"
-            fail(origins, (*path, key), f"unknown key '{key}'{hint}")
+            fail(origins, (*path, key), f"unknown key {_brief(key)}{hint}")
     hints = _hints(cls)
     kwargs = {}
     for f in fields:
@@ -266,7 +285,7 @@ def _value(f: dataclasses.Field, hint: type, raw: object, path: tuple, origins: 
         "str": isinstance(raw, str),
     }.get(unit, True)
     if not ok:
-        fail(origins, path, f"expected {_expected(unit)}, got {raw!r}")
+        fail(origins, path, f"expected {_expected(unit)}, got {_brief(raw)}")
     if unit == "section":
         return build(hint, raw, path, origins)
     if unit == "list":
@@ -283,7 +302,7 @@ def _number(unit: str, raw: object, name: str, path: tuple, origins: Origins) ->
         fail(origins, path, str(e))
     if unit in _POSITIVE or (unit == "ratio" and name not in _ZERO_MEANS_ABSENT):
         if value <= 0:
-            fail(origins, path, f"must be greater than 0, got {raw!r}")
+            fail(origins, path, f"must be greater than 0, got {_brief(raw)}")
     elif value < 0:
-        fail(origins, path, f"must not be negative, got {raw!r}")
+        fail(origins, path, f"must not be negative, got {_brief(raw)}")
     return value

@@ -16,7 +16,11 @@ Scalars follow YAML 1.2's core schema where YAML 1.1 surprises people: only `tru
 booleans (so `on: host` keeps its key `on`, and `yes` stays a string); `1e-5` is a float; `010`
 is ten (not octal) and `1:30` a string (not sexagesimal); dates and a bare `=` stay strings.
 Null, `.inf`/`.nan`, `0x`/`0o`/`0b` integers, anchors, aliases and `<<` merge keys work as usual.
-Documents may nest lists and mappings at most MAX_DEPTH (100) levels deep.
+Documents may nest lists and mappings at most MAX_DEPTH (100) levels deep, and aliases may add at
+most MAX_ALIAS_NODES nodes: each use of an anchor counts every node of the anchored subtree
+(aliases inside it included), so a "billion laughs" of nested aliases is refused while it is
+read, at the alias that crosses the limit, before anything walks it. Both loaders count the same
+way (`too_many_aliased`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ __all__ = [
     "PosDict",
     "PosList",
     "MAX_DEPTH",
+    "MAX_ALIAS_NODES",
     "reference_load",
+    "too_many_aliased",
     "too_deep",
     "Resolver",
     "construct_int",
@@ -43,6 +49,9 @@ __all__ = [
 
 MAX_DEPTH = 100
 """The most levels of nested lists and mappings a document may have."""
+MAX_ALIAS_NODES = 10_000_000
+"""The most nodes aliases may add to a document, each use counting all the nodes of the subtree
+it names (a trace written out in full needs none; 10 million is ~1 GB of Python objects)."""
 
 BOOL = "tag:yaml.org,2002:bool"
 INT = "tag:yaml.org,2002:int"
@@ -124,20 +133,37 @@ class _Loader(
         self.error = error
         self.keys: list = []  # the key path of the node under construction
         self.depth = 0  # collections open in compose_node
+        self.nodes = 0  # nodes composed so far (the root excluded), aliases expanded
+        self.aliased = 0  # of which aliases added
+        self.sizes: dict[str, int] = {}  # anchor -> nodes below the node it names
 
     def compose_node(self, parent, index):
-        """Compose as PyYAML does, but refuse more than MAX_DEPTH nested collections (as the
-        fast path does, with the same message)."""
+        """Compose as PyYAML does, but refuse more than MAX_DEPTH nested collections and more
+        than MAX_ALIAS_NODES nodes added by aliases (as the fast path does, with the same
+        messages)."""
+        event = self.peek_event()
+        if parent is not None:
+            self.nodes += 1
+        if event.__class__ is yaml.AliasEvent:
+            size = self.sizes.get(event.anchor, 0)  # 0: undefined or recursive (PyYAML says)
+            self.nodes += size
+            self.aliased += size
+            if self.aliased > MAX_ALIAS_NODES:
+                raise self.error(too_many_aliased(self.source, event.start_mark))
+            return super().compose_node(parent, index)
         collection = self.check_event(yaml.MappingStartEvent, yaml.SequenceStartEvent)
         if collection:
             self.depth += 1
             if self.depth > MAX_DEPTH:
-                raise self.error(too_deep(self.source, self.peek_event().start_mark))
+                raise self.error(too_deep(self.source, event.start_mark))
+        before = self.nodes
         try:
             return super().compose_node(parent, index)
         finally:
             if collection:
                 self.depth -= 1
+            if event.anchor is not None:
+                self.sizes[event.anchor] = self.nodes - before
 
     def fail(self, node: yaml.Node, what: str, expected: str):
         line = node.start_mark.line + 1
@@ -188,6 +214,14 @@ def too_deep(source: str, mark: Any) -> str:
     return (
         f"{source}:{mark.line + 1}: syntax: nesting is too deep; expected at most "
         f"{MAX_DEPTH} levels of nested lists and mappings"
+    )
+
+
+def too_many_aliased(source: str, mark: Any) -> str:
+    return (
+        f"{source}:{mark.line + 1}: syntax: aliases expand the document by more than "
+        f"{MAX_ALIAS_NODES} nodes; expected at most {MAX_ALIAS_NODES} nodes added by aliases "
+        "(each use of an anchor counts every node below it)"
     )
 
 

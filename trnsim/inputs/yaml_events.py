@@ -19,12 +19,14 @@ from trnsim.inputs.positions import (
     BOOL,
     FLOAT,
     INT,
+    MAX_ALIAS_NODES,
     MAX_DEPTH,
     PosDict,
     PosList,
     Resolver,
     construct_int,
     too_deep,
+    too_many_aliased,
 )
 
 __all__ = ["AVAILABLE", "Fallback", "fast_load"]
@@ -70,8 +72,9 @@ def fast_load(text: str, source: str = "<string>", error: type[Exception] = Trac
     else -- tags, merge keys, duplicate or unhashable keys, recursive or undefined aliases,
     several documents -- so that the reference loader handles (or rejects) it with its exact
     messages. On success the result equals the reference loader's. Only nesting deeper than
-    MAX_DEPTH it rejects itself (as the reference loader does; PyYAML's scanner takes seconds
-    for a few thousand unclosed brackets). A text with a tab goes to the reference loader:
+    MAX_DEPTH and aliases adding more than MAX_ALIAS_NODES nodes it rejects itself (as the
+    reference loader does, counting the same way; PyYAML's scanner takes seconds for a few
+    thousand unclosed brackets). A text with a tab goes to the reference loader:
     libyaml and PyYAML's Python scanner disagree about tabs ('0\tnull' is a string to one, a
     syntax error to the other)."""
     from yaml._yaml import CParser  # noqa: PLC0415  (present when yaml.__with_libyaml__)
@@ -99,12 +102,17 @@ _SEQUENCE_START, _SEQUENCE_END = yaml.SequenceStartEvent, yaml.SequenceEndEvent
 
 
 class _Builder:
-    """Builds nodes from the events `get()` returns; remembers anchors and plain scalars."""
+    """Builds nodes from the events `get()` returns; remembers anchors and plain scalars.
+
+    Counts nodes as the reference loader does: every key and item, and at each alias the nodes
+    below its anchor (`nodes`, the root excluded; `aliased`, what aliases added). A collection
+    adds its items when it closes, so the count costs nothing per item."""
 
     def __init__(self, get, source: str, error: type[Exception]):
         self.get, self.source, self.error = get, source, error
         self.plain_cache: dict[str, Any] = {}
-        self.anchors: dict[str, tuple[Any, int]] = {}
+        self.anchors: dict[str, tuple[Any, int, int]] = {}  # anchor -> (value, line, size)
+        self.nodes = self.aliased = 0
 
     def scalar(self, event: yaml.ScalarEvent) -> Any:
         if event.tag is not None:
@@ -123,13 +131,18 @@ class _Builder:
         anchor = event.anchor
         anchors = self.anchors
         if kind is _ALIAS:
-            obj, line = anchors.get(anchor, (_MISSING, 0))
+            obj, line, size = anchors.get(anchor, (_MISSING, 0, 0))
             if obj is _MISSING:  # undefined, or recursive (aliased inside its own node)
                 raise Fallback
+            self.nodes += size
+            self.aliased += size
+            if self.aliased > MAX_ALIAS_NODES:
+                raise self.error(too_many_aliased(self.source, event.start_mark))
             return obj, line
         if anchor is not None and anchor in anchors:
             raise Fallback
         line = event.start_mark.line + 1
+        before = self.nodes
         if kind is _SCALAR:
             obj = self.scalar(event)
         elif kind is _MAPPING_START or kind is _SEQUENCE_START:
@@ -138,12 +151,12 @@ class _Builder:
             if depth >= MAX_DEPTH:  # the reference loader would say the same, but slowly
                 raise self.error(too_deep(self.source, event.start_mark))
             if anchor is not None:
-                anchors[anchor] = (_MISSING, line)
+                anchors[anchor] = (_MISSING, line, 0)
             obj = (self.mapping if kind is _MAPPING_START else self.sequence)(line, depth + 1)
         else:
             raise Fallback
         if anchor is not None:
-            anchors[anchor] = (obj, line)
+            anchors[anchor] = (obj, line, self.nodes - before)
         return obj, line
 
     def mapping(self, line: int, depth: int) -> PosDict:
@@ -159,6 +172,7 @@ class _Builder:
                 if key is None and not event.value:  # libyaml may place `{?\n: v}`'s empty
                     raise Fallback  # key on the next line
             elif kind is _MAPPING_END:
+                self.nodes += 2 * len(result)
                 return result
             else:
                 key, key_line = node(event, depth)
@@ -187,6 +201,7 @@ class _Builder:
                 append(scalar(event))
                 append_line(event.start_mark.line + 1)
             elif kind is _SEQUENCE_END:
+                self.nodes += len(result)
                 return result
             else:
                 obj, item_line = node(event, depth)

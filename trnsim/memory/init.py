@@ -9,6 +9,7 @@ import numpy as np
 
 from trnsim.dtypes import DType, to_dtype
 from trnsim.errors import TrnsimError
+from trnsim.inputs.npy import NpyError, as_declared, check_integer_values, open_npy
 from trnsim.units import fmt_bytes
 
 CHUNK_ELEMENTS = 1 << 20
@@ -23,11 +24,13 @@ def initial_values(
 ) -> np.ndarray:
     """A new array of `shape` and `dt` filled as `init` says.
 
-    init: None or 'zeros', 'ones', 'random' (uniform [0, 1)), 'normal' (standard normal),
-    'arange' (0, 1, 2, ... in row-major order), or ('file', path) / {'file': path} for a .npy
-    file (absolute, or relative to the working directory; the trace loader makes the paths of
-    a trace's init files absolute) whose values are cast to dt. Raises TrnsimError (naming `what`)
-    when the array does not fit in this machine's memory or the file cannot be used.
+        init: None or 'zeros', 'ones', 'random' (uniform [0, 1)), 'normal' (standard normal),
+        'arange' (0, 1, 2, ... in row-major order), or ('file', path) / {'file': path} for a .npy
+        file (absolute, or relative to the working directory; the trace loader makes the paths of
+        a trace's init files absolute) whose values are cast to dt (bfloat16 and fp8 files, which
+    numpy saves as raw records, are read as the declared type; an integer dt refuses NaN and values
+    out of its range: `trnsim.inputs.npy`). Raises TrnsimError (naming `what`)
+        when the array does not fit in this machine's memory or the file cannot be used.
     """
     if init is None or init == "zeros":
         return _alloc(np.zeros, shape, dt, what)
@@ -58,18 +61,12 @@ def initial_values(
         )
     full = Path(path)
     try:
-        data = np.load(full, mmap_mode="r")
-    except (OSError, ValueError) as e:
-        raise TrnsimError(f"{what}: cannot read {full}: {e}") from None
-    if not isinstance(data, np.ndarray):  # a .npz archive
-        raise TrnsimError(f"{what}: {full} is not a .npy file of one array")
-    if tuple(data.shape) != tuple(shape):
-        raise TrnsimError(f"{what}: {full} has shape {list(data.shape)}, expected {list(shape)}")
-    if data.dtype.kind not in "biuf":
-        raise TrnsimError(
-            f"{what}: {full} holds {data.dtype} values; expected numbers (bool, "
-            f"integer or float) to convert to {dt.name}"
-        )
+        data = as_declared(open_npy(full), dt)
+        if tuple(data.shape) != tuple(shape):
+            raise NpyError(f"has shape {list(data.shape)}", f"shape {list(shape)}")
+        check_integer_values(data, dt)
+    except NpyError as e:
+        raise TrnsimError(f"{what}: {full}: {e}") from None
     out = _alloc(np.empty, shape, dt, what)
     if out.ndim == 0:
         out[()] = _convert(np.asarray(data), dt)

@@ -5,7 +5,9 @@ so that workers need no shared file system; and the worker's side, which lays th
 once per set of params (params may change which files it names), for its init files and its
 default chip and mode. The bundle's `digest` hashes the text and the files: a sweep point is
 identified by it, not by the path. Init files named by absolute paths are not moved: they must
-exist on the workers.
+exist on the workers. The loader's options travel with the bundle: init files outside the
+trace's folder are refused by the workers' load (and not read here) unless
+`allow_outside_files`, and `max_instructions` limits the trace's size as in `trnsim run`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 from trnsim.errors import TrnsimError
 from trnsim.inputs.load import load_yaml
-from trnsim.trace import loads
+from trnsim.inputs.npy import inside
+from trnsim.trace import MAX_INSTRUCTIONS, loads
 from trnsim.trace.params import apply_params
 from trnsim.trace.program import Program
 
@@ -34,9 +37,16 @@ class TraceBundle:
     text: str
     files: tuple[tuple[str, bytes], ...] = ()
     digest: str = field(default="", compare=False)
+    allow_outside_files: bool = False
+    max_instructions: int = MAX_INSTRUCTIONS
 
     @staticmethod
-    def read(path: str, params_sets: Iterable[Mapping[str, str]]) -> tuple[TraceBundle, dict]:
+    def read(
+        path: str,
+        params_sets: Iterable[Mapping[str, str]],
+        allow_outside_files: bool = False,
+        max_instructions: int = MAX_INSTRUCTIONS,
+    ) -> tuple[TraceBundle, dict]:
         """The bundle of the trace at `path`, and for each params set (keyed by its sorted
         items) the trace's (chip, mode), or the TrnsimError its document raises. A trace that
         cannot be read raises TrnsimError.
@@ -70,6 +80,8 @@ class TraceBundle:
             for name in init_files(doc):
                 if Path(name).is_absolute():
                     continue  # read where it is, by the workers
+                if not allow_outside_files and not inside(base / name, base):
+                    continue  # refused by the workers' load, naming the trace's line
                 rel = Path(os.path.relpath(base / name, base)).as_posix()
                 if rel not in files:
                     try:
@@ -80,12 +92,22 @@ class TraceBundle:
         h = hashlib.sha256(text.encode())
         for name, data in items:
             h.update(b"\0" + name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
-        return TraceBundle(path, text, items, h.hexdigest()[:16]), found
+        bundle = TraceBundle(
+            path, text, items, h.hexdigest()[:16], allow_outside_files, max_instructions
+        )
+        return bundle, found
 
     def load(self, params: Mapping[str, str]) -> Program:
         """The Program, loaded from the bundle alone (init files from a private copy)."""
         base = _laid_out(self) if self.files else Path(".")
-        return loads(self.text, source=self.source, base_dir=base, params=params)
+        return loads(
+            self.text,
+            source=self.source,
+            base_dir=base,
+            params=params,
+            allow_outside_files=self.allow_outside_files,
+            max_instructions=self.max_instructions,
+        )
 
 
 def init_files(doc: Any) -> list[str]:
@@ -124,6 +146,7 @@ def _laid_out(bundle: TraceBundle) -> Path:
     tmp = tempfile.TemporaryDirectory(prefix="trnsim-sweep-")
     ups = max(sum(1 for p in PurePosixPath(n).parts if p == "..") for n, _ in bundle.files)
     folder = Path(tmp.name).joinpath(*["t"] * ups)
+    folder.mkdir(parents=True, exist_ok=True)  # `t/../x.npy` needs `t` even with no file in it
     for name, data in bundle.files:
         target = Path(os.path.normpath(folder / name))
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,9 @@ resuming from a table that already holds some of them (see `trnsim.sweep.runner`
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from trnsim import __version__
 from trnsim.config import ChipConfig, load_chip
@@ -30,10 +31,16 @@ class Point:
 
 
 def points(
-    traces: list[str], chips: list[str], axes: list[Axis], fixed: list[tuple], mode: str | None
+    traces: list[str],
+    chips: list[str],
+    axes: list[Axis],
+    fixed: list[tuple],
+    mode: str | None,
+    loading: Mapping[str, Any] | None = None,
 ) -> list[Point]:
     """Every point in grid order (traces, then chips, then each axis's values, the last axis
-    fastest), each with its row's identifying columns and its task, or its error."""
+    fastest), each with its row's identifying columns and its task, or its error. `loading`
+    holds the trace loader's options (`allow_outside_files`, `max_instructions`)."""
     fixed_params = {k[len(PARAM) :]: v for k, v in fixed if k.startswith(PARAM)}
     fixed_cfg = [f"{k}={v}" for k, v in fixed if not k.startswith(PARAM)]
     set_text = " ".join(f"{k}={v}" for k, v in fixed)
@@ -47,7 +54,9 @@ def points(
     out = []
     for trace in traces:
         try:
-            bundle, found = TraceBundle.read(trace, [params_of(v) for v in combos])
+            bundle, found = TraceBundle.read(
+                trace, [params_of(v) for v in combos], **(loading or {})
+            )
         except TrnsimError as e:
             bundle, found = None, {}
             unreadable = one_line(e)

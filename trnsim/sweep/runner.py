@@ -63,11 +63,13 @@ def run_sweep(
     workers: int = 1,
     scheduler: str | None = None,
     progress: Progress | None = None,
+    loading: Mapping[str, Any] | None = None,
 ) -> SweepResult:
     """Run every point of traces x chips x grid values and return the table (see the module's
     doc). `chips` defaults to each trace's own chip; `sets` (`KEY=VALUE`) and `params`
     (`NAME=VALUE`) apply to every point. `workers` > 1 runs a Dask LocalCluster of that many
-    processes; `scheduler` (`tcp://host:port`) submits to a running Dask cluster instead."""
+    processes; `scheduler` (`tcp://host:port`) submits to a running Dask cluster instead.
+    `loading` holds the trace loader's options (`allow_outside_files`, `max_instructions`)."""
     _check_options(traces, workers, scheduler, mode)
     axes = parse_grid(grid)
     fixed = settings(sets, params)
@@ -78,7 +80,9 @@ def run_sweep(
                 "each key in one of them"
             )
     cols = table.columns([a.key for a in axes])
-    every = points(list(dict.fromkeys(traces)), list(dict.fromkeys(chips)), axes, fixed, mode)
+    every = points(
+        list(dict.fromkeys(traces)), list(dict.fromkeys(chips)), axes, fixed, mode, loading
+    )
     others = resume(out, cols, every) if out and Path(out).exists() else []
     sweep = _Sweep(every, others, cols, out, progress)
     if out:

@@ -4,7 +4,9 @@ and the SBUF/PSUM tiles a low-level kernel declares.
 Tensors and tiles need `shape` and `dtype`; a view inherits both from the tensor it views when
 omitted (and a view of a view resolves to the root tensor). Their names are identifiers, so that
 operands like `x[0:128, :]` can refer to them. `init:` is one of INITS or `{file: name.npy}`,
-resolved against the trace's folder; the file's shape must match. Errors are `TraceError`s.
+resolved against the trace's folder, inside which it must lie (symlinks resolved) unless
+allowed otherwise (`--allow-outside-files`); the file's shape must match, its values must suit
+the dtype (`trnsim.inputs.npy`). Errors are `TraceError`s.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from trnsim.dtypes import ALIASES, DTYPES, DType, dtype
+from trnsim.inputs.npy import NpyError, as_declared, check_integer_values, inside, open_npy
 from trnsim.inputs.validate import (
     Loc,
     check_keys,
@@ -41,9 +42,13 @@ PLACES = ("hbm", "host")
 MEMORIES = ("sbuf", "psum")
 
 
-def parse_tensors(section: Any, loc: Loc, base_dir: Path) -> dict[str, TensorSpec]:
+Files = tuple[Path, bool]
+"""Where init files may be: (the trace's folder, whether files outside it are allowed)."""
+
+
+def parse_tensors(section: Any, loc: Loc, files: Files) -> dict[str, TensorSpec]:
     """The `tensors:` section at `loc` -> name -> TensorSpec, views resolved, in the order
-    written; init files resolve against `base_dir`."""
+    written; init files resolve against the folder of `files`."""
     section = want_map(section, loc, "a mapping of tensor name -> {shape, dtype, ...}")
     entries, specs = {}, {}
     for name, entry in section.items():
@@ -53,27 +58,21 @@ def parse_tensors(section: Any, loc: Loc, base_dir: Path) -> dict[str, TensorSpe
         check_keys(entry, tloc, TENSOR_KEYS)
         entries[name] = (entry, tloc)
         if entry.get("view") is None:
-            shape = _shape(entry, tloc)
+            shape, dt = _shape(entry, tloc), _dtype(entry, tloc)
             on = entry["on"] if entry.get("on") is not None else "hbm"
             on = want_choice(on, tloc.key(entry, "on"), PLACES)
-            specs[name] = TensorSpec(
-                name,
-                shape,
-                _dtype(entry, tloc),
-                _init(entry, tloc, shape, base_dir),
-                on,
-                line=tloc.line,
-            )
+            init = _init(entry, tloc, shape, dt, files)
+            specs[name] = TensorSpec(name, shape, dt, init, on, line=tloc.line)
     for name in entries:
         _view(name, entries, specs, ())
     return {name: specs[name] for name in section}
 
 
 def parse_tiles(
-    section: Any, loc: Loc, tensors: Collection[str], base_dir: Path
+    section: Any, loc: Loc, tensors: Collection[str], files: Files
 ) -> dict[str, TileSpec]:
     """A `tiles:` section at `loc` -> name -> TileSpec; no tile may take the name of one of
-    `tensors`. Init files resolve against `base_dir`."""
+    `tensors`. Init files resolve against the folder of `files`."""
     section = want_map(section, loc, "a mapping of tile name -> {memory, shape, dtype}")
     tiles = {}
     for name, entry in section.items():
@@ -87,9 +86,9 @@ def parse_tiles(
             tloc.fail("missing key 'memory'", one_of(MEMORIES))
         memory = want_choice(entry["memory"], tloc.key(entry, "memory"), MEMORIES)
         shape = _shape(entry, tloc)  # the chip's config bounds shape[0] (memory.onchip)
-        tiles[name] = TileSpec(
-            name, memory, shape, _dtype(entry, tloc), _init(entry, tloc, shape, base_dir), tloc.line
-        )
+        dt = _dtype(entry, tloc)
+        init = _init(entry, tloc, shape, dt, files)
+        tiles[name] = TileSpec(name, memory, shape, dt, init, tloc.line)
     return tiles
 
 
@@ -152,8 +151,9 @@ def _dtype(entry: dict, loc: Loc) -> DType:
         loc.key(entry, "dtype").fail(unknown("dtype", name, names), one_of(DTYPES))
 
 
-def _init(entry: dict, loc: Loc, shape: tuple[int, ...], base_dir: Path) -> Any:
-    """`init:` -> None | one of INITS | ('file', path); a file's shape must be `shape`."""
+def _init(entry: dict, loc: Loc, shape: tuple[int, ...], dt: DType, files: Files) -> Any:
+    """`init:` -> None | one of INITS | ('file', path); a file must lie in the trace's folder
+    (unless allowed), hold `shape`, and values `dt` can take."""
     value = entry.get("init")
     if value is None:
         return None
@@ -167,17 +167,21 @@ def _init(entry: dict, loc: Loc, shape: tuple[int, ...], base_dir: Path) -> Any:
     if value.get("file") is None:
         iloc.fail("missing key 'file'", "{file: name.npy}")
     floc = iloc.key(value, "file")
-    path = base_dir / want_str(value["file"], floc, "a path to a .npy file")
+    base_dir, allow_outside = files
+    name = want_str(value["file"], floc, "a path to a .npy file")
+    path = base_dir / name
+    if not allow_outside and not inside(path, base_dir):
+        floc.fail(
+            f"{show(name, 200)} is outside the trace's folder {str(base_dir)!r}",
+            "a .npy file inside the trace's folder (or run with --allow-outside-files)",
+        )
     if not path.is_file():
         floc.fail(f"no file {str(path)!r}", "a .npy file (relative to the trace's folder)")
     try:
-        array = np.load(path, mmap_mode="r")
-        file_shape = tuple(array.shape)
-    except Exception as e:  # not .npy, pickled objects, a .npz archive, truncated ...
-        floc.fail(
-            f"cannot read {str(path)!r} ({e.__class__.__name__}: {e})",
-            "a .npy file saved by numpy.save",
-        )
-    if file_shape != shape:
-        floc.fail(f"the file holds shape {list(file_shape)}", f"shape {list(shape)}")
+        array = open_npy(path)
+        if tuple(array.shape) != shape:
+            floc.fail(f"the file holds shape {list(array.shape)}", f"shape {list(shape)}")
+        check_integer_values(as_declared(array, dt), dt)
+    except NpyError as e:
+        floc.fail(f"{str(path)!r}: {e.what}", e.expected)
     return ("file", str(path))

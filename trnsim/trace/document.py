@@ -71,7 +71,7 @@ from trnsim.trace.program import (
     TensorSpec,
     TileSpec,
 )
-from trnsim.trace.repeat import core_instructions
+from trnsim.trace.repeat import MAX_INSTRUCTIONS, check_size, core_instructions
 from trnsim.trace.schedule import parse_outputs, parse_streams, parse_timing
 
 __all__ = ["load", "loads"]
@@ -98,10 +98,16 @@ MODES = ("functional", "timing")
 SHORTHAND = "main"
 
 
-def load(path: str | Path, params: Mapping[str, Any] | None = None) -> Program:
+def load(
+    path: str | Path,
+    params: Mapping[str, Any] | None = None,
+    *,
+    allow_outside_files: bool = False,
+    max_instructions: int = MAX_INSTRUCTIONS,
+) -> Program:
     """Read and validate the trace file at `path` (YAML, or JSON: see `loads`); init files
     resolve against its directory. `params` sets the trace's `params:` (name -> value, see
-    `trnsim.trace.params`)."""
+    `trnsim.trace.params`); the other options are `loads`'s."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -110,7 +116,14 @@ def load(path: str | Path, params: Mapping[str, Any] | None = None) -> Program:
             f"{path}:1: trace: cannot read the file ({e.__class__.__name__}: "
             f"{e}); expected a readable UTF-8 YAML file"
         ) from None
-    return loads(text, source=str(path), base_dir=path.parent, params=params)
+    return loads(
+        text,
+        source=str(path),
+        base_dir=path.parent,
+        params=params,
+        allow_outside_files=allow_outside_files,
+        max_instructions=max_instructions,
+    )
 
 
 def loads(
@@ -118,24 +131,32 @@ def loads(
     source: str = "<string>",
     base_dir: str | Path = ".",
     params: Mapping[str, Any] | None = None,
+    *,
+    allow_outside_files: bool = False,
+    max_instructions: int = MAX_INSTRUCTIONS,
 ) -> Program:
     """Validate trace `text`; `source` names it in errors, `base_dir` anchors init files (which
-    the Program holds as absolute paths), `params` sets the trace's `params:`.
+    the Program holds as absolute paths), `params` sets the trace's `params:`. Init files must
+    lie inside `base_dir` (symlinks resolved) unless `allow_outside_files`; the low-level
+    kernels may expand to at most `max_instructions` instructions (counted before expanding).
 
     JSON (a `source` ending in .json, or text starting with `{`) is read by Python's `json`
     module, many times faster than YAML but without lines: if a check fails, the text is read
     again as YAML (JSON is YAML), with lines, and checked again, so that the error names its
     line as for YAML. The instructions of a JSON trace have line 0."""
     base = Path(os.path.abspath(base_dir))
+    options = (allow_outside_files, max_instructions)
     with no_gc():
         data = _json(text, source)
         if data is not _NOT_JSON:
             try:
-                return _TraceParser(source, base).parse(apply_params(data, source, params))
+                return _TraceParser(source, base, *options).parse(
+                    apply_params(data, source, params)
+                )
             except TraceError:
                 pass  # again, with lines: the error below names its line
         doc = apply_params(load_yaml(text, source), source, params)
-        return _TraceParser(source, base).parse(doc)
+        return _TraceParser(source, base, *options).parse(doc)
 
 
 _NOT_JSON = object()
@@ -159,9 +180,17 @@ def _json(text: str, source: str) -> Any:
 class _TraceParser:
     """One trace document -> Program. Methods parse one section each, in dependency order."""
 
-    def __init__(self, source: str, base_dir: Path):
+    def __init__(
+        self,
+        source: str,
+        base_dir: Path,
+        allow_outside: bool = False,
+        max_instructions: int = MAX_INSTRUCTIONS,
+    ):
         self.source = source
         self.base_dir = base_dir
+        self.files = (base_dir, allow_outside)  # where init files may be
+        self.max_instructions = max_instructions
         self.tensors: dict[str, TensorSpec] = {}
 
     def parse(self, doc: Any) -> Program:
@@ -189,7 +218,7 @@ class _TraceParser:
             # the chip config's lnc_allowed decides which sizes run (trnsim.chip)
             prog.lnc = want_int(get["lnc"], at["lnc"], "an integer >= 1", minimum=1)
         self.tensors = prog.tensors = parse_tensors(
-            get.get("tensors", {}), at["tensors"], self.base_dir
+            get.get("tensors", {}), at["tensors"], self.files
         )
         prog.kernels = self._kernels(get, at, prog.lnc)
         if "streams" in get:
@@ -220,6 +249,7 @@ class _TraceParser:
             at["kernels"],
             "a mapping of kernel name -> {ops: [...]} or {tiles, instructions}",
         )
+        self._check_size(section, get, at)
         kernels = {}
         for name, entry in section.items():
             kloc = at["kernels"].key(section, name)
@@ -253,6 +283,29 @@ class _TraceParser:
                 kernels[SHORTHAND] = self._kernel(SHORTHAND, shorthand, kloc, lnc, at)
         return kernels
 
+    def _check_size(self, section: dict, get: dict, at: dict) -> None:
+        """Refuse, before expanding any, kernels whose instruction lists (all cores, repeat
+        blocks unrolled) add up to more than `max_instructions`; malformed entries are left to
+        the kernel parser."""
+        lists = []
+        for name, entry in section.items():
+            if not isinstance(entry, dict):
+                continue
+            kloc = at["kernels"].key(section, name)
+            if isinstance(entry.get("instructions"), list):
+                lists.append((entry["instructions"], kloc.key(entry, "instructions")))
+            per_core = entry.get("per_core")
+            for i, core in enumerate(per_core if isinstance(per_core, list) else ()):
+                cloc = kloc.key(entry, "per_core").item(per_core, i)
+                if isinstance(core, dict):
+                    core, cloc = core.get("instructions"), cloc.key(core, "instructions")
+                lists.append((core, cloc))
+        if "instructions" in get:
+            lists.append((get["instructions"], at["instructions"]))
+        used, memo = 0, {}
+        for value, loc in lists:
+            used = check_size(value, loc, used, self.max_instructions, memo)
+
     def _kernel(
         self, name: str, entry: dict, loc: Loc, lnc: int | None, at: dict | None = None
     ) -> KernelSpec:
@@ -274,7 +327,7 @@ class _TraceParser:
             return KernelSpec(name, ops=self._ops(entry["ops"], at["ops"]), line=loc.line)
         shared = {}
         if "tiles" in given:
-            shared = parse_tiles(entry["tiles"], at["tiles"], self.tensors, self.base_dir)
+            shared = parse_tiles(entry["tiles"], at["tiles"], self.tensors, self.files)
         if "instructions" in given:
             cores = [self._core(shared, entry["instructions"], at["instructions"])]
         elif "per_core" in given:
@@ -302,7 +355,7 @@ class _TraceParser:
             own = {}
             if entry.get("tiles") is not None:
                 own = parse_tiles(
-                    entry["tiles"], iloc.key(entry, "tiles"), self.tensors, self.base_dir
+                    entry["tiles"], iloc.key(entry, "tiles"), self.tensors, self.files
                 )
             for tile in own:
                 if tile in shared:

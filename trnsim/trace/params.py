@@ -11,10 +11,11 @@ A trace may declare integer parameters with their defaults, in order:
 and use them as `{expressions}` in any string value of the document (never in keys): shapes,
 slices, repeat counts, queues, file names. A value that is one whole expression (`"{batch}"`)
 becomes an integer; anything else gets each `{...}` replaced by its value's digits. Expressions
-are integer arithmetic (+ - * // % and parentheses), the language of `repeat:`'s loop variables
-(`trnsim.trace.repeat`), and may mix params with the loop variables of enclosing repeat blocks:
-`{k * batch}` inside `repeat: ..., as: k` keeps `k` for the repeat block, with `batch` replaced.
-A loop variable hides a param of the same name.
+are integer arithmetic (+ - * // % and parentheses, of limited size:
+`trnsim.trace.expressions`), the language of `repeat:`'s loop variables (`trnsim.trace.repeat`),
+and may mix params with the loop variables of enclosing repeat blocks: `{k * batch}` inside
+`repeat: ..., as: k` keeps `k` for the repeat block, with `batch` replaced. A loop variable
+hides a param of the same name.
 
 `apply_params(doc, source, overrides)` sets params from `--param name=value` strings (or ints)
 and substitutes them. A trace without `params:` is returned untouched (and any override is an
@@ -38,6 +39,7 @@ from trnsim.inputs.validate import (
     want_map,
     want_name,
 )
+from trnsim.trace.expressions import GRAMMAR, ExpressionError, parse_expression
 from trnsim.trace.repeat import _EXPR, _evaluate
 
 __all__ = ["apply_params", "parse_param_args", "PARAMS_KEY"]
@@ -45,29 +47,6 @@ __all__ = ["apply_params", "parse_param_args", "PARAMS_KEY"]
 PARAMS_KEY = "params"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INT = re.compile(r"[-+]?[0-9][0-9_]*")
-# what an expression may hold: the grammar `repeat.py` evaluates
-_NODES = (
-    ast.Expression,
-    ast.BinOp,
-    ast.UnaryOp,
-    ast.Constant,
-    ast.Name,
-    ast.Load,
-    ast.Add,
-    ast.Sub,
-    ast.Mult,
-    ast.FloorDiv,
-    ast.Mod,
-    ast.USub,
-    ast.UAdd,
-)
-_SYMBOL = {
-    ast.Pow: "**",
-    ast.Div: "/ (use //)",
-    ast.Call: "a call",
-    ast.Attribute: "an attribute",
-    ast.Constant: "a constant that is no integer",
-}
 
 
 def parse_param_args(texts: Iterable[str], option: str = "--param") -> dict[str, str]:
@@ -188,21 +167,13 @@ def _expression(text: str, params: dict[str, int], scope: frozenset[str], loc: L
     expected = (
         f"an integer expression of the params {', '.join(params)}"
         + (f" and loop variables {', '.join(sorted(scope))}" if scope else "")
-        + " with + - * // % and parentheses"
+        + f" with {GRAMMAR}"
     )
     try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError:
-        loc.fail(f"cannot read {{{text}}}", expected)
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.append(node.id)
-        elif not isinstance(node, _NODES) or (
-            isinstance(node, ast.Constant) and type(node.value) is not int
-        ):
-            what = _SYMBOL.get(type(node), type(node).__name__.lower())
-            loc.fail(f"cannot evaluate {what} in {{{text}}}", expected)
+        tree = parse_expression(text)
+    except ExpressionError as e:
+        loc.fail(str(e), expected)
+    names = [node.id for node in ast.walk(tree) if isinstance(node, ast.Name)]
     for name in names:
         if name not in params and name not in scope:
             loc.fail(

@@ -13,8 +13,12 @@ expanded first). Expanded instructions are numbered consecutively (`index`) and 
 the body instruction they come from. With `as: k` the body's string fields may hold `{expression}`s
 of the loop variable (integer arithmetic), replaced in each iteration, so a loop can walk over a
 tensor. Errors inside a body name its key path, such as `instructions[1].instructions[0].wait.mm`.
-A core's program may expand to at most MAX_INSTRUCTIONS (10,000,000) instructions. The semaphore
-check runs on the expanded program.
+The semaphore check runs on the expanded program.
+
+Size: `count_instructions` gives what a list expands to from the repeat counts alone, before
+anything is unrolled (a body shared through a YAML alias is counted at every use, computed once):
+the trace loader refuses a trace whose kernels expand to more than its limit (MAX_INSTRUCTIONS
+by default, `--max-instructions`) before expanding any of them.
 
 Speed: a body without a loop variable is parsed once for all its iterations, whose instructions
 are copies made without re-running the dataclasses' `__init__`; each `{expression}` text is
@@ -25,7 +29,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import operator
 import re
 from collections import defaultdict
 from collections.abc import Callable, Collection
@@ -33,15 +36,19 @@ from dataclasses import replace
 from typing import Any
 
 from trnsim.inputs.positions import PosList
-from trnsim.inputs.validate import Loc, check_keys, want_int, want_list
+from trnsim.inputs.validate import Loc, check_keys, is_int, want_int, want_list
 from trnsim.isa import Instr
+from trnsim.trace.expressions import GRAMMAR, OPS, ExpressionError, parse_expression
 from trnsim.trace.instructions import NO_INIT, build_instruction
 from trnsim.trace.semaphores import check_semaphores_at
 
-__all__ = ["core_instructions", "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
+__all__ = ["core_instructions", "count_instructions", "MAX_INSTRUCTIONS", "REPEAT_KEYS"]
 
-MAX_INSTRUCTIONS = 10_000_000
-"""The most instructions one core's program may have once repeat blocks are expanded."""
+MAX_INSTRUCTIONS = 5_000_000
+"""The default limit on the instructions a trace's low-level kernels expand to, all kernels and
+cores together (repeat blocks unrolled; not what `ops:` lower to). Loading takes ~400 bytes an
+instruction and running in timing mode about as much again, so 5 million is ~4 GB
+(docs/trace_extensions.md, "Size limits")."""
 REPEAT_KEYS = ("repeat", "as", "instructions")
 
 # An expanded instruction before it gets its index: (parsed instruction, line, wait, where),
@@ -89,7 +96,7 @@ class _Expander:
         out: list[_Template] = []
         names = self.names
         for i, d in enumerate(items):
-            if isinstance(d, dict) and ("repeat" in d or ("instructions" in d and "op" not in d)):
+            if _is_repeat(d):
                 self._repeat(items, i, loc, out, env)
                 continue
             line = (lines[i] if i < len(lines) else 0) or loc.line
@@ -116,8 +123,9 @@ class _Expander:
                 "missing key 'repeat'",
                 "repeat: <count, an integer >= 1> next to instructions: [<body>]",
             )
-        count_loc = rloc.key(d, "repeat")
-        n = want_int(d["repeat"], count_loc, "a repeat count (an integer >= 1)", minimum=1)
+        n = want_int(
+            d["repeat"], rloc.key(d, "repeat"), "a repeat count (an integer >= 1)", minimum=1
+        )
         if d.get("instructions") is None:
             rloc.fail("missing key 'instructions'", "instructions: [...], the body to repeat")
         var = None
@@ -135,13 +143,6 @@ class _Expander:
                 self.expand(d["instructions"], bloc, body=True, env={**(env or {}), var: it})
                 for it in range(n)
             ]
-        total = len(out) + n * len(bodies[0])
-        if total > MAX_INSTRUCTIONS:
-            count_loc.fail(
-                f"repeat: {n} of a body of {len(bodies[0])} instructions makes {total} "
-                "instructions",
-                f"at most {MAX_INSTRUCTIONS} instructions per core once repeats are expanded",
-            )
         # iteration `it` waits for `v + it * k[s]`: k[s] is what one iteration signals on s
         k: dict[str, int] = defaultdict(int)
         for proto, _, _, _ in bodies[0]:
@@ -162,14 +163,58 @@ class _Expander:
             out += chunk
 
 
+def _is_repeat(d: Any) -> bool:
+    """Whether the list item `d` is read as a repeat block (else as an instruction)."""
+    return isinstance(d, dict) and ("repeat" in d or ("instructions" in d and "op" not in d))
+
+
+def count_instructions(value: Any, memo: dict[int, int]) -> int:
+    """The instructions the list `value` expands to, from its repeat counts alone (nothing is
+    unrolled). `memo` (id of a list -> its count) makes a body shared through YAML aliases cost
+    one walk while counting at every use. A malformed item counts as one instruction (or its
+    body once): the expander reports it."""
+    if not isinstance(value, list):
+        return 0
+    known = memo.get(id(value))
+    if known is not None:
+        return known
+    n = 0
+    for d in value:
+        n += _block_size(d, memo) if _is_repeat(d) else 1
+    memo[id(value)] = n
+    return n
+
+
+def check_size(value: Any, loc: Loc, used: int, limit: int, memo: dict[int, int]) -> int:
+    """`used` plus what the instruction list `value` (at `loc`) expands to; fails at the first
+    item that takes the total past `limit`, before anything is expanded."""
+    if not isinstance(value, list):
+        return used
+    for i, d in enumerate(value):
+        used += _block_size(d, memo) if _is_repeat(d) else 1
+        if used > limit:
+            where = loc.item(value, i)
+            if _is_repeat(d) and is_int(d.get("repeat")):
+                body = count_instructions(d.get("instructions"), memo)
+                what = f"repeat: {d['repeat']} of a body of {body} instructions brings"
+                where = where.key(d, "repeat")
+            else:
+                what = "this instruction brings"
+            where.fail(
+                f"{what} the trace to {used} instructions",
+                f"at most {limit} instructions from its low-level kernels and repeat: blocks "
+                "(raise the limit with --max-instructions N)",
+            )
+    return used
+
+
+def _block_size(d: dict, memo: dict[int, int]) -> int:
+    body = count_instructions(d.get("instructions"), memo)
+    count = d.get("repeat")
+    return count * body if is_int(count) and count >= 1 else body
+
+
 _EXPR = re.compile(r"\{([^{}]*)\}")
-_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-}
 
 
 def _substitute(d: dict, env: dict[str, int], where: Callable[[], Loc]) -> dict:
@@ -218,54 +263,37 @@ def _evaluate(text: str, env: dict[str, int], where: Callable[[], Loc]) -> int:
 
 @functools.lru_cache(maxsize=1 << 12)
 def _compiled(text: str) -> Any:
-    """The code of the expression `text` if it holds only integer constants, names, unary + -
-    and the binary operators of _OPS; else None."""
+    """The code of the expression `text` if it is in the language (`parse_expression`: integer
+    constants, names, + - * // % and parentheses, within its size limits); else None."""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError:
+        return compile(parse_expression(text), "<expression>", "eval")
+    except ExpressionError:
         return None
-    for node in ast.walk(tree.body):
-        if not (
-            isinstance(node, ast.Constant)
-            and type(node.value) is int
-            or isinstance(node, ast.Name)
-            and not node.id.startswith("__")
-            or isinstance(node, (ast.Load, ast.USub, ast.UAdd, *_OPS))
-            or isinstance(node, ast.UnaryOp)
-            and isinstance(node.op, (ast.USub, ast.UAdd))
-            or isinstance(node, ast.BinOp)
-            and type(node.op) in _OPS
-        ):
-            return None
-    return compile(tree, "<expression>", "eval")
 
 
 def _explain(text: str, env: dict[str, int], loc: Loc) -> int:
     """Evaluate `text` node by node, failing at `loc` on the first node that cannot be
     evaluated (the reference for `_evaluate`'s compiled path)."""
-    expected = (
-        f"an integer expression of {', '.join(env)} with + - * // % and parentheses, like {{k*128}}"
-    )
+    expected = f"an integer expression of {', '.join(env)} with {GRAMMAR}, like {{k*128}}"
     try:
-        tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        loc.fail(f"cannot read {{{text}}}", expected)
+        tree = parse_expression(text).body
+    except ExpressionError as e:
+        loc.fail(str(e), expected)
 
     def ev(node) -> int:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
+        if isinstance(node, ast.Constant):
             return node.value
-        if isinstance(node, ast.Name) and node.id in env:
+        if isinstance(node, ast.Name):
+            if node.id not in env:
+                loc.fail(f"cannot evaluate {node.id!r} in {{{text}}}", expected)
             return env[node.id]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        if isinstance(node, ast.UnaryOp):
             v = ev(node.operand)
             return -v if isinstance(node.op, ast.USub) else v
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            a, b = ev(node.left), ev(node.right)
-            if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b == 0:
-                loc.fail(f"{{{text}}} divides by zero", expected)
-            return _OPS[type(node.op)](a, b)
-        what = node.id if isinstance(node, ast.Name) else ast.dump(node)[:40]
-        loc.fail(f"cannot evaluate {what!r} in {{{text}}}", expected)
+        a, b = ev(node.left), ev(node.right)  # a BinOp of OPS: parse_expression checked
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b == 0:
+            loc.fail(f"{{{text}}} divides by zero", expected)
+        return OPS[type(node.op)](a, b)
 
     return ev(tree)
 
