@@ -447,3 +447,16 @@ def test_out_dir_in_timing_mode_is_refused_before_running(tmp_path):
     assert_one_line_error(result)
     assert "computes no values to save" in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_running_out_of_memory_is_a_one_line_error_not_a_bug(monkeypatch):
+    import trnsim.cli.traces as traces
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(traces, "run_program", exhausted)
+    r = CliRunner().invoke(main, ["run", str(TRACES / "matmul_gelu.yaml")])
+    assert r.exit_code == 2
+    assert r.output.strip().startswith("error: this machine ran out of memory; try --mode timing")
+    assert "internal error" not in r.output and len(r.output.strip().splitlines()) == 1

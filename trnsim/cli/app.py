@@ -116,8 +116,8 @@ def _quiet_exit_on_closed_pipe() -> None:
 
 
 class _Group(click.Group):
-    """A click group that turns every TrnsimError into `error: <message>` and exit code 2, a
-    closed stdout into a quiet exit, and lists its commands with whole summaries."""
+    """A click group that turns every TrnsimError (and a MemoryError) into `error: <message>` and
+    exit code 2, a closed stdout into a quiet exit, and lists its commands with whole summaries."""
 
     group_class = type  # subgroups (`configs`) are _Groups too
 
@@ -134,6 +134,13 @@ class _Group(click.Group):
             raise
         except (click.exceptions.Exit, click.Abort):
             raise
+        except MemoryError:  # not a bug: the work does not fit this machine
+            click.echo(
+                "error: this machine ran out of memory; try --mode timing (shapes only, no "
+                "values), a smaller workload, or a lower --max-instructions",
+                err=True,
+            )
+            ctx.exit(2)
         except Exception as e:  # a bug in trnsim: still one line, unless --debug
             if ctx.find_root().params.get("debug"):
                 raise
