@@ -110,7 +110,15 @@ def lower_permute(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dims: lis
     if nd < 2 or perm[-1] == nd - 1:
         _permute_rows(b, x, out, perm)
     elif perm == [*range(nd - 2), nd - 1, nd - 2]:
-        lower_transpose(b, cfg, x, out, -2, -1)
+        part = b.part
+        if part[1] > 1 and to.shape[-2] % cfg.core.sbuf.partitions:
+            if part[0]:  # transpose splits by blocks of 128 rows: here the first core does all
+                return
+            b.part = (0, 1)
+        try:
+            lower_transpose(b, cfg, x, out, -2, -1)
+        finally:
+            b.part = part
     else:
         raise TraceError(
             f"permute: dims {list(dims)} move x's last dim elsewhere than a swap of the last "

@@ -72,7 +72,7 @@ def on_last_dim(dim, nd: int) -> bool:
     try:
         return nd <= 1 or reduce_dims("", dim, nd) == [nd - 1]
     except TraceError:
-        return True  # the lowering reports it
+        return False  # lower_any reports it
 
 
 def _out_shape(shape, dims, keepdim) -> list[int]:
