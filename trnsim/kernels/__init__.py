@@ -17,6 +17,7 @@ import math
 
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
+from trnsim.kernels.argmax import lower_argmax
 from trnsim.kernels.attention import lower_attention
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.elementwise import (  # noqa: F401
@@ -31,7 +32,7 @@ from trnsim.kernels.gather import lower_embedding
 from trnsim.kernels.loss import lower_loss
 from trnsim.kernels.matmul import lower_matmul
 from trnsim.kernels.movement import lower_cat, lower_contiguous, lower_permute, lower_split
-from trnsim.kernels.reduce import lower_argmax, on_last_dim
+from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction, rows_fit
 from trnsim.kernels.softmax import lower_softmax

@@ -1,4 +1,4 @@
-"""Reductions (`sum`, `mean`, `amax`, `amin`) over any dims, and `argmax` over the last.
+"""Reductions (`sum`, `mean`, `amax`, `amin`) over any dims.
 
 `rows.lower_reduction` keeps the last-dim case (a row per partition, one `tensor_reduce`);
 the others come here. x's dims are sorted into kept and reduced ones (dims of size 1 left
@@ -16,11 +16,6 @@ out), runs of one kind merged into groups, so x is [..., K, R] or [..., R, K] in
 Outer kept groups are loops (one output block each); outer reduced groups are combined into
 the same accumulator.
 
-`argmax` over the last dim, per block of 128 rows: the row max (VectorE), x == max as a mask,
-`select` of the column index (a GpSimd `iota`) or a large number, and the row minimum of that:
-the first index of the max, as PyTorch gives. The indices are written as out's dtype (int32 or
-a float: the simulator has no int64).
-
 With LNC 2 the output blocks alternate between the cores (`b.part`); the op is then isolated
 (`kernels.ALONE`).
 """
@@ -35,8 +30,6 @@ from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import (
     DmaCopy,
-    Iota,
-    Select,
     TensorCopy,
     TensorReduce,
     TensorScalar,
@@ -44,9 +37,9 @@ from trnsim.isa import (
     Transpose,
 )
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import _blocks, flat_blocks, row_blocks
+from trnsim.kernels.layout import _blocks, flat_blocks
 
-__all__ = ["lower_any", "lower_argmax", "on_last_dim", "reduce_dims"]
+__all__ = ["lower_any", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
 
 ALU = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 CHUNK = 4096  # free elements of a [K, R] chunk (16 KiB of fp32 a partition)
@@ -334,48 +327,14 @@ def _flat(index: tuple, sizes: list[int]) -> int:
     return out
 
 
-def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=None, keepdim=False):
-    """out = argmax(x, dim, keepdim) over the last dim (module doc)."""
-    tx, to = b.tensors[x], b.tensors[out]
-    nd = len(tx.shape)
-    if nd == 0 or not (on_last_dim(dim, nd) and (dim is not None or nd == 1)):
-        raise TraceError(
-            f"argmax: dim {dim!r} of x {list(tx.shape)}; only the last dim is lowered yet"
-        )
-    want = list(tx.shape[:-1]) + ([1] if keepdim else [])
-    if list(to.shape) != want and not (want == [] and list(to.shape) == [1]):
-        raise TraceError(
-            f"argmax: x {list(tx.shape)} over its last dim gives {want}, but out is "
-            f"{list(to.shape)}; expected out of shape {want}"
-        )
-    P, d = cfg.core.sbuf.partitions, tx.shape[-1]
-    per_row = d * (tx.dtype.itemsize + 2 + 4)
-    budget = int(cfg.core.sbuf.partition_bytes * 0.75) - 4 * d
-    bufs = min(BUFS, budget // per_row)
-    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
-        raise TraceError(
-            f"argmax: rows of {d} elements do not fit a partition's SBUF or one VectorE "
-            f"instruction ({cfg.core.vector.dve_max_free_elements} elements); not lowered yet"
-        )
-    big = float(2 * d + 1)
-    r = Reduce(b, cfg, "amax", x, out, 1.0)
-    iota = r.tile("iota", (P, d))
-    b.emit(Iota, [], [ap(iota)], dst=ap(iota), start=0, step=1, partition_step=0)
-    for n, (index, rows) in enumerate(row_blocks(tx.shape, P, b.share(tx.shape))):
-        slot, rr = n % bufs, slice(0, rows)
-        xa = ap(r.tile(f"x{slot}", (P, d), tx.dtype), rr)
-        src = ap(x, *index)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
-        mx = ap(r.tile(f"mx{slot}", (P, 1)), rr)
-        b.emit(TensorReduce, [xa], [mx], alu="max", src=xa, dst=mx)
-        mask = ap(r.tile(f"m{slot}", (P, d), dtype("bfloat16")), rr)
-        b.emit(TensorScalar, [xa, mx], [mask], src=xa, dst=mask, op0="equal", operand0=mx)
-        cand = ap(r.tile(f"i{slot}", (P, d)), rr)
-        io = ap(iota, rr)
-        b.emit(Select, [mask, io], [cand], predicate=mask, on_true=io, on_false=big, dst=cand)
-        col = ap(r.tile(f"c{slot}", (P, 1)), rr)
-        b.emit(TensorReduce, [cand], [col], alu="min", src=cand, dst=col)
-        res = ap(r.tile(f"r{slot}", (P, 1), to.dtype), rr)
-        b.emit(TensorCopy, [col], [res], src=col, dst=res)
-        dst = ap(out, *index)
-        b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=8 + n % 4)
+def staggered(items, first, second, lag: int) -> None:
+    """first(item) for every item, and second(item, what first returned) `lag` items later:
+    an engine that runs both halves in order works on item n + lag while another engine
+    finishes item n (the buffers of lag + 1 items are live at once)."""
+    pending = []
+    for item in items:
+        pending.append((item, first(item)))
+        if len(pending) > lag:
+            second(*pending.pop(0))
+    for item, got in pending:
+        second(item, got)
