@@ -111,8 +111,8 @@ def cases(small: bool) -> list[tuple]:
 
 
 def more_cases(small: bool) -> list[tuple]:
-    """Data movement (HBM -> HBM: the DMA bound counts each byte once, at the store rate),
-    argmax and cross_entropy."""
+    """Data movement and the embedding gather (HBM -> HBM: the DMA bound counts each byte
+    written once, at the store rate), argmax and cross_entropy."""
     r, d = (2048, 4096) if small else (8192, 8192)
     b, s, h = (4, 512, 1024) if small else (8, 2048, 4096)
     n, c = (1024, 32000) if small else (4096, 128256)
@@ -130,6 +130,14 @@ def more_cases(small: bool) -> list[tuple]:
             f"permute [{b}, {s}, {h}] (1, 0, 2)",
             {"x": ((b, s, h), BF16), "out": ((s, b, h), BF16)},
             {"op": "permute", "x": "x", "out": "out", "dims": [1, 0, 2]},
+            0.0,
+            1,
+            "copy",
+        ),
+        (
+            f"embedding {n} of [{c}, {d}]",
+            {"w": ((c, d), BF16), "i": ((n,), "int32"), "out": ((n, d), BF16)},
+            {"op": "embedding", "weight": "w", "indices": "i", "out": "out"},
             0.0,
             1,
             "copy",

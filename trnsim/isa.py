@@ -127,6 +127,9 @@ class DmaCopy(Instr):
     dst: Any = f("ap", True)
     queue: int = f("int", default=0)
     transpose: bool = f("bool", default=False)
+    # a gather: dst's i-th block of src.size / src.shape[0] elements is src[indices[i]] (rows
+    # of src's first dim chosen by the integer values of `indices`, read when the copy runs)
+    indices: Any = f("ap")
 
 
 @dataclass(frozen=True)

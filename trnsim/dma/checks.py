@@ -3,9 +3,10 @@
 Rules (isa.md section 8.5): endpoints in HBM or SBUF (DMA does not reach PSUM; host memory is
 reached only by stream copy steps, over the host link); equal element counts (shapes may
 differ: the copy follows both access patterns in flat order); a dtype change is a cast through
-fp32. A transpose needs 2-D src and dst with dst = src transposed, one 2- or 4-byte dtype on
-both sides (no cast), dst in SBUF, and a chip with DMA transpose from the source's memory
-(a transpose rate > 0: NC-v2 has none).
+fp32. A gather (`indices`, integers in SBUF) takes src's rows (first dim) they name, one per
+dst block of a row's size. A transpose needs 2-D src and dst with dst = src transposed, one 2-
+or 4-byte dtype on both sides (no cast), dst in SBUF, and a chip with DMA transpose from the
+source's memory (a transpose rate > 0: NC-v2 has none).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def check_copy(ins: DmaCopy, cfg: ChipConfig) -> None:
                 f"reaches HBM and SBUF only (host copies are stream copy steps)"
             )
     src, dst = ins.src, ins.dst
-    if src.size != dst.size:
+    if ins.indices is not None:
+        check_gather(ins, cfg)
+    elif src.size != dst.size:
         raise SimError(
             f"{where}: src '{src}' has {src.size} elements {list(src.shape)} but dst "
             f"'{dst}' has {dst.size} {list(dst.shape)}"
@@ -53,6 +56,22 @@ def check_copy(ins: DmaCopy, cfg: ChipConfig) -> None:
                 f"{where}: {cfg.name} ({cfg.core.version}) has no DMA transpose from "
                 f"{src.memory.upper()}; transpose with the tensor engine instead"
             )
+
+
+def check_gather(ins: DmaCopy, cfg: ChipConfig) -> None:
+    """A gather: integer indices in SBUF (where the descriptor generator reads them), src with
+    rows (its first dim), dst of one row per index, no transpose."""
+    where, src, dst, idx = ins.label, ins.src, ins.dst, ins.indices
+    if not isinstance(idx, Ref) or idx.memory != "sbuf" or idx.dtype.is_float:
+        raise SimError(f"{where}: indices '{idx}' must be integers in SBUF (the rows to gather)")
+    if len(src.shape) != len(src.buf.shape):
+        raise SimError(f"{where}: a gather's src '{src}' must keep every dim (rows: the first)")
+    row = src.size // src.shape[0] if src.shape else 0
+    if not row or dst.size != idx.size * row or ins.transpose:
+        raise SimError(
+            f"{where}: a gather of {idx.size} rows of src '{src}' ({row} elements each) "
+            f"needs dst of {idx.size * row} elements, no transpose; dst '{dst}' has {dst.size}"
+        )
 
 
 def check_transpose(ins: DmaCopy, src: Ref, dst: Ref) -> None:

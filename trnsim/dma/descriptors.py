@@ -14,7 +14,8 @@ three grids over that order, counted in elements:
 Engines: SBUF partition `p` is served by engine `p * E // P` (16 engines, 128 partitions: 8 each),
 so a copy with an SBUF endpoint gives each engine the descriptors of its partitions (the written
 partitions when the destination is in SBUF, else the read ones). An HBM -> HBM copy deals its
-descriptors round-robin over all engines. A transpose is cut by its destination rows only.
+descriptors round-robin over all engines. A transpose is cut by its destination rows only. A
+gather is cut as if its rows were read from rows of src none adjacent to another (`gathered`).
 """
 
 from __future__ import annotations
@@ -132,3 +133,11 @@ def cut(src: Ref, dst: Ref, transpose: bool, dma: DmaConfig, partitions: int) ->
         for e in range(engines)
         if desc[e]
     ]
+
+
+def gathered(src: Ref, rows: int) -> Ref:
+    """What a gather of `rows` rows (first dim) of `src` reads, for its cost: `rows` rows of
+    src's shape, none adjacent to another (each its own run)."""
+    (start, _, _), *rest = src.ranges
+    shape = (rows, *src.shape[1:])
+    return Ref(src.buf, ((start, start + 2 * rows, 2), *rest), shape, src.key, src.text)

@@ -128,14 +128,10 @@ def lower_permute(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dims: lis
 
 
 def _permute_rows(b: KernelBuilder, x: str, out: str, perm: list[int]) -> None:
-    """A permute that keeps the last dim: out's dims j whose x dims rise towards the end
-    (taken from the last dim back) are copied whole; one copy per index of the others."""
+    """A permute that keeps the last dim: the out dims copied whole (`_whole`), one copy per
+    index of the others."""
     to = b.tensors[out]
-    keep, low = [], len(perm)
-    for j in range(len(perm) - 1, -1, -1):
-        if perm[j] < low:
-            keep.append(j)
-            low = perm[j]
+    keep = _whole(perm, list(to.shape))
     fixed = [j for j in range(len(perm)) if j not in keep]
     m = Mover(b)
     for combo in itertools.product(*(range(to.shape[j]) for j in fixed)):
@@ -145,6 +141,25 @@ def _permute_rows(b: KernelBuilder, x: str, out: str, perm: list[int]) -> None:
         for j in range(len(perm)):
             s[perm[j]] = d[j]
         m.copy(x, s, out, d)
+
+
+def _whole(perm: list[int], sizes: list[int]) -> set[int]:
+    """Out dims, the last among them, whose x dims rise in out's order (so one copy moves
+    them all: both views list them in the same order), with the largest product of sizes
+    (the fewest copies)."""
+    n = len(perm)
+    best = [math.log(max(sizes[j], 1)) for j in range(n)]
+    prev = [-1] * n
+    for j in range(n):
+        for i in range(j):
+            gain = best[i] + math.log(max(sizes[j], 1))
+            if perm[i] < perm[j] and gain > best[j]:
+                best[j], prev[j] = gain, i
+    out, j = set(), n - 1
+    while j >= 0:
+        out.add(j)
+        j = prev[j]
+    return out
 
 
 def _dim(op: str, dim, nd: int) -> int:
