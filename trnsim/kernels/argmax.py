@@ -1,9 +1,9 @@
 """`argmax` over the last dim: the first index of each row's maximum, as PyTorch gives.
 
 Per block of up to 128 rows (one row per partition): the row max (VectorE `tensor_reduce`, in
-x's dtype when it is 16-bit: exact, at the 16-bit rate); (x != max) x BIG (VectorE, one
-`tensor_scalar`, BIG a power of two above twice the row length); plus the column index (a
-GpSimd `iota`, made once; the add on GpSimd, every fourth block on VectorE); the row minimum
+x's dtype when it is 16-bit: exact, at the 16-bit rate); (x != max) x BIG into an fp32 tile
+(VectorE, one `tensor_scalar`, BIG a power of two above twice the row length); plus the column
+index, in place (a GpSimd `iota`, made once; the add on GpSimd); the row minimum
 of that (as the maximum of its negation, by ScalarE's activation reduction; VectorE's
 `tensor_reduce min` on NC-v2, whose ScalarE reduces by add only), cast to out's dtype (int32,
 or a float: the simulator has no int64) and stored. The blocks are staggered
@@ -53,8 +53,8 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
         )
     P, d, f32 = cfg.core.sbuf.partitions, tx.shape[-1], dtype("float32")
     low = tx.dtype if tx.dtype.itemsize == 2 and tx.dtype.is_float else f32  # exact
-    per_row = d * (tx.dtype.itemsize + low.itemsize + 4)
-    fixed = d * (4 + low.itemsize)  # the iota, the scratch of ScalarE's results
+    per_row = d * (tx.dtype.itemsize + 4)  # x, and the candidates (fp32: exact indices)
+    fixed = d * (4 + 2)  # the iota, the scratch of ScalarE's results
     bufs = min(BUFS, (int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - fixed) // per_row)
     if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
         raise TraceError(
@@ -75,13 +75,12 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
         b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
         mx = ap(r.tile(f"mx{slot}", (P, 1), low), rr)
         b.emit(TensorReduce, [xa], [mx], alu="max", src=xa, dst=mx)
-        off = ap(r.tile(f"m{slot}", (P, d), low), rr)  # big where x is not the max, else 0
-        b.emit(TensorScalar, [xa, mx], [off], src=xa, dst=off, op0="not_equal", operand0=mx,
+        cand = ap(r.tile(f"i{slot}", (P, d)), rr)  # big where x is not the max, else 0
+        b.emit(TensorScalar, [xa, mx], [cand], src=xa, dst=cand, op0="not_equal", operand0=mx,
                op1="multiply", operand1=big)  # fmt: skip
-        cand = ap(r.tile(f"i{slot}", (P, d)), rr)
-        io = ap(iota, rr)
-        b.emit(TensorTensor, [off, io], [cand], alu="add", src0=off, src1=io, dst=cand,
-               engine=Engine.VECTOR if n % 4 == 3 else Engine.GPSIMD)  # fmt: skip
+        io = ap(iota, rr)  # + the column index, in place
+        b.emit(TensorTensor, [cand, io], [cand], alu="add", src0=cand, src1=io, dst=cand,
+               engine=Engine.GPSIMD)  # fmt: skip
         return cand
 
     def second(item, cand):
@@ -90,7 +89,7 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
         col = ap(r.tile(f"c{slot}", (P, 1)), rr)
         res = ap(r.tile(f"r{slot}", (P, 1), to.dtype), rr)
         if on_scalar:  # max(-cand) = -min(cand), the elementwise results unread
-            junk = ap(r.tile("junk", (P, d), low), rr)
+            junk = ap(r.tile("junk", (P, d), dtype("bfloat16")), rr)
             b.emit(Activation, [cand], [junk, col], func="copy", src=cand, dst=junk, scale=-1.0,
                    reduce="max", reduce_dst=col)  # fmt: skip
             b.emit(TensorScalar, [col], [res], src=col, dst=res, op0="multiply", operand0=-1.0)
