@@ -5,10 +5,12 @@ core's instruction program, as a good NKI engineer would write them.
 (tiles and instructions, their semaphores derived by `builder.KernelBuilder`); `reference(op,
 args, arrays)` is each op's numpy result, against which `--check` compares. The lowerings:
 `matmul` (`mm`, `bmm`), `linear`, `transpose` (of the last two dims), elementwise unary and
-binary ops (`elementwise.UNARY`, `BINARY`), `softmax` and `log_softmax`, row reductions (`sum`,
-`mean`, `amax`, `amin` over the last dim), `layer_norm`, `rms_norm`, `where`, `masked_fill`
-and `scaled_dot_product_attention` (flash-style). An op without a lowering is a TraceError
-naming it. `lower_cores` splits the ops between the physical cores of an LNC 2 logical core.
+binary ops (`elementwise.UNARY`, `BINARY`), `softmax` and `log_softmax`, reductions (`sum`,
+`mean`, `amax`, `amin` over any dims), `argmax`, `layer_norm`, `rms_norm`, `where`,
+`masked_fill`, `scaled_dot_product_attention` (flash-style), data movement (`contiguous`,
+`permute`, `cat`, `split`), `embedding` (a gather DMA), `addmm`, `cross_entropy` and
+`nll_loss`. An op without a lowering is a TraceError naming it. `lower_cores` splits the ops
+between the physical cores of an LNC 2 logical core.
 """
 
 from __future__ import annotations

@@ -185,7 +185,7 @@ class Reduce:
     def store(self, col, rows: int, lo: int) -> None:
         """Scale `col` ([rows, 1] fp32) for mean, cast it, store it to out's flat [lo, lo +
         rows)."""
-        b, to = self.b, b_tensor(self.b, self.out)
+        b, to = self.b, self.b.tensors[self.out]
         res = ap(self.tile(f"res{self.n % BUFS}", (self.P, 1), to.dtype), slice(0, rows))
         if self.scale != 1.0:
             b.emit(TensorScalar, [col], [res], src=col, dst=res, op0="multiply",
@@ -204,9 +204,9 @@ class Reduce:
         outer = groups[:-2]
         kept = [g for g in outer if not g[0]]
         red = [g for g in outer if g[0]]
-        rsizes = [b_tensor(self.b, self.x).shape[d] for d in rd]
-        ksizes = [b_tensor(self.b, self.x).shape[d] for d in kd]
-        dt = b_tensor(self.b, self.x).dtype
+        rsizes = [self.b.tensors[self.x].shape[d] for d in rd]
+        ksizes = [self.b.tensors[self.x].shape[d] for d in kd]
+        dt = self.b.tensors[self.x].dtype
         chunks = list(_runs(rsizes, 0, rn, CHUNK))
         block = 0
         for okc in itertools.product(*(range(g[2]) for g in kept)):
@@ -222,7 +222,7 @@ class Reduce:
                     for cidx, cn, _ in chunks:
                         t = self.tile(f"x{slot}", (self.P, min(CHUNK, rn)), dt)
                         for kidx, n, off in _runs(ksizes, k0, k0 + kb, self.P):
-                            idx = _Index(b_tensor(self.b, self.x).shape)
+                            idx = _Index(self.b.tensors[self.x].shape)
                             for g, i in zip(kept, okc):
                                 idx.at(g[1], i)
                             for g, i in zip(red, orc):
@@ -244,9 +244,9 @@ class Reduce:
         outer = groups[:-2]
         kept = [g for g in outer if not g[0]]
         red = [g for g in outer if g[0]]
-        shape = b_tensor(self.b, self.x).shape
+        shape = self.b.tensors[self.x].shape
         rsizes, ksizes = [shape[d] for d in rd], [shape[d] for d in kd]
-        dt, block = b_tensor(self.b, self.x).dtype, 0
+        dt, block = self.b.tensors[self.x].dtype, 0
         for okc in itertools.product(*(range(g[2]) for g in kept)):
             base = _flat(okc, [g[2] for g in kept]) * kn
             for cidx, cn, coff in _runs(ksizes, 0, kn, COLS):
@@ -296,7 +296,7 @@ class Reduce:
         b, P = self.b, self.P
         if not self.mine(0):
             return
-        tx = b_tensor(b, self.x)
+        tx = b.tensors[self.x]
         blocks = flat_blocks(tx.shape, P, CHUNK)
         acc = self.tile("acc", (P, 1))
         filled = blocks[0][1]
@@ -314,10 +314,6 @@ class Reduce:
 
     def done(self) -> None:
         self.b.release(*self.psum)
-
-
-def b_tensor(b: KernelBuilder, name: str):
-    return b.tensors[name]
 
 
 def _flat(index: tuple, sizes: list[int]) -> int:
