@@ -73,3 +73,34 @@ def test_gather_errors():
     submit(s, gather(w, out, idx))
     with pytest.raises(SimError, match=r"gather index 10 is out of range 0..9"):
         s.env.run()
+
+
+GATHER_TRACE = """\
+trnsim: 1
+name: gather
+chip: trn2
+tensors:
+  w: {shape: [10, 6], dtype: float32, init: arange}
+  i: {shape: [4], dtype: int32, init: {file: i.npy}}
+  out: {shape: [4, 6], dtype: float32}
+kernels:
+  main:
+    tiles:
+      idx: {memory: sbuf, shape: [1, 4], dtype: int32}
+    instructions:
+      - {op: dma_copy, src: i, dst: idx, queue: 0, signal: {ld: 1}}
+      - {op: dma_copy, src: w, dst: out, indices: idx, queue: 1, wait: {ld: 1}}
+"""
+
+
+def test_a_trace_gathers_with_dma_copy_indices(tmp_path):
+    from click.testing import CliRunner
+
+    from trnsim.cli import main
+
+    np.save(tmp_path / "i.npy", np.array([7, 0, 9, 7], np.int32))
+    (tmp_path / "t.yaml").write_text(GATHER_TRACE)
+    r = CliRunner().invoke(main, ["run", str(tmp_path / "t.yaml"), "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    w = np.arange(60, dtype=np.float32).reshape(10, 6)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), w[[7, 0, 9, 7]])

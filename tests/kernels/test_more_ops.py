@@ -285,6 +285,10 @@ def _tensors(**shapes):
          r"cat: the inputs' dim 0 add up to 7, out's is 8"),
         ("cat", {"tensors": ["x", "nope"], "out": "o"}, {"x": (4, 6), "o": (4, 6)},
          r"cat: tensors names 'nope', which is not a tensor"),
+        ("permute", {"x": "x", "out": "o", "dims": "01"}, {"x": (4, 6), "o": (4, 6)},
+         r"permute: dims is '01'; expected a list of integers"),
+        ("cat", {"tensors": "x", "out": "o"}, {"x": (4, 6), "o": (4, 6)},
+         r"cat: tensors is 'x'; expected a list of tensor names"),
         ("split", {"x": "x", "split_size": [3, 2], "outs": ["y", "o"]},
          {"x": (4, 6), "y": (3, 6), "o": (2, 6)},
          r"split: split_size \[3, 2\]; expected a positive integer or a list of sizes adding "
@@ -370,3 +374,25 @@ def test_an_isolated_op_with_lnc_2_is_refused_next_to_an_op_on_its_tensors(ops, 
     both = [OpSpec("sum", {"x": "x", "out": "s", "dim": 0}), OpSpec("contiguous",
             {"x": "x", "out": "y"})]  # fmt: skip
     lower_cores(both, tensors, load_chip("trn2"), 2, "t.yaml")
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn3"])
+def test_argmax_on_other_chips(chip):
+    """trn1's ScalarE reduces by add only: the index minimum is VectorE's there."""
+    t = {"x": ((200, 300), "bfloat16", "normal"), "out": ((200,), "int32", None)}
+    r = _run(t, [("argmax", {"x": "x", "out": "out"})], chip=chip)
+    np.testing.assert_array_equal(r.tensor("out"), np.argmax(r.tensor("x"), axis=-1))
+
+
+def test_addmm_on_two_cores_gives_one_cores_values():
+    t = {
+        "input": ((130,), "float32", "normal"),
+        "mat1": ((300, 200), "bfloat16", "normal"),
+        "mat2": ((200, 130), "bfloat16", "normal"),
+        "out": ((300, 130), "float32", None),
+    }
+    ops = [("addmm", {"input": "input", "mat1": "mat1", "mat2": "mat2", "out": "out",
+                      "beta": 0.5, "alpha": 2.0})]  # fmt: skip
+    two, progs = _lnc_run(t, ops)
+    np.testing.assert_array_equal(two.tensor("out"), _run(t, ops).tensor("out"))
+    assert all(any(i.OP == "matmul" for i in p.instructions) for p in progs)

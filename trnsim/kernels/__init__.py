@@ -195,7 +195,7 @@ def check_args(b: KernelBuilder, op: OpSpec) -> None:
         if k == key and k not in args:
             raise TraceError(f"{op.op}: missing argument {k!r}; expected {', '.join(spec)}")
         v = args.get(k)
-        if kind != "value" and isinstance(v, str) and v not in b.tensors:
+        if kind in ("tensor", "operand") and isinstance(v, str) and v not in b.tensors:
             raise TraceError(f"{op.op}: {k} names {v!r}, which is not a tensor")
         if kind == "tensors":
             if not isinstance(v, list) or not v:
