@@ -66,8 +66,8 @@ def test_gather_errors():
         submit(s, gather(w, out, fidx))
     with pytest.raises(SimError, match=r"indices 'h' must be integers in SBUF"):
         submit(s, gather(w, out, hidx))
-    with pytest.raises(SimError, match=r"a gather of 3 rows of src 'w' \(6 elements each\) needs "
-                       r"dst of 18 elements, no transpose; dst 'out' has 24"):  # fmt: skip
+    with pytest.raises(SimError, match=r"a gather by 3 indices needs dst of a multiple of 3 "
+                       r"elements, rows that divide src's 60, no transpose; dst 'out' has 24"):  # fmt: skip
         submit(s, gather(w, out, idx, idx_index=[(0, 1, None), (0, 3, None)]))
     idx.array[:] = [0, 1, 10, 2]
     submit(s, gather(w, out, idx))

@@ -3,15 +3,16 @@
 Rules (isa.md section 8.5): endpoints in HBM or SBUF (DMA does not reach PSUM; host memory is
 reached only by stream copy steps, over the host link); equal element counts (shapes may
 differ: the copy follows both access patterns in flat order); a dtype change is a cast through
-fp32. A gather (`indices`, integers in SBUF) takes src's rows (first dim) they name, one per
-dst block of a row's size. A transpose needs 2-D src and dst with dst = src transposed, one 2-
-or 4-byte dtype on both sides (no cast), dst in SBUF, and a chip with DMA transpose from the
-source's memory (a transpose rate > 0: NC-v2 has none).
+fp32. A gather (`indices`, integers in SBUF) reads src in HBM as rows of dst.size /
+indices.size elements and copies the rows they name. A transpose needs 2-D src and dst with
+dst = src transposed, one 2- or 4-byte dtype on both sides (no cast), dst in SBUF, and a chip
+with DMA transpose from the source's memory (a transpose rate > 0: NC-v2 has none).
 """
 
 from __future__ import annotations
 
 from trnsim.config import ChipConfig
+from trnsim.dma.descriptors import run_elements
 from trnsim.errors import SimError
 from trnsim.isa import DmaCopy
 from trnsim.memory.buffer import Ref
@@ -59,18 +60,23 @@ def check_copy(ins: DmaCopy, cfg: ChipConfig) -> None:
 
 
 def check_gather(ins: DmaCopy, cfg: ChipConfig) -> None:
-    """A gather: integer indices in SBUF (where the descriptor generator reads them), src with
-    rows (its first dim), dst of one row per index, no transpose."""
+    """A gather: integer indices in SBUF (where the descriptor generator reads them); src in
+    HBM, read in flat order as rows of R = dst.size / indices.size elements, each contiguous;
+    dst's i-th block of R elements is row indices[i]; no transpose."""
     where, src, dst, idx = ins.label, ins.src, ins.dst, ins.indices
     if not isinstance(idx, Ref) or idx.memory != "sbuf" or idx.dtype.is_float:
         raise SimError(f"{where}: indices '{idx}' must be integers in SBUF (the rows to gather)")
-    if len(src.shape) != len(src.buf.shape):
-        raise SimError(f"{where}: a gather's src '{src}' must keep every dim (rows: the first)")
-    row = src.size // src.shape[0] if src.shape else 0
-    if not row or dst.size != idx.size * row or ins.transpose:
+    n = idx.size
+    row = dst.size // n if n else 0
+    if not row or dst.size != n * row or src.size % row or ins.transpose:
         raise SimError(
-            f"{where}: a gather of {idx.size} rows of src '{src}' ({row} elements each) "
-            f"needs dst of {idx.size * row} elements, no transpose; dst '{dst}' has {dst.size}"
+            f"{where}: a gather by {n} indices needs dst of a multiple of {n} elements, rows "
+            f"that divide src's {src.size}, no transpose; dst '{dst}' has {dst.size}"
+        )
+    if src.memory != "hbm" or run_elements(src) % row:
+        raise SimError(
+            f"{where}: a gather reads rows of {row} elements contiguous in HBM; src '{src}' "
+            "is not laid out so"
         )
 
 

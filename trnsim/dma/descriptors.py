@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from trnsim.config import DmaConfig
-from trnsim.memory.buffer import Ref
+from trnsim.memory.buffer import Buffer, Ref
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,9 @@ def cut(src: Ref, dst: Ref, transpose: bool, dma: DmaConfig, partitions: int) ->
     ]
 
 
-def gathered(src: Ref, rows: int) -> Ref:
-    """What a gather of `rows` rows (first dim) of `src` reads, for its cost: `rows` rows of
-    src's shape, none adjacent to another (each its own run)."""
-    (start, _, _), *rest = src.ranges
-    shape = (rows, *src.shape[1:])
-    return Ref(src.buf, ((start, start + 2 * rows, 2), *rest), shape, src.key, src.text)
+def gathered(src: Ref, rows: int, row: int) -> Ref:
+    """What a gather of `rows` rows of `row` elements of `src` reads, for its cost: that many
+    rows, none adjacent to another (each its own run), on src's memory."""
+    b = src.buf
+    buf = Buffer(b.name, b.memory, (2 * rows, row), b.dtype, None, b.offset, b.core)
+    return Ref(buf, ((0, 2 * rows, 2), (0, row, 1)), (rows, row), (), src.text)

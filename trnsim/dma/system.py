@@ -247,7 +247,7 @@ class DmaSystem:
         src, dst = ins.src, ins.dst
         key = (src, dst, ins.transpose, ins.indices, core)
         if ins.indices is not None:  # a gather moves one row of src per index
-            src = gathered(src, ins.indices.size)
+            src = gathered(src, ins.indices.size, dst.size // ins.indices.size)
         d = self.cfg.core.dma
         pieces = cut(src, dst, ins.transpose, d, self.cfg.core.sbuf.partitions)
         f = 1.0
@@ -345,7 +345,7 @@ class DmaSystem:
         src, dst = t.src, t.dst
         if src.buf.array is not None and dst.buf.array is not None:
             gather = t.ins.indices if t.ins is not None else None
-            v = src.read() if gather is None else _gather(src, gather, t.ins.label)
+            v = src.read() if gather is None else _gather(src, dst, gather, t.ins.label)
             if t.transpose:
                 v = v.T
             elif src.dtype.name != dst.dtype.name:
@@ -387,13 +387,15 @@ class DmaSystem:
             self.rec.hbm_sample(self.env.now, s, rate)
 
 
-def _gather(src: Ref, indices: Ref, label: str) -> np.ndarray:
-    """src's rows (first dim) named by `indices`' values, in their order."""
+def _gather(src: Ref, dst: Ref, indices: Ref, label: str) -> np.ndarray:
+    """The rows of src (in flat order, of dst.size / indices.size elements) that `indices`
+    name, in their order."""
     idx = indices.read().reshape(-1).astype(np.int64)
-    bad = idx[(idx < 0) | (idx >= src.shape[0])]
+    table = src.read().reshape(-1, dst.size // idx.size)
+    bad = idx[(idx < 0) | (idx >= len(table))]
     if bad.size:
         raise SimError(
-            f"{label}: gather index {int(bad[0])} is out of range 0..{src.shape[0] - 1} "
+            f"{label}: gather index {int(bad[0])} is out of range 0..{len(table) - 1} "
             f"(src '{src}')"
         )
-    return src.read()[idx]
+    return table[idx]
