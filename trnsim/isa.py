@@ -127,8 +127,8 @@ class DmaCopy(Instr):
     dst: Any = f("ap", True)
     queue: int = f("int", default=0)
     transpose: bool = f("bool", default=False)
-    # a gather: dst's i-th block of src.size / src.shape[0] elements is src[indices[i]] (rows
-    # of src's first dim chosen by the integer values of `indices`, read when the copy runs)
+    # a gather: src read in flat order as rows of R = dst.size / indices.size elements; dst's
+    # i-th block of R is row indices[i] (integers in SBUF, read when the copy runs)
     indices: Any = f("ap")
 
 

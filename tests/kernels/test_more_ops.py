@@ -396,3 +396,20 @@ def test_addmm_on_two_cores_gives_one_cores_values():
     two, progs = _lnc_run(t, ops)
     np.testing.assert_array_equal(two.tensor("out"), _run(t, ops).tensor("out"))
     assert all(any(i.OP == "matmul" for i in p.instructions) for p in progs)
+
+
+def test_losses_take_float_targets_and_refuse_one_out_of_range(tmp_path):
+    from trnsim.errors import SimError
+
+    t = {
+        "input": ((130, 50), "float32", "normal"),
+        "target": ((130,), "float32", _npy(tmp_path, "t", np.arange(130) % 50)),
+        "out": ((130,), "float32", None),
+    }
+    args = {"input": "input", "target": "target", "out": "out", "reduction": "none"}
+    _compare(_run(t, [("nll_loss", args)]), "nll_loss", args)
+    t["target"] = ((130,), "int32", _npy(tmp_path, "t", np.full(130, 50)))
+    # the positions r * 50 + 50 of rows before the last are other rows' elements (unchecked, as
+    # on the device); the last row's is past the input's end
+    with pytest.raises(SimError, match=r"gather index 6500 is out of range 0..6499"):
+        _run(t, [("cross_entropy", args)])

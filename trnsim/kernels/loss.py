@@ -16,10 +16,11 @@ With `none` each block's [rows, 1] losses are stored; with `mean` or `sum` they 
 [128, 1] column, turned into a row on TensorE and summed (`reduce.Reduce.across`), scaled by
 1 / N for the mean, and stored as one number.
 
-Targets are integers (int32: the simulator has no int64; floats holding them are rounded);
-one outside [0, C) is an error when the gather runs. `ignore_index` and class weights are not
-lowered. With LNC 2, `none` alternates blocks between the cores and `mean` and `sum` run on
-the first core alone (the op is isolated: `kernels.ALONE`).
+Targets are integers (int32: the simulator has no int64; floats holding them are rounded).
+They are not checked (PyTorch raises for one outside [0, C)): such a target picks another
+row's element, or fails the gather when that position is outside the input. `ignore_index`
+and class weights are not lowered. With LNC 2, `none` alternates blocks between the cores and
+`mean` and `sum` run on the first core alone (the op is isolated: `kernels.ALONE`).
 """
 
 from __future__ import annotations
