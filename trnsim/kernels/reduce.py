@@ -30,6 +30,9 @@ from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import (
     DmaCopy,
+    Engine,
+    Matmul,
+    Memset,
     TensorCopy,
     TensorReduce,
     TensorScalar,
@@ -43,7 +46,7 @@ __all__ = ["lower_any", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
 
 ALU = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 CHUNK = 4096  # free elements of a [K, R] chunk (16 KiB of fp32 a partition)
-COLS = 512  # columns of an [R, K] block
+COLS = 512  # columns of an [R, K] block (one PSUM bank of fp32)
 BUFS = 3
 
 
@@ -162,6 +165,9 @@ class Reduce:
         self.alu, self.P, self.f32 = ALU[op], cfg.core.sbuf.partitions, dtype("float32")
         self.n = 0  # stores so far (buffer rotation, queues)
         self.q = 0  # loads so far (queues)
+        self.q2 = -1  # load buffers handed out (`next_x`)
+        self.rows: list[str] = []  # PSUM rows of column sums (`_ByMatmul`)
+        self.m = -1  # column blocks summed so far
         self.psum = []
 
     def tile(self, key: str, shape, dt=None) -> str:
@@ -195,6 +201,19 @@ class Reduce:
         for index, n, off in _runs(list(to.shape) or [1], lo, lo + rows, rows):
             dst = ap(self.out, *index) if to.shape else ap(self.out)
             part = ap(res.name, slice(off, off + n))
+            b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=8 + self.n % 8)
+        self.n += 1
+
+    def store_row(self, row, cn: int, lo: int) -> None:
+        """Scale `row` ([1, cn] fp32, in PSUM) for mean, cast it, store it to out's flat [lo,
+        lo + cn)."""
+        b, to = self.b, self.b.tensors[self.out]
+        res = ap(self.tile(f"resrow{self.n % BUFS}", (1, COLS), to.dtype), slice(0, 1),
+                 slice(0, cn))  # fmt: skip
+        b.emit(TensorScalar, [row], [res], src=row, dst=res, op0="multiply", operand0=self.scale)
+        for index, n, off in _runs(list(to.shape) or [1], lo, lo + cn, cn):
+            dst = ap(self.out, *index) if to.shape else ap(self.out)
+            part = ap(res.name, slice(0, 1), slice(off, off + n))
             b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=8 + self.n % 8)
         self.n += 1
 
@@ -238,29 +257,29 @@ class Reduce:
                 self.store(acc, kb, base + k0)
 
     def kept_cols(self, groups) -> None:
-        """[..., R, K]: blocks of R's rows combined elementwise, then the partitions reduced
-        through TensorE transposes."""
+        """[..., R, K]: blocks of R's rows by up to COLS of K's columns, loaded as they lie.
+        Sums: TensorE adds each block's partitions into PSUM (a ones column as the stationary
+        operand, accumulating over the blocks). Max and min: the blocks folded elementwise into
+        two accumulators (VectorE and GpSimd in turn, in x's dtype when 16-bit: exact), then
+        the partitions reduced through TensorE transposes (`across`)."""
         (_, rd, rn), (_, kd, kn) = groups[-2], groups[-1]
         outer = groups[:-2]
         kept = [g for g in outer if not g[0]]
         red = [g for g in outer if g[0]]
         shape = self.b.tensors[self.x].shape
         rsizes, ksizes = [shape[d] for d in rd], [shape[d] for d in kd]
-        dt, block = self.b.tensors[self.x].dtype, 0
+        block = 0
         for okc in itertools.product(*(range(g[2]) for g in kept)):
             base = _flat(okc, [g[2] for g in kept]) * kn
             for cidx, cn, coff in _runs(ksizes, 0, kn, COLS):
                 block += 1
                 if not self.mine(block - 1):
                     continue
-                slot = self.n % BUFS
-                acc = self.tile(f"acc{slot}", (self.P, min(COLS, kn)))
-                filled = min(self.P, rn)
-                first = True
+                fold = _ByMatmul(self, cn) if self.by_matmul() else _ByEngines(self, cn)
                 for orc in itertools.product(*(range(g[2]) for g in red)):
                     for r0 in range(0, rn, self.P):
                         rb = min(self.P, rn - r0)
-                        t = acc if first else self.tile(f"x{slot}", (self.P, min(COLS, kn)), dt)
+                        t = fold.target(rb)
                         for ridx, n, off in _runs(rsizes, r0, r0 + rb, self.P):
                             idx = _Index(shape)
                             for g, i in zip(kept, okc):
@@ -269,11 +288,22 @@ class Reduce:
                                 idx.at(g[1], i)
                             idx.run(rd, ridx).run(kd, cidx)
                             self.load(idx, ap(t, slice(off, off + n), slice(0, cn)))
-                        if not first:
-                            a = ap(acc, slice(0, rb), slice(0, cn))
-                            self.combine(a, ap(t, slice(0, rb), slice(0, cn)))
-                        first = False
-                self.across(acc, filled, cn, base + coff)
+                        fold.add(t, rb)
+                fold.done(base + coff)
+
+    def by_matmul(self) -> bool:
+        dt = self.b.tensors[self.x].dtype
+        return self.alu == "add" and dt.name in ("bfloat16", "float16", "float32")
+
+    def low(self):
+        """x's dtype when it is a 16-bit float (max and min are exact in it), else fp32."""
+        dt = self.b.tensors[self.x].dtype
+        return dt if dt.is_float and dt.itemsize == 2 else self.f32
+
+    def next_x(self, cols: int, dt) -> str:
+        """The next of BUFS rotating load buffers."""
+        self.q2 += 1
+        return self.tile(f"x{self.q2 % BUFS}", (self.P, cols), dt)
 
     def across(self, acc: str, filled: int, cn: int, lo: int) -> None:
         """Reduce acc[0:filled, 0:cn] over its partitions into out's flat [lo, lo + cn)."""
@@ -313,7 +343,7 @@ class Reduce:
         self.across(acc, filled, 1, 0)
 
     def done(self) -> None:
-        self.b.release(*self.psum)
+        self.b.release(*self.psum, *self.rows)
 
 
 def _flat(index: tuple, sizes: list[int]) -> int:
@@ -334,3 +364,71 @@ def staggered(items, first, second, lag: int) -> None:
             second(*pending.pop(0))
     for item, got in pending:
         second(item, got)
+
+
+class _ByMatmul:
+    """Sums of a column block's partitions on TensorE: ones^T @ block into one PSUM row."""
+
+    def __init__(self, r: Reduce, cn: int):
+        self.r, self.cn, self.first = r, cn, True
+        dt = r.b.tensors[r.x].dtype
+        self.dt = dt
+        key = f"reduce.ones:{dt.name}"
+        if key not in r.b.scratch:
+            ones = r.b.scratch[key] = r.b.tile("ones", "sbuf", (r.P, 1), dt)
+            r.b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
+        self.ones = r.b.scratch[key]
+        if not r.rows:  # two PSUM rows in turn: one fills while the other is emptied
+            r.rows = [r.b.psum("rowsum", (1, COLS), r.f32) for _ in "ab"]
+        r.m += 1
+        self.ps = ap(r.rows[r.m % 2], slice(0, 1), slice(0, cn))
+
+    def target(self, rb: int) -> str:
+        return self.r.next_x(min(COLS, self.cn), self.dt)
+
+    def add(self, t: str, rb: int) -> None:
+        mv, st = ap(t, slice(0, rb), slice(0, self.cn)), ap(self.ones, slice(0, rb))
+        self.r.b.emit(Matmul, [st, mv], [self.ps], stationary=st, moving=mv, dst=self.ps,
+                      accumulate=not self.first)  # fmt: skip
+        self.first = False
+
+    def done(self, lo: int) -> None:
+        self.r.store_row(self.ps, self.cn, lo)
+
+
+class _ByEngines:
+    """Max or min of a column block's partitions: two accumulators folded on VectorE and
+    GpSimd in turn, merged, then reduced across the partitions (`Reduce.across`)."""
+
+    def __init__(self, r: Reduce, cn: int):
+        self.r, self.cn, self.k = r, cn, 0
+        self.dt = r.low()
+        slot = r.n % BUFS
+        self.acc = [r.tile(f"acc{slot}{h}", (r.P, min(COLS, cn)), self.dt) for h in "ab"]
+        self.filled = [0, 0]
+        self.pending = None
+
+    def target(self, rb: int) -> str:
+        if self.k < 2:  # the first block of each accumulator lands in it
+            return self.acc[self.k]
+        return self.r.next_x(min(COLS, self.cn), self.r.b.tensors[self.r.x].dtype)
+
+    def add(self, t: str, rb: int) -> None:
+        h = self.k % 2
+        if self.k < 2:
+            self.filled[h] = rb
+        else:
+            a = ap(self.acc[h], slice(0, rb), slice(0, self.cn))
+            src = ap(t, slice(0, rb), slice(0, self.cn))
+            eng = Engine.GPSIMD if h else Engine.VECTOR
+            self.r.b.emit(TensorTensor, [a, src], [a], alu=self.r.alu, src0=a, src1=src, dst=a,
+                          engine=eng)  # fmt: skip
+        self.k += 1
+
+    def done(self, lo: int) -> None:
+        r = self.r
+        if self.filled[1]:
+            a = ap(self.acc[0], slice(0, self.filled[1]), slice(0, self.cn))
+            o = ap(self.acc[1], slice(0, self.filled[1]), slice(0, self.cn))
+            r.b.emit(TensorTensor, [a, o], [a], alu=r.alu, src0=a, src1=o, dst=a)
+        r.across(self.acc[0], self.filled[0], self.cn, lo)
