@@ -144,6 +144,12 @@ def more_cases(small: bool) -> list[tuple]:
             "copy",
         ),
         (
+            f"sum [{r}, {d}] dim 0",
+            {"x": ((r, d), BF16), "out": ((d,), "float32")},
+            {"op": "sum", "x": "x", "out": "out", "dim": 0},
+            0.0,
+        ),
+        (
             f"argmax [{r}, {d}]",
             {"x": ((r, d), BF16), "out": ((r,), "int32")},
             {"op": "argmax", "x": "x", "out": "out", "dim": -1},

@@ -48,6 +48,7 @@ ALU = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 CHUNK = 4096  # free elements of a [K, R] chunk (16 KiB of fp32 a partition)
 COLS = 512  # columns of an [R, K] block (one PSUM bank of fp32)
 BUFS = 3
+LOADS = 8  # load buffers of [R, K] blocks in flight
 
 
 def reduce_dims(op: str, dim, nd: int) -> list[int]:
@@ -301,9 +302,10 @@ class Reduce:
         return dt if dt.is_float and dt.itemsize == 2 else self.f32
 
     def next_x(self, cols: int, dt) -> str:
-        """The next of BUFS rotating load buffers."""
+        """The next of LOADS rotating load buffers (small blocks: many in flight hide each
+        copy's setup and completion latency)."""
         self.q2 += 1
-        return self.tile(f"x{self.q2 % BUFS}", (self.P, cols), dt)
+        return self.tile(f"xb{self.q2 % LOADS}", (self.P, cols), dt)
 
     def across(self, acc: str, filled: int, cn: int, lo: int) -> None:
         """Reduce acc[0:filled, 0:cn] over its partitions into out's flat [lo, lo + cn)."""
