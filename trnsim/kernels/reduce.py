@@ -109,11 +109,6 @@ class _Index:
             self.entries[d] = index[k] if k < len(index) else slice(None)
         return self
 
-    def copy(self) -> _Index:
-        new = _Index(self.shape)
-        new.entries = list(self.entries)
-        return new
-
 
 def _unravel(flat: int, sizes: list[int]) -> list[int]:
     out = []
