@@ -413,3 +413,31 @@ def test_losses_take_float_targets_and_refuse_one_out_of_range(tmp_path):
     # on the device); the last row's is past the input's end
     with pytest.raises(SimError, match=r"gather index 6500 is out of range 0..6499"):
         _run(t, [("cross_entropy", args)])
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn3"])
+def test_the_new_ops_on_other_chips(tmp_path, chip):
+    """Reductions over a leading dim (TensorE sums, transposes for max), the gather DMA of
+    embedding and of the losses' pick, a permute through `transpose` (TensorE on trn1)."""
+    idx = (np.arange(150) * 7 % 300).astype(np.int32)
+    t = {
+        "x": ((300, 150), "bfloat16", "normal"),
+        "s": ((150,), "float32", None),
+        "m": ((150,), "float32", None),
+        "i": ((150,), "int32", _npy(tmp_path, "i", idx)),
+        "e": ((150, 150), "bfloat16", None),
+        "l": ((1,), "float32", None),
+        "p": ((150, 300), "bfloat16", None),
+    }
+    ops = [
+        ("sum", {"x": "x", "out": "s", "dim": 0}),
+        ("amax", {"x": "x", "out": "m", "dim": 0}),
+        ("embedding", {"weight": "x", "indices": "i", "out": "e"}),
+        ("permute", {"x": "x", "out": "p", "dims": [1, 0]}),
+    ]
+    r = _run(t, ops, chip=chip)
+    for op, args in ops:
+        _compare(r, op, args)
+    t2 = {"x": ((150, 300), "bfloat16", "normal"), "i": t["i"], "l": t["l"]}
+    args = {"input": "x", "target": "i", "out": "l"}
+    _compare(_run(t2, [("cross_entropy", args)], chip=chip), "cross_entropy", args)
