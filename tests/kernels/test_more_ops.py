@@ -271,8 +271,10 @@ def _tensors(**shapes):
          r"sum: dim \[1, 1\] names a dim twice"),
         ("amax", {"x": "x", "out": "o", "dim": 2}, {"x": (4, 6), "o": (4,)},
          r"amax: dim 2; expected dims in -2..1"),
-        ("argmax", {"x": "x", "out": "o", "dim": 0}, {"x": (4, 6), "o": (6,)},
-         r"argmax: dim 0 of x \[4, 6\]; only the last dim is lowered yet"),
+        ("argmax", {"x": "x", "out": "o", "dim": [0, 1]}, {"x": (4, 6), "o": (6,)},
+         r"argmax: dim \[0, 1\] of x \[4, 6\]; expected one dim in -2..1"),
+        ("argmax", {"x": "x", "out": "o", "dim": 0}, {"x": (4, 6), "o": (4,)},
+         r"argmax: x \[4, 6\] over dim 0 gives \[6\], but out is \[4\]"),
         ("permute", {"x": "x", "out": "o", "dims": [0, 0]}, {"x": (4, 6), "o": (4, 6)},
          r"permute: dims \[0, 0\] for x \[4, 6\]; expected a permutation of 0..1"),
         ("permute", {"x": "x", "out": "o", "dims": [1, 0]}, {"x": (4, 6), "o": (4, 6)},
@@ -441,3 +443,29 @@ def test_the_new_ops_on_other_chips(tmp_path, chip):
     t2 = {"x": ((150, 300), "bfloat16", "normal"), "i": t["i"], "l": t["l"]}
     args = {"input": "x", "target": "i", "out": "l"}
     _compare(_run(t2, [("cross_entropy", args)], chip=chip), "cross_entropy", args)
+
+
+@pytest.mark.parametrize(
+    "shape,dim", [((300, 70), 0), ((2, 130, 7), 1), ((3, 4, 5, 6), -3), ((260, 3, 200), 0)]
+)
+@pytest.mark.parametrize("dt", ["bfloat16", "float32"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_over_other_dims(shape, dim, dt, keepdim):
+    out = tuple(1 if k == dim % len(shape) else n for k, n in enumerate(shape)
+                if keepdim or k != dim % len(shape))  # fmt: skip
+    t = {"x": (shape, dt, "normal"), "out": (out, "int32", None)}
+    args = {"x": "x", "out": "out", "dim": dim, "keepdim": keepdim}
+    r = _run(t, [("argmax", args)])
+    want = np.argmax(r.tensor("x").astype(np.float64), axis=dim)
+    np.testing.assert_array_equal(r.tensor("out").reshape(want.shape), want)
+
+
+def test_argmax_over_a_leading_dim_takes_the_first_of_equal_maxima(tmp_path):
+    x = np.zeros((300, 130), np.float32)
+    x[5, :] = x[200, :] = x[299, :] = 1.0  # ties within a block and across blocks
+    x[250, 7] = 2.0
+    t = {"x": ((300, 130), "float32", _npy(tmp_path, "x", x)), "out": ((130,), "int32", None)}
+    r = _run(t, [("argmax", {"x": "x", "out": "out", "dim": 0})])
+    want = np.full(130, 5)
+    want[7] = 250
+    np.testing.assert_array_equal(r.tensor("out"), want)

@@ -87,14 +87,17 @@ to one core): with LNC 2, no other op of the kernel may touch their tensors (`_c
 
 
 def isolated(op: OpSpec, tensors: dict[str, TensorSpec], cfg: ChipConfig) -> bool:
-    """Whether `op` is one of ALONE, or a reduction over other dims than the last or over rows
-    too long for `rows` (`reduce.lower_any` shares its blocks otherwise)."""
+    """Whether `op` is one of ALONE, a reduction over other dims than the last or over rows
+    too long for `rows` (`reduce.lower_any` shares its blocks otherwise), or an argmax over
+    another dim than the last."""
     if op.op in ALONE:
         return True
     x = op.args.get("x")
     if op.op in REDUCTIONS and x in tensors:
         tx = tensors[x]
         return not (on_last_dim(op.args.get("dim", -1), len(tx.shape)) and rows_fit(cfg, tx))
+    if op.op == "argmax" and x in tensors:
+        return not on_last_dim(op.args.get("dim", -1), len(tensors[x].shape))
     return False
 
 

@@ -1,4 +1,4 @@
-"""`argmax` over the last dim: the first index of each row's maximum, as PyTorch gives.
+"""`argmax` over one dim: the first index of the maximum, as PyTorch gives.
 
 Per block of up to 128 rows (one row per partition): the row max (VectorE `tensor_reduce`, in
 x's dtype when it is 16-bit: exact, at the 16-bit rate); (x != max) x BIG into an fp32 tile
@@ -8,6 +8,8 @@ of that (as the maximum of its negation, by ScalarE's activation reduction; Vect
 `tensor_reduce min` on NC-v2, whose ScalarE reduces by add only), cast to out's dtype (int32,
 or a float: the simulator has no int64) and stored. The blocks are staggered
 (`reduce.staggered`): VectorE works on block n + 2 while GpSimd and ScalarE finish block n.
+Over another dim than the last, `_argmax_across` turns blocks on TensorE so that the dim lies
+along the free axis, and keeps a running (max, index) per column.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from trnsim.isa import (
     DmaCopy,
     Engine,
     Iota,
+    Select,
     TensorCopy,
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    Transpose,
 )
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
-from trnsim.kernels.reduce import Reduce, on_last_dim, staggered
+from trnsim.kernels.reduce import Reduce, _runs, _unravel, staggered
 
 __all__ = ["lower_argmax"]
 
@@ -38,13 +42,16 @@ SBUF_SHARE = 0.75
 
 
 def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, keepdim=False):
-    """out = argmax(x, dim, keepdim) over the last dim (module doc)."""
+    """out = argmax(x, dim, keepdim) (module doc)."""
     tx, to = b.tensors[x], b.tensors[out]
     nd = len(tx.shape)
-    if nd == 0 or not (on_last_dim(dim, nd) and (dim is not None or nd == 1)):
+    if nd == 0 or isinstance(dim, bool) or not isinstance(dim, int) or not -nd <= dim < nd:
         raise TraceError(
-            f"argmax: dim {dim!r} of x {list(tx.shape)}; only the last dim is lowered yet"
+            f"argmax: dim {dim!r} of x {list(tx.shape)}; expected one dim in {-nd}..{nd - 1}"
         )
+    if dim % nd != nd - 1:
+        _argmax_across(b, cfg, x, out, dim % nd, keepdim)
+        return
     want = list(tx.shape[:-1]) + ([1] if keepdim else [])
     if list(to.shape) != want and not (want == [] and list(to.shape) == [1]):
         raise TraceError(
@@ -101,3 +108,75 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
 
     blocks = enumerate(row_blocks(tx.shape, P, b.share(tx.shape)))
     staggered(blocks, first, second, bufs - 1)
+
+
+def _argmax_across(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, d: int, keepdim) -> None:
+    """argmax over dim d, not the last: per block of x's rows along d (up to 128) by up to 128
+    of the dims after it, loaded as they lie, turned on TensorE (PSUM [columns, rows]), the
+    last-dim steps per column (max, (x != max) x BIG + row index, minimum), and a running
+    (max, index) per column kept by a strict `greater` and `select` (the first maximum wins)."""
+    tx, to = b.tensors[x], b.tensors[out]
+    shape = list(tx.shape)
+    want = [1 if k == d else n for k, n in enumerate(shape) if keepdim or k != d]
+    if list(to.shape) != want:
+        raise TraceError(
+            f"argmax: x {shape} over dim {d} gives {want}, but out is {list(to.shape)}; "
+            f"expected out of shape {want}"
+        )
+    P, f32, R = cfg.core.sbuf.partitions, dtype("float32"), shape[d]
+    inner = shape[d + 1 :]
+    kin = math.prod(inner)
+    big = float(2 ** math.ceil(math.log2(2 * R + 2)))
+    r = Reduce(b, cfg, "amax", x, out, 1.0)
+    iota = r.tile("riota", (P, P))
+    b.emit(Iota, [], [ap(iota)], dst=ap(iota), start=0, step=1, partition_step=0)
+    psum = [b.psum("tp", (P, P), f32) for _ in range(2)]
+    n = blk = 0
+    for o in range(math.prod(shape[:d])):
+        for cidx, cn, coff in _runs(inner or [1], 0, kin, P):
+            blk += 1
+            if not r.mine(blk - 1):
+                continue
+            run = [ap(r.tile(f"run{k}{blk % 2}", (P, 1)), slice(0, cn)) for k in "mi"]
+            for r0 in range(0, R, P):
+                rb = min(P, R - r0)
+                t = r.next_x(P, tx.dtype)
+                entries = [*_unravel(o, shape[:d]), slice(r0, r0 + rb)]
+                entries += list(cidx) + [slice(None)] * (len(inner) - len(cidx))
+                r.load_at(entries, ap(t, slice(0, rb), slice(0, cn)))
+                tp = ap(psum[n % 2], slice(0, cn), slice(0, rb))
+                src = ap(t, slice(0, rb), slice(0, cn))
+                b.emit(Transpose, [src], [tp], src=src, dst=tp)
+                _fold_rows(b, r, tp, ap(iota, slice(0, cn), slice(0, rb)), run, r0, big, n)
+                n += 1
+            res = ap(r.tile(f"r{blk % 2}", (P, 1), to.dtype), slice(0, cn))
+            b.emit(TensorCopy, [run[1]], [res], src=run[1], dst=res)
+            lo = o * kin + coff
+            for index, k, off in _runs(list(to.shape) or [1], lo, lo + cn, cn):
+                dst, part = ap(out, *index), ap(res.name, slice(off, off + k))
+                b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=8 + blk % 8)
+    b.release(*psum)
+
+
+def _fold_rows(b, r: Reduce, tp, iota, run, r0: int, big: float, n: int) -> None:
+    """The index of each column's first maximum among rows r0.. (tp: PSUM [columns, rows]),
+    folded into the running (max, index) `run`."""
+    P, rows = r.P, slice(0, tp.index[0][1])
+    first = r0 == 0
+    m = run[0] if first else ap(r.tile(f"m{n % 2}", (P, 1)), rows)
+    b.emit(TensorReduce, [tp], [m], alu="max", src=tp, dst=m)
+    cand = ap(r.tile(f"cand{n % 2}", (P, P)), rows, slice(0, tp.index[1][1]))
+    b.emit(TensorScalar, [tp, m], [cand], src=tp, dst=cand, op0="not_equal", operand0=m,
+           op1="multiply", operand1=big)  # fmt: skip
+    b.emit(TensorTensor, [cand, iota], [cand], alu="add", src0=cand, src1=iota, dst=cand,
+           engine=Engine.GPSIMD)  # fmt: skip
+    i = run[1] if first else ap(r.tile(f"i{n % 2}", (P, 1)), rows)
+    b.emit(TensorReduce, [cand], [i], alu="min", src=cand, dst=i)
+    b.emit(TensorScalar, [i], [i], src=i, dst=i, op0="add", operand0=float(r0))
+    if first:
+        return
+    better = ap(r.tile(f"gt{n % 2}", (P, 1)), rows)  # strictly: an equal later max loses
+    b.emit(TensorTensor, [m, run[0]], [better], alu="greater", src0=m, src1=run[0], dst=better)
+    b.emit(Select, [better, i, run[1]], [run[1]], predicate=better, on_true=i,
+           on_false=run[1], dst=run[1])  # fmt: skip
+    b.emit(TensorTensor, [run[0], m], [run[0]], alu="max", src0=run[0], src1=m, dst=run[0])

@@ -177,7 +177,10 @@ class Reduce:
         return i % self.b.part[1] == self.b.part[0]
 
     def load(self, idx: _Index, dst) -> None:
-        src = ap(self.x, *idx.entries)
+        self.load_at(idx.entries, dst)
+
+    def load_at(self, entries: list, dst) -> None:
+        src = ap(self.x, *entries)
         self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.q % 8)
         self.q += 1
 
