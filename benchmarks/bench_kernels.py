@@ -106,6 +106,61 @@ def cases(small: bool) -> list[tuple]:
             },
             2 * 2 * sq * sq * 128 * h / 2,  # the unmasked half of QK^T and PV
         ),
+        *more_cases(small),
+    ]
+
+
+def more_cases(small: bool) -> list[tuple]:
+    """Data movement and the embedding gather (HBM -> HBM: the DMA bound counts each byte
+    written once, at the store rate, or twice on its HBM stack, whichever binds), argmax and
+    cross_entropy."""
+    r, d = (2048, 4096) if small else (8192, 8192)
+    b, s, h = (4, 512, 1024) if small else (8, 2048, 4096)
+    n, c = (1024, 32000) if small else (4096, 128256)
+    half = (r, d // 2)
+    return [
+        (
+            f"cat 2 x [{r}, {d // 2}] dim 1",
+            {"a": (half, BF16), "b": (half, BF16), "out": ((r, d), BF16)},
+            {"op": "cat", "tensors": ["a", "b"], "out": "out", "dim": 1},
+            0.0,
+            1,
+            "copy",
+        ),
+        (
+            f"permute [{b}, {s}, {h}] (1, 0, 2)",
+            {"x": ((b, s, h), BF16), "out": ((s, b, h), BF16)},
+            {"op": "permute", "x": "x", "out": "out", "dims": [1, 0, 2]},
+            0.0,
+            1,
+            "copy",
+        ),
+        (
+            f"embedding {n} of [{c}, {d}]",
+            {"w": ((c, d), BF16), "i": ((n,), "int32"), "out": ((n, d), BF16)},
+            {"op": "embedding", "weight": "w", "indices": "i", "out": "out"},
+            0.0,
+            1,
+            "copy",
+        ),
+        (
+            f"sum [{r}, {d}] dim 0",
+            {"x": ((r, d), BF16), "out": ((d,), "float32")},
+            {"op": "sum", "x": "x", "out": "out", "dim": 0},
+            0.0,
+        ),
+        (
+            f"argmax [{r}, {d}]",
+            {"x": ((r, d), BF16), "out": ((r,), "int32")},
+            {"op": "argmax", "x": "x", "out": "out", "dim": -1},
+            0.0,
+        ),
+        (
+            f"cross_entropy [{n}, {c}]",
+            {"x": ((n, c), BF16), "t": ((n,), "int32"), "out": ((1,), "float32")},
+            {"op": "cross_entropy", "input": "x", "target": "t", "out": "out"},
+            0.0,
+        ),
     ]
 
 
@@ -140,12 +195,13 @@ def main() -> None:
     )
     for label, tensors, args, flops, *more in cases(a.small):
         lnc = more[0] if more else 1
+        copy = more[1:] == ["copy"]
         cfg, specs, result, wall = run_case(a.chip, tensors, args, lnc)
         s = result.summary
         ns = s["device_time_ns"]
         d = cfg.core.dma
         nbytes = {n: math.prod(t.shape) * t.dtype.itemsize for n, t in specs.items()}
-        written = nbytes[args["out"]]
+        written = sum(nbytes[o] for o in args.get("outs", [args.get("out")]))
         # the cores' DMA engines together: loads at engine_bandwidth, stores at store_bandwidth
         # (a matmul's B, which every core reads, counted once)
         t_dma = (
@@ -154,6 +210,10 @@ def main() -> None:
             / lnc
             * 1e9
         )
+        if copy:  # HBM -> HBM: each byte crosses an engine once, at the store rate, and its
+            # stack twice (all of a bench's tensors share the first logical core's stack)
+            stack = cfg.hbm.bandwidth / cfg.hbm.stacks
+            t_dma = max(written / d.store_bandwidth / d.engines / lnc, 2 * written / stack) * 1e9
         t_fl = flops / peak_flops_per_core(cfg, BF16) / lnc * 1e9
         bound, which = max((t_fl, "compute"), (t_dma, "DMA"))
         instrs = sum(e["instructions"] for e in s["engines"].values()) + sum(

@@ -127,6 +127,9 @@ class DmaCopy(Instr):
     dst: Any = f("ap", True)
     queue: int = f("int", default=0)
     transpose: bool = f("bool", default=False)
+    # a gather: src read in flat order as rows of R = dst.size / indices.size elements; dst's
+    # i-th block of R is row indices[i] (integers in SBUF, read when the copy runs)
+    indices: Any = f("ap")
 
 
 @dataclass(frozen=True)

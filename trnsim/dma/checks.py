@@ -3,14 +3,16 @@
 Rules (isa.md section 8.5): endpoints in HBM or SBUF (DMA does not reach PSUM; host memory is
 reached only by stream copy steps, over the host link); equal element counts (shapes may
 differ: the copy follows both access patterns in flat order); a dtype change is a cast through
-fp32. A transpose needs 2-D src and dst with dst = src transposed, one 2- or 4-byte dtype on
-both sides (no cast), dst in SBUF, and a chip with DMA transpose from the source's memory
-(a transpose rate > 0: NC-v2 has none).
+fp32. A gather (`indices`, integers in SBUF) reads src in HBM as rows of dst.size /
+indices.size elements and copies the rows they name. A transpose needs 2-D src and dst with
+dst = src transposed, one 2- or 4-byte dtype on both sides (no cast), dst in SBUF, and a chip
+with DMA transpose from the source's memory (a transpose rate > 0: NC-v2 has none).
 """
 
 from __future__ import annotations
 
 from trnsim.config import ChipConfig
+from trnsim.dma.descriptors import run_elements
 from trnsim.errors import SimError
 from trnsim.isa import DmaCopy
 from trnsim.memory.buffer import Ref
@@ -36,7 +38,9 @@ def check_copy(ins: DmaCopy, cfg: ChipConfig) -> None:
                 f"reaches HBM and SBUF only (host copies are stream copy steps)"
             )
     src, dst = ins.src, ins.dst
-    if src.size != dst.size:
+    if ins.indices is not None:
+        check_gather(ins, cfg)
+    elif src.size != dst.size:
         raise SimError(
             f"{where}: src '{src}' has {src.size} elements {list(src.shape)} but dst "
             f"'{dst}' has {dst.size} {list(dst.shape)}"
@@ -53,6 +57,27 @@ def check_copy(ins: DmaCopy, cfg: ChipConfig) -> None:
                 f"{where}: {cfg.name} ({cfg.core.version}) has no DMA transpose from "
                 f"{src.memory.upper()}; transpose with the tensor engine instead"
             )
+
+
+def check_gather(ins: DmaCopy, cfg: ChipConfig) -> None:
+    """A gather: integer indices in SBUF (where the descriptor generator reads them); src in
+    HBM, read in flat order as rows of R = dst.size / indices.size elements, each contiguous;
+    dst's i-th block of R elements is row indices[i]; no transpose."""
+    where, src, dst, idx = ins.label, ins.src, ins.dst, ins.indices
+    if not isinstance(idx, Ref) or idx.memory != "sbuf" or idx.dtype.is_float:
+        raise SimError(f"{where}: indices '{idx}' must be integers in SBUF (the rows to gather)")
+    n = idx.size
+    row = dst.size // n if n else 0
+    if not row or dst.size != n * row or src.size % row or ins.transpose:
+        raise SimError(
+            f"{where}: a gather by {n} indices needs dst of a multiple of {n} elements, rows "
+            f"that divide src's {src.size}, no transpose; dst '{dst}' has {dst.size}"
+        )
+    if src.memory != "hbm" or run_elements(src) % row:
+        raise SimError(
+            f"{where}: a gather reads rows of {row} elements contiguous in HBM; src '{src}' "
+            "is not laid out so"
+        )
 
 
 def check_transpose(ins: DmaCopy, src: Ref, dst: Ref) -> None:

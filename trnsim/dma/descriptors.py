@@ -14,7 +14,8 @@ three grids over that order, counted in elements:
 Engines: SBUF partition `p` is served by engine `p * E // P` (16 engines, 128 partitions: 8 each),
 so a copy with an SBUF endpoint gives each engine the descriptors of its partitions (the written
 partitions when the destination is in SBUF, else the read ones). An HBM -> HBM copy deals its
-descriptors round-robin over all engines. A transpose is cut by its destination rows only.
+descriptors round-robin over all engines. A transpose is cut by its destination rows only. A
+gather is cut as if its rows were read from rows of src none adjacent to another (`gathered`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from trnsim.config import DmaConfig
-from trnsim.memory.buffer import Ref
+from trnsim.memory.buffer import Buffer, Ref
 
 
 @dataclass(frozen=True)
@@ -132,3 +133,11 @@ def cut(src: Ref, dst: Ref, transpose: bool, dma: DmaConfig, partitions: int) ->
         for e in range(engines)
         if desc[e]
     ]
+
+
+def gathered(src: Ref, rows: int, row: int) -> Ref:
+    """What a gather of `rows` rows of `row` elements of `src` reads, for its cost: that many
+    rows, none adjacent to another (each its own run), on src's memory."""
+    b = src.buf
+    buf = Buffer(b.name, b.memory, (2 * rows, row), b.dtype, None, b.offset, b.core)
+    return Ref(buf, ((0, 2 * rows, 2), (0, row, 1)), (rows, row), (), src.text)

@@ -55,8 +55,9 @@ import simpy
 
 from trnsim.config import ChipConfig
 from trnsim.dma.checks import check_copy, check_host_copy
-from trnsim.dma.descriptors import cut
+from trnsim.dma.descriptors import cut, gathered
 from trnsim.dma.fluid import Flow, FluidModel
+from trnsim.errors import SimError
 from trnsim.isa import DmaCopy
 from trnsim.memory.buffer import Ref
 from trnsim.memory.hbm import Hbm
@@ -185,7 +186,7 @@ class DmaSystem:
         src, dst = ins.src, ins.dst
         # Identical instructions share their bound operands (core.prepare), so the operands'
         # identities key the plan: each distinct copy is cut and costed once per core.
-        plan = self._plans.get((src, dst, ins.transpose, core))
+        plan = self._plans.get((src, dst, ins.transpose, ins.indices, core))
         if plan is None:
             plan = self._plan(ins, core)
         lane = self._lanes.get((core, queue))
@@ -244,6 +245,9 @@ class DmaSystem:
     def _plan(self, ins: DmaCopy, core: int) -> _Plan:
         """The copy's plan on `core`, cached per distinct copy and core."""
         src, dst = ins.src, ins.dst
+        key = (src, dst, ins.transpose, ins.indices, core)
+        if ins.indices is not None:  # a gather moves one row of src per index
+            src = gathered(src, ins.indices.size, dst.size // ins.indices.size)
         d = self.cfg.core.dma
         pieces = cut(src, dst, ins.transpose, d, self.cfg.core.sbuf.partitions)
         f = 1.0
@@ -259,7 +263,7 @@ class DmaSystem:
             src, dst, sum(p.src_bytes for p in pieces), sum(p.dst_bytes for p in pieces), work
         )
         setup = self._setup_ps + (len(pieces) - 1) * self._stagger_ps
-        plan = self._plans[(src, dst, ins.transpose, core)] = _Plan(
+        plan = self._plans[key] = _Plan(
             work,
             uses,
             self._costs(src, dst),
@@ -340,7 +344,8 @@ class DmaSystem:
     def _finish(self, t: _Transfer) -> None:
         src, dst = t.src, t.dst
         if src.buf.array is not None and dst.buf.array is not None:
-            v = src.read()
+            gather = t.ins.indices if t.ins is not None else None
+            v = src.read() if gather is None else _gather(src, dst, gather, t.ins.label)
             if t.transpose:
                 v = v.T
             elif src.dtype.name != dst.dtype.name:
@@ -380,3 +385,17 @@ class DmaSystem:
                 continue
             self._last_rate[s], last_load[s] = rate, used
             self.rec.hbm_sample(self.env.now, s, rate)
+
+
+def _gather(src: Ref, dst: Ref, indices: Ref, label: str) -> np.ndarray:
+    """The rows of src (in flat order, of dst.size / indices.size elements) that `indices`
+    name, in their order."""
+    idx = indices.read().reshape(-1).astype(np.int64)
+    table = src.read().reshape(-1, dst.size // idx.size)
+    bad = idx[(idx < 0) | (idx >= len(table))]
+    if bad.size:
+        raise SimError(
+            f"{label}: gather index {int(bad[0])} is out of range 0..{len(table) - 1} "
+            f"(src '{src}')"
+        )
+    return table[idx]

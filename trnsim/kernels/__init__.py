@@ -5,10 +5,12 @@ core's instruction program, as a good NKI engineer would write them.
 (tiles and instructions, their semaphores derived by `builder.KernelBuilder`); `reference(op,
 args, arrays)` is each op's numpy result, against which `--check` compares. The lowerings:
 `matmul` (`mm`, `bmm`), `linear`, `transpose` (of the last two dims), elementwise unary and
-binary ops (`elementwise.UNARY`, `BINARY`), `softmax` and `log_softmax`, row reductions (`sum`,
-`mean`, `amax`, `amin` over the last dim), `layer_norm`, `rms_norm`, `where`, `masked_fill`
-and `scaled_dot_product_attention` (flash-style). An op without a lowering is a TraceError
-naming it. `lower_cores` splits the ops between the physical cores of an LNC 2 logical core.
+binary ops (`elementwise.UNARY`, `BINARY`), `softmax` and `log_softmax`, reductions (`sum`,
+`mean`, `amax`, `amin` over any dims), `argmax`, `layer_norm`, `rms_norm`, `where`,
+`masked_fill`, `scaled_dot_product_attention` (flash-style), data movement (`contiguous`,
+`permute`, `cat`, `split`), `embedding` (a gather DMA), `addmm`, `cross_entropy` and
+`nll_loss`. An op without a lowering is a TraceError naming it. `lower_cores` splits the ops
+between the physical cores of an LNC 2 logical core.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import math
 
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
+from trnsim.kernels.argmax import lower_argmax
 from trnsim.kernels.attention import lower_attention
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.elementwise import (  # noqa: F401
@@ -27,9 +30,13 @@ from trnsim.kernels.elementwise import (  # noqa: F401
     lower_where,
 )
 from trnsim.kernels.fusion import chains, lower_chain
+from trnsim.kernels.gather import lower_embedding
+from trnsim.kernels.loss import lower_loss
 from trnsim.kernels.matmul import lower_matmul
+from trnsim.kernels.movement import lower_cat, lower_contiguous, lower_permute, lower_split
+from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
-from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction
+from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction, rows_fit
 from trnsim.kernels.softmax import lower_softmax
 from trnsim.kernels.transpose import lower_transpose
 from trnsim.trace.ops import OPS
@@ -71,7 +78,37 @@ FULL_READS = {  # op -> arguments it reads whole on every core (the others: by t
     "layer_norm": ("weight", "bias"),
     "rms_norm": ("weight",),
     "scaled_dot_product_attention": ("k", "v"),
+    "addmm": ("mat2", "input"),
 }
+
+ALONE = ("permute", "contiguous", "cat", "split", "embedding", "cross_entropy", "nll_loss")
+"""Ops that share their work between physical cores otherwise than by out's rows (or leave it
+to one core): with LNC 2, no other op of the kernel may touch their tensors (`_check_split`)."""
+
+
+def isolated(op: OpSpec, tensors: dict[str, TensorSpec], cfg: ChipConfig) -> bool:
+    """Whether `op` is one of ALONE, a reduction over other dims than the last or over rows
+    too long for `rows` (`reduce.lower_any` shares its blocks otherwise), or an argmax over
+    another dim than the last."""
+    if op.op in ALONE:
+        return True
+    x = op.args.get("x")
+    if op.op in REDUCTIONS and x in tensors:
+        tx = tensors[x]
+        return not (on_last_dim(op.args.get("dim", -1), len(tx.shape)) and rows_fit(cfg, tx))
+    if op.op == "argmax" and x in tensors:
+        return not on_last_dim(op.args.get("dim", -1), len(tensors[x].shape))
+    return False
+
+
+def accesses(op: OpSpec, tensors) -> list[tuple[str, str, str]]:
+    """(argument, tensor, "r" or "w") for each tensor `op` names."""
+    out = []
+    for k, v in op.args.items():
+        for name in v if isinstance(v, list) else [v]:
+            if isinstance(name, str) and name in tensors:
+                out.append((k, name, "w" if k in ("out", "outs") else "r"))
+    return out
 
 
 def lower_cores(
@@ -85,7 +122,7 @@ def lower_cores(
     another row split, is an error: such ops belong in a kernel of their own, launched after
     (launches on a stream run one after another)."""
     if cores > 1:
-        _check_split(ops, tensors, source)
+        _check_split(ops, tensors, cfg, source)
     programs = []
     for c in range(cores):
         b = KernelBuilder(tensors)
@@ -94,13 +131,18 @@ def lower_cores(
     return programs
 
 
-def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], source: str) -> None:
+def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg, source: str) -> None:
     rows_of = {}  # tensor -> the row count of the split its writer used
+    seen: dict[str, set] = {}  # tensor -> the kinds of access ("r", "w") of the ops so far
+    alone: dict[str, set] = {}  # the same, by isolated ops only
     for op in ops:
+        _check_alone(op, isolated(op, tensors, cfg), tensors, seen, alone, source)
+        if isolated(op, tensors, cfg):
+            continue
         out = op.args.get("out")
         r_out = (
             _rows(tensors[out].shape)
-            if op.op not in REDUCTIONS
+            if op.op not in REDUCTIONS and op.op != "argmax"
             else _rows(tensors[op.args["x"]].shape)
         )
         full = FULL_READS.get(op.op, ())
@@ -117,6 +159,25 @@ def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], source: str)
                     "of its own"
                 )
         rows_of[out] = r_out
+
+
+def _check_alone(op: OpSpec, mine: bool, tensors, seen: dict, alone: dict, source: str) -> None:
+    """An isolated op (`mine`) may not conflict (one access a write) with any earlier op's
+    access to its tensors, nor any op with an earlier isolated op's."""
+    for k, name, kind in accesses(op, tensors):
+        before = seen.get(name, set()) if mine else alone.get(name, set())
+        if "w" in before or (kind == "w" and before):
+            where = f"{source}:{op.line}: " if source else ""
+            raise TraceError(
+                f"{where}{op.op}: {k} {name!r} is used by another op of this kernel, and "
+                f"{'this op' if mine else 'that op'} shares its work between the physical "
+                "cores (lnc 2) otherwise than by rows; cores synchronise only between "
+                "launches: put the op in a kernel of its own"
+            )
+    for _, name, kind in accesses(op, tensors):
+        seen.setdefault(name, set()).add(kind)
+        if mine:
+            alone.setdefault(name, set()).add(kind)
 
 
 def _rows(shape) -> int:
@@ -137,8 +198,18 @@ def check_args(b: KernelBuilder, op: OpSpec) -> None:
         if k == key and k not in args:
             raise TraceError(f"{op.op}: missing argument {k!r}; expected {', '.join(spec)}")
         v = args.get(k)
-        if kind != "value" and isinstance(v, str) and v not in b.tensors:
+        if kind in ("tensor", "operand") and isinstance(v, str) and v not in b.tensors:
             raise TraceError(f"{op.op}: {k} names {v!r}, which is not a tensor")
+        if kind == "tensors":
+            if not isinstance(v, list) or not v:
+                raise TraceError(f"{op.op}: {k} is {v!r}; expected a list of tensor names")
+            for name in v:
+                if name not in b.tensors:
+                    raise TraceError(f"{op.op}: {k} names {name!r}, which is not a tensor")
+        if kind == "values" and not (
+            isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+        ):
+            raise TraceError(f"{op.op}: {k} is {v!r}; expected a list of integers")
     names = {k.rstrip("?") for k in spec}
     extra = [k for k in args if k not in names]
     if extra:
@@ -180,6 +251,8 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
             args.get("bias"),
             args.get("eps", 1e-5),
         )
+    elif op.op in ALONE or op.op in ("argmax", "addmm"):
+        _lower_more(b, cfg, op)
     elif op.op == "scaled_dot_product_attention":
         lower_attention(
             b,
@@ -195,3 +268,44 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
         lower_softmax(
             b, cfg, args["x"], args["out"], args.get("dim", -1), log=op.op == "log_softmax"
         )
+
+
+def _lower_more(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
+    """Movement, gathers, losses, argmax and addmm (one block, next to lower_op's)."""
+    a = op.args
+    if op.op == "contiguous":
+        lower_contiguous(b, cfg, a["x"], a["out"])
+    elif op.op == "permute":
+        lower_permute(b, cfg, a["x"], a["out"], a["dims"])
+    elif op.op == "cat":
+        lower_cat(b, cfg, a["tensors"], a["out"], a.get("dim", 0))
+    elif op.op == "split":
+        lower_split(b, cfg, a["x"], a["split_size"], a["outs"], a.get("dim", 0))
+    elif op.op == "embedding":
+        lower_embedding(b, cfg, a["weight"], a["indices"], a["out"])
+    elif op.op in ("cross_entropy", "nll_loss"):
+        lower_loss(b, cfg, op.op, a["input"], a["target"], a["out"], a.get("reduction", "mean"))
+    elif op.op == "argmax":
+        lower_argmax(b, cfg, a["x"], a["out"], a.get("dim", -1), a.get("keepdim", False))
+    else:  # addmm: out = beta * input + alpha * (mat1 @ mat2)
+        lower_addmm(b, cfg, a["input"], a["mat1"], a["mat2"], a["out"], a.get("beta", 1),
+                    a.get("alpha", 1))  # fmt: skip
+
+
+def lower_addmm(b: KernelBuilder, cfg: ChipConfig, inp, m1, m2, out, beta=1, alpha=1) -> None:
+    """The matmul into out, then out = beta * (out * alpha / beta + input): the scalings as
+    in-place `mul`s where alpha or beta is not 1, the input added by `add` (of out's shape, a
+    row [N] or a column [M, 1] broadcast); beta 0 leaves input out."""
+    for k, v in (("beta", beta), ("alpha", alpha)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TraceError(f"addmm: {k} {v!r}; expected a number")
+    lower_matmul(b, cfg, m1, m2, out)
+    scale = alpha / beta if beta else alpha
+    steps = [("mul", scale)] if scale != 1 else []
+    if beta:
+        steps.append(("add", inp))
+        if beta != 1:
+            steps.append(("mul", beta))
+    for name, v in steps:
+        b.barrier()  # each reads what the one before wrote: a generation of its own
+        lower_binary(b, cfg, name, out, float(v) if name == "mul" else v, out)

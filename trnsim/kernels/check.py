@@ -51,11 +51,13 @@ def expected_outputs(
                 break  # its values are the simulator's own: compare what came before it
             continue
         for i, op in enumerate(kernel.ops):
-            args = {k: v for k, v in op.args.items() if k != "out"}
-            out = op.args["out"]
+            args = {k: v for k, v in op.args.items() if k not in ("out", "outs")}
+            outs = op.args["outs"] if "outs" in op.args else [op.args["out"]]
             value = reference(op.op, args, arrays)
-            arrays[out] = _stored(np.broadcast_to(value, arrays[out].shape), dtypes[out])
-            last[out] = (f"{kernel.name}.ops[{i}] {op.op}", op.op)
+            for out, v in zip(outs, value if "outs" in op.args else [value]):
+                arrays[out] = _stored(np.broadcast_to(v, arrays[out].shape), dtypes[out])
+                key = f"{kernel.name}.ops[{i}] {op.op}"
+                last[out] = (key if len(outs) == 1 else f"{key} {out}", op.op)
     return {key: (t, arrays[t], op) for t, (key, op) in last.items()}, None
 
 

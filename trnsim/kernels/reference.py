@@ -70,7 +70,8 @@ def _log_softmax(x, dim):
 
 
 def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """The expected `out` of op `op` with `args` (tensor names or numbers) on `arrays`."""
+    """The expected `out` of op `op` with `args` (tensor names or numbers) on `arrays`; for
+    `split`, the list of its outputs."""
 
     def val(k):
         v = args[k]
@@ -97,7 +98,9 @@ def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> n
         return _log_softmax(val("x"), args.get("dim", -1))
     if op in ("sum", "mean", "amax", "amin"):
         f = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}[op]
-        return f(val("x"), axis=-1, keepdims=bool(args.get("keepdim", False)))
+        return f(val("x"), axis=_axes(args.get("dim", -1)), keepdims=bool(args.get("keepdim")))
+    if op in _MORE:
+        return _MORE[op](args, val, arrays)
     if op in ("layer_norm", "rms_norm"):
         x = val("x")
         eps = float(args.get("eps", 1e-5))
@@ -119,6 +122,56 @@ def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> n
             s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
         return np.matmul(_softmax(s, -1), v)
     raise KeyError(op)
+
+
+def _axes(dim):
+    """numpy's axis for a reduction's `dim` (None or [] is every dim)."""
+    return None if dim is None or dim == [] else tuple(dim) if isinstance(dim, list) else dim
+
+
+def _argmax(args, val, arrays):
+    x, dim = val("x"), args.get("dim", -1)
+    i = np.argmax(x, axis=dim)
+    return np.expand_dims(i, dim) if args.get("keepdim") else i
+
+
+def _split(args, val, arrays):
+    x, dim, size = val("x"), args.get("dim", 0), args["split_size"]
+    n = x.shape[dim]
+    sizes = [min(size, n - a) for a in range(0, n, size)] if isinstance(size, int) else size
+    return np.split(x, np.cumsum(sizes)[:-1], axis=dim)
+
+
+def _loss(op):
+    def f(args, val, arrays):
+        x, t = val("input"), val("target").astype(np.int64)
+        logp = _log_softmax(x, -1) if op == "cross_entropy" else x
+        loss = -logp[np.arange(len(t)), t]
+        red = args.get("reduction", "mean")
+        return loss if red == "none" else loss.sum() / (len(t) if red == "mean" else 1)
+
+    return f
+
+
+def _addmm(args, val, arrays):
+    mm = np.matmul(val("mat1"), val("mat2"))
+    beta, alpha = float(args.get("beta", 1)), float(args.get("alpha", 1))
+    return alpha * mm + (beta * val("input") if beta else 0.0)
+
+
+_MORE = {  # op -> f(args, val, arrays)
+    "argmax": _argmax,
+    "contiguous": lambda args, val, arrays: val("x"),
+    "permute": lambda args, val, arrays: np.transpose(val("x"), args["dims"]),
+    "cat": lambda args, val, arrays: np.concatenate(
+        [arrays[n].astype(np.float64) for n in args["tensors"]], axis=args.get("dim", 0)
+    ),
+    "split": _split,
+    "embedding": lambda args, val, arrays: val("weight")[val("indices").astype(np.int64)],
+    "addmm": _addmm,
+    "cross_entropy": _loss("cross_entropy"),
+    "nll_loss": _loss("nll_loss"),
+}
 
 
 def tolerance(dtype_name: str) -> tuple[float, float]:

@@ -29,8 +29,9 @@ from trnsim.isa import (
 from trnsim.kernels.broadcast import spread_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.reduce import lower_any, on_last_dim
 
-__all__ = ["REDUCTIONS", "lower_reduction", "lower_norm"]
+__all__ = ["REDUCTIONS", "lower_reduction", "lower_norm", "rows_fit"]
 
 BUFS = 3
 SBUF_SHARE = 0.75
@@ -40,11 +41,13 @@ REDUCTIONS = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 def lower_reduction(
     b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, dim=-1, keepdim=False
 ) -> None:
-    """out = op(x, dim=-1, keepdim)."""
+    """out = op(x, dim, keepdim): over the last dim here (rows that fit), over other dims
+    (or rows too long) in `reduce.lower_any`."""
     tx, to = b.tensors[x], b.tensors[out]
+    if not tx.shape or not on_last_dim(dim, len(tx.shape)) or not rows_fit(cfg, tx):
+        lower_any(b, cfg, op, x, out, dim, keepdim)
+        return
     want = tuple(tx.shape[:-1]) + ((1,) if keepdim else ())
-    if dim not in (-1, len(tx.shape) - 1, [-1], [len(tx.shape) - 1]):
-        raise TraceError(f"{op}: dim {dim}; only the last dim (-1) is lowered yet")
     if tuple(to.shape) != want and not (want == () and tuple(to.shape) in ((), (1,))):
         raise TraceError(
             f"{op}: x {list(tx.shape)} reduced over its last dim gives {list(want)}, "
@@ -152,6 +155,15 @@ def _normalize(b: KernelBuilder, op: str, xa, y, slot: int, r: slice, d: int, ep
         b.emit(Activation, [xa, s, nb], [y], func="identity", src=xa, dst=y, scale=s, bias=nb)
     else:
         b.emit(Activation, [xa, s], [y], func="identity", src=xa, dst=y, scale=s)
+
+
+def rows_fit(cfg: ChipConfig, tx) -> bool:
+    """Whether x's rows fit the row kernels (`_fits`)."""
+    try:
+        _fits(cfg, "", tx)
+    except TraceError:
+        return False
+    return True
 
 
 def _fits(cfg: ChipConfig, op: str, tx) -> tuple[int, int]:

@@ -71,9 +71,10 @@ def home_cores(program: Program) -> dict[str, int]:
                     if type(v) is Ap:
                         seen[v.name] = None
         for op in k.ops:
-            for v in op.args.values():
-                if isinstance(v, str) and v in program.tensors:
-                    seen[v] = None
+            for arg in op.args.values():
+                for v in arg if isinstance(arg, list) else [arg]:  # cat's tensors, split's outs
+                    if isinstance(v, str) and v in program.tensors:
+                        seen[v] = None
         used[name] = list(seen)
     homes: dict[str, int] = {}
     for stream in program.streams:

@@ -22,8 +22,9 @@ REDUCTIONS = ("sum", "mean", "amax", "amin")
 
 _X = {"x": "tensor", "out": "tensor"}
 
-# op -> argument -> "tensor" (names a tensor of the trace), "operand" (a tensor or a number) or
-# "value"; optional arguments end in ?
+# op -> argument -> "tensor" (names a tensor of the trace), "operand" (a tensor or a number),
+# "tensors" (a non-empty list of tensor names), "value" (anything the lowering checks) or
+# "values" (a list of integers); optional arguments end in ?
 OPS: dict[str, dict[str, str]] = {
     **{op: {"a": "tensor", "b": "tensor", "out": "tensor"} for op in ("matmul", "mm", "bmm")},
     "linear": {"x": "tensor", "weight": "tensor", "bias?": "tensor", "out": "tensor"},
@@ -44,6 +45,25 @@ OPS: dict[str, dict[str, str]] = {
         "is_causal?": "value",
         "scale?": "value",
     },  # fmt: skip
+    # data movement, gathers, losses (kernels/movement.py, gather.py, loss.py; rows.py: argmax)
+    "argmax": {**_X, "dim?": "value", "keepdim?": "value"},
+    "contiguous": _X,
+    "permute": {**_X, "dims": "values"},
+    "cat": {"tensors": "tensors", "out": "tensor", "dim?": "value"},
+    "split": {"x": "tensor", "split_size": "value", "outs": "tensors", "dim?": "value"},
+    "embedding": {"weight": "tensor", "indices": "tensor", "out": "tensor"},
+    "addmm": {
+        "input": "tensor",
+        "mat1": "tensor",
+        "mat2": "tensor",
+        "out": "tensor",
+        "beta?": "value",
+        "alpha?": "value",
+    },
+    **{
+        op: {"input": "tensor", "target": "tensor", "out": "tensor", "reduction?": "value"}
+        for op in ("cross_entropy", "nll_loss")
+    },
 }
 
 
@@ -74,3 +94,18 @@ def check_op(op: str, args: dict, loc: Loc, args_loc: Loc) -> None:
             args_loc.key(args, key).fail(
                 f"{op}: {key}: got {show(value)}", "a tensor name or a number"
             )
+        _check_list(op, key, names[key], value, args_loc.key(args, key))
+
+
+def _check_list(op: str, key: str, kind: str, value, loc: Loc) -> None:
+    """Fail at `loc` for a "tensors" argument that is not a non-empty list of names, or a
+    "values" one that is not a list of integers."""
+    items = value if isinstance(value, list) else None
+    if kind == "tensors" and not (
+        items and all(isinstance(v, str) and IDENT.fullmatch(v) for v in items)
+    ):
+        loc.fail(f"{op}: {key}: got {show(value)}", "a non-empty list of tensor names")
+    if kind == "values" and not (
+        items is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in items)
+    ):
+        loc.fail(f"{op}: {key}: got {show(value)}", "a list of integers")

@@ -1,0 +1,434 @@
+"""Reductions (`sum`, `mean`, `amax`, `amin`) over any dims.
+
+`rows.lower_reduction` keeps the last-dim case (a row per partition, one `tensor_reduce`);
+the others come here. x's dims are sorted into kept and reduced ones (dims of size 1 left
+out), runs of one kind merged into groups, so x is [..., K, R] or [..., R, K] in flat order:
+- **[..., K, R]** (the last group reduced): up to 128 of K's rows on the partitions, R in the
+  free dim in chunks of CHUNK elements: one VectorE `tensor_reduce` per chunk into a [rows, 1]
+  column, columns (and outer reduced groups) combined by `tensor_tensor`, scaled for `mean`,
+  stored;
+- **[..., R, K]** (the last group kept): blocks of 128 of R's rows by up to 512 of K's columns
+  loaded as they lie (contiguous rows: full-rate DMA) and combined elementwise into one fp32
+  accumulator (the first block lands there, cast by the DMA); then the partitions are reduced by
+  turning 128-column chunks on TensorE (`transpose` into PSUM) and one `tensor_reduce` each;
+- **everything reduced**: flat blocks over all 128 partitions, combined into a [128, 1]
+  column, turned into a row on TensorE and reduced once more.
+Outer kept groups are loops (one output block each); outer reduced groups are combined into
+the same accumulator.
+
+With LNC 2 the output blocks alternate between the cores (`b.part`); the op is then isolated
+(`kernels.ALONE`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.errors import TraceError
+from trnsim.isa import (
+    DmaCopy,
+    Engine,
+    Matmul,
+    Memset,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+    Transpose,
+)
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import _blocks, flat_blocks
+
+__all__ = ["lower_any", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
+
+ALU = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
+CHUNK = 4096  # free elements of a [K, R] chunk (16 KiB of fp32 a partition)
+COLS = 512  # columns of an [R, K] block (one PSUM bank of fp32)
+BUFS = 3
+LOADS = 8  # load buffers of [R, K] blocks in flight
+
+
+def reduce_dims(op: str, dim, nd: int) -> list[int]:
+    """The sorted dims `dim` names (an int, a list, or None: all) of an nd-dim x."""
+    dims = list(range(nd)) if dim is None or dim == [] else dim if isinstance(dim, list) else [dim]
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims) or any(
+        not -max(nd, 1) <= d < max(nd, 1) for d in dims
+    ):
+        raise TraceError(f"{op}: dim {dim!r}; expected dims in {-nd}..{nd - 1} (or a list)")
+    out = sorted({d % max(nd, 1) for d in dims})
+    if len(out) != len(dims):
+        raise TraceError(f"{op}: dim {dim!r} names a dim twice")
+    return out if nd else []
+
+
+def on_last_dim(dim, nd: int) -> bool:
+    """Whether `dim` is x's last dim only (the row reduction of `rows`)."""
+    try:
+        return nd <= 1 or reduce_dims("", dim, nd) == [nd - 1]
+    except TraceError:
+        return False  # lower_any reports it
+
+
+def _out_shape(shape, dims, keepdim) -> list[int]:
+    return [1 if d in dims else n for d, n in enumerate(shape) if keepdim or d not in dims]
+
+
+def _groups(shape, dims) -> list[tuple[bool, list[int], int]]:
+    """(reduced?, x's dims, elements) per group: runs of dims of one kind, size 1 left out."""
+    out: list = []
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        red = d in dims
+        if out and out[-1][0] == red:
+            out[-1][1].append(d)
+            out[-1] = (red, out[-1][1], out[-1][2] * n)
+        else:
+            out.append((red, [d], n))
+    return out
+
+
+class _Index:
+    """Builds x's index: per dim an int or a slice, from flat positions inside groups."""
+
+    def __init__(self, shape):
+        self.shape, self.entries = shape, [slice(None)] * len(shape)
+
+    def at(self, dims: list[int], flat: int) -> _Index:
+        """Group `dims` at its element `flat` (one int per dim)."""
+        for d, i in zip(dims, _unravel(flat, [self.shape[d] for d in dims])):
+            self.entries[d] = i
+        return self
+
+    def run(self, dims: list[int], index: tuple) -> _Index:
+        """Group `dims` at `index` (a `_blocks` index: leading ints, a slice, then whole)."""
+        for k, d in enumerate(dims):
+            self.entries[d] = index[k] if k < len(index) else slice(None)
+        return self
+
+
+def _unravel(flat: int, sizes: list[int]) -> list[int]:
+    out = []
+    for n in reversed(sizes):
+        out.append(flat % n)
+        flat //= n
+    return out[::-1]
+
+
+def _runs(sizes: list[int], lo: int, hi: int, most: int):
+    """(index, n, offset): contiguous runs of at most `most` elements covering [lo, hi) of an
+    array of `sizes` (`layout._blocks`), offset from lo."""
+    off = 0
+    for index, n in _blocks(tuple(sizes), most, lo, hi):
+        yield index, n, off
+        off += n
+
+
+def lower_any(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, dim, keepdim) -> None:
+    """out = op(x, dim, keepdim) for any dims (module doc)."""
+    tx, to = b.tensors[x], b.tensors[out]
+    dims = reduce_dims(op, dim, len(tx.shape))
+    want = _out_shape(tx.shape, dims, keepdim)
+    if list(to.shape) != want and not (want == [] and list(to.shape) == [1]):
+        raise TraceError(
+            f"{op}: x {list(tx.shape)} reduced over dims {dims} gives {want}, but out is "
+            f"{list(to.shape)}; expected out of shape {want}"
+        )
+    groups = _groups(tx.shape, dims)
+    count = math.prod(tx.shape[d] for d in dims)
+    r = Reduce(b, cfg, op, x, out, 1.0 / count if op == "mean" and count else 1.0)
+    if not any(red for red, _, _ in groups):  # nothing but size-1 dims reduced: a copy
+        src, dst = ap(x), ap(out)
+        if b.part[0] == 0:
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=0)
+    elif len(groups) == 1:
+        r.everything()
+    elif groups[-1][0]:
+        r.kept_rows(groups)
+    else:
+        r.kept_cols(groups)
+    r.done()
+
+
+class Reduce:
+    """One reduction's tiles and the steps shared by its three shapes (module doc)."""
+
+    def __init__(self, b, cfg, op, x, out, scale):
+        self.b, self.cfg, self.op, self.x, self.out, self.scale = b, cfg, op, x, out, scale
+        self.alu, self.P, self.f32 = ALU[op], cfg.core.sbuf.partitions, dtype("float32")
+        self.n = 0  # stores so far (buffer rotation, queues)
+        self.q = 0  # loads so far (queues)
+        self.q2 = -1  # load buffers handed out (`next_x`)
+        self.rows: list[str] = []  # PSUM rows of column sums (`_ByMatmul`)
+        self.m = -1  # column blocks summed so far
+        self.psum = []
+
+    def tile(self, key: str, shape, dt=None) -> str:
+        full = f"reduce.{key}:{(dt or self.f32).name}:{shape}"
+        name = self.b.scratch.get(full)
+        if name is None:
+            name = self.b.scratch[full] = self.b.tile(key, "sbuf", shape, dt or self.f32)
+        return name
+
+    def mine(self, i: int) -> bool:
+        return i % self.b.part[1] == self.b.part[0]
+
+    def load(self, idx: _Index, dst) -> None:
+        self.load_at(idx.entries, dst)
+
+    def load_at(self, entries: list, dst) -> None:
+        src = ap(self.x, *entries)
+        self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.q % 8)
+        self.q += 1
+
+    def combine(self, acc, part) -> None:
+        self.b.emit(TensorTensor, [acc, part], [acc], alu=self.alu, src0=acc, src1=part, dst=acc)
+
+    def store(self, col, rows: int, lo: int) -> None:
+        """Scale `col` ([rows, 1] fp32) for mean, cast it, store it to out's flat [lo, lo +
+        rows)."""
+        b, to = self.b, self.b.tensors[self.out]
+        res = ap(self.tile(f"res{self.n % BUFS}", (self.P, 1), to.dtype), slice(0, rows))
+        if self.scale != 1.0:
+            b.emit(TensorScalar, [col], [res], src=col, dst=res, op0="multiply",
+                   operand0=self.scale)  # fmt: skip
+        else:
+            b.emit(TensorCopy, [col], [res], src=col, dst=res)
+        for index, n, off in _runs(list(to.shape) or [1], lo, lo + rows, rows):
+            dst = ap(self.out, *index) if to.shape else ap(self.out)
+            part = ap(res.name, slice(off, off + n))
+            b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=8 + self.n % 8)
+        self.n += 1
+
+    def store_row(self, row, cn: int, lo: int) -> None:
+        """Scale `row` ([1, cn] fp32, in PSUM) for mean, cast it, store it to out's flat [lo,
+        lo + cn)."""
+        b, to = self.b, self.b.tensors[self.out]
+        res = ap(self.tile(f"resrow{self.n % BUFS}", (1, COLS), to.dtype), slice(0, 1),
+                 slice(0, cn))  # fmt: skip
+        b.emit(TensorScalar, [row], [res], src=row, dst=res, op0="multiply", operand0=self.scale)
+        for index, n, off in _runs(list(to.shape) or [1], lo, lo + cn, cn):
+            dst = ap(self.out, *index) if to.shape else ap(self.out)
+            part = ap(res.name, slice(0, 1), slice(off, off + n))
+            b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=8 + self.n % 8)
+        self.n += 1
+
+    def kept_rows(self, groups) -> None:
+        """[..., K, R]: K's rows on the partitions, R chunked in the free dim."""
+        (_, kd, kn), (_, rd, rn) = groups[-2], groups[-1]
+        outer = groups[:-2]
+        kept = [g for g in outer if not g[0]]
+        red = [g for g in outer if g[0]]
+        rsizes = [self.b.tensors[self.x].shape[d] for d in rd]
+        ksizes = [self.b.tensors[self.x].shape[d] for d in kd]
+        dt = self.b.tensors[self.x].dtype
+        chunks = list(_runs(rsizes, 0, rn, CHUNK))
+        block = 0
+        for okc in itertools.product(*(range(g[2]) for g in kept)):
+            base = _flat(okc, [g[2] for g in kept]) * kn
+            for k0 in range(0, kn, self.P):
+                kb, block = min(self.P, kn - k0), block + 1
+                if not self.mine(block - 1):
+                    continue
+                slot = self.n % BUFS
+                acc = ap(self.tile(f"acc{slot}", (self.P, 1)), slice(0, kb))
+                first = True
+                for orc in itertools.product(*(range(g[2]) for g in red)):
+                    for cidx, cn, _ in chunks:
+                        t = self.tile(f"x{slot}", (self.P, min(CHUNK, rn)), dt)
+                        for kidx, n, off in _runs(ksizes, k0, k0 + kb, self.P):
+                            idx = _Index(self.b.tensors[self.x].shape)
+                            for g, i in zip(kept, okc):
+                                idx.at(g[1], i)
+                            for g, i in zip(red, orc):
+                                idx.at(g[1], i)
+                            idx.run(kd, kidx).run(rd, cidx)
+                            self.load(idx, ap(t, slice(off, off + n), slice(0, cn)))
+                        xa = ap(t, slice(0, kb), slice(0, cn))
+                        dst = acc if first else ap(self.tile(f"c{slot}", (self.P, 1)), slice(0, kb))
+                        self.b.emit(TensorReduce, [xa], [dst], alu=self.alu, src=xa, dst=dst)
+                        if not first:
+                            self.combine(acc, dst)
+                        first = False
+                self.store(acc, kb, base + k0)
+
+    def kept_cols(self, groups) -> None:
+        """[..., R, K]: blocks of R's rows by up to COLS of K's columns, loaded as they lie.
+        Sums: TensorE adds each block's partitions into PSUM (a ones column as the stationary
+        operand, accumulating over the blocks). Max and min: the blocks folded elementwise into
+        two accumulators (VectorE and GpSimd in turn, in x's dtype when 16-bit: exact), then
+        the partitions reduced through TensorE transposes (`across`)."""
+        (_, rd, rn), (_, kd, kn) = groups[-2], groups[-1]
+        outer = groups[:-2]
+        kept = [g for g in outer if not g[0]]
+        red = [g for g in outer if g[0]]
+        shape = self.b.tensors[self.x].shape
+        rsizes, ksizes = [shape[d] for d in rd], [shape[d] for d in kd]
+        block = 0
+        for okc in itertools.product(*(range(g[2]) for g in kept)):
+            base = _flat(okc, [g[2] for g in kept]) * kn
+            for cidx, cn, coff in _runs(ksizes, 0, kn, COLS):
+                block += 1
+                if not self.mine(block - 1):
+                    continue
+                fold = _ByMatmul(self, cn) if self.by_matmul() else _ByEngines(self, cn)
+                for orc in itertools.product(*(range(g[2]) for g in red)):
+                    for r0 in range(0, rn, self.P):
+                        rb = min(self.P, rn - r0)
+                        t = fold.target(rb)
+                        for ridx, n, off in _runs(rsizes, r0, r0 + rb, self.P):
+                            idx = _Index(shape)
+                            for g, i in zip(kept, okc):
+                                idx.at(g[1], i)
+                            for g, i in zip(red, orc):
+                                idx.at(g[1], i)
+                            idx.run(rd, ridx).run(kd, cidx)
+                            self.load(idx, ap(t, slice(off, off + n), slice(0, cn)))
+                        fold.add(t, rb)
+                fold.done(base + coff)
+
+    def by_matmul(self) -> bool:
+        dt = self.b.tensors[self.x].dtype
+        return self.alu == "add" and dt.name in ("bfloat16", "float16", "float32")
+
+    def low(self):
+        """x's dtype when it is a 16-bit float (max and min are exact in it), else fp32."""
+        dt = self.b.tensors[self.x].dtype
+        return dt if dt.is_float and dt.itemsize == 2 else self.f32
+
+    def next_x(self, cols: int, dt) -> str:
+        """The next of LOADS rotating load buffers (small blocks: many in flight hide each
+        copy's setup and completion latency)."""
+        self.q2 += 1
+        return self.tile(f"xb{self.q2 % LOADS}", (self.P, cols), dt)
+
+    def across(self, acc: str, filled: int, cn: int, lo: int) -> None:
+        """Reduce acc[0:filled, 0:cn] over its partitions into out's flat [lo, lo + cn)."""
+        b, P = self.b, self.P
+        slot = self.n % BUFS
+        for c0 in range(0, cn, P):
+            w = min(P, cn - c0)
+            if len(self.psum) < 2:
+                self.psum.append(b.psum("tp", (P, P), self.f32))
+            ps = self.psum[(self.n + c0 // P) % 2]
+            src = ap(acc, slice(0, filled), slice(c0, c0 + w))
+            tp = ap(ps, slice(0, w), slice(0, filled))
+            b.emit(Transpose, [src], [tp], src=src, dst=tp)
+            col = ap(self.tile(f"col{slot}", (P, 1)), slice(0, w))
+            b.emit(TensorReduce, [tp], [col], alu=self.alu, src=tp, dst=col)
+            self.store(col, w, lo + c0)
+
+    def everything(self) -> None:
+        """All of x into one number: flat blocks into a [128, 1] column, then across."""
+        b, P = self.b, self.P
+        if not self.mine(0):
+            return
+        tx = b.tensors[self.x]
+        blocks = flat_blocks(tx.shape, P, CHUNK)
+        acc = self.tile("acc", (P, 1))
+        filled = blocks[0][1]
+        for n, (index, p, f) in enumerate(blocks):
+            t = ap(self.tile(f"x{n % BUFS}", (P, max(f for _, _, f in blocks)), tx.dtype),
+                   slice(0, p), slice(0, f))  # fmt: skip
+            src = ap(self.x, *index)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=n % 4)
+            dst = ap(acc, slice(0, p)) if n == 0 else ap(self.tile(f"c{n % BUFS}", (P, 1)),
+                                                          slice(0, p))  # fmt: skip
+            b.emit(TensorReduce, [t], [dst], alu=self.alu, src=t, dst=dst)
+            if n:
+                self.combine(ap(acc, slice(0, p)), dst)
+        self.across(acc, filled, 1, 0)
+
+    def done(self) -> None:
+        self.b.release(*self.psum, *self.rows)
+
+
+def _flat(index: tuple, sizes: list[int]) -> int:
+    out = 0
+    for i, n in zip(index, sizes):
+        out = out * n + i
+    return out
+
+
+def staggered(items, first, second, lag: int) -> None:
+    """first(item) for every item, and second(item, what first returned) `lag` items later:
+    an engine that runs both halves in order works on item n + lag while another engine
+    finishes item n (the buffers of lag + 1 items are live at once)."""
+    pending = []
+    for item in items:
+        pending.append((item, first(item)))
+        if len(pending) > lag:
+            second(*pending.pop(0))
+    for item, got in pending:
+        second(item, got)
+
+
+class _ByMatmul:
+    """Sums of a column block's partitions on TensorE: ones^T @ block into one PSUM row."""
+
+    def __init__(self, r: Reduce, cn: int):
+        self.r, self.cn, self.first = r, cn, True
+        dt = r.b.tensors[r.x].dtype
+        self.dt = dt
+        key = f"reduce.ones:{dt.name}"
+        if key not in r.b.scratch:
+            ones = r.b.scratch[key] = r.b.tile("ones", "sbuf", (r.P, 1), dt)
+            r.b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
+        self.ones = r.b.scratch[key]
+        if not r.rows:  # two PSUM rows in turn: one fills while the other is emptied
+            r.rows = [r.b.psum("rowsum", (1, COLS), r.f32) for _ in "ab"]
+        r.m += 1
+        self.ps = ap(r.rows[r.m % 2], slice(0, 1), slice(0, cn))
+
+    def target(self, rb: int) -> str:
+        return self.r.next_x(min(COLS, self.cn), self.dt)
+
+    def add(self, t: str, rb: int) -> None:
+        mv, st = ap(t, slice(0, rb), slice(0, self.cn)), ap(self.ones, slice(0, rb))
+        self.r.b.emit(Matmul, [st, mv], [self.ps], stationary=st, moving=mv, dst=self.ps,
+                      accumulate=not self.first)  # fmt: skip
+        self.first = False
+
+    def done(self, lo: int) -> None:
+        self.r.store_row(self.ps, self.cn, lo)
+
+
+class _ByEngines:
+    """Max or min of a column block's partitions: two accumulators folded on VectorE and
+    GpSimd in turn, merged, then reduced across the partitions (`Reduce.across`)."""
+
+    def __init__(self, r: Reduce, cn: int):
+        self.r, self.cn, self.k = r, cn, 0
+        self.dt = r.low()
+        slot = r.n % BUFS
+        self.acc = [r.tile(f"acc{slot}{h}", (r.P, min(COLS, cn)), self.dt) for h in "ab"]
+        self.filled = [0, 0]
+        self.pending = None
+
+    def target(self, rb: int) -> str:
+        if self.k < 2:  # the first block of each accumulator lands in it
+            return self.acc[self.k]
+        return self.r.next_x(min(COLS, self.cn), self.r.b.tensors[self.r.x].dtype)
+
+    def add(self, t: str, rb: int) -> None:
+        h = self.k % 2
+        if self.k < 2:
+            self.filled[h] = rb
+        else:
+            a = ap(self.acc[h], slice(0, rb), slice(0, self.cn))
+            src = ap(t, slice(0, rb), slice(0, self.cn))
+            eng = Engine.GPSIMD if h else Engine.VECTOR
+            self.r.b.emit(TensorTensor, [a, src], [a], alu=self.r.alu, src0=a, src1=src, dst=a,
+                          engine=eng)  # fmt: skip
+        self.k += 1
+
+    def done(self, lo: int) -> None:
+        r = self.r
+        if self.filled[1]:
+            a = ap(self.acc[0], slice(0, self.filled[1]), slice(0, self.cn))
+            o = ap(self.acc[1], slice(0, self.filled[1]), slice(0, self.cn))
+            r.b.emit(TensorTensor, [a, o], [a], alu=r.alu, src0=a, src1=o, dst=a)
+        r.across(self.acc[0], self.filled[0], self.cn, lo)
