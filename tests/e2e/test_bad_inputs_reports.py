@@ -41,6 +41,16 @@ ROWS = {
         2,
         r"^error: t\.yaml:3: lnc 2 is not supported on trn1; expected one of 1$",
     ),
+    "a stream on a core the chip does not have": (
+        "trnsim: 1\nchip: trn1\nkernels:\n  k:\n    tiles:\n      "
+        + TILE
+        + "\n    instructions:\n      - {op: memset, dst: a}\n"
+        + "streams:\n  - name: s\n    core: 2\n    do:\n      - {launch: k}\n",
+        [],
+        2,
+        r"^error: t\.yaml:10: streams\.s\.core: 2 does not exist; expected a logical core 0\.\.1 "
+        r"\(trn1 at lnc 1\)$",
+    ),
     "unknown chip: in the trace": (
         "trnsim: 1\nchip: trn9\n" + BASIC.split("\n", 1)[1],
         [],

@@ -103,6 +103,13 @@ def _devices(
                   program.source)  # fmt: skip
     ctx = dev0.ctx
     devs = [dev0] + [Device(ctx, i) for i in range(1, ctx.chip.logical_cores)]
+    for stream in program.streams:
+        if not 0 <= stream.core < len(devs):
+            raise TrnsimError(
+                f"{program.source}:{stream.line}: streams.{stream.name}.core: {stream.core} does "
+                f"not exist; expected a logical core 0..{len(devs) - 1} ({cfg.name} at lnc "
+                f"{ctx.chip.lnc})"
+            )
     homes = home_cores(program)
     tensors: dict[str, Buffer] = {}
     views: dict[str, TensorView] = {}
