@@ -100,7 +100,10 @@ def test_a_trace_gathers_with_dma_copy_indices(tmp_path):
 
     np.save(tmp_path / "i.npy", np.array([7, 0, 9, 7], np.int32))
     (tmp_path / "t.yaml").write_text(GATHER_TRACE)
-    r = CliRunner().invoke(main, ["run", str(tmp_path / "t.yaml"), "--out-dir", str(tmp_path)])
+    (tmp_path / "o").mkdir()  # not the trace's folder: --out-dir would overwrite i.npy there
+    r = CliRunner().invoke(
+        main, ["run", str(tmp_path / "t.yaml"), "--out-dir", str(tmp_path / "o")]
+    )
     assert r.exit_code == 0, r.output
     w = np.arange(60, dtype=np.float32).reshape(10, 6)
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), w[[7, 0, 9, 7]])
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "out.npy"), w[[7, 0, 9, 7]])
