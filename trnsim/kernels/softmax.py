@@ -1,16 +1,19 @@
 """`softmax` and `log_softmax` over the last dim.
 
 The kernel, per block of up to 128 rows (one row per partition, the whole row in the free
-dim; `layout.row_blocks`): load; the row maximum on VectorE (`tensor_reduce max`); its negation
-(`tensor_scalar`); exp(x - max) on ScalarE with the row sum accumulated by the same instruction
-(`activation exp, bias = -max, reduce add`); then
-- softmax: e * (1 / sum), the reciprocal on VectorE ([rows, 1]), the product on VectorE
-  (`tensor_scalar multiply` by the column) and ScalarE (`activation copy`, scale = the column)
-  in turn, so neither engine carries all the full-row passes;
-- log_softmax: log(sum) on ScalarE, -(max + log(sum)) on VectorE ([rows, 1]), and x plus
-  that on ScalarE (`activation identity` with the column as bias);
-and store. Blocks rotate through up to BUFS buffers (fewer for rows too long for three), so
-loads, the engines and stores overlap.
+dim; `layout.row_blocks`): load; the row maximum on VectorE (`tensor_reduce max`, into a column
+of x's dtype, which holds it exactly and lets a bf16 row reduce at two elements a cycle); its
+negation on GpSimd ([rows, 1]); exp(x - max) on ScalarE with the row sum accumulated by the same
+instruction (`activation exp, bias = -max, reduce add`); then
+- softmax: 1 / sum on GpSimd ([rows, 1]) and e * (1 / sum) on VectorE (`tensor_scalar`, four
+  elements a cycle for 16-bit data), in place;
+- log_softmax: log(sum) on ScalarE, -(max + log(sum)) on GpSimd ([rows, 1]), and x plus that on
+  VectorE (`tensor_scalar add`);
+and store. So each engine makes at most one pass over a row (ScalarE the exp, VectorE the max
+and the scale, at less than a pass's cost each), and the [rows, 1] steps go to the otherwise
+idle GpSimd. Blocks rotate through up to BUFS buffers (fewer for rows too long), and the
+stages are emitted one block apart (block n + 1's load and max before block n's exp and
+scale), so VectorE takes the next block's max while ScalarE computes this one's exp.
 Rows longer than what fits one partition's share of SBUF are refused (not lowered yet).
 """
 
@@ -19,14 +22,15 @@ from __future__ import annotations
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
-from trnsim.isa import Activation, DmaCopy, TensorReduce, TensorScalar, TensorTensor
+from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 
 __all__ = ["lower_softmax"]
 
-BUFS = 3
+BUFS = 4
 SBUF_SHARE = 0.75
+GPSIMD = Engine.GPSIMD
 
 
 def lower_softmax(
@@ -42,9 +46,10 @@ def lower_softmax(
     if dim not in (-1, len(tx.shape) - 1):
         raise TraceError(f"{name}: dim {dim}; only the last dim (-1) is lowered yet")
     d = tx.shape[-1]
-    f32 = dtype("float32")
-    per_row = d * (tx.dtype.itemsize + to.dtype.itemsize)
-    bufs = min(BUFS, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // per_row)
+    in_place = tx.dtype == to.dtype and not log  # e and the result overwrite x
+    per_row = d * (tx.dtype.itemsize + (0 if in_place else to.dtype.itemsize))
+    budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - (d * tx.dtype.itemsize if log else 0)
+    bufs = min(BUFS, budget // per_row)
     if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
         raise TraceError(
             f"{name}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
@@ -52,51 +57,63 @@ def lower_softmax(
             "are not lowered yet"
         )
     P = cfg.core.sbuf.partitions
-    for n, (index, rows) in enumerate(row_blocks(tx.shape, P, b.share(to.shape))):
-        slot = n % bufs
-        xt = _tile(b, f"x{slot}", (P, d), tx.dtype)
-        ot = _tile(b, f"o{slot}", (P, d), to.dtype)
-        mx, nmx, sm = (_tile(b, f"{k}{slot}", (P, 1), f32) for k in ("mx", "nmx", "sum"))
-        r = slice(0, rows)
-        src, xa = ap(x, *index), ap(xt, r)
+    blocks = list(row_blocks(tx.shape, P, b.share(to.shape)))
+    k = _Kernel(b, x, out, tx.dtype, to.dtype, d, P, bufs, in_place, log)
+    skew = 1 if bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
+    for n in range(len(blocks) + skew):
+        if n < len(blocks):
+            k.first(n, *blocks[n])
+        if n >= skew:
+            k.second(n - skew, *blocks[n - skew])
+
+
+class _Kernel:
+    """The two stages of a block: `first` (load, max, -max) and `second` (exp with the row sum,
+    the scale or shift, store); tiles per buffer slot."""
+
+    def __init__(self, b, x, out, xdt, odt, d, P, bufs, in_place, log):
+        self.b, self.x, self.out, self.d, self.P, self.bufs = b, x, out, d, P, bufs
+        self.xdt, self.odt, self.in_place, self.log = xdt, odt, in_place, log
+        self.f32 = dtype("float32")
+
+    def tile(self, key: str, n: int, shape, dt) -> str:
+        full = f"softmax.{key}{n % self.bufs}:{dt.name}:{shape}"
+        name = self.b.scratch.get(full)
+        if name is None:
+            name = self.b.scratch[full] = self.b.tile(key, "sbuf", shape, dt)
+        return name
+
+    def col(self, key: str, n: int, rows: int, dt=None):
+        return ap(self.tile(key, n, (self.P, 1), dt or self.f32), slice(0, rows))
+
+    def first(self, n: int, index: tuple, rows: int) -> None:
+        b, r = self.b, slice(0, rows)
+        xa, src = ap(self.tile("x", n, (self.P, self.d), self.xdt), r), ap(self.x, *index)
         b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
-        m, nm, s, o = ap(mx, r), ap(nmx, r), ap(sm, r), ap(ot, r)
-        e = o  # exp(x - max) goes to the output tile, then is scaled there
+        m, nm = self.col("mx", n, rows, self.xdt), self.col("nmx", n, rows)
         b.emit(TensorReduce, [xa], [m], alu="max", src=xa, dst=m)
-        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0)
-        b.emit(
-            Activation,
-            [xa, nm],
-            [e, s],
-            func="exp",
-            src=xa,
-            dst=e,
-            bias=nm,
-            reduce="add",
-            reduce_dst=s,
-        )
-        if log:
-            ls = ap(_tile(b, f"ls{slot}", (P, 1), f32), r)
+        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0,
+               engine=GPSIMD)  # fmt: skip
+
+    def second(self, n: int, index: tuple, rows: int) -> None:
+        b, r = self.b, slice(0, rows)
+        xa = ap(self.tile("x", n, (self.P, self.d), self.xdt), r)
+        nm, s = self.col("nmx", n, rows), self.col("sum", n, rows)
+        o = xa if self.in_place else ap(self.tile("o", n, (self.P, self.d), self.odt), r)
+        # exp(x - max): in place (softmax), or into a scratch tile of ScalarE's (log_softmax)
+        e = ap(self.tile("e", 0, (self.P, self.d), self.xdt), r) if self.log else o
+        b.emit(Activation, [xa, nm], [e, s], func="exp", src=xa, dst=e, bias=nm, reduce="add",
+               reduce_dst=s)  # fmt: skip
+        if self.log:
+            ls, shift = self.col("ls", n, rows), self.col("sh", n, rows)  # -(max + log(sum))
             b.emit(Activation, [s], [ls], func="log", src=s, dst=ls)
-            shift = ap(_tile(b, f"sh{slot}", (P, 1), f32), r)  # -(max + log(sum))
-            b.emit(TensorTensor, [nm, ls], [shift], alu="subtract", src0=nm, src1=ls, dst=shift)
-            b.emit(Activation, [xa, shift], [o], func="identity", src=xa, dst=o, bias=shift)
+            b.emit(TensorTensor, [nm, ls], [shift], alu="subtract", src0=nm, src1=ls, dst=shift,
+                   engine=GPSIMD)  # fmt: skip
+            b.emit(TensorScalar, [xa, shift], [o], src=xa, dst=o, op0="add", operand0=shift)
         else:
-            rs = ap(_tile(b, f"rs{slot}", (P, 1), f32), r)
-            b.emit(
-                TensorScalar, [s], [rs], src=s, dst=rs, op0="divide", operand0=1.0, reverse0=True
-            )
-            if n % 2:
-                b.emit(Activation, [e, rs], [o], func="copy", src=e, dst=o, scale=rs)
-            else:
-                b.emit(TensorScalar, [e, rs], [o], src=e, dst=o, op0="multiply", operand0=rs)
-        dst = ap(out, *index)
+            rs = self.col("rs", n, rows)
+            b.emit(TensorScalar, [s], [rs], src=s, dst=rs, op0="divide", operand0=1.0,
+                   reverse0=True, engine=GPSIMD)  # fmt: skip
+            b.emit(TensorScalar, [o, rs], [o], src=o, dst=o, op0="multiply", operand0=rs)
+        dst = ap(self.out, *index)
         b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 4)
-
-
-def _tile(b: KernelBuilder, key: str, shape: tuple[int, int], dt) -> str:
-    key = f"softmax.{key}:{dt.name}:{shape}"
-    name = b.scratch.get(key)
-    if name is None:
-        name = b.scratch[key] = b.tile(key.split(":")[0].split(".")[1], "sbuf", shape, dt)
-    return name
