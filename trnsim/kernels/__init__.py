@@ -28,8 +28,9 @@ from trnsim.kernels.elementwise import (  # noqa: F401
 )
 from trnsim.kernels.fusion import chains, lower_chain
 from trnsim.kernels.matmul import lower_matmul
+from trnsim.kernels.norms import lower_norm
 from trnsim.kernels.reference import reference
-from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction
+from trnsim.kernels.rows import REDUCTIONS, lower_reduction
 from trnsim.kernels.softmax import lower_softmax
 from trnsim.kernels.transpose import lower_transpose
 from trnsim.trace.ops import OPS

@@ -1,0 +1,243 @@
+"""`layer_norm` and `rms_norm` over the last dim.
+
+Per block of up to 128 rows (one row per partition, the whole row in the free dim;
+`layout.row_blocks`), the passes over the row are spread so that no engine makes many:
+- ScalarE: the row sum of x^2 (`activation square` with its `add` reduction) and, for
+  layer_norm, the row sum of x over the first c1 columns (`activation copy`, `add`);
+- VectorE: the row sum of the other columns (`tensor_reduce add`), the [rows, 1] statistics
+  (mean, eps - mean^2, var + eps, rstd = (var + eps) ^ -0.5), the normalisation as one
+  `tensor_scalar` ((x - mean) * rstd, or x * rstd; four elements a cycle for 16-bit data), in
+  place, and * weight, + bias over the first c2 columns (`tensor_tensor`);
+- GpSimd: * weight, + bias over the other columns.
+c1 and c2 are chosen (`_plan`) to even out the three engines' time per block as the engines'
+own cost models give it (`balance.cost_ns`), so the split follows each chip's clocks and fast
+modes. The weight and bias ([D]) are loaded once into one partition and spread to all 128 by
+TensorE (`broadcast.spread_rows`). Blocks rotate through up to BUFS buffers, and the two
+stages (load and row sums; statistics, normalisation, weight and bias, store) are emitted one
+block apart, so VectorE takes the next block's sum while ScalarE computes it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.errors import TraceError
+from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
+from trnsim.kernels.balance import cost_ns
+from trnsim.kernels.broadcast import spread_rows
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import row_blocks
+
+__all__ = ["lower_norm"]
+
+BUFS = 6
+SBUF_SHARE = 0.75
+STEPS = 32  # the column splits tried: multiples of D / STEPS
+
+
+def lower_norm(
+    b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, weight=None, bias=None, eps=1e-5
+) -> None:
+    """out = layer_norm(x, [D], weight, bias, eps) or rms_norm(x, [D], weight, eps)."""
+    tx, to = b.tensors[x], b.tensors[out]
+    if tuple(tx.shape) != tuple(to.shape):
+        raise TraceError(f"{op}: x {list(tx.shape)} and out {list(to.shape)} differ")
+    d = tx.shape[-1]
+    for k, v in (("weight", weight), ("bias", bias)):
+        if v is not None and tuple(b.tensors[v].shape) != (d,):
+            raise TraceError(
+                f"{op}: {k} {v} has shape {list(b.tensors[v].shape)}; expected [{d}] (x's last dim)"
+            )
+    affine = [v for v in (weight, bias) if v is not None]
+    k = _Norm(b, cfg, op, x, out, d, float(eps))
+    k.bufs = _fits(cfg, op, tx, to, sum(b.tensors[v].dtype.itemsize for v in affine))
+    k.spread = [(spread_rows(b, cfg, v, d), alu) for v, alu in
+                ((weight, "multiply"), (bias, "add")) if v is not None]  # fmt: skip
+    k.c1, k.c2 = _plan(k)
+    blocks = list(row_blocks(tx.shape, k.P, b.share(tx.shape)))
+    skew = 1 if k.bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
+    for n in range(len(blocks) + skew):
+        if n < len(blocks):
+            k.sums(n, *blocks[n])
+        if n >= skew:
+            k.normalize(n - skew, *blocks[n - skew])
+
+
+def _fits(cfg: ChipConfig, op: str, tx, to, affine_bytes: int) -> int:
+    """How many blocks rotate: up to BUFS, fewer for long rows (each holds x, and the output
+    when its dtype differs; ScalarE's scratch row and the spread weight and bias are fixed)."""
+    d = tx.shape[-1]
+    fixed = d * (tx.dtype.itemsize + affine_bytes)
+    budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - fixed
+    per = d * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
+    bufs = min(BUFS, budget // per)
+    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
+        raise TraceError(
+            f"{op}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
+            f"instruction ({cfg.core.vector.dve_max_free_elements} elements); rows this long "
+            "are not lowered yet"
+        )
+    return bufs
+
+
+class _Norm:
+    """One norm's tiles and its two stages per block: `sums` and `normalize`."""
+
+    def __init__(self, b, cfg, op, x, out, d, eps):
+        self.b, self.cfg, self.op, self.x, self.out, self.d, self.eps = b, cfg, op, x, out, d, eps
+        self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
+        self.xdt, self.odt = b.tensors[x].dtype, b.tensors[out].dtype
+        self.bufs, self.spread, self.c1, self.c2 = 1, [], 0, 0
+
+    def tile(self, key: str, n: int, shape, dt) -> str:
+        full = f"norm.{key}{n % self.bufs}:{dt.name}:{shape}"
+        name = self.b.scratch.get(full)
+        if name is None:
+            name = self.b.scratch[full] = self.b.tile(key, "sbuf", shape, dt)
+        return name
+
+    def row(self, key: str, n: int, rows: int, cols=(0, None), dt=None):
+        t = self.tile(key, n, (self.P, self.d), dt or self.xdt)
+        return ap(t, slice(0, rows), slice(*cols))
+
+    def col(self, key: str, n: int, rows: int):
+        return ap(self.tile(key, n, (self.P, 1), self.f32), slice(0, rows))
+
+    def output(self, n: int, rows: int, cols=(0, None)):
+        """The block's output tile: x's own (in place) when the dtypes agree."""
+        return self.row("x" if self.odt == self.xdt else "o", n, rows, cols, self.odt)
+
+    def sums(self, n: int, index: tuple, rows: int) -> None:
+        """Load; sum of x^2 (and of x's first c1 columns) on ScalarE, the other columns' sum
+        on VectorE."""
+        b, c1 = self.b, self.c1
+        xa, src = self.row("x", n, rows), ap(self.x, *index)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
+        junk = self.row("junk", 0, rows)  # ScalarE's elementwise results, never read
+        ss = self.col("ss", n, rows)
+        b.emit(Activation, [xa], [junk, ss], func="square", src=xa, dst=junk, reduce="add",
+               reduce_dst=ss)  # fmt: skip
+        if self.op != "layer_norm":
+            return
+        if c1:
+            xs, js, s1 = self.row("x", n, rows, (0, c1)), self.row("junk", 0, rows, (0, c1)), \
+                self.col("s1", n, rows)  # fmt: skip
+            b.emit(Activation, [xs], [js, s1], func="copy", src=xs, dst=js, reduce="add",
+                   reduce_dst=s1)  # fmt: skip
+        if c1 < self.d:
+            xv, s2 = self.row("x", n, rows, (c1, None)), self.col("s2", n, rows)
+            b.emit(TensorReduce, [xv], [s2], alu="add", src=xv, dst=s2)
+
+    def normalize(self, n: int, index: tuple, rows: int) -> None:
+        """The statistics, (x - mean) * rstd, * weight and + bias, store."""
+        b, d, xa = self.b, self.d, self.row("x", n, rows)
+        ss, v, rstd = self.col("ss", n, rows), self.col("v", n, rows), self.col("rstd", n, rows)
+        o = self.output(n, rows)
+        if self.op == "layer_norm":
+            m, c = self.mean(n, rows), self.col("c", n, rows)
+            b.emit(
+                TensorScalar,
+                [m],
+                [c],
+                src=m,
+                dst=c,
+                op0="multiply",
+                operand0=m,
+                op1="subtract",
+                operand1=self.eps,
+                reverse1=True,
+            )  # fmt: skip  eps - m^2
+            b.emit(TensorScalar, [ss, c], [v], src=ss, dst=v, op0="multiply", operand0=1.0 / d,
+                   op1="add", operand1=c)  # fmt: skip
+        else:
+            b.emit(TensorScalar, [ss], [v], src=ss, dst=v, op0="multiply", operand0=1.0 / d,
+                   op1="add", operand1=self.eps)  # fmt: skip
+        b.emit(TensorScalar, [v], [rstd], src=v, dst=rstd, op0="pow", operand0=-0.5)
+        if self.op == "layer_norm":
+            b.emit(TensorScalar, [xa, m, rstd], [o], src=xa, dst=o, op0="subtract", operand0=m,
+                   op1="multiply", operand1=rstd)  # fmt: skip
+        else:
+            b.emit(TensorScalar, [xa, rstd], [o], src=xa, dst=o, op0="multiply", operand0=rstd)
+        for engine, cols in ((Engine.VECTOR, (0, self.c2)), (Engine.GPSIMD, (self.c2, d))):
+            if cols[0] == cols[1]:
+                continue
+            oc = self.output(n, rows, cols)
+            for t, alu in self.spread:  # in place: o * weight, + bias
+                tt = ap(t, slice(0, rows), slice(*cols))
+                b.emit(TensorTensor, [oc, tt], [oc], alu=alu, src0=oc, src1=tt, dst=oc,
+                       engine=engine)  # fmt: skip
+        dst = ap(self.out, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 4)
+
+    def mean(self, n: int, rows: int):
+        """The row mean from ScalarE's and VectorE's partial sums."""
+        m, parts = self.col("m", n, rows), []
+        if self.c1:
+            parts.append(self.col("s1", n, rows))
+        if self.c1 < self.d:
+            parts.append(self.col("s2", n, rows))
+        s, more = parts[0], parts[1:]
+        ops = dict(op0="add", operand0=more[0], op1="multiply", operand1=1.0 / self.d) if more \
+            else dict(op0="multiply", operand0=1.0 / self.d)  # fmt: skip
+        self.b.emit(TensorScalar, [s, *more], [m], src=s, dst=m, **ops)
+        return m
+
+
+def _plan(k: _Norm) -> tuple[int, int]:
+    """(c1, c2): the columns whose row sum ScalarE takes (layer_norm), and those VectorE
+    multiplies by the weight and adds the bias to (GpSimd the rest), evening out the engines'
+    estimated time per block of 128 rows (their cost models, `balance.cost_ns`)."""
+    b, cfg, d, P = k.b, k.cfg, k.d, k.P
+    r = slice(0, P)
+    x, o, col = k.row("x", 0, P), k.output(0, P), k.col("ss", 0, P)
+
+    def cost(cls, cols, engine=None, **fields) -> float:
+        if cols[0] == cols[1]:
+            return 0.0
+        sub = {f: ap(v.name, r, slice(*cols)) if v.name != col.name else v
+               for f, v in fields.items() if hasattr(v, "name")}  # fmt: skip
+        rest = {f: v for f, v in fields.items() if not hasattr(v, "name")}
+        return cost_ns(b, cfg, cls, engine, **sub, **rest)
+
+    small = cost_ns(b, cfg, TensorScalar, after=True, src=col, dst=col, op0="multiply",
+                    operand0=1.0)  # fmt: skip
+    scalar = cost(Activation, (0, d), func="square", src=x, dst=x, reduce="add", reduce_dst=col)
+    vector = 4 * small + cost(TensorScalar, (0, d), src=x, dst=o, op0="multiply", operand0=col)
+    splits = sorted({min(d, math.ceil(d * i / STEPS)) for i in range(STEPS + 1)})
+    sum_s = {c: cost(Activation, (0, c), func="copy", src=x, dst=x, reduce="add",
+                     reduce_dst=col) for c in splits}  # fmt: skip
+    sum_v = {c: cost(TensorReduce, (c, d), alu="add", src=x, dst=col) for c in splits}
+    aff = {
+        (c, e): sum(
+            cost(
+                TensorTensor,
+                (c, d) if e == Engine.GPSIMD else (0, c),
+                e,
+                alu=alu,
+                src0=o,
+                src1=ap(t),
+                dst=o,
+            )
+            for t, alu in k.spread
+        )  # fmt: skip
+        for c in splits
+        for e in (Engine.VECTOR, Engine.GPSIMD)
+    }
+    c1s = splits if k.op == "layer_norm" else [0]
+    c2s = splits if k.spread else [d]
+    best = min(
+        (
+            max(
+                scalar + (sum_s[c1] if k.op == "layer_norm" else 0),
+                vector + (sum_v[c1] if k.op == "layer_norm" else 0) + aff[c2, Engine.VECTOR],
+                aff[c2, Engine.GPSIMD],
+            ),
+            c1,
+            c2,
+        )  # fmt: skip
+        for c1 in c1s
+        for c2 in c2s
+    )
+    return best[1], best[2]
