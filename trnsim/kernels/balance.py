@@ -4,6 +4,8 @@ speeds on the chip at hand (clocks, fast modes, fixed overheads) instead of by r
 
 from __future__ import annotations
 
+import math
+
 from trnsim.config import ChipConfig
 from trnsim.engines.gpsimd import GpSimdEngine
 from trnsim.engines.scalar import ScalarEngine
@@ -12,7 +14,7 @@ from trnsim.isa import Ap, Engine, Instr
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.memory.buffer import Buffer, bind
 
-__all__ = ["cost_ns"]
+__all__ = ["cost_ns", "dma_queues"]
 
 MODELS = {Engine.VECTOR: VectorEngine, Engine.SCALAR: ScalarEngine, Engine.GPSIMD: GpSimdEngine}
 
@@ -43,3 +45,15 @@ def cost_ns(
     if after:
         cycles += getattr(cfg.core, engine.label).commit_latency_cycles
     return cycles * 1e9 / model.clock_hz
+
+
+def dma_queues(cfg: ChipConfig, partition_bytes: int, most: int = 4) -> int:
+    """How many queues a stream of [128, partition_bytes] transfers needs (at most `most`): a
+    queue sets up one transfer at a time, so transfers whose data moves faster than the next
+    one's setup (small rows) need several queues to keep the engines busy, while large ones go
+    best on one, each moving at the engines' full rate in turn instead of sharing them with the
+    blocks loaded ahead of it (docs/model.md, DMA)."""
+    d = cfg.core.dma
+    setup = d.transfer_setup + (d.engines - 1) * d.engine_stagger
+    data = partition_bytes * (cfg.core.sbuf.partitions // d.engines) / d.engine_bandwidth
+    return max(1, min(most, math.ceil(setup / data)))

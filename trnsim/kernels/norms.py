@@ -2,19 +2,22 @@
 
 Per block of up to 128 rows (one row per partition, the whole row in the free dim;
 `layout.row_blocks`), the passes over the row are spread so that no engine makes many:
-- ScalarE: the row sum of x^2 (`activation square` with its `add` reduction) and, for
-  layer_norm, the row sum of x over the first c1 columns (`activation copy`, `add`);
-- VectorE: the row sum of the other columns (`tensor_reduce add`), the [rows, 1] statistics
-  (mean, eps - mean^2, var + eps, rstd = (var + eps) ^ -0.5), the normalisation as one
-  `tensor_scalar` ((x - mean) * rstd, or x * rstd; four elements a cycle for 16-bit data), in
-  place, and * weight, + bias over the first c2 columns (`tensor_tensor`);
-- GpSimd: * weight, + bias over the other columns.
-c1 and c2 are chosen (`_plan`) to even out the three engines' time per block as the engines'
+- ScalarE: the row sum of x^2 (`activation square` with its `add` reduction), for layer_norm
+  the row sum of x over the first c1 columns (`activation copy`, `add`), and rstd = 1 /
+  sqrt(sum(x^2) / D - mean^2 + eps) ([rows, 1], `activation rsqrt`);
+- VectorE: the row sum of the other columns (`tensor_reduce add`), the mean and eps - mean^2
+  ([rows, 1]), and the normalisation as one `tensor_scalar` ((x - mean) * rstd, or x * rstd;
+  four elements a cycle for 16-bit data), in place;
+- * weight and + bias (`tensor_tensor`, in place) on VectorE for a share of the blocks, on
+  GpSimd for the others (whole blocks: the builder orders a tile's accesses tile by tile, so
+  two engines on two halves of one tile would wait for each other).
+c1 and the share are chosen (`_plan`) to even out the three engines' time per block as their
 own cost models give it (`balance.cost_ns`), so the split follows each chip's clocks and fast
 modes. The weight and bias ([D]) are loaded once into one partition and spread to all 128 by
 TensorE (`broadcast.spread_rows`). Blocks rotate through up to BUFS buffers, and the two
 stages (load and row sums; statistics, normalisation, weight and bias, store) are emitted one
-block apart, so VectorE takes the next block's sum while ScalarE computes it.
+block apart, so VectorE and ScalarE take the next block's sums while the previous one is
+finished.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
-from trnsim.kernels.balance import cost_ns
+from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.broadcast import spread_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
@@ -34,7 +37,7 @@ __all__ = ["lower_norm"]
 
 BUFS = 6
 SBUF_SHARE = 0.75
-STEPS = 32  # the column splits tried: multiples of D / STEPS
+STEPS = 32  # the splits tried: multiples of 1 / STEPS of a row's columns or of the blocks
 
 
 def lower_norm(
@@ -55,7 +58,7 @@ def lower_norm(
     k.bufs = _fits(cfg, op, tx, to, sum(b.tensors[v].dtype.itemsize for v in affine))
     k.spread = [(spread_rows(b, cfg, v, d), alu) for v, alu in
                 ((weight, "multiply"), (bias, "add")) if v is not None]  # fmt: skip
-    k.c1, k.c2 = _plan(k)
+    k.c1, k.share = _plan(k)
     blocks = list(row_blocks(tx.shape, k.P, b.share(tx.shape)))
     skew = 1 if k.bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
     for n in range(len(blocks) + skew):
@@ -89,7 +92,8 @@ class _Norm:
         self.b, self.cfg, self.op, self.x, self.out, self.d, self.eps = b, cfg, op, x, out, d, eps
         self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
         self.xdt, self.odt = b.tensors[x].dtype, b.tensors[out].dtype
-        self.bufs, self.spread, self.c1, self.c2 = 1, [], 0, 0
+        self.bufs, self.spread, self.c1, self.share = 1, [], 0, 0
+        self.q = dma_queues(cfg, d * self.xdt.itemsize)  # load (and store) queues
 
     def tile(self, key: str, n: int, shape, dt) -> str:
         full = f"norm.{key}{n % self.bufs}:{dt.name}:{shape}"
@@ -114,7 +118,7 @@ class _Norm:
         on VectorE."""
         b, c1 = self.b, self.c1
         xa, src = self.row("x", n, rows), ap(self.x, *index)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % self.q)
         junk = self.row("junk", 0, rows)  # ScalarE's elementwise results, never read
         ss = self.col("ss", n, rows)
         b.emit(Activation, [xa], [junk, ss], func="square", src=xa, dst=junk, reduce="add",
@@ -132,44 +136,35 @@ class _Norm:
 
     def normalize(self, n: int, index: tuple, rows: int) -> None:
         """The statistics, (x - mean) * rstd, * weight and + bias, store."""
-        b, d, xa = self.b, self.d, self.row("x", n, rows)
-        ss, v, rstd = self.col("ss", n, rows), self.col("v", n, rows), self.col("rstd", n, rows)
-        o = self.output(n, rows)
-        if self.op == "layer_norm":
-            m, c = self.mean(n, rows), self.col("c", n, rows)
-            b.emit(
-                TensorScalar,
-                [m],
-                [c],
-                src=m,
-                dst=c,
-                op0="multiply",
-                operand0=m,
-                op1="subtract",
-                operand1=self.eps,
-                reverse1=True,
-            )  # fmt: skip  eps - m^2
-            b.emit(TensorScalar, [ss, c], [v], src=ss, dst=v, op0="multiply", operand0=1.0 / d,
-                   op1="add", operand1=c)  # fmt: skip
-        else:
-            b.emit(TensorScalar, [ss], [v], src=ss, dst=v, op0="multiply", operand0=1.0 / d,
-                   op1="add", operand1=self.eps)  # fmt: skip
-        b.emit(TensorScalar, [v], [rstd], src=v, dst=rstd, op0="pow", operand0=-0.5)
-        if self.op == "layer_norm":
+        b, xa = self.b, self.row("x", n, rows)
+        o, (m, rstd) = self.output(n, rows), self.stats(n, rows)
+        if m is not None:
             b.emit(TensorScalar, [xa, m, rstd], [o], src=xa, dst=o, op0="subtract", operand0=m,
                    op1="multiply", operand1=rstd)  # fmt: skip
         else:
             b.emit(TensorScalar, [xa, rstd], [o], src=xa, dst=o, op0="multiply", operand0=rstd)
-        for engine, cols in ((Engine.VECTOR, (0, self.c2)), (Engine.GPSIMD, (self.c2, d))):
-            if cols[0] == cols[1]:
-                continue
-            oc = self.output(n, rows, cols)
-            for t, alu in self.spread:  # in place: o * weight, + bias
-                tt = ap(t, slice(0, rows), slice(*cols))
-                b.emit(TensorTensor, [oc, tt], [oc], alu=alu, src0=oc, src1=tt, dst=oc,
-                       engine=engine)  # fmt: skip
+        vector = (n + 1) * self.share // STEPS > n * self.share // STEPS
+        for t, alu in self.spread:  # in place: o * weight, + bias
+            tt = ap(t, slice(0, rows))
+            b.emit(TensorTensor, [o, tt], [o], alu=alu, src0=o, src1=tt, dst=o,
+                   engine=Engine.VECTOR if vector else Engine.GPSIMD)  # fmt: skip
         dst = ap(self.out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 4)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % self.q)
+
+    def stats(self, n: int, rows: int):
+        """(mean or None, rstd) as [rows, 1] columns on VectorE: rstd = (ss / D - mean^2 + eps)
+        ^ -0.5 (ScalarE, which could take it as one `rsqrt`, would then wait for VectorE)."""
+        b, ss, rstd = self.b, self.col("ss", n, rows), self.col("rstd", n, rows)
+        m, bias = None, self.eps
+        if self.op == "layer_norm":
+            m, bias = self.mean(n, rows), self.col("c", n, rows)
+            b.emit(TensorScalar, [m], [bias], src=m, dst=bias, op0="multiply", operand0=m,
+                   op1="subtract", operand1=self.eps, reverse1=True)  # fmt: skip
+        v, reads = self.col("v", n, rows), [ss, bias] if m is not None else [ss]
+        b.emit(TensorScalar, reads, [v], src=ss, dst=v, op0="multiply", operand0=1.0 / self.d,
+               op1="add", operand1=bias)  # fmt: skip
+        b.emit(TensorScalar, [v], [rstd], src=v, dst=rstd, op0="pow", operand0=-0.5)
+        return m, rstd
 
     def mean(self, n: int, rows: int):
         """The row mean from ScalarE's and VectorE's partial sums."""
@@ -186,58 +181,37 @@ class _Norm:
 
 
 def _plan(k: _Norm) -> tuple[int, int]:
-    """(c1, c2): the columns whose row sum ScalarE takes (layer_norm), and those VectorE
-    multiplies by the weight and adds the bias to (GpSimd the rest), evening out the engines'
-    estimated time per block of 128 rows (their cost models, `balance.cost_ns`)."""
+    """(c1, share): the columns whose row sum ScalarE takes (layer_norm; VectorE the rest), and
+    how many STEPS-ths of the blocks VectorE multiplies by the weight and adds the bias to
+    (GpSimd the rest), evening out the engines' estimated time per block of 128 rows (their
+    cost models, `balance.cost_ns`)."""
     b, cfg, d, P = k.b, k.cfg, k.d, k.P
-    r = slice(0, P)
     x, o, col = k.row("x", 0, P), k.output(0, P), k.col("ss", 0, P)
 
-    def cost(cls, cols, engine=None, **fields) -> float:
+    def cost(cls, cols=(0, d), engine=None, **fields) -> float:
         if cols[0] == cols[1]:
             return 0.0
-        sub = {f: ap(v.name, r, slice(*cols)) if v.name != col.name else v
-               for f, v in fields.items() if hasattr(v, "name")}  # fmt: skip
-        rest = {f: v for f, v in fields.items() if not hasattr(v, "name")}
-        return cost_ns(b, cfg, cls, engine, **sub, **rest)
+        cut = {f: ap(v.name, slice(0, P), slice(*cols)) for f, v in fields.items()
+               if hasattr(v, "name") and v.name != col.name}  # fmt: skip
+        return cost_ns(b, cfg, cls, engine, **{**fields, **cut})
 
+    scalar = cost(Activation, func="square", src=x, dst=x, reduce="add", reduce_dst=col)
     small = cost_ns(b, cfg, TensorScalar, after=True, src=col, dst=col, op0="multiply",
                     operand0=1.0)  # fmt: skip
-    scalar = cost(Activation, (0, d), func="square", src=x, dst=x, reduce="add", reduce_dst=col)
-    vector = 4 * small + cost(TensorScalar, (0, d), src=x, dst=o, op0="multiply", operand0=col)
-    splits = sorted({min(d, math.ceil(d * i / STEPS)) for i in range(STEPS + 1)})
-    sum_s = {c: cost(Activation, (0, c), func="copy", src=x, dst=x, reduce="add",
-                     reduce_dst=col) for c in splits}  # fmt: skip
-    sum_v = {c: cost(TensorReduce, (c, d), alu="add", src=x, dst=col) for c in splits}
-    aff = {
-        (c, e): sum(
-            cost(
-                TensorTensor,
-                (c, d) if e == Engine.GPSIMD else (0, c),
-                e,
-                alu=alu,
-                src0=o,
-                src1=ap(t),
-                dst=o,
-            )
-            for t, alu in k.spread
-        )  # fmt: skip
-        for c in splits
-        for e in (Engine.VECTOR, Engine.GPSIMD)
-    }
-    c1s = splits if k.op == "layer_norm" else [0]
-    c2s = splits if k.spread else [d]
-    best = min(
-        (
-            max(
-                scalar + (sum_s[c1] if k.op == "layer_norm" else 0),
-                vector + (sum_v[c1] if k.op == "layer_norm" else 0) + aff[c2, Engine.VECTOR],
-                aff[c2, Engine.GPSIMD],
-            ),
-            c1,
-            c2,
-        )  # fmt: skip
-        for c1 in c1s
-        for c2 in c2s
-    )
-    return best[1], best[2]
+    vector = cost(TensorScalar, src=x, dst=o, op0="multiply", operand0=col) + 2 * small
+    c1s = [0]
+    if k.op == "layer_norm":
+        vector += 2 * small
+        c1s = sorted({min(d, math.ceil(d * i / STEPS)) for i in range(STEPS + 1)})
+    sums = {
+        c: (cost(Activation, (0, c), func="copy", src=x, dst=x, reduce="add", reduce_dst=col),
+            cost(TensorReduce, (c, d), alu="add", src=x, dst=col) if k.op == "layer_norm" else 0)
+        for c in c1s
+    }  # fmt: skip
+    aff = {e: sum(cost(TensorTensor, engine=e, alu=alu, src0=o, src1=ap(t), dst=o)
+                  for t, alu in k.spread) for e in (Engine.VECTOR, Engine.GPSIMD)}  # fmt: skip
+    return min(
+        ((max(scalar + sums[c][0], vector + sums[c][1] + aff[Engine.VECTOR] * i / STEPS,
+              aff[Engine.GPSIMD] * (STEPS - i) / STEPS), c, i)
+         for c in c1s for i in range(STEPS + 1)),
+    )[1:]  # fmt: skip

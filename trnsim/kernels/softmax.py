@@ -23,6 +23,7 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
+from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 
@@ -59,6 +60,7 @@ def lower_softmax(
     P = cfg.core.sbuf.partitions
     blocks = list(row_blocks(tx.shape, P, b.share(to.shape)))
     k = _Kernel(b, x, out, tx.dtype, to.dtype, d, P, bufs, in_place, log)
+    k.q = dma_queues(cfg, d * tx.dtype.itemsize)  # load (and store) queues
     skew = 1 if bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
     for n in range(len(blocks) + skew):
         if n < len(blocks):
@@ -74,7 +76,7 @@ class _Kernel:
     def __init__(self, b, x, out, xdt, odt, d, P, bufs, in_place, log):
         self.b, self.x, self.out, self.d, self.P, self.bufs = b, x, out, d, P, bufs
         self.xdt, self.odt, self.in_place, self.log = xdt, odt, in_place, log
-        self.f32 = dtype("float32")
+        self.f32, self.q = dtype("float32"), 1
 
     def tile(self, key: str, n: int, shape, dt) -> str:
         full = f"softmax.{key}{n % self.bufs}:{dt.name}:{shape}"
@@ -89,7 +91,7 @@ class _Kernel:
     def first(self, n: int, index: tuple, rows: int) -> None:
         b, r = self.b, slice(0, rows)
         xa, src = ap(self.tile("x", n, (self.P, self.d), self.xdt), r), ap(self.x, *index)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % self.q)
         m, nm = self.col("mx", n, rows, self.xdt), self.col("nmx", n, rows)
         b.emit(TensorReduce, [xa], [m], alu="max", src=xa, dst=m)
         b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0,
@@ -116,4 +118,4 @@ class _Kernel:
                    reverse0=True, engine=GPSIMD)  # fmt: skip
             b.emit(TensorScalar, [o, rs], [o], src=o, dst=o, op0="multiply", operand0=rs)
         dst = ap(self.out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 4)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % self.q)
