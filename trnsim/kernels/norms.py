@@ -60,6 +60,7 @@ def lower_norm(
                 ((weight, "multiply"), (bias, "add")) if v is not None]  # fmt: skip
     k.c1, k.share = _plan(k)
     blocks = list(row_blocks(tx.shape, k.P, b.share(tx.shape)))
+    k.blocks = len(blocks)
     skew = 1 if k.bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
     for n in range(len(blocks) + skew):
         if n < len(blocks):
@@ -92,7 +93,7 @@ class _Norm:
         self.b, self.cfg, self.op, self.x, self.out, self.d, self.eps = b, cfg, op, x, out, d, eps
         self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
         self.xdt, self.odt = b.tensors[x].dtype, b.tensors[out].dtype
-        self.bufs, self.spread, self.c1, self.share = 1, [], 0, 0
+        self.bufs, self.spread, self.c1, self.share, self.blocks = 1, [], 0, 0, 0
         self.q = dma_queues(cfg, d * self.xdt.itemsize)  # load (and store) queues
 
     def tile(self, key: str, n: int, shape, dt) -> str:
@@ -143,7 +144,12 @@ class _Norm:
                    op1="multiply", operand1=rstd)  # fmt: skip
         else:
             b.emit(TensorScalar, [xa, rstd], [o], src=xa, dst=o, op0="multiply", operand0=rstd)
-        vector = (n + 1) * self.share // STEPS > n * self.share // STEPS
+        # VectorE's share of the blocks, spread evenly counting from the last block (rounded to
+        # the nearest: from half the blocks on, the last is VectorE's, which is done sooner)
+        m = self.blocks - 1 - n
+        vector = ((2 * m + 2) * self.share + STEPS) // (2 * STEPS) > (
+            (2 * m * self.share + STEPS) // (2 * STEPS)
+        )
         for t, alu in self.spread:  # in place: o * weight, + bias
             tt = ap(t, slice(0, rows))
             b.emit(TensorTensor, [o, tt], [o], alu=alu, src0=o, src1=tt, dst=o,
