@@ -214,8 +214,12 @@ def _plan(k: _Norm) -> tuple[int, int]:
             cost(TensorReduce, (c, d), alu="add", src=x, dst=col) if k.op == "layer_norm" else 0)
         for c in c1s
     }  # fmt: skip
-    aff = {e: sum(cost(TensorTensor, engine=e, alu=alu, src0=o, src1=ap(t), dst=o)
-                  for t, alu in k.spread) for e in (Engine.VECTOR, Engine.GPSIMD)}  # fmt: skip
+    # each reads the result of the one before it on its engine (the first on GpSimd waits for
+    # VectorE's normalisation instead)
+    aff = {e: sum(cost(TensorTensor, engine=e, waits=e == Engine.GPSIMD and not i,
+                       after=e == Engine.VECTOR or i > 0, alu=alu, src0=o, src1=ap(t), dst=o)
+                  for i, (t, alu) in enumerate(k.spread))
+           for e in (Engine.VECTOR, Engine.GPSIMD)}  # fmt: skip
     return min(
         ((max(scalar + sums[c][0], vector + sums[c][1] + aff[Engine.VECTOR] * i / STEPS,
               aff[Engine.GPSIMD] * (STEPS - i) / STEPS), c, i)
