@@ -94,8 +94,10 @@ def test_norms_in_bf16_in_place_spread_weight_and_bias_over_two_engines(chip, op
 
 @pytest.mark.parametrize("chip", ["trn1", "trn3"])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-def test_softmax_in_bf16_on_other_chips(chip, op):
-    shape = (300, 1000)
+@pytest.mark.parametrize("shape", [(300, 1000), (2048, 256), (3, 100, 64)])
+def test_softmax_in_bf16_on_other_chips(chip, op, shape):
+    """Rows of 1000 (8 to a partition would not divide 300 rows: 4), 256 (32 to a partition),
+    64 in items of 100 rows (4 to a partition)."""
     t = {"x": (shape, "bfloat16", "normal"), "out": (shape, "bfloat16", None)}
     r, _ = _run(t, op, {"x": "x"}, chip)
     ref = reference(op, {"x": "x"}, {"x": r.tensor("x")})
@@ -108,10 +110,12 @@ def test_softmax_in_bf16_on_other_chips(chip, op):
     "op,least",
     # [2048, 8192] bf16 on one trn2 core, 16 blocks (bench_kernels.py runs [8192, 8192]): the
     # simulated fractions are 96%, 91% and 64%; layer_norm is bound by its engines (docs)
-    [("softmax", 0.9), ("rms_norm", 0.85), ("layer_norm", 0.6)],
+    [("softmax", 0.9), ("rms_norm", 0.85), ("layer_norm", 0.6), ("short softmax", 0.9)],
 )
 def test_row_kernels_come_close_to_the_dma_bound(op, least):
     r, d = 2048, 8192
+    if op == "short softmax":  # rows of 512, 16 to a partition: 97%
+        op, r, d = "softmax", 32768, 512
     t = {"x": ((r, d), "bfloat16", "normal"), "out": ((r, d), "bfloat16", None)}
     args = {"x": "x"}
     if op != "softmax":

@@ -25,11 +25,12 @@ from trnsim.errors import TraceError
 from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.layout import row_groups
 
 __all__ = ["lower_softmax"]
 
 BUFS = 4
+ROW_ELEMENTS = 8192  # short rows are grouped up to this many elements a partition
 SBUF_SHARE = 0.75
 GPSIMD = Engine.GPSIMD
 
@@ -51,16 +52,21 @@ def lower_softmax(
     per_row = d * (tx.dtype.itemsize + (0 if in_place else to.dtype.itemsize))
     budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - (d * tx.dtype.itemsize if log else 0)
     bufs = min(BUFS, budget // per_row)
-    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
+    vmax = cfg.core.vector.dve_max_free_elements
+    if bufs < 1 or d > vmax:
         raise TraceError(
             f"{name}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
-            f"instruction ({cfg.core.vector.dve_max_free_elements} elements); rows this long "
+            f"instruction ({vmax} elements); rows this long "
             "are not lowered yet"
         )
-    P = cfg.core.sbuf.partitions
-    blocks = list(row_blocks(tx.shape, P, b.share(to.shape)))
+    P, share = cfg.core.sbuf.partitions, b.share(to.shape)
+    # rows per partition: short rows go several to a partition, so each instruction and
+    # transfer does more (the [rows, 1] steps take a whole block's rows at once)
+    per, blocks = row_groups(tx.shape, P, share, min(ROW_ELEMENTS, vmax) // d,
+                             budget // (BUFS * per_row))  # fmt: skip
+    bufs = min(BUFS, budget // (per * per_row))
     k = _Kernel(b, x, out, tx.dtype, to.dtype, d, P, bufs, in_place, log)
-    k.q = dma_queues(cfg, d * tx.dtype.itemsize)  # load (and store) queues
+    k.per, k.q = per, dma_queues(cfg, per * d * tx.dtype.itemsize)  # load (and store) queues
     skew = 1 if bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
     for n in range(len(blocks) + skew):
         if n < len(blocks):
@@ -76,7 +82,7 @@ class _Kernel:
     def __init__(self, b, x, out, xdt, odt, d, P, bufs, in_place, log):
         self.b, self.x, self.out, self.d, self.P, self.bufs = b, x, out, d, P, bufs
         self.xdt, self.odt, self.in_place, self.log = xdt, odt, in_place, log
-        self.f32, self.q = dtype("float32"), 1
+        self.f32, self.q, self.per = dtype("float32"), 1, 1
 
     def tile(self, key: str, n: int, shape, dt) -> str:
         full = f"softmax.{key}{n % self.bufs}:{dt.name}:{shape}"
@@ -85,37 +91,49 @@ class _Kernel:
             name = self.b.scratch[full] = self.b.tile(key, "sbuf", shape, dt)
         return name
 
-    def col(self, key: str, n: int, rows: int, dt=None):
-        return ap(self.tile(key, n, (self.P, 1), dt or self.f32), slice(0, rows))
+    def col(self, key: str, n: int, p: int, j=None, dt=None):
+        """Block n's [rows, 1] column tile (p partitions): all its row slots, or slot j."""
+        t = self.tile(key, n, (self.P, self.per), dt or self.f32)
+        return ap(t, slice(0, p), slice(None) if j is None else slice(j, j + 1))
+
+    def rows(self, key: str, n: int, p: int, dt, j=None):
+        """Block n's [p, per, D] tile of `key`, or its row slot j ([p, D])."""
+        t = self.tile(key, n, (self.P, self.per, self.d), dt)
+        return ap(t, slice(0, p)) if j is None else ap(t, slice(0, p), j)
 
     def first(self, n: int, index: tuple, rows: int) -> None:
-        b, r = self.b, slice(0, rows)
-        xa, src = ap(self.tile("x", n, (self.P, self.d), self.xdt), r), ap(self.x, *index)
+        b, p = self.b, rows // self.per
+        xa, src = self.rows("x", n, p, self.xdt), ap(self.x, *index)
         b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % self.q)
-        m, nm = self.col("mx", n, rows, self.xdt), self.col("nmx", n, rows)
+        m, nm = self.col("mx", n, p, dt=self.xdt), self.col("nmx", n, p)
         b.emit(TensorReduce, [xa], [m], alu="max", src=xa, dst=m)
         b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0,
                engine=GPSIMD)  # fmt: skip
 
     def second(self, n: int, index: tuple, rows: int) -> None:
-        b, r = self.b, slice(0, rows)
-        xa = ap(self.tile("x", n, (self.P, self.d), self.xdt), r)
-        nm, s = self.col("nmx", n, rows), self.col("sum", n, rows)
-        o = xa if self.in_place else ap(self.tile("o", n, (self.P, self.d), self.odt), r)
-        # exp(x - max): in place (softmax), or into a scratch tile of ScalarE's (log_softmax)
-        e = ap(self.tile("e", 0, (self.P, self.d), self.xdt), r) if self.log else o
-        b.emit(Activation, [xa, nm], [e, s], func="exp", src=xa, dst=e, bias=nm, reduce="add",
-               reduce_dst=s)  # fmt: skip
+        b, p, x, o = self.b, rows // self.per, "x", "x" if self.in_place else "o"
+        odt = self.xdt if self.in_place else self.odt
+        for j in range(self.per):  # exp(x - max) with the row sum, row slot by row slot
+            xa, nm, s = self.rows(x, n, p, self.xdt, j), self.col("nmx", n, p, j), \
+                self.col("sum", n, p, j)  # fmt: skip
+            # in place (softmax), or into a scratch tile of ScalarE's (log_softmax)
+            e = self.rows("e", 0, p, self.xdt, j) if self.log else self.rows(o, n, p, odt, j)
+            b.emit(Activation, [xa, nm], [e, s], func="exp", src=xa, dst=e, bias=nm,
+                   reduce="add", reduce_dst=s)  # fmt: skip
+        s, nm = self.col("sum", n, p), self.col("nmx", n, p)
+        c = self.col("c", n, p)  # 1 / sum, or -(max + log(sum))
         if self.log:
-            ls, shift = self.col("ls", n, rows), self.col("sh", n, rows)  # -(max + log(sum))
+            ls = self.col("ls", n, p)
             b.emit(Activation, [s], [ls], func="log", src=s, dst=ls)
-            b.emit(TensorTensor, [nm, ls], [shift], alu="subtract", src0=nm, src1=ls, dst=shift,
+            b.emit(TensorTensor, [nm, ls], [c], alu="subtract", src0=nm, src1=ls, dst=c,
                    engine=GPSIMD)  # fmt: skip
-            b.emit(TensorScalar, [xa, shift], [o], src=xa, dst=o, op0="add", operand0=shift)
         else:
-            rs = self.col("rs", n, rows)
-            b.emit(TensorScalar, [s], [rs], src=s, dst=rs, op0="divide", operand0=1.0,
+            b.emit(TensorScalar, [s], [c], src=s, dst=c, op0="divide", operand0=1.0,
                    reverse0=True, engine=GPSIMD)  # fmt: skip
-            b.emit(TensorScalar, [o, rs], [o], src=o, dst=o, op0="multiply", operand0=rs)
-        dst = ap(self.out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % self.q)
+        for j in range(self.per):  # e * (1 / sum), or x - (max + log(sum))
+            src = self.rows(x if self.log else o, n, p, self.xdt if self.log else odt, j)
+            oj, cj = self.rows(o, n, p, odt, j), self.col("c", n, p, j)
+            op = "add" if self.log else "multiply"
+            b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, op0=op, operand0=cj)
+        src, dst = self.rows(o, n, p, odt), ap(self.out, *index)
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=8 + n % self.q)
