@@ -37,7 +37,7 @@ __all__ = ["lower_norm"]
 
 BUFS = 6
 SBUF_SHARE = 0.75
-ROW_ELEMENTS = 8192  # short rows are grouped up to this many elements a partition
+ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partition
 STEPS = 32  # the splits tried: multiples of 1 / STEPS of a row's columns or of the blocks
 
 
