@@ -1,23 +1,25 @@
 """`layer_norm` and `rms_norm` over the last dim.
 
-Per block of up to 128 rows (one row per partition, the whole row in the free dim;
-`layout.row_blocks`), the passes over the row are spread so that no engine makes many:
-- ScalarE: the row sum of x^2 (`activation square` with its `add` reduction), for layer_norm
-  the row sum of x over the first c1 columns (`activation copy`, `add`), and rstd = 1 /
-  sqrt(sum(x^2) / D - mean^2 + eps) ([rows, 1], `activation rsqrt`);
-- VectorE: the row sum of the other columns (`tensor_reduce add`), the mean and eps - mean^2
-  ([rows, 1]), and the normalisation as one `tensor_scalar` ((x - mean) * rstd, or x * rstd;
-  four elements a cycle for 16-bit data), in place;
+Per block of rows (`per` rows to each of up to 128 partitions, the whole row in the free dim:
+short rows go several to a partition, up to ROW_ELEMENTS, `layout.row_groups`), the passes over
+the rows are spread so that no engine makes many:
+- ScalarE: the row sum of x^2 (`activation square` with its `add` reduction) and, for
+  layer_norm, the row sum of x over the first c1 columns (`activation copy`, `add`), row by row;
+- VectorE: the row sums of the other columns (one `tensor_reduce add` for the block), the mean
+  and rstd = (sum(x^2) / D - mean^2 + eps) ^ -0.5 ([rows per partition] columns, once per
+  block), and the normalisation as one `tensor_scalar` per row ((x - mean) * rstd, or x *
+  rstd; four elements a cycle for 16-bit data), in place;
 - * weight and + bias (`tensor_tensor`, in place) on VectorE for a share of the blocks, on
   GpSimd for the others (whole blocks: the builder orders a tile's accesses tile by tile, so
   two engines on two halves of one tile would wait for each other).
 c1 and the share are chosen (`_plan`) to even out the three engines' time per block as their
 own cost models give it (`balance.cost_ns`), so the split follows each chip's clocks and fast
-modes. The weight and bias ([D]) are loaded once into one partition and spread to all 128 by
-TensorE (`broadcast.spread_rows`). Blocks rotate through up to BUFS buffers, and the two
-stages (load and row sums; statistics, normalisation, weight and bias, store) are emitted one
-block apart, so VectorE and ScalarE take the next block's sums while the previous one is
-finished.
+modes. ScalarE never waits for another engine (rstd as its one `rsqrt` would make it wait for
+VectorE's mean). The weight and bias ([D]) are loaded once into one partition and spread to
+all 128 by TensorE (`broadcast.spread_rows`). Blocks rotate through up to BUFS buffers, and
+the two stages (load and row sums; statistics, normalisation, weight and bias, store) are
+emitted one block apart, so VectorE and ScalarE take the next block's sums while the previous
+one is finished.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """`softmax` and `log_softmax` over the last dim.
 
-The kernel, per block of up to 128 rows (one row per partition, the whole row in the free
-dim; `layout.row_blocks`): load; the row maximum on VectorE (`tensor_reduce max`, into a column
-of x's dtype, which holds it exactly and lets a bf16 row reduce at two elements a cycle); its
-negation on GpSimd ([rows, 1]); exp(x - max) on ScalarE with the row sum accumulated by the same
-instruction (`activation exp, bias = -max, reduce add`); then
-- softmax: 1 / sum on GpSimd ([rows, 1]) and e * (1 / sum) on VectorE (`tensor_scalar`, four
-  elements a cycle for 16-bit data), in place;
+The kernel, per block of rows (`per` rows to each of up to 128 partitions, the whole row in the
+free dim: short rows go several to a partition, up to ROW_ELEMENTS, `layout.row_groups`, so the
+max, the [rows, 1] steps and the transfers take a whole block at once): load; the row maximum
+on VectorE (`tensor_reduce max`, into a column of x's dtype, which holds it exactly and lets a
+bf16 row reduce at two elements a cycle); its negation on GpSimd ([rows, 1]); exp(x - max) on
+ScalarE with the row sum accumulated by the same instruction (`activation exp, bias = -max,
+reduce add`, row by row); then
+- softmax: 1 / sum on GpSimd ([rows, 1]) and e * (1 / sum) on VectorE (`tensor_scalar` row by
+  row, four elements a cycle for 16-bit data), in place;
 - log_softmax: log(sum) on ScalarE, -(max + log(sum)) on GpSimd ([rows, 1]), and x plus that on
   VectorE (`tensor_scalar add`);
 and store. So each engine makes at most one pass over a row (ScalarE the exp, VectorE the max
