@@ -33,8 +33,9 @@ def row_groups(
 ) -> tuple[int, list[tuple[tuple, int]]]:
     """(per, blocks): `row_blocks` of up to `partitions * per` rows, each `per` rows to a
     partition (a tile [rows / per, per, D]), `per` the largest that is at most each of `most`
-    and divides every block's rows (1 when nothing larger does)."""
-    per = max(1, min(most))
+    and divides every block's rows (1 when nothing larger does): a power of two, which divides
+    the usual counts of rows."""
+    per = 1 << (max(1, min(most)).bit_length() - 1)
     while True:
         blocks = list(row_blocks(shape, partitions * per, rows))
         fit = math.gcd(per, *(n for _, n in blocks))

@@ -16,10 +16,10 @@ c1 and the share are chosen (`_plan`) to even out the three engines' time per bl
 own cost models give it (`balance.cost_ns`), so the split follows each chip's clocks and fast
 modes. ScalarE never waits for another engine (rstd as its one `rsqrt` would make it wait for
 VectorE's mean). The weight and bias ([D]) are loaded once into one partition and spread to
-all 128 by TensorE (`broadcast.spread_rows`). Blocks rotate through up to BUFS buffers, and
-the two stages (load and row sums; statistics, normalisation, weight and bias, store) are
-emitted one block apart, so VectorE and ScalarE take the next block's sums while the previous
-one is finished.
+all 128 by TensorE (`broadcast.spread_rows`). Blocks rotate through up to BUFS buffers
+(within BUFFER_SHARE of SBUF), and the two stages (load and row sums; statistics,
+normalisation, weight and bias, store) are emitted one block apart, so VectorE and ScalarE take
+the next block's sums while the previous one is finished.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from trnsim.kernels.layout import row_groups
 __all__ = ["lower_norm"]
 
 BUFS = 6
-SBUF_SHARE = 0.75
+SBUF_SHARE = 0.75  # rows that need more than this for one buffer are refused
+BUFFER_SHARE = 0.45  # what the rotating buffers may take
 ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partition
 STEPS = 32  # the splits tried: multiples of 1 / STEPS of a row's columns or of the blocks
 
@@ -60,9 +61,11 @@ def lower_norm(
     k = _Norm(b, cfg, op, x, out, d, float(eps))
     budget, per_row = _fits(cfg, op, tx, to, sum(b.tensors[v].dtype.itemsize for v in affine))
     vmax = cfg.core.vector.dve_max_free_elements
+    # buffers within BUFFER_SHARE of SBUF (the kernel's other ops keep their own tiles)
+    room = min(budget, int(cfg.core.sbuf.partition_bytes * BUFFER_SHARE))
     k.per, blocks = row_groups(tx.shape, k.P, b.share(tx.shape), min(ROW_ELEMENTS, vmax) // d,
-                               budget // (BUFS * per_row))  # fmt: skip
-    k.bufs, k.blocks = min(BUFS, budget // (k.per * per_row)), len(blocks)
+                               room // (BUFS * per_row))  # fmt: skip
+    k.bufs, k.blocks = max(1, min(BUFS, room // (k.per * per_row))), len(blocks)
     k.q = dma_queues(cfg, k.per * d * tx.dtype.itemsize)  # load (and store) queues
     k.spread = [(spread_rows(b, cfg, v, d), alu) for v, alu in
                 ((weight, "multiply"), (bias, "add")) if v is not None]  # fmt: skip

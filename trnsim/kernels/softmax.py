@@ -10,12 +10,13 @@ reduce add`, row by row); then
 - softmax: 1 / sum on GpSimd ([rows, 1]) and e * (1 / sum) on VectorE (`tensor_scalar` row by
   row, four elements a cycle for 16-bit data), in place;
 - log_softmax: log(sum) on ScalarE, -(max + log(sum)) on GpSimd ([rows, 1]), and x plus that on
-  VectorE (`tensor_scalar add`);
+  VectorE (`tensor_scalar add`), in place;
 and store. So each engine makes at most one pass over a row (ScalarE the exp, VectorE the max
 and the scale, at less than a pass's cost each), and the [rows, 1] steps go to the otherwise
-idle GpSimd. Blocks rotate through up to BUFS buffers (fewer for rows too long), and the
-stages are emitted one block apart (block n + 1's load and max before block n's exp and
-scale), so VectorE takes the next block's max while ScalarE computes this one's exp.
+idle GpSimd. Blocks rotate through up to BUFS buffers (fewer for long rows: within
+BUFFER_SHARE of SBUF, so a kernel of several ops fits), and the stages are emitted one block
+apart (block n + 1's load and max before block n's exp and scale), so VectorE takes the next
+block's max while ScalarE computes this one's exp.
 Rows longer than what fits one partition's share of SBUF are refused (not lowered yet).
 """
 
@@ -32,8 +33,9 @@ from trnsim.kernels.layout import row_groups
 __all__ = ["lower_softmax"]
 
 BUFS = 4
-ROW_ELEMENTS = 8192  # short rows are grouped up to this many elements a partition
-SBUF_SHARE = 0.75
+ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partition
+SBUF_SHARE = 0.75  # rows that need more than this for one buffer are refused
+BUFFER_SHARE = 0.3  # what the rotating buffers may take
 GPSIMD = Engine.GPSIMD
 
 
@@ -50,9 +52,10 @@ def lower_softmax(
     if dim not in (-1, len(tx.shape) - 1):
         raise TraceError(f"{name}: dim {dim}; only the last dim (-1) is lowered yet")
     d = tx.shape[-1]
-    in_place = tx.dtype == to.dtype and not log  # e and the result overwrite x
+    in_place = tx.dtype == to.dtype  # the result overwrites x
     per_row = d * (tx.dtype.itemsize + (0 if in_place else to.dtype.itemsize))
-    budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - (d * tx.dtype.itemsize if log else 0)
+    sbuf = cfg.core.sbuf.partition_bytes
+    budget = int(sbuf * SBUF_SHARE) - (d * tx.dtype.itemsize if log else 0)
     bufs = min(BUFS, budget // per_row)
     vmax = cfg.core.vector.dve_max_free_elements
     if bufs < 1 or d > vmax:
@@ -64,9 +67,11 @@ def lower_softmax(
     P, share = cfg.core.sbuf.partitions, b.share(to.shape)
     # rows per partition: short rows go several to a partition, so each instruction and
     # transfer does more (the [rows, 1] steps take a whole block's rows at once)
+    # buffers within BUFFER_SHARE of SBUF (the kernel's other ops keep their own tiles)
+    room = min(budget, int(sbuf * BUFFER_SHARE))
     per, blocks = row_groups(tx.shape, P, share, min(ROW_ELEMENTS, vmax) // d,
-                             budget // (BUFS * per_row))  # fmt: skip
-    bufs = min(BUFS, budget // (per * per_row))
+                             room // (BUFS * per_row))  # fmt: skip
+    bufs = max(1, min(BUFS, room // (per * per_row)))
     k = _Kernel(b, x, out, tx.dtype, to.dtype, d, P, bufs, in_place, log)
     k.per, k.q = per, dma_queues(cfg, per * d * tx.dtype.itemsize)  # load (and store) queues
     skew = 1 if bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
@@ -118,8 +123,10 @@ class _Kernel:
         for j in range(self.per):  # exp(x - max) with the row sum, row slot by row slot
             xa, nm, s = self.rows(x, n, p, self.xdt, j), self.col("nmx", n, p, j), \
                 self.col("sum", n, p, j)  # fmt: skip
-            # in place (softmax), or into a scratch tile of ScalarE's (log_softmax)
-            e = self.rows("e", 0, p, self.xdt, j) if self.log else self.rows(o, n, p, odt, j)
+            # in place (softmax), or into a scratch row of ScalarE's (log_softmax, which adds
+            # to x afterwards)
+            e = ap(self.tile("e", 0, (self.P, self.d), self.xdt), slice(0, p)) if self.log \
+                else self.rows(o, n, p, odt, j)  # fmt: skip
             b.emit(Activation, [xa, nm], [e, s], func="exp", src=xa, dst=e, bias=nm,
                    reduce="add", reduce_dst=s)  # fmt: skip
         s, nm = self.col("sum", n, p), self.col("nmx", n, p)
