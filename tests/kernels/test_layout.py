@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from trnsim.kernels.layout import core_rows, flat_blocks, row_blocks
+from trnsim.kernels.layout import core_rows, flat_blocks, row_blocks, row_groups
 
 SHAPES = [(5, 7, 3), (3, 130, 4), (2, 3, 4, 5), (300, 8), (1, 9), (7,)]
 
@@ -48,3 +48,20 @@ def test_core_shares_partition_the_rows_at_multiples_of_128():
     assert core_rows((1000, 64), (1, 2)) == (512, 1000)
     assert core_rows((100, 64), (0, 2)) == (0, 0)  # too few rows to split: one core does all
     assert core_rows((100, 64), (1, 2)) == (0, 100)
+
+
+@pytest.mark.parametrize(
+    "shape,most,per,sizes",
+    [
+        ((8192, 64), (8, 16), 8, [1024] * 8),  # the least of `most`
+        ((300, 64), (8,), 4, [300]),  # one block of 300 rows: 4 divides it, 8 does not
+        ((3, 130, 8), (4,), 2, [130, 130, 130]),  # the walk cuts blocks at items of 130 rows
+        ((7, 9), (8,), 1, [7]),
+        ((2048, 64), (0,), 1, [128] * 16),  # at least 1
+    ],
+)
+def test_row_groups_put_the_same_rows_to_a_partition_in_every_block(shape, most, per, sizes):
+    got, blocks = row_groups(shape, 128, None, *most)
+    assert got == per
+    assert [n for _, n in blocks] == sizes
+    assert all(n % per == 0 and n // per <= 128 for n in sizes)

@@ -34,9 +34,10 @@ from trnsim.kernels.gather import lower_embedding
 from trnsim.kernels.loss import lower_loss
 from trnsim.kernels.matmul import lower_matmul
 from trnsim.kernels.movement import lower_cat, lower_contiguous, lower_permute, lower_split
+from trnsim.kernels.norms import lower_norm
 from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
-from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction, rows_fit
+from trnsim.kernels.rows import REDUCTIONS, lower_reduction, rows_fit
 from trnsim.kernels.softmax import lower_softmax
 from trnsim.kernels.transpose import lower_transpose
 from trnsim.trace.ops import OPS

@@ -24,12 +24,14 @@ def spread_rows(b: KernelBuilder, cfg: ChipConfig, name: str, d: int) -> str:
     src, dst = ap(name), ap(row)
     b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=0)
     step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
-    ps = b.psum("spread", (P, step), f32)
-    for c in range(0, d, step):
+    ps = [b.psum("spread", (P, step), f32)]
+    ps.append(b.psum("spread", (P, step), f32) if d > step else ps[0])
+    for c in range(0, d, step):  # two banks in turn: the next matmul runs during this copy
         w = min(step, d - c)
-        mv, acc = ap(row, slice(None), slice(c, c + w)), ap(ps, slice(None), slice(0, w))
+        acc = ap(ps[c // step % 2], slice(None), slice(0, w))
+        mv = ap(row, slice(None), slice(c, c + w))
         b.emit(Matmul, [ap(ones), mv], [acc], stationary=ap(ones), moving=mv, dst=acc)
         o = ap(out, slice(None), slice(c, c + w))
         b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
-    b.release(ps)
+    b.release(*dict.fromkeys(ps))
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-__all__ = ["row_blocks", "flat_blocks", "core_rows"]
+__all__ = ["row_blocks", "row_groups", "flat_blocks", "core_rows"]
 
 
 def row_blocks(
@@ -26,6 +26,22 @@ def row_blocks(
     lo, hi = rows if rows is not None else (0, math.prod(dims))
     if lo < hi:
         yield from _blocks(dims, most, lo, hi)
+
+
+def row_groups(
+    shape: tuple[int, ...], partitions: int, rows: tuple[int, int] | None, *most: int
+) -> tuple[int, list[tuple[tuple, int]]]:
+    """(per, blocks): `row_blocks` of up to `partitions * per` rows, each `per` rows to a
+    partition (a tile [rows / per, per, D]), `per` the largest that is at most each of `most`
+    and divides every block's rows (1 when nothing larger does): a power of two, which divides
+    the usual counts of rows."""
+    per = 1 << (max(1, min(most)).bit_length() - 1)
+    while True:
+        blocks = list(row_blocks(shape, partitions * per, rows))
+        fit = math.gcd(per, *(n for _, n in blocks))
+        if fit == per:
+            return per, blocks
+        per = fit
 
 
 def _blocks(dims: tuple[int, ...], most: int, lo: int, hi: int) -> Iterator[tuple[tuple, int]]:

@@ -1,16 +1,22 @@
 """`softmax` and `log_softmax` over the last dim.
 
-The kernel, per block of up to 128 rows (one row per partition, the whole row in the free
-dim; `layout.row_blocks`): load; the row maximum on VectorE (`tensor_reduce max`); its negation
-(`tensor_scalar`); exp(x - max) on ScalarE with the row sum accumulated by the same instruction
-(`activation exp, bias = -max, reduce add`); then
-- softmax: e * (1 / sum), the reciprocal on VectorE ([rows, 1]), the product on VectorE
-  (`tensor_scalar multiply` by the column) and ScalarE (`activation copy`, scale = the column)
-  in turn, so neither engine carries all the full-row passes;
-- log_softmax: log(sum) on ScalarE, -(max + log(sum)) on VectorE ([rows, 1]), and x plus
-  that on ScalarE (`activation identity` with the column as bias);
-and store. Blocks rotate through up to BUFS buffers (fewer for rows too long for three), so
-loads, the engines and stores overlap.
+The kernel, per block of rows (`per` rows to each of up to 128 partitions, the whole row in the
+free dim: short rows go several to a partition, up to ROW_ELEMENTS, `layout.row_groups`, so the
+max, the [rows, 1] steps and the transfers take a whole block at once): load; the row maximum
+on VectorE (`tensor_reduce max`, into a column of x's dtype, which holds it exactly and lets a
+bf16 row reduce at two elements a cycle); its negation on GpSimd ([rows, 1]); exp(x - max) on
+ScalarE with the row sum accumulated by the same instruction (`activation exp, bias = -max,
+reduce add`, row by row); then
+- softmax: 1 / sum on GpSimd ([rows, 1]) and e * (1 / sum) on VectorE (`tensor_scalar` row by
+  row, four elements a cycle for 16-bit data), in place;
+- log_softmax: log(sum) on ScalarE, -(max + log(sum)) on GpSimd ([rows, 1]), and x plus that on
+  VectorE (`tensor_scalar add`), in place;
+and store. So each engine makes at most one pass over a row (ScalarE the exp, VectorE the max
+and the scale, at less than a pass's cost each), and the [rows, 1] steps go to the otherwise
+idle GpSimd. Blocks rotate through up to BUFS buffers (fewer for long rows: within
+BUFFER_SHARE of SBUF, so a kernel of several ops fits), and the stages are emitted one block
+apart (block n + 1's load and max before block n's exp and scale), so VectorE takes the next
+block's max while ScalarE computes this one's exp.
 Rows longer than what fits one partition's share of SBUF are refused (not lowered yet).
 """
 
@@ -19,14 +25,18 @@ from __future__ import annotations
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
-from trnsim.isa import Activation, DmaCopy, TensorReduce, TensorScalar, TensorTensor
+from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
+from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.layout import row_groups
 
 __all__ = ["lower_softmax"]
 
-BUFS = 3
-SBUF_SHARE = 0.75
+BUFS = 4
+ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partition
+SBUF_SHARE = 0.75  # rows that need more than this for one buffer are refused
+BUFFER_SHARE = 0.3  # what the rotating buffers may take
+GPSIMD = Engine.GPSIMD
 
 
 def lower_softmax(
@@ -42,61 +52,97 @@ def lower_softmax(
     if dim not in (-1, len(tx.shape) - 1):
         raise TraceError(f"{name}: dim {dim}; only the last dim (-1) is lowered yet")
     d = tx.shape[-1]
-    f32 = dtype("float32")
-    per_row = d * (tx.dtype.itemsize + to.dtype.itemsize)
-    bufs = min(BUFS, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // per_row)
-    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
+    in_place = tx.dtype == to.dtype  # the result overwrites x
+    per_row = d * (tx.dtype.itemsize + (0 if in_place else to.dtype.itemsize))
+    sbuf = cfg.core.sbuf.partition_bytes
+    budget = int(sbuf * SBUF_SHARE) - (d * tx.dtype.itemsize if log else 0)
+    bufs = min(BUFS, budget // per_row)
+    vmax = cfg.core.vector.dve_max_free_elements
+    if bufs < 1 or d > vmax:
         raise TraceError(
             f"{name}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
-            f"instruction ({cfg.core.vector.dve_max_free_elements} elements); rows this long "
+            f"instruction ({vmax} elements); rows this long "
             "are not lowered yet"
         )
-    P = cfg.core.sbuf.partitions
-    for n, (index, rows) in enumerate(row_blocks(tx.shape, P, b.share(to.shape))):
-        slot = n % bufs
-        xt = _tile(b, f"x{slot}", (P, d), tx.dtype)
-        ot = _tile(b, f"o{slot}", (P, d), to.dtype)
-        mx, nmx, sm = (_tile(b, f"{k}{slot}", (P, 1), f32) for k in ("mx", "nmx", "sum"))
-        r = slice(0, rows)
-        src, xa = ap(x, *index), ap(xt, r)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
-        m, nm, s, o = ap(mx, r), ap(nmx, r), ap(sm, r), ap(ot, r)
-        e = o  # exp(x - max) goes to the output tile, then is scaled there
+    P, share = cfg.core.sbuf.partitions, b.share(to.shape)
+    # rows per partition: short rows go several to a partition, so each instruction and
+    # transfer does more (the [rows, 1] steps take a whole block's rows at once)
+    # buffers within BUFFER_SHARE of SBUF (the kernel's other ops keep their own tiles)
+    room = min(budget, int(sbuf * BUFFER_SHARE))
+    per, blocks = row_groups(tx.shape, P, share, min(ROW_ELEMENTS, vmax) // d,
+                             room // (BUFS * per_row))  # fmt: skip
+    bufs = max(1, min(BUFS, room // (per * per_row)))
+    k = _Kernel(b, x, out, tx.dtype, to.dtype, d, P, bufs, in_place, log)
+    k.per, k.q = per, dma_queues(cfg, per * d * tx.dtype.itemsize)  # load (and store) queues
+    skew = 1 if bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
+    for n in range(len(blocks) + skew):
+        if n < len(blocks):
+            k.first(n, *blocks[n])
+        if n >= skew:
+            k.second(n - skew, *blocks[n - skew])
+
+
+class _Kernel:
+    """The two stages of a block: `first` (load, max, -max) and `second` (exp with the row sum,
+    the scale or shift, store); tiles per buffer slot."""
+
+    def __init__(self, b, x, out, xdt, odt, d, P, bufs, in_place, log):
+        self.b, self.x, self.out, self.d, self.P, self.bufs = b, x, out, d, P, bufs
+        self.xdt, self.odt, self.in_place, self.log = xdt, odt, in_place, log
+        self.f32, self.q, self.per = dtype("float32"), 1, 1
+
+    def tile(self, key: str, n: int, shape, dt) -> str:
+        full = f"softmax.{key}{n % self.bufs}:{dt.name}:{shape}"
+        name = self.b.scratch.get(full)
+        if name is None:
+            name = self.b.scratch[full] = self.b.tile(key, "sbuf", shape, dt)
+        return name
+
+    def col(self, key: str, n: int, p: int, j=None, dt=None):
+        """Block n's [rows, 1] column tile (p partitions): all its row slots, or slot j."""
+        t = self.tile(key, n, (self.P, self.per), dt or self.f32)
+        return ap(t, slice(0, p), slice(None) if j is None else slice(j, j + 1))
+
+    def rows(self, key: str, n: int, p: int, dt, j=None):
+        """Block n's [p, per, D] tile of `key`, or its row slot j ([p, D])."""
+        t = self.tile(key, n, (self.P, self.per, self.d), dt)
+        return ap(t, slice(0, p)) if j is None else ap(t, slice(0, p), j)
+
+    def first(self, n: int, index: tuple, rows: int) -> None:
+        b, p = self.b, rows // self.per
+        xa, src = self.rows("x", n, p, self.xdt), ap(self.x, *index)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % self.q)
+        m, nm = self.col("mx", n, p, dt=self.xdt), self.col("nmx", n, p)
         b.emit(TensorReduce, [xa], [m], alu="max", src=xa, dst=m)
-        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0)
-        b.emit(
-            Activation,
-            [xa, nm],
-            [e, s],
-            func="exp",
-            src=xa,
-            dst=e,
-            bias=nm,
-            reduce="add",
-            reduce_dst=s,
-        )
-        if log:
-            ls = ap(_tile(b, f"ls{slot}", (P, 1), f32), r)
+        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0,
+               engine=GPSIMD)  # fmt: skip
+
+    def second(self, n: int, index: tuple, rows: int) -> None:
+        b, p, x, o = self.b, rows // self.per, "x", "x" if self.in_place else "o"
+        odt = self.xdt if self.in_place else self.odt
+        for j in range(self.per):  # exp(x - max) with the row sum, row slot by row slot
+            xa, nm, s = self.rows(x, n, p, self.xdt, j), self.col("nmx", n, p, j), \
+                self.col("sum", n, p, j)  # fmt: skip
+            # in place (softmax), or into a scratch row of ScalarE's (log_softmax, which adds
+            # to x afterwards)
+            e = ap(self.tile("e", 0, (self.P, self.d), self.xdt), slice(0, p)) if self.log \
+                else self.rows(o, n, p, odt, j)  # fmt: skip
+            b.emit(Activation, [xa, nm], [e, s], func="exp", src=xa, dst=e, bias=nm,
+                   reduce="add", reduce_dst=s)  # fmt: skip
+        s, nm = self.col("sum", n, p), self.col("nmx", n, p)
+        c = self.col("c", n, p)  # 1 / sum, or -(max + log(sum))
+        if self.log:
+            ls = self.col("ls", n, p)
             b.emit(Activation, [s], [ls], func="log", src=s, dst=ls)
-            shift = ap(_tile(b, f"sh{slot}", (P, 1), f32), r)  # -(max + log(sum))
-            b.emit(TensorTensor, [nm, ls], [shift], alu="subtract", src0=nm, src1=ls, dst=shift)
-            b.emit(Activation, [xa, shift], [o], func="identity", src=xa, dst=o, bias=shift)
+            b.emit(TensorTensor, [nm, ls], [c], alu="subtract", src0=nm, src1=ls, dst=c,
+                   engine=GPSIMD)  # fmt: skip
         else:
-            rs = ap(_tile(b, f"rs{slot}", (P, 1), f32), r)
-            b.emit(
-                TensorScalar, [s], [rs], src=s, dst=rs, op0="divide", operand0=1.0, reverse0=True
-            )
-            if n % 2:
-                b.emit(Activation, [e, rs], [o], func="copy", src=e, dst=o, scale=rs)
-            else:
-                b.emit(TensorScalar, [e, rs], [o], src=e, dst=o, op0="multiply", operand0=rs)
-        dst = ap(out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 4)
-
-
-def _tile(b: KernelBuilder, key: str, shape: tuple[int, int], dt) -> str:
-    key = f"softmax.{key}:{dt.name}:{shape}"
-    name = b.scratch.get(key)
-    if name is None:
-        name = b.scratch[key] = b.tile(key.split(":")[0].split(".")[1], "sbuf", shape, dt)
-    return name
+            b.emit(TensorScalar, [s], [c], src=s, dst=c, op0="divide", operand0=1.0,
+                   reverse0=True, engine=GPSIMD)  # fmt: skip
+        for j in range(self.per):  # e * (1 / sum), or x - (max + log(sum))
+            src = self.rows(x if self.log else o, n, p, self.xdt if self.log else odt, j)
+            oj, cj = self.rows(o, n, p, odt, j), self.col("c", n, p, j)
+            op = "add" if self.log else "multiply"
+            b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, op0=op, operand0=cj)
+        src, dst = self.rows(o, n, p, odt), ap(self.out, *index)
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=8 + n % self.q)
