@@ -93,7 +93,11 @@ def test_activation_values(act, func, src_dt, dst_dt):
     want = to_dtype(want.astype(np.float32), dst.dtype).astype(np.float64)
     if dst.dtype.is_float:  # one rounding step of the dst dtype at most (fp32 then dst rounding)
         eps = float(ml_dtypes.finfo(dst.dtype.np).eps)
-        if func in ("gelu", "erf", "gelu_dx"):  # erfc is an fp32-level fit: 1.2e-7 relative (alu.py)
+        if func in (
+            "gelu",
+            "erf",
+            "gelu_dx",
+        ):  # erfc is an fp32-level fit: 1.2e-7 relative (alu.py)
             eps += 1.2e-7
         # gelu_dx crosses 0 near x = -0.75: erfc's absolute error stays, relative grows
         atol = 1e-7 if func == "gelu_dx" else 1e-30

@@ -31,6 +31,7 @@ from trnsim.kernels.matmul import lower_matmul
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction
 from trnsim.kernels.softmax import lower_softmax
+from trnsim.kernels.training import ONE_CORE, TRAINING_OPS, lower_training
 from trnsim.kernels.transpose import lower_transpose
 from trnsim.trace.ops import OPS
 from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
@@ -95,28 +96,35 @@ def lower_cores(
 
 
 def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], source: str) -> None:
-    rows_of = {}  # tensor -> the row count of the split its writer used
+    rows_of = {}  # tensor -> the row count of the split its writer used (-1: one core's)
     for op in ops:
         out = op.args.get("out")
-        r_out = (
-            _rows(tensors[out].shape)
+        outs = out if isinstance(out, list) else [out]  # several, or a list op: per item
+        r_outs = [
+            _rows(tensors[o].shape)
             if op.op not in REDUCTIONS
             else _rows(tensors[op.args["x"]].shape)
-        )
+            for o in outs
+        ]
+        if op.op in ONE_CORE:  # computed whole on the first core
+            r_outs = [-1] * len(outs)
         full = FULL_READS.get(op.op, ())
-        for k, v in op.args.items():
-            if k == "out" or not isinstance(v, str) or v not in rows_of:
-                continue
-            whole = k in full or (op.op in BINARY and tensors[v].shape != tensors[out].shape)
-            if whole or rows_of[v] != r_out:
-                where = f"{source}:{op.line}: " if source else ""
-                raise TraceError(
-                    f"{where}{op.op}: {k} {v!r} was written by an earlier op of this kernel on "
-                    "both physical cores (lnc 2), and this op needs rows of it the other core "
-                    "wrote; cores synchronise only between launches: put the op in a kernel "
-                    "of its own"
-                )
-        rows_of[out] = r_out
+        for k, arg in op.args.items():
+            items = arg if isinstance(arg, list) else [arg]
+            for i, v in enumerate(items):
+                if k == "out" or not isinstance(v, str) or v not in rows_of:
+                    continue
+                r_out = r_outs[min(i, len(r_outs) - 1)]
+                whole = k in full or (op.op in BINARY and tensors[v].shape != tensors[out].shape)
+                if (whole and rows_of[v] != -1) or rows_of[v] != r_out:
+                    where = f"{source}:{op.line}: " if source else ""
+                    raise TraceError(
+                        f"{where}{op.op}: {k} {v!r} was written by an earlier op of this kernel "
+                        "on both physical cores (lnc 2), and this op needs rows of it the other "
+                        "core wrote; cores synchronise only between launches: put the op in a "
+                        "kernel of its own"
+                    )
+        rows_of.update(zip(outs, r_outs))
 
 
 def _rows(shape) -> int:
@@ -137,8 +145,9 @@ def check_args(b: KernelBuilder, op: OpSpec) -> None:
         if k == key and k not in args:
             raise TraceError(f"{op.op}: missing argument {k!r}; expected {', '.join(spec)}")
         v = args.get(k)
-        if kind != "value" and isinstance(v, str) and v not in b.tensors:
-            raise TraceError(f"{op.op}: {k} names {v!r}, which is not a tensor")
+        for n in v if isinstance(v, list) and kind in ("tensors", "operands") else [v]:
+            if kind != "value" and isinstance(n, str) and n not in b.tensors:
+                raise TraceError(f"{op.op}: {k} names {n!r}, which is not a tensor")
     names = {k.rstrip("?") for k in spec}
     extra = [k for k in args if k not in names]
     if extra:
@@ -191,6 +200,8 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
             bool(args.get("is_causal")),
             args.get("scale"),
         )
+    elif op.op in TRAINING_OPS:  # backward and optimizer ops (kernels.training)
+        lower_training(b, cfg, op)
     else:
         lower_softmax(
             b, cfg, args["x"], args["out"], args.get("dim", -1), log=op.op == "log_softmax"

@@ -54,8 +54,10 @@ def expected_outputs(
             args = {k: v for k, v in op.args.items() if k != "out"}
             out = op.args["out"]
             value = reference(op.op, args, arrays)
-            arrays[out] = _stored(np.broadcast_to(value, arrays[out].shape), dtypes[out])
-            last[out] = (f"{kernel.name}.ops[{i}] {op.op}", op.op)
+            outs, values = (out, value) if isinstance(out, list) else ([out], [value])
+            for o, v in zip(outs, values):  # an op of several outputs: out is their list
+                arrays[o] = _stored(np.broadcast_to(v, arrays[o].shape), dtypes[o])
+                last[o] = (f"{kernel.name}.ops[{i}] {op.op}", op.op)
     return {key: (t, arrays[t], op) for t, (key, op) in last.items()}, None
 
 

@@ -71,8 +71,9 @@ def home_cores(program: Program) -> dict[str, int]:
                         seen[v.name] = None
         for op in k.ops:
             for v in op.args.values():
-                if isinstance(v, str) and v in program.tensors:
-                    seen[v] = None
+                for n in v if isinstance(v, list) else [v]:  # "tensors": a list of names
+                    if isinstance(n, str) and n in program.tensors:
+                        seen[n] = None
         used[name] = list(seen)
     homes: dict[str, int] = {}
     for stream in program.streams:

@@ -1,0 +1,96 @@
+"""A kernel of several inputs and outputs of one shape computed element by element: the frame
+the backward ops' and the optimizer's elementwise kernels share.
+
+`pointwise(b, cfg, inputs, outs, body)` walks the outputs' shape in flat blocks of up to
+128 x FREE elements (`layout.flat_blocks`: every block uses all partitions when its size
+allows); per block each input is loaded once (inputs on separate DMA queues), `body` emits the
+compute on the block's SBUF tiles, and each output is stored, through rotating buffers so the
+next block loads while this one computes and the last one stores. The block size shrinks when
+the buffers (inputs, outputs and the body's temporaries, BUFS of each) would not fit the
+kernel's share of SBUF.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import DType, dtype
+from trnsim.errors import TraceError
+from trnsim.isa import Ap, DmaCopy
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import flat_blocks
+
+__all__ = ["pointwise", "Block", "work_dtype"]
+
+FREE = 2048  # elements per partition of a block at most (4 KiB of bf16: DMA at full rate)
+BUFS = 3  # rotating buffers per operand
+SBUF_SHARE = 0.6  # of a partition's bytes for this kernel's buffers
+F32 = dtype("float32")
+
+
+@dataclass
+class Block:
+    """One block as the body sees it: the inputs' and outputs' SBUF tiles, and `tmp(kind,
+    dtype)` for a temporary of the block's size (its own rotating buffer per kind)."""
+
+    ins: list[Ap]
+    outs: list[Ap]
+    n: int
+    tmp: Callable[[str, DType], Ap] = field(repr=False)
+
+
+def work_dtype(*dts: DType) -> DType:
+    """The dtype of a factor multiplied into a 16-bit gradient: that 16-bit dtype when every
+    one given is it (VectorE's tensor_tensor runs at its fast rate only on 16-bit operands, and
+    the factor is rounded once from fp32), else fp32."""
+    first = dts[0]
+    if first.is_16bit_float and all(d == first for d in dts):
+        return first
+    return F32
+
+
+def pointwise(
+    b: KernelBuilder,
+    cfg: ChipConfig,
+    name: str,
+    inputs: list[str],
+    outs: list[str],
+    body: Callable[[Block], None],
+    temps: int = 3,
+) -> None:
+    """outs = body(inputs), every tensor of outs[0]'s shape (module doc); `temps`: how many
+    fp32 temporaries of a block's size the body takes at most (for the SBUF budget)."""
+    shape = tuple(b.tensors[outs[0]].shape)
+    for n_ in [*inputs, *outs]:
+        if tuple(b.tensors[n_].shape) != shape:
+            given = ", ".join(f"{t} {list(b.tensors[t].shape)}" for t in [*inputs, *outs])
+            raise TraceError(f"{name}: {given}: shapes differ; expected one shape")
+    loads = list(dict.fromkeys(inputs))  # a tensor read twice is loaded once
+    per_elem = sum(b.tensors[t].dtype.itemsize for t in [*loads, *outs]) + 4 * temps
+    P = cfg.core.sbuf.partitions
+    free = min(FREE, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (BUFS * per_elem))
+    blocks = flat_blocks(shape, P, free, b.share(shape))
+    big = (max(p for _, p, _ in blocks), max(f for _, _, f in blocks))
+    for n, (index, p, f) in enumerate(blocks):
+        r = (slice(0, p), slice(0, f))
+
+        def buf(kind: str, dt: DType, n=n, r=r) -> Ap:
+            key = f"pw.{kind}{n % BUFS}:{dt.name}:{big}"
+            if key not in b.scratch:
+                b.scratch[key] = b.tile(kind, "sbuf", big, dt)
+            return ap(b.scratch[key], *r)
+
+        tiles = {}
+        for k, t in enumerate(loads):
+            tiles[t] = buf(f"in{k}_", b.tensors[t].dtype)
+            src = ap(t, *index)
+            b.emit(
+                DmaCopy, [src], [tiles[t]], src=src, dst=tiles[t], queue=(n * len(loads) + k) % 8
+            )
+        out_tiles = [buf(f"out{k}_", b.tensors[t].dtype) for k, t in enumerate(outs)]
+        body(Block([tiles[t] for t in inputs], out_tiles, n, buf))
+        for k, (t, o) in enumerate(zip(outs, out_tiles)):
+            dst = ap(t, *index)
+            b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + (n * len(outs) + k) % 8)
