@@ -38,8 +38,8 @@ def lower_optim(b: KernelBuilder, cfg: ChipConfig, op: str, args: dict) -> None:
         return
     xs, outs = args["x"], args["out"]
     n = len(xs)
-    lists = {k: args[k] for k in ("other", "tensor1", "tensor2", "tensors1", "value")}
-    lists = {k: v for k, v in lists.items() if k in args}
+    keys = ("other", "tensor1", "tensor2", "tensors1", "value")
+    lists = {k: args[k] for k in keys if k in args}
     for k, v in [("out", outs), *lists.items()]:
         if isinstance(v, list) and len(v) != n:
             raise TraceError(f"{op}: {k} has {len(v)} items and x {n}; expected one per item of x")
