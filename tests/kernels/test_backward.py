@@ -103,3 +103,66 @@ def test_threshold_backward_is_zero_at_and_below_the_threshold():
     )  # fmt: skip
     x, g = r.tensor("x"), r.tensor("g")
     np.testing.assert_array_equal(r.tensor("out"), np.where(x > 0, g, 0))
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("shape", [(128, 512), (300, 1000), (2, 70, 33), (1, 4096)])
+def test_softmax_backward_against_torch(shape, dt):
+    torch = pytest.importorskip("torch")
+    t = {"x": (shape, dt, "normal"), "g": (shape, dt, "normal"), "y": (shape, dt, None),
+         "out": (shape, dt, None)}  # fmt: skip
+    r = run(
+        t,
+        [
+            ("softmax", {"x": "x", "out": "y"}),
+            ("_softmax_backward_data", {"grad_output": "g", "output": "y", "dim": -1,
+                                        "out": "out"}),
+        ],
+    )  # fmt: skip
+    g, y = (torch.tensor(r.tensor(n).astype(np.float64)) for n in ("g", "y"))
+    want = torch.ops.aten._softmax_backward_data(g, y, -1, torch.float64).numpy()
+    close(r.tensor("out"), want, dt)
+    # and against autograd of softmax itself (from x, in fp64)
+    (auto,) = torch_grad(lambda v: torch.softmax(v, -1), r.tensor("x"), grad=g.numpy())
+    close(r.tensor("out"), auto, dt, 2 if dt == "bfloat16" else 1e3)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape,weighted", [((300, 1000), False), ((7, 5000), True),
+                                            ((128, 64), True), ((70,), False)])  # fmt: skip
+def test_nll_loss_backward_against_torch(shape, weighted, reduction, tmp_path):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    n, c = (shape[0], shape[-1]) if len(shape) > 1 else (1, shape[0])
+    tshape = shape[:-1]
+    target = rng.integers(0, c, n).astype(np.int32).reshape(tshape)
+    if len(shape) > 1:
+        target.reshape(-1)[::5] = -100  # some ignored rows
+    np.save(tmp_path / "t.npy", target)
+    t = {
+        "x": (shape, "float32", "normal"),
+        "target": (tshape, "int32", {"file": str(tmp_path / "t.npy")}),
+        "w": ((c,), "float32", "random"),
+        "go": ((n,) if reduction == "none" and len(shape) > 1 else (), "float32", "normal"),
+        "tw": ((), "float32", None),
+        "out": (shape, "bfloat16", None),
+    }
+    x = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    r0 = run(t, [("exp", {"x": "x", "out": "x"})])  # any op: the initial values
+    w = torch.tensor(r0.tensor("w").astype(np.float64)) if weighted else None
+    tgt = torch.tensor(target.astype(np.int64))
+    loss = torch.nn.functional.nll_loss(x, tgt, weight=w, reduction=reduction)
+    go = torch.tensor(r0.tensor("go").astype(np.float64))
+    loss.backward(go)
+    valid = tgt.reshape(-1) != -100
+    wt = w[tgt.reshape(-1)[valid]] if weighted else torch.ones(int(valid.sum()))
+    np.save(tmp_path / "tw.npy", np.float32(wt.sum().item()))
+    t["tw"] = ((), "float32", {"file": str(tmp_path / "tw.npy")})
+    args = {"grad_output": "go", "x": "x", "target": "target", "reduction": reduction,
+            "out": "out", **({"weight": "w"} if weighted else {}),
+            **({"total_weight": "tw"} if reduction == "mean" else {})}  # fmt: skip
+    r = run(t, [("nll_loss_backward", args)])
+    close(r.tensor("out"), x.grad.numpy(), "bfloat16")
+    ref = reference("nll_loss_backward", {k: v for k, v in args.items() if k != "out"},
+                    {n: r.tensor(n) for n in ("go", "x", "target", "w", "tw")})  # fmt: skip
+    close(ref, x.grad.numpy(), "float32")

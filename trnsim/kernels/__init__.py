@@ -31,6 +31,7 @@ from trnsim.kernels.matmul import lower_matmul
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import REDUCTIONS, lower_norm, lower_reduction
 from trnsim.kernels.softmax import lower_softmax
+from trnsim.kernels.training import FULL_READS as TRAINING_FULL_READS
 from trnsim.kernels.training import ONE_CORE, TRAINING_OPS, lower_training
 from trnsim.kernels.transpose import lower_transpose
 from trnsim.trace.ops import OPS
@@ -72,6 +73,7 @@ FULL_READS = {  # op -> arguments it reads whole on every core (the others: by t
     "layer_norm": ("weight", "bias"),
     "rms_norm": ("weight",),
     "scaled_dot_product_attention": ("k", "v"),
+    **TRAINING_FULL_READS,
 }
 
 

@@ -8,20 +8,28 @@ from __future__ import annotations
 from trnsim.config import ChipConfig
 from trnsim.kernels.backward import ELEMENTWISE_BACKWARD, lower_elementwise_backward
 from trnsim.kernels.builder import KernelBuilder
+from trnsim.kernels.loss_backward import lower_nll_loss_backward
 from trnsim.kernels.optim import OPTIM, lower_optim
+from trnsim.kernels.softmax_backward import lower_softmax_backward
 from trnsim.trace.program import OpSpec
 
-__all__ = ["TRAINING_OPS", "ONE_CORE", "lower_training"]
+__all__ = ["TRAINING_OPS", "ONE_CORE", "FULL_READS", "lower_training"]
 
 ONE_CORE = frozenset(
     {"native_layer_norm_backward", "embedding_dense_backward",
      "scaled_dot_product_attention_backward"}
 )  # fmt: skip
 
+FULL_READS = {  # op -> arguments every core reads whole (kernels.FULL_READS)
+    "nll_loss_backward": ("grad_output", "weight", "total_weight"),
+}
+
 
 def _lowerings() -> dict:
     table = {op: lower_elementwise_backward for op in ELEMENTWISE_BACKWARD}
     table.update({op: lower_optim for op in OPTIM})
+    table["_softmax_backward_data"] = lower_softmax_backward
+    table["nll_loss_backward"] = lower_nll_loss_backward
     return table
 
 

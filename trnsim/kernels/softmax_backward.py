@@ -1,0 +1,86 @@
+"""`_softmax_backward_data`: grad_input = y * (g - sum(g * y, dim)), y softmax's output, over
+the last dim.
+
+Per block of up to 128 rows (one row per partition, the whole row in the free dim): g and y
+are loaded on separate queues; GpSimd forms g * y (it is otherwise idle), VectorE sums it to a
+[rows, 1] column and negates it; ScalarE computes g - sum as one `activation identity` with the
+column as bias; VectorE multiplies by y into the output tile, which is stored. The three
+engines each make about one pass over the row, so the kernel runs near the DMA bound. In the
+work dtype (the gradient's when it and the output are 16-bit, else fp32; the row sum is
+accumulated in fp32 and rounded once).
+"""
+
+from __future__ import annotations
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.errors import TraceError
+from trnsim.isa import DmaCopy, Engine, TensorReduce
+from trnsim.kernels.backward import act, ts, tt
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.pointwise import work_dtype
+
+__all__ = ["lower_softmax_backward", "row_tile", "row_buffers"]
+
+BUFS = 3
+SBUF_SHARE = 0.75
+
+
+def row_buffers(cfg: ChipConfig, op: str, d: int, bytes_per_elem: int) -> int:
+    """How many row blocks of `d` elements rotate (up to BUFS) when each takes
+    `bytes_per_elem` per element of a partition; a TraceError when not even one fits or the row
+    is longer than one VectorE instruction takes."""
+    bufs = min(BUFS, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (d * bytes_per_elem))
+    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
+        raise TraceError(
+            f"{op}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
+            f"instruction ({cfg.core.vector.dve_max_free_elements} elements); rows this long "
+            "are not lowered yet"
+        )
+    return bufs
+
+
+def row_tile(b: KernelBuilder, key: str, shape: tuple[int, ...], dt) -> str:
+    """The tile of `key` (a kind and its slot), made at its first use."""
+    full = f"rowsb.{key}:{dt.name}:{shape}"
+    if full not in b.scratch:
+        b.scratch[full] = b.tile(key.rstrip("0123456789"), "sbuf", shape, dt)
+    return b.scratch[full]
+
+
+def lower_softmax_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dict) -> None:
+    """out = _softmax_backward_data(grad_output, output, dim) (module doc)."""
+    g, y, out = args["grad_output"], args["output"], args["out"]
+    tg, ty, to = (b.tensors[n] for n in (g, y, out))
+    if not tuple(tg.shape) == tuple(ty.shape) == tuple(to.shape):
+        raise TraceError(
+            f"{op}: grad_output {list(tg.shape)}, output {list(ty.shape)}, out "
+            f"{list(to.shape)}: expected one shape"
+        )
+    dim = args.get("dim", -1)
+    if dim not in (-1, len(tg.shape) - 1):
+        raise TraceError(f"{op}: dim {dim}; only the last dim (-1) is lowered yet")
+    d, P, f32 = tg.shape[-1], cfg.core.sbuf.partitions, dtype("float32")
+    wdt = work_dtype(tg.dtype, ty.dtype, to.dtype)
+    per = tg.dtype.itemsize + ty.dtype.itemsize + to.dtype.itemsize + 2 * wdt.itemsize
+    bufs = row_buffers(cfg, op, d, per)
+    for n, (index, rows) in enumerate(row_blocks(tuple(tg.shape), P, b.share(to.shape))):
+        slot, r = n % bufs, slice(0, rows)
+        ga, ya = (
+            ap(row_tile(b, f"{k}{slot}", (P, d), t.dtype), r) for k, t in (("g", tg), ("y", ty))
+        )
+        for k, (src_name, t) in enumerate(((g, ga), (y, ya))):
+            src = ap(src_name, *index)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=(2 * n + k) % 8)
+        prod = ap(row_tile(b, f"p{slot}", (P, d), wdt), r)
+        tt(b, "multiply", ga, ya, prod, engine=Engine.GPSIMD)
+        s = ap(row_tile(b, f"s{slot}", (P, 1), f32), r)
+        b.emit(TensorReduce, [prod], [s], alu="add", src=prod, dst=s)
+        ts(b, s, s, "multiply", -1.0, engine=Engine.VECTOR)
+        t = ap(row_tile(b, f"t{slot}", (P, d), wdt), r)
+        act(b, "identity", ga, t, bias=s)
+        o = ap(row_tile(b, f"o{slot}", (P, d), to.dtype), r)
+        tt(b, "multiply", t, ya, o)
+        dst = ap(out, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
