@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.kernels.helpers import run_lowered
+from trnsim.errors import TraceError
 from trnsim.kernels import lower, reference
 from trnsim.kernels.reference import tolerance
 from trnsim.trace.program import OpSpec
@@ -166,3 +167,175 @@ def test_nll_loss_backward_against_torch(shape, weighted, reduction, tmp_path):
     ref = reference("nll_loss_backward", {k: v for k, v in args.items() if k != "out"},
                     {n: r.tensor(n) for n in ("go", "x", "target", "w", "tw")})  # fmt: skip
     close(ref, x.grad.numpy(), "float32")
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize(
+    "shape,affine", [((128, 512), True), ((300, 70), True), ((2, 130, 600), False),
+                     ((5, 1000), True)],
+)  # fmt: skip
+def test_layer_norm_backward_against_torch(shape, affine, dt, tmp_path):
+    torch = pytest.importorskip("torch")
+    d = shape[-1]
+    rows = shape[:-1] + (1,)
+    t = {"x": (shape, dt, "normal"), "g": (shape, dt, "normal"),
+         "w": ((d,), "float32", "normal"), "b": ((d,), "float32", "normal"),
+         "mean": (rows, "float32", None), "rstd": (rows, "float32", None),
+         "dx": (shape, dt, None), "dw": ((d,), "float32", None),
+         "db": ((d,), "float32", None)}  # fmt: skip
+    r0 = run(t, [("exp", {"x": "w", "out": "dw"})])  # the initial values
+    x, g, w, bias = (torch.tensor(r0.tensor(n).astype(np.float64)) for n in "xgwb")
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    bias.requires_grad_(True)
+    y = torch.nn.functional.layer_norm(x, [d], w if affine else None, bias if affine else None)
+    y.backward(g)
+    mean = x.detach().mean(-1, keepdim=True)
+    rstd = 1 / torch.sqrt(x.detach().var(-1, unbiased=False, keepdim=True) + 1e-5)
+    for name, v in (("mean", mean), ("rstd", rstd)):
+        np.save(tmp_path / f"{name}.npy", v.numpy().astype(np.float32))
+        t[name] = (rows, "float32", {"file": str(tmp_path / f"{name}.npy")})
+    args = {"grad_out": "g", "input": "x", "normalized_shape": [d], "mean": "mean",
+            "rstd": "rstd", "out": ["dx", "dw", "db"] if affine else ["dx"]}  # fmt: skip
+    if affine:
+        args.update(weight="w", bias="b", output_mask=[True, True, True])
+    r = run(t, [("native_layer_norm_backward", args)])
+    close(r.tensor("dx"), x.grad.numpy(), dt, 2)
+    if affine:
+        close(r.tensor("dw"), w.grad.numpy(), dt)
+        close(r.tensor("db"), bias.grad.numpy(), dt)
+    ref = reference(
+        "native_layer_norm_backward",
+        {k: v for k, v in args.items() if k != "out"},
+        {n: r.tensor(n) for n in ("g", "x", "mean", "rstd", "w", "b")},
+    )
+    close(ref[0], x.grad.numpy(), "float32", 100)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize(
+    "tokens,v,d,pad", [((2, 100), 300, 70, -1), ((129,), 128, 600, 3), ((256,), 50, 1100, 0)]
+)
+def test_embedding_dense_backward_against_torch(tokens, v, d, pad, dt, tmp_path):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    idx = rng.integers(0, v, tokens).astype(np.int32)
+    idx.reshape(-1)[:7] = 3  # repeated rows accumulate
+    np.save(tmp_path / "i.npy", idx)
+    t = {"g": (tokens + (d,), dt, "normal"),
+         "i": (tokens, "int32", {"file": str(tmp_path / "i.npy")}),
+         "out": ((v, d), "float32", None)}  # fmt: skip
+    args = {"grad_output": "g", "indices": "i", "num_weights": v, "padding_idx": pad,
+            "out": "out"}  # fmt: skip
+    r = run(t, [("embedding_dense_backward", args)])
+    g = torch.tensor(r.tensor("g").astype(np.float64))
+    want = torch.ops.aten.embedding_dense_backward(g, torch.tensor(idx.astype(np.int64)), v, pad,
+                                                   False)  # fmt: skip
+    close(r.tensor("out"), want.numpy(), "float32")
+    ref = reference("embedding_dense_backward", {k: v for k, v in args.items() if k != "out"},
+                    {"g": r.tensor("g"), "i": idx})  # fmt: skip
+    close(ref, want.numpy(), "float32")
+
+
+EXAMPLES = {  # op -> (tensors name -> shape, args): a small example of every training op
+    "threshold_backward": ({"g": (4, 8), "x": (4, 8), "o": (4, 8)},
+                           {"grad_output": "g", "x": "x", "threshold": 0.0, "out": "o"}),
+    "gelu_backward": ({"g": (4, 8), "x": (4, 8), "o": (4, 8)},
+                      {"grad_output": "g", "x": "x", "out": "o"}),
+    "silu_backward": ({"g": (4, 8), "x": (4, 8), "o": (4, 8)},
+                      {"grad_output": "g", "x": "x", "out": "o"}),
+    "sigmoid_backward": ({"g": (4, 8), "y": (4, 8), "o": (4, 8)},
+                         {"grad_output": "g", "output": "y", "out": "o"}),
+    "tanh_backward": ({"g": (4, 8), "y": (4, 8), "o": (4, 8)},
+                      {"grad_output": "g", "output": "y", "out": "o"}),
+    "_softmax_backward_data": ({"g": (4, 8), "y": (4, 8), "o": (4, 8)},
+                               {"grad_output": "g", "output": "y", "dim": -1, "out": "o"}),
+    "native_layer_norm_backward": (
+        {"g": (4, 8), "x": (4, 8), "m": (4, 1), "r": (4, 1), "o": (4, 8)},
+        {"grad_out": "g", "input": "x", "mean": "m", "rstd": "r", "out": ["o"]}),
+    "embedding_dense_backward": ({"g": (4, 8), "i": (4,), "o": (10, 8)},
+                                 {"grad_output": "g", "indices": "i", "num_weights": 10,
+                                  "out": "o"}),
+    "nll_loss_backward": ({"g": (), "x": (4, 8), "t": (4,), "o": (4, 8)},
+                          {"grad_output": "g", "x": "x", "target": "t", "reduction": "sum",
+                           "out": "o"}),
+    "addcdiv": ({"x": (4, 8), "a": (4, 8), "c": (4, 8), "o": (4, 8)},
+                {"x": "x", "tensor1": "a", "tensor2": "c", "value": 2, "out": "o"}),
+    "addcmul": ({"x": (4, 8), "a": (4, 8), "c": (4, 8), "o": (4, 8)},
+                {"x": "x", "tensor1": "a", "tensor2": "c", "out": "o"}),
+    "lerp": ({"x": (4, 8), "a": (4, 8), "o": (4, 8)},
+             {"x": "x", "end": "a", "weight": 0.5, "out": "o"}),
+    **{op: ({"x": (4, 8), "a": (4, 8), "o": (4, 8)}, {"x": ["x"], "other": ["a"], "out": ["o"]})
+       for op in ("_foreach_add", "_foreach_mul", "_foreach_div")},
+    **{op: ({"x": (4, 8), "a": (4, 8), "c": (4, 8), "o": (4, 8)},
+            {"x": ["x"], "tensor1": ["a"], "tensor2": ["c"], "out": ["o"]})
+       for op in ("_foreach_addcdiv", "_foreach_addcmul")},
+    "_foreach_lerp": ({"x": (4, 8), "a": (4, 8), "o": (4, 8)},
+                      {"x": ["x"], "tensors1": ["a"], "weight": 0.5, "out": ["o"]}),
+    "_foreach_sqrt": ({"x": (4, 8), "o": (4, 8)}, {"x": ["x"], "out": ["o"]}),
+    "scaled_dot_product_attention_backward": (
+        {"g": (1, 4, 8), "q": (1, 4, 8), "k": (1, 4, 8), "v": (1, 4, 8), "dq": (1, 4, 8),
+         "dk": (1, 4, 8), "dv": (1, 4, 8)},
+        {"grad_out": "g", "q": "q", "k": "k", "v": "v", "out": ["dq", "dk", "dv"]}),
+}  # fmt: skip
+
+
+def test_every_training_op_of_the_trace_table_is_lowered():
+    """Each backward and optimizer op of trnsim.trace.ops lowers on a small example and the
+    trace checker accepts its arguments."""
+    from trnsim.config import load_chip
+    from trnsim.dtypes import dtype
+    from trnsim.kernels.training import TRAINING_OPS
+    from trnsim.trace.ops import OPS
+    from trnsim.trace.program import TensorSpec
+
+    table = {op for op in OPS if op in EXAMPLES}
+    assert table == set(TRAINING_OPS) | {"scaled_dot_product_attention_backward"} & set(OPS)
+    for op in TRAINING_OPS:
+        shapes, args = EXAMPLES[op]
+        ints = {"i", "t"}
+        tensors = {n: TensorSpec(n, s, dtype("int32" if n in ints else "float32"))
+                   for n, s in shapes.items()}  # fmt: skip
+        prog = lower([OpSpec(op, args)], tensors, load_chip("trn2"))
+        assert prog.instructions, op
+
+
+def test_a_trace_with_training_ops_loads_runs_and_checks(tmp_path):
+    """`ops:` with lists and several outputs: loaded, run, and --check against numpy."""
+    from trnsim.runtime.session import run_program
+    from trnsim.trace import load as load_trace
+
+    text = """trnsim: 1
+chip: trn2
+mode: functional
+lnc: LNC
+tensors:
+  g:  {shape: [200, 300], dtype: float32, init: normal}
+  x:  {shape: [200, 300], dtype: float32, init: normal}
+  m:  {shape: [200, 1], dtype: float32, init: normal}
+  r:  {shape: [200, 1], dtype: float32, init: ones}
+  dx: {shape: [200, 300], dtype: float32}
+  dw: {shape: [300], dtype: float32}
+  p:  {shape: [300], dtype: float32, init: normal}
+  h:  {shape: [200, 300], dtype: float32}
+ops:
+  - gelu_backward: {grad_output: g, x: x, out: h, approximate: tanh}
+  - native_layer_norm_backward: {grad_out: h, input: x, mean: m, rstd: r,
+                                 output_mask: [true, true, false], out: [dx, dw]}
+  - _foreach_add: {x: [p], other: [dw], alpha: -0.1, out: [p]}
+"""
+    path = tmp_path / "t.yaml"
+    path.write_text(text.replace("LNC", "2"))
+    with pytest.raises(TraceError, match=r"t.yaml:16: native_layer_norm_backward: grad_out 'h'"):
+        from trnsim.config import load_chip as _chip
+
+        run_program(load_trace(path), _chip("trn2"), "functional")
+    path.write_text(text.replace("LNC", "1"))  # on one core: no split to meet
+    prog = load_trace(path)
+    from trnsim.config import load_chip
+
+    result = run_program(prog, load_chip(prog.chip), "functional", check=True)
+    check = result.summary["check"]
+    assert sorted(k.split(" ")[1] for k in check) == [
+        "_foreach_add", "gelu_backward", "native_layer_norm_backward"]  # fmt: skip
+    assert all(v["ok"] for v in check.values()), check

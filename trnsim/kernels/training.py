@@ -8,6 +8,7 @@ from __future__ import annotations
 from trnsim.config import ChipConfig
 from trnsim.kernels.backward import ELEMENTWISE_BACKWARD, lower_elementwise_backward
 from trnsim.kernels.builder import KernelBuilder
+from trnsim.kernels.grads import lower_embedding_backward, lower_layer_norm_backward
 from trnsim.kernels.loss_backward import lower_nll_loss_backward
 from trnsim.kernels.optim import OPTIM, lower_optim
 from trnsim.kernels.softmax_backward import lower_softmax_backward
@@ -30,6 +31,8 @@ def _lowerings() -> dict:
     table.update({op: lower_optim for op in OPTIM})
     table["_softmax_backward_data"] = lower_softmax_backward
     table["nll_loss_backward"] = lower_nll_loss_backward
+    table["native_layer_norm_backward"] = lower_layer_norm_backward
+    table["embedding_dense_backward"] = lower_embedding_backward
     return table
 
 
