@@ -339,3 +339,42 @@ ops:
     assert sorted(k.split(" ")[1] for k in check) == [
         "_foreach_add", "gelu_backward", "native_layer_norm_backward"]  # fmt: skip
     assert all(v["ok"] for v in check.values()), check
+
+
+@pytest.mark.parametrize(
+    "q,kv,causal,with_output,dt",
+    [
+        ((1, 2, 128, 64), (1, 1, 512, 64), False, True, "bfloat16"),  # 2 heads share a kv head
+        ((1, 2, 200, 64), (1, 2, 200, 64), True, False, "float32"),  # ragged; recomputed O
+        ((2, 130, 32), (2, 700, 32), False, False, "bfloat16"),  # several key blocks
+        ((1, 1, 300, 128), (1, 1, 300, 128), True, True, "bfloat16"),  # D = 128, causal
+    ],
+)
+def test_attention_backward_against_torch_autograd(q, kv, causal, with_output, dt):
+    torch = pytest.importorskip("torch")
+    t = {"q": (q, dt, "normal"), "k": (kv, dt, "normal"), "v": (kv, dt, "normal"),
+         "g": (q, dt, "normal"), "o": (q, dt, None), "dq": (q, "float32", None),
+         "dk": (kv, "float32", None), "dv": (kv, "float32", None)}  # fmt: skip
+    ops = []
+    args = {"grad_out": "g", "q": "q", "k": "k", "v": "v", "is_causal": causal,
+            "out": ["dq", "dk", "dv"]}  # fmt: skip
+    if with_output:
+        ops.append(("scaled_dot_product_attention",
+                    {"q": "q", "k": "k", "v": "v", "is_causal": causal, "out": "o"}))  # fmt: skip
+        args["output"] = "o"
+    ops.append(("scaled_dot_product_attention_backward", args))
+    r = run(t, ops)
+    qt, kt, vt = (torch.tensor(r.tensor(n).astype(np.float64), requires_grad=True) for n in "qkv")
+    group = q[-3] // kv[-3]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        qt, kt.repeat_interleave(group, -3), vt.repeat_interleave(group, -3), is_causal=causal
+    )
+    out.backward(torch.tensor(r.tensor("g").astype(np.float64)))
+    # bf16 probabilities and dS inside (as the forward's): bf16's tolerance, a few times over
+    factor = 4 if dt == "bfloat16" else 1
+    for name, want in (("dq", qt.grad), ("dk", kt.grad), ("dv", vt.grad)):
+        close(r.tensor(name), want.numpy(), "bfloat16", factor)
+    ref = reference("scaled_dot_product_attention_backward",
+                    {k: v for k, v in args.items() if k != "out"},
+                    {n: r.tensor(n) for n in ("g", "q", "k", "v")})  # fmt: skip
+    close(ref[1], kt.grad.numpy(), "float32", 10)

@@ -6,6 +6,7 @@ sum over rows, which the two cores could only meet through a barrier)."""
 from __future__ import annotations
 
 from trnsim.config import ChipConfig
+from trnsim.kernels.attention_backward import lower_attention_backward
 from trnsim.kernels.backward import ELEMENTWISE_BACKWARD, lower_elementwise_backward
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.grads import lower_embedding_backward, lower_layer_norm_backward
@@ -33,6 +34,7 @@ def _lowerings() -> dict:
     table["nll_loss_backward"] = lower_nll_loss_backward
     table["native_layer_norm_backward"] = lower_layer_norm_backward
     table["embedding_dense_backward"] = lower_embedding_backward
+    table["scaled_dot_product_attention_backward"] = lower_attention_backward
     return table
 
 
