@@ -65,15 +65,16 @@ def lower_layer_norm_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: 
     P = cfg.core.sbuf.partitions
     odt = b.tensors[outs.get(0, args["out"][0])].dtype
     wdt = work_dtype(tg.dtype, tx.dtype, odt)
-    per = tg.dtype.itemsize + tx.dtype.itemsize + odt.itemsize + 8 + 5 * wdt.itemsize
+    per = tg.dtype.itemsize + tx.dtype.itemsize + 5 * wdt.itemsize
+    per += odt.itemsize if odt != wdt else 0  # else grad_input is made in place
     bufs = row_buffers(cfg, op, d, per)
-    wrow = spread_rows(b, cfg, weight, d) if weight is not None else None
+    wrow = _weight_row(b, cfg, weight, d, wdt) if weight is not None else None
     sums = {i: _ColumnSums(b, cfg, d, wdt) for i in (1, 2) if i in outs}
     blocks = list(row_blocks(shape, P))
     for n, (index, rows) in enumerate(blocks):
         slot, r = n % bufs, slice(0, rows)
         t = {k: ap(row_tile(b, f"ln{k}{slot}", (P, d), dt), r)
-             for k, dt in (("g", tg.dtype), ("x", tx.dtype), ("xh", F32))}  # fmt: skip
+             for k, dt in (("g", tg.dtype), ("x", tx.dtype), ("xh", wdt))}  # fmt: skip
         cols = {k: ap(row_tile(b, f"lnc{k}{slot}", (P, 1), F32), r) for k in ("m", "s", "nb")}
         for q, (name, dst) in enumerate(((g, t["g"]), (x, t["x"]), (mean, cols["m"]),
                                          (rstd, cols["s"]))):  # fmt: skip
@@ -85,7 +86,7 @@ def lower_layer_norm_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: 
         if 0 in outs:
             _grad_input(b, t, cols, wrow, r, slot, d, wdt, outs[0], index, n)
         if 1 in sums:
-            gx = ap(row_tile(b, f"lngx{slot}", (P, d), wdt), r)
+            gx = ap(row_tile(b, f"lnp{slot}", (P, d), wdt), r)  # grad_input's product, read
             tt(b, "multiply", t["g"], t["xh"], gx, engine=Engine.GPSIMD if n % 2 else Engine.VECTOR)
             sums[1].add(gx, rows, first=n == 0)
         if 2 in sums:
@@ -120,8 +121,9 @@ def _grad_input(b, t, cols, wrow, r, slot, d, wdt, out, index, n) -> None:
     if wrow is not None:
         gw = ap(row_tile(b, f"lngw{slot}", (P, d), wdt), r)
         tt(b, "multiply", t["g"], ap(wrow, r), gw)
-    a, c = (ap(row_tile(b, f"lnc{k}{slot}", (P, 1), F32), r) for k in ("a", "c"))
-    junk = ap(row_tile(b, f"lnj{slot}", (P, d), wdt), r)
+    a = ap(row_tile(b, f"lnca{slot}", (P, 1), F32), r)
+    c = ap(row_tile(b, f"lncc{slot}", (P, 1), wdt), r)  # bf16: VectorE's fast reduction
+    junk = ap(row_tile(b, f"lnl{slot}", (P, d), wdt), r)  # lin's tile: ScalarE writes it next
     b.emit(Activation, [gw], [junk, a], func="copy", src=gw, dst=junk, reduce="add",
            reduce_dst=a)  # fmt: skip
     prod = ap(row_tile(b, f"lnp{slot}", (P, d), wdt), r)
@@ -129,17 +131,34 @@ def _grad_input(b, t, cols, wrow, r, slot, d, wdt, out, index, n) -> None:
     b.emit(TensorReduce, [prod], [c], alu="add", src=prod, dst=c)
     s = cols["s"]
     # c <- -c rstd / D, a <- -a rstd / D
-    for col in (a, c):
-        tt(b, "multiply", col, s, col)
+    cf = ap(row_tile(b, f"lnccf{slot}", (P, 1), F32), r)
+    for src, col in ((a, a), (c, cf)):
+        tt(b, "multiply", src, s, col)
         ts(b, col, col, "multiply", -1.0 / d, engine=Engine.VECTOR)
-    lin = ap(row_tile(b, f"lnl{slot}", (P, d), F32), r)
+    c = cf
+    lin = ap(row_tile(b, f"lnl{slot}", (P, d), wdt), r)
     act(b, "identity", t["xh"], lin, scale=c, bias=a)
     u = ap(row_tile(b, f"lnu{slot}", (P, d), wdt), r)
     ts(b, gw, u, "multiply", s, engine=Engine.VECTOR)
-    o = ap(row_tile(b, f"lno{slot}", (P, d), b.tensors[out].dtype), r)
+    o = (
+        u
+        if b.tensors[out].dtype == wdt
+        else ap(row_tile(b, f"lno{slot}", (P, d), b.tensors[out].dtype), r)
+    )
     tt(b, "add", u, lin, o)
     dst = ap(out, *index)
     b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
+
+
+def _weight_row(b: KernelBuilder, cfg: ChipConfig, weight: str, d: int, wdt) -> str:
+    """The weight on every partition, in the work dtype (VectorE's product with a 16-bit
+    gradient then runs at its 16-bit rate)."""
+    row = spread_rows(b, cfg, weight, d)
+    if b.tensors[weight].dtype == wdt:
+        return row
+    cast = b.tile("weight_rows", "sbuf", (cfg.core.sbuf.partitions, d), wdt)
+    b.emit(TensorCopy, [ap(row)], [ap(cast)], src=ap(row), dst=ap(cast))
+    return cast
 
 
 class _ColumnSums:

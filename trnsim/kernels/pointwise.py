@@ -71,7 +71,7 @@ def pointwise(
     per_elem = sum(b.tensors[t].dtype.itemsize for t in [*loads, *outs]) + 4 * temps
     P = cfg.core.sbuf.partitions
     free = min(FREE, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (BUFS * per_elem))
-    blocks = flat_blocks(shape, P, free, b.share(shape))
+    blocks = _blocks(shape, P, free, b.share(shape))
     big = (max(p for _, p, _ in blocks), max(f for _, _, f in blocks))
     for n, (index, p, f) in enumerate(blocks):
         r = (slice(0, p), slice(0, f))
@@ -94,3 +94,21 @@ def pointwise(
         for k, (t, o) in enumerate(zip(outs, out_tiles)):
             dst = ap(t, *index)
             b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + (n * len(outs) + k) % 8)
+
+
+def _blocks(shape: tuple, P: int, free: int, share) -> list[tuple]:
+    """`layout.flat_blocks`, except for a vector (an optimizer's flat parameters): its runs of
+    P x free consecutive elements fill all partitions (DMA copies in flat order), the last
+    under P elements on one partition. A vector is one row: one core computes it."""
+    if len(shape) != 1 or shape[0] <= free:
+        return flat_blocks(shape, P, free, share)
+    if share is not None and share[0] == share[1]:
+        return []
+    n, o, out = shape[0], 0, []
+    while n - o >= P:
+        f = min(free, (n - o) // P)
+        out.append(((slice(o, o + P * f),), P, f))
+        o += P * f
+    if o < n:
+        out.append(((slice(o, n),), 1, n - o))
+    return out
