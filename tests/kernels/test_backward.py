@@ -378,3 +378,33 @@ def test_attention_backward_against_torch_autograd(q, kv, causal, with_output, d
                     {k: v for k, v in args.items() if k != "out"},
                     {n: r.tensor(n) for n in ("g", "q", "k", "v")})  # fmt: skip
     close(ref[1], kt.grad.numpy(), "float32", 10)
+
+
+def test_two_cores_split_the_row_ops_and_one_core_sums_over_rows():
+    """LNC 2: the elementwise and row backward ops split their rows between the cores; ops
+    whose outputs sum over rows (layer_norm's grad_weight) run whole on the first core. The
+    values are one core's."""
+    from tests.kernels.test_ops import _run_cores
+    from trnsim.trace.races import find_races
+
+    shape = (512, 300)
+    t = {"g": (shape, "bfloat16", "normal"), "x": (shape, "bfloat16", "normal"),
+         "m": ((512, 1), "float32", "normal"), "r": ((512, 1), "float32", "ones"),
+         "h": (shape, "bfloat16", None), "y": (shape, "bfloat16", None),
+         "dx": (shape, "float32", None), "dw": ((300,), "float32", None)}  # fmt: skip
+    ops = [
+        ("silu_backward", {"grad_output": "g", "x": "x", "out": "h"}),
+        ("_softmax_backward_data", {"grad_output": "h", "output": "x", "out": "y"}),
+        ("native_layer_norm_backward", {"grad_out": "g", "input": "x", "mean": "m", "rstd": "r",
+                                        "output_mask": [True, True, False],
+                                        "out": ["dx", "dw"]}),
+    ]  # fmt: skip
+    two, progs = _run_cores(t, ops, 2)
+    one = run(t, ops)
+    for name in ("h", "y", "dx", "dw"):
+        np.testing.assert_array_equal(two.tensor(name), one.tensor(name))
+    mm = [sum(1 for i in p.instructions if i.OP == "matmul") for p in progs]
+    assert mm[0] > 0 and mm[1] == 0  # the column sums: on the first core only
+    acts = [sum(1 for i in p.instructions if i.OP == "activation") for p in progs]
+    assert acts[1] > 0  # the second core does its share of the rows
+    assert find_races(two.program) == []

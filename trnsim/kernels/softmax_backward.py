@@ -62,7 +62,9 @@ def lower_softmax_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dic
         raise TraceError(f"{op}: dim {dim}; only the last dim (-1) is lowered yet")
     d, P = tg.shape[-1], cfg.core.sbuf.partitions
     wdt = work_dtype(tg.dtype, ty.dtype, to.dtype)
-    per = tg.dtype.itemsize + ty.dtype.itemsize + to.dtype.itemsize + 2 * wdt.itemsize
+    # g, y, and one tile for g * y, then g - sum, then (in place, when of out's dtype) out
+    per = tg.dtype.itemsize + ty.dtype.itemsize + wdt.itemsize
+    per += to.dtype.itemsize if to.dtype != wdt else 0
     bufs = row_buffers(cfg, op, d, per)
     pending = None  # the previous block's last step, emitted after this block's first ones
     for n, (index, rows) in enumerate(row_blocks(tuple(tg.shape), P, b.share(to.shape))):
@@ -78,11 +80,11 @@ def lower_softmax_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dic
         s = ap(row_tile(b, f"s{slot}", (P, 1), wdt), r)  # bf16: VectorE's fast reduction
         b.emit(TensorReduce, [prod], [s], alu="add", src=prod, dst=s)
         ts(b, s, s, "multiply", -1.0, engine=Engine.VECTOR)
-        t = ap(row_tile(b, f"t{slot}", (P, d), wdt), r)
+        t = prod  # read by the sum: ScalarE may write it
         act(b, "identity", ga, t, bias=s)
         if pending:
             _finish(b, *pending)
-        o = ap(row_tile(b, f"o{slot}", (P, d), to.dtype), r)
+        o = t if to.dtype == wdt else ap(row_tile(b, f"o{slot}", (P, d), to.dtype), r)
         pending = (t, ya, o, ap(out, *index), n)
     if pending:
         _finish(b, *pending)
