@@ -116,6 +116,7 @@ def training_cases(small: bool) -> list[tuple]:
     """Backward and optimizer ops (kernels.training)."""
     r, d = (2048, 4096) if small else (8192, 8192)
     n = (1 << 22) if small else (1 << 26)  # an optimizer's flat parameter count
+    h, sq = (2, 1024) if small else (4, 2048)
     rows = (r, 1)
     return [
         (
@@ -153,6 +154,22 @@ def training_cases(small: bool) -> list[tuple]:
                 "out": ["out", "dw", "db"],
             },
             0.0,
+        ),  # fmt: skip
+        (
+            f"attention backward causal h{h} s{sq} d128",
+            {n_: ((1, h, sq, 128), BF16) for n_ in ("q", "k", "v", "g", "o", "dq", "dk", "dv")},
+            {
+                "op": "scaled_dot_product_attention_backward",
+                "grad_out": "g",
+                "q": "q",
+                "k": "k",
+                "v": "v",
+                "output": "o",
+                "is_causal": True,
+                "out": ["dq", "dk", "dv"],
+            },
+            # the unmasked half of the scores (twice), dP, dq, dk and dv
+            5 * 2 * sq * sq * 128 * h / 2,
         ),  # fmt: skip
         (
             f"addcdiv [{n}] fp32 (Adam's update)",
