@@ -160,7 +160,7 @@ def _scores(c: _Ctx, qT, kT, q0, qw, t0, kw):
     if not (c.causal and t0 + kw - 1 > q0):
         return s
     m = ap(c.tile("smask", (c.P, KB), F32), slice(0, qw), slice(0, kw))
-    b.emit(TensorCopy, [s], [m], src=s, dst=m)
+    b.emit(TensorCopy, [s], [m], src=s, dst=m, engine=Engine.SCALAR)
     b.emit(AffineSelect, [m], [m], on_true=m, dst=m, on_false=NEG, cmp="greater_equal",
            start=q0 - t0, partition_step=1, step=-1)  # fmt: skip
     return m
@@ -199,9 +199,9 @@ def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict) -> None:
     for t0, kw in _key_blocks(c, q0, qw):
         p, dp, kn = _p_dp(c, ki, qT, doT, nlse, q0, qw, t0, kw, natural=True)
         ds = ap(c.tile("ds", (c.P, KB)), r, slice(0, kw))
-        tmp = ap(c.tile("dstmp", (c.P, KB), F32), r, slice(0, kw))
+        tmp = ap(c.tile("dstmp", (c.P, KB)), r, slice(0, kw))
         ts(b, dp, tmp, "subtract", delta, "multiply", c.scale, engine=Engine.VECTOR)
-        tt(b, "multiply", tmp, p, ds)
+        tt(b, "multiply", tmp, p, ds, engine=Engine.GPSIMD)
         first = _products(c, (p, ds, kn, qn, don), dq, accs, qw, t0, kw, first)
     o = ap(c.tile("dqo", (c.P, c.D), c.b.tensors[c.dq].dtype), r, slice(0, c.D))
     b.emit(TensorCopy, [dq], [o], src=dq, dst=o)
@@ -221,9 +221,13 @@ def _neg_lse(c: _Ctx, qi, ki, qT, q0: int, qw: int):
         kT = _load(c, c.k, ki, t0, kw, True, "kT")
         s = _scores(c, qT, kT, q0, qw, t0, kw)
         old, new = nm[n % 2], nm[(n + 1) % 2]
-        b.emit(TensorReduce, [s], [cols["mx"]], alu="max", src=s, dst=cols["mx"])
-        ts(b, cols["mx"], new, "multiply", -c.scale, "min", old, engine=Engine.VECTOR)
         junk = ap(c.tile("junk", (c.P, KB)), r, slice(0, kw))
+        if c.cfg.core.scalar.reduce_max:  # ScalarE's copy with a max reduction: VectorE is busier
+            b.emit(Activation, [s], [junk, cols["mx"]], func="copy", src=s, dst=junk,
+                   reduce="max", reduce_dst=cols["mx"])  # fmt: skip
+        else:
+            b.emit(TensorReduce, [s], [cols["mx"]], alu="max", src=s, dst=cols["mx"])
+        ts(b, cols["mx"], new, "multiply", -c.scale, "min", old, engine=Engine.VECTOR)
         b.emit(Activation, [s, new], [junk, cols["lb"]], func="exp", src=s, dst=junk,
                scale=c.scale, bias=new, reduce="add", reduce_dst=cols["lb"])  # fmt: skip
         act(b, "exp", old, cols["cr"], scale=-1.0, bias=new)
@@ -284,7 +288,7 @@ def _products(c: _Ctx, tiles, dq, accs, qw: int, t0: int, kw: int, first: bool) 
             acc_ps = ap(c.psum["kv0" if name == "dk" else "kv1"], slice(0, cw), slice(0, D))
             b.emit(Matmul, [s_, mv], [acc_ps], stationary=s_, moving=mv, dst=acc_ps)
             acc = ap(accs[name], slice(0, cw), slice(g * D, (g + 1) * D))
-            tt(b, "add", acc, acc_ps, acc, engine=Engine.VECTOR)
+            tt(b, "add", acc, acc_ps, acc)  # VectorE: GpSimd cannot read PSUM
     return first
 
 
