@@ -7,8 +7,10 @@ args, arrays)` is each op's numpy result, against which `--check` compares. The 
 `matmul` (`mm`, `bmm`), `linear`, `transpose` (of the last two dims), elementwise unary and
 binary ops (`elementwise.UNARY`, `BINARY`), `softmax` and `log_softmax`, row reductions (`sum`,
 `mean`, `amax`, `amin` over the last dim), `layer_norm`, `rms_norm`, `where`, `masked_fill`
-and `scaled_dot_product_attention` (flash-style). An op without a lowering is a TraceError
-naming it. `lower_cores` splits the ops between the physical cores of an LNC 2 logical core.
+and `scaled_dot_product_attention` (flash-style); the backward ops of a training step and the
+optimizer's elementwise ops (`training`: `backward`, `softmax_backward`, `loss_backward`,
+`grads`, `attention_backward`, `optim`). An op without a lowering is a TraceError naming it.
+`lower_cores` splits the ops between the physical cores of an LNC 2 logical core.
 """
 
 from __future__ import annotations
