@@ -364,6 +364,9 @@ def test_attention_backward_against_torch_autograd(q, kv, causal, with_output, d
         args["output"] = "o"
     ops.append(("scaled_dot_product_attention_backward", args))
     r = run(t, ops)
+    from trnsim.trace.races import find_races
+
+    assert find_races(r.program) == []  # two query blocks in flight: still race-free
     qt, kt, vt = (torch.tensor(r.tensor(n).astype(np.float64), requires_grad=True) for n in "qkv")
     group = q[-3] // kv[-3]
     out = torch.nn.functional.scaled_dot_product_attention(

@@ -19,7 +19,9 @@ bank):
   accumulators by VectorE and GpSimd in turn).
 
 TensorE does S twice (three times without `output`), dP, the transposes and three products:
-about 2.5 times the forward's FLOPs. Runs whole on one physical core (`training.ONE_CORE`) and
+about 2.5 times the forward's FLOPs. Two query blocks are in flight (`_interleave`): their
+steps alternate, each block with its own tiles and its own PSUM for S, dP and dq. Runs
+whole on one physical core (`training.ONE_CORE`) and
 needs the DMA transpose (NC-v3 on).
 """
 
@@ -51,6 +53,8 @@ KB = 512  # keys per block: one PSUM bank of fp32 scores
 NEG = -3.4028234663852886e38
 F32 = dtype("float32")
 ACC_BYTES = 96 * 1024  # a partition's share of SBUF for the dk and dv accumulators
+LANES = 2  # query blocks in flight: their steps alternate, so one's chain hides the other's
+_DONE = object()
 
 
 class _Ctx:
@@ -69,13 +73,20 @@ class _Ctx:
         sc = args.get("scale")
         self.scale = 1.0 / math.sqrt(self.D) if sc is None else float(sc)
         self.turn = 0  # DMA queues in turn
-        self.counts: dict[str, int] = {}
+        self.counts: dict = {}
+        self.lane = 0  # the query block lane being emitted (`_interleave`)
 
     def tile(self, kind: str, shape, dt=None, slots: int = 2) -> str:
-        """The next of `slots` tiles of `kind`, in turn."""
-        n = self.counts[kind] = self.counts.get(kind, -1) + 1
+        """The next of `slots` tiles of `kind` of the current lane (the query block being
+        emitted), in turn: the lanes' tiles are disjoint, so two blocks in flight share none."""
+        lane = self.lane
+        n = self.counts[kind, lane] = self.counts.get((kind, lane), -1) + 1
         dt = dt or self.dt
-        return row_tile(self.b, f"sdpab{kind}_{dt.name}_{n % slots}", shape, dt)
+        return row_tile(self.b, f"sdpab{kind}_{dt.name}_{lane}_{n % slots}", shape, dt)
+
+    def ps(self, kind: str) -> str:
+        """The PSUM tile of `kind`: the current lane's, or the one all lanes share."""
+        return self.psum.get((kind, self.lane)) or self.psum[kind, 0]
 
 
 def lower_attention_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dict) -> None:
@@ -84,10 +95,13 @@ def lower_attention_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
     c = _Ctx(b, cfg, args)
     lead = tuple(b.tensors[c.q].shape[:-3])
     group = c.H // c.Hkv
-    c.psum = {k: b.psum(k, shape, F32) for k, shape in (
-        ("s", (c.P, KB)), ("dp", (c.P, KB)), ("dq", (c.P, c.D)), ("kv0", (c.P, c.D)),
-        ("kv1", (c.P, c.D)))}  # fmt: skip
-    c.psum["dsT"] = b.psum("dsT", (c.P, KB // c.P * c.P), c.dt if c.dt.itemsize == 2 else F32)
+    # per lane: the scores, dP and dq (live across yields); shared: what one step writes
+    # and reads back before it yields
+    c.psum = {(k, lane): b.psum(k, shape, F32) for lane in range(LANES) for k, shape in (
+        ("s", (c.P, KB)), ("dp", (c.P, KB)), ("dq", (c.P, c.D)))}  # fmt: skip
+    for k in ("kv0", "kv1"):
+        c.psum[k, 0] = b.psum(k, (c.P, c.D), F32)
+    c.psum["dsT", 0] = b.psum("dsT", (c.P, KB // c.P * c.P), c.dt if c.dt.itemsize == 2 else F32)
     nkc = math.ceil(c.Skv / c.P)
     for batch in _indices(lead):
         for kh in range(c.Hkv):
@@ -96,11 +110,34 @@ def lower_attention_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
                 accs[name] = b.tile(f"acc_{name}", "sbuf", (c.P, nkc * c.D), F32)
                 b.emit(Memset, [], [ap(accs[name])], dst=ap(accs[name]), value=0.0,
                        engine=Engine.GPSIMD)  # fmt: skip
-            for h in range(kh * group, (kh + 1) * group):
-                for q0 in range(0, c.S, c.P):
-                    _query_block(c, (*batch, h), (*batch, kh), q0, min(c.P, c.S - q0), accs)
+            blocks = [
+                ((*batch, h), (*batch, kh), q0, min(c.P, c.S - q0), accs)
+                for h in range(kh * group, (kh + 1) * group)
+                for q0 in range(0, c.S, c.P)
+            ]
+            _interleave(c, blocks)
             _store_kv(c, (*batch, kh), accs, nkc)
     b.release(*c.psum.values())
+
+
+def _interleave(c: _Ctx, blocks: list) -> None:
+    """Emit the query blocks' steps round-robin, LANES blocks at a time, each block on a free
+    lane (its own tiles and PSUM)."""
+    free, active, todo = list(range(LANES)), [], iter(blocks)
+    while True:
+        while len(active) < LANES and (nxt := next(todo, None)) is not None:
+            lane = free.pop(0)
+            active.append((lane, _query_block(c, *nxt)))
+        if not active:
+            return
+        still = []
+        for lane, g in active:
+            c.lane = lane
+            if next(g, _DONE) is _DONE:
+                free.append(lane)
+            else:
+                still.append((lane, g))
+        active = still
 
 
 def _check(b, cfg, op, args) -> None:
@@ -155,7 +192,7 @@ def _scores(c: _Ctx, qT, kT, q0, qw, t0, kw):
     """S = q k^T for one key block, masked on the diagonal: the [qw, kw] scores (PSUM, or an
     SBUF copy where masked)."""
     b = c.b
-    s = ap(c.psum["s"], slice(0, qw), slice(0, kw))
+    s = ap(c.ps("s"), slice(0, qw), slice(0, kw))
     b.emit(Matmul, [qT, kT], [s], stationary=qT, moving=kT, dst=s)
     if not (c.causal and t0 + kw - 1 > q0):
         return s
@@ -171,14 +208,16 @@ def _key_blocks(c: _Ctx, q0: int, qw: int):
     return [(t0, min(KB, end - t0)) for t0 in range(0, end, KB)]
 
 
-def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict) -> None:
-    """One block of queries: pass A (-lse), Delta, pass B (module doc)."""
+def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict):
+    """One block of queries: pass A (-lse), Delta, pass B (module doc); a generator of its
+    steps (`_interleave`), none of which leaves a shared PSUM tile unread."""
     b, r = c.b, slice(0, qw)
     qT = _load(c, c.q, qi, q0, qw, True, "qT")
     qn = _load(c, c.q, qi, q0, qw, False, "qn")
     doT = _load(c, c.go, qi, q0, qw, True, "doT")
     don = _load(c, c.go, qi, q0, qw, False, "don")
-    nlse = _neg_lse(c, qi, ki, qT, q0, qw)
+    yield
+    nlse = yield from _neg_lse(c, qi, ki, qT, q0, qw)
     delta = ap(c.tile("delta", (c.P, 1), F32), r)
     if c.o is not None:
         on = _load(c, c.o, qi, q0, qw, False, "on")
@@ -194,7 +233,8 @@ def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict) -> None:
             part = ap(c.tile("part", (c.P, 1), F32), r)
             b.emit(TensorReduce, [prod], [part], alu="add", src=prod, dst=part)
             tt(b, "add", delta, part, delta)
-    dq = ap(c.psum["dq"], r, slice(0, c.D))
+            yield
+    dq = ap(c.ps("dq"), r, slice(0, c.D))
     first = True
     for t0, kw in _key_blocks(c, q0, qw):
         p, dp, kn = _p_dp(c, ki, qT, doT, nlse, q0, qw, t0, kw, natural=True)
@@ -202,7 +242,9 @@ def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict) -> None:
         tmp = ap(c.tile("dstmp", (c.P, KB)), r, slice(0, kw))
         ts(b, dp, tmp, "subtract", delta, "multiply", c.scale, engine=Engine.VECTOR)
         tt(b, "multiply", tmp, p, ds, engine=Engine.GPSIMD)
+        yield
         first = _products(c, (p, ds, kn, qn, don), dq, accs, qw, t0, kw, first)
+        yield
     o = ap(c.tile("dqo", (c.P, c.D), c.b.tensors[c.dq].dtype), r, slice(0, c.D))
     b.emit(TensorCopy, [dq], [o], src=dq, dst=o)
     dst = ap(c.dq, *qi, slice(q0, q0 + qw), slice(None))
@@ -233,6 +275,7 @@ def _neg_lse(c: _Ctx, qi, ki, qT, q0: int, qw: int):
         act(b, "exp", old, cols["cr"], scale=-1.0, bias=new)
         ts(b, cols["l"], cols["l"], "multiply", cols["cr"], "add", cols["lb"],
            engine=Engine.VECTOR)  # fmt: skip
+        yield
     last = nm[len(_key_blocks(c, q0, qw)) % 2]
     out = ap(c.tile("nlse", (c.P, 1), F32), r)
     act(b, "log", cols["l"], cols["lb"])
@@ -249,7 +292,7 @@ def _p_dp(c: _Ctx, ki, qT, doT, nlse, q0, qw, t0, kw, natural=False):
     s = _scores(c, qT, kT, q0, qw, t0, kw)
     p = ap(c.tile("p", (c.P, KB)), r, slice(0, kw))
     act(b, "exp", s, p, scale=c.scale, bias=nlse)
-    dp = ap(c.psum["dp"], r, slice(0, kw))
+    dp = ap(c.ps("dp"), r, slice(0, kw))
     b.emit(Matmul, [doT, vT], [dp], stationary=doT, moving=vT, dst=dp)
     kn = None
     if natural:
@@ -275,7 +318,7 @@ def _products(c: _Ctx, tiles, dq, accs, qw: int, t0: int, kw: int, first: bool) 
         cw = min(c.P, kw - k0)
         chunk = slice(k0, k0 + cw)
         src = ap(ds.name, r, chunk)
-        tp = ap(c.psum["dsT"], slice(0, cw), slice(j * c.P, j * c.P + qw))
+        tp = ap(c.ps("dsT"), slice(0, cw), slice(j * c.P, j * c.P + qw))
         b.emit(Transpose, [src], [tp], src=src, dst=tp)
         st = ap(dsT, slice(0, cw), slice(j * c.P, j * c.P + qw))
         b.emit(TensorCopy, [tp], [st], src=tp, dst=st, engine=Engine.SCALAR)
@@ -285,7 +328,7 @@ def _products(c: _Ctx, tiles, dq, accs, qw: int, t0: int, kw: int, first: bool) 
         g = (t0 + k0) // c.P
         for name, stat, mv in (("dk", ds, qn), ("dv", p, don)):
             s_ = ap(stat.name, r, chunk)
-            acc_ps = ap(c.psum["kv0" if name == "dk" else "kv1"], slice(0, cw), slice(0, D))
+            acc_ps = ap(c.ps("kv0" if name == "dk" else "kv1"), slice(0, cw), slice(0, D))
             b.emit(Matmul, [s_, mv], [acc_ps], stationary=s_, moving=mv, dst=acc_ps)
             acc = ap(accs[name], slice(0, cw), slice(g * D, (g + 1) * D))
             tt(b, "add", acc, acc_ps, acc)  # VectorE: GpSimd cannot read PSUM
