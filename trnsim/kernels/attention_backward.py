@@ -9,20 +9,19 @@ per block i of 128 queries (q_i, q_i^T, dO_i, dO_i^T loaded once; dq_i accumulat
 bank):
 
 - pass A, over key blocks j of 512 (up to the diagonal when causal): S = q_i k_j^T (TensorE),
-  masked on the diagonal (GpSimd), the online row max and sum (VectorE, ScalarE), giving
+  masked on the diagonal (GpSimd), the online row max and sum (ScalarE, VectorE), giving
   -lse_i = -(m + log l);
 - Delta_i = rowsum(dO_i * O_i) from `output`, or, without it, a sweep over j summing
   rowsum(P * dP);
 - pass B, over j: P = exp(S scale - lse) (ScalarE), dP = dO_i v_j^T (TensorE), dS = P (dP -
-  Delta) scale (VectorE), dS^T in 128-key chunks (TensorE transposes); dq_i += dS k_j, and per
-  128-key chunk dk += dS^T q_i and dv += P^T dO_i (TensorE into PSUM, added to the SBUF
-  accumulators by VectorE and GpSimd in turn).
+  Delta) scale (VectorE, GpSimd), dS^T in 128-key chunks (TensorE transposes); dq_i += dS k_j,
+  and per 128-key chunk dk += dS^T q_i and dv += P^T dO_i (TensorE into PSUM, added to the SBUF
+  accumulators by VectorE, as GpSimd cannot read PSUM).
 
 TensorE does S twice (three times without `output`), dP, the transposes and three products:
 about 2.5 times the forward's FLOPs. Two query blocks are in flight (`_interleave`): their
 steps alternate, each block with its own tiles and its own PSUM for S, dP and dq. Runs
-whole on one physical core (`training.ONE_CORE`) and
-needs the DMA transpose (NC-v3 on).
+whole on one physical core (`training.ONE_CORE`) and needs the DMA transpose (NC-v3 on).
 """
 
 from __future__ import annotations
