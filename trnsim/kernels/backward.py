@@ -82,10 +82,12 @@ def lower_elementwise_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args:
         "tanh_backward": lambda blk, xa, f: _one_minus_square(b, blk, xa, f, 0.0, 1.0),
     }[op]
 
-    def body(blk: Block) -> None:
+    def body(blk: Block):
         ga, xa = blk.ins
         f = blk.tmp("f", wdt)
-        factor(blk, xa, f)
+        steps = factor(blk, xa, f)
+        if steps is not None:  # a factor in steps (a generator)
+            yield from steps
         tt(b, "multiply", ga, f, blk.outs[0])
 
     pointwise(b, cfg, op, [g, x], [out], body)
@@ -98,17 +100,25 @@ def _one_minus_square(b: KernelBuilder, blk: Block, y: Ap, f: Ap, shift: float, 
     ts(b, sq, f, "multiply", -1.0, "add", top)
 
 
-def _gelu_tanh_dx(b: KernelBuilder, blk: Block, x: Ap, f: Ap) -> None:
+def _gelu_tanh_dx(b: KernelBuilder, blk: Block, x: Ap, f: Ap):
     """f = d/dx x sigma(z), z = 2k(x + c x^3): sigma(z) + x z' sigma(z)(1 - sigma(z)), z' =
-    2k(1 + 3c x^2), in fp32 on ScalarE and VectorE."""
-    s, q, sg = blk.tmp("sq", F32), blk.tmp("q", F32), blk.tmp("sg", F32)
-    act(b, "square", x, s)  # x^2
-    ts(b, s, q, "multiply", _C, "add", 1.0, engine=Engine.VECTOR)  # 1 + c x^2
+    2k(1 + 3c x^2), with sigma (1 - sigma) = 0.25 - (sigma - 0.5)^2; in the work dtype, over
+    ScalarE (squares, the sigmoid), VectorE and GpSimd (the products); a generator of steps
+    (`pointwise`)."""
+    wdt = b.tiles[f.name].dtype
+    u, q, sg, t = (blk.tmp(k, wdt) for k in ("sq", "q", "sg", "t"))
+    g = Engine.GPSIMD
+    act(b, "square", x, u)  # x^2
+    ts(b, u, q, "multiply", _C, "add", 1.0, engine=Engine.VECTOR)  # 1 + c x^2
     tt(b, "multiply", q, x, q)  # x + c x^3
+    ts(b, u, t, "multiply", 3 * _C, "add", 1.0, engine=g)  # 1 + 3c x^2
+    tt(b, "multiply", t, x, t, engine=g)  # x z' / 2k
+    yield
     act(b, "sigmoid", q, sg, scale=2 * _K)  # sigma(z)
     act(b, "square", sg, q, bias=-0.5)  # (sigma - 0.5)^2
-    ts(b, q, q, "multiply", -1.0, "add", 0.25)  # sigma (1 - sigma)
-    ts(b, s, s, "multiply", 6 * _C * _K, "add", 2 * _K, engine=Engine.VECTOR)  # z'
-    tt(b, "multiply", s, x, s)
-    tt(b, "multiply", s, q, s)
-    tt(b, "add", s, sg, f)
+    yield
+    ts(b, q, q, "multiply", -2 * _K, "add", 0.5 * _K, engine=Engine.VECTOR)  # 2k sigma(1-sigma)
+    tt(b, "multiply", t, q, t)
+    yield
+    tt(b, "add", t, sg, f, engine=g)
+    yield

@@ -5,14 +5,15 @@ the backward ops' and the optimizer's elementwise kernels share.
 128 x FREE elements (`layout.flat_blocks`: every block uses all partitions when its size
 allows); per block each input is loaded once (inputs on separate DMA queues), `body` emits the
 compute on the block's SBUF tiles, and each output is stored, through rotating buffers so the
-next block loads while this one computes and the last one stores. The block size shrinks when
-the buffers (inputs, outputs and the body's temporaries, BUFS of each) would not fit the
-kernel's share of SBUF.
+next block loads while this one computes and the last one stores. A body that is a generator
+emits its compute in steps, and two blocks' steps alternate, so that an engine does not wait
+for another inside one block. The block size shrinks when the buffers (inputs, outputs and the
+body's temporaries, BUFS of each) would not fit the kernel's share of SBUF.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from trnsim.config import ChipConfig
@@ -28,6 +29,8 @@ FREE = 2048  # elements per partition of a block at most (4 KiB of bf16: DMA at 
 BUFS = 3  # rotating buffers per operand
 SBUF_SHARE = 0.6  # of a partition's bytes for this kernel's buffers
 F32 = dtype("float32")
+IN_FLIGHT = 2  # blocks whose steps alternate (with BUFS = 3 buffers, the next one loads)
+_DONE = object()
 
 
 @dataclass
@@ -73,6 +76,7 @@ def pointwise(
     free = min(FREE, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (BUFS * per_elem))
     blocks = _blocks(shape, P, free, b.share(shape))
     big = (max(p for _, p, _ in blocks), max(f for _, _, f in blocks))
+    active: list = []  # blocks whose body has steps left (IN_FLIGHT at most)
     for n, (index, p, f) in enumerate(blocks):
         r = (slice(0, p), slice(0, f))
 
@@ -90,10 +94,34 @@ def pointwise(
                 DmaCopy, [src], [tiles[t]], src=src, dst=tiles[t], queue=(n * len(loads) + k) % 8
             )
         out_tiles = [buf(f"out{k}_", b.tensors[t].dtype) for k, t in enumerate(outs)]
-        body(Block([tiles[t] for t in inputs], out_tiles, n, buf))
-        for k, (t, o) in enumerate(zip(outs, out_tiles)):
-            dst = ap(t, *index)
-            b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + (n * len(outs) + k) % 8)
+        steps = body(Block([tiles[t] for t in inputs], out_tiles, n, buf))
+        active.append((steps if isinstance(steps, Generator) else iter(()), out_tiles, index, n))
+        active = _advance(b, outs, active, IN_FLIGHT - 1)
+    _advance(b, outs, active, 0)
+
+
+def _advance(b: KernelBuilder, outs: list[str], active: list, keep: int) -> list:
+    """One step of every block in flight (a body that is a generator yields between its
+    steps, so that each engine alternates between blocks instead of waiting within one), then
+    more of the oldest until at most `keep` are left; a finished block is stored."""
+    still = []
+    for item in active:
+        if next(item[0], _DONE) is _DONE:
+            _store(b, outs, *item[1:])
+        else:
+            still.append(item)
+    while len(still) > keep:
+        item = still.pop(0)
+        for _ in item[0]:
+            pass
+        _store(b, outs, *item[1:])
+    return still
+
+
+def _store(b: KernelBuilder, outs: list[str], out_tiles: list[Ap], index, n: int) -> None:
+    for k, (t, o) in enumerate(zip(outs, out_tiles)):
+        dst = ap(t, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + (n * len(outs) + k) % 8)
 
 
 def _blocks(shape: tuple, P: int, free: int, share) -> list[tuple]:
