@@ -5,12 +5,13 @@ partitions: a sum over rows is a matmul with the rows on the partitions.
 **native_layer_norm_backward** (over the last dim D), per block of up to 128 rows: g and x are
 loaded, with the forward's mean and rstd as [rows, 1] columns; x^ = (x - mean) rstd on ScalarE
 (one `activation identity`, scale rstd, bias -mean rstd); gw = g * weight (VectorE, the weight
-spread over the partitions once); the row sums a = sum(gw) (ScalarE's reduction) and c =
-sum(gw x^) (GpSimd product, VectorE sum); grad_input = rstd gw + x^ (-c rstd / D) + (-a rstd /
-D), as a VectorE scaling by the column, a ScalarE activation and a VectorE add. grad_weight =
-sum over rows of g x^ and grad_bias = sum of g: per 128 columns, one matmul of the block's
-[rows, 128] slice (stationary) by a ones column (moving), accumulated over all row blocks in
-one PSUM bank ([128, D / 128] fp32), then stored column by column.
+spread over the partitions once, in the work dtype); the row sums a = sum(gw) and c = sum(gw
+x^) (the product on GpSimd, the sums on VectorE); grad_input = rstd gw + x^ (-c rstd / D) +
+(-a rstd / D), as a VectorE scaling by the column, a ScalarE activation and a VectorE add, in
+place where it can (four row tiles a block, so two blocks rotate even at D = 8192).
+grad_weight = sum over rows of g x^ (GpSimd) and grad_bias = sum of g: per 128 columns, one
+matmul of the block's [rows, 128] slice (stationary) by a ones column (moving), accumulated
+over all row blocks in one PSUM bank ([128, D / 128] fp32), then stored column by column.
 
 **embedding_dense_backward**: out[V, D] = one_hot(indices)^T @ grad_output, the usual
 Trainium way (the DMA has no accumulating scatter here): per strip of D columns (as many as
@@ -31,7 +32,6 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import (
-    Activation,
     DmaCopy,
     Engine,
     Iota,
@@ -41,7 +41,6 @@ from trnsim.isa import (
     TensorReduce,
 )
 from trnsim.kernels.backward import act, ts, tt
-from trnsim.kernels.broadcast import spread_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.pointwise import work_dtype
@@ -50,6 +49,7 @@ from trnsim.kernels.softmax_backward import row_buffers, row_tile
 __all__ = ["lower_layer_norm_backward", "lower_embedding_backward"]
 
 F32 = dtype("float32")
+SPREAD = 512  # weight elements spread over the partitions at a time (one PSUM bank of fp32)
 STRIP_BYTES = 96 * 1024  # a partition's share of SBUF for the gradient strip (embedding)
 
 
@@ -65,16 +65,22 @@ def lower_layer_norm_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: 
     P = cfg.core.sbuf.partitions
     odt = b.tensors[outs.get(0, args["out"][0])].dtype
     wdt = work_dtype(tg.dtype, tx.dtype, odt)
-    per = tg.dtype.itemsize + tx.dtype.itemsize + 5 * wdt.itemsize
-    per += odt.itemsize if odt != wdt else 0  # else grad_input is made in place
-    bufs = row_buffers(cfg, op, d, per)
+    # g, x (x^ in place when of the work dtype), g * weight (then rstd times it and grad_input
+    # in place), a product (then the linear term)
+    per = tg.dtype.itemsize + tx.dtype.itemsize + 2 * wdt.itemsize
+    per += (wdt.itemsize if tx.dtype != wdt else 0) + (odt.itemsize if odt != wdt else 0)
+    # the weight spread over the partitions (in the work dtype), and its chunk on the way
+    fixed = d * wdt.itemsize + SPREAD * 4 if weight else 0
+    fixed += (d * wdt.itemsize) if weight is None else 0  # rstd gw in a tile of its own
+    bufs = row_buffers(cfg, op, d, per, fixed)
     wrow = _weight_row(b, cfg, weight, d, wdt) if weight is not None else None
     sums = {i: _ColumnSums(b, cfg, d, wdt) for i in (1, 2) if i in outs}
     blocks = list(row_blocks(shape, P))
     for n, (index, rows) in enumerate(blocks):
         slot, r = n % bufs, slice(0, rows)
         t = {k: ap(row_tile(b, f"ln{k}{slot}", (P, d), dt), r)
-             for k, dt in (("g", tg.dtype), ("x", tx.dtype), ("xh", wdt))}  # fmt: skip
+             for k, dt in (("g", tg.dtype), ("x", tx.dtype))}  # fmt: skip
+        t["xh"] = t["x"] if tx.dtype == wdt else ap(row_tile(b, f"lnxh{slot}", (P, d), wdt), r)
         cols = {k: ap(row_tile(b, f"lnc{k}{slot}", (P, 1), F32), r) for k in ("m", "s", "nb")}
         for q, (name, dst) in enumerate(((g, t["g"]), (x, t["x"]), (mean, cols["m"]),
                                          (rstd, cols["s"]))):  # fmt: skip
@@ -87,7 +93,7 @@ def lower_layer_norm_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: 
             _grad_input(b, t, cols, wrow, r, slot, d, wdt, outs[0], index, n)
         if 1 in sums:
             gx = ap(row_tile(b, f"lnp{slot}", (P, d), wdt), r)  # grad_input's product, read
-            tt(b, "multiply", t["g"], t["xh"], gx, engine=Engine.GPSIMD if n % 2 else Engine.VECTOR)
+            tt(b, "multiply", t["g"], t["xh"], gx, engine=Engine.GPSIMD)
             sums[1].add(gx, rows, first=n == 0)
         if 2 in sums:
             sums[2].add(t["g"], rows, first=n == 0)
@@ -121,24 +127,19 @@ def _grad_input(b, t, cols, wrow, r, slot, d, wdt, out, index, n) -> None:
     if wrow is not None:
         gw = ap(row_tile(b, f"lngw{slot}", (P, d), wdt), r)
         tt(b, "multiply", t["g"], ap(wrow, r), gw)
-    a = ap(row_tile(b, f"lnca{slot}", (P, 1), F32), r)
-    c = ap(row_tile(b, f"lncc{slot}", (P, 1), wdt), r)  # bf16: VectorE's fast reduction
-    junk = ap(row_tile(b, f"lnl{slot}", (P, d), wdt), r)  # lin's tile: ScalarE writes it next
-    b.emit(Activation, [gw], [junk, a], func="copy", src=gw, dst=junk, reduce="add",
-           reduce_dst=a)  # fmt: skip
+    # the row sums in the work dtype (bf16: VectorE's fast reduction)
+    a, c = (ap(row_tile(b, f"lnc{k}{slot}", (P, 1), wdt), r) for k in ("a", "c"))
+    b.emit(TensorReduce, [gw], [a], alu="add", src=gw, dst=a)
     prod = ap(row_tile(b, f"lnp{slot}", (P, d), wdt), r)
     tt(b, "multiply", gw, t["xh"], prod, engine=Engine.GPSIMD)
     b.emit(TensorReduce, [prod], [c], alu="add", src=prod, dst=c)
     s = cols["s"]
     # c <- -c rstd / D, a <- -a rstd / D
-    cf = ap(row_tile(b, f"lnccf{slot}", (P, 1), F32), r)
-    for src, col in ((a, a), (c, cf)):
-        tt(b, "multiply", src, s, col)
-        ts(b, col, col, "multiply", -1.0 / d, engine=Engine.VECTOR)
-    c = cf
-    lin = ap(row_tile(b, f"lnl{slot}", (P, d), wdt), r)
+    a, c = (_scaled(b, col, s, d, slot, k) for k, col in (("a", a), ("c", c)))
+    lin = prod  # the product's tile, read by its sum
     act(b, "identity", t["xh"], lin, scale=c, bias=a)
-    u = ap(row_tile(b, f"lnu{slot}", (P, d), wdt), r)
+    # rstd gw: in place over g * weight, which nothing reads later (g itself is read later)
+    u = gw if wrow is not None else ap(row_tile(b, f"lnu{slot}", (P, d), wdt), r)
     ts(b, gw, u, "multiply", s, engine=Engine.VECTOR)
     o = (
         u
@@ -150,15 +151,36 @@ def _grad_input(b, t, cols, wrow, r, slot, d, wdt, out, index, n) -> None:
     b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
 
 
+def _scaled(b, col, s, d: int, slot: int, k: str):
+    """-col * rstd / D as an fp32 [rows, 1] column."""
+    out = ap(
+        row_tile(b, f"lnc{k}f{slot}", (b.tiles[col.name].shape[0], 1), F32), slice(*col.index[0])
+    )
+    tt(b, "multiply", col, s, out)
+    ts(b, out, out, "multiply", -1.0 / d, engine=Engine.VECTOR)
+    return out
+
+
 def _weight_row(b: KernelBuilder, cfg: ChipConfig, weight: str, d: int, wdt) -> str:
     """The weight on every partition, in the work dtype (VectorE's product with a 16-bit
-    gradient then runs at its 16-bit rate)."""
-    row = spread_rows(b, cfg, weight, d)
-    if b.tensors[weight].dtype == wdt:
-        return row
-    cast = b.tile("weight_rows", "sbuf", (cfg.core.sbuf.partitions, d), wdt)
-    b.emit(TensorCopy, [ap(row)], [ap(cast)], src=ap(row), dst=ap(cast))
-    return cast
+    gradient then runs at its 16-bit rate): SPREAD elements at a time into one partition,
+    spread by TensorE (a ones column times the chunk, K = 1), cast on the way out of PSUM."""
+    P, dt = cfg.core.sbuf.partitions, b.tensors[weight].dtype
+    kind = dt if dt.name != "float32" else F32
+    ones, row = b.tile("ones", "sbuf", (1, P), kind), b.tile("wchunk", "sbuf", (1, SPREAD), dt)
+    out = b.tile("weight_rows", "sbuf", (P, d), wdt)
+    b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
+    ps = b.psum("spread", (P, SPREAD), F32)
+    for k, c0 in enumerate(range(0, d, SPREAD)):
+        w = min(SPREAD, d - c0)
+        src, dst = ap(weight, slice(c0, c0 + w)), ap(row, slice(None), slice(0, w))
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=k % 8)
+        acc = ap(ps, slice(None), slice(0, w))
+        b.emit(Matmul, [ap(ones), dst], [acc], stationary=ap(ones), moving=dst, dst=acc)
+        o = ap(out, slice(None), slice(c0, c0 + w))
+        b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
+    b.release(ps)
+    return out
 
 
 class _ColumnSums:

@@ -26,11 +26,13 @@ BUFS = 4
 SBUF_SHARE = 0.75
 
 
-def row_buffers(cfg: ChipConfig, op: str, d: int, bytes_per_elem: int) -> int:
+def row_buffers(cfg: ChipConfig, op: str, d: int, bytes_per_elem: int, fixed: int = 0) -> int:
     """How many row blocks of `d` elements rotate (up to BUFS) when each takes
-    `bytes_per_elem` per element of a partition; a TraceError when not even one fits or the row
-    is longer than one VectorE instruction takes."""
-    bufs = min(BUFS, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (d * bytes_per_elem))
+    `bytes_per_elem` per element of a partition and the kernel's other tiles `fixed` bytes; a
+    TraceError when not even one fits or the row is longer than one VectorE instruction
+    takes."""
+    budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - fixed
+    bufs = min(BUFS, budget // (d * bytes_per_elem))
     if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
         raise TraceError(
             f"{op}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
