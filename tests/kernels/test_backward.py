@@ -411,3 +411,27 @@ def test_two_cores_split_the_row_ops_and_one_core_sums_over_rows():
     acts = [sum(1 for i in p.instructions if i.OP == "activation") for p in progs]
     assert acts[1] > 0  # the second core does its share of the rows
     assert find_races(two.program) == []
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ("{x: p, other: 1.0, out: [p]}", r"_foreach_add: x: got 'p'; expected a list of tensor"),
+        ("{x: [p], other: [1.0, q], out: [p]}",
+         r"_foreach_add: other: .*expected a list of tensor names, a list of numbers, or a"),
+        ("{x: [p], other: 2.0}", r"_foreach_add: missing argument 'out'"),
+    ],
+)  # fmt: skip
+def test_list_arguments_are_checked_when_the_trace_loads(args, match, tmp_path):
+    from trnsim.trace import loads
+
+    text = f"""trnsim: 1
+chip: trn2
+tensors:
+  p: {{shape: [4], dtype: float32}}
+  q: {{shape: [4], dtype: float32}}
+ops:
+  - _foreach_add: {args}
+"""
+    with pytest.raises(TraceError, match=r"t.yaml:7: ops\[0\]._foreach_add.*: " + match):
+        loads(text, source="t.yaml")
