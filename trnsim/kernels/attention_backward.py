@@ -75,9 +75,11 @@ class _Ctx:
         self.counts: dict = {}
         self.lane = 0  # the query block lane being emitted (`_interleave`)
 
-    def tile(self, kind: str, shape, dt=None, slots: int = 2) -> str:
+    def tile(self, kind: str, shape, dt=None, slots: int = 1) -> str:
         """The next of `slots` tiles of `kind` of the current lane (the query block being
-        emitted), in turn: the lanes' tiles are disjoint, so two blocks in flight share none."""
+        emitted), in turn: the lanes' tiles are disjoint, so two blocks in flight share none.
+        One a kind and lane by default: the two lanes overlap, and a core has 256 semaphores,
+        two a tile (two a kind would gain ~10% and take 70 more semaphores)."""
         lane = self.lane
         n = self.counts[kind, lane] = self.counts.get((kind, lane), -1) + 1
         dt = dt or self.dt
@@ -253,7 +255,7 @@ def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict):
 def _neg_lse(c: _Ctx, qi, ki, qT, q0: int, qw: int):
     """Pass A: -(m + log l) of the scaled, masked scores, online over the key blocks."""
     b, r = c.b, slice(0, qw)
-    cols = {k: ap(c.tile(f"c{k}", (c.P, 1), F32, slots=1), r) for k in ("n0", "n1", "l", "lb",
+    cols = {k: ap(c.tile(f"c{k}", (c.P, 1), F32), r) for k in ("n0", "n1", "l", "lb",
                                                                          "mx", "cr")}  # fmt: skip
     nm = [cols["n0"], cols["n1"]]
     b.emit(Memset, [], [nm[0]], dst=nm[0], value=-NEG)

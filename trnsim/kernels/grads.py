@@ -51,6 +51,7 @@ __all__ = ["lower_layer_norm_backward", "lower_embedding_backward"]
 F32 = dtype("float32")
 SPREAD = 512  # weight elements spread over the partitions at a time (one PSUM bank of fp32)
 STRIP_BYTES = 96 * 1024  # a partition's share of SBUF for the gradient strip (embedding)
+HOTS = 64 * 1024  # a partition's share of SBUF for the two sets of one-hots (embedding)
 
 
 def lower_layer_norm_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dict) -> None:
@@ -244,26 +245,28 @@ def lower_embedding_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
     blocks = list(row_blocks(tuple(tg.shape), P))
     mdt = tg.dtype if tg.dtype.name != "float32" else F32  # the one-hot: the gradient's kind
     strip = min(d, STRIP_BYTES // (len(blocks) * tg.dtype.itemsize) // PS * PS or d)
-    if len(blocks) * strip * tg.dtype.itemsize > 2 * STRIP_BYTES:
-        raise TraceError(f"{op}: {len(blocks)} blocks of 128 tokens do not fit SBUF yet")
+    nb = len(blocks)
+    if nb * strip * tg.dtype.itemsize > 2 * STRIP_BYTES or 2 * nb * P * mdt.itemsize > HOTS:
+        raise TraceError(f"{op}: {nb} blocks of 128 tokens do not fit SBUF yet")
     iota = b.tile("vocab", "sbuf", (P, P), F32)
     b.emit(Iota, [], [ap(iota)], dst=ap(iota), start=0, step=1)
     cols = _index_columns(b, args, blocks, P)
     banks = [b.psum("emb", (P, PS), F32) for _ in range(2)]
     for s0 in range(0, d, strip):
         sw = min(strip, d - s0)
-        grads = []
+        grads = []  # one tile for all blocks (a tile takes two of a core's 256 semaphores)
+        gtile = row_tile(b, "eg", (P, nb * strip), tg.dtype)
         for n, (index, rows) in enumerate(blocks):
-            t = ap(row_tile(b, f"eg{n}", (P, strip), tg.dtype), slice(0, rows), slice(0, sw))
+            t = ap(gtile, slice(0, rows), slice(n * strip, n * strip + sw))
             full = index + (slice(None),) * (len(tg.shape) - 1 - len(index))
             src = ap(g, *full, slice(s0, s0 + sw))
             b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=n % 8)
             grads.append(t)
         for vb, v0 in enumerate(range(0, v, P)):
             vw = min(P, v - v0)
-            hots = []
+            hots, htile = [], row_tile(b, f"oh{vb % 2}", (P, nb * P), mdt)
             for n, (_, rows) in enumerate(blocks):
-                oh = ap(row_tile(b, f"oh{vb % 2}_{n}", (P, P), mdt), slice(0, rows), slice(0, vw))
+                oh = ap(htile, slice(0, rows), slice(n * P, n * P + vw))
                 src = ap(iota, slice(0, rows), slice(0, vw))
                 ts(b, src, oh, "add", float(v0), "equal", cols[n],
                    engine=Engine.GPSIMD if n % 2 else Engine.VECTOR)  # fmt: skip
@@ -276,13 +279,13 @@ def _index_columns(b, args, blocks, P) -> list:
     """Each token block's indices as an fp32 [rows, 1] column, padding_idx turned to -1."""
     idx, pad = args["indices"], args.get("padding_idx", -1)
     pad = None if pad is None or pad < 0 else float(pad)
-    cols = []
+    cols, ctile = [], row_tile(b, "ei", (P, len(blocks)), F32)
     for n, (index, rows) in enumerate(blocks):
         r = slice(0, rows)
         raw = ap(row_tile(b, f"eiraw{n % 2}", (P, 1), b.tensors[idx].dtype), r)
         src = ap(idx, *index)
         b.emit(DmaCopy, [src], [raw], src=src, dst=raw, queue=n % 8)
-        col = ap(row_tile(b, f"ei{n}", (P, 1), F32), r)
+        col = ap(ctile, r, slice(n, n + 1))
         if pad is None:
             b.emit(TensorCopy, [raw], [col], src=raw, dst=col)
         else:  # (index + 1) * (index != pad) - 1
@@ -304,8 +307,8 @@ def _vocab_rows(b, cfg, out, grads, hots, vrange, srange, vb, banks) -> None:
         cw = min(PS, sw - c0)
         acc = ap(banks[(vb + k) % 2], slice(0, vw), slice(0, cw))
         for n, (oh, gt) in enumerate(zip(hots, grads)):
-            rows = gt.index[0][1]
-            mv = ap(gt.name, slice(0, rows), slice(c0, c0 + cw))
+            rows, off = gt.index[0][1], gt.index[1][0]
+            mv = ap(gt.name, slice(0, rows), slice(off + c0, off + c0 + cw))
             b.emit(Matmul, [oh, mv], [acc], stationary=oh, moving=mv, dst=acc,
                    accumulate=n > 0)  # fmt: skip
         o = ap(row_tile(b, f"eo{(vb + k) % 3}", (P, PS), b.tensors[out].dtype), slice(0, vw),
