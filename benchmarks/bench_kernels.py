@@ -3,6 +3,7 @@
     python benchmarks/bench_kernels.py              # trn2
     python benchmarks/bench_kernels.py --chip trn3  # another chip
     python benchmarks/bench_kernels.py --small      # smaller shapes, a few seconds in all
+    python benchmarks/bench_kernels.py --only backward  # the rows whose label has this
 
 For each op, on one physical core (or both cores of an LNC 2 logical core, where the label says
 so): the simulated time, its two bounds (FLOPs / the cores' TensorE peak for the input
@@ -37,6 +38,7 @@ from trnsim.trace.program import (  # noqa: E402
 )
 
 BF16 = "bfloat16"
+F32 = "float32"
 
 
 def cases(small: bool) -> list[tuple]:
@@ -107,6 +109,7 @@ def cases(small: bool) -> list[tuple]:
             2 * 2 * sq * sq * 128 * h / 2,  # the unmasked half of QK^T and PV
         ),
         *more_cases(small),
+        *training_cases(small),
     ]
 
 
@@ -164,6 +167,81 @@ def more_cases(small: bool) -> list[tuple]:
     ]
 
 
+def training_cases(small: bool) -> list[tuple]:
+    """Backward and optimizer ops (kernels.training)."""
+    r, d = (2048, 4096) if small else (8192, 8192)
+    n = (1 << 22) if small else (1 << 26)  # an optimizer's flat parameter count
+    h, sq = (2, 1024) if small else (4, 2048)
+    rows = (r, 1)
+    return [
+        (
+            f"gelu_backward [{r}, {d}]",
+            {"g": ((r, d), BF16), "x": ((r, d), BF16), "out": ((r, d), BF16)},
+            {"op": "gelu_backward", "grad_output": "g", "x": "x", "out": "out"},
+            0.0,
+        ),
+        (
+            f"_softmax_backward_data [{r}, {d}]",
+            {"g": ((r, d), BF16), "y": ((r, d), BF16), "out": ((r, d), BF16)},
+            {"op": "_softmax_backward_data", "grad_output": "g", "output": "y", "out": "out"},
+            0.0,
+        ),
+        (
+            f"native_layer_norm_backward [{r}, {d}]",
+            {
+                "g": ((r, d), BF16),
+                "x": ((r, d), BF16),
+                "m": (rows, F32),
+                "s": (rows, F32),
+                "w": ((d,), F32),
+                "out": ((r, d), BF16),
+                "dw": ((d,), F32),
+                "db": ((d,), F32),
+            },
+            {
+                "op": "native_layer_norm_backward",
+                "grad_out": "g",
+                "input": "x",
+                "mean": "m",
+                "rstd": "s",
+                "weight": "w",
+                "bias": "w",
+                "out": ["out", "dw", "db"],
+            },
+            0.0,
+        ),  # fmt: skip
+        (
+            f"attention backward causal h{h} s{sq} d128",
+            {n_: ((1, h, sq, 128), BF16) for n_ in ("q", "k", "v", "g", "o", "dq", "dk", "dv")},
+            {
+                "op": "scaled_dot_product_attention_backward",
+                "grad_out": "g",
+                "q": "q",
+                "k": "k",
+                "v": "v",
+                "output": "o",
+                "is_causal": True,
+                "out": ["dq", "dk", "dv"],
+            },
+            # the unmasked half of the scores (twice), dP, dq, dk and dv
+            5 * 2 * sq * sq * 128 * h / 2,
+        ),  # fmt: skip
+        (
+            f"addcdiv [{n}] fp32 (Adam's update)",
+            {"p": ((n,), F32), "m": ((n,), F32), "v": ((n,), F32), "out": ((n,), F32)},
+            {
+                "op": "addcdiv",
+                "x": "p",
+                "tensor1": "m",
+                "tensor2": "v",
+                "value": -1e-3,
+                "out": "out",
+            },
+            0.0,
+        ),  # fmt: skip
+    ]
+
+
 def run_case(chip: str, tensors: dict, args: dict, lnc: int = 1):
     cfg = load_chip(chip)
     specs = {n: TensorSpec(n, s, dtype(dt)) for n, (s, dt) in tensors.items()}
@@ -188,12 +266,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--chip", default="trn2")
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--only", default="", help="run only the ops whose label contains this")
     a = ap.parse_args()
     print(
         f"{'op':<34}{'sim time':>12}{'compute':>12}{'DMA':>12}  bound{'reached':>9}"
         f"{'instrs':>9}{'wall':>8}"
     )
     for label, tensors, args, flops, *more in cases(a.small):
+        if a.only not in label:
+            continue
         lnc = more[0] if more else 1
         copy = more[1:] == ["copy"]
         cfg, specs, result, wall = run_case(a.chip, tensors, args, lnc)
@@ -201,7 +282,8 @@ def main() -> None:
         ns = s["device_time_ns"]
         d = cfg.core.dma
         nbytes = {n: math.prod(t.shape) * t.dtype.itemsize for n, t in specs.items()}
-        written = sum(nbytes[o] for o in args.get("outs", [args.get("out")]))
+        out = args.get("outs", args.get("out"))
+        written = sum(nbytes[o] for o in (out if isinstance(out, list) else [out]))
         # the cores' DMA engines together: loads at engine_bandwidth, stores at store_bandwidth
         # (a matmul's B, which every core reads, counted once)
         t_dma = (

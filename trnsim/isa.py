@@ -70,6 +70,8 @@ ACT_FUNCS = (
     "erf",
     "arctan",
     "mish",
+    "gelu_dx",
+    "silu_dx",
 )
 ARITH_ALU = ("add", "subtract", "multiply", "divide", "max", "min", "pow")
 COMPARE_ALU = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")

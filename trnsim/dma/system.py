@@ -395,7 +395,6 @@ def _gather(src: Ref, dst: Ref, indices: Ref, label: str) -> np.ndarray:
     bad = idx[(idx < 0) | (idx >= len(table))]
     if bad.size:
         raise SimError(
-            f"{label}: gather index {int(bad[0])} is out of range 0..{len(table) - 1} "
-            f"(src '{src}')"
+            f"{label}: gather index {int(bad[0])} is out of range 0..{len(table) - 1} (src '{src}')"
         )
     return table[idx]

@@ -155,6 +155,11 @@ ACT = {
     "erf": erf,
     "arctan": np.arctan,
     "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
+    # the derivatives NKI names nl.gelu_dx and nl.silu_dx (isa.md 6)
+    "gelu_dx": lambda x: (
+        0.5 * erfc(-x / math.sqrt(2.0)) + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    ),
+    "silu_dx": lambda x: _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x))),
 }
 """Activation functions by trace name (isa.py ACT_FUNCS), on float64 arrays."""
 

@@ -9,7 +9,9 @@ binary ops (`elementwise.UNARY`, `BINARY`), `softmax` and `log_softmax`, reducti
 `mean`, `amax`, `amin` over any dims), `argmax`, `layer_norm`, `rms_norm`, `where`,
 `masked_fill`, `scaled_dot_product_attention` (flash-style), data movement (`contiguous`,
 `permute`, `cat`, `split`), `embedding` (a gather DMA), `addmm`, `cross_entropy` and
-`nll_loss`. An op without a lowering is a TraceError naming it. `lower_cores` splits the ops
+`nll_loss`; the backward ops of a training step and the optimizer's elementwise ops
+(`training`: `backward`, `softmax_backward`, `loss_backward`, `grads`, `attention_backward`,
+`optim`). An op without a lowering is a TraceError naming it. `lower_cores` splits the ops
 between the physical cores of an LNC 2 logical core.
 """
 
@@ -39,6 +41,8 @@ from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import REDUCTIONS, lower_reduction, rows_fit
 from trnsim.kernels.softmax import lower_softmax
+from trnsim.kernels.training import FULL_READS as TRAINING_FULL_READS
+from trnsim.kernels.training import ONE_CORE, TRAINING_OPS, lower_training
 from trnsim.kernels.transpose import lower_transpose
 from trnsim.trace.ops import OPS
 from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
@@ -80,6 +84,7 @@ FULL_READS = {  # op -> arguments it reads whole on every core (the others: by t
     "rms_norm": ("weight",),
     "scaled_dot_product_attention": ("k", "v"),
     "addmm": ("mat2", "input"),
+    **TRAINING_FULL_READS,
 }
 
 ALONE = ("permute", "contiguous", "cat", "split", "embedding", "cross_entropy", "nll_loss")
@@ -133,7 +138,7 @@ def lower_cores(
 
 
 def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg, source: str) -> None:
-    rows_of = {}  # tensor -> the row count of the split its writer used
+    rows_of = {}  # tensor -> the row count of the split its writer used (-1: one core's)
     seen: dict[str, set] = {}  # tensor -> the kinds of access ("r", "w") of the ops so far
     alone: dict[str, set] = {}  # the same, by isolated ops only
     for op in ops:
@@ -141,25 +146,32 @@ def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg, source:
         if isolated(op, tensors, cfg):
             continue
         out = op.args.get("out")
-        r_out = (
-            _rows(tensors[out].shape)
+        outs = out if isinstance(out, list) else [out]  # several, or a list op: per item
+        r_outs = [
+            _rows(tensors[o].shape)
             if op.op not in REDUCTIONS and op.op != "argmax"
             else _rows(tensors[op.args["x"]].shape)
-        )
+            for o in outs
+        ]
+        if op.op in ONE_CORE:  # computed whole on the first core
+            r_outs = [-1] * len(outs)
         full = FULL_READS.get(op.op, ())
-        for k, v in op.args.items():
-            if k == "out" or not isinstance(v, str) or v not in rows_of:
-                continue
-            whole = k in full or (op.op in BINARY and tensors[v].shape != tensors[out].shape)
-            if whole or rows_of[v] != r_out:
-                where = f"{source}:{op.line}: " if source else ""
-                raise TraceError(
-                    f"{where}{op.op}: {k} {v!r} was written by an earlier op of this kernel on "
-                    "both physical cores (lnc 2), and this op needs rows of it the other core "
-                    "wrote; cores synchronise only between launches: put the op in a kernel "
-                    "of its own"
-                )
-        rows_of[out] = r_out
+        for k, arg in op.args.items():
+            items = arg if isinstance(arg, list) else [arg]
+            for i, v in enumerate(items):
+                if k == "out" or not isinstance(v, str) or v not in rows_of:
+                    continue
+                r_out = r_outs[min(i, len(r_outs) - 1)]
+                whole = k in full or (op.op in BINARY and tensors[v].shape != tensors[out].shape)
+                if (whole and rows_of[v] != -1) or rows_of[v] != r_out:
+                    where = f"{source}:{op.line}: " if source else ""
+                    raise TraceError(
+                        f"{where}{op.op}: {k} {v!r} was written by an earlier op of this kernel "
+                        "on both physical cores (lnc 2), and this op needs rows of it the other "
+                        "core wrote; cores synchronise only between launches: put the op in a "
+                        "kernel of its own"
+                    )
+        rows_of.update(zip(outs, r_outs))
 
 
 def _check_alone(op: OpSpec, mine: bool, tensors, seen: dict, alone: dict, source: str) -> None:
@@ -201,11 +213,11 @@ def check_args(b: KernelBuilder, op: OpSpec) -> None:
         v = args.get(k)
         if kind in ("tensor", "operand") and isinstance(v, str) and v not in b.tensors:
             raise TraceError(f"{op.op}: {k} names {v!r}, which is not a tensor")
-        if kind == "tensors":
-            if not isinstance(v, list) or not v:
-                raise TraceError(f"{op.op}: {k} is {v!r}; expected a list of tensor names")
+        if kind == "tensors" and (not isinstance(v, list) or not v):
+            raise TraceError(f"{op.op}: {k} is {v!r}; expected a list of tensor names")
+        if kind in ("tensors", "operands") and isinstance(v, list):
             for name in v:
-                if name not in b.tensors:
+                if isinstance(name, str) and name not in b.tensors:
                     raise TraceError(f"{op.op}: {k} names {name!r}, which is not a tensor")
         if kind == "values" and not (
             isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
@@ -265,6 +277,8 @@ def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
             bool(args.get("is_causal")),
             args.get("scale"),
         )
+    elif op.op in TRAINING_OPS:  # backward and optimizer ops (kernels.training)
+        lower_training(b, cfg, op)
     else:
         lower_softmax(
             b, cfg, args["x"], args["out"], args.get("dim", -1), log=op.op == "log_softmax"

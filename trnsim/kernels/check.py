@@ -21,7 +21,12 @@ from trnsim.trace.program import Program
 
 __all__ = ["expected_outputs", "compare", "BF16_INSIDE"]
 
-BF16_INSIDE = ("scaled_dot_product_attention",)
+BF16_INSIDE = (
+    "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
+    "native_layer_norm_backward",  # x^ and the products in the 16-bit inputs' dtype
+    "_softmax_backward_data",
+)
 """Ops whose kernels round to bf16 on the way (so their output is only that exact)."""
 
 
@@ -29,7 +34,8 @@ def expected_outputs(
     program: Program, initial: dict[str, np.ndarray], dtypes: dict[str, Any]
 ) -> tuple[dict[str, tuple[str, np.ndarray]], str | None]:
     """({check key: (tensor, expected values, op)}, None) or ({}, why nothing can be checked).
-    The key names the op: `<kernel>.ops[<i>] <op>`."""
+    The key names the op: `<kernel>.ops[<i>] <op>`, and the output tensor after it for an op
+    of several outputs."""
     if len(program.streams) != 1:
         return {}, "the check replays one stream in order; this trace has several"
     arrays = {n: a.astype(np.float64) for n, a in initial.items() if a is not None}
@@ -52,12 +58,14 @@ def expected_outputs(
             continue
         for i, op in enumerate(kernel.ops):
             args = {k: v for k, v in op.args.items() if k not in ("out", "outs")}
-            outs = op.args["outs"] if "outs" in op.args else [op.args["out"]]
+            out = op.args["outs"] if "outs" in op.args else op.args["out"]
             value = reference(op.op, args, arrays)
-            for out, v in zip(outs, value if "outs" in op.args else [value]):
-                arrays[out] = _stored(np.broadcast_to(v, arrays[out].shape), dtypes[out])
+            # several outputs (split's outs, a backward op's out list): a value each
+            outs, values = (out, value) if isinstance(out, list) else ([out], [value])
+            for o, v in zip(outs, values):
+                arrays[o] = _stored(np.broadcast_to(v, arrays[o].shape), dtypes[o])
                 key = f"{kernel.name}.ops[{i}] {op.op}"
-                last[out] = (key if len(outs) == 1 else f"{key} {out}", op.op)
+                last[o] = (f"{key} {o}" if len(outs) > 1 else key, op.op)  # one key each
     return {key: (t, arrays[t], op) for t, (key, op) in last.items()}, None
 
 

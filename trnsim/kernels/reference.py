@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from trnsim.kernels.reference_backward import BACKWARD_REFERENCES, backward_reference
+
 __all__ = ["reference", "tolerance"]
 
 
@@ -121,6 +123,8 @@ def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> n
         if args.get("is_causal"):
             s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
         return np.matmul(_softmax(s, -1), v)
+    if op in BACKWARD_REFERENCES:  # the backward and optimizer ops
+        return backward_reference(op, args, arrays)
     raise KeyError(op)
 
 

@@ -23,8 +23,9 @@ REDUCTIONS = ("sum", "mean", "amax", "amin")
 _X = {"x": "tensor", "out": "tensor"}
 
 # op -> argument -> "tensor" (names a tensor of the trace), "operand" (a tensor or a number),
-# "tensors" (a non-empty list of tensor names), "value" (anything the lowering checks) or
-# "values" (a list of integers); optional arguments end in ?
+# "tensors" (a non-empty list of tensor names), "operands" (a list of tensor names or numbers,
+# or one number), "value" (anything the lowering checks) or "values" (a list of integers);
+# optional arguments end in ?
 OPS: dict[str, dict[str, str]] = {
     **{op: {"a": "tensor", "b": "tensor", "out": "tensor"} for op in ("matmul", "mm", "bmm")},
     "linear": {"x": "tensor", "weight": "tensor", "bias?": "tensor", "out": "tensor"},
@@ -64,7 +65,48 @@ OPS: dict[str, dict[str, str]] = {
         op: {"input": "tensor", "target": "tensor", "out": "tensor", "reduction?": "value"}
         for op in ("cross_entropy", "nll_loss")
     },
-}
+    # -- the backward ops of a training step and the optimizer's elementwise ops (kernels.
+    # backward, kernels.optim); several outputs: `out` a list, in aten's order
+    **{op: {"grad_output": "tensor", "x": "tensor", "out": "tensor"} for op in ("silu_backward",)},
+    "threshold_backward": {"grad_output": "tensor", "x": "tensor", "threshold": "value",
+                           "out": "tensor"},
+    "gelu_backward": {"grad_output": "tensor", "x": "tensor", "approximate?": "value",
+                      "out": "tensor"},
+    **{op: {"grad_output": "tensor", "output": "tensor", "out": "tensor"}
+       for op in ("sigmoid_backward", "tanh_backward")},
+    "_softmax_backward_data": {"grad_output": "tensor", "output": "tensor", "dim?": "value",
+                               "input_dtype?": "value", "out": "tensor"},
+    "native_layer_norm_backward": {
+        "grad_out": "tensor", "input": "tensor", "normalized_shape?": "value", "mean": "tensor",
+        "rstd": "tensor", "weight?": "tensor", "bias?": "tensor", "output_mask?": "value",
+        "out": "tensors",
+    },
+    "embedding_dense_backward": {
+        "grad_output": "tensor", "indices": "tensor", "num_weights?": "value",
+        "padding_idx?": "value", "scale_grad_by_freq?": "value", "out": "tensor",
+    },
+    "nll_loss_backward": {
+        "grad_output": "tensor", "x": "tensor", "target": "tensor", "weight?": "tensor",
+        "reduction?": "value", "ignore_index?": "value", "total_weight?": "tensor",
+        "out": "tensor",
+    },
+    "scaled_dot_product_attention_backward": {
+        "grad_out": "tensor", "q": "tensor", "k": "tensor", "v": "tensor", "output?": "tensor",
+        "is_causal?": "value", "scale?": "value", "out": "tensors",
+    },
+    "addcdiv": {"x": "tensor", "tensor1": "tensor", "tensor2": "tensor", "value?": "value",
+                "out": "tensor"},
+    "addcmul": {"x": "tensor", "tensor1": "tensor", "tensor2": "tensor", "value?": "value",
+                "out": "tensor"},
+    "lerp": {"x": "tensor", "end": "tensor", "weight": "value", "out": "tensor"},
+    **{op: {"x": "tensors", "other": "operands", "alpha?": "value", "out": "tensors"}
+       for op in ("_foreach_add", "_foreach_mul", "_foreach_div")},
+    **{op: {"x": "tensors", "tensor1": "tensors", "tensor2": "tensors", "value?": "value",
+            "out": "tensors"} for op in ("_foreach_addcdiv", "_foreach_addcmul")},
+    "_foreach_lerp": {"x": "tensors", "tensors1": "tensors", "weight": "value",
+                      "out": "tensors"},
+    "_foreach_sqrt": {"x": "tensors", "out": "tensors"},
+}  # fmt: skip
 
 
 def check_op(op: str, args: dict, loc: Loc, args_loc: Loc) -> None:
@@ -98,14 +140,31 @@ def check_op(op: str, args: dict, loc: Loc, args_loc: Loc) -> None:
 
 
 def _check_list(op: str, key: str, kind: str, value, loc: Loc) -> None:
-    """Fail at `loc` for a "tensors" argument that is not a non-empty list of names, or a
-    "values" one that is not a list of integers."""
+    """Fail at `loc` for a "tensors" argument that is not a non-empty list of names, an
+    "operands" one that is neither that, a list of numbers nor a number, or a "values" one that
+    is not a list of integers."""
+    if kind in ("tensors", "operands") and not _listed(value, kind):
+        expected = "a non-empty list of tensor names" + (
+            ", a list of numbers, or a number" if kind == "operands" else ""
+        )
+        loc.fail(f"{op}: {key}: got {show(value)}", expected)
     items = value if isinstance(value, list) else None
-    if kind == "tensors" and not (
-        items and all(isinstance(v, str) and IDENT.fullmatch(v) for v in items)
-    ):
-        loc.fail(f"{op}: {key}: got {show(value)}", "a non-empty list of tensor names")
     if kind == "values" and not (
         items is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in items)
     ):
         loc.fail(f"{op}: {key}: got {show(value)}", "a list of integers")
+
+
+def _listed(value, kind: str) -> bool:
+    """A "tensors" argument: a non-empty list of names; "operands": that, a list of numbers,
+    or one number."""
+
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if kind == "operands" and number(value):
+        return True
+    if not isinstance(value, list) or not value:
+        return False
+    names = all(isinstance(v, str) and IDENT.fullmatch(v) for v in value)
+    return names or (kind == "operands" and all(number(v) for v in value))

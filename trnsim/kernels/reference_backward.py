@@ -1,0 +1,181 @@
+"""The numpy references of the backward and optimizer ops (`reference.reference` hands them
+here), in float64 from the stored inputs, with PyTorch's formulas (its CPU kernels'): an op
+with several outputs returns their list, in `out`'s order."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["backward_reference", "BACKWARD_REFERENCES"]
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _gelu_dx(x, approximate):
+    if approximate == "tanh":
+        k, c = math.sqrt(2 / math.pi), 0.044715
+        t = np.tanh(k * (x + c * x**3))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x)
+    return 0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+def _layer_norm_backward(g, x, mean, rstd, w, mask):
+    """(grad_input, grad_weight, grad_bias) of layer_norm over the last dim, as `mask` asks."""
+    d = x.shape[-1]
+    mean, rstd = mean.reshape(*x.shape[:-1], 1), rstd.reshape(*x.shape[:-1], 1)
+    xhat = (x - mean) * rstd
+    gw = g * w if w is not None else g
+    a = gw.sum(-1, keepdims=True) / d
+    c = (gw * xhat).sum(-1, keepdims=True) / d
+    outs = [rstd * (gw - a - xhat * c), (g * xhat).reshape(-1, d).sum(0), g.reshape(-1, d).sum(0)]
+    return [o for o, m in zip(outs, mask) if m]
+
+
+def _nll_loss_backward(go, x, target, weight, reduction, ignore_index, total_weight):
+    n, c = x.shape[0] if x.ndim > 1 else 1, x.shape[-1]
+    t = target.reshape(-1).astype(np.int64)
+    w = weight if weight is not None else np.ones(c)
+    keep = t != ignore_index
+    scale = np.where(keep, w[np.where(keep, t, 0)], 0.0)
+    reduction = {0: "none", 1: "mean", 2: "sum"}.get(reduction, reduction)
+    if reduction == "none":
+        scale = scale * go.reshape(-1)
+    else:
+        scale = scale * float(np.asarray(go).reshape(-1)[0])
+        if reduction == "mean":
+            scale = scale / float(np.asarray(total_weight).reshape(-1)[0])
+    out = np.zeros((n, c))
+    out[np.arange(n)[keep], t[keep]] = -scale[keep]
+    return out.reshape(x.shape)
+
+
+def _lerp(x, end, w):
+    return x + w * (end - x) if w < 0.5 else end - (end - x) * (1 - w)
+
+
+def _sdpa_backward(go, q, k, v, causal, scale):
+    """(dq, dk, dv) of softmax(q k^T scale + mask) v, grouped-query heads summed into k, v."""
+    group = q.shape[-3] // k.shape[-3]
+    kk, vv = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    scale = scale or 1 / math.sqrt(q.shape[-1])
+    s = np.matmul(q, np.swapaxes(kk, -1, -2)) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dv = np.matmul(np.swapaxes(p, -1, -2), go)
+    dp = np.matmul(go, np.swapaxes(vv, -1, -2))
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) * scale
+    dq = np.matmul(ds, kk)
+    dk = np.matmul(np.swapaxes(ds, -1, -2), q)
+
+    def fold(t):  # the query heads of one kv head, summed
+        return t.reshape(*t.shape[:-3], k.shape[-3], group, *t.shape[-2:]).sum(-3)
+
+    return [dq, fold(dk), fold(dv)]
+
+
+def backward_reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]):
+    """The expected output (or list of outputs) of backward or optimizer op `op`."""
+
+    def val(k, i=None):
+        v = args.get(k)
+        if i is not None and isinstance(v, list):
+            v = v[i]
+        if v is None:
+            return None
+        return arrays[v].astype(np.float64) if isinstance(v, str) else float(v)
+
+    if op.startswith("_foreach_"):
+        base = op[len("_foreach_") :]
+        items = []
+        for i in range(len(args["x"])):
+            item = {"x": val("x", i)}
+            for k in ("other", "tensor1", "tensor2", "tensors1", "value"):
+                if k in args:
+                    item[k] = val(k, i)
+            items.append(_foreach_item(base, item, float(args.get("alpha", 1.0)), args))
+        return items
+    return _one(op, args, val)
+
+
+def _foreach_item(base: str, a: dict, alpha: float, args: dict):
+    x = a["x"]
+    if base == "sqrt":
+        return np.sqrt(x)
+    if base in ("add", "mul", "div"):
+        o = a["other"]
+        if base == "add":
+            return x + (alpha * o if isinstance(o, np.ndarray) else o)
+        return x * o if base == "mul" else x / o
+    if base == "lerp":
+        return _lerp(x, a["tensors1"], float(args["weight"]))
+    value = a.get("value", 1.0)
+    q = a["tensor1"] / a["tensor2"] if base == "addcdiv" else a["tensor1"] * a["tensor2"]
+    return x + value * q
+
+
+def _one(op: str, args: dict, val):
+    if op == "threshold_backward":
+        return np.where(val("x") <= float(args["threshold"]), 0.0, val("grad_output"))
+    if op == "gelu_backward":
+        return val("grad_output") * _gelu_dx(val("x"), args.get("approximate", "none"))
+    if op == "silu_backward":
+        s = _sigmoid(val("x"))
+        return val("grad_output") * s * (1 + val("x") * (1 - s))
+    if op == "sigmoid_backward":
+        y = val("output")
+        return val("grad_output") * y * (1 - y)
+    if op == "tanh_backward":
+        return val("grad_output") * (1 - val("output") ** 2)
+    if op == "_softmax_backward_data":
+        g, y = val("grad_output"), val("output")
+        return y * (g - (g * y).sum(axis=args.get("dim", -1), keepdims=True))
+    if op == "native_layer_norm_backward":
+        w = val("weight")
+        mask = args.get("output_mask") or [True, w is not None, args.get("bias") is not None]
+        x = val("input")
+        return _layer_norm_backward(val("grad_out"), x, val("mean"), val("rstd"), w, mask)
+    if op == "embedding_dense_backward":
+        g, idx = val("grad_output"), val("indices").astype(np.int64).reshape(-1)
+        d = g.shape[-1]
+        out = np.zeros((int(args["num_weights"]), d))
+        keep = idx != args.get("padding_idx", -1)
+        np.add.at(out, idx[keep], g.reshape(-1, d)[keep])
+        return out
+    if op == "nll_loss_backward":
+        return _nll_loss_backward(
+            val("grad_output"), val("x"), val("target"), val("weight"),
+            args.get("reduction", "mean"), int(args.get("ignore_index", -100)),
+            val("total_weight"),
+        )  # fmt: skip
+    if op == "scaled_dot_product_attention_backward":
+        return _sdpa_backward(
+            val("grad_out"), val("q"), val("k"), val("v"), bool(args.get("is_causal")),
+            args.get("scale"),
+        )  # fmt: skip
+    if op in ("addcdiv", "addcmul"):
+        item = {k: val(k) for k in ("x", "tensor1", "tensor2")}
+        item["value"] = 1.0 if args.get("value") is None else float(args["value"])
+        return _foreach_item(op, item, 1.0, args)
+    if op == "lerp":
+        return _lerp(val("x"), val("end"), float(args["weight"]))
+    raise KeyError(op)
+
+
+BACKWARD_REFERENCES = frozenset(
+    """threshold_backward gelu_backward silu_backward sigmoid_backward tanh_backward
+    _softmax_backward_data native_layer_norm_backward embedding_dense_backward
+    nll_loss_backward scaled_dot_product_attention_backward addcdiv addcmul lerp _foreach_add
+    _foreach_mul _foreach_div _foreach_addcdiv _foreach_addcmul _foreach_lerp
+    _foreach_sqrt""".split()
+)
