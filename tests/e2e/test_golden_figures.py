@@ -662,6 +662,34 @@ def test_llama70b_layer(name):
     assert g["hbm"]["bandwidth_bytes_per_s"] == ratio((read + written) / (Fraction(device) / PS))
 
 
+# -- the per-op rows of ops traces (`ops`: kernels/roofline.py) --------------------------------------
+
+
+def assert_op_row(row: dict, cfg, cores: int, flops: int, read: int, written: int, device_ps):
+    """An op row's bounds by hand: FLOPs over the cores' bf16 TensorE peak; the bytes it reads
+    (once) over the cores' DMA load bandwidth plus those it writes over their store bandwidth;
+    all its bytes through one HBM stack. The roofline is the largest of the three, the
+    fraction roofline / time, and the op's span lies within the (one) launch."""
+    d = cfg.core.dma
+    compute = Fraction(flops) / (cores * peak_per_core(cfg)) * 10**9
+    dma = (
+        (
+            Fraction(read) / Fraction(d.engine_bandwidth)
+            + Fraction(written) / Fraction(d.store_bandwidth)
+        )
+        / (d.engines * cores)
+        * 10**9
+    )
+    hbm = Fraction(read + written) / (Fraction(cfg.hbm.bandwidth) / cfg.hbm.stacks) * 10**9
+    assert (row["flops"], row["bytes_read"], row["bytes_written"]) == (flops, read, written)
+    assert row["compute_bound_ns"] == ratio(compute)
+    assert row["dma_bound_ns"] == ratio(dma) and row["hbm_bound_ns"] == ratio(hbm)
+    bound, which = max((compute, "compute"), (dma, "dma"), (hbm, "hbm"))
+    assert row["bound"] == which and row["roofline_ns"] == ratio(bound)
+    assert row["launches"] == 1 and 0 < row["time_ns"] * 1000 <= device_ps
+    assert row["fraction"] == ratio(row["roofline_ns"] / row["time_ns"])
+
+
 # -- mlp_ops: three high-level ops lowered by the kernel library -----------------------------------
 
 
@@ -687,6 +715,17 @@ def test_mlp_ops(name):
     low = max(tensor, dma, stack)
     device = g["device_time_ns"] * 1000
     assert low < device < 2.5 * low
+    # a row per op (the add's bias has another shape than h: no fusion)
+    mm, add, gelu = g["ops"]
+    assert [r["op"] for r in g["ops"]] == ["matmul", "add", "gelu"]
+    assert mm["shapes"] == {"x": [m, k], "w": [k, n], "h": [m, n]}
+    assert add["dtypes"] == {"h": "bfloat16", "bias": "float32"}
+    assert_op_row(mm, cfg, cores, 2 * m * k * n, x + w, h, device)  # compute-bound
+    assert_op_row(add, cfg, cores, 0, h + bias, h, device)
+    assert_op_row(gelu, cfg, cores, 0, h, h, device)
+    assert mm["bound"] == "compute" and add["bound"] == gelu["bound"] == "hbm"
+    # the ops follow one another (each waits for the one before): their spans cover the run
+    assert sum(r["time_ns"] for r in g["ops"]) * 1000 >= device
 
 
 # -- attention_ops: causal grouped-query attention as one fused op ---------------------------------
@@ -695,7 +734,7 @@ def test_mlp_ops(name):
 @by_name("attention_ops")
 def test_attention_ops(name):
     """FLOPs and HBM bytes of a causal flash attention, by hand (traces/attention_ops.yaml)."""
-    g, _ = golden(name)
+    g, cfg = golden(name)
     heads, s, d, kb = 8, 512, 64, 128  # query heads, tokens, head dim, queries per block
     blocks = s // kb
     keys = sum((i + 1) * kb for i in range(blocks))  # each query block stops at the diagonal
@@ -704,3 +743,12 @@ def test_attention_ops(name):
     kv_bytes = heads * keys * d * 2  # k (and v) rows each query block reads
     assert g["hbm"]["bytes_read"] == q_bytes + 2 * kv_bytes
     assert g["hbm"]["bytes_written"] == out_bytes
+    # its row: the unmasked (query, key) pairs only, s (s + 1) / 2 per head (the kernel also
+    # computes the masked half of each diagonal block); q, k, v read once
+    (row,) = g["ops"]
+    kv_heads = 2
+    pairs = s * (s + 1) // 2
+    read = q_bytes + 2 * kv_heads * s * d * 2
+    device = round(g["device_time_ns"] * 1000)
+    assert_op_row(row, cfg, cfg.lnc, heads * 2 * 2 * d * pairs, read, out_bytes, device)
+    assert row["time_ns"] == g["device_time_ns"] and row["bound"] == "hbm"

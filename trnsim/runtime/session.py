@@ -19,6 +19,7 @@ from trnsim.gcpause import no_gc
 from trnsim.isa import Ap
 from trnsim.kernels import lower_cores
 from trnsim.kernels.check import compare, expected_outputs
+from trnsim.kernels.roofline import op_rows
 from trnsim.memory.buffer import Buffer, bind
 from trnsim.memory.init import initial_values
 from trnsim.report.summary import summarize
@@ -229,6 +230,7 @@ def _run(
         mode=mode,
         timing=program.timing,
         lnc=ctx.chip.lnc,
+        ops=_op_rows(written, program, cfg, ctx.chip.lnc),
     )
     if check:
         summary["check"], note = _check(written, tensors, initial)
@@ -252,6 +254,19 @@ def lowered(program: Program, cfg: ChipConfig, lnc: int = 1) -> Program:
             cores = lower_cores(k.ops, program.tensors, cfg, lnc, program.source)
             kernels[name] = KernelSpec(name, per_core=cores, line=k.line)
     return replace(program, kernels=kernels)
+
+
+def _op_rows(written: Program, program: Program, cfg: ChipConfig, lnc: int) -> dict:
+    """For the per-op report: each high-level kernel -> (its op rows with their rooflines on
+    the `lnc` cores, `kernels.roofline.op_rows`; per physical core, its instructions' row tags)."""
+    return {
+        name: (
+            op_rows(k.ops, written.tensors, cfg, lnc),
+            [p.op_of for p in program.kernels[name].per_core],
+        )
+        for name, k in written.kernels.items()
+        if not k.low_level
+    }
 
 
 def _check(program: Program, tensors: dict, initial: dict | None) -> tuple[dict, str | None]:
