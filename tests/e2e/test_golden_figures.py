@@ -221,6 +221,8 @@ def test_every_golden_has_its_figures_derived():
         "weight_stream",
         "mlp_ops",
         "attention_ops",
+        "llama70b_prefill_ops",
+        "llama70b_decode_ops",
     }
 
 
@@ -752,3 +754,118 @@ def test_attention_ops(name):
     device = round(g["device_time_ns"] * 1000)
     assert_op_row(row, cfg, cfg.lnc, heads * 2 * 2 * d * pairs, read, out_bytes, device)
     assert row["time_ns"] == g["device_time_ns"] and row["bound"] == "hbm"
+
+
+# -- llama70b_prefill_ops / llama70b_decode_ops: a decoder layer as 12 kernels of ops -----------
+
+HID, QH, KVH, HD, MLP = 8192, 64, 8, 128, 28672  # hidden, query heads, kv heads, head dim, MLP
+
+
+def llama_rows(s: int, cache: int | None) -> list[tuple]:
+    """(kernel, op, FLOPs, bytes read, bytes written) of each op row of the layer, by hand:
+    `s` tokens (the sequence in prefill, the batch in decode); `cache`: decode's KV cache
+    length (None: prefill, causal self-attention over the s tokens)."""
+    act, kv = s * HID * 2, s * KVH * HD * 2  # [s, 8192] and [s, 1024] in bf16
+    norm = ("rms_norm", 0, act + HID * 2, act)  # x and the weight in, xn out
+
+    def proj(n, k, out_bytes):  # a linear with an [n, k] weight: its bytes and s tokens'
+        return 2 * s * n * k, n * k * 2 + s * k * 2, out_bytes
+
+    if cache is None:  # the heads brought to [1, H, S, D] and back by transposes
+        attn = ("scaled_dot_product_attention", 2 * 2 * HD * (s * (s + 1) // 2) * QH,
+                act + 2 * kv, act)  # fmt: skip
+        heads = [("heads", "transpose", 0, b, b) for b in (act, kv, kv)]
+        mid = [
+            ("attention", *attn),
+            ("unheads", "transpose", 0, act, act),
+            ("o_proj", "matmul", *proj(HID, HID, act)),
+        ]
+        down, tail = ("down_proj", "linear"), []
+    else:  # each query (token) meets the cache's keys; the cache read once per kv head
+        kv_cache = 2 * s * KVH * cache * HD * 2
+        heads = [("heads", "transpose", 0, b, b) for b in (act, kv, kv)]
+        mid = [
+            (
+                "attention",
+                "scaled_dot_product_attention",
+                2 * 2 * HD * cache * s * QH,
+                act + kv_cache,
+                act,
+            ),  # fmt: skip
+            ("o_proj", "linear", *proj(HID, HID, act)),
+        ]
+        down, tail = ("down_proj", "matmul"), [("final", "transpose", 0, act, act)]
+    return [
+        ("norm1", *norm),
+        ("q_proj", "linear", *proj(HID, HID, act)),
+        ("k_proj", "linear", *proj(KVH * HD, HID, kv)),
+        ("v_proj", "linear", *proj(KVH * HD, HID, kv)),
+        *heads,
+        *mid,
+        ("residual", "transpose", 0, act, act),
+        ("residual", "add", 0, 2 * act, act),
+        ("residual", *norm),
+        ("gate_proj", "linear", *proj(MLP, HID, s * MLP * 2)),
+        ("up_proj", "linear", *proj(MLP, HID, s * MLP * 2)),
+        ("up_proj", "silu+mul", 0, 2 * s * MLP * 2, s * MLP * 2),  # fused: gate written once
+        (*down, 2 * s * HID * MLP, HID * MLP * 2 + s * MLP * 2, act),
+        *tail,
+        ("final" if tail else "down_proj", "add", 0, 2 * act, act),
+    ]
+
+
+def assert_llama_layer(name: str, s: int, cache: int | None):
+    g, cfg = golden(name)
+    assert g["mode"] == "timing" and g["lnc"] == cfg.lnc == 2
+    device = round(g["device_time_ns"] * 1000)
+    want = llama_rows(s, cache)
+    assert [(r["kernel"], r["op"]) for r in g["ops"]] == [w[:2] for w in want]
+    for row, (_k, _op, flops, read, written) in zip(g["ops"], want):
+        assert_op_row(row, cfg, cfg.lnc, flops, read, written, device)
+        assert row["fraction"] <= 1  # a roofline is a lower bound
+    # the 12 kernels run one after another on one stream: the ops' rooflines add up to less
+    # than the device time; the host's first launch costs it launch_overhead, the others are
+    # enqueued while the device works
+    assert sum(r["roofline_ns"] for r in g["ops"]) * 1000 < device
+    launch = seconds_ps(cfg.host_link.launch_overhead)
+    assert round(g["total_time_ns"] * 1000) == device + launch
+    # the FLOPs TensorE runs: the rows' matmuls; attention's as the kernel computes them (in
+    # prefill each 128-query block i also computes the masked part of its diagonal block: keys
+    # up to 128 (i + 1)); each rms_norm spreads its weight over the partitions with a K = 1
+    # matmul on each core (2 x 128 x 8192)
+    mm = sum(w[2] for w in want if w[1] in ("linear", "matmul"))
+    if cache is None:
+        attention = QH * 2 * 2 * HD * 128 * sum(128 * (i + 1) for i in range(s // 128))
+    else:
+        attention = next(w[2] for w in want if w[0] == "attention")
+    spread = 2 * cfg.lnc * 2 * 128 * HID
+    assert_flops(g, cfg, mm + attention + spread, device, compute_cores=cfg.lnc)
+    return g, cfg, device
+
+
+@by_name("llama70b_prefill_ops")
+def test_llama70b_prefill_ops(name):
+    """Each op row's FLOPs, bytes and bounds by hand (traces/llama70b_prefill_ops.yaml)."""
+    g, cfg, device = assert_llama_layer(name, 2048, None)
+    rows = {(r["kernel"], r["op"]): r for r in g["ops"]}
+    assert rows[("q_proj", "linear")]["compute_bound_ns"] == ratio(
+        Fraction(2 * 2048 * HID * HID) / (2 * peak_per_core(cfg)) * 10**9
+    )
+    compute = [r for r in g["ops"] if r["flops"]]
+    assert all(r["bound"] == "compute" for r in compute) and len(compute) == 8
+    assert all(r["bound"] == "hbm" for r in g["ops"] if not r["flops"])
+    # the header's sum of rooflines (23.97 ms) and its run (40.85 ms)
+    assert round(sum(r["roofline_ns"] for r in g["ops"]) / 1e4) == 2397
+    assert round(device / 1e7) == 4085
+
+
+@by_name("llama70b_decode_ops")
+def test_llama70b_decode_ops(name):
+    """Each op row's FLOPs, bytes and bounds by hand (traces/llama70b_decode_ops.yaml); every
+    op of a decode step is HBM-bound."""
+    g, cfg, device = assert_llama_layer(name, 128, 2048)
+    assert all(r["bound"] == "hbm" for r in g["ops"])
+    weights = (2 * HID * HID + 2 * KVH * HD * HID + 3 * MLP * HID) * 2
+    assert weights == 1_711_276_032  # the same layer as llama70b_layer_timing.yaml
+    assert round(sum(r["roofline_ns"] for r in g["ops"]) / 1e3) == 3982  # the header's sum
+    assert round(device / 1e7) == 1206
