@@ -17,6 +17,12 @@ from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, 
 def run_ops(tensors: dict, ops: list, chip="trn2", lnc=1, launches=1, mode="timing"):
     """tensors: name -> (shape, dtype); ops: (op, args) pairs, one kernel launched `launches`
     times on one stream."""
+    prog, cfg = ops_program(tensors, ops, chip, lnc, launches, mode)
+    return run_program(prog, cfg, mode), cfg
+
+
+def ops_program(tensors: dict, ops: list, chip="trn2", lnc=1, launches=1, mode="timing"):
+    """`run_ops`'s (program, chip config)."""
     cfg = load_chip(chip)
     specs = {n: TensorSpec(n, tuple(s), dtype(d), "normal") for n, (s, d) in tensors.items()}
     prog = Program(
@@ -30,7 +36,7 @@ def run_ops(tensors: dict, ops: list, chip="trn2", lnc=1, launches=1, mode="timi
         {"k": KernelSpec("k", ops=[OpSpec(o, a, i + 1) for i, (o, a) in enumerate(ops)])},
         [StreamSpec("s", 0, [Step("launch", "k")] * launches)],
     )
-    return run_program(prog, cfg, mode), cfg
+    return prog, cfg
 
 
 def test_matmul_roofline_by_hand():
@@ -140,3 +146,25 @@ def test_a_low_level_trace_has_no_ops_key():
     result = CliRunner().invoke(main, ["run", "traces/matmul_gelu.yaml", "--json"])
     assert result.exit_code == 0, result.output
     assert "ops" not in json.loads(result.stdout)
+
+
+def test_trnsim_run_lowers_the_ops_once(monkeypatch):
+    """`trnsim run` lowers for its race check, then runs: the second lowering is the first's
+    (same program, config and lnc), unless the program changed in place."""
+    import trnsim.runtime.session as session
+
+    calls = []
+    real = session.lower_cores
+    monkeypatch.setattr(session, "lower_cores", lambda *a: calls.append(1) or real(*a))
+    result = CliRunner().invoke(main, ["run", "traces/mlp_ops.yaml", "--json"])
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 1
+    program, cfg = ops_program({"a": ((128, 256), "bfloat16"), "out": ((128, 256), "bfloat16")},
+                               [("exp", {"x": "a", "out": "out"})])  # fmt: skip
+    calls.clear()
+    first = session.lowered(program, cfg, 1)
+    assert session.lowered(program, cfg, 1) is first and len(calls) == 1
+    program.kernels["k"].ops[0].op = "sigmoid"  # changed in place: lowered afresh
+    assert session.lowered(program, cfg, 1) is not first and len(calls) == 2
+    session.lowered(program, cfg, 2)  # another lnc
+    assert len(calls) == 3
