@@ -61,10 +61,11 @@ def lower(
 
 def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: str):
     """The ops into `b`, runs of elementwise ops fused (`fusion`), each run or op a generation
-    of its tensors' accesses."""
-    for run in chains(ops, b.tensors):
+    of its tensors' accesses, its instructions tagged with its row (`roofline.op_rows`)."""
+    for row, run in enumerate(chains(ops, b.tensors)):
         op = run[0]
         b.barrier()
+        b.row = row
         try:
             for op in run:
                 check_args(b, op)

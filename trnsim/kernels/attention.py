@@ -83,7 +83,7 @@ def lower_attention(
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     t = _Tiles(b, cfg, D, tq.dtype, to.dtype)
     share = b.share(to.shape)
-    if share is not None and S % t.P:
+    if share is not None and S % t.P and t.P % S:  # cuts fall at multiples of P rows
         raise TraceError(
             f"scaled_dot_product_attention: a sequence of {S} split over {b.part[1]} cores: "
             f"query blocks of {t.P} would straddle the cores' shares; expected a multiple of "

@@ -125,6 +125,8 @@ class KernelBuilder:
         self.scratch: dict[str, str] = {}  # a lowering's own key -> tile name (reused buffers)
         self._free_psum: list[str] = []  # PSUM tiles released by ops that ended
         self.part = (0, 1)  # this program is physical core part[0] of part[1] (`share`)
+        self.row = -1  # the op row (`lower`'s runs of ops) the instructions emitted now belong to
+        self._rows: list[int] = []  # per instruction, its `row`
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -209,6 +211,7 @@ class KernelBuilder:
             **fields,
         )
         self.instructions.append(ins)
+        self._rows.append(self.row)
         return ins
 
     def _floor(self, waits: dict, queue: Any, name: str) -> None:
@@ -255,4 +258,6 @@ class KernelBuilder:
         waits[sem] = n
 
     def program(self) -> CoreProgram:
-        return CoreProgram(dict(self.tiles), list(self.instructions))
+        """The program built; its `op_of` tags each instruction with the op row it was emitted
+        for (the per-op report aggregates the instructions' spans by it)."""
+        return CoreProgram(dict(self.tiles), list(self.instructions), tuple(self._rows))

@@ -173,7 +173,9 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
 
 
 def _largest(blocks: list[tuple]) -> tuple[int, int]:
-    return max(p for _, p, _ in blocks), max(f for _, _, f in blocks)
+    """The largest block's (partitions, free); (1, 1) for a core with no rows of the op (at
+    LNC 2 an output of 128 rows is all one core's)."""
+    return max((p for _, p, _ in blocks), default=1), max((f for _, _, f in blocks), default=1)
 
 
 def _buf(b: KernelBuilder, kind: str, n: int, shape: tuple[int, int], dt) -> str:

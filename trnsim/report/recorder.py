@@ -65,6 +65,16 @@ class HostCall(NamedTuple):
     detail: str
 
 
+class LaunchWindow(NamedTuple):
+    """One kernel launch on physical cores `cores`: from when they started its queues to when
+    the last queue finished (ps)."""
+
+    kernel: str
+    cores: tuple[int, ...]
+    start_ps: int
+    end_ps: int
+
+
 class HbmSample(NamedTuple):
     """From `ps` on, HBM stack `stack` moves `bytes_per_s` (until its next sample)."""
 
@@ -76,7 +86,7 @@ class HbmSample(NamedTuple):
 class Recorder:
     """Spans, HBM traffic and bandwidth samples, event times and memory high-water marks.
 
-    Read `spans`, `dma_moves`, `hbm_samples`, `events`, `peaks`, `host_calls`,
+    Read `spans`, `dma_moves`, `hbm_samples`, `events`, `peaks`, `host_calls`, `launches`,
     `hbm_bytes_read` and `hbm_bytes_written`; write only through the methods."""
 
     def __init__(self):
@@ -92,6 +102,7 @@ class Recorder:
         self.events: dict[str, int] = {}  # event name -> ps it was last recorded at
         self.peaks: dict[str, int] = dict.fromkeys(MEMORIES, 0)  # memory -> bytes
         self.host_calls: list[HostCall] = []  # appended by the runtime's host threads
+        self.launches: list[LaunchWindow] = []  # in the order they ended
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -112,6 +123,10 @@ class Recorder:
         self._spans.append(
             Span(core, track, op, start_ps, end_ps, nbytes, flops, index, kernel, dtype)
         )
+
+    def launch(self, kernel: str, cores: tuple[int, ...], start_ps: int, end_ps: int) -> None:
+        """A launch of `kernel` ran on `cores` from `start_ps` to `end_ps`."""
+        self.launches.append(LaunchWindow(kernel, tuple(cores), start_ps, end_ps))
 
     def hbm_traffic(self, read: int, written: int) -> None:
         """Count bytes read from and written to HBM."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
 from operator import attrgetter
@@ -63,6 +64,7 @@ def summarize(
     timing=(),
     top: int = 10,
     lnc: int = 1,
+    ops: dict | None = None,
 ) -> dict:
     """Summarise a run.
 
@@ -71,6 +73,8 @@ def summarize(
     copy) to the end of the last. Engine utilization, achieved FLOP/s and `peak_fraction` are
     measured over the device time, so a kernel's efficiency does not depend on the host's
     launch cost. DMA queues' figures are `dma_queue_stats`; `logical_cores` is `_logical`.
+    `ops` (kernel -> (its op rows, per physical core of the launch its instructions' row
+    tags)) adds the per-op rows (`op_times`) under the key `ops`.
     """
     spans = rec.recorded
     first = min(map(_START, spans), default=0)
@@ -99,7 +103,7 @@ def summarize(
     seconds = device_ps * 1e-12
     flops = sum(flops_by_dtype.values())
     moved = rec.hbm_bytes_read + rec.hbm_bytes_written
-    return {
+    out = {
         "trace": trace,
         "chip": cfg.name,
         "mode": mode,
@@ -131,6 +135,61 @@ def summarize(
         },
         "top_instructions": _top(by_instr, intervals, top),
     }
+    if ops:
+        out["ops"] = op_times(rec, ops)
+    return out
+
+
+def op_times(rec: Recorder, ops: dict) -> list[dict]:
+    """A row per op of each kernel that ran: its `rows` entry (op, shapes, dtypes, bounds)
+    with `launches`, `time_ns` (per launch, the mean of its span: from its first instruction's
+    start to its last one's end on the launch's cores) and `fraction` (roofline / time)."""
+    windows: dict[tuple, list] = defaultdict(list)  # (kernel, core) -> (start, launch, position)
+    for n, w in enumerate(rec.launches):
+        if w.kernel in ops:
+            for pos, core in enumerate(w.cores):
+                windows[(w.kernel, core)].append((w.start_ps, n, pos))
+    starts = {}
+    for key, ws in windows.items():
+        ws.sort()
+        starts[key] = [w[0] for w in ws]
+    spans: dict[tuple, list] = {}  # (kernel, row, launch) -> [start, end]
+    for s in rec.recorded:
+        key = (s.kernel, s.core)
+        ws = windows.get(key)
+        if ws is None:
+            continue
+        _, n, pos = ws[0] if len(ws) == 1 else ws[bisect_right(starts[key], s.start_ps) - 1]
+        tags = ops[s.kernel][1][pos]
+        if s.index >= len(tags):
+            continue
+        k = (s.kernel, tags[s.index], n)
+        t = spans.get(k)
+        if t is None:
+            spans[k] = [s.start_ps, s.end_ps]
+        else:
+            t[0], t[1] = min(t[0], s.start_ps), max(t[1], s.end_ps)
+    per_row: dict[tuple, list] = defaultdict(list)  # (kernel, row) -> span ps per launch
+    for (kernel, row, _n), (a, b) in sorted(spans.items()):
+        per_row[(kernel, row)].append(b - a)
+    out = []
+    for kernel, (rows, _tags) in ops.items():
+        for i, row in enumerate(rows):
+            times = per_row.get((kernel, i))
+            if not times:
+                continue
+            ns = sum(times) / len(times) / 1000
+            out.append(
+                {
+                    "kernel": kernel,
+                    "index": i,
+                    **row,
+                    "launches": len(times),
+                    "time_ns": ns,
+                    "fraction": row["roofline_ns"] / ns if ns else 0.0,
+                }
+            )
+    return out
 
 
 def _logical(by_instr: dict, lnc: int) -> dict[str, list[str]]:
@@ -286,6 +345,8 @@ def format_summary(s: dict) -> str:
             f"check           {name}: max abs err {c['max_abs_err']:.3g}, "
             f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}"
         )
+    if s.get("ops"):
+        out += ["", *_format_ops(s["ops"])]
     if s["top_instructions"]:
         out += [
             "",
@@ -299,6 +360,23 @@ def format_summary(s: dict) -> str:
         out.append("(busy: time with at least one running, overlapping transfers counted once)")
     out.append(f"model           trnsim {s['trnsim_version']}, config {s['config_hash']}")
     return "\n".join(out)
+
+
+def _format_ops(rows: list[dict]) -> list[str]:
+    """The per-op table: time per launch, roofline, what binds, the fraction reached."""
+    out = [f"{'op':<34}{'time':>12}{'roofline':>12}  {'bound':<9}{'reached':>8}  tensors"]
+    for r in rows:
+        name = f"{r['kernel']}[{r['index']}] {r['op']}"
+        tensors = ", ".join(
+            f"{n} {'x'.join(map(str, shape))} {r['dtypes'][n]}" for n, shape in r["shapes"].items()
+        )
+        out.append(
+            f"{name[:33]:<34}{fmt_time_ns(r['time_ns']):>12}{fmt_time_ns(r['roofline_ns']):>12}"
+            f"  {r['bound']:<9}{r['fraction']:>8.1%}  {tensors}"
+        )
+    out.append("(time: per launch, first instruction start to last end; roofline: the largest "
+               "of FLOPs / TensorE peak, bytes / DMA, bytes / HBM)")  # fmt: skip
+    return out
 
 
 COMPARED = (

@@ -144,8 +144,10 @@ class ChipContext:
                 self.kernel_tiles[(kernel.name, la.core)] = la.tiles
                 for memory in ("sbuf", "psum"):
                     self.recorder.peak(memory, la.tile_bytes(memory))
+            start = env.now
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
             self.launches = [la for la in self.launches if la not in launches]
+            self.recorder.launch(kernel.name, tuple(la.core for la in launches), start, env.now)
 
     def run_copy(self, stream, s: Ref, d: Ref):
         """A copy on `stream`: host<->device over the host link, device->device by DMA."""

@@ -42,6 +42,9 @@ class CoreProgram:
 
     tiles: dict[str, TileSpec] = field(default_factory=dict)
     instructions: list[Instr] = field(default_factory=list)
+    # per instruction, the op (row of the per-op report) a lowering emitted it for; () when
+    # the program was written by hand
+    op_of: tuple[int, ...] = ()
 
 
 @dataclass

@@ -1,0 +1,123 @@
+"""Each op's roofline: the least time the op could take on a logical core, from its FLOPs and
+the bytes it must move, for the per-op rows of the run summary.
+
+`op_rows(ops, tensors, cfg, cores)` lists one row per op as `lower` emits them (a fused run of
+elementwise ops, `fusion.chains`, is one row named "add+gelu"), in the order whose index
+`KernelBuilder` tags each instruction with (`CoreProgram.op_of`). A row's bounds, over the
+`cores` physical cores of the logical core that runs it:
+
+- compute: the op's FLOPs (2 M N K for a matmul; for attention 2 x 2 x D per unmasked (query,
+  key) pair of every head; none for elementwise ops, norms, softmax, reductions) over the
+  cores' TensorE peak for its input dtype;
+- DMA: the bytes of each tensor it reads (once) at the cores' load bandwidth (engines x
+  engine_bandwidth each) plus those it writes (once) at their store bandwidth;
+- HBM: all of those bytes through one HBM stack (the tensors' home stack), bandwidth / stacks.
+
+The roofline is the largest; `bound` names it ("compute", "dma" or "hbm"). Tensors a fused run
+writes before reading are not read from HBM (they stay on chip), and a tensor is counted once
+however many ops of the row touch it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trnsim.config import ChipConfig, peak_flops_per_core
+from trnsim.kernels.fusion import chains
+from trnsim.trace.program import OpSpec, TensorSpec
+
+__all__ = ["op_rows", "op_flops"]
+
+MATMULS = ("matmul", "mm", "bmm")
+
+
+def op_rows(
+    ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, cores: int
+) -> list[dict]:
+    """One row per run of `ops` (module doc): op, lines, shapes, dtypes, flops, bytes_read,
+    bytes_written and the bounds in ns."""
+    return [_row(run, tensors, cfg, cores) for run in chains(ops, tensors)]
+
+
+def _row(run: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, cores: int) -> dict:
+    read, written = {}, {}  # tensor -> bytes, in first-touch order
+    for op in run:
+        for k, v in op.args.items():
+            if not isinstance(v, str) or v not in tensors or k.startswith("out"):
+                continue
+            if v not in written:  # a tensor the run wrote first stays on chip
+                read[v] = _bytes(tensors[v])
+        for k, v in op.args.items():
+            if k.startswith("out") and isinstance(v, str) and v in tensors:
+                written[v] = _bytes(tensors[v])
+    names = list(dict.fromkeys([*read, *written]))
+    flops = sum(op_flops(op, tensors) for op in run)
+    dtype = _input_dtype(run[0], tensors)
+    peak = _peak(cfg, dtype) * cores
+    d = cfg.core.dma
+    r, w = sum(read.values()), sum(written.values())
+    bounds = {
+        "compute": flops / peak * 1e9 if flops and peak else 0.0,
+        "dma": (r / d.engine_bandwidth + w / d.store_bandwidth) / (d.engines * cores) * 1e9,
+        "hbm": (r + w) / (cfg.hbm.bandwidth / cfg.hbm.stacks) * 1e9,
+    }
+    bound = max(bounds, key=bounds.get)
+    return {
+        "op": "+".join(op.op for op in run),
+        "lines": [op.line for op in run],
+        "shapes": {n: list(tensors[n].shape) for n in names},
+        "dtypes": {n: tensors[n].dtype.name for n in names},
+        "flops": flops,
+        "bytes_read": r,
+        "bytes_written": w,
+        "compute_bound_ns": bounds["compute"],
+        "dma_bound_ns": bounds["dma"],
+        "hbm_bound_ns": bounds["hbm"],
+        "roofline_ns": bounds[bound],
+        "bound": bound,
+    }
+
+
+def op_flops(op: OpSpec, tensors: dict[str, TensorSpec]) -> int:
+    """TensorE FLOPs the op needs by its definition: 2 per multiply-add of a matmul (`linear`:
+    x [..., K] times weight^T [K, N]); attention's scores and P v, 2 x 2 x D per unmasked
+    (query, key) pair (causal: query i meets keys 0..i); 0 for every other op."""
+    a = op.args
+    if op.op in MATMULS:
+        x, out = tensors[a["a"]].shape, tensors[a["out"]].shape
+        return 2 * math.prod(out) * x[-1]
+    if op.op == "linear":
+        return 2 * math.prod(tensors[a["out"]].shape) * tensors[a["x"]].shape[-1]
+    if op.op == "scaled_dot_product_attention":
+        q, k = tensors[a["q"]].shape, tensors[a["k"]].shape
+        sq, sk, d = q[-2], k[-2], q[-1]
+        pairs = _causal_pairs(sq, sk) if a.get("is_causal") else sq * sk
+        return 2 * 2 * d * pairs * math.prod(q[:-2])
+    return 0
+
+
+def _causal_pairs(sq: int, sk: int) -> int:
+    """(query, key) pairs of a causal mask with query i seeing keys 0..i (PyTorch's
+    is_causal): sum over i < sq of min(i + 1, sk)."""
+    tri = min(sq, sk)
+    return tri * (tri + 1) // 2 + (sq - tri) * sk
+
+
+def _input_dtype(op: OpSpec, tensors: dict[str, TensorSpec]) -> str:
+    for k in ("a", "x", "q"):
+        v = op.args.get(k)
+        if isinstance(v, str) and v in tensors:
+            return tensors[v].dtype.name
+    return ""
+
+
+def _peak(cfg: ChipConfig, dtype: str) -> float:
+    """One core's TensorE peak for `dtype`, 0 for a dtype TensorE does not take."""
+    try:
+        return peak_flops_per_core(cfg, dtype)
+    except ValueError:
+        return 0.0
+
+
+def _bytes(t: TensorSpec) -> int:
+    return math.prod(t.shape) * t.dtype.itemsize
