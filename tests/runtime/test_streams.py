@@ -131,3 +131,22 @@ def test_the_timeline_has_a_host_track_per_host_thread():
     launch_us = LAUNCH / 1e6
     assert (0, "launch", 0.0, launch_us) in calls
     assert (1, "launch", launch_us, launch_us) in calls  # after s0 recorded e, at LAUNCH
+
+
+def test_a_timed_launch_costs_a_launch_and_holds_its_core_for_its_duration():
+    """launch_timed: a host launch each, then the logical core for exactly the duration, after
+    the work ahead of it on the core; another logical core is not held."""
+    d0, d1 = devices(TRN2)[:2]
+    s = d0.stream()
+    d0.launch(memset_kernel("p", 64))  # host 0-10 us; runs 10 us to ~10.07 us
+    s.launch_timed("timed", 17_000_000)  # host 10-20 us; the core is free: 20-37 us
+    d1.default_stream.launch_timed("other", 17_000_000)  # host 20-30 us; logical core 1
+    start, end = d0.event(enable_timing=True), d0.event(enable_timing=True)
+    s.record_event(start)  # at 30 us on the host: fires when "timed" ends
+    s.launch_timed("timed2", 5_000_000)  # host 30-40 us: runs 40-45 us
+    s.record_event(end)
+    d0.synchronize()
+    assert kernel_runs(d0.recorder)[0].end_ps < 2 * LAUNCH
+    assert start.time_ps == 2 * LAUNCH + 17_000_000
+    assert end.time_ps == 4 * LAUNCH + 5_000_000
+    assert d0.host_time_ps == 3 * LAUNCH + 17_000_000  # "other": 30 us + 17 us

@@ -23,6 +23,7 @@ from trnsim.memory.buffer import Ref
 from trnsim.report.recorder import Recorder
 from trnsim.report.tracks import HOST
 from trnsim.runtime.host import HostCosts, HostThread
+from trnsim.runtime.stream import TimedKernel
 from trnsim.units import fmt_bytes
 
 # Values of tensors live in this machine's RAM in functional mode: a tensor that fits the chip's
@@ -134,6 +135,9 @@ class ChipContext:
             yield env.timeout(before_ps)
         with self.core_busy[stream.core].request() as req:
             yield req
+            if type(kernel) is TimedKernel:  # known by its duration: no instructions
+                yield env.timeout(kernel.duration_ps)
+                return
             cores = self.chip.physical(stream.core)
             launches = [
                 core.prepare(kernel.name, prog, tensors, self.rng, self.source, timing_only)

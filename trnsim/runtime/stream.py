@@ -11,6 +11,7 @@ A stream runs a SimPy process only while it has work, so an idle stream holds no
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 import simpy
 
@@ -18,6 +19,14 @@ from trnsim.errors import TrnsimError
 from trnsim.runtime.event import Event
 
 LAUNCH, COPY, RECORD, WAIT = "launch", "copy", "record", "wait"
+
+
+class TimedKernel(NamedTuple):
+    """A kernel whose device time is already known (measured once, replayed by duration): it
+    holds its logical core for `duration_ps` and computes nothing. `launch_timed` enqueues it."""
+
+    name: str
+    duration_ps: int
 
 
 class Stream:
@@ -45,6 +54,18 @@ class Stream:
             return
         ctx = self.ctx
         t = ctx.host.call("launch", ctx.costs.launch, kernel.name)
+        self.push(LAUNCH, t, args)
+
+    def launch_timed(self, name: str, duration_ps: int) -> None:
+        """Launch a kernel known only by its device time (`TimedKernel`): it costs the host a
+        launch and holds this stream's logical core for `duration_ps`, like any kernel. For
+        callers that measured a kernel once and replay it (the PyTorch device does)."""
+        args = (TimedKernel(name, int(duration_ps)), {}, True, 0)
+        if self._capture is not None:
+            self._capture.add(self, LAUNCH, args)
+            return
+        ctx = self.ctx
+        t = ctx.host.call("launch", ctx.costs.launch, name)
         self.push(LAUNCH, t, args)
 
     def memcpy_async(self, dst, src) -> None:
