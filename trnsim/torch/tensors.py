@@ -88,18 +88,28 @@ def block_of(t: torch.Tensor):
 
 def cpu_view(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor sharing `t`'s device bytes (same sizes, strides and offset)."""
-    blk = state._chip.allocator.blocks.get(t.untyped_storage().data_ptr()) if state._chip else None
+    chip = state._chip
+    blk = chip.allocator.blocks.get(t.untyped_storage().data_ptr()) if chip else None
     if blk is None:
         blk = block_of(t)
-    return blk.as_dtype(t.dtype).as_strided(t.size(), t.stride(), t.storage_offset())
+    typed = blk.typed.get(t.dtype)
+    if typed is None:
+        typed = blk.as_dtype(t.dtype)
+    return typed.as_strided(t.size(), t.stride(), t.storage_offset())
 
 
 def to_device(r: torch.Tensor) -> torch.Tensor:
     """A new neuron tensor with CPU tensor `r`'s values (its strides, when dense)."""
-    stride = r.stride() if _dense(r) else None
-    t, blk = empty(r.shape, r.dtype, stride)
-    t_cpu = blk.as_dtype(r.dtype).as_strided(t.size(), t.stride(), 0)
-    t_cpu.copy_(r)
+    dtype, shape = r.dtype, r.shape
+    if r.is_contiguous():
+        n = r.numel()
+        st, blk = new_storage(n * r.element_size())
+        t = _empty_shell([0], dtype)
+        _set_storage(_CPU_SET, t, st, 0, shape, r.stride())
+        blk.as_dtype(dtype)[:n].copy_(r.view(-1))
+        return t
+    t, blk = empty(shape, dtype, r.stride() if _dense(r) else None)
+    blk.as_dtype(dtype).as_strided(shape, t.stride(), 0).copy_(r)
     return t
 
 

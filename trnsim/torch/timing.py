@@ -157,7 +157,7 @@ class OpTimer:
 
     def __call__(self, name: str, args, kwargs, r) -> None:
         base, _, overload = name.partition(".")
-        key = (name, *_signature(args), *_signature(kwargs.values()))
+        key = (name, *_signature(args), *(_signature(kwargs.values()) if kwargs else ()))
         hit = self.memo.get(key)
         if hit is None:
             hit = self.memo[key] = self._measure(name, base, overload, args, kwargs, r)
@@ -252,7 +252,7 @@ def _signature(args) -> list:
     out = []
     for a in args:
         if isinstance(a, Tensor):
-            out.append((tuple(a.shape), a.dtype))
+            out.append((a.shape, a.dtype))
         elif type(a) in (list, tuple):
             out.append(tuple(_signature(a)))
         else:

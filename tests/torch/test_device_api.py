@@ -1,0 +1,122 @@
+"""torch.neuron: devices, streams and events on the simulated clock, memory statistics of the
+caching allocator, the report; torch.accelerator answering for neuron."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import trnsim.torch  # noqa: E402
+from trnsim.runtime import devices  # noqa: E402
+from trnsim.torch import state  # noqa: E402
+from trnsim.torch.allocator import rounded  # noqa: E402
+
+
+def test_devices_are_the_logical_cores_of_the_chip():
+    n = len(devices(state.get().cfg, "timing", state.get().lnc))
+    assert torch.neuron.is_available()
+    assert torch.neuron.device_count() == n
+    with torch.neuron.device(n - 1):
+        assert torch.neuron.current_device() == n - 1
+    assert torch.neuron.current_device() == 0
+    props = torch.neuron.get_device_properties(0)
+    assert props.total_memory == state.get().devices[0].memory
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator() == torch.device("neuron")
+    assert torch.accelerator.device_count() == n
+
+
+def test_configure_after_first_use_is_refused():
+    torch.zeros(1, device="neuron")
+    with pytest.raises(RuntimeError, match="already in use"):
+        trnsim.torch.configure("trn3")
+
+
+def _roofline_ps(m, k, n, dtype_bytes=4):
+    chip = state.get()
+    dev = chip.devices[0]
+    flops = 2 * m * k * n / dev.peak_flops["float32"]
+    hbm = chip.cfg.hbm.bandwidth * chip.lnc / chip.cfg.cores
+    return max(flops, (m * k + k * n + m * n) * dtype_bytes / hbm) * 1e12
+
+
+def test_event_timing_of_a_matmul_is_at_or_above_its_roofline_and_within_3x():
+    a = torch.randn(512, 512, device="neuron")
+    b = torch.randn(512, 512, device="neuron")
+    a @ b  # the lowering is simulated once here
+    torch.neuron.synchronize()
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    n = 10  # enough that the device, not the host's launches, is the bound
+    start.record()
+    for _ in range(n):
+        a @ b
+    end.record()
+    end.synchronize()
+    per = start.elapsed_time(end) * 1e9 / n  # ps
+    roof = _roofline_ps(512, 512, 512)
+    assert roof <= per <= 3 * roof
+
+
+def test_streams_order_work_and_query_the_simulated_clock():
+    a = torch.randn(512, 512, device="neuron")
+    s = torch.neuron.Stream()
+    torch.neuron.synchronize()
+    with torch.neuron.stream(s):
+        assert torch.neuron.current_stream() == s
+        a @ a
+    assert torch.neuron.current_stream() == torch.neuron.default_stream()
+    assert not s.query()  # the host is 10 us past the launch; the matmul takes longer
+    s.synchronize()
+    assert s.query()
+    e = torch.neuron.Event()
+    e.record(s)
+    e.synchronize()
+    assert e.query()
+    with pytest.raises(RuntimeError, match="enable_timing=False"):
+        e.elapsed_time(e)
+
+
+def test_memory_statistics_follow_the_caching_allocator():
+    torch.neuron.synchronize()
+    torch.neuron.empty_cache()
+    rt = state.get().devices[0]
+    base = torch.neuron.memory_allocated()
+    x = torch.empty(1000, 1000, device="neuron")  # 4,000,000 bytes
+    size = rounded(4_000_000)
+    assert torch.neuron.memory_allocated() == base + size
+    assert torch.neuron.max_memory_allocated() >= base + size
+    reserved = torch.neuron.memory_reserved()
+    mallocs = rt.memory_stats()["allocation.all.allocated"]
+    del x
+    assert torch.neuron.memory_allocated() == base
+    assert torch.neuron.memory_reserved() == reserved  # pooled, not given back
+    y = torch.empty(1000, 1000, device="neuron")
+    assert rt.memory_stats()["allocation.all.allocated"] == mallocs  # reused, no runtime call
+    del y
+    stats = torch.neuron.memory_stats()
+    assert stats["allocated_bytes.all.current"] == base
+    assert stats["reserved_bytes.all.current"] == reserved
+    torch.neuron.empty_cache()
+    assert torch.neuron.memory_reserved() == reserved - size
+    torch.neuron.reset_peak_memory_stats()
+    assert torch.neuron.max_memory_allocated() == base
+    assert torch.accelerator.memory_allocated() == base
+
+
+def test_out_of_memory_is_torch_s_error_with_the_figures():
+    before = torch.neuron.memory_stats()["num_ooms"]
+    with pytest.raises(
+        torch.OutOfMemoryError, match=r"Tried to allocate 1 TiB\. .* total capacity of 96 GiB"
+    ):
+        torch.empty(2**40, dtype=torch.uint8, device="neuron")
+    assert torch.neuron.memory_stats()["num_ooms"] == before + 1
+
+
+def test_the_report_counts_modelled_and_estimated_ops():
+    x = torch.randn(128, 256, device="neuron")
+    before = trnsim.torch.timing.timer().stats.get("cumsum.default")
+    (x.exp() + 1).cumsum(-1)
+    rep = torch.neuron.report()
+    assert rep.ops["exp.default"]["modelled"] >= 1
+    assert rep.ops["cumsum.default"]["estimated"] == (before.estimated if before else 0) + 1
+    text = str(rep)
+    assert "modelled by the kernel library" in text and "roofline (estimated)" in text
+    assert rep.device_ps == state.get().devices[0].env.now
