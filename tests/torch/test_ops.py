@@ -144,3 +144,22 @@ def test_transformer_encoder_layer_forward_and_backward_match_cpu():
     assert torch.allclose(yn.cpu(), y, atol=1e-5)
     for p, g in zip(dev.parameters(), grads):
         assert torch.allclose(p.grad.cpu(), g, atol=1e-5)
+
+
+def test_autocast_runs_matmuls_in_bfloat16_and_softmax_in_float32():
+    torch.manual_seed(6)
+    a, w = torch.randn(16, 32), torch.randn(8, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want_lin = F.linear(a, w)
+        want_mm = a @ a.t()
+    want = torch.softmax(want_lin.float(), -1)  # CUDA's rule (CPU autocast keeps bf16 here)
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        mm = a.to("neuron") @ a.to("neuron").t()
+        lin = F.linear(a.to("neuron"), w.to("neuron"))
+        got = torch.softmax(lin, -1)
+    assert mm.dtype == lin.dtype == torch.bfloat16 and got.dtype == torch.float32
+    assert torch.equal(mm.cpu(), want_mm)
+    assert torch.equal(lin.cpu(), want_lin)
+    assert torch.equal(got.cpu(), want)
+    stats = trnsim.torch.timing.timer().stats
+    assert stats["mm.default"].modelled >= 1  # timed by the library, in bfloat16

@@ -35,13 +35,14 @@ def register() -> None:
         return
     if torch._C._get_privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
-    from trnsim.torch import kernels, module, timing  # they make torch.device("neuron")
+    from trnsim.torch import autocast, kernels, module, timing  # they use torch.device("neuron")
 
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module("neuron", module)
     torch._C._acc.register_python_privateuseone_hook(Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(DeviceGuard())
     kernels.register(timing.record)
+    autocast.register()
     _wrap_accelerator(module)
     torch.serialization.register_package(5, _tag, _deserialize)
     _done = True
