@@ -236,6 +236,14 @@ def _copy_from_and_resize(self, dst):
     return _copy(self, dst)
 
 
+@_special("_local_scalar_dense")
+def _item(self):
+    """`.item()`: the host reads the value, so it waits for the stream, as with CUDA."""
+    value = cpu_view(self).item()
+    timer().wait()
+    return value
+
+
 @_special("resize_")
 def _resize(self, size, memory_format=None):
     size = tuple(size)

@@ -34,7 +34,7 @@ UNARY = {
     "sin": "sin", "cos": "cos", "erf": "erf", "neg": "neg",
 }  # fmt: skip
 BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum",
-          "minimum": "minimum"}  # fmt: skip
+          "minimum": "minimum", "pow": "pow"}  # fmt: skip
 REDUCE = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
 # ops that launch nothing: metadata, views are handled by their schema (no launch either)
 FREE = {
@@ -96,7 +96,7 @@ def library_ops(base: str, overload: str, args, kwargs, r):
         t["x"] = args[0]
         approx = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
         return [OpSpec("gelu_tanh" if approx == "tanh" else "gelu", {"x": "x", "out": "out"})], t
-    if name in BINARY and overload in ("Tensor", "Scalar", "default", "out"):
+    if name in BINARY and overload in ("Tensor", "Scalar", "default", "out", "Tensor_Scalar"):
         alpha = kwargs.get("alpha", 1)
         if alpha != 1 or kwargs.get("rounding_mode") is not None:
             return None
@@ -244,7 +244,11 @@ class OpTimer:
         self._stream().launch_timed("copy", dur)
         self.copies.device_ps += dur
         if dst.is_cpu:  # the host waits for the copy, as a blocking .cpu() does
-            self._stream().synchronize()
+            self.wait()
+
+    def wait(self) -> None:
+        """The host waits for the current stream (a value read back)."""
+        self._stream().synchronize()
 
 
 def _signature(args) -> list:
