@@ -46,10 +46,14 @@ def to_cpu(seq, where: str, mix_ok: bool = False) -> list:
     """`seq` with every neuron tensor (also inside lists) replaced by its CPU view; a CPU tensor
     of one or more dims is an error unless `mix_ok`."""
     out = list(seq)
+    last = view = None
     for i, a in enumerate(out):
         if isinstance(a, Tensor):
-            if not a.is_cpu:
-                out[i] = cpu_view(a)
+            if a is last:  # x + x: one view serves both
+                out[i] = view
+            elif not a.is_cpu:
+                last, view = a, cpu_view(a)
+                out[i] = view
             elif a.dim() and not mix_ok:
                 raise _mixed(where)
         elif type(a) in (list, tuple) and a:
@@ -123,11 +127,20 @@ def make_kernel(op, plan: Plan, timer):
     if not launches(name, bool(rets) and all(k == VIEW for k, _ in rets)):
         timer = _untimed
 
+    call = op._op  # the C++ operator itself: no Python frame of OpOverload.__call__
+    new_tensor = single and rets[0][0] == NEW
+
     def kernel(*args, **kwargs):
         cargs = to_cpu(args, name)
-        ckw = dict(zip(kwargs, to_cpu(kwargs.values(), name))) if kwargs else kwargs
+        ckw = kwargs
+        if kwargs:
+            for v in kwargs.values():
+                if isinstance(v, Tensor) or type(v) in (list, tuple):
+                    ckw = dict(zip(kwargs, to_cpu(kwargs.values(), name)))
+                    break
         on_cpu = False
         if factory:
+            ckw = dict(ckw)
             dev = ckw.get("device")
             on_cpu = dev is not None and torch.device(dev).type == "cpu"
             if not on_cpu:
@@ -137,9 +150,11 @@ def make_kernel(op, plan: Plan, timer):
         temps = None
         if outs:
             temps = {k: torch.empty(0, dtype=kwargs[k].dtype) for k in outs if k in kwargs}
-            ckw.update(temps)
-        r = op(*cargs, **ckw)
+            ckw = {**ckw, **temps}
+        r = call(*cargs, **ckw)
         timer(name, cargs, ckw, r)
+        if new_tensor and not on_cpu and type(r) is Tensor:
+            return to_device(r)
         if temps:
             for k, tmp in temps.items():
                 _write_out(kwargs[k], tmp)

@@ -156,10 +156,10 @@ class OpTimer:
         self.copy_bytes = 0
 
     def __call__(self, name: str, args, kwargs, r) -> None:
-        base, _, overload = name.partition(".")
         key = (name, *_signature(args), *(_signature(kwargs.values()) if kwargs else ()))
         hit = self.memo.get(key)
         if hit is None:
+            base, _, overload = name.partition(".")
             hit = self.memo[key] = self._measure(name, base, overload, args, kwargs, r)
         dur, modelled = hit
         stream = self._stream()
