@@ -25,6 +25,7 @@ class Report:
     ops: dict = field(default_factory=dict)  # aten op -> {count, device_ps, modelled, estimated}
     copies: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
+    refused: dict = field(default_factory=dict)  # aten op -> why the library did not time it
 
     @property
     def modelled(self) -> int:
@@ -63,6 +64,9 @@ class Report:
             )
         if len(ranked) > TOP:
             lines.append(f"... and {len(ranked) - TOP} more ops")
+        if self.refused:
+            lines += ["", "lowered by the kernel library but estimated (the first reason):"]
+            lines += [f"  {name}: {why}"[:160] for name, why in sorted(self.refused.items())]
         return "\n".join(lines)
 
 
@@ -87,6 +91,7 @@ def report(perfetto=None) -> Report:
         ops,
         {"count": t.copies.count, "bytes": t.copy_bytes, "device_ps": t.copies.device_ps},
         {"allocated": a.allocated, "peak": a.allocated_peak, "reserved": a.reserved},
+        dict(t.refused),
     )
     if perfetto is not None:
         write_chrome_trace(dev.recorder, perfetto, chip.cfg.name)

@@ -152,6 +152,7 @@ class OpTimer:
         self.hbm_bw = cfg.hbm.bandwidth * chip.lnc / cfg.cores  # this logical core's share
         self.memo: dict = {}  # key -> (duration_ps, modelled, kernel name)
         self.stats: dict[str, OpStats] = {}
+        self.refused: dict[str, str] = {}  # aten op -> why the library did not time it (first)
         self.copies = OpStats()
         self.copy_bytes = 0
 
@@ -184,8 +185,11 @@ class OpTimer:
         if lowered is not None:
             try:
                 return self._simulate(name, *lowered), True
-            except (TrnsimError, KeyError, ValueError, IndexError, TypeError, AttributeError):
-                pass
+            except KeyError:
+                self.refused.setdefault(name, "a dtype the kernel library does not take")
+            except (TrnsimError, ValueError, IndexError, TypeError, AttributeError) as e:
+                shapes = ", ".join(f"{k} {list(t.shape)}" for k, t in lowered[1].items())
+                self.refused.setdefault(name, f"{shapes}: {type(e).__name__}: {e}")
         return self.roofline(args, kwargs, r), False
 
     def _simulate(self, name: str, ops: list[OpSpec], tensors: dict) -> int:
@@ -204,6 +208,14 @@ class OpTimer:
                 raise
             cores = lower_cores(ops, specs, dev.cfg, 1)  # too small to split: one core runs it
         kernel = KernelSpec(name, per_core=cores)
+        try:
+            return self._run(dev, kernel, specs)
+        except Exception:
+            self.scratch = Device(dev.cfg, 0, "timing", self.chip.lnc)  # left mid-run: a new one
+            raise
+
+    @staticmethod
+    def _run(dev, kernel: KernelSpec, specs: dict) -> int:
         bufs = {k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize)
                 for k, s in specs.items()}  # fmt: skip
         views = {k: bufs[k].view(s.dtype, s.shape) for k, s in specs.items()}
