@@ -151,6 +151,33 @@ class ChipContext:
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
             self.launches = [la for la in self.launches if la not in launches]
 
+    def run_timed(self, stream, entries: list):
+        """Timed kernels (`Stream.launch_timed`), each (host time after its launch call,
+        TimedKernel), one after another on `stream`'s logical core. The core is held from one
+        to the next, as the work would find it free anyway, unless another stream of the core
+        has work (then it is given back at each wait for the host, and whenever another waits
+        for it). Entries appended while this runs are run too."""
+        env = self.env
+        res = self.core_busy[stream.core]
+        i = 0
+        while i < len(entries):
+            with res.request() as req:
+                yield req
+                while i < len(entries):
+                    t, kernel = entries[i]
+                    if t > env.now and self._core_shared(stream):
+                        break
+                    yield env.timeout(max(t - env.now, 0) + kernel.duration_ps)
+                    i += 1
+                    if res.queue:
+                        break
+            if i < len(entries) and entries[i][0] > env.now:
+                yield env.timeout(entries[i][0] - env.now)
+
+    def _core_shared(self, stream) -> bool:
+        """Does another stream of `stream`'s logical core have work?"""
+        return any(s is not stream and s.core == stream.core for s in self.busy)
+
     def run_copy(self, stream, s: Ref, d: Ref):
         """A copy on `stream`: host<->device over the host link, device->device by DMA."""
         env = self.env
