@@ -5,6 +5,8 @@ small training step (an MLP with AdamW), on this machine.
 
 Everything is included: PyTorch's dispatch, the shim's kernel, the cached lowering and the
 simulation of the launch (each op is simulated on the chip's clock, synchronized at the end).
+Each figure is the best of 5 runs, in this process's CPU time (wall time on a loaded machine
+counts other processes too; on an idle one the two agree).
 """
 
 from __future__ import annotations
@@ -18,21 +20,33 @@ from torch import nn
 import trnsim.torch
 
 
+def best(run, reps: int = 5) -> float:
+    """The least process CPU time of `reps` calls of `run`, in seconds."""
+    out = []
+    for _ in range(reps):
+        t0 = time.process_time()
+        run()
+        out.append(time.process_time() - t0)
+    return min(out)
+
+
 def per_op(device: str, n: int) -> float:
-    """Wall µs per `y = x + x` on [16, 16] fp32 (simulation included, synchronized at the end)."""
+    """µs per `y = x + x` on [16, 16] fp32 (simulation included, synchronized at the end)."""
     x = torch.randn(16, 16, device=device)
     for _ in range(50):  # warm: the lowering is cached, the allocator has blocks
         x + x
     _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        x + x
-    _sync(device)
-    return (time.perf_counter() - t0) / n * 1e6
+
+    def run():
+        for _ in range(n):
+            x + x
+        _sync(device)
+
+    return best(run) / n * 1e6
 
 
-def step(device: str, n: int) -> float:
-    """Wall ms per training step of a small MLP (Linear, GELU, LayerNorm, Linear; AdamW)."""
+def make_step(device: str):
+    """One training step of a small MLP (Linear, GELU, LayerNorm, Linear; AdamW), warmed up."""
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.LayerNorm(256), nn.Linear(256, 64))
     m = m.to(device)
@@ -47,11 +61,19 @@ def step(device: str, n: int) -> float:
     for _ in range(3):
         once()
     _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        once()
-    _sync(device)
-    return (time.perf_counter() - t0) / n * 1e3
+    return once
+
+
+def step(device: str, n: int) -> float:
+    """ms per training step."""
+    once = make_step(device)
+
+    def run():
+        for _ in range(n):
+            once()
+        _sync(device)
+
+    return best(run, 3) / n * 1e3
 
 
 def _sync(device: str) -> None:
@@ -67,14 +89,15 @@ def main() -> None:
     trnsim.torch.configure(args.chip)
     torch.set_num_threads(1)
     cpu, dev = per_op("cpu", args.n), per_op("neuron", args.n)
-    print(f"small op (x + x, [16, 16] fp32): cpu {cpu:.1f} us, neuron {dev:.1f} us wall")
+    print(f"small op (x + x, [16, 16] fp32): cpu {cpu:.1f} us, neuron {dev:.1f} us")
     steps = max(3, args.n // 200)
     cpu, dev = step("cpu", steps), step("neuron", steps)
-    print(f"MLP training step (AdamW):      cpu {cpu:.2f} ms, neuron {dev:.2f} ms wall")
+    print(f"MLP training step (AdamW):      cpu {cpu:.2f} ms, neuron {dev:.2f} ms")
+    once = make_step("neuron")
     t0 = torch.neuron.Event(enable_timing=True)
     t1 = torch.neuron.Event(enable_timing=True)
     t0.record()
-    step("neuron", 1)
+    once()
     t1.record()
     t1.synchronize()
     print(f"simulated {args.chip} time of that step: {t0.elapsed_time(t1) * 1e3:.1f} us")

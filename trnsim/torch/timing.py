@@ -264,15 +264,19 @@ class OpTimer:
 
 
 def _signature(args) -> list:
-    """The shapes, strides' contiguity, dtypes and plain values of an op's arguments."""
+    """What an op's time depends on: its tensors' shapes and dtypes, its int, bool and string
+    arguments (dims, flags, modes); not float values (an optimizer's step sizes change every
+    step and would make every step's ops new)."""
     out = []
     for a in args:
         if isinstance(a, Tensor):
             out.append((a.shape, a.dtype))
         elif type(a) in (list, tuple):
             out.append(tuple(_signature(a)))
+        elif type(a) is float:
+            out.append(float)
         else:
-            out.append(a if isinstance(a, (int, float, bool, str, type(None))) else str(a))
+            out.append(a if isinstance(a, (int, bool, str, type(None))) else str(a))
     return out
 
 
