@@ -24,6 +24,20 @@ def test_devices_are_the_logical_cores_of_the_chip():
     assert torch.accelerator.device_count() == n
 
 
+def test_set_device_chooses_the_logical_core_that_runs_the_ops():
+    a = torch.randn(256, 256, device="neuron")
+    torch.neuron.synchronize()
+    core1 = state.get().devices[1]
+    before = len([c for c in core1.recorder.host_calls if c.op == "launch"])
+    with torch.neuron.device(1):
+        a @ a
+        assert torch.neuron.current_stream().device_index == 1
+    assert not state.get().devices[0].default_stream._queue
+    assert core1.default_stream._queue  # enqueued on logical core 1's default stream
+    torch.neuron.synchronize(1)
+    assert len([c for c in core1.recorder.host_calls if c.op == "launch"]) == before + 1
+
+
 def test_configure_after_first_use_is_refused():
     torch.zeros(1, device="neuron")
     with pytest.raises(RuntimeError, match="already in use"):
@@ -99,6 +113,7 @@ def test_memory_statistics_follow_the_caching_allocator():
     torch.neuron.reset_peak_memory_stats()
     assert torch.neuron.max_memory_allocated() == base
     assert torch.accelerator.memory_allocated() == base
+    assert torch.accelerator.memory_reserved() == torch.neuron.memory_reserved()
 
 
 def test_out_of_memory_is_torch_s_error_with_the_figures():
@@ -108,6 +123,28 @@ def test_out_of_memory_is_torch_s_error_with_the_figures():
     ):
         torch.empty(2**40, dtype=torch.uint8, device="neuron")
     assert torch.neuron.memory_stats()["num_ooms"] == before + 1
+
+
+def test_accelerator_synchronize_runs_the_simulated_device():
+    a = torch.randn(256, 256, device="neuron")
+    a @ a
+    rt = state.get().devices[0]
+    assert rt.default_stream._queue  # enqueued, not yet simulated
+    torch.accelerator.synchronize()
+    assert not rt.default_stream._queue
+    assert rt.host_time_ps == rt.env.now
+
+
+def test_the_report_writes_a_perfetto_trace(tmp_path):
+    import json
+
+    (torch.ones(4, 4, device="neuron") * 3).sum()
+    path = tmp_path / "run.json"
+    torch.neuron.report(perfetto=path)
+    events = json.loads(path.read_text())["traceEvents"]
+    assert any(
+        e.get("args", {}).get("detail") == "mul.Tensor" or "mul.Tensor" in str(e) for e in events
+    )
 
 
 def test_the_report_counts_modelled_and_estimated_ops():

@@ -57,7 +57,9 @@ def get() -> Chip:
     global _chip
     if _chip is None:
         if not _settings:
-            lnc = os.environ.get("TRNSIM_LNC")
+            lnc = os.environ.get("TRNSIM_LNC") or None
+            if lnc is not None and not lnc.isdigit():
+                raise RuntimeError(f"TRNSIM_LNC={lnc!r}: expected a whole number (1 or 2)")
             configure(os.environ.get("TRNSIM_CHIP") or DEFAULT_CHIP, int(lnc) if lnc else None)
         _chip = Chip(_settings["chip"], _settings["lnc"])
     return _chip
