@@ -32,11 +32,12 @@ class Block:
     """A block of device memory held by the shim: its runtime buffer, its `address` as a
     storage's data_ptr() and CPU tensors over its bytes, one per dtype (made on first use)."""
 
-    __slots__ = ("buf", "address", "size", "base", "typed")
+    __slots__ = ("buf", "address", "size", "base", "typed", "host_ptr")
 
     def __init__(self, buf):
         self.buf, self.address, self.size = buf, buf.address + PTR_BASE, buf.nbytes
         self.base = torch.from_numpy(buf.raw) if buf.raw is not None else None
+        self.host_ptr = self.base.data_ptr() if self.base is not None else 0  # its bytes here
         self.typed: dict = {}
 
     def as_dtype(self, dtype: torch.dtype) -> torch.Tensor:

@@ -8,6 +8,7 @@ reference on the storage gives the block back to the allocator when the storage 
 
 from __future__ import annotations
 
+import ctypes
 import math
 import weakref
 
@@ -101,16 +102,21 @@ def cpu_view(t: torch.Tensor) -> torch.Tensor:
 def to_device(r: torch.Tensor) -> torch.Tensor:
     """A new neuron tensor with CPU tensor `r`'s values (its strides, when dense)."""
     dtype, shape = r.dtype, r.shape
+    if r.is_conj() or r.is_neg():  # lazy bits: the bytes alone are not the values
+        r = r.resolve_conj().resolve_neg()
     if r.is_contiguous():
-        n = r.numel()
-        st, blk = new_storage(n * r.element_size())
+        nbytes = r.numel() * r.element_size()
+        st, blk = new_storage(nbytes)
         t = _empty_shell([0], dtype)
         _set_storage(_CPU_SET, t, st, 0, shape, r.stride())
-        blk.as_dtype(dtype)[:n].copy_(r.view(-1))
+        _memmove(blk.host_ptr, r.data_ptr(), nbytes)
         return t
     t, blk = empty(shape, dtype, r.stride() if _dense(r) else None)
     blk.as_dtype(dtype).as_strided(shape, t.stride(), 0).copy_(r)
     return t
+
+
+_memmove = ctypes.memmove
 
 
 def _dense(r: torch.Tensor) -> bool:
