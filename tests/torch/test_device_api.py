@@ -157,3 +157,36 @@ def test_the_report_counts_modelled_and_estimated_ops():
     text = str(rep)
     assert "modelled by the kernel library" in text and "roofline (estimated)" in text
     assert rep.device_ps == state.get().devices[0].env.now
+
+
+def test_a_refused_allocation_empties_the_cache_and_retries():
+    rt = state.get().devices[0]
+    torch.neuron.empty_cache()
+    saved = rt.max_backing_bytes
+    rt.max_backing_bytes = rt.ctx.backed + 3 * 2**20  # room for 3 MiB of values more
+    try:
+        x = torch.empty(2 * 2**20, dtype=torch.uint8, device="neuron")
+        del x  # pooled: still held from the runtime
+        assert torch.neuron.memory_reserved() >= 2 * 2**20
+        y = torch.empty(2 * 2**20 + 2**19, dtype=torch.uint8, device="neuron")  # 2.5 MiB
+        assert torch.neuron.memory_reserved() == torch.neuron.memory_allocated()  # pool given back
+        with pytest.raises(torch.OutOfMemoryError, match="functional-mode limit"):
+            torch.empty(2 * 2**20, dtype=torch.uint8, device="neuron")
+        del y
+    finally:
+        rt.max_backing_bytes = saved
+
+
+def test_the_chip_comes_from_the_environment_when_not_configured():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, trnsim.torch; p = torch.neuron.get_device_properties(); "
+        "print(p.chip, p.physical_cores, torch.neuron.device_count())"
+    )
+    env = {**os.environ, "TRNSIM_CHIP": "trn3", "TRNSIM_LNC": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    chip = devices("trn3", "timing", 1)
+    assert out.stdout.split() == ["trn3", "1", str(len(chip))]
