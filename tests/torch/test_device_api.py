@@ -151,7 +151,15 @@ def test_the_report_counts_modelled_and_estimated_ops():
     x = torch.randn(128, 256, device="neuron")
     before = trnsim.torch.timing.timer().stats.get("cumsum.default")
     (x.exp() + 1).cumsum(-1)
+    copies = trnsim.torch.timing.timer().copies
+    before_copies = (copies.modelled, copies.estimated)
+    x.to(torch.bfloat16)  # a cast: the library's copy
+    x.t().contiguous()  # a strided copy: estimated
     rep = torch.neuron.report()
+    assert (rep.copies["modelled"], rep.copies["estimated"]) == (
+        before_copies[0] + 1,
+        before_copies[1] + 1,
+    )
     assert rep.ops["exp.default"]["modelled"] >= 1
     assert rep.ops["cumsum.default"]["estimated"] == (before.estimated if before else 0) + 1
     text = str(rep)

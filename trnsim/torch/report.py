@@ -44,7 +44,8 @@ class Report:
             f"op launches: {self.modelled + self.estimated} ({self.modelled} modelled by the "
             f"kernel library, {self.estimated} estimated by roofline)",
             f"copies: {self.copies['count']} ({fmt_bytes(self.copies['bytes'])}, "
-            f"{fmt_time_ns(self.copies['device_ps'] / 1e3)})",
+            f"{fmt_time_ns(self.copies['device_ps'] / 1e3)}; on the device: "
+            f"{self.copies['modelled']} modelled, {self.copies['estimated']} estimated)",
             f"memory: {fmt_bytes(self.memory['allocated'])} allocated "
             f"(peak {fmt_bytes(self.memory['peak'])}), {fmt_bytes(self.memory['reserved'])} "
             f"reserved",
@@ -89,7 +90,13 @@ def report(perfetto=None) -> Report:
         dev.env.now,
         dev.host_time_ps,
         ops,
-        {"count": t.copies.count, "bytes": t.copy_bytes, "device_ps": t.copies.device_ps},
+        {
+            "count": t.copies.count,
+            "bytes": t.copy_bytes,
+            "device_ps": t.copies.device_ps,
+            "modelled": t.copies.modelled,
+            "estimated": t.copies.estimated,
+        },  # fmt: skip
         {"allocated": a.allocated, "peak": a.allocated_peak, "reserved": a.reserved},
         dict(t.refused),
     )
