@@ -163,3 +163,21 @@ def test_autocast_runs_matmuls_in_bfloat16_and_softmax_in_float32():
     assert torch.equal(got.cpu(), want)
     stats = trnsim.torch.timing.timer().stats
     assert stats["mm.default"].modelled >= 1  # timed by the library, in bfloat16
+
+
+def test_convolution_forward_and_backward_match_cpu():
+    """Convolutions reach a device defined outside PyTorch as convolution_overrideable."""
+    torch.manual_seed(7)
+    conv = nn.Conv2d(3, 4, 3, padding=1, groups=1)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    conv(x).square().sum().backward()
+    want = [conv.weight.grad.clone(), conv.bias.grad.clone(), x.grad.clone()]
+    dev = conv.to("neuron")
+    dev.zero_grad()
+    xn = x.detach().to("neuron").requires_grad_()
+    y = dev(xn)
+    y.square().sum().backward()
+    assert y.device.type == "neuron"
+    for g, w in zip([dev.weight.grad, dev.bias.grad, xn.grad], want):
+        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)
+    _same(lambda t: t * 1j, torch.ones(3, dtype=torch.complex64))  # a complex scalar

@@ -25,6 +25,7 @@ from trnsim.torch.tensors import (
     to_device,
 )
 from trnsim.torch.timing import launches, timer
+from trnsim.torch.timing import record as timing_record
 
 Tensor = torch.Tensor
 CPU = torch.device("cpu")
@@ -257,6 +258,31 @@ def _item(self):
     value = cpu_view(self).item()
     timer().wait()
     return value
+
+
+@_special("convolution_overrideable")
+def _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                 groups):  # fmt: skip
+    """Convolutions reach a device defined outside PyTorch here: PyTorch's CPU convolution."""
+    args = to_cpu((input, weight, bias), "convolution")
+    r = torch.ops.aten.convolution.default(
+        *args, stride, padding, dilation, transposed, output_padding, groups
+    )
+    timing_record("convolution_overrideable", args, {}, r)
+    return to_device(r)
+
+
+@_special("convolution_backward_overrideable")
+def _convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):  # fmt: skip
+    args = to_cpu((grad_output, input, weight), "convolution_backward")
+    bias_sizes = [weight.shape[1] if transposed else weight.shape[0]] if output_mask[2] else None
+    grads = torch.ops.aten.convolution_backward.default(
+        *args, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+        output_mask,
+    )  # fmt: skip
+    timing_record("convolution_backward_overrideable", args, {}, grads)
+    return tuple(to_device(g) if g is not None else None for g in grads)
 
 
 @_special("resize_")

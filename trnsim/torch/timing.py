@@ -181,7 +181,10 @@ class OpTimer:
         return s.rt if s is not None else chip.devices[chip.index].default_stream
 
     def _measure(self, name, base, overload, args, kwargs, r) -> tuple[int, bool]:
-        lowered = library_ops(base, overload, args, kwargs, r)
+        try:
+            lowered = library_ops(base, overload, args, kwargs, r)
+        except (TypeError, ValueError, IndexError, AttributeError, RuntimeError):
+            lowered = None  # arguments the library's ops cannot take (a complex scalar, ...)
         if lowered is not None:
             try:
                 return self._simulate(name, *lowered), True
@@ -238,6 +241,8 @@ class OpTimer:
             k = ins[0].shape[-1]
             if ins[1].shape[-2] == k:  # matmul-like: 2 M N K
                 flops = 2 * outs[0].numel() * k
+            if ins[1].dim() >= 3 and ins[0].dim() == ins[1].dim():  # a convolution's weight
+                flops = 2 * max(t.numel() for t in outs) * ins[1][0].numel()
         dt = _PEAK.get(ins[0].dtype if ins else torch.float32, "float32")
         peak = self.chip.devices[self.chip.index].peak_flops[dt]
         return seconds_to_ps(max(flops / peak, nbytes / self.hbm_bw))
