@@ -198,3 +198,32 @@ def test_the_chip_comes_from_the_environment_when_not_configured():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     chip = devices("trn3", "timing", 1)
     assert out.stdout.split() == ["trn3", "1", str(len(chip))]
+
+
+def test_simulate_timing_runs_each_launch_and_agrees_with_replay():
+    """timing="simulate" runs every launch's lowered program on the chip: alone on the chip,
+    a matmul takes what its replayed duration says."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, trnsim.torch\n"
+        "a = torch.randn(512, 512, device='neuron')\n"
+        "a @ a\n"
+        "torch.neuron.synchronize()\n"
+        "s, e = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)\n"
+        "s.record()\n"
+        "for _ in range(4): a @ a\n"
+        "e.record(); e.synchronize()\n"
+        "rt = trnsim.torch.state.get().devices[0]\n"
+        "print(s.elapsed_time(e), len(rt.recorder.spans) > 0)\n"
+    )
+    out = {}
+    for timing in ("replay", "simulate"):
+        env = {**os.environ, "TRNSIM_TIMING": timing}
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        ms, spans = run.stdout.split()
+        out[timing] = (float(ms), spans)
+    assert out["replay"][1] == "False" and out["simulate"][1] == "True"  # engines ran
+    assert out["simulate"][0] == pytest.approx(out["replay"][0], rel=0.02)

@@ -20,8 +20,9 @@ DEFAULT_CHIP = "trn2"
 class Chip:
     """The runtime devices of the chip, the allocator, the current core and its streams."""
 
-    def __init__(self, chip: str, lnc: int | None):
+    def __init__(self, chip: str, lnc: int | None, timing: str = "replay"):
         self.chip_name, self.devices = chip, devices(chip, "functional", lnc)
+        self.timing = timing  # "replay": a lowering's measured time; "simulate": each launch
         self.cfg = self.devices[0].cfg
         self.lnc = self.devices[0].chip.lnc
         self.allocator = CachingAllocator(self.devices[0])
@@ -39,11 +40,19 @@ _settings: dict = {}
 _chip: Chip | None = None
 
 
-def configure(chip: str | None = None, lnc: int | None = None) -> None:
+TIMINGS = ("replay", "simulate")
+
+
+def configure(chip: str | None = None, lnc: int | None = None, timing: str = "replay") -> None:
     """Choose the simulated chip (a config name such as "trn2" or "trn3", or a YAML path) and
-    its logical-core size before the first use of the `neuron` device. Raises RuntimeError
-    after the first use with other settings."""
-    want = {"chip": chip or DEFAULT_CHIP, "lnc": lnc}
+    its logical-core size before the first use of the `neuron` device. `timing`: "replay" (an
+    op's lowering is simulated once, then launched by its duration: fast) or "simulate" (every
+    launch of a lowered op runs its program on the chip, timing-only: kernels of concurrent
+    streams and cores then share HBM and DMA; about 0.3 ms of this machine per op). Raises
+    RuntimeError after the first use with other settings."""
+    if timing not in TIMINGS:
+        raise ValueError(f"timing={timing!r}: expected one of {', '.join(TIMINGS)}")
+    want = {"chip": chip or DEFAULT_CHIP, "lnc": lnc, "timing": timing}
     if _chip is not None and want != _settings:
         raise RuntimeError(
             f"trnsim.torch.configure({want['chip']!r}, lnc={lnc}): the neuron device is already "
@@ -60,8 +69,10 @@ def get() -> Chip:
             lnc = os.environ.get("TRNSIM_LNC") or None
             if lnc is not None and not lnc.isdigit():
                 raise RuntimeError(f"TRNSIM_LNC={lnc!r}: expected a whole number (1 or 2)")
-            configure(os.environ.get("TRNSIM_CHIP") or DEFAULT_CHIP, int(lnc) if lnc else None)
-        _chip = Chip(_settings["chip"], _settings["lnc"])
+            timing = os.environ.get("TRNSIM_TIMING") or "replay"
+            configure(os.environ.get("TRNSIM_CHIP") or DEFAULT_CHIP, int(lnc) if lnc else None,
+                      timing)  # fmt: skip
+        _chip = Chip(_settings["chip"], _settings["lnc"], _settings["timing"])
     return _chip
 
 

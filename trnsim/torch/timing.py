@@ -150,7 +150,8 @@ class OpTimer:
         cfg = chip.cfg
         self.scratch = Device(cfg, 0, "timing", chip.lnc)  # where a lowering is measured
         self.hbm_bw = cfg.hbm.bandwidth * chip.lnc / cfg.cores  # this logical core's share
-        self.memo: dict = {}  # key -> (duration_ps, modelled, kernel name)
+        self.memo: dict = {}  # key -> (duration_ps, modelled, (kernel, views) or None)
+        self.simulate = chip.timing == "simulate"
         self.stats: dict[str, OpStats] = {}
         self.refused: dict[str, str] = {}  # aten op -> why the library did not time it (first)
         self.copies = OpStats()
@@ -162,9 +163,12 @@ class OpTimer:
         if hit is None:
             base, _, overload = name.partition(".")
             hit = self.memo[key] = self._measure(name, base, overload, args, kwargs, r)
-        dur, modelled = hit
+        dur, modelled, program = hit
         stream = self._stream()
-        stream.launch_timed(name, dur)
+        if program is not None and self.simulate:
+            stream.launch(program[0], program[1], timing_only=True)
+        else:
+            stream.launch_timed(name, dur)
         st = self.stats.get(name)
         if st is None:
             st = self.stats[name] = OpStats()
@@ -187,16 +191,27 @@ class OpTimer:
             lowered = None  # arguments the library's ops cannot take (a complex scalar, ...)
         if lowered is not None:
             try:
-                return self._simulate(name, *lowered), True
+                dur, kernel, specs = self._simulate(name, *lowered)
+                return dur, True, (kernel, self._views(specs)) if self.simulate else None
             except KeyError:
                 self.refused.setdefault(name, "a dtype the kernel library does not take")
             except (TrnsimError, ValueError, IndexError, TypeError, AttributeError) as e:
                 shapes = ", ".join(f"{k} {list(t.shape)}" for k, t in lowered[1].items())
                 self.refused.setdefault(name, f"{shapes}: {type(e).__name__}: {e}")
-        return self.roofline(args, kwargs, r), False
+        return self.roofline(args, kwargs, r), False, None
 
-    def _simulate(self, name: str, ops: list[OpSpec], tensors: dict) -> int:
-        """Device time of the lowered ops, measured once on the timing-only scratch chip."""
+    def _views(self, specs: dict) -> dict:
+        """Buffers on the chip for a lowered op's launches in "simulate" timing (one set per
+        op signature, kept: the launches compute nothing, only their addresses matter)."""
+        dev = self.chip.devices[0]
+        return {
+            k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize).view(s.dtype, s.shape)
+            for k, s in specs.items()
+        }
+
+    def _simulate(self, name: str, ops: list[OpSpec], tensors: dict):
+        """(device time, kernel, tensor specs) of the lowered ops, their time measured once on
+        the timing-only scratch chip."""
         specs = {}
         for k, t in tensors.items():
             spec = _spec(k, t)
@@ -212,7 +227,7 @@ class OpTimer:
             cores = lower_cores(ops, specs, dev.cfg, 1)  # too small to split: one core runs it
         kernel = KernelSpec(name, per_core=cores)
         try:
-            return self._run(dev, kernel, specs)
+            return self._run(dev, kernel, specs), kernel, specs
         except Exception:
             self.scratch = Device(dev.cfg, 0, "timing", self.chip.lnc)  # left mid-run: a new one
             raise
@@ -276,7 +291,7 @@ class OpTimer:
             if key[4] and key[5] and src.shape == dst.shape:
                 try:
                     ops = [OpSpec("copy", {"x": "x", "out": "out"})]
-                    hit = self._simulate("copy", ops, {"x": src, "out": dst}), True
+                    hit = self._simulate("copy", ops, {"x": src, "out": dst})[0], True
                 except (KeyError, TrnsimError, ValueError, IndexError, TypeError):
                     pass
             if hit is None:
