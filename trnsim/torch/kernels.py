@@ -65,23 +65,23 @@ def to_cpu(seq, where: str, mix_ok: bool = False) -> list:
 class Plan:
     """What an op's schema says about its results and arguments, worked out once."""
 
-    __slots__ = ("name", "rets", "outs", "factory", "positions")
+    __slots__ = ("name", "rets", "outs", "factory")
 
     def __init__(self, op):
         s = op._schema
         self.name = op.__name__  # e.g. "add.Tensor"
         sets = {}  # alias set -> (position or None, name)
         self.outs = []  # kwarg-only arguments written (out=, values=, indices=)
-        self.positions = {}
+        names = set()
         for i, a in enumerate(s.arguments):
             pos = None if a.kwarg_only else i
-            self.positions[a.name] = pos
+            names.add(a.name)
             info = a.alias_info
             if info is not None and info.before_set:
                 sets[next(iter(info.before_set))] = (pos, a.name)
                 if info.is_write and a.kwarg_only:
                     self.outs.append(a.name)
-        self.factory = "device" in self.positions
+        self.factory = "device" in names
         self.rets = []
         for r in s.returns:
             info = r.alias_info
@@ -106,8 +106,11 @@ def _arg(args, kwargs, where):
 
 
 def _view_of(base: Tensor, r):
-    """Device tensors over `base`'s storage with CPU view `r`'s geometry (a list for lists)."""
+    """Device tensors over `base`'s storage with CPU view `r`'s geometry (a list for lists);
+    a result that does not share the device bytes after all is copied to a new tensor."""
     if isinstance(r, Tensor):
+        if r.untyped_storage().data_ptr() != block_of(base).host_ptr:
+            return to_device(r)
         st = base.untyped_storage()
         return on_storage(st, r.storage_offset(), r.shape, r.stride(), r.dtype)
     return [_view_of(base, x) for x in r]
