@@ -131,3 +131,51 @@ def test_the_timeline_has_a_host_track_per_host_thread():
     launch_us = LAUNCH / 1e6
     assert (0, "launch", 0.0, launch_us) in calls
     assert (1, "launch", launch_us, launch_us) in calls  # after s0 recorded e, at LAUNCH
+
+
+def test_a_timed_launch_costs_a_launch_and_holds_its_core_for_its_duration():
+    """launch_timed: a host launch each, then the logical core for exactly the duration, after
+    the work ahead of it on the core; another logical core is not held."""
+    d0, d1 = devices(TRN2)[:2]
+    s = d0.stream()
+    d0.launch(memset_kernel("p", 64))  # host 0-10 us; runs 10 us to ~10.07 us
+    s.launch_timed("timed", 17_000_000)  # host 10-20 us; the core is free: 20-37 us
+    d1.default_stream.launch_timed("other", 17_000_000)  # host 20-30 us; logical core 1
+    start, end = d0.event(enable_timing=True), d0.event(enable_timing=True)
+    s.record_event(start)  # at 30 us on the host: fires when "timed" ends
+    s.launch_timed("timed2", 5_000_000)  # host 30-40 us: runs 40-45 us
+    s.record_event(end)
+    d0.synchronize()
+    assert kernel_runs(d0.recorder)[0].end_ps < 2 * LAUNCH
+    assert start.time_ps == 2 * LAUNCH + 17_000_000
+    assert end.time_ps == 4 * LAUNCH + 5_000_000
+    assert d0.host_time_ps == 3 * LAUNCH + 17_000_000  # "other": 30 us + 17 us
+
+
+def test_timed_launches_in_a_row_are_launch_bound_or_back_to_back():
+    """1,000 timed launches on one stream: each waits for its host launch when the kernel is
+    shorter than a launch, and they run back to back when it is longer."""
+    for dur, want in (
+        (1_000_000, 1000 * LAUNCH + 1_000_000),
+        (15_000_000, LAUNCH + 1000 * 15_000_000),
+    ):
+        dev = Device(TRN2, mode="timing")
+        for _ in range(1000):
+            dev.default_stream.launch_timed("k", dur)
+        dev.synchronize()
+        assert dev.env.now == want
+
+
+def test_a_timed_run_gives_the_core_to_another_stream_while_it_waits_for_the_host():
+    dev = Device(TRN2, mode="timing")
+    a, b = dev.stream(), dev.stream()
+    for _ in range(3):
+        a.launch_timed("a", 1_000_000)  # host 0-10, 10-20, 20-30 us: runs 10-11, 20-21, 30-31
+    b.launch_timed("b", 50_000_000)  # host 30-40 us: runs 40-90 us on the same core
+    a.launch_timed("a4", 1_000_000)  # host 40-50 us: the core is b's until 90 us
+    ea, eb = dev.event(enable_timing=True), dev.event(enable_timing=True)
+    a.record_event(ea)
+    b.record_event(eb)
+    dev.synchronize()
+    assert eb.time_ps == 4 * LAUNCH + 50_000_000
+    assert ea.time_ps == eb.time_ps + 1_000_000

@@ -23,6 +23,7 @@ from trnsim.memory.buffer import Ref
 from trnsim.report.recorder import Recorder
 from trnsim.report.tracks import HOST
 from trnsim.runtime.host import HostCosts, HostThread
+from trnsim.runtime.stream import TimedKernel
 from trnsim.units import fmt_bytes
 
 # Values of tensors live in this machine's RAM in functional mode: a tensor that fits the chip's
@@ -134,6 +135,9 @@ class ChipContext:
             yield env.timeout(before_ps)
         with self.core_busy[stream.core].request() as req:
             yield req
+            if type(kernel) is TimedKernel:  # known by its duration: no instructions
+                yield env.timeout(kernel.duration_ps)
+                return
             cores = self.chip.physical(stream.core)
             launches = [
                 core.prepare(kernel.name, prog, tensors, self.rng, self.source, timing_only)
@@ -148,6 +152,33 @@ class ChipContext:
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
             self.launches = [la for la in self.launches if la not in launches]
             self.recorder.launch(kernel.name, tuple(la.core for la in launches), start, env.now)
+
+    def run_timed(self, stream, entries: list):
+        """Timed kernels (`Stream.launch_timed`), each (host time after its launch call,
+        TimedKernel), one after another on `stream`'s logical core. The core is held from one
+        to the next, as the work would find it free anyway, unless another stream of the core
+        has work (then it is given back at each wait for the host, and whenever another waits
+        for it). Entries appended while this runs are run too."""
+        env = self.env
+        res = self.core_busy[stream.core]
+        i = 0
+        while i < len(entries):
+            with res.request() as req:
+                yield req
+                while i < len(entries):
+                    t, kernel = entries[i]
+                    if t > env.now and self._core_shared(stream):
+                        break
+                    yield env.timeout(max(t - env.now, 0) + kernel.duration_ps)
+                    i += 1
+                    if res.queue:
+                        break
+            if i < len(entries) and entries[i][0] > env.now:
+                yield env.timeout(entries[i][0] - env.now)
+
+    def _core_shared(self, stream) -> bool:
+        """Does another stream of `stream`'s logical core have work?"""
+        return any(s is not stream and s.core == stream.core for s in self.busy)
 
     def run_copy(self, stream, s: Ref, d: Ref):
         """A copy on `stream`: host<->device over the host link, device->device by DMA."""

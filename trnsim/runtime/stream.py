@@ -11,13 +11,22 @@ A stream runs a SimPy process only while it has work, so an idle stream holds no
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 import simpy
 
 from trnsim.errors import TrnsimError
 from trnsim.runtime.event import Event
 
-LAUNCH, COPY, RECORD, WAIT = "launch", "copy", "record", "wait"
+LAUNCH, COPY, RECORD, WAIT, TIMED = "launch", "copy", "record", "wait", "timed"
+
+
+class TimedKernel(NamedTuple):
+    """A kernel whose device time is already known (measured once, replayed by duration): it
+    holds its logical core for `duration_ps` and computes nothing. `launch_timed` enqueues it."""
+
+    name: str
+    duration_ps: int
 
 
 class Stream:
@@ -46,6 +55,25 @@ class Stream:
         ctx = self.ctx
         t = ctx.host.call("launch", ctx.costs.launch, kernel.name)
         self.push(LAUNCH, t, args)
+
+    def launch_timed(self, name: str, duration_ps: int) -> None:
+        """Launch a kernel known only by its device time (`TimedKernel`): it costs the host a
+        launch and holds this stream's logical core for `duration_ps`, like any kernel. For
+        callers that measured a kernel once and replay it (the PyTorch device does).
+
+        Consecutive timed launches share one queue item (`ChipContext.run_timed`), which keeps
+        the simulation's cost per launch small."""
+        kernel = TimedKernel(name, int(duration_ps))
+        if self._capture is not None:
+            self._capture.add(self, LAUNCH, (kernel, {}, True, 0))
+            return
+        ctx = self.ctx
+        t = ctx.host.call("launch", ctx.costs.launch, name)
+        q = self._queue
+        if q and q[-1][0] is TIMED:
+            q[-1][2].append((t, kernel))
+        else:
+            self.push(TIMED, t, [(t, kernel)])
 
     def memcpy_async(self, dst, src) -> None:
         """Copy `src` to `dst` on this stream (see `Device.memcpy_async`)."""
@@ -119,6 +147,7 @@ class Stream:
             return f"stream {self.name} waits for {self.blocked_on}"
         kind, _, args = self._queue[0]
         what = args[0].name if kind == LAUNCH else f"{args[0]}->{args[1]}" if kind == COPY else ""
+        what = args[0][1].name if kind == TIMED else what
         return f"stream {self.name} is in {kind} {what}".rstrip()
 
     def _drain(self):
@@ -130,6 +159,8 @@ class Stream:
                 yield env.timeout(not_before - env.now)
             if kind is LAUNCH:
                 yield from ctx.run_launch(self, *args)
+            elif kind is TIMED:
+                yield from ctx.run_timed(self, args)
             elif kind is COPY:
                 yield from ctx.run_copy(self, *args)
             elif kind is RECORD:

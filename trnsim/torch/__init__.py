@@ -1,0 +1,18 @@
+"""The PyTorch device `neuron` on the simulated chip (docs/torch.md): `import trnsim.torch`,
+then `.to("neuron")`; `torch.neuron` has torch.cuda's names; values are PyTorch's own (CPU
+kernels on zero-copy views of device memory), time is the simulated chip's (each op's lowering
+by the kernel library, or a labelled roofline estimate). A thin shim: the runtime
+(`trnsim.runtime`) holds memory, streams, events and the clock; the kernel library times ops.
+
+Modules: `register` (making `neuron` a PyTorch device), `state` (the chip, chosen by `configure`
+or TRNSIM_CHIP / TRNSIM_LNC), `allocator` (the caching allocator), `tensors` (device tensors and
+their CPU views), `kernels` (the aten kernels), `timing`, `module` (`torch.neuron`),
+`autocast`, `report`.
+"""
+
+from trnsim.torch.register import register
+from trnsim.torch.state import configure
+
+register()
+
+__all__ = ["configure"]

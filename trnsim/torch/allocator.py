@@ -1,0 +1,155 @@
+"""The shim's caching allocator, as torch.cuda has one over cudaMalloc.
+
+Blocks come from the runtime (`Device.malloc`); a block a dead tensor gave back waits in a pool
+of its size and the next request of that size takes it without a runtime call. `reserved` is
+what the shim holds from the runtime, `allocated` what live tensors use; `empty_cache` gives
+the pooled blocks back. Each block keeps the runtime's host copy of its bytes (`raw`, functional
+mode) and CPU tensors over them, so an op reads and writes device memory without copying.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trnsim.errors import TrnsimError
+from trnsim.units import fmt_bytes
+
+SMALL = 1 << 20  # requests below this are rounded to ROUND_SMALL, above to ROUND_LARGE
+ROUND_SMALL = 512  # torch.cuda's granularity for small blocks
+ROUND_LARGE = 1 << 20
+# A storage's data_ptr() is its block's device address plus this: PyTorch takes a null pointer
+# for "no storage", and the first block of HBM is at address 0.
+PTR_BASE = 1 << 44
+
+
+def rounded(nbytes: int) -> int:
+    """The size of the block serving a request of `nbytes` (never 0)."""
+    step = ROUND_SMALL if nbytes < SMALL else ROUND_LARGE
+    return max(step, -(-nbytes // step) * step)
+
+
+class Block:
+    """A block of device memory held by the shim: its runtime buffer, its `address` as a
+    storage's data_ptr() and CPU tensors over its bytes, one per dtype (made on first use)."""
+
+    __slots__ = ("buf", "address", "size", "base", "typed", "host_ptr")
+
+    def __init__(self, buf):
+        self.buf, self.address, self.size = buf, buf.address + PTR_BASE, buf.nbytes
+        self.base = torch.from_numpy(buf.raw) if buf.raw is not None else None
+        self.host_ptr = self.base.data_ptr() if self.base is not None else 0  # its bytes here
+        self.typed: dict = {}
+
+    def as_dtype(self, dtype: torch.dtype) -> torch.Tensor:
+        """The block's bytes as a flat CPU tensor of `dtype` (shared, no copy)."""
+        t = self.typed.get(dtype)
+        if t is None:
+            t = self.typed[dtype] = self.base.view(dtype)
+        return t
+
+
+class CachingAllocator:
+    """Blocks of one device, pooled by size; statistics under torch.cuda's names."""
+
+    def __init__(self, device):
+        self.device = device  # a trnsim.runtime.Device
+        self.pools: dict[int, list[Block]] = {}
+        self.blocks: dict[int, Block] = {}  # data_ptr -> every block held (live or pooled)
+        self.allocated = self.allocated_peak = self.reserved = self.reserved_peak = 0
+        self.count = self.count_peak = self.count_total = self.ooms = 0
+        self.allocated_total = self.freed_total = self.segments_total = 0
+        self.reserved_total = self.reserved_freed = 0
+
+    def alloc(self, nbytes: int) -> Block:
+        """A block of at least `nbytes`; raises torch.OutOfMemoryError with the figures."""
+        size = rounded(nbytes)
+        pool = self.pools.get(size)
+        blk = pool.pop() if pool else self._new(size, nbytes)
+        self.allocated += size
+        self.allocated_total += size
+        self.count += 1
+        self.count_total += 1
+        if self.allocated > self.allocated_peak:
+            self.allocated_peak = self.allocated
+        if self.count > self.count_peak:
+            self.count_peak = self.count
+        return blk
+
+    def release(self, address: int) -> None:
+        """A tensor storage on this block died: pool the block (no runtime call)."""
+        blk = self.blocks.get(address)
+        if blk is None:
+            return
+        self.pools.setdefault(blk.size, []).append(blk)
+        self.allocated -= blk.size
+        self.freed_total += blk.size
+        self.count -= 1
+
+    def _new(self, size: int, nbytes: int) -> Block:
+        for attempt in (0, 1):
+            if size <= self.device.memory - self.reserved:
+                try:
+                    buf = self.device.malloc(size)
+                    break
+                except TrnsimError:
+                    pass
+            if attempt == 0:
+                self.empty_cache()
+        else:
+            self.ooms += 1
+            raise torch.OutOfMemoryError(self._oom_message(nbytes))
+        blk = Block(buf)
+        self.blocks[blk.address] = blk
+        self.reserved += size
+        self.reserved_total += size
+        self.segments_total += 1
+        self.reserved_peak = max(self.reserved_peak, self.reserved)
+        return blk
+
+    def _oom_message(self, nbytes: int) -> str:
+        dev = self.device
+        limit = dev.max_backing_bytes - dev.ctx.backed
+        return (
+            f"neuron out of memory. Tried to allocate {fmt_bytes(nbytes)}. {dev.name} has a "
+            f"total capacity of {fmt_bytes(dev.memory)}, of which {fmt_bytes(self.reserved)} "
+            f"is reserved by the shim and {fmt_bytes(self.allocated)} allocated by live tensors "
+            f"(values need this machine's RAM too: {fmt_bytes(max(limit, 0))} left of the "
+            f"functional-mode limit)"
+        )
+
+    def empty_cache(self) -> None:
+        """Give every pooled block back to the runtime."""
+        for pool in self.pools.values():
+            for blk in pool:
+                self.device.free(blk.buf)
+                del self.blocks[blk.address]
+                self.reserved -= blk.size
+                self.reserved_freed += blk.size
+        self.pools.clear()
+
+    def reset_peak(self) -> None:
+        self.allocated_peak, self.reserved_peak = self.allocated, self.reserved
+        self.count_peak = self.count
+
+    def stats(self) -> dict[str, int]:
+        """torch.cuda.memory_stats()'s keys (the "all" pool)."""
+        pooled = sum(len(p) for p in self.pools.values())
+        out = {}
+        for key, cur, peak, total, freed in (
+            ("allocated_bytes", self.allocated, self.allocated_peak, self.allocated_total,
+             self.freed_total),
+            ("reserved_bytes", self.reserved, self.reserved_peak, self.reserved_total,
+             self.reserved_freed),
+            ("allocation", self.count, self.count_peak, self.count_total,
+             self.count_total - self.count),
+            ("segment", len(self.blocks), len(self.blocks), self.segments_total,
+             self.segments_total - len(self.blocks)),
+        ):  # fmt: skip
+            out[f"{key}.all.current"] = cur
+            out[f"{key}.all.peak"] = peak
+            out[f"{key}.all.allocated"] = total
+            out[f"{key}.all.freed"] = freed
+        out["inactive_split.all.current"] = pooled
+        out["num_ooms"] = self.ooms
+        out["num_alloc_retries"] = 0
+        return out

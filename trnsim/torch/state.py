@@ -1,0 +1,80 @@
+"""The simulated chip behind the `neuron` device: chosen once (`configure`, or the TRNSIM_CHIP
+and TRNSIM_LNC environment variables), made on first use, shared by every tensor and op.
+
+`neuron:0..n-1` are the chip's logical NeuronCores (`trnsim.runtime.devices`), all on one clock
+and one HBM. PyTorch 2.13's Python device guard has no device index, so every tensor reports
+`neuron:0`; `torch.neuron.set_device(i)` chooses the logical core the following ops run on
+(HBM is shared by the chip's cores, so where a tensor lives does not change its values).
+"""
+
+from __future__ import annotations
+
+import os
+
+from trnsim.runtime import devices
+from trnsim.torch.allocator import CachingAllocator
+
+DEFAULT_CHIP = "trn2"
+
+
+class Chip:
+    """The runtime devices of the chip, the allocator, the current core and its streams."""
+
+    def __init__(self, chip: str, lnc: int | None, timing: str = "replay"):
+        self.chip_name, self.devices = chip, devices(chip, "functional", lnc)
+        self.timing = timing  # "replay": a lowering's measured time; "simulate": each launch
+        self.cfg = self.devices[0].cfg
+        self.lnc = self.devices[0].chip.lnc
+        self.allocator = CachingAllocator(self.devices[0])
+        self.index = 0  # the current logical core
+        self.streams: list = [None] * len(self.devices)  # the current torch.neuron.Stream
+        self.ops = None  # trnsim.torch.timing.OpTimer, set when the timer is made
+
+    @property
+    def device(self):
+        """The runtime Device of the current logical core."""
+        return self.devices[self.index]
+
+
+_settings: dict = {}
+_chip: Chip | None = None
+
+
+TIMINGS = ("replay", "simulate")
+
+
+def configure(chip: str | None = None, lnc: int | None = None, timing: str = "replay") -> None:
+    """Choose the simulated chip (a config name such as "trn2" or "trn3", or a YAML path) and
+    its logical-core size before the first use of the `neuron` device. `timing`: "replay" (an
+    op's lowering is simulated once, then launched by its duration: fast) or "simulate" (every
+    launch of a lowered op runs its program on the chip, timing-only: kernels of concurrent
+    streams and cores then share HBM and DMA; about 0.3 ms of this machine per op). Raises
+    RuntimeError after the first use with other settings."""
+    if timing not in TIMINGS:
+        raise ValueError(f"timing={timing!r}: expected one of {', '.join(TIMINGS)}")
+    want = {"chip": chip or DEFAULT_CHIP, "lnc": lnc, "timing": timing}
+    if _chip is not None and want != _settings:
+        raise RuntimeError(
+            f"trnsim.torch.configure({want['chip']!r}, lnc={lnc}): the neuron device is already "
+            f"in use as {_settings['chip']} (lnc={_chip.lnc}); configure before the first use"
+        )
+    _settings.update(want)
+
+
+def get() -> Chip:
+    """The chip, made on first use from `configure`'s settings or the environment."""
+    global _chip
+    if _chip is None:
+        if not _settings:
+            lnc = os.environ.get("TRNSIM_LNC") or None
+            if lnc is not None and not lnc.isdigit():
+                raise RuntimeError(f"TRNSIM_LNC={lnc!r}: expected a whole number (1 or 2)")
+            timing = os.environ.get("TRNSIM_TIMING") or "replay"
+            configure(os.environ.get("TRNSIM_CHIP") or DEFAULT_CHIP, int(lnc) if lnc else None,
+                      timing)  # fmt: skip
+        _chip = Chip(_settings["chip"], _settings["lnc"], _settings["timing"])
+    return _chip
+
+
+def started() -> bool:
+    return _chip is not None

@@ -1,0 +1,337 @@
+"""Time for every op on the `neuron` device, from the simulated chip.
+
+An op the kernel library lowers (`LOWERED`: aten names mapped to the library's ops) is lowered
+once per (op, shapes, dtypes, chip, lnc), simulated once on a timing-only copy of the chip to
+measure its device time, and from then on launched by that duration on the current stream
+(`Stream.launch_timed`: host launch cost included, the logical core held as by any kernel). Any
+other op (or one the library refuses) is timed by a labelled roofline estimate,
+max(FLOPs / peak, bytes / HBM bandwidth) of the logical core, launched the same way and counted
+as estimated. Views, metadata ops and scalar reads launch nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from trnsim.dtypes import DTYPES
+from trnsim.errors import TrnsimError
+from trnsim.kernels import lower_cores
+from trnsim.runtime import Device
+from trnsim.torch import state
+from trnsim.trace.program import KernelSpec, OpSpec, TensorSpec
+from trnsim.units import seconds_to_ps
+
+Tensor = torch.Tensor
+_DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_PEAK = {"float32": "float32", "bfloat16": "bfloat16", "float16": "bfloat16"}
+
+UNARY = {
+    "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu",
+    "silu": "silu", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "reciprocal": "reciprocal",
+    "sin": "sin", "cos": "cos", "erf": "erf", "neg": "neg",
+}  # fmt: skip
+BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum",
+          "minimum": "minimum", "pow": "pow"}  # fmt: skip
+REDUCE = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
+# ops that launch nothing: metadata, views are handled by their schema (no launch either)
+FREE = {
+    "empty", "empty_strided", "resize_", "set_", "_local_scalar_dense", "is_set_to",
+    "_has_same_storage_numel", "is_pinned", "_pin_memory", "lift_fresh", "_copy_from",
+    "_copy_from_and_resize", "_to_copy",
+}  # fmt: skip
+
+
+def launches(name: str, all_views: bool) -> bool:
+    """Does aten op `name` (with overload) run work on the device?"""
+    return not all_views and name.partition(".")[0] not in FREE
+
+
+@dataclass
+class OpStats:
+    """What ran of one aten op: launches, device time (ps) and whether it was modelled."""
+
+    count: int = 0
+    device_ps: int = 0
+    modelled: int = 0
+    estimated: int = 0
+
+
+def _spec(name: str, t: Tensor) -> TensorSpec | None:
+    dt = _DTYPE.get(t.dtype)
+    return TensorSpec(name, tuple(t.shape), DTYPES[dt]) if dt else None
+
+
+def _last(dim, ndim: int) -> bool:
+    if isinstance(dim, (list, tuple)):
+        if len(dim) != 1:
+            return False
+        dim = dim[0]
+    return dim is not None and dim % max(ndim, 1) == ndim - 1
+
+
+def library_ops(base: str, overload: str, args, kwargs, r):
+    """The kernel library's ops (and their tensors) for an aten op, or None."""
+    out = r[0] if isinstance(r, (tuple, list)) and r else r
+    if not isinstance(out, Tensor) or not args or not isinstance(args[0], Tensor):
+        return None
+    t = {"out": out}
+    if base in ("mm", "bmm") and overload in ("default", "out"):
+        t["a"], t["b"] = args[0], args[1]
+        return [OpSpec(base, {"a": "a", "b": "b", "out": "out"})], t
+    if base == "addmm" and overload in ("default", "out"):
+        bias, t["a"], t["b"] = args[0], args[1], args[2]
+        ops = [OpSpec("matmul", {"a": "a", "b": "b", "out": "out"})]
+        if bias.dim() == 1:
+            t["bias"] = bias
+            ops.append(OpSpec("add", {"a": "out", "b": "bias", "out": "out"}))
+        return ops, t
+    name = base.rstrip("_")
+    if name in UNARY:
+        t["x"] = args[0]
+        return [OpSpec(UNARY[name], {"x": "x", "out": "out"})], t
+    if name == "gelu":
+        t["x"] = args[0]
+        approx = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
+        return [OpSpec("gelu_tanh" if approx == "tanh" else "gelu", {"x": "x", "out": "out"})], t
+    if name in BINARY and overload in ("Tensor", "Scalar", "default", "out", "Tensor_Scalar"):
+        alpha = kwargs.get("alpha", 1)
+        if alpha != 1 or kwargs.get("rounding_mode") is not None:
+            return None
+        a, b = args[0], args[1]
+        t["a"] = a
+        if isinstance(b, Tensor) and b.dim():
+            t["b"] = b
+            return [OpSpec(BINARY[name], {"a": "a", "b": "b", "out": "out"})], t
+        value = b.item() if isinstance(b, Tensor) else b
+        return [OpSpec(BINARY[name], {"a": "a", "b": float(value), "out": "out"})], t
+    if name in ("_softmax", "_log_softmax") and _last(args[1], args[0].dim()):
+        t["x"] = args[0]
+        return [OpSpec(name[1:], {"x": "x", "out": "out", "dim": -1})], t
+    if name in REDUCE and len(args) > 1 and _last(args[1], args[0].dim()):
+        keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+        t["x"] = args[0]
+        return [OpSpec(name, {"x": "x", "out": "out", "dim": -1, "keepdim": bool(keep)})], t
+    if name == "native_layer_norm" and len(args[1]) == 1:
+        t["x"] = args[0]
+        a = {"x": "x", "out": "out", "eps": float(args[4])}
+        for k, v in (("weight", args[2]), ("bias", args[3])):
+            if v is not None:
+                t[k], a[k] = v, k
+        return [OpSpec("layer_norm", a)], t
+    if name == "where" and overload == "self":
+        t["condition"], t["a"], t["other"] = args
+        return [OpSpec("where", {"condition": "condition", "a": "a", "other": "other",
+                                 "out": "out"})], t  # fmt: skip
+    if name == "masked_fill" and overload == "Scalar":
+        t["x"], t["mask"] = args[0], args[1]
+        return [OpSpec("masked_fill", {"x": "x", "mask": "mask", "value": float(args[2]),
+                                       "out": "out"})], t  # fmt: skip
+    return None
+
+
+def _tensors(args) -> list[Tensor]:
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append(a)
+        elif type(a) in (list, tuple):
+            out += [x for x in a if isinstance(x, Tensor)]
+    return out
+
+
+class OpTimer:
+    """Times ops on the chip's current stream; keeps the per-op statistics for the report."""
+
+    def __init__(self, chip):
+        self.chip = chip
+        cfg = chip.cfg
+        self.scratch = Device(cfg, 0, "timing", chip.lnc)  # where a lowering is measured
+        self.hbm_bw = cfg.hbm.bandwidth * chip.lnc / cfg.cores  # this logical core's share
+        self.memo: dict = {}  # key -> (duration_ps, modelled, (kernel, views) or None)
+        self.simulate = chip.timing == "simulate"
+        self.stats: dict[str, OpStats] = {}
+        self.refused: dict[str, str] = {}  # aten op -> why the library did not time it (first)
+        self.copies = OpStats()
+        self.copy_bytes = 0
+
+    def __call__(self, name: str, args, kwargs, r) -> None:
+        key = (name, *_signature(args), *(_signature(kwargs.values()) if kwargs else ()))
+        hit = self.memo.get(key)
+        if hit is None:
+            base, _, overload = name.partition(".")
+            hit = self.memo[key] = self._measure(name, base, overload, args, kwargs, r)
+        dur, modelled, program = hit
+        stream = self._stream()
+        if program is not None and self.simulate:
+            stream.launch(program[0], program[1], timing_only=True)
+        else:
+            stream.launch_timed(name, dur)
+        st = self.stats.get(name)
+        if st is None:
+            st = self.stats[name] = OpStats()
+        st.count += 1
+        st.device_ps += dur
+        if modelled:
+            st.modelled += 1
+        else:
+            st.estimated += 1
+
+    def _stream(self):
+        chip = self.chip
+        s = chip.streams[chip.index]
+        return s.rt if s is not None else chip.devices[chip.index].default_stream
+
+    def _measure(self, name, base, overload, args, kwargs, r) -> tuple[int, bool]:
+        try:
+            lowered = library_ops(base, overload, args, kwargs, r)
+        except (TypeError, ValueError, IndexError, AttributeError, RuntimeError):
+            lowered = None  # arguments the library's ops cannot take (a complex scalar, ...)
+        if lowered is not None:
+            try:
+                dur, kernel, specs = self._simulate(name, *lowered)
+                return dur, True, (kernel, self._views(specs)) if self.simulate else None
+            except KeyError:
+                self.refused.setdefault(name, "a dtype the kernel library does not take")
+            except (TrnsimError, ValueError, IndexError, TypeError, AttributeError) as e:
+                shapes = ", ".join(f"{k} {list(t.shape)}" for k, t in lowered[1].items())
+                self.refused.setdefault(name, f"{shapes}: {type(e).__name__}: {e}")
+        return self.roofline(args, kwargs, r), False, None
+
+    def _views(self, specs: dict) -> dict:
+        """Buffers on the chip for a lowered op's launches in "simulate" timing (one set per
+        op signature, kept: the launches compute nothing, only their addresses matter)."""
+        dev = self.chip.devices[0]
+        return {
+            k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize).view(s.dtype, s.shape)
+            for k, s in specs.items()
+        }
+
+    def _simulate(self, name: str, ops: list[OpSpec], tensors: dict):
+        """(device time, kernel, tensor specs) of the lowered ops, their time measured once on
+        the timing-only scratch chip."""
+        specs = {}
+        for k, t in tensors.items():
+            spec = _spec(k, t)
+            if spec is None:
+                raise KeyError(k)
+            specs[k] = spec
+        dev = self.scratch
+        try:
+            cores = lower_cores(ops, specs, dev.cfg, self.chip.lnc)
+        except (TrnsimError, ValueError):
+            if self.chip.lnc == 1:
+                raise
+            cores = lower_cores(ops, specs, dev.cfg, 1)  # too small to split: one core runs it
+        kernel = KernelSpec(name, per_core=cores)
+        try:
+            return self._run(dev, kernel, specs), kernel, specs
+        except Exception:
+            self.scratch = Device(dev.cfg, 0, "timing", self.chip.lnc)  # left mid-run: a new one
+            raise
+
+    @staticmethod
+    def _run(dev, kernel: KernelSpec, specs: dict) -> int:
+        bufs = {k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize)
+                for k, s in specs.items()}  # fmt: skip
+        views = {k: bufs[k].view(s.dtype, s.shape) for k, s in specs.items()}
+        try:
+            dev.launch(kernel, views, timing_only=True)
+            start = dev.host_time_ps
+            dev.synchronize()
+            return dev.env.now - start
+        finally:
+            for b in bufs.values():
+                dev.free(b)
+
+    def roofline(self, args, kwargs, r) -> int:
+        """max(FLOPs / peak, bytes / HBM bandwidth) of this logical core, in ps."""
+        ins = _tensors(args) + _tensors(kwargs.values())
+        outs = _tensors(r if type(r) in (list, tuple) else [r])
+        nbytes = sum(t.numel() * t.element_size() for t in ins + outs)
+        flops = sum(t.numel() for t in outs)
+        if len(ins) >= 2 and ins[0].dim() >= 2 and ins[1].dim() >= 2 and outs:
+            k = ins[0].shape[-1]
+            if ins[1].shape[-2] == k:  # matmul-like: 2 M N K
+                flops = 2 * outs[0].numel() * k
+            if ins[1].dim() >= 3 and ins[0].dim() == ins[1].dim():  # a convolution's weight
+                flops = 2 * max(t.numel() for t in outs) * ins[1][0].numel()
+        dt = _PEAK.get(ins[0].dtype if ins else torch.float32, "float32")
+        peak = self.chip.devices[self.chip.index].peak_flops[dt]
+        return seconds_to_ps(max(flops / peak, nbytes / self.hbm_bw))
+
+    def copy(self, src: Tensor, dst: Tensor) -> None:
+        """A copy to, from or within the device: over the host link (its latency and
+        bandwidth), or on the device: the kernel library's `copy` (a cast when the dtypes
+        differ) for a contiguous one, else bytes / HBM bandwidth (estimated)."""
+        nbytes = dst.numel() * dst.element_size()
+        self.copies.count += 1
+        self.copy_bytes += nbytes
+        if src.is_cpu and dst.is_cpu:
+            return
+        if src.is_cpu or dst.is_cpu:
+            link = self.chip.cfg.host_link
+            dur = seconds_to_ps(link.latency + nbytes / link.bandwidth)
+        else:
+            dur, modelled = self._device_copy(src, dst)
+            self.copies.modelled += modelled
+            self.copies.estimated += not modelled
+        self._stream().launch_timed("copy", dur)
+        self.copies.device_ps += dur
+        if dst.is_cpu:  # the host waits for the copy, as a blocking .cpu() does
+            self.wait()
+
+    def _device_copy(self, src: Tensor, dst: Tensor) -> tuple[int, bool]:
+        key = ("copy", src.shape, src.dtype, dst.dtype, src.is_contiguous(), dst.is_contiguous())
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = None
+            if key[4] and key[5] and src.shape == dst.shape:
+                try:
+                    ops = [OpSpec("copy", {"x": "x", "out": "out"})]
+                    hit = self._simulate("copy", ops, {"x": src, "out": dst})[0], True
+                except (KeyError, TrnsimError, ValueError, IndexError, TypeError):
+                    pass
+            if hit is None:
+                nbytes = src.numel() * src.element_size() + dst.numel() * dst.element_size()
+                hit = seconds_to_ps(nbytes / self.hbm_bw), False
+            self.memo[key] = hit
+        return hit
+
+    def wait(self) -> None:
+        """The host waits for the current stream (a value read back)."""
+        self._stream().synchronize()
+
+
+def _signature(args) -> list:
+    """What an op's time depends on: its tensors' shapes and dtypes, its int, bool and string
+    arguments (dims, flags, modes); not float values (an optimizer's step sizes change every
+    step and would make every step's ops new)."""
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append((a.shape, a.dtype))
+        elif type(a) in (list, tuple):
+            out.append(tuple(_signature(a)))
+        elif type(a) is float:
+            out.append(float)
+        else:
+            out.append(a if isinstance(a, (int, bool, str, type(None))) else str(a))
+    return out
+
+
+def timer() -> OpTimer:
+    """The chip's op timer (made on first use)."""
+    chip = state._chip or state.get()
+    if chip.ops is None:
+        chip.ops = OpTimer(chip)
+    return chip.ops
+
+
+def record(name: str, args, kwargs, r) -> None:
+    """An op ran on the device (called by every aten kernel)."""
+    chip = state._chip
+    t = chip.ops if chip is not None else None
+    (t or timer())(name, args, kwargs, r)
