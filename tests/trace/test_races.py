@@ -253,3 +253,46 @@ def test_a_ring_missing_any_wait_races_naming_the_waiter(what, step):
     assert races
     index = 3 * step + ("load", "matmul", "store").index(what)
     assert any(f"instruction {index} " in r.first + r.second for r in races), races[0].message
+
+
+OPS_STREAMS = """trnsim: 1
+chip: trn2
+lnc: 1
+tensors:
+  x: {shape: [128, 256], dtype: float32}
+  y: {shape: [128, 256], dtype: float32}
+kernels:
+  a:
+    ops:
+      - exp: {x: x, out: y}
+  b:
+    ops:
+      - relu: {x: y, out: y}
+streams:
+  - name: s0
+    do:
+      - launch: a
+      - record: done
+  - name: s1
+    do:
+      - WAIT
+      - launch: b
+"""
+
+
+def test_lowered_kernels_on_two_streams_race_by_their_ops_tensors():
+    """The CLI counts a lowered kernel by its ops' tensors (library=False): b's write of y on
+    s1 races a's on s0 unless s1 waits for s0's event; the instruction-level analysis of the
+    library's kernels (library=True, what tests/kernels run) finds the same race."""
+    from trnsim.config import load_chip
+    from trnsim.runtime.session import lowered
+
+    cfg = load_chip("trn2")
+    racy = lowered(loads(OPS_STREAMS.replace("- WAIT\n      ", ""), "o.yaml"), cfg, 1)
+    (race,) = find_races(racy, library=False)
+    assert (
+        "o.yaml:10 kernel a op exp" in race.message and "o.yaml:13 kernel b op relu" in race.message
+    )
+    assert find_races(racy, library=True)
+    ordered = lowered(loads(OPS_STREAMS.replace("WAIT", "wait: done"), "o.yaml"), cfg, 1)
+    assert find_races(ordered, library=False) == [] and find_races(ordered) == []

@@ -265,7 +265,7 @@ def lowered(program: Program, cfg: ChipConfig, lnc: int = 1) -> Program:
             kernels[name] = k
         else:
             cores = lower_cores(k.ops, program.tensors, cfg, lnc, program.source)
-            kernels[name] = KernelSpec(name, per_core=cores, line=k.line)
+            kernels[name] = KernelSpec(name, per_core=cores, ops=k.ops, line=k.line)
     out = replace(program, kernels=kernels)
     _LOWERED["last"] = (key, out, program, cfg)  # program and cfg kept: their ids stay theirs
     return out

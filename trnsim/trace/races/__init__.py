@@ -42,9 +42,12 @@ def _analyse(program: Program, shapes: Shapes, kernel, c: int):
     return launch_races(la, order, launch_clocks(la, order), shapes)
 
 
-def find_races(program: Program) -> list[Race]:
+def find_races(program: Program, library: bool = True) -> list[Race]:
     """Every race of `program` (deterministic order); raises DeadlockError first if it can
-    never finish."""
+    never finish. A kernel the kernel library lowered (it keeps its `ops`) is analysed
+    instruction by instruction only when `library`; otherwise it counts as its ops' whole-tensor
+    accesses, enough for races between streams (the library's own semaphores are its tests'
+    concern: `tests/kernels` race-check its kernels), and far cheaper on large lowerings."""
     start = stream_clocks(program, stream_order(program))
     shapes = Shapes(program)
     src = program.source
@@ -65,6 +68,9 @@ def find_races(program: Program) -> list[Race]:
                 kernel = program.kernels.get(step.arg)
                 if kernel is None or not kernel.low_level:
                     continue
+                if kernel.ops and not library:
+                    touched[(i, j)] = _op_accesses(kernel, shapes, src)
+                    continue
                 per = []
                 for c in range(len(kernel.per_core)):
                     if (kernel.name, c) not in cache:
@@ -77,6 +83,21 @@ def find_races(program: Program) -> list[Race]:
                 touched[(i, j)] = {acc: lab for p in per for acc, lab in p.items()}
     races += _between_streams(program, touched, start)
     return list(dict.fromkeys(races))
+
+
+def _op_accesses(kernel, shapes: Shapes, src: str) -> dict:
+    """{Access: label} of a lowered kernel's ops: each tensor an op names, whole, written when
+    it is an output (`out`, `outs`)."""
+    accs: dict = {}
+    for op in kernel.ops:
+        for key, arg in op.args.items():
+            for name in arg if isinstance(arg, list) else [arg]:
+                if not isinstance(name, str) or name not in shapes.tensors:
+                    continue
+                a = shapes.access(Ap(name, (), name), {}, key in ("out", "outs"))
+                if a is not None:
+                    accs.setdefault(a, f"{src}:{op.line} kernel {kernel.name} op {op.op}")
+    return accs
 
 
 def _between_streams(program: Program, touched: dict, start: dict) -> list[Race]:
@@ -97,11 +118,11 @@ def _between_streams(program: Program, touched: dict, start: dict) -> list[Race]
     return out
 
 
-def check_races(program: Program, allow: bool = False) -> list[str]:
+def check_races(program: Program, allow: bool = False, library: bool = True) -> list[str]:
     """Raise RaceError naming the first race (and how many more) unless `allow`; return one
     warning line per race (empty when there is none). Raises DeadlockError for a schedule that
-    can never finish, whatever `allow`."""
-    races = find_races(program)
+    can never finish, whatever `allow`. `library`: as in `find_races`."""
+    races = find_races(program, library)
     if races and not allow:
         more = f" (and {len(races) - 1} more)" if len(races) > 1 else ""
         raise RaceError(
