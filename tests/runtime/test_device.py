@@ -117,10 +117,10 @@ def test_the_same_loop_replayed_as_a_graph():
     assert eager - graph == 999 * LAUNCH - 1000 * GRAPH_LAUNCH - 999 * memset_ps(64)
 
 
-def test_high_level_kernels_are_not_yet_supported():
+def test_a_kernel_of_ops_needs_its_tensors_bound():
     dev = Device(TRN2)
     k = KernelSpec("mlp", ops=[OpSpec("matmul", {"a": "x", "b": "w", "out": "h"})])
-    with pytest.raises(TrnsimError, match="high-level ops \\(matmul\\) are not yet supported"):
+    with pytest.raises(TrnsimError, match="launch mlp: matmul's a names 'x', which is not among"):
         dev.launch(k)
 
 
@@ -148,3 +148,24 @@ def test_errors_inside_the_simulation_propagate(monkeypatch, exc):
     dev.launch(memset_kernel())
     with pytest.raises(exc, match="inside an engine"):
         dev.synchronize()
+
+
+def test_a_kernel_of_ops_is_lowered_once_and_launched():
+    """A high-level kernel launches through the runtime: lowered by the kernel library for the
+    views' shapes (once per kernel and shapes), values as numpy's."""
+    import numpy as np
+
+    from trnsim.trace.program import KernelSpec, OpSpec
+
+    dev = Device("trn2")
+    x = dev.malloc(256 * 512 * 4).view("float32", (256, 512))
+    y = dev.malloc(256 * 512 * 4).view("float32", (256, 512))
+    ops = [OpSpec("exp", {"x": "x", "out": "y"}), OpSpec("relu", {"x": "y", "out": "y"})]
+    k = KernelSpec("k", ops=ops)
+    h = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)
+    dev.memcpy_async(x, h)
+    dev.launch(k, {"x": x, "y": y})
+    dev.launch(k, {"x": x, "y": y})
+    dev.synchronize()
+    np.testing.assert_allclose(y.numpy(), np.exp(h), rtol=1e-5)
+    assert dev.lower(k, {"x": x, "y": y}) is dev.lower(k, {"x": x, "y": y})

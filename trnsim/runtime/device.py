@@ -21,6 +21,7 @@ from trnsim.config import ChipConfig, load_chip
 from trnsim.dtypes import DTYPES
 from trnsim.errors import OutOfMemoryError, SimError, TrnsimError
 from trnsim.isa import Ap
+from trnsim.kernels import lower_cores
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.runtime import context
 from trnsim.runtime.context import ChipContext
@@ -28,6 +29,8 @@ from trnsim.runtime.event import Event
 from trnsim.runtime.graph import Graph
 from trnsim.runtime.memory import DeviceBuffer, MemoryStats, TensorView
 from trnsim.runtime.stream import Stream
+from trnsim.trace.ops import OPS
+from trnsim.trace.program import KernelSpec, TensorSpec
 
 MAX_BACKING_BYTES = context.MAX_BACKING_BYTES
 
@@ -65,6 +68,7 @@ class Device:
         ctx.chip.physical(index)  # validates the index
         self.ctx, self.index = ctx, index
         self.stats = MemoryStats()
+        self._lowered: dict[tuple, tuple] = {}  # (kernel id, shapes) -> (kernel, lowered)
         self.default_stream = Stream(self, "default" if index == 0 else f"default{index}")
 
     # -- properties ----------------------------------------------------------------------------
@@ -211,14 +215,40 @@ class Device:
         the copy completes: keep a host array unchanged until then."""
         (stream or self.default_stream).memcpy_async(dst, src)
 
+    def lower(self, kernel, tensors) -> KernelSpec:
+        """A high-level kernel (`ops:`) lowered by the kernel library for this logical core's
+        physical cores, the shapes and dtypes of its tensors those of the views bound to them
+        (`tensors`: name -> TensorView); cached per kernel and shapes, so relaunching is
+        cheap."""
+        specs = {}
+        for name, v in (tensors or {}).items():
+            if not isinstance(v, TensorView):
+                raise TrnsimError(f"launch {kernel.name}: tensor {name} is not a device view")
+            specs[name] = TensorSpec(name, v.shape, v.dtype)
+        for op in kernel.ops:  # each tensor an op names must be bound (OPS gives the kinds)
+            kinds = {k.rstrip("?"): kind for k, kind in OPS.get(op.op, {}).items()}
+            for key, arg in op.args.items():
+                if kinds.get(key) in (None, "value", "values"):
+                    continue  # an unknown op or argument: the library's check names it
+                for n in arg if isinstance(arg, list) else [arg]:
+                    if isinstance(n, str) and n not in specs:
+                        raise TrnsimError(
+                            f"launch {kernel.name}: {op.op}'s {key} names {n!r}, which is not "
+                            f"among the launch's tensors ({', '.join(specs) or 'none'})"
+                        )
+        key = (id(kernel), tuple((n, t.shape, t.dtype.name) for n, t in specs.items()))
+        hit = self._lowered.get(key)
+        if hit is None or hit[0] is not kernel:
+            cores = lower_cores(kernel.ops, specs, self.cfg, len(self.chip.physical(self.index)))
+            low = KernelSpec(kernel.name, per_core=cores, ops=kernel.ops, line=kernel.line)
+            hit = self._lowered[key] = (kernel, low)
+        return hit[1]
+
     def bind_tensors(self, kernel, tensors, timing_only: bool) -> dict[str, Buffer]:
         """Check that `kernel` can run here; its tensors as the Buffers instructions bind to."""
         if not kernel.low_level:
-            ops = ", ".join(sorted({o.op for o in kernel.ops}))
             raise TrnsimError(
-                f"kernel {kernel.name}: high-level ops ({ops}) are not yet supported; the "
-                f"kernel library lands in a later release — write it as a low-level kernel "
-                f"(instructions:)"
+                f"kernel {kernel.name}: high-level ops must be lowered first (Device.lower)"
             )
         phys = len(self.chip.physical(self.index))
         if len(kernel.per_core) > phys:

@@ -45,9 +45,12 @@ class Stream:
     # -- host calls ----------------------------------------------------------------------------
 
     def launch(self, kernel, tensors=None, timing_only: bool = False) -> None:
-        """Launch low-level `kernel` on this stream with its tensors bound to device memory
-        (`tensors`: name -> TensorView). A `timing_only` launch takes simulated time but
-        computes no values, even on a functional device."""
+        """Launch `kernel` on this stream with its tensors bound to device memory (`tensors`:
+        name -> TensorView); a high-level kernel (`ops`) is lowered by the kernel library
+        first (`Device.lower`). A `timing_only` launch takes simulated time but computes no
+        values, even on a functional device."""
+        if not kernel.low_level:
+            kernel = self.device.lower(kernel, tensors)
         args = (kernel, self.device.bind_tensors(kernel, tensors, timing_only), timing_only, 0)
         if self._capture is not None:
             self._capture.add(self, LAUNCH, args)
