@@ -48,25 +48,26 @@ from trnsim.kernels.builder import KernelBuilder, ap
 
 __all__ = ["lower_attention"]
 
-KB = 512  # keys per block: one PSUM bank of fp32 scores
-INTERLEAVE = 2  # query blocks in flight at once (`_interleave`)
+SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with 2 KiB banks
+GROUP = 2  # query blocks of one head that share each key block loaded (`_Shared`)
+INTERLEAVE = 2  # groups in flight at once (`_interleave`)
 _DONE = object()
 QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 4)}  # kind -> (first, count)
-DEPTH = {  # tiles of a kind before any is reused: enough for INTERLEAVE blocks in flight
-    "qT": INTERLEAVE + 1,
-    "kT": 4 * INTERLEAVE,
-    "v": 4 * INTERLEAVE,
-    "s": 2 * INTERLEAVE,  # PSUM (16 KiB): 6 x 2 KiB of scores, 2 x 1 KiB of P^T, 2 x 512 B
-    "s_sb": INTERLEAVE,
-    "p": INTERLEAVE,
-    "pT": 2,
-    "pT_sb": INTERLEAVE,
-    "pv": 2,
-    "acc": INTERLEAVE + 1,
+DEPTH = {  # tiles of a kind before any is reused: enough for the blocks in flight
+    "qT": GROUP * INTERLEAVE + 1,
+    "kT": 2 * INTERLEAVE + 1,
+    "v": 2 * INTERLEAVE + 1,
+    "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 1 x 2 KiB of P^T, 4 x 512 B of P v
+    "p": GROUP * INTERLEAVE,
+    "pT": 1,
+    "pT_sb": 2,
+    "pv": 4,
+    "acc": GROUP * INTERLEAVE + 1,
     "o": 2,
-    "col": 6 * (INTERLEAVE + 1),
+    "col": 6 * (GROUP * INTERLEAVE + 1),
 }
-NEG = -3.4028234663852886e38  # the most negative fp32: the mask's fill and m's start
+NEG = -3.4028234663852886e38  # the most negative fp32: m's start
+MASK = -(2.0**126)  # the causal mask's bias: exact in bf16, and exp(scale * (s + MASK)) = 0
 
 
 def lower_attention(
@@ -90,34 +91,28 @@ def lower_attention(
             f"{t.P} (or lnc: 1)"
         )
     lo, hi = share or (0, math.prod(tq.shape[:-1]))
-    blocks = (
-        _query_block(
-            b,
-            t,
-            (q, (*batch, h)),
-            (k, v, (*batch, h // (H // Hkv)), Skv),
-            (out, (*batch, h)),
-            q0,
-            min(t.P, S - q0),
-            is_causal,
-            scale,
-        )
+    heads = [
+        ((*batch, h), (*batch, h // (H // Hkv)), [q0 for q0 in range(0, S, t.P) if lo <= (i * H + h) * S + q0 < hi])
         for i, batch in enumerate(_indices(lead))
         for h in range(H)
-        for q0 in range(0, S, t.P)
-        if lo <= (i * H + h) * S + q0 < hi  # this core's query rows
+    ]
+    mask = _mask(b, t) if is_causal else None
+    groups = (
+        _query_group(b, t, (q, k, v, out), qi, ki, q0s[g : g + GROUP], (S, Skv), is_causal, scale, mask)
+        for qi, ki, q0s in heads
+        for g in range(0, len(q0s), GROUP)
     )
-    _interleave(blocks, INTERLEAVE)
+    _interleave(groups, INTERLEAVE)
     b.release(*t.psum)
 
 
-def _interleave(blocks, width: int) -> None:
-    """Emit the query blocks' stages round-robin, `width` blocks at a time: the blocks are
-    independent, so each engine alternates between them and one block's dependency chain
-    (load, scores, max, exp, transposes, P v) hides behind the others' work."""
+def _interleave(gens, width: int) -> None:
+    """Emit the generators' stages round-robin, `width` at a time: they are independent, so
+    each engine alternates between them and one's dependency chain (load, scores, max, exp,
+    transposes, P v) hides behind the others' work."""
     active: list = []
-    for block in blocks:
-        active.append(block)
+    for g in gens:
+        active.append(g)
         if len(active) < width:
             continue
         while len(active) == width:
@@ -149,14 +144,15 @@ class _Tiles:
     def __init__(self, b: KernelBuilder, cfg: ChipConfig, D: int, in_dt, out_dt):
         self.b = b
         self.P, self.D, self.in_dt, self.out_dt = cfg.core.tensor.rows, D, in_dt, out_dt
+        self.KB = SCORE_BANKS * cfg.core.psum.bank_bytes // 4  # fp32 scores
+        self.N = min(self.KB, cfg.core.tensor.moving_free_max)  # columns per scores matmul
         self.dma_transpose = in_dt.itemsize in (2, 4) and cfg.core.dma.transpose_hbm_rate > 0
-        f32, bf16, P = dtype("float32"), dtype("bfloat16"), self.P
+        f32, bf16, P, KB = dtype("float32"), dtype("bfloat16"), self.P, self.KB
         self.kinds = {  # kind -> (memory, shape, dtype)
             "qT": ("sbuf", (P, P), in_dt),
             "kT": ("sbuf", (P, KB), in_dt),
             "v": ("sbuf", (P, KB // P * D), in_dt),
             "s": ("psum", (P, KB), f32),
-            "s_sb": ("sbuf", (P, KB), f32),
             "p": ("sbuf", (P, KB), bf16),
             "pT": ("psum", (P, KB), bf16),  # P^T's chunks side by side
             "pT_sb": ("sbuf", (P, KB), bf16),
@@ -192,8 +188,8 @@ class _Tiles:
         self.free[kind].extend(names)
 
     def turn(self) -> bool:
-        """Alternates: which of VectorE and ScalarE takes the row max (and the other the
-        copy of P^T) for the next key block."""
+        """Alternates: whether ScalarE (else VectorE) takes the row max of the next key
+        block."""
         self.turns += 1
         return self.scalar_max and self.turns % 2 == 1
 
@@ -205,6 +201,22 @@ class _Tiles:
         i = self.queues.get(kind, 0)
         self.queues[kind] = i + 1
         return first + i % n
+
+
+def _mask(b: KernelBuilder, t: _Tiles) -> tuple[str, str]:
+    """The causal mask's two constant bf16 tiles, made once on GpSimd: the identity I and
+    the bias B (0 where key i <= query p, MASK above the diagonal). A matmul of I by B
+    accumulated into the scores adds B to them on TensorE, in PSUM."""
+    bf16, P = dtype("bfloat16"), t.P
+    tiles = []
+    for name, on_false, cmp in (("ident", 1.0, "not_equal"), ("mask", MASK, "greater_equal")):
+        x = b.tile(name, "sbuf", (P, P), bf16)
+        a = ap(x, slice(0, P), slice(0, P))
+        b.emit(Memset, [], [a], dst=a, value=0.0, engine=Engine.GPSIMD)
+        b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=on_false, cmp=cmp, start=0,
+               partition_step=1, step=-1)  # fmt: skip
+        tiles.append(x)
+    return tiles[0], tiles[1]
 
 
 def _load_t(
@@ -232,12 +244,59 @@ def _load_t(
     t.give("tp", tp)
 
 
-def _query_block(b, t: _Tiles, qh, kv, oh, q0: int, qw: int, causal: bool, scale: float):
-    """One block of qw query rows from q0, as a generator of its stages (`_interleave`): key
-    block j + 1 is loaded while block j's scores are computed, and every block's scores come
-    one stage before the previous block's softmax and P v, so TensorE computes S(j + 1) while
-    the other engines work on block j."""
-    (q, qi), (k, v, ki, skv), (out, oi) = qh, kv, oh
+def _query_group(b, t: _Tiles, names, qi, ki, q0s, seqs, causal, scale, mask):
+    """Query blocks q0s of one head in lockstep, as a generator of rounds of their stages:
+    each key block is loaded once for all of them (`_Shared`)."""
+    q, k, v, out = names
+    S, skv = seqs
+    spans = [(q0, min(t.P, S - q0)) for q0 in q0s]
+    ends = [min(skv, q0 + qw) if causal else skv for q0, qw in spans]
+    shared = _Shared(b, t, (k, v, ki), ends)
+    active = [
+        _query_block(b, t, (q, qi), shared, (out, qi), q0, qw, end, causal, scale, mask)
+        for (q0, qw), end in zip(spans, ends)
+    ]
+    while active:
+        active = [g for g in active if next(g, _DONE) is not _DONE]
+        yield
+
+
+class _Shared:
+    """The key blocks of a group of query blocks: each loaded once, as wide as the widest
+    block that reads it, and given back when the last one is done with it."""
+
+    def __init__(self, b, t: _Tiles, kv, ends: list[int]):
+        self.b, self.t, self.kv = b, t, kv
+        self.widths: dict[int, list[int]] = {}
+        for end in ends:
+            for t0 in range(0, end, t.KB):
+                self.widths.setdefault(t0, []).append(min(t.KB, end - t0))
+        self.loaded: dict[int, tuple] = {}
+        self.left: dict[tuple[str, int], int] = {}
+
+    def get(self, t0: int, kw: int) -> tuple:
+        """(k^T tile, v tile, v's chunks for kw keys) of key block t0, loaded on first use."""
+        if t0 not in self.loaded:
+            self.loaded[t0] = _load_kv(self.b, self.t, self.kv, t0, self.widths[t0])
+            n = len(self.widths[t0])
+            self.left["kT", t0] = self.left["v", t0] = n
+        kt, vt, layout = self.loaded[t0]
+        return kt, vt, _chunks(self.t, layout, kw)
+
+    def done(self, kind: str, t0: int) -> None:
+        """One block is done with key block t0's k^T (or v)."""
+        self.left[kind, t0] -= 1
+        if not self.left[kind, t0]:
+            kt, vt, _ = self.loaded[t0]
+            self.t.give(kind, kt if kind == "kT" else vt)
+
+
+def _query_block(b, t: _Tiles, qh, shared: _Shared, oh, q0, qw, end, causal, scale, mask):
+    """One block of qw query rows from q0 against keys [0, end), as a generator of its
+    stages (`_interleave`): key block j + 1 is asked for while block j's scores are
+    computed, and every block's scores come one stage before the previous block's softmax and
+    P v, so TensorE computes S(j + 1) while the other engines work on block j."""
+    (q, qi), (out, oi) = qh, oh
     D, r = t.D, slice(0, qw)
     qt = t.take("qT")
     _load_t(b, t, "q", q, qi, q0, qw, qt)
@@ -254,19 +313,19 @@ def _query_block(b, t: _Tiles, qh, kv, oh, q0: int, qw: int, causal: bool, scale
     b.emit(Memset, [], [state["nm"][0]], dst=state["nm"][0], value=-NEG, engine=Engine.GPSIMD)
     b.emit(Memset, [], [state["l"]], dst=state["l"], value=0.0, engine=Engine.GPSIMD)
     b.emit(Memset, [], [state["acc"]], dst=state["acc"], value=0.0, engine=Engine.GPSIMD)
-    end = min(skv, q0 + qw) if causal else skv
-    blocks = [(t0, min(KB, skv - t0, end - t0)) for t0 in range(0, end, KB)]
-    loaded = _load_kv(b, t, (k, v, ki), *blocks[0])
+    blocks = [(t0, min(t.KB, end - t0)) for t0 in range(0, end, t.KB)]
+    loaded = shared.get(*blocks[0])
     yield
     pending = None
     for n, (t0, kw) in enumerate(blocks):
-        scores = _scores(b, t, qT, loaded, q0, qw, t0, kw, causal)
+        scores = _scores(b, t, qT, loaded, (q0, qw, t0, kw), mask if causal else None)
+        shared.done("kT", t0)
         if n + 1 < len(blocks):
-            loaded = _load_kv(b, t, (k, v, ki), *blocks[n + 1])
+            loaded = shared.get(*blocks[n + 1])
         yield
         if pending is not None:
             yield from _softmax_pv(b, t, state, *pending, scale)
-        pending = (n, scores, qw, kw)
+        pending = (n, (*scores, lambda t0=t0: shared.done("v", t0)), qw, kw)
     yield from _softmax_pv(b, t, state, *pending, scale)
     ot = t.take("o")
     o = ap(ot, r)
@@ -280,60 +339,60 @@ def _query_block(b, t: _Tiles, qh, kv, oh, q0: int, qw: int, causal: bool, scale
     t.give("qT", qt)
 
 
-def _load_kv(b, t: _Tiles, kv, t0: int, kw: int) -> tuple:
-    """Load key block t0 (kw keys): k^T [D, kw] and v. (k^T tile, v tile, chunks), a chunk
-    (P's columns as a slice, its keys, v's columns) per 128-or-fewer keys. With kw a multiple
-    of 4, v comes in ONE DMA, in flat order: partition p holds keys 4p .. 4p + 3, so chunk j
-    is the keys 4p + j (P's columns j::4); otherwise one DMA per 128 consecutive keys."""
+def _load_kv(b, t: _Tiles, kv, t0: int, widths: list[int]) -> tuple:
+    """Load key block t0 as wide as the widest of `widths`: k^T [D, kw] and v. (k^T tile,
+    v tile, layout). With every width a multiple of nc = ceil(kw / 128), v comes in ONE DMA,
+    in flat order: partition p holds keys nc p .. nc p + nc - 1, so chunk j is the keys
+    nc p + j (P's columns j::nc); otherwise one DMA per 128 consecutive keys."""
     k, v, ki = kv
-    P, D = t.P, t.D
+    P, D, kw = t.P, t.D, max(widths)
     kt = t.take("kT")
     _load_t(b, t, "k", k, ki, t0, kw, kt)
     vt = t.take("v")
-    if kw % 4 == 0 and kw // 4 <= P:
-        rows = kw // 4
+    nc = -(-kw // P)
+    if all(w % nc == 0 for w in widths):
         src = ap(v, *ki, slice(t0, t0 + kw), slice(None))
-        dst = ap(vt, slice(0, rows), slice(0, 4 * D))
+        dst = ap(vt, slice(0, kw // nc), slice(0, nc * D))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=t.q("v"))
-        chunks = [(slice(j, kw, 4), rows, slice(j * D, (j + 1) * D)) for j in range(4)]
-        return kt, vt, chunks
-    chunks = []
-    for j in range((kw + P - 1) // P):
+        return kt, vt, nc
+    for j in range(nc):
         cw = min(P, kw - j * P)
         src = ap(v, *ki, slice(t0 + j * P, t0 + j * P + cw), slice(None))
         dst = ap(vt, slice(0, cw), slice(j * D, (j + 1) * D))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=t.q("v"))
-        chunks.append((slice(j * P, j * P + cw), cw, slice(j * D, (j + 1) * D)))
-    return kt, vt, chunks
+    return kt, vt, 0
 
 
-def _scores(b, t: _Tiles, qT, loaded: tuple, q0, qw, t0, kw, causal) -> tuple:
-    """S = q k^T of a loaded key block, masked on the diagonal: (S, its kind, v tile,
-    chunks)."""
+def _chunks(t: _Tiles, nc: int, kw: int) -> list[tuple]:
+    """v's chunks for the first kw keys: (P's columns as a slice, its keys, v's columns) per
+    128-or-fewer keys; nc > 0: interleaved in nc chunks (`_load_kv`), 0: consecutive."""
+    P, D = t.P, t.D
+    if nc:
+        return [(slice(j, kw, nc), kw // nc, slice(j * D, (j + 1) * D)) for j in range(nc)]
+    return [
+        (slice(c, min(c + P, kw)), min(P, kw - c), slice(j * D, (j + 1) * D))
+        for j, c in enumerate(range(0, kw, P))
+    ]
+
+
+def _scores(b, t: _Tiles, qT, loaded: tuple, block: tuple, mask) -> tuple:
+    """S = q k^T of a loaded key block into PSUM, N columns a matmul; on the diagonal the
+    mask's bias added by one more matmul, I x B accumulated over the last keys (`_mask`):
+    (S, its kind, v tile, chunks)."""
     kt, vt, chunks = loaded
+    q0, qw, t0, kw = block
     r, kr = slice(0, qw), slice(0, kw)
-    kT = ap(kt, slice(0, t.D), kr)
-    s = ap(t.take("s"), r, kr)
-    b.emit(Matmul, [qT, kT], [s], stationary=qT, moving=kT, dst=s)
-    t.give("kT", kt)
-    if causal and t0 + kw - 1 > q0:  # the diagonal: keys after the query get -inf
-        masked = ap(t.take("s_sb"), r, kr)
-        b.emit(TensorCopy, [s], [masked], src=s, dst=masked)
-        b.emit(
-            AffineSelect,
-            [masked],
-            [masked],
-            on_true=masked,
-            dst=masked,
-            on_false=NEG,
-            cmp="greater_equal",
-            start=q0 - t0,
-            partition_step=1,
-            step=-1,
-        )
-        t.give("s", s.name)
-        return masked, "s_sb", vt, chunks
-    return s, "s", vt, chunks
+    s_t = t.take("s")
+    for c0 in range(0, kw, t.N):
+        w = min(t.N, kw - c0)
+        kT, s = ap(kt, slice(0, t.D), slice(c0, c0 + w)), ap(s_t, r, slice(c0, c0 + w))
+        b.emit(Matmul, [qT, kT], [s], stationary=qT, moving=kT, dst=s)
+    if mask is not None and t0 + kw - 1 > q0:  # the diagonal: keys after the query
+        c0, w = q0 - t0, kw - (q0 - t0)
+        ident, bias = ap(mask[0], r, r), ap(mask[1], r, slice(0, w))
+        s = ap(s_t, r, slice(c0, c0 + w))
+        b.emit(Matmul, [ident, bias], [s], stationary=ident, moving=bias, dst=s, accumulate=True)
+    return ap(s_t, r, kr), "s", vt, chunks
 
 
 def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: int, scale):
@@ -347,7 +406,7 @@ def _softmax(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: int,
     """The row max on VectorE or ScalarE in turn, -m' = min(-scale * max, -m) in one VectorE
     instruction; then P and its row sum in one ScalarE instruction, the correction c =
     exp(-(-m) + (-m')) on ScalarE, l = l * c + rowsum on GpSimd. Returns (P, turn)."""
-    s, s_kind, _, _ = scores
+    s, s_kind, _, _, _ = scores
     r, kr = slice(0, qw), slice(0, kw)
     nm_old, nm = state["nm"][n % 2], state["nm"][(n + 1) % 2]
     c, lb, mx = (state["cols"][k] for k in ("c", "lb", "mx"))
@@ -359,7 +418,7 @@ def _softmax(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: int,
     else:
         b.emit(TensorReduce, [s], [mx], alu="max", src=s, dst=mx)
     b.emit(TensorScalar, [mx, nm_old], [nm], src=mx, dst=nm, op0="multiply",
-           operand0=-scale, op1="min", operand1=nm_old)  # fmt: skip
+           operand0=-scale, op1="min", operand1=nm_old, engine=Engine.GPSIMD)  # fmt: skip
     yield
     b.emit(Activation, [s, nm], [p, lb], func="exp", src=s, dst=p, scale=scale, bias=nm,
            reduce="add", reduce_dst=lb)  # fmt: skip
@@ -375,7 +434,7 @@ def _pv(b, t: _Tiles, state: dict, scores: tuple, p, turn: bool, qw: int):
     """P^T's chunks on TensorE into one PSUM tile; out of it in one copy (by the engine that
     did not take the max); P v accumulated on TensorE; acc rescaled on GpSimd, P v added on
     VectorE."""
-    _, _, vt, chunks = scores
+    _, _, vt, chunks, release = scores
     P, r = t.P, slice(0, qw)
     c, acc = state["cols"]["c"], state["acc"]
     pT, pT_sb = t.take("pT"), t.take("pT_sb")
@@ -392,10 +451,7 @@ def _pv(b, t: _Tiles, state: dict, scores: tuple, p, turn: bool, qw: int):
     )  # one copy of the whole tile, or one per chunk where qw < 128 leaves gaps
     for rs, cs in spans:
         a, z = ap(pT, rs, cs), ap(pT_sb, rs, cs)
-        if turn:
-            b.emit(TensorCopy, [a], [z], src=a, dst=z)
-        else:
-            b.emit(Activation, [a], [z], func="copy", src=a, dst=z)
+        b.emit(TensorCopy, [a], [z], src=a, dst=z)
     yield
     pv = ap(t.take("pv"), r, slice(0, t.D))
     for j, (_, keys, vcols) in enumerate(chunks):
@@ -410,5 +466,5 @@ def _pv(b, t: _Tiles, state: dict, scores: tuple, p, turn: bool, qw: int):
     t.give("pT", pT)
     t.give("pT_sb", pT_sb)
     t.give("pv", pv.name)
-    t.give("v", vt)
+    release()
     yield
