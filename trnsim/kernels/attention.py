@@ -50,21 +50,23 @@ __all__ = ["lower_attention"]
 
 SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with 2 KiB banks
 GROUP = 2  # query blocks of one head that share each key block loaded (`_Shared`)
-INTERLEAVE = 2  # groups in flight at once (`_interleave`)
-_DONE = object()
+MAX_ON = "SV"  # which engine takes the row max of successive units, in turn
+ORDER = (("prepare", 3), ("max", 1), ("transpose", -1), ("pv", -2), ("exp", 0), ("scores", 2),
+         ("copy", -1), ("accumulate", -2), ("sum", 0))
+AHEAD = 3  # units whose key block is loaded ahead of the one in softmax (`_pipeline`)
 QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 4)}  # kind -> (first, count)
-DEPTH = {  # tiles of a kind before any is reused: enough for the blocks in flight
-    "qT": GROUP * INTERLEAVE + 1,
-    "kT": 2 * INTERLEAVE + 1,
-    "v": 2 * INTERLEAVE + 1,
-    "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 1 x 2 KiB of P^T, 4 x 512 B of P v
-    "p": GROUP * INTERLEAVE,
+DEPTH = {  # tiles of a kind before any is reused: enough for the units in flight
+    "qT": 4,
+    "kT": 4,
+    "v": 4,
+    "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 1 x 2 KiB of P^T, 3 x 512 B of P v (and NC-v2's transposed loads)
+    "p": 3,
     "pT": 1,
     "pT_sb": 2,
-    "pv": 4,
-    "acc": GROUP * INTERLEAVE + 1,
+    "pv": 3,
+    "acc": 4,
     "o": 2,
-    "col": 6 * (GROUP * INTERLEAVE + 1),
+    "col": 28,
 }
 NEG = -3.4028234663852886e38  # the most negative fp32: m's start
 MASK = -(2.0**126)  # the causal mask's bias: exact in bf16, and exp(scale * (s + MASK)) = 0
@@ -83,6 +85,7 @@ def lower_attention(
         raise TraceError(_shapes(tq, tk, tv, to))
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     t = _Tiles(b, cfg, D, tq.dtype, to.dtype)
+    t.reserve()
     share = b.share(to.shape)
     if share is not None and S % t.P:
         raise TraceError(
@@ -97,28 +100,12 @@ def lower_attention(
         for h in range(H)
     ]
     mask = _mask(b, t) if is_causal else None
-    groups = (
-        _query_group(b, t, (q, k, v, out), qi, ki, q0s[g : g + GROUP], (S, Skv), is_causal, scale, mask)
-        for qi, ki, q0s in heads
-        for g in range(0, len(q0s), GROUP)
-    )
-    _interleave(groups, INTERLEAVE)
+    units = []
+    for qi, ki, q0s in heads:
+        for g in range(0, len(q0s), GROUP):
+            units += _group_units(t, (q, k, v, out), qi, ki, q0s[g : g + GROUP], (S, Skv), is_causal)
+    _pipeline(b, t, units, scale, mask)
     b.release(*t.psum)
-
-
-def _interleave(gens, width: int) -> None:
-    """Emit the generators' stages round-robin, `width` at a time: they are independent, so
-    each engine alternates between them and one's dependency chain (load, scores, max, exp,
-    transposes, P v) hides behind the others' work."""
-    active: list = []
-    for g in gens:
-        active.append(g)
-        if len(active) < width:
-            continue
-        while len(active) == width:
-            active = [g for g in active if next(g, _DONE) is not _DONE]
-    while active:
-        active = [g for g in active if next(g, _DONE) is not _DONE]
 
 
 def _shapes(tq, tk, tv, to) -> str:
@@ -184,6 +171,12 @@ class _Tiles:
             return name
         return self.b.tile(kind, memory, shape, dt)
 
+    def reserve(self) -> None:
+        """Place the PSUM tiles first, the bank-sized before the small, so that none
+        straddles a bank and wastes the rest of one."""
+        for kind in ("s", "pT", "pv"):
+            self.give(kind, *[self.take(kind) for _ in range(DEPTH[kind])])
+
     def give(self, kind: str, *names: str) -> None:
         self.free[kind].extend(names)
 
@@ -191,7 +184,7 @@ class _Tiles:
         """Alternates: whether ScalarE (else VectorE) takes the row max of the next key
         block."""
         self.turns += 1
-        return self.scalar_max and self.turns % 2 == 1
+        return self.scalar_max and MAX_ON[self.turns % len(MAX_ON)] == "S"
 
     def q(self, kind: str) -> int:
         """The next DMA queue for a transfer of `kind`: each kind has queues of its own, so a
@@ -244,29 +237,51 @@ def _load_t(
     t.give("tp", tp)
 
 
-def _query_group(b, t: _Tiles, names, qi, ki, q0s, seqs, causal, scale, mask):
-    """Query blocks q0s of one head in lockstep, as a generator of rounds of their stages:
-    each key block is loaded once for all of them (`_Shared`)."""
-    q, k, v, out = names
+class _Block:
+    """One block of qw query rows from q0 against keys [0, end): its tensors and its state,
+    -m (negated running max; two tiles, alternating between key blocks), l, acc, and the
+    columns c (two, alternating), rowsum(P) and the block max."""
+
+    def __init__(self, names, qi, q0: int, qw: int, end: int):
+        self.names, self.qi, self.q0, self.qw, self.end = names, qi, q0, qw, end
+        self.units: list[_Unit] = []
+
+
+class _Unit:
+    """One key block of one query block: what its stages hand to each other."""
+
+    def __init__(self, blk: _Block, shared, n: int, t0: int, kw: int):
+        self.blk, self.shared, self.n, self.t0, self.kw = blk, shared, n, t0, kw
+        self.last = False
+
+
+def _group_units(t: _Tiles, names, qi, ki, q0s, seqs, causal) -> list:
+    """The units of query blocks q0s of one head: key block by key block, the blocks in
+    turn, so consecutive units are independent; each key block is loaded once for all the
+    blocks that read it (`_Shared`)."""
     S, skv = seqs
-    spans = [(q0, min(t.P, S - q0)) for q0 in q0s]
-    ends = [min(skv, q0 + qw) if causal else skv for q0, qw in spans]
-    shared = _Shared(b, t, (k, v, ki), ends)
-    active = [
-        _query_block(b, t, (q, qi), shared, (out, qi), q0, qw, end, causal, scale, mask)
-        for (q0, qw), end in zip(spans, ends)
-    ]
-    while active:
-        active = [g for g in active if next(g, _DONE) is not _DONE]
-        yield
+    blocks = []
+    for q0 in q0s:
+        qw = min(t.P, S - q0)
+        blocks.append(_Block(names, qi, q0, qw, min(skv, q0 + qw) if causal else skv))
+    shared = _Shared(t, (names[1], names[2], ki), [blk.end for blk in blocks])
+    units = []
+    for t0 in range(0, max(blk.end for blk in blocks), t.KB):
+        for blk in blocks:
+            if t0 < blk.end:
+                blk.units.append(_Unit(blk, shared, len(blk.units), t0, min(t.KB, blk.end - t0)))
+                units.append(blk.units[-1])
+    for blk in blocks:
+        blk.units[-1].last = True
+    return units
 
 
 class _Shared:
     """The key blocks of a group of query blocks: each loaded once, as wide as the widest
     block that reads it, and given back when the last one is done with it."""
 
-    def __init__(self, b, t: _Tiles, kv, ends: list[int]):
-        self.b, self.t, self.kv = b, t, kv
+    def __init__(self, t: _Tiles, kv, ends: list[int]):
+        self.kv = kv
         self.widths: dict[int, list[int]] = {}
         for end in ends:
             for t0 in range(0, end, t.KB):
@@ -274,69 +289,67 @@ class _Shared:
         self.loaded: dict[int, tuple] = {}
         self.left: dict[tuple[str, int], int] = {}
 
-    def get(self, t0: int, kw: int) -> tuple:
+    def get(self, b, t: _Tiles, t0: int, kw: int) -> tuple:
         """(k^T tile, v tile, v's chunks for kw keys) of key block t0, loaded on first use."""
         if t0 not in self.loaded:
-            self.loaded[t0] = _load_kv(self.b, self.t, self.kv, t0, self.widths[t0])
-            n = len(self.widths[t0])
-            self.left["kT", t0] = self.left["v", t0] = n
+            self.loaded[t0] = _load_kv(b, t, self.kv, t0, self.widths[t0])
+            self.left["kT", t0] = self.left["v", t0] = len(self.widths[t0])
         kt, vt, layout = self.loaded[t0]
-        return kt, vt, _chunks(self.t, layout, kw)
+        return kt, vt, _chunks(t, layout, kw)
 
-    def done(self, kind: str, t0: int) -> None:
+    def done(self, t: _Tiles, kind: str, t0: int) -> None:
         """One block is done with key block t0's k^T (or v)."""
         self.left[kind, t0] -= 1
         if not self.left[kind, t0]:
             kt, vt, _ = self.loaded[t0]
-            self.t.give(kind, kt if kind == "kT" else vt)
+            t.give(kind, kt if kind == "kT" else vt)
 
 
-def _query_block(b, t: _Tiles, qh, shared: _Shared, oh, q0, qw, end, causal, scale, mask):
-    """One block of qw query rows from q0 against keys [0, end), as a generator of its
-    stages (`_interleave`): key block j + 1 is asked for while block j's scores are
-    computed, and every block's scores come one stage before the previous block's softmax and
-    P v, so TensorE computes S(j + 1) while the other engines work on block j."""
-    (q, qi), (out, oi) = qh, oh
-    D, r = t.D, slice(0, qw)
-    qt = t.take("qT")
-    _load_t(b, t, "q", q, qi, q0, qw, qt)
-    qT = ap(qt, slice(0, D), slice(0, qw))
-    # the state: -m (negated running max; two tiles, this block's and the next's), l, acc
-    cols = [t.take("col") for _ in range(6)]
-    acc_t = t.take("acc")
-    state = {
-        "nm": [ap(cols[0], r), ap(cols[1], r)],
-        "l": ap(cols[2], r),
-        "acc": ap(acc_t, r),
-        "cols": {n: ap(c, r) for n, c in zip(("c", "lb", "mx"), cols[3:])},
-    }
-    b.emit(Memset, [], [state["nm"][0]], dst=state["nm"][0], value=-NEG, engine=Engine.GPSIMD)
-    b.emit(Memset, [], [state["l"]], dst=state["l"], value=0.0, engine=Engine.GPSIMD)
-    b.emit(Memset, [], [state["acc"]], dst=state["acc"], value=0.0, engine=Engine.GPSIMD)
-    blocks = [(t0, min(t.KB, end - t0)) for t0 in range(0, end, t.KB)]
-    loaded = shared.get(*blocks[0])
-    yield
-    pending = None
-    for n, (t0, kw) in enumerate(blocks):
-        scores = _scores(b, t, qT, loaded, (q0, qw, t0, kw), mask if causal else None)
-        shared.done("kT", t0)
-        if n + 1 < len(blocks):
-            loaded = shared.get(*blocks[n + 1])
-        yield
-        if pending is not None:
-            yield from _softmax_pv(b, t, state, *pending, scale)
-        pending = (n, (*scores, lambda t0=t0: shared.done("v", t0)), qw, kw)
-    yield from _softmax_pv(b, t, state, *pending, scale)
-    ot = t.take("o")
-    o = ap(ot, r)
-    acc, l_ = state["acc"], state["l"]
-    b.emit(TensorScalar, [acc, l_], [o], src=acc, dst=o, op0="divide", operand0=l_)
-    dst = ap(out, *oi, slice(q0, q0 + qw), slice(None))
-    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=t.q("out"))
-    t.give("o", ot)
-    t.give("col", *cols)
-    t.give("acc", acc_t)
-    t.give("qT", qt)
+def _pipeline(b, t: _Tiles, units: list, scale: float, mask) -> None:
+    """Emit the units software-pipelined: in step i, key block i's softmax, i - 1's
+    transposes and copy, i - 2's P v and accumulation, i + 1's row max and i + 2's scores,
+    so that every engine's next instruction reads what an earlier step made and the chain
+    of one unit (scores, max, exp, transposes, copy, P v) hides behind its neighbours'."""
+    n = len(units)
+
+    def at(j: int):
+        return units[j] if 0 <= j < n else None
+
+    fns = {"prepare": _prepare, "transpose": _transpose, "pv": _pv, "exp": _exp,
+           "scores": _scores, "copy": _copy, "accumulate": _accumulate, "sum": _sum, "max": _max}
+    steps = [(off, fns[name]) for name, off in ORDER]  # fmt: skip
+    lo = max(off for off, _ in steps)
+    hi = -min(off for off, _ in steps)
+    for i in range(-lo, n + hi):
+        for offset, stage in steps:
+            u = at(i + offset)
+            if u is not None:
+                stage(b, t, u, scale, mask)
+
+
+def _prepare(b, t: _Tiles, u: _Unit, *_) -> None:
+    """The unit's key block, loaded if no block of its group did yet; the query block's q^T
+    and state first if this is its first unit."""
+    blk = u.blk
+    if u.n == 0:
+        _start(b, t, blk)
+    u.loaded = u.shared.get(b, t, u.t0, u.kw)
+
+
+def _start(b, t: _Tiles, blk: _Block) -> None:
+    """q^T loaded; -m, l and acc start at +inf, 0, 0."""
+    q = blk.names[0]
+    r = slice(0, blk.qw)
+    blk.qt = t.take("qT")
+    _load_t(b, t, "q", q, blk.qi, blk.q0, blk.qw, blk.qt)
+    blk.qT = ap(blk.qt, slice(0, t.D), r)
+    blk.cols = [t.take("col") for _ in range(7)]
+    blk.acc_t = t.take("acc")
+    c = [ap(x, r) for x in blk.cols]
+    blk.nm, blk.c, blk.l, blk.lb, blk.mx = c[0:2], c[2:4], c[4], c[5], c[6]
+    blk.acc = ap(blk.acc_t, r)
+    for x, value in ((blk.nm[0], -NEG), (blk.l, 0.0), (blk.acc, 0.0)):
+        b.emit(Memset, [], [x], dst=x, value=value, engine=Engine.GPSIMD)
 
 
 def _load_kv(b, t: _Tiles, kv, t0: int, widths: list[int]) -> tuple:
@@ -375,96 +388,122 @@ def _chunks(t: _Tiles, nc: int, kw: int) -> list[tuple]:
     ]
 
 
-def _scores(b, t: _Tiles, qT, loaded: tuple, block: tuple, mask) -> tuple:
-    """S = q k^T of a loaded key block into PSUM, N columns a matmul; on the diagonal the
-    mask's bias added by one more matmul, I x B accumulated over the last keys (`_mask`):
-    (S, its kind, v tile, chunks)."""
-    kt, vt, chunks = loaded
-    q0, qw, t0, kw = block
-    r, kr = slice(0, qw), slice(0, kw)
-    s_t = t.take("s")
+def _scores(b, t: _Tiles, u: _Unit, _scale, mask) -> None:
+    """S = q k^T of the unit's key block into PSUM, N columns a matmul; on the diagonal the
+    mask's bias added by one more matmul, I x B accumulated over the last keys (`_mask`)."""
+    kt, _, _ = u.loaded
+    blk = u.blk
+    q0, qw, t0, kw = blk.q0, blk.qw, u.t0, u.kw
+    r = slice(0, qw)
+    u.s_t = t.take("s")
     for c0 in range(0, kw, t.N):
         w = min(t.N, kw - c0)
-        kT, s = ap(kt, slice(0, t.D), slice(c0, c0 + w)), ap(s_t, r, slice(c0, c0 + w))
-        b.emit(Matmul, [qT, kT], [s], stationary=qT, moving=kT, dst=s)
+        kT, s = ap(kt, slice(0, t.D), slice(c0, c0 + w)), ap(u.s_t, r, slice(c0, c0 + w))
+        b.emit(Matmul, [blk.qT, kT], [s], stationary=blk.qT, moving=kT, dst=s)
     if mask is not None and t0 + kw - 1 > q0:  # the diagonal: keys after the query
         c0, w = q0 - t0, kw - (q0 - t0)
         ident, bias = ap(mask[0], r, r), ap(mask[1], r, slice(0, w))
-        s = ap(s_t, r, slice(c0, c0 + w))
+        s = ap(u.s_t, r, slice(c0, c0 + w))
         b.emit(Matmul, [ident, bias], [s], stationary=ident, moving=bias, dst=s, accumulate=True)
-    return ap(s_t, r, kr), "s", vt, chunks
+    u.s = ap(u.s_t, r, slice(0, kw))
+    u.shared.done(t, "kT", t0)
 
 
-def _softmax_pv(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: int, scale):
-    """Block n's online softmax, then P v into the state: stages of a generator (module doc);
-    every step on another engine than the last is a stage of its own."""
-    p, turn = yield from _softmax(b, t, state, n, scores, qw, kw, scale)
-    yield from _pv(b, t, state, scores, p, turn, qw)
-
-
-def _softmax(b, t: _Tiles, state: dict, n: int, scores: tuple, qw: int, kw: int, scale):
-    """The row max on VectorE or ScalarE in turn, -m' = min(-scale * max, -m) in one VectorE
-    instruction; then P and its row sum in one ScalarE instruction, the correction c =
-    exp(-(-m) + (-m')) on ScalarE, l = l * c + rowsum on GpSimd. Returns (P, turn)."""
-    s, s_kind, _, _, _ = scores
-    r, kr = slice(0, qw), slice(0, kw)
-    nm_old, nm = state["nm"][n % 2], state["nm"][(n + 1) % 2]
-    c, lb, mx = (state["cols"][k] for k in ("c", "lb", "mx"))
-    l_ = state["l"]
-    p = ap(t.take("p"), r, kr)
-    turn = t.turn()
-    if turn:  # ScalarE's copy with a max reduction; its elementwise result is overwritten
-        b.emit(Activation, [s], [p, mx], func="copy", src=s, dst=p, reduce="max", reduce_dst=mx)
+def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
+    """The row max on VectorE or ScalarE in turn (ScalarE: a copy with a max reduction, its
+    elementwise result overwritten by the exp), then -m' = min(-scale * max, -m) on GpSimd."""
+    blk = u.blk
+    u.p = ap(t.take("p"), slice(0, blk.qw), slice(0, u.kw))
+    if t.turn():
+        b.emit(Activation, [u.s], [u.p, blk.mx], func="copy", src=u.s, dst=u.p, reduce="max",
+               reduce_dst=blk.mx)  # fmt: skip
     else:
-        b.emit(TensorReduce, [s], [mx], alu="max", src=s, dst=mx)
-    b.emit(TensorScalar, [mx, nm_old], [nm], src=mx, dst=nm, op0="multiply",
+        b.emit(TensorReduce, [u.s], [blk.mx], alu="max", src=u.s, dst=blk.mx)
+    nm_old, nm = blk.nm[u.n % 2], blk.nm[(u.n + 1) % 2]
+    b.emit(TensorScalar, [blk.mx, nm_old], [nm], src=blk.mx, dst=nm, op0="multiply",
            operand0=-scale, op1="min", operand1=nm_old, engine=Engine.GPSIMD)  # fmt: skip
-    yield
-    b.emit(Activation, [s, nm], [p, lb], func="exp", src=s, dst=p, scale=scale, bias=nm,
-           reduce="add", reduce_dst=lb)  # fmt: skip
+
+
+def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
+    """P = exp(scale S - m') in bf16 and its row sum in one ScalarE instruction; the
+    correction c = exp(-(-m) + (-m')) on ScalarE."""
+    blk = u.blk
+    nm_old, nm, c = blk.nm[u.n % 2], blk.nm[(u.n + 1) % 2], blk.c[u.n % 2]
+    b.emit(Activation, [u.s, nm], [u.p, blk.lb], func="exp", src=u.s, dst=u.p, scale=scale,
+           bias=nm, reduce="add", reduce_dst=blk.lb)  # fmt: skip
     b.emit(Activation, [nm_old, nm], [c], func="exp", src=nm_old, dst=c, scale=-1.0, bias=nm)
-    b.emit(TensorScalar, [l_, c, lb], [l_], src=l_, dst=l_, op0="multiply", operand0=c,
-           op1="add", operand1=lb, engine=Engine.GPSIMD)  # fmt: skip
-    t.give(s_kind, s.name)
-    yield
-    return p, turn
+    t.give("s", u.s_t)
 
 
-def _pv(b, t: _Tiles, state: dict, scores: tuple, p, turn: bool, qw: int):
-    """P^T's chunks on TensorE into one PSUM tile; out of it in one copy (by the engine that
-    did not take the max); P v accumulated on TensorE; acc rescaled on GpSimd, P v added on
-    VectorE."""
-    _, _, vt, chunks, release = scores
-    P, r = t.P, slice(0, qw)
-    c, acc = state["cols"]["c"], state["acc"]
-    pT, pT_sb = t.take("pT"), t.take("pT_sb")
+def _sum(b, t: _Tiles, u: _Unit, *_) -> None:
+    """l = l * c + rowsum(P) on GpSimd."""
+    blk = u.blk
+    c = blk.c[u.n % 2]
+    b.emit(TensorScalar, [blk.l, c, blk.lb], [blk.l], src=blk.l, dst=blk.l, op0="multiply",
+           operand0=c, op1="add", operand1=blk.lb, engine=Engine.GPSIMD)  # fmt: skip
+
+
+def _transpose(b, t: _Tiles, u: _Unit, *_) -> None:
+    """P^T's chunks on TensorE into one PSUM tile."""
+    P, qw = t.P, u.blk.qw
+    _, _, chunks = u.loaded
+    u.pT = t.take("pT")
     for j, (cols, keys, _) in enumerate(chunks):
-        src = ap(p.name, r, cols)
-        tp = ap(pT, slice(0, keys), slice(j * P, j * P + qw))
+        src = ap(u.p.name, slice(0, qw), cols)
+        tp = ap(u.pT, slice(0, keys), slice(j * P, j * P + qw))
         b.emit(Transpose, [src], [tp], src=src, dst=tp)
-    yield
+
+
+def _copy(b, t: _Tiles, u: _Unit, *_) -> None:
+    """P^T out of PSUM on VectorE: one copy of the whole tile, or one per chunk where
+    qw < 128 leaves gaps."""
+    P, qw = t.P, u.blk.qw
+    _, _, chunks = u.loaded
+    u.pT_sb = t.take("pT_sb")
     rows = max(keys for _, keys, _ in chunks)
     spans = (
         [(slice(0, rows), slice(0, len(chunks) * P))]
         if qw == P
         else [(slice(0, keys), slice(j * P, j * P + qw)) for j, (_, keys, _) in enumerate(chunks)]
-    )  # one copy of the whole tile, or one per chunk where qw < 128 leaves gaps
+    )
     for rs, cs in spans:
-        a, z = ap(pT, rs, cs), ap(pT_sb, rs, cs)
+        a, z = ap(u.pT, rs, cs), ap(u.pT_sb, rs, cs)
         b.emit(TensorCopy, [a], [z], src=a, dst=z)
-    yield
-    pv = ap(t.take("pv"), r, slice(0, t.D))
+    t.give("pT", u.pT)
+    t.give("p", u.p.name)
+
+
+def _pv(b, t: _Tiles, u: _Unit, *_) -> None:
+    """P v accumulated on TensorE over the chunks."""
+    P, qw = t.P, u.blk.qw
+    _, vt, chunks = u.loaded
+    u.pv = ap(t.take("pv"), slice(0, qw), slice(0, t.D))
     for j, (_, keys, vcols) in enumerate(chunks):
-        st = ap(pT_sb, slice(0, keys), slice(j * P, j * P + qw))
+        st = ap(u.pT_sb, slice(0, keys), slice(j * P, j * P + qw))
         mv = ap(vt, slice(0, keys), vcols)
-        b.emit(Matmul, [st, mv], [pv], stationary=st, moving=mv, dst=pv, accumulate=j > 0)
-    yield
+        b.emit(Matmul, [st, mv], [u.pv], stationary=st, moving=mv, dst=u.pv, accumulate=j > 0)
+    t.give("pT_sb", u.pT_sb)
+    u.shared.done(t, "v", u.t0)
+
+
+def _accumulate(b, t: _Tiles, u: _Unit, *_) -> None:
+    """acc = acc * c on GpSimd, + P v on VectorE; after the block's last key block, out =
+    acc / l, cast and stored."""
+    blk = u.blk
+    acc, c = blk.acc, blk.c[u.n % 2]
     b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c,
            engine=Engine.GPSIMD)  # fmt: skip
-    b.emit(TensorTensor, [acc, pv], [acc], alu="add", src0=acc, src1=pv, dst=acc)
-    t.give("p", p.name)
-    t.give("pT", pT)
-    t.give("pT_sb", pT_sb)
-    t.give("pv", pv.name)
-    release()
-    yield
+    b.emit(TensorTensor, [acc, u.pv], [acc], alu="add", src0=acc, src1=u.pv, dst=acc)
+    t.give("pv", u.pv.name)
+    if not u.last:
+        return
+    ot = t.take("o")
+    o = ap(ot, slice(0, blk.qw))
+    b.emit(TensorScalar, [acc, blk.l], [o], src=acc, dst=o, op0="divide", operand0=blk.l)
+    out, oi, q0 = blk.names[3], blk.qi, blk.q0
+    dst = ap(out, *oi, slice(q0, q0 + blk.qw), slice(None))
+    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=t.q("out"))
+    t.give("o", ot)
+    t.give("col", *blk.cols)
+    t.give("acc", blk.acc_t)
+    t.give("qT", blk.qt)
