@@ -52,7 +52,7 @@ SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with
 GROUP = 2  # query blocks of one head that share each key block loaded (`_Shared`)
 MAX_ON = "SV"  # which engine takes the row max of successive units, in turn
 ORDER = (("prepare", 3), ("max", 1), ("transpose", -1), ("pv", -2), ("exp", 0), ("scores", 2),
-         ("copy", -1), ("accumulate", -2), ("sum", 0))
+         ("copy", -1), ("accumulate", -2))
 AHEAD = 3  # units whose key block is loaded ahead of the one in softmax (`_pipeline`)
 QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 4)}  # kind -> (first, count)
 DEPTH = {  # tiles of a kind before any is reused: enough for the units in flight
@@ -66,7 +66,7 @@ DEPTH = {  # tiles of a kind before any is reused: enough for the units in fligh
     "pv": 3,
     "acc": 4,
     "o": 2,
-    "col": 28,
+    "col": 20,
 }
 NEG = -3.4028234663852886e38  # the most negative fp32: m's start
 MASK = -(2.0**126)  # the causal mask's bias: exact in bf16, and exp(scale * (s + MASK)) = 0
@@ -138,13 +138,13 @@ class _Tiles:
         self.kinds = {  # kind -> (memory, shape, dtype)
             "qT": ("sbuf", (P, P), in_dt),
             "kT": ("sbuf", (P, KB), in_dt),
-            "v": ("sbuf", (P, KB // P * D), in_dt),
+            "v": ("sbuf", (P, KB // P, D + 1), in_dt),  # chunks of v, each with a ones column
             "s": ("psum", (P, KB), f32),
             "p": ("sbuf", (P, KB), bf16),
             "pT": ("psum", (P, KB), bf16),  # P^T's chunks side by side
             "pT_sb": ("sbuf", (P, KB), bf16),
-            "pv": ("psum", (P, D), f32),
-            "acc": ("sbuf", (P, D), f32),
+            "pv": ("psum", (P, D + 1), f32),  # P v and, in the last column, rowsum(P)
+            "acc": ("sbuf", (P, D + 1), f32),
             "o": ("sbuf", (P, D), out_dt),
             "col": ("sbuf", (P, 1), f32),  # the [rows, 1] statistics
             "raw": ("sbuf", (P, P), in_dt),  # NC-v2: loads turned on TensorE
@@ -169,7 +169,11 @@ class _Tiles:
             name = self.b.psum(kind, shape, dt)
             self.psum.append(name)
             return name
-        return self.b.tile(kind, memory, shape, dt)
+        name = self.b.tile(kind, memory, shape, dt)
+        if kind == "v":  # the ones column, once: loads write the others
+            ones = ap(name, slice(0, self.P), slice(None), slice(self.D, self.D + 1))
+            self.b.emit(Memset, [], [ones], dst=ones, value=1.0, engine=Engine.GPSIMD)
+        return name
 
     def reserve(self) -> None:
         """Place the PSUM tiles first, the bank-sized before the small, so that none
@@ -316,7 +320,7 @@ def _pipeline(b, t: _Tiles, units: list, scale: float, mask) -> None:
         return units[j] if 0 <= j < n else None
 
     fns = {"prepare": _prepare, "transpose": _transpose, "pv": _pv, "exp": _exp,
-           "scores": _scores, "copy": _copy, "accumulate": _accumulate, "sum": _sum, "max": _max}
+           "scores": _scores, "copy": _copy, "accumulate": _accumulate, "max": _max}
     steps = [(off, fns[name]) for name, off in ORDER]  # fmt: skip
     lo = max(off for off, _ in steps)
     hi = -min(off for off, _ in steps)
@@ -337,19 +341,18 @@ def _prepare(b, t: _Tiles, u: _Unit, *_) -> None:
 
 
 def _start(b, t: _Tiles, blk: _Block) -> None:
-    """q^T loaded; -m, l and acc start at +inf, 0, 0."""
+    """q^T loaded; the state's tiles taken (the first key block sets them, `_max`,
+    `_accumulate`)."""
     q = blk.names[0]
     r = slice(0, blk.qw)
     blk.qt = t.take("qT")
     _load_t(b, t, "q", q, blk.qi, blk.q0, blk.qw, blk.qt)
     blk.qT = ap(blk.qt, slice(0, t.D), r)
-    blk.cols = [t.take("col") for _ in range(7)]
+    blk.cols = [t.take("col") for _ in range(5)]
     blk.acc_t = t.take("acc")
     c = [ap(x, r) for x in blk.cols]
-    blk.nm, blk.c, blk.l, blk.lb, blk.mx = c[0:2], c[2:4], c[4], c[5], c[6]
-    blk.acc = ap(blk.acc_t, r)
-    for x, value in ((blk.nm[0], -NEG), (blk.l, 0.0), (blk.acc, 0.0)):
-        b.emit(Memset, [], [x], dst=x, value=value, engine=Engine.GPSIMD)
+    blk.nm, blk.c, blk.mx = c[0:2], c[2:4], c[4]
+    blk.acc = ap(blk.acc_t, r, slice(0, t.D + 1))
 
 
 def _load_kv(b, t: _Tiles, kv, t0: int, widths: list[int]) -> tuple:
@@ -365,27 +368,24 @@ def _load_kv(b, t: _Tiles, kv, t0: int, widths: list[int]) -> tuple:
     nc = -(-kw // P)
     if all(w % nc == 0 for w in widths):
         src = ap(v, *ki, slice(t0, t0 + kw), slice(None))
-        dst = ap(vt, slice(0, kw // nc), slice(0, nc * D))
+        dst = ap(vt, slice(0, kw // nc), slice(0, nc), slice(0, D))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=t.q("v"))
         return kt, vt, nc
     for j in range(nc):
         cw = min(P, kw - j * P)
         src = ap(v, *ki, slice(t0 + j * P, t0 + j * P + cw), slice(None))
-        dst = ap(vt, slice(0, cw), slice(j * D, (j + 1) * D))
+        dst = ap(vt, slice(0, cw), j, slice(0, D))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=t.q("v"))
     return kt, vt, 0
 
 
 def _chunks(t: _Tiles, nc: int, kw: int) -> list[tuple]:
-    """v's chunks for the first kw keys: (P's columns as a slice, its keys, v's columns) per
+    """v's chunks for the first kw keys: (P's columns as a slice, its keys, v's chunk) per
     128-or-fewer keys; nc > 0: interleaved in nc chunks (`_load_kv`), 0: consecutive."""
-    P, D = t.P, t.D
+    P = t.P
     if nc:
-        return [(slice(j, kw, nc), kw // nc, slice(j * D, (j + 1) * D)) for j in range(nc)]
-    return [
-        (slice(c, min(c + P, kw)), min(P, kw - c), slice(j * D, (j + 1) * D))
-        for j, c in enumerate(range(0, kw, P))
-    ]
+        return [(slice(j, kw, nc), kw // nc, j) for j in range(nc)]
+    return [(slice(c, min(c + P, kw)), min(P, kw - c), j) for j, c in enumerate(range(0, kw, P))]
 
 
 def _scores(b, t: _Tiles, u: _Unit, _scale, mask) -> None:
@@ -411,7 +411,8 @@ def _scores(b, t: _Tiles, u: _Unit, _scale, mask) -> None:
 
 def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
     """The row max on VectorE or ScalarE in turn (ScalarE: a copy with a max reduction, its
-    elementwise result overwritten by the exp), then -m' = min(-scale * max, -m) on GpSimd."""
+    elementwise result overwritten by the exp), then -m' = min(-scale * max, -m) on GpSimd
+    (-scale * max for the first key block)."""
     blk = u.blk
     u.p = ap(t.take("p"), slice(0, blk.qw), slice(0, u.kw))
     if t.turn():
@@ -420,27 +421,23 @@ def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
     else:
         b.emit(TensorReduce, [u.s], [blk.mx], alu="max", src=u.s, dst=blk.mx)
     nm_old, nm = blk.nm[u.n % 2], blk.nm[(u.n + 1) % 2]
+    if u.n == 0:
+        b.emit(TensorScalar, [blk.mx], [nm], src=blk.mx, dst=nm, op0="multiply",
+               operand0=-scale, engine=Engine.GPSIMD)  # fmt: skip
+        return
     b.emit(TensorScalar, [blk.mx, nm_old], [nm], src=blk.mx, dst=nm, op0="multiply",
            operand0=-scale, op1="min", operand1=nm_old, engine=Engine.GPSIMD)  # fmt: skip
 
 
 def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """P = exp(scale S - m') in bf16 and its row sum in one ScalarE instruction; the
-    correction c = exp(-(-m) + (-m')) on ScalarE."""
+    """P = exp(scale S - m') in bf16 on ScalarE; the correction c = exp(-(-m) + (-m')) after
+    the first key block."""
     blk = u.blk
     nm_old, nm, c = blk.nm[u.n % 2], blk.nm[(u.n + 1) % 2], blk.c[u.n % 2]
-    b.emit(Activation, [u.s, nm], [u.p, blk.lb], func="exp", src=u.s, dst=u.p, scale=scale,
-           bias=nm, reduce="add", reduce_dst=blk.lb)  # fmt: skip
-    b.emit(Activation, [nm_old, nm], [c], func="exp", src=nm_old, dst=c, scale=-1.0, bias=nm)
+    b.emit(Activation, [u.s, nm], [u.p], func="exp", src=u.s, dst=u.p, scale=scale, bias=nm)
+    if u.n:
+        b.emit(Activation, [nm_old, nm], [c], func="exp", src=nm_old, dst=c, scale=-1.0, bias=nm)
     t.give("s", u.s_t)
-
-
-def _sum(b, t: _Tiles, u: _Unit, *_) -> None:
-    """l = l * c + rowsum(P) on GpSimd."""
-    blk = u.blk
-    c = blk.c[u.n % 2]
-    b.emit(TensorScalar, [blk.l, c, blk.lb], [blk.l], src=blk.l, dst=blk.l, op0="multiply",
-           operand0=c, op1="add", operand1=blk.lb, engine=Engine.GPSIMD)  # fmt: skip
 
 
 def _transpose(b, t: _Tiles, u: _Unit, *_) -> None:
@@ -477,29 +474,35 @@ def _pv(b, t: _Tiles, u: _Unit, *_) -> None:
     """P v accumulated on TensorE over the chunks."""
     P, qw = t.P, u.blk.qw
     _, vt, chunks = u.loaded
-    u.pv = ap(t.take("pv"), slice(0, qw), slice(0, t.D))
-    for j, (_, keys, vcols) in enumerate(chunks):
+    u.pv = ap(t.take("pv"), slice(0, qw), slice(0, t.D + 1))
+    for j, (_, keys, vj) in enumerate(chunks):
         st = ap(u.pT_sb, slice(0, keys), slice(j * P, j * P + qw))
-        mv = ap(vt, slice(0, keys), vcols)
+        mv = ap(vt, slice(0, keys), vj, slice(0, t.D + 1))
         b.emit(Matmul, [st, mv], [u.pv], stationary=st, moving=mv, dst=u.pv, accumulate=j > 0)
     t.give("pT_sb", u.pT_sb)
     u.shared.done(t, "v", u.t0)
 
 
 def _accumulate(b, t: _Tiles, u: _Unit, *_) -> None:
-    """acc = acc * c on GpSimd, + P v on VectorE; after the block's last key block, out =
-    acc / l, cast and stored."""
+    """acc = acc * c on GpSimd, + [P v, rowsum(P)] on VectorE (acc = that, for the first key
+    block): acc's last column is l. After the block's last key block, out = acc / l on
+    GpSimd, cast and stored."""
     blk = u.blk
     acc, c = blk.acc, blk.c[u.n % 2]
-    b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c,
-           engine=Engine.GPSIMD)  # fmt: skip
-    b.emit(TensorTensor, [acc, u.pv], [acc], alu="add", src0=acc, src1=u.pv, dst=acc)
+    if u.n == 0:
+        b.emit(TensorCopy, [u.pv], [acc], src=u.pv, dst=acc)
+    else:
+        b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c,
+               engine=Engine.GPSIMD)  # fmt: skip
+        b.emit(TensorTensor, [acc, u.pv], [acc], alu="add", src0=acc, src1=u.pv, dst=acc)
     t.give("pv", u.pv.name)
     if not u.last:
         return
+    r = slice(0, blk.qw)
     ot = t.take("o")
-    o = ap(ot, slice(0, blk.qw))
-    b.emit(TensorScalar, [acc, blk.l], [o], src=acc, dst=o, op0="divide", operand0=blk.l)
+    o, num, l_ = ap(ot, r), ap(blk.acc_t, r, slice(0, t.D)), ap(blk.acc_t, r, slice(t.D, t.D + 1))
+    b.emit(TensorScalar, [num, l_], [o], src=num, dst=o, op0="divide", operand0=l_,
+           engine=Engine.GPSIMD)  # fmt: skip
     out, oi, q0 = blk.names[3], blk.qi, blk.q0
     dst = ap(out, *oi, slice(q0, q0 + blk.qw), slice(None))
     b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=t.q("out"))
