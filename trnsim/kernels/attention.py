@@ -50,9 +50,10 @@ __all__ = ["lower_attention"]
 
 SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with 2 KiB banks
 GROUP = 2  # query blocks of one head that share each key block loaded (`_Shared`)
+RESCALE_ON = "S"  # the engine that rescales acc in PSUM
 MAX_ON = "SV"  # which engine takes the row max of successive units, in turn
 ORDER = (("prepare", 3), ("max", 1), ("transpose", -1), ("pv", -2), ("exp", 0), ("scores", 2),
-         ("copy", -1), ("accumulate", -2))
+         ("copy", -1), ("rescale", -1), ("accumulate", -2))
 AHEAD = 3  # units whose key block is loaded ahead of the one in softmax (`_pipeline`)
 QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 4)}  # kind -> (first, count)
 DEPTH = {  # tiles of a kind before any is reused: enough for the units in flight
@@ -63,8 +64,7 @@ DEPTH = {  # tiles of a kind before any is reused: enough for the units in fligh
     "p": 3,
     "pT": 1,
     "pT_sb": 2,
-    "pv": 3,
-    "acc": 4,
+    "acc": 3,
     "o": 2,
     "col": 20,
 }
@@ -143,8 +143,7 @@ class _Tiles:
             "p": ("sbuf", (P, KB), bf16),
             "pT": ("psum", (P, KB), bf16),  # P^T's chunks side by side
             "pT_sb": ("sbuf", (P, KB), bf16),
-            "pv": ("psum", (P, D + 1), f32),  # P v and, in the last column, rowsum(P)
-            "acc": ("sbuf", (P, D + 1), f32),
+            "acc": ("psum", (P, D + 1), f32),  # sum of c-rescaled P v; last column: l
             "o": ("sbuf", (P, D), out_dt),
             "col": ("sbuf", (P, 1), f32),  # the [rows, 1] statistics
             "raw": ("sbuf", (P, P), in_dt),  # NC-v2: loads turned on TensorE
@@ -178,7 +177,7 @@ class _Tiles:
     def reserve(self) -> None:
         """Place the PSUM tiles first, the bank-sized before the small, so that none
         straddles a bank and wastes the rest of one."""
-        for kind in ("s", "pT", "pv"):
+        for kind in ("s", "pT", "acc"):
             self.give(kind, *[self.take(kind) for _ in range(DEPTH[kind])])
 
     def give(self, kind: str, *names: str) -> None:
@@ -320,7 +319,8 @@ def _pipeline(b, t: _Tiles, units: list, scale: float, mask) -> None:
         return units[j] if 0 <= j < n else None
 
     fns = {"prepare": _prepare, "transpose": _transpose, "pv": _pv, "exp": _exp,
-           "scores": _scores, "copy": _copy, "accumulate": _accumulate, "max": _max}
+           "scores": _scores, "copy": _copy, "accumulate": _accumulate, "max": _max,
+           "rescale": _rescale}
     steps = [(off, fns[name]) for name, off in ORDER]  # fmt: skip
     lo = max(off for off, _ in steps)
     hi = -min(off for off, _ in steps)
@@ -349,10 +349,8 @@ def _start(b, t: _Tiles, blk: _Block) -> None:
     _load_t(b, t, "q", q, blk.qi, blk.q0, blk.qw, blk.qt)
     blk.qT = ap(blk.qt, slice(0, t.D), r)
     blk.cols = [t.take("col") for _ in range(5)]
-    blk.acc_t = t.take("acc")
     c = [ap(x, r) for x in blk.cols]
     blk.nm, blk.c, blk.mx = c[0:2], c[2:4], c[4]
-    blk.acc = ap(blk.acc_t, r, slice(0, t.D + 1))
 
 
 def _load_kv(b, t: _Tiles, kv, t0: int, widths: list[int]) -> tuple:
@@ -470,39 +468,49 @@ def _copy(b, t: _Tiles, u: _Unit, *_) -> None:
     t.give("p", u.p.name)
 
 
+def _rescale(b, t: _Tiles, u: _Unit, *_) -> None:
+    """acc = acc * c in PSUM, before the unit's P v accumulates into it (ScalarE or
+    VectorE, RESCALE_ON)."""
+    if u.n == 0:
+        return
+    blk = u.blk
+    acc, c = blk.acc, blk.c[u.n % 2]
+    if RESCALE_ON == "S":
+        b.emit(Activation, [acc, c], [acc], func="copy", src=acc, dst=acc, scale=c)
+    else:
+        b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c)
+
+
 def _pv(b, t: _Tiles, u: _Unit, *_) -> None:
-    """P v accumulated on TensorE over the chunks."""
-    P, qw = t.P, u.blk.qw
+    """[P v, rowsum(P)] accumulated on TensorE over the chunks into acc (PSUM), which the
+    first key block starts."""
+    P, blk = t.P, u.blk
+    qw = blk.qw
     _, vt, chunks = u.loaded
-    u.pv = ap(t.take("pv"), slice(0, qw), slice(0, t.D + 1))
+    if u.n == 0:
+        blk.acc_t = t.take("acc")
+        blk.acc = ap(blk.acc_t, slice(0, qw), slice(0, t.D + 1))
+    acc = blk.acc
     for j, (_, keys, vj) in enumerate(chunks):
         st = ap(u.pT_sb, slice(0, keys), slice(j * P, j * P + qw))
         mv = ap(vt, slice(0, keys), vj, slice(0, t.D + 1))
-        b.emit(Matmul, [st, mv], [u.pv], stationary=st, moving=mv, dst=u.pv, accumulate=j > 0)
+        more = u.n > 0 or j > 0
+        b.emit(Matmul, [st, mv, acc] if more else [st, mv], [acc], stationary=st, moving=mv,
+               dst=acc, accumulate=more)  # fmt: skip
     t.give("pT_sb", u.pT_sb)
     u.shared.done(t, "v", u.t0)
 
 
 def _accumulate(b, t: _Tiles, u: _Unit, *_) -> None:
-    """acc = acc * c on GpSimd, + [P v, rowsum(P)] on VectorE (acc = that, for the first key
-    block): acc's last column is l. After the block's last key block, out = acc / l on
-    GpSimd, cast and stored."""
-    blk = u.blk
-    acc, c = blk.acc, blk.c[u.n % 2]
-    if u.n == 0:
-        b.emit(TensorCopy, [u.pv], [acc], src=u.pv, dst=acc)
-    else:
-        b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c,
-               engine=Engine.GPSIMD)  # fmt: skip
-        b.emit(TensorTensor, [acc, u.pv], [acc], alu="add", src0=acc, src1=u.pv, dst=acc)
-    t.give("pv", u.pv.name)
+    """After the block's last key block: out = acc / l (acc's last column) on VectorE,
+    cast and stored."""
     if not u.last:
         return
+    blk = u.blk
     r = slice(0, blk.qw)
     ot = t.take("o")
     o, num, l_ = ap(ot, r), ap(blk.acc_t, r, slice(0, t.D)), ap(blk.acc_t, r, slice(t.D, t.D + 1))
-    b.emit(TensorScalar, [num, l_], [o], src=num, dst=o, op0="divide", operand0=l_,
-           engine=Engine.GPSIMD)  # fmt: skip
+    b.emit(TensorScalar, [num, l_], [o], src=num, dst=o, op0="divide", operand0=l_)
     out, oi, q0 = blk.names[3], blk.qi, blk.q0
     dst = ap(out, *oi, slice(q0, q0 + blk.qw), slice(None))
     b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=t.q("out"))
