@@ -43,6 +43,8 @@ def _attention(q, kv, causal, chip="trn2", scale=None):
         ((1, 2, 200, 64), (1, 2, 200, 64), True, "trn2"),  # ragged, the diagonal masked
         ((2, 4, 130, 128), (2, 2, 700, 128), False, "trn3"),  # several key blocks, D = 128
         ((2, 300, 32), (2, 300, 32), True, "trn1"),  # no batch dim; TensorE transposes
+        # a lone last query block with two key blocks back to back (and pairs with two each)
+        ((1, 1, 1152, 64), (1, 1, 1152, 64), True, "trn2"),
     ],
 )
 def test_values_match_numpy(q, kv, causal, chip):

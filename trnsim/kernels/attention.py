@@ -48,12 +48,13 @@ from trnsim.kernels.builder import KernelBuilder, ap
 
 __all__ = ["lower_attention"]
 
+RESCALE = "S"
+C_ON = "G"
+PT_CHUNKS = 4  # P^T chunks per PSUM tile (two tiles a key block: transposes overlap copies)
 SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with 2 KiB banks
 GROUP = 2  # query blocks of one head that share each key block loaded (`_Shared`)
-RESCALE_ON = "S"  # the engine that rescales acc in PSUM
-MAX_ON = "SV"  # which engine takes the row max of successive units, in turn
-ORDER = (("prepare", 3), ("max", 1), ("transpose", -1), ("pv", -2), ("exp", 0), ("scores", 2),
-         ("copy", -1), ("rescale", -1), ("accumulate", -2))
+ORDER = (("prepare", 3), ("max", 1), ("transpose", -2), ("pv", -3), ("exp", 0), ("scores", 2),
+         ("copy", -2), ("rescale", -1), ("accumulate", -3))
 AHEAD = 3  # units whose key block is loaded ahead of the one in softmax (`_pipeline`)
 QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 4)}  # kind -> (first, count)
 DEPTH = {  # tiles of a kind before any is reused: enough for the units in flight
@@ -62,11 +63,11 @@ DEPTH = {  # tiles of a kind before any is reused: enough for the units in fligh
     "v": 4,
     "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 1 x 2 KiB of P^T, 3 x 512 B of P v (and NC-v2's transposed loads)
     "p": 3,
-    "pT": 1,
+    "pT": 2,
     "pT_sb": 2,
     "acc": 3,
     "o": 2,
-    "col": 20,
+    "col": 28,
 }
 NEG = -3.4028234663852886e38  # the most negative fp32: m's start
 MASK = -(2.0**126)  # the causal mask's bias: exact in bf16, and exp(scale * (s + MASK)) = 0
@@ -141,7 +142,7 @@ class _Tiles:
             "v": ("sbuf", (P, KB // P, D + 1), in_dt),  # chunks of v, each with a ones column
             "s": ("psum", (P, KB), f32),
             "p": ("sbuf", (P, KB), bf16),
-            "pT": ("psum", (P, KB), bf16),  # P^T's chunks side by side
+            "pT": ("psum", (P, PT_CHUNKS * P), bf16),  # P^T's chunks side by side
             "pT_sb": ("sbuf", (P, KB), bf16),
             "acc": ("psum", (P, D + 1), f32),  # sum of c-rescaled P v; last column: l
             "o": ("sbuf", (P, D), out_dt),
@@ -153,7 +154,6 @@ class _Tiles:
         self.made: dict[str, int] = {}
         self.psum: list[str] = []  # every PSUM tile taken, released when the op ends
         self.scalar_max = cfg.core.scalar.reduce_max  # NC-v2's ScalarE reduces by add only
-        self.turns = 0
         self.queues: dict[str, int] = {}
 
     def take(self, kind: str) -> str:
@@ -183,11 +183,11 @@ class _Tiles:
     def give(self, kind: str, *names: str) -> None:
         self.free[kind].extend(names)
 
-    def turn(self) -> bool:
-        """Alternates: whether ScalarE (else VectorE) takes the row max of the next key
-        block."""
-        self.turns += 1
-        return self.scalar_max and MAX_ON[self.turns % len(MAX_ON)] == "S"
+    def turn(self, u) -> bool:
+        """Whether ScalarE (else VectorE) takes the row max of unit u: each query block
+        alternates between the two, the blocks of a group out of phase, so each engine takes
+        every other unit's."""
+        return self.scalar_max and (u.n + u.slot) % 2 == 0
 
     def q(self, kind: str) -> int:
         """The next DMA queue for a transfer of `kind`: each kind has queues of its own, so a
@@ -273,6 +273,7 @@ def _group_units(t: _Tiles, names, qi, ki, q0s, seqs, causal) -> list:
         for blk in blocks:
             if t0 < blk.end:
                 blk.units.append(_Unit(blk, shared, len(blk.units), t0, min(t.KB, blk.end - t0)))
+                blk.units[-1].slot = blocks.index(blk)
                 units.append(blk.units[-1])
     for blk in blocks:
         blk.units[-1].last = True
@@ -348,9 +349,10 @@ def _start(b, t: _Tiles, blk: _Block) -> None:
     blk.qt = t.take("qT")
     _load_t(b, t, "q", q, blk.qi, blk.q0, blk.qw, blk.qt)
     blk.qT = ap(blk.qt, slice(0, t.D), r)
-    blk.cols = [t.take("col") for _ in range(5)]
+    blk.cols = [t.take("col") for _ in range(7)]
     c = [ap(x, r) for x in blk.cols]
-    blk.nm, blk.c, blk.mx = c[0:2], c[2:4], c[4]
+    blk.nm, blk.c, blk.mx = c[0:3], c[3:6], c[6]
+    blk.pvs = 0  # P v emitted
 
 
 def _load_kv(b, t: _Tiles, kv, t0: int, widths: list[int]) -> tuple:
@@ -413,12 +415,12 @@ def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
     (-scale * max for the first key block)."""
     blk = u.blk
     u.p = ap(t.take("p"), slice(0, blk.qw), slice(0, u.kw))
-    if t.turn():
+    if t.turn(u):
         b.emit(Activation, [u.s], [u.p, blk.mx], func="copy", src=u.s, dst=u.p, reduce="max",
                reduce_dst=blk.mx)  # fmt: skip
     else:
         b.emit(TensorReduce, [u.s], [blk.mx], alu="max", src=u.s, dst=blk.mx)
-    nm_old, nm = blk.nm[u.n % 2], blk.nm[(u.n + 1) % 2]
+    nm_old, nm = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3]
     if u.n == 0:
         b.emit(TensorScalar, [blk.mx], [nm], src=blk.mx, dst=nm, op0="multiply",
                operand0=-scale, engine=Engine.GPSIMD)  # fmt: skip
@@ -431,54 +433,68 @@ def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
     """P = exp(scale S - m') in bf16 on ScalarE; the correction c = exp(-(-m) + (-m')) after
     the first key block."""
     blk = u.blk
-    nm_old, nm, c = blk.nm[u.n % 2], blk.nm[(u.n + 1) % 2], blk.c[u.n % 2]
+    nm_old, nm, c = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3], blk.c[u.n % 3]
     b.emit(Activation, [u.s, nm], [u.p], func="exp", src=u.s, dst=u.p, scale=scale, bias=nm)
-    if u.n:
+    if u.n and C_ON == "S":
         b.emit(Activation, [nm_old, nm], [c], func="exp", src=nm_old, dst=c, scale=-1.0, bias=nm)
+    elif u.n:
+        b.emit(TensorScalar, [nm, nm_old], [c], src=nm, dst=c, op0="subtract", operand0=nm_old,
+               op1="pow", operand1=math.e, reverse1=True, engine=Engine.GPSIMD)  # fmt: skip
     t.give("s", u.s_t)
 
 
 def _transpose(b, t: _Tiles, u: _Unit, *_) -> None:
-    """P^T's chunks on TensorE into one PSUM tile."""
+    """P^T's chunks on TensorE into PSUM tiles of PT_CHUNKS chunks each."""
     P, qw = t.P, u.blk.qw
     _, _, chunks = u.loaded
-    u.pT = t.take("pT")
+    u.pT = []
     for j, (cols, keys, _) in enumerate(chunks):
+        if j % PT_CHUNKS == 0:
+            u.pT.append(t.take("pT"))
         src = ap(u.p.name, slice(0, qw), cols)
-        tp = ap(u.pT, slice(0, keys), slice(j * P, j * P + qw))
+        c0 = j % PT_CHUNKS * P
+        tp = ap(u.pT[-1], slice(0, keys), slice(c0, c0 + qw))
         b.emit(Transpose, [src], [tp], src=src, dst=tp)
 
 
 def _copy(b, t: _Tiles, u: _Unit, *_) -> None:
-    """P^T out of PSUM on VectorE: one copy of the whole tile, or one per chunk where
-    qw < 128 leaves gaps."""
+    """P^T out of PSUM on VectorE: one copy per PSUM tile, or one per chunk where qw < 128
+    leaves gaps."""
     P, qw = t.P, u.blk.qw
     _, _, chunks = u.loaded
     u.pT_sb = t.take("pT_sb")
-    rows = max(keys for _, keys, _ in chunks)
-    spans = (
-        [(slice(0, rows), slice(0, len(chunks) * P))]
-        if qw == P
-        else [(slice(0, keys), slice(j * P, j * P + qw)) for j, (_, keys, _) in enumerate(chunks)]
-    )
-    for rs, cs in spans:
-        a, z = ap(u.pT, rs, cs), ap(u.pT_sb, rs, cs)
-        b.emit(TensorCopy, [a], [z], src=a, dst=z)
-    t.give("pT", u.pT)
+    for g, pT in enumerate(u.pT):
+        part = chunks[g * PT_CHUNKS : (g + 1) * PT_CHUNKS]
+        rows = max(keys for _, keys, _ in part)
+        spans = (
+            [(slice(0, rows), 0, len(part) * P)]
+            if qw == P
+            else [(slice(0, keys), j * P, j * P + qw) for j, (_, keys, _) in enumerate(part)]
+        )
+        for rs, c0, c1 in spans:
+            a = ap(pT, rs, slice(c0, c1))
+            z = ap(u.pT_sb, rs, slice(g * PT_CHUNKS * P + c0, g * PT_CHUNKS * P + c1))
+            b.emit(TensorCopy, [a], [z], src=a, dst=z)
+        t.give("pT", pT)
     t.give("p", u.p.name)
 
 
 def _rescale(b, t: _Tiles, u: _Unit, *_) -> None:
     """acc = acc * c in PSUM, before the unit's P v accumulates into it (ScalarE or
     VectorE, RESCALE_ON)."""
+    blk = u.blk
     if u.n == 0:
         return
-    blk = u.blk
-    acc, c = blk.acc, blk.c[u.n % 2]
-    if RESCALE_ON == "S":
-        b.emit(Activation, [acc, c], [acc], func="copy", src=acc, dst=acc, scale=c)
-    else:
+    if blk.pvs < u.n:  # the previous key block's P v is not out yet: just before this one's
+        u.late = True
+        return
+    acc, c = blk.acc, blk.c[u.n % 3]
+    if RESCALE == "split" and t.turn(u):
         b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c)
+    elif RESCALE == "V":
+        b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c)
+    else:
+        b.emit(Activation, [acc, c], [acc], func="copy", src=acc, dst=acc, scale=c)
 
 
 def _pv(b, t: _Tiles, u: _Unit, *_) -> None:
@@ -490,6 +506,10 @@ def _pv(b, t: _Tiles, u: _Unit, *_) -> None:
     if u.n == 0:
         blk.acc_t = t.take("acc")
         blk.acc = ap(blk.acc_t, slice(0, qw), slice(0, t.D + 1))
+    if getattr(u, "late", False):
+        u.late = False
+        _rescale(b, t, u)
+    blk.pvs += 1
     acc = blk.acc
     for j, (_, keys, vj) in enumerate(chunks):
         st = ap(u.pT_sb, slice(0, keys), slice(j * P, j * P + qw))
