@@ -50,13 +50,15 @@ __all__ = ["lower_attention"]
 
 RESCALE = "S"
 C_ON = "G"
+MAX_S = "SV"
+DMA_CHUNKS = (3, 7)
 PT_CHUNKS = 4  # P^T chunks per PSUM tile (two tiles a key block: transposes overlap copies)
 SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with 2 KiB banks
 GROUP = 2  # query blocks of one head that share each key block loaded (`_Shared`)
 ORDER = (("prepare", 3), ("max", 1), ("transpose", -2), ("pv", -3), ("exp", 0), ("scores", 2),
          ("copy", -2), ("rescale", -1), ("accumulate", -3))
 AHEAD = 3  # units whose key block is loaded ahead of the one in softmax (`_pipeline`)
-QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 4)}  # kind -> (first, count)
+QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 2), "pT": (10, 6)}  # kind -> (first, count)
 DEPTH = {  # tiles of a kind before any is reused: enough for the units in flight
     "qT": 4,
     "kT": 4,
@@ -135,6 +137,7 @@ class _Tiles:
         self.KB = SCORE_BANKS * cfg.core.psum.bank_bytes // 4  # fp32 scores
         self.N = min(self.KB, cfg.core.tensor.moving_free_max)  # columns per scores matmul
         self.dma_transpose = in_dt.itemsize in (2, 4) and cfg.core.dma.transpose_hbm_rate > 0
+        self.dma_sbuf_transpose = cfg.core.dma.transpose_sbuf_rate > 0
         f32, bf16, P, KB = dtype("float32"), dtype("bfloat16"), self.P, self.KB
         self.kinds = {  # kind -> (memory, shape, dtype)
             "qT": ("sbuf", (P, P), in_dt),
@@ -187,7 +190,7 @@ class _Tiles:
         """Whether ScalarE (else VectorE) takes the row max of unit u: each query block
         alternates between the two, the blocks of a group out of phase, so each engine takes
         every other unit's."""
-        return self.scalar_max and (u.n + u.slot) % 2 == 0
+        return self.scalar_max and MAX_S[(u.n + u.slot) % len(MAX_S)] == "S"
 
     def q(self, kind: str) -> int:
         """The next DMA queue for a transfer of `kind`: each kind has queues of its own, so a
@@ -443,17 +446,34 @@ def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
     t.give("s", u.s_t)
 
 
+def _dma_chunks(t: _Tiles, u: _Unit) -> set:
+    """The chunks of P^T made by DMA transposes, SBUF to SBUF, instead of on TensorE and
+    copied out of PSUM: DMA_CHUNKS of a whole key block of 128 queries."""
+    _, _, chunks = u.loaded
+    if not t.dma_sbuf_transpose or u.blk.qw != t.P or len(chunks) != t.KB // t.P:
+        return set()
+    return set(DMA_CHUNKS)
+
+
 def _transpose(b, t: _Tiles, u: _Unit, *_) -> None:
-    """P^T's chunks on TensorE into PSUM tiles of PT_CHUNKS chunks each."""
+    """P^T's chunks on TensorE into PSUM tiles of PT_CHUNKS chunks each, or by DMA straight
+    into SBUF (`_dma_chunks`)."""
     P, qw = t.P, u.blk.qw
     _, _, chunks = u.loaded
-    u.pT = []
+    u.pT_sb = t.take("pT_sb")
+    u.pT = {}
+    by_dma = _dma_chunks(t, u)
     for j, (cols, keys, _) in enumerate(chunks):
-        if j % PT_CHUNKS == 0:
-            u.pT.append(t.take("pT"))
         src = ap(u.p.name, slice(0, qw), cols)
+        if j in by_dma:
+            d = ap(u.pT_sb, slice(0, keys), slice(j * P, j * P + qw))
+            b.emit(DmaCopy, [src], [d], src=src, dst=d, queue=t.q("pT"), transpose=True)
+            continue
+        g = j // PT_CHUNKS
+        if g not in u.pT:
+            u.pT[g] = t.take("pT")
         c0 = j % PT_CHUNKS * P
-        tp = ap(u.pT[-1], slice(0, keys), slice(c0, c0 + qw))
+        tp = ap(u.pT[g], slice(0, keys), slice(c0, c0 + qw))
         b.emit(Transpose, [src], [tp], src=src, dst=tp)
 
 
@@ -462,14 +482,18 @@ def _copy(b, t: _Tiles, u: _Unit, *_) -> None:
     leaves gaps."""
     P, qw = t.P, u.blk.qw
     _, _, chunks = u.loaded
-    u.pT_sb = t.take("pT_sb")
-    for g, pT in enumerate(u.pT):
-        part = chunks[g * PT_CHUNKS : (g + 1) * PT_CHUNKS]
-        rows = max(keys for _, keys, _ in part)
+    by_dma = _dma_chunks(t, u)
+    for g, pT in u.pT.items():
+        part = [
+            (j % PT_CHUNKS, keys)
+            for j, (_, keys, _) in enumerate(chunks)
+            if j // PT_CHUNKS == g and j not in by_dma
+        ]  # a run of chunks from the tile's first
+        rows = max(keys for _, keys in part)
         spans = (
             [(slice(0, rows), 0, len(part) * P)]
             if qw == P
-            else [(slice(0, keys), j * P, j * P + qw) for j, (_, keys, _) in enumerate(part)]
+            else [(slice(0, keys), i * P, i * P + qw) for i, keys in part]
         )
         for rs, c0, c1 in spans:
             a = ap(pT, rs, slice(c0, c1))
