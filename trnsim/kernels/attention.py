@@ -51,18 +51,20 @@ __all__ = ["lower_attention"]
 RESCALE = "S"
 C_ON = "G"
 MAX_S = "SV"
+SMALL_V = 0
+RESCALE_EVERY = 2
 DMA_CHUNKS = (3, 7)
 PT_CHUNKS = 4  # P^T chunks per PSUM tile (two tiles a key block: transposes overlap copies)
 SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with 2 KiB banks
 GROUP = 2  # query blocks of one head that share each key block loaded (`_Shared`)
-ORDER = (("prepare", 3), ("max", 1), ("transpose", -2), ("pv", -3), ("exp", 0), ("scores", 2),
+ORDER = (("prepare", 4), ("max", 1), ("transpose", -2), ("pv", -3), ("exp", 0), ("scores", 2),
          ("copy", -2), ("rescale", -1), ("accumulate", -3))
 AHEAD = 3  # units whose key block is loaded ahead of the one in softmax (`_pipeline`)
 QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 2), "pT": (10, 6)}  # kind -> (first, count)
 DEPTH = {  # tiles of a kind before any is reused: enough for the units in flight
     "qT": 4,
-    "kT": 4,
-    "v": 4,
+    "kT": 6,
+    "v": 6,
     "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 1 x 2 KiB of P^T, 3 x 512 B of P v (and NC-v2's transposed loads)
     "p": 3,
     "pT": 2,
@@ -190,6 +192,8 @@ class _Tiles:
         """Whether ScalarE (else VectorE) takes the row max of unit u: each query block
         alternates between the two, the blocks of a group out of phase, so each engine takes
         every other unit's."""
+        if u.kw <= SMALL_V:
+            return False
         return self.scalar_max and MAX_S[(u.n + u.slot) % len(MAX_S)] == "S"
 
     def q(self, kind: str) -> int:
@@ -513,7 +517,7 @@ def _rescale(b, t: _Tiles, u: _Unit, *_) -> None:
         u.late = True
         return
     acc, c = blk.acc, blk.c[u.n % 3]
-    if RESCALE == "split" and t.turn(u):
+    if RESCALE == "split" and t.turn(u) and u.n % RESCALE_EVERY == 1:
         b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c)
     elif RESCALE == "V":
         b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c)
