@@ -41,37 +41,34 @@ from trnsim.isa import (
     TensorCopy,
     TensorReduce,
     TensorScalar,
-    TensorTensor,
     Transpose,
 )
 from trnsim.kernels.builder import KernelBuilder, ap
 
 __all__ = ["lower_attention"]
 
-RESCALE = "S"
-C_ON = "G"
-MAX_S = "SV"
-SMALL_V = 0
-RESCALE_EVERY = 2
-DMA_CHUNKS = (3, 7)
-PT_CHUNKS = 4  # P^T chunks per PSUM tile (two tiles a key block: transposes overlap copies)
 SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with 2 KiB banks
 GROUP = 2  # query blocks of one head that share each key block loaded (`_Shared`)
-ORDER = (("prepare", 4), ("max", 1), ("transpose", -2), ("pv", -3), ("exp", 0), ("scores", 2),
-         ("copy", -2), ("rescale", -1), ("accumulate", -3))
-AHEAD = 3  # units whose key block is loaded ahead of the one in softmax (`_pipeline`)
-QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 2), "pT": (10, 6)}  # kind -> (first, count)
+PT_CHUNKS = 4  # P^T chunks per PSUM tile: two tiles a key block, so transposes overlap copies
+# the stages of `_pipeline`, in the order a step emits them, with the unit each works on
+# (step i: unit i + offset)
+ORDER = (
+    ("prepare", 4), ("max", 1), ("transpose", -2), ("pv", -3), ("exp", 0), ("scores", 2),
+    ("copy", -2), ("rescale", -1), ("finish", -3),
+)  # fmt: skip
+QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 4)}  # kind -> (first, count)
 DEPTH = {  # tiles of a kind before any is reused: enough for the units in flight
     "qT": 4,
     "kT": 6,
     "v": 6,
-    "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 1 x 2 KiB of P^T, 3 x 512 B of P v (and NC-v2's transposed loads)
+    "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 2 x 1 KiB of P^T, 3 x 516 B of acc
+    "s_sb": 3,
     "p": 3,
     "pT": 2,
     "pT_sb": 2,
     "acc": 3,
     "o": 2,
-    "col": 28,
+    "col": 40,
 }
 NEG = -3.4028234663852886e38  # the most negative fp32: m's start
 MASK = -(2.0**126)  # the causal mask's bias: exact in bf16, and exp(scale * (s + MASK)) = 0
@@ -99,16 +96,15 @@ def lower_attention(
             f"{t.P} (or lnc: 1)"
         )
     lo, hi = share or (0, math.prod(tq.shape[:-1]))
-    heads = [
-        ((*batch, h), (*batch, h // (H // Hkv)), [q0 for q0 in range(0, S, t.P) if lo <= (i * H + h) * S + q0 < hi])
-        for i, batch in enumerate(_indices(lead))
-        for h in range(H)
-    ]
     mask = _mask(b, t) if is_causal else None
     units = []
-    for qi, ki, q0s in heads:
-        for g in range(0, len(q0s), GROUP):
-            units += _group_units(t, (q, k, v, out), qi, ki, q0s[g : g + GROUP], (S, Skv), is_causal)
+    for i, batch in enumerate(_indices(lead)):
+        for h in range(H):
+            q0s = [q0 for q0 in range(0, S, t.P) if lo <= (i * H + h) * S + q0 < hi]  # ours
+            heads = ((*batch, h), (*batch, h // (H // Hkv)))
+            for g in range(0, len(q0s), GROUP):
+                blocks = q0s[g : g + GROUP]
+                units += _group_units(t, (q, k, v, out), heads, blocks, (S, Skv), is_causal)
     _pipeline(b, t, units, scale, mask)
     b.release(*t.psum)
 
@@ -139,13 +135,13 @@ class _Tiles:
         self.KB = SCORE_BANKS * cfg.core.psum.bank_bytes // 4  # fp32 scores
         self.N = min(self.KB, cfg.core.tensor.moving_free_max)  # columns per scores matmul
         self.dma_transpose = in_dt.itemsize in (2, 4) and cfg.core.dma.transpose_hbm_rate > 0
-        self.dma_sbuf_transpose = cfg.core.dma.transpose_sbuf_rate > 0
         f32, bf16, P, KB = dtype("float32"), dtype("bfloat16"), self.P, self.KB
         self.kinds = {  # kind -> (memory, shape, dtype)
             "qT": ("sbuf", (P, P), in_dt),
             "kT": ("sbuf", (P, KB), in_dt),
             "v": ("sbuf", (P, KB // P, D + 1), in_dt),  # chunks of v, each with a ones column
             "s": ("psum", (P, KB), f32),
+            "s_sb": ("sbuf", (P, KB), f32),  # S copied for GpSimd's exp
             "p": ("sbuf", (P, KB), bf16),
             "pT": ("psum", (P, PT_CHUNKS * P), bf16),  # P^T's chunks side by side
             "pT_sb": ("sbuf", (P, KB), bf16),
@@ -187,14 +183,6 @@ class _Tiles:
 
     def give(self, kind: str, *names: str) -> None:
         self.free[kind].extend(names)
-
-    def turn(self, u) -> bool:
-        """Whether ScalarE (else VectorE) takes the row max of unit u: each query block
-        alternates between the two, the blocks of a group out of phase, so each engine takes
-        every other unit's."""
-        if u.kw <= SMALL_V:
-            return False
-        return self.scalar_max and MAX_S[(u.n + u.slot) % len(MAX_S)] == "S"
 
     def q(self, kind: str) -> int:
         """The next DMA queue for a transfer of `kind`: each kind has queues of its own, so a
@@ -248,9 +236,9 @@ def _load_t(
 
 
 class _Block:
-    """One block of qw query rows from q0 against keys [0, end): its tensors and its state,
-    -m (negated running max; two tiles, alternating between key blocks), l, acc, and the
-    columns c (two, alternating), rowsum(P) and the block max."""
+    """One block of qw query rows from q0 against keys [0, end): its tensors and its state
+    (`_start`): -m (the negated running max), -m / scale and c (three tiles each, used in
+    turn by the key blocks), the block max, and acc (PSUM) whose last column is l."""
 
     def __init__(self, names, qi, q0: int, qw: int, end: int):
         self.names, self.qi, self.q0, self.qw, self.end = names, qi, q0, qw, end
@@ -265,11 +253,11 @@ class _Unit:
         self.last = False
 
 
-def _group_units(t: _Tiles, names, qi, ki, q0s, seqs, causal) -> list:
+def _group_units(t: _Tiles, names, heads, q0s, seqs, causal) -> list:
     """The units of query blocks q0s of one head: key block by key block, the blocks in
     turn, so consecutive units are independent; each key block is loaded once for all the
     blocks that read it (`_Shared`)."""
-    S, skv = seqs
+    (qi, ki), (S, skv) = heads, seqs
     blocks = []
     for q0 in q0s:
         qw = min(t.P, S - q0)
@@ -280,7 +268,6 @@ def _group_units(t: _Tiles, names, qi, ki, q0s, seqs, causal) -> list:
         for blk in blocks:
             if t0 < blk.end:
                 blk.units.append(_Unit(blk, shared, len(blk.units), t0, min(t.KB, blk.end - t0)))
-                blk.units[-1].slot = blocks.index(blk)
                 units.append(blk.units[-1])
     for blk in blocks:
         blk.units[-1].last = True
@@ -317,26 +304,20 @@ class _Shared:
 
 
 def _pipeline(b, t: _Tiles, units: list, scale: float, mask) -> None:
-    """Emit the units software-pipelined: in step i, key block i's softmax, i - 1's
-    transposes and copy, i - 2's P v and accumulation, i + 1's row max and i + 2's scores,
-    so that every engine's next instruction reads what an earlier step made and the chain
-    of one unit (scores, max, exp, transposes, copy, P v) hides behind its neighbours'."""
-    n = len(units)
-
-    def at(j: int):
-        return units[j] if 0 <= j < n else None
-
-    fns = {"prepare": _prepare, "transpose": _transpose, "pv": _pv, "exp": _exp,
-           "scores": _scores, "copy": _copy, "accumulate": _accumulate, "max": _max,
-           "rescale": _rescale}
-    steps = [(off, fns[name]) for name, off in ORDER]  # fmt: skip
-    lo = max(off for off, _ in steps)
-    hi = -min(off for off, _ in steps)
-    for i in range(-lo, n + hi):
+    """Emit the units software-pipelined (ORDER): step i loads key block i + 4, computes
+    unit i + 2's scores and i + 1's row max, i's exp, i - 1's rescale, i - 2's transposes
+    and copy, and i - 3's P v (and output), so each engine's next instruction reads what an
+    earlier step made, and one unit's chain hides behind its neighbours' work."""
+    stages = {
+        "prepare": _prepare, "max": _max, "transpose": _transpose, "pv": _pv, "exp": _exp,
+        "scores": _scores, "copy": _copy, "rescale": _rescale, "finish": _finish,
+    }  # fmt: skip
+    steps = [(offset, stages[name]) for name, offset in ORDER]
+    first, last = max(o for o, _ in steps), -min(o for o, _ in steps)
+    for i in range(-first, len(units) + last):
         for offset, stage in steps:
-            u = at(i + offset)
-            if u is not None:
-                stage(b, t, u, scale, mask)
+            if 0 <= i + offset < len(units):
+                stage(b, t, units[i + offset], scale, mask)
 
 
 def _prepare(b, t: _Tiles, u: _Unit, *_) -> None:
@@ -349,16 +330,15 @@ def _prepare(b, t: _Tiles, u: _Unit, *_) -> None:
 
 
 def _start(b, t: _Tiles, blk: _Block) -> None:
-    """q^T loaded; the state's tiles taken (the first key block sets them, `_max`,
-    `_accumulate`)."""
+    """q^T loaded; the state's tiles taken (the first key block sets them, `_max`, `_pv`)."""
     q = blk.names[0]
     r = slice(0, blk.qw)
     blk.qt = t.take("qT")
     _load_t(b, t, "q", q, blk.qi, blk.q0, blk.qw, blk.qt)
     blk.qT = ap(blk.qt, slice(0, t.D), r)
-    blk.cols = [t.take("col") for _ in range(7)]
+    blk.cols = [t.take("col") for _ in range(10)]
     c = [ap(x, r) for x in blk.cols]
-    blk.nm, blk.c, blk.mx = c[0:3], c[3:6], c[6]
+    blk.nm, blk.c, blk.mx, blk.nms = c[0:3], c[3:6], c[6], c[7:10]
     blk.pvs = 0  # P v emitted
 
 
@@ -417,67 +397,66 @@ def _scores(b, t: _Tiles, u: _Unit, _scale, mask) -> None:
 
 
 def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """The row max on VectorE or ScalarE in turn (ScalarE: a copy with a max reduction, its
-    elementwise result overwritten by the exp), then -m' = min(-scale * max, -m) on GpSimd
-    (-scale * max for the first key block)."""
+    """The row max on VectorE, or on ScalarE in turn with a copy of S to SBUF (for GpSimd's
+    exp, `_exp`) in the same instruction; then -m' = min(-scale * max, -m) on GpSimd
+    (-scale * max for the first key block), and -m' / scale for GpSimd's exp."""
     blk = u.blk
-    u.p = ap(t.take("p"), slice(0, blk.qw), slice(0, u.kw))
-    if t.turn(u):
-        b.emit(Activation, [u.s], [u.p, blk.mx], func="copy", src=u.s, dst=u.p, reduce="max",
+    r, kr = slice(0, blk.qw), slice(0, u.kw)
+    u.p = ap(t.take("p"), r, kr)
+    u.on_gpsimd = t.scalar_max
+    if u.on_gpsimd:
+        u.ssb = t.take("s_sb")
+        ss = ap(u.ssb, r, kr)
+        b.emit(Activation, [u.s], [ss, blk.mx], func="copy", src=u.s, dst=ss, reduce="max",
                reduce_dst=blk.mx)  # fmt: skip
+        t.give("s", u.s_t)
+        u.s = ss
     else:
         b.emit(TensorReduce, [u.s], [blk.mx], alu="max", src=u.s, dst=blk.mx)
     nm_old, nm = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3]
     if u.n == 0:
         b.emit(TensorScalar, [blk.mx], [nm], src=blk.mx, dst=nm, op0="multiply",
                operand0=-scale, engine=Engine.GPSIMD)  # fmt: skip
-        return
-    b.emit(TensorScalar, [blk.mx, nm_old], [nm], src=blk.mx, dst=nm, op0="multiply",
-           operand0=-scale, op1="min", operand1=nm_old, engine=Engine.GPSIMD)  # fmt: skip
+    else:
+        b.emit(TensorScalar, [blk.mx, nm_old], [nm], src=blk.mx, dst=nm, op0="multiply",
+               operand0=-scale, op1="min", operand1=nm_old, engine=Engine.GPSIMD)  # fmt: skip
+    if u.on_gpsimd:
+        nms = blk.nms[(u.n + 1) % 3]
+        b.emit(TensorScalar, [nm], [nms], src=nm, dst=nms, op0="multiply", operand0=1.0 / scale,
+               engine=Engine.GPSIMD)  # fmt: skip
 
 
 def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """P = exp(scale S - m') in bf16 on ScalarE; the correction c = exp(-(-m) + (-m')) after
-    the first key block."""
+    """P = exp(scale S - m') in bf16: on ScalarE from PSUM, or on GpSimd from the SBUF copy
+    as e^scale ** (S - m' / scale); the correction c = e ** (-m' - (-m)) on GpSimd after the
+    first key block."""
     blk = u.blk
     nm_old, nm, c = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3], blk.c[u.n % 3]
-    b.emit(Activation, [u.s, nm], [u.p], func="exp", src=u.s, dst=u.p, scale=scale, bias=nm)
-    if u.n and C_ON == "S":
-        b.emit(Activation, [nm_old, nm], [c], func="exp", src=nm_old, dst=c, scale=-1.0, bias=nm)
-    elif u.n:
+    if u.on_gpsimd:
+        nms = blk.nms[(u.n + 1) % 3]
+        e = math.exp(scale)
+        b.emit(TensorScalar, [u.s, nms], [u.p], src=u.s, dst=u.p, op0="add", operand0=nms,
+               op1="pow", operand1=e, reverse1=True, engine=Engine.GPSIMD)  # fmt: skip
+        t.give("s_sb", u.ssb)
+    else:
+        b.emit(Activation, [u.s, nm], [u.p], func="exp", src=u.s, dst=u.p, scale=scale, bias=nm)
+        t.give("s", u.s_t)
+    if u.n:
         b.emit(TensorScalar, [nm, nm_old], [c], src=nm, dst=c, op0="subtract", operand0=nm_old,
                op1="pow", operand1=math.e, reverse1=True, engine=Engine.GPSIMD)  # fmt: skip
-    t.give("s", u.s_t)
-
-
-def _dma_chunks(t: _Tiles, u: _Unit) -> set:
-    """The chunks of P^T made by DMA transposes, SBUF to SBUF, instead of on TensorE and
-    copied out of PSUM: DMA_CHUNKS of a whole key block of 128 queries."""
-    _, _, chunks = u.loaded
-    if not t.dma_sbuf_transpose or u.blk.qw != t.P or len(chunks) != t.KB // t.P:
-        return set()
-    return set(DMA_CHUNKS)
 
 
 def _transpose(b, t: _Tiles, u: _Unit, *_) -> None:
-    """P^T's chunks on TensorE into PSUM tiles of PT_CHUNKS chunks each, or by DMA straight
-    into SBUF (`_dma_chunks`)."""
+    """P^T's chunks on TensorE into PSUM tiles of PT_CHUNKS chunks each."""
     P, qw = t.P, u.blk.qw
     _, _, chunks = u.loaded
-    u.pT_sb = t.take("pT_sb")
-    u.pT = {}
-    by_dma = _dma_chunks(t, u)
+    u.pT = []
     for j, (cols, keys, _) in enumerate(chunks):
+        if j % PT_CHUNKS == 0:
+            u.pT.append(t.take("pT"))
         src = ap(u.p.name, slice(0, qw), cols)
-        if j in by_dma:
-            d = ap(u.pT_sb, slice(0, keys), slice(j * P, j * P + qw))
-            b.emit(DmaCopy, [src], [d], src=src, dst=d, queue=t.q("pT"), transpose=True)
-            continue
-        g = j // PT_CHUNKS
-        if g not in u.pT:
-            u.pT[g] = t.take("pT")
         c0 = j % PT_CHUNKS * P
-        tp = ap(u.pT[g], slice(0, keys), slice(c0, c0 + qw))
+        tp = ap(u.pT[-1], slice(0, keys), slice(c0, c0 + qw))
         b.emit(Transpose, [src], [tp], src=src, dst=tp)
 
 
@@ -486,30 +465,26 @@ def _copy(b, t: _Tiles, u: _Unit, *_) -> None:
     leaves gaps."""
     P, qw = t.P, u.blk.qw
     _, _, chunks = u.loaded
-    by_dma = _dma_chunks(t, u)
-    for g, pT in u.pT.items():
-        part = [
-            (j % PT_CHUNKS, keys)
-            for j, (_, keys, _) in enumerate(chunks)
-            if j // PT_CHUNKS == g and j not in by_dma
-        ]  # a run of chunks from the tile's first
-        rows = max(keys for _, keys in part)
+    u.pT_sb = t.take("pT_sb")
+    for g, pT in enumerate(u.pT):
+        part = chunks[g * PT_CHUNKS : (g + 1) * PT_CHUNKS]
+        rows = max(keys for _, keys, _ in part)
         spans = (
             [(slice(0, rows), 0, len(part) * P)]
             if qw == P
-            else [(slice(0, keys), i * P, i * P + qw) for i, keys in part]
+            else [(slice(0, keys), i * P, i * P + qw) for i, (_, keys, _) in enumerate(part)]
         )
+        at = g * PT_CHUNKS * P  # the tile's first column in pT_sb
         for rs, c0, c1 in spans:
-            a = ap(pT, rs, slice(c0, c1))
-            z = ap(u.pT_sb, rs, slice(g * PT_CHUNKS * P + c0, g * PT_CHUNKS * P + c1))
+            a, z = ap(pT, rs, slice(c0, c1)), ap(u.pT_sb, rs, slice(at + c0, at + c1))
             b.emit(TensorCopy, [a], [z], src=a, dst=z)
         t.give("pT", pT)
     t.give("p", u.p.name)
 
 
 def _rescale(b, t: _Tiles, u: _Unit, *_) -> None:
-    """acc = acc * c in PSUM, before the unit's P v accumulates into it (ScalarE or
-    VectorE, RESCALE_ON)."""
+    """acc = acc * c in PSUM on VectorE, after the previous key block's P v and before this
+    one's."""
     blk = u.blk
     if u.n == 0:
         return
@@ -517,12 +492,7 @@ def _rescale(b, t: _Tiles, u: _Unit, *_) -> None:
         u.late = True
         return
     acc, c = blk.acc, blk.c[u.n % 3]
-    if RESCALE == "split" and t.turn(u) and u.n % RESCALE_EVERY == 1:
-        b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c)
-    elif RESCALE == "V":
-        b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c)
-    else:
-        b.emit(Activation, [acc, c], [acc], func="copy", src=acc, dst=acc, scale=c)
+    b.emit(TensorScalar, [acc, c], [acc], src=acc, dst=acc, op0="multiply", operand0=c)
 
 
 def _pv(b, t: _Tiles, u: _Unit, *_) -> None:
@@ -549,7 +519,7 @@ def _pv(b, t: _Tiles, u: _Unit, *_) -> None:
     u.shared.done(t, "v", u.t0)
 
 
-def _accumulate(b, t: _Tiles, u: _Unit, *_) -> None:
+def _finish(b, t: _Tiles, u: _Unit, *_) -> None:
     """After the block's last key block: out = acc / l (acc's last column) on VectorE,
     cast and stored."""
     if not u.last:
