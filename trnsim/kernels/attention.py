@@ -2,26 +2,31 @@
 
 q [..., H, S, D], k and v [..., Hkv, Skv, D] (grouped-query heads: H a multiple of Hkv, head h
 reads kv head h // (H / Hkv)), D <= 128; `is_causal` masks key j > query i (PyTorch's
-top-left alignment); `scale` defaults to 1 / sqrt(D). The scores never leave the chip:
+top-left alignment); `scale` defaults to 1 / sqrt(D). The scores never leave the chip.
 
-- per block of 128 query rows: q^T [D, 128] is loaded once (DMA transpose; TensorE transpose
-  on chips without one); the running row max m, row sum l and the output accumulator acc
-  [128, D] (fp32, SBUF) start at -inf, 0, 0;
-- per block of KB = 512 keys (stopping at the diagonal when causal): k^T [D, KB] and v (four
-  [128, D] chunks) are loaded on rotating DMA queues; S = q k^T on TensorE into one PSUM bank;
-  on the diagonal block S goes to SBUF and GpSimd masks it (`affine_select`); VectorE takes
-  the block's row max, m' = max(m, scale * max) (kept negated, in one instruction); ScalarE
-  computes P = exp(scale * S - m') (bf16, with its row sum in the same instruction) and the
-  correction c = exp(m - m'); TensorE transposes P in 128-key chunks (PSUM), ScalarE copies
-  them to SBUF, TensorE accumulates P^T-chunk x v-chunk into PSUM; GpSimd rescales
-  l = l * c + rowsum(P) and acc * c, VectorE adds P v;
-- out = acc / l, cast and stored.
+The work is cut in units: one block of 128 query rows against one key block of KB = 1,024
+keys (two PSUM banks of fp32 scores; a block stops at the diagonal when causal). Per unit:
 
-Query blocks are emitted INTERLEAVE at a time, stage by stage, so each engine alternates
-between independent blocks; every buffer rotates; and the scores of key block j + 1 are issued
-before block j's softmax, so TensorE computes them while the other engines work on block j.
-TensorE does three passes per block (scores, transposes, P v) of which two count as FLOPs: it
-can reach about 2/3 of peak, less where ScalarE or VectorE bind.
+- k^T [D, KB] (one DMA transpose) and v (one DMA: partition p holds keys 8p .. 8p + 7, each
+  chunk of 128 keys with a column of ones) are loaded once for the GROUP = 2 query blocks of
+  a head that read them; q^T once per query block;
+- S = q k^T on TensorE (two matmuls); on the diagonal the mask is added in PSUM by one more
+  matmul, a constant identity times a constant bias tile (0 or -2^126);
+- ScalarE copies S to SBUF with the row max in the same instruction; GpSimd updates the
+  negated running max -m' = min(-scale * max, -m), and computes P = exp(scale S - m') from
+  the SBUF copy as (e^scale) ** (S - m' / scale) (bf16) and c = e ** (m - m');
+- TensorE transposes P in eight 128-key chunks into one PSUM tile, VectorE copies it to SBUF,
+  VectorE rescales acc (PSUM) by c, and TensorE accumulates P^T-chunk x [v-chunk, 1] into acc:
+  its last column is the row sum l;
+- after the last unit of a query block, out = acc / l on VectorE, cast and stored.
+
+NC-v2's ScalarE reduces by add only: there VectorE takes the row max from PSUM and ScalarE the
+exp. The units of a group alternate between its query blocks (so consecutive units are
+independent) and are emitted software-pipelined (`_pipeline`): each step issues one unit's
+exp, the next unit's max, the scores two units ahead, and the transposes, copy and P v of
+units already past their exp, so every engine works on several units at once. TensorE does
+three passes per unit (scores, transposes, P v) of which two count as FLOPs: it can reach 2/3
+of peak; GpSimd (the exp, one element a cycle) comes next.
 """
 
 from __future__ import annotations
@@ -49,7 +54,6 @@ __all__ = ["lower_attention"]
 
 SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with 2 KiB banks
 GROUP = 2  # query blocks of one head that share each key block loaded (`_Shared`)
-PT_CHUNKS = 4  # P^T chunks per PSUM tile: two tiles a key block, so transposes overlap copies
 # the stages of `_pipeline`, in the order a step emits them, with the unit each works on
 # (step i: unit i + offset)
 ORDER = (
@@ -61,10 +65,10 @@ DEPTH = {  # tiles of a kind before any is reused: enough for the units in fligh
     "qT": 4,
     "kT": 6,
     "v": 6,
-    "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 2 x 1 KiB of P^T, 3 x 516 B of acc
+    "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 2 KiB of P^T, 3 x 516 B of acc
     "s_sb": 3,
     "p": 3,
-    "pT": 2,
+    "pT": 1,
     "pT_sb": 2,
     "acc": 3,
     "o": 2,
@@ -143,7 +147,7 @@ class _Tiles:
             "s": ("psum", (P, KB), f32),
             "s_sb": ("sbuf", (P, KB), f32),  # S copied for GpSimd's exp
             "p": ("sbuf", (P, KB), bf16),
-            "pT": ("psum", (P, PT_CHUNKS * P), bf16),  # P^T's chunks side by side
+            "pT": ("psum", (P, KB), bf16),  # P^T's chunks side by side
             "pT_sb": ("sbuf", (P, KB), bf16),
             "acc": ("psum", (P, D + 1), f32),  # sum of c-rescaled P v; last column: l
             "o": ("sbuf", (P, D), out_dt),
@@ -397,9 +401,9 @@ def _scores(b, t: _Tiles, u: _Unit, _scale, mask) -> None:
 
 
 def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """The row max on VectorE, or on ScalarE in turn with a copy of S to SBUF (for GpSimd's
-    exp, `_exp`) in the same instruction; then -m' = min(-scale * max, -m) on GpSimd
-    (-scale * max for the first key block), and -m' / scale for GpSimd's exp."""
+    """The row max on ScalarE, with a copy of S to SBUF for GpSimd's exp (`_exp`) in the
+    same instruction (on VectorE where ScalarE has no max); then -m' = min(-scale * max, -m)
+    on GpSimd (-scale * max for the first key block), and -m' / scale for the exp."""
     blk = u.blk
     r, kr = slice(0, blk.qw), slice(0, u.kw)
     u.p = ap(t.take("p"), r, kr)
@@ -427,9 +431,9 @@ def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
 
 
 def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """P = exp(scale S - m') in bf16: on ScalarE from PSUM, or on GpSimd from the SBUF copy
-    as e^scale ** (S - m' / scale); the correction c = e ** (-m' - (-m)) on GpSimd after the
-    first key block."""
+    """P = exp(scale S - m') in bf16: on GpSimd from the SBUF copy as e^scale ** (S - m' /
+    scale) (on ScalarE from PSUM where VectorE took the max); the correction c = e ** (-m' -
+    (-m)) on GpSimd after the first key block."""
     blk = u.blk
     nm_old, nm, c = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3], blk.c[u.n % 3]
     if u.on_gpsimd:
@@ -447,38 +451,32 @@ def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
 
 
 def _transpose(b, t: _Tiles, u: _Unit, *_) -> None:
-    """P^T's chunks on TensorE into PSUM tiles of PT_CHUNKS chunks each."""
+    """P^T's chunks on TensorE into one PSUM tile."""
     P, qw = t.P, u.blk.qw
     _, _, chunks = u.loaded
-    u.pT = []
+    u.pT = t.take("pT")
     for j, (cols, keys, _) in enumerate(chunks):
-        if j % PT_CHUNKS == 0:
-            u.pT.append(t.take("pT"))
         src = ap(u.p.name, slice(0, qw), cols)
-        c0 = j % PT_CHUNKS * P
-        tp = ap(u.pT[-1], slice(0, keys), slice(c0, c0 + qw))
+        tp = ap(u.pT, slice(0, keys), slice(j * P, j * P + qw))
         b.emit(Transpose, [src], [tp], src=src, dst=tp)
 
 
 def _copy(b, t: _Tiles, u: _Unit, *_) -> None:
-    """P^T out of PSUM on VectorE: one copy per PSUM tile, or one per chunk where qw < 128
-    leaves gaps."""
+    """P^T out of PSUM on VectorE: one copy of the whole tile, or one per chunk where
+    qw < 128 leaves gaps."""
     P, qw = t.P, u.blk.qw
     _, _, chunks = u.loaded
     u.pT_sb = t.take("pT_sb")
-    for g, pT in enumerate(u.pT):
-        part = chunks[g * PT_CHUNKS : (g + 1) * PT_CHUNKS]
-        rows = max(keys for _, keys, _ in part)
-        spans = (
-            [(slice(0, rows), 0, len(part) * P)]
-            if qw == P
-            else [(slice(0, keys), i * P, i * P + qw) for i, (_, keys, _) in enumerate(part)]
-        )
-        at = g * PT_CHUNKS * P  # the tile's first column in pT_sb
-        for rs, c0, c1 in spans:
-            a, z = ap(pT, rs, slice(c0, c1)), ap(u.pT_sb, rs, slice(at + c0, at + c1))
-            b.emit(TensorCopy, [a], [z], src=a, dst=z)
-        t.give("pT", pT)
+    rows = max(keys for _, keys, _ in chunks)
+    spans = (
+        [(slice(0, rows), slice(0, len(chunks) * P))]
+        if qw == P
+        else [(slice(0, keys), slice(j * P, j * P + qw)) for j, (_, keys, _) in enumerate(chunks)]
+    )
+    for rs, cs in spans:
+        a, z = ap(u.pT, rs, cs), ap(u.pT_sb, rs, cs)
+        b.emit(TensorCopy, [a], [z], src=a, dst=z)
+    t.give("pT", u.pT)
     t.give("p", u.p.name)
 
 
