@@ -696,11 +696,16 @@ def test_mlp_ops(name):
 def test_attention_ops(name):
     """FLOPs and HBM bytes of a causal flash attention, by hand (traces/attention_ops.yaml)."""
     g, _ = golden(name)
-    heads, s, d, kb = 8, 512, 64, 128  # query heads, tokens, head dim, queries per block
-    blocks = s // kb
-    keys = sum((i + 1) * kb for i in range(blocks))  # each query block stops at the diagonal
-    assert g["flops"] == heads * 2 * (2 * d * kb * keys)  # scores and P v
+    heads, s, d, qb = 8, 512, 64, 128  # query heads, tokens, head dim, queries per block
+    blocks = s // qb
+    ends = [(i + 1) * qb for i in range(blocks)]  # each query block stops at the diagonal
+    keys = sum(ends)  # every block's keys fit one key block of 1,024: one unit each
+    scores = 2 * d * qb * keys
+    pv = 2 * qb * keys * (d + 1)  # P v with v's ones column: the row sums come with it
+    mask = blocks * 2 * qb * qb * qb  # per diagonal, identity [128, 128] x bias [128, 128]
+    assert g["flops"] == heads * (scores + pv + mask)
     q_bytes, out_bytes = heads * s * d * 2, heads * s * d * 4
-    kv_bytes = heads * keys * d * 2  # k (and v) rows each query block reads
+    # k and v are loaded once for each pair of query blocks, as far as its second one reads
+    kv_bytes = heads * sum(ends[1::2]) * d * 2
     assert g["hbm"]["bytes_read"] == q_bytes + 2 * kv_bytes
     assert g["hbm"]["bytes_written"] == out_bytes
