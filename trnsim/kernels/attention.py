@@ -12,9 +12,9 @@ keys (two PSUM banks of fp32 scores; a block stops at the diagonal when causal).
   a head that read them; q^T once per query block;
 - S = q k^T on TensorE (two matmuls); on the diagonal the mask is added in PSUM by one more
   matmul, a constant identity times a constant bias tile (0 or -2^126);
-- ScalarE copies S to SBUF with the row max in the same instruction; GpSimd updates the
-  negated running max -m' = min(-scale * max, -m), and computes P = exp(scale S - m') from
-  the SBUF copy as (e^scale) ** (S - m' / scale) (bf16) and c = e ** (m - m');
+- ScalarE copies scale * S to SBUF with its row max in the same instruction; GpSimd updates
+  the negated running max -m' = min(-max, -m), and computes P = exp(scale S - m') from the
+  SBUF copy as e ** (scale S - m') (bf16) and c = e ** (m - m');
 - TensorE transposes P in eight 128-key chunks into one PSUM tile, VectorE copies it to SBUF,
   VectorE rescales acc (PSUM) by c, and TensorE accumulates P^T-chunk x [v-chunk, 1] into acc:
   its last column is the row sum l;
@@ -72,9 +72,8 @@ DEPTH = {  # tiles of a kind before any is reused: enough for the units in fligh
     "pT_sb": 2,
     "acc": 3,
     "o": 2,
-    "col": 40,
+    "col": 28,
 }
-NEG = -3.4028234663852886e38  # the most negative fp32: m's start
 MASK = -(2.0**126)  # the causal mask's bias: exact in bf16, and exp(scale * (s + MASK)) = 0
 
 
@@ -241,8 +240,8 @@ def _load_t(
 
 class _Block:
     """One block of qw query rows from q0 against keys [0, end): its tensors and its state
-    (`_start`): -m (the negated running max), -m / scale and c (three tiles each, used in
-    turn by the key blocks), the block max, and acc (PSUM) whose last column is l."""
+    (`_start`): -m (the negated running max) and c (three tiles each, used in turn by the
+    key blocks), the block max, and acc (PSUM) whose last column is l."""
 
     def __init__(self, names, qi, q0: int, qw: int, end: int):
         self.names, self.qi, self.q0, self.qw, self.end = names, qi, q0, qw, end
@@ -340,9 +339,9 @@ def _start(b, t: _Tiles, blk: _Block) -> None:
     blk.qt = t.take("qT")
     _load_t(b, t, "q", q, blk.qi, blk.q0, blk.qw, blk.qt)
     blk.qT = ap(blk.qt, slice(0, t.D), r)
-    blk.cols = [t.take("col") for _ in range(10)]
+    blk.cols = [t.take("col") for _ in range(7)]
     c = [ap(x, r) for x in blk.cols]
-    blk.nm, blk.c, blk.mx, blk.nms = c[0:3], c[3:6], c[6], c[7:10]
+    blk.nm, blk.c, blk.mx = c[0:3], c[3:6], c[6]
     blk.pvs = 0  # P v emitted
 
 
@@ -401,9 +400,9 @@ def _scores(b, t: _Tiles, u: _Unit, _scale, mask) -> None:
 
 
 def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """The row max on ScalarE, with a copy of S to SBUF for GpSimd's exp (`_exp`) in the
-    same instruction (on VectorE where ScalarE has no max); then -m' = min(-scale * max, -m)
-    on GpSimd (-scale * max for the first key block), and -m' / scale for the exp."""
+    """The row max on ScalarE, with scale * S copied to SBUF for GpSimd's exp (`_exp`) in the
+    same instruction (the max of S on VectorE where ScalarE has no max); then -m' =
+    min(-scale * max, -m) on GpSimd (-scale * max for the first key block)."""
     blk = u.blk
     r, kr = slice(0, blk.qw), slice(0, u.kw)
     u.p = ap(t.take("p"), r, kr)
@@ -411,36 +410,31 @@ def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
     if u.on_gpsimd:
         u.ssb = t.take("s_sb")
         ss = ap(u.ssb, r, kr)
-        b.emit(Activation, [u.s], [ss, blk.mx], func="copy", src=u.s, dst=ss, reduce="max",
-               reduce_dst=blk.mx)  # fmt: skip
+        b.emit(Activation, [u.s], [ss, blk.mx], func="copy", src=u.s, dst=ss, scale=scale,
+               reduce="max", reduce_dst=blk.mx)  # fmt: skip
         t.give("s", u.s_t)
         u.s = ss
     else:
         b.emit(TensorReduce, [u.s], [blk.mx], alu="max", src=u.s, dst=blk.mx)
     nm_old, nm = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3]
+    k = -1.0 if u.on_gpsimd else -scale  # the max of scale * S, or of S
     if u.n == 0:
-        b.emit(TensorScalar, [blk.mx], [nm], src=blk.mx, dst=nm, op0="multiply",
-               operand0=-scale, engine=Engine.GPSIMD)  # fmt: skip
+        b.emit(TensorScalar, [blk.mx], [nm], src=blk.mx, dst=nm, op0="multiply", operand0=k,
+               engine=Engine.GPSIMD)  # fmt: skip
     else:
         b.emit(TensorScalar, [blk.mx, nm_old], [nm], src=blk.mx, dst=nm, op0="multiply",
-               operand0=-scale, op1="min", operand1=nm_old, engine=Engine.GPSIMD)  # fmt: skip
-    if u.on_gpsimd:
-        nms = blk.nms[(u.n + 1) % 3]
-        b.emit(TensorScalar, [nm], [nms], src=nm, dst=nms, op0="multiply", operand0=1.0 / scale,
-               engine=Engine.GPSIMD)  # fmt: skip
+               operand0=k, op1="min", operand1=nm_old, engine=Engine.GPSIMD)  # fmt: skip
 
 
 def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """P = exp(scale S - m') in bf16: on GpSimd from the SBUF copy as e^scale ** (S - m' /
-    scale) (on ScalarE from PSUM where VectorE took the max); the correction c = e ** (-m' -
-    (-m)) on GpSimd after the first key block."""
+    """P = exp(scale S - m') in bf16: on GpSimd from the SBUF copy of scale * S as e ** (scale
+    S + (-m')) (on ScalarE from PSUM where VectorE took the max); the correction c = e **
+    (-m' - (-m)) on GpSimd after the first key block."""
     blk = u.blk
     nm_old, nm, c = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3], blk.c[u.n % 3]
     if u.on_gpsimd:
-        nms = blk.nms[(u.n + 1) % 3]
-        e = math.exp(scale)
-        b.emit(TensorScalar, [u.s, nms], [u.p], src=u.s, dst=u.p, op0="add", operand0=nms,
-               op1="pow", operand1=e, reverse1=True, engine=Engine.GPSIMD)  # fmt: skip
+        b.emit(TensorScalar, [u.s, nm], [u.p], src=u.s, dst=u.p, op0="add", operand0=nm,
+               op1="pow", operand1=math.e, reverse1=True, engine=Engine.GPSIMD)  # fmt: skip
         t.give("s_sb", u.ssb)
     else:
         b.emit(Activation, [u.s, nm], [u.p], func="exp", src=u.s, dst=u.p, scale=scale, bias=nm)
