@@ -12,21 +12,24 @@ keys (two PSUM banks of fp32 scores; a block stops at the diagonal when causal).
   a head that read them; q^T once per query block;
 - S = q k^T on TensorE (two matmuls); on the diagonal the mask is added in PSUM by one more
   matmul, a constant identity times a constant bias tile (0 or -2^126);
-- ScalarE copies scale * S to SBUF with its row max in the same instruction; GpSimd updates
-  the negated running max -m' = min(-max, -m), and computes P = exp(scale S - m') from the
-  SBUF copy as e ** (scale S - m') (bf16) and c = e ** (m - m');
-- TensorE transposes P in eight 128-key chunks into one PSUM tile, VectorE copies it to SBUF,
+- the row max on ScalarE for two units of three (`MAX_ON`: an activation copying scale * S
+  to SBUF, the max in the same instruction), on VectorE from PSUM for the third; GpSimd
+  updates the negated running max -m' = min(-max, -m); ScalarE computes P = exp(scale S -
+  m') (bf16), but where it took the max GpSimd computes the first GP_SHARE of P's columns
+  from the SBUF copy as e ** (scale S - m') (a pow, 4 cycles an element: a small share);
+  c = e ** (m - m') on GpSimd (one element a row);
+- TensorE transposes P in eight 128-key chunks into a PSUM tile, VectorE copies it to SBUF,
   VectorE rescales acc (PSUM) by c, and TensorE accumulates P^T-chunk x [v-chunk, 1] into acc:
   its last column is the row sum l;
 - after the last unit of a query block, out = acc / l on VectorE, cast and stored.
 
-NC-v2's ScalarE reduces by add only: there VectorE takes the row max from PSUM and ScalarE the
-exp. The units of a group alternate between its query blocks (so consecutive units are
-independent) and are emitted software-pipelined (`_pipeline`): each step issues one unit's
-exp, the next unit's max, the scores two units ahead, and the transposes, copy and P v of
-units already past their exp, so every engine works on several units at once. TensorE does
-three passes per unit (scores, transposes, P v) of which two count as FLOPs: it can reach 2/3
-of peak; GpSimd (the exp, one element a cycle) comes next.
+NC-v2's ScalarE reduces by add only: there VectorE takes every row max. The units of a group
+alternate between its query blocks (so consecutive units are independent) and are emitted
+software-pipelined (`_pipeline`): each step issues one unit's exp, the next unit's max, the
+scores two units ahead, and the transposes, copy and P v of units already past their exp, so
+every engine works on several units at once. TensorE does three passes per unit (scores,
+transposes, P v) of which two count as FLOPs: it can reach 2/3 of peak; ScalarE (the exp and
+most maxes) and VectorE bind first (docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -65,15 +68,19 @@ DEPTH = {  # tiles of a kind before any is reused: enough for the units in fligh
     "qT": 4,
     "kT": 6,
     "v": 6,
-    "s": 3,  # PSUM (16 KiB): 3 x 4 KiB of scores, 2 KiB of P^T, 3 x 516 B of acc
+    "s": 2,  # PSUM (16 KiB): 2 x 4 KiB of scores, 2 x 2 KiB of P^T, 3 x 516 B of acc
     "s_sb": 3,
     "p": 3,
-    "pT": 1,
+    "pT": 2,
     "pT_sb": 2,
     "acc": 3,
     "o": 2,
     "col": 28,
 }
+# units (in emission order, in turn) whose row max ScalarE takes ("S", with a copy of scale * S
+# to SBUF) or VectorE ("V"): ScalarE also runs every exp, so it takes two of three
+MAX_ON = "SVS"
+GP_SHARE = 0.25  # of P's columns GpSimd exponentiates where ScalarE took the max (`_exp`)
 MASK = -(2.0**126)  # the causal mask's bias: exact in bf16, and exp(scale * (s + MASK)) = 0
 
 
@@ -317,6 +324,8 @@ def _pipeline(b, t: _Tiles, units: list, scale: float, mask) -> None:
     }  # fmt: skip
     steps = [(offset, stages[name]) for name, offset in ORDER]
     first, last = max(o for o, _ in steps), -min(o for o, _ in steps)
+    for i, u in enumerate(units):
+        u.i = i
     for i in range(-first, len(units) + last):
         for offset, stage in steps:
             if 0 <= i + offset < len(units):
@@ -400,14 +409,15 @@ def _scores(b, t: _Tiles, u: _Unit, _scale, mask) -> None:
 
 
 def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """The row max on ScalarE, with scale * S copied to SBUF for GpSimd's exp (`_exp`) in the
-    same instruction (the max of S on VectorE where ScalarE has no max); then -m' =
-    min(-scale * max, -m) on GpSimd (-scale * max for the first key block)."""
+    """The row max: on ScalarE for the units `MAX_ON` gives it, with scale * S copied to SBUF
+    in the same instruction (for GpSimd's share of the exp, `_exp`), else on VectorE from
+    PSUM (always where ScalarE has no max); then -m' = min(-scale * max, -m) on GpSimd
+    (-scale * max for the first key block)."""
     blk = u.blk
     r, kr = slice(0, blk.qw), slice(0, u.kw)
     u.p = ap(t.take("p"), r, kr)
-    u.on_gpsimd = t.scalar_max
-    if u.on_gpsimd:
+    u.smax = t.scalar_max and MAX_ON[u.i % len(MAX_ON)] == "S"
+    if u.smax:
         u.ssb = t.take("s_sb")
         ss = ap(u.ssb, r, kr)
         b.emit(Activation, [u.s], [ss, blk.mx], func="copy", src=u.s, dst=ss, scale=scale,
@@ -417,7 +427,7 @@ def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
     else:
         b.emit(TensorReduce, [u.s], [blk.mx], alu="max", src=u.s, dst=blk.mx)
     nm_old, nm = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3]
-    k = -1.0 if u.on_gpsimd else -scale  # the max of scale * S, or of S
+    k = -1.0 if u.smax else -scale  # the max of scale * S, or of S
     if u.n == 0:
         b.emit(TensorScalar, [blk.mx], [nm], src=blk.mx, dst=nm, op0="multiply", operand0=k,
                engine=Engine.GPSIMD)  # fmt: skip
@@ -427,17 +437,24 @@ def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
 
 
 def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """P = exp(scale S - m') in bf16: on GpSimd from the SBUF copy of scale * S as e ** (scale
-    S + (-m')) (on ScalarE from PSUM where VectorE took the max); the correction c = e **
-    (-m' - (-m)) on GpSimd after the first key block."""
+    """P = exp(scale S - m') in bf16 on ScalarE; where ScalarE took the max, GpSimd computes
+    the first GP_SHARE of P's columns from the SBUF copy of scale * S as e ** (scale S +
+    (-m')) (a pow: 4 cycles an element, so a small share); the correction c = e ** (-m' -
+    (-m)) on GpSimd after the first key block (one element a row)."""
     blk = u.blk
+    r = slice(0, blk.qw)
     nm_old, nm, c = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3], blk.c[u.n % 3]
-    if u.on_gpsimd:
-        b.emit(TensorScalar, [u.s, nm], [u.p], src=u.s, dst=u.p, op0="add", operand0=nm,
+    g = int(u.kw * GP_SHARE) if u.smax else 0
+    if g:
+        src, dst = ap(u.ssb, r, slice(0, g)), ap(u.p.name, r, slice(0, g))
+        b.emit(TensorScalar, [src, nm], [dst], src=src, dst=dst, op0="add", operand0=nm,
                op1="pow", operand1=math.e, reverse1=True, engine=Engine.GPSIMD)  # fmt: skip
+    src, dst = ap(u.s.name, r, slice(g, u.kw)), ap(u.p.name, r, slice(g, u.kw))
+    k = 1.0 if u.smax else scale
+    b.emit(Activation, [src, nm], [dst], func="exp", src=src, dst=dst, scale=k, bias=nm)
+    if u.smax:
         t.give("s_sb", u.ssb)
     else:
-        b.emit(Activation, [u.s, nm], [u.p], func="exp", src=u.s, dst=u.p, scale=scale, bias=nm)
         t.give("s", u.s_t)
     if u.n:
         b.emit(TensorScalar, [nm, nm_old], [c], src=nm, dst=c, op0="subtract", operand0=nm_old,
