@@ -15,8 +15,8 @@ keys (two PSUM banks of fp32 scores; a block stops at the diagonal when causal).
 - the row max on ScalarE for two units of three (`MAX_ON`: an activation copying scale * S
   to SBUF, the max in the same instruction), on VectorE from PSUM for the third; GpSimd
   updates the negated running max -m' = min(-max, -m); ScalarE computes P = exp(scale S -
-  m') (bf16), but where it took the max GpSimd computes the first GP_SHARE of P's columns
-  from the SBUF copy as e ** (scale S - m') (a pow, 4 cycles an element: a small share);
+  m') (bf16), but where it took the max GpSimd computes the first GP_SHARE (3/8) of P's
+  columns from the SBUF copy as e ** (scale S - m') (a pow, 4 cycles an element);
   c = e ** (m - m') on GpSimd (one element a row);
 - TensorE transposes P in eight 128-key chunks into a PSUM tile, VectorE copies it to SBUF,
   VectorE rescales acc (PSUM) by c, and TensorE accumulates P^T-chunk x [v-chunk, 1] into acc:
@@ -80,7 +80,7 @@ DEPTH = {  # tiles of a kind before any is reused: enough for the units in fligh
 # units (in emission order, in turn) whose row max ScalarE takes ("S", with a copy of scale * S
 # to SBUF) or VectorE ("V"): ScalarE also runs every exp, so it takes two of three
 MAX_ON = "SVS"
-GP_SHARE = 0.25  # of P's columns GpSimd exponentiates where ScalarE took the max (`_exp`)
+GP_SHARE = 0.375  # of P's columns GpSimd exponentiates where ScalarE took the max (`_exp`)
 MASK = -(2.0**126)  # the causal mask's bias: exact in bf16, and exp(scale * (s + MASK)) = 0
 
 
@@ -411,8 +411,7 @@ def _scores(b, t: _Tiles, u: _Unit, _scale, mask) -> None:
 def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
     """The row max: on ScalarE for the units `MAX_ON` gives it, with scale * S copied to SBUF
     in the same instruction (for GpSimd's share of the exp, `_exp`), else on VectorE from
-    PSUM (always where ScalarE has no max); then -m' = min(-scale * max, -m) on GpSimd
-    (-scale * max for the first key block)."""
+    PSUM (always where ScalarE has no max)."""
     blk = u.blk
     r, kr = slice(0, blk.qw), slice(0, u.kw)
     u.p = ap(t.take("p"), r, kr)
@@ -426,7 +425,18 @@ def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
         u.s = ss
     else:
         b.emit(TensorReduce, [u.s], [blk.mx], alu="max", src=u.s, dst=blk.mx)
-    nm_old, nm = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3]
+
+
+def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
+    """-m' = min(-scale * max, -m) on GpSimd (-scale * max for the first key block; here,
+    not in `_max`, so that GpSimd's queue never holds this unit's exp behind the next unit's
+    max); P = exp(scale S - m') in bf16 on ScalarE, but where ScalarE took the max, GpSimd
+    computes the first GP_SHARE of P's columns from the SBUF copy of scale * S as e ** (scale
+    S + (-m')) (a pow, 4 cycles an element); the correction c = e ** (-m' - (-m)) on GpSimd
+    after the first key block (one element a row)."""
+    blk = u.blk
+    r = slice(0, blk.qw)
+    nm_old, nm, c = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3], blk.c[u.n % 3]
     k = -1.0 if u.smax else -scale  # the max of scale * S, or of S
     if u.n == 0:
         b.emit(TensorScalar, [blk.mx], [nm], src=blk.mx, dst=nm, op0="multiply", operand0=k,
@@ -434,16 +444,6 @@ def _max(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
     else:
         b.emit(TensorScalar, [blk.mx, nm_old], [nm], src=blk.mx, dst=nm, op0="multiply",
                operand0=k, op1="min", operand1=nm_old, engine=Engine.GPSIMD)  # fmt: skip
-
-
-def _exp(b, t: _Tiles, u: _Unit, scale: float, _mask) -> None:
-    """P = exp(scale S - m') in bf16 on ScalarE; where ScalarE took the max, GpSimd computes
-    the first GP_SHARE of P's columns from the SBUF copy of scale * S as e ** (scale S +
-    (-m')) (a pow: 4 cycles an element, so a small share); the correction c = e ** (-m' -
-    (-m)) on GpSimd after the first key block (one element a row)."""
-    blk = u.blk
-    r = slice(0, blk.qw)
-    nm_old, nm, c = blk.nm[u.n % 3], blk.nm[(u.n + 1) % 3], blk.c[u.n % 3]
     g = int(u.kw * GP_SHARE) if u.smax else 0
     if g:
         src, dst = ap(u.ssb, r, slice(0, g)), ap(u.p.name, r, slice(0, g))
