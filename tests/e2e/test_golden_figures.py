@@ -737,12 +737,17 @@ def test_mlp_ops(name):
 def test_attention_ops(name):
     """FLOPs and HBM bytes of a causal flash attention, by hand (traces/attention_ops.yaml)."""
     g, cfg = golden(name)
-    heads, s, d, kb = 8, 512, 64, 128  # query heads, tokens, head dim, queries per block
-    blocks = s // kb
-    keys = sum((i + 1) * kb for i in range(blocks))  # each query block stops at the diagonal
-    assert g["flops"] == heads * 2 * (2 * d * kb * keys)  # scores and P v
+    heads, s, d, qb = 8, 512, 64, 128  # query heads, tokens, head dim, queries per block
+    blocks = s // qb
+    ends = [(i + 1) * qb for i in range(blocks)]  # each query block stops at the diagonal
+    keys = sum(ends)  # every block's keys fit one key block of 1,024: one unit each
+    scores = 2 * d * qb * keys
+    pv = 2 * qb * keys * (d + 1)  # P v with v's ones column: the row sums come with it
+    mask = blocks * 2 * qb * qb * qb  # per diagonal, identity [128, 128] x bias [128, 128]
+    assert g["flops"] == heads * (scores + pv + mask)
     q_bytes, out_bytes = heads * s * d * 2, heads * s * d * 4
-    kv_bytes = heads * keys * d * 2  # k (and v) rows each query block reads
+    # k and v are loaded once for each pair of query blocks, as far as its second one reads
+    kv_bytes = heads * sum(ends[1::2]) * d * 2
     assert g["hbm"]["bytes_read"] == q_bytes + 2 * kv_bytes
     assert g["hbm"]["bytes_written"] == out_bytes
     # its row: the unmasked (query, key) pairs only, s (s + 1) / 2 per head (the kernel also
@@ -831,13 +836,15 @@ def assert_llama_layer(name: str, s: int, cache: int | None):
     assert round(g["total_time_ns"] * 1000) == device + launch
     # the FLOPs TensorE runs: the rows' matmuls; attention's as the kernel computes them (in
     # prefill each 128-query block i also computes the masked part of its diagonal block: keys
-    # up to 128 (i + 1)); each rms_norm spreads its weight over the partitions with a K = 1
-    # matmul on each core (2 x 128 x 8192)
+    # up to 128 (i + 1), plus the mask's bias matmul, identity [128, 128] x bias [128, 128];
+    # P v has v's ones column, whose result is the row sum); each rms_norm spreads its weight
+    # over the partitions with a K = 1 matmul on each core (2 x 128 x 8192)
     mm = sum(w[2] for w in want if w[1] in ("linear", "matmul"))
     if cache is None:
-        attention = QH * 2 * 2 * HD * 128 * sum(128 * (i + 1) for i in range(s // 128))
+        keys = [128 * (i + 1) for i in range(s // 128)]
+        attention = QH * sum(2 * 128 * k * (2 * HD + 1) + 2 * 128**3 for k in keys)
     else:
-        attention = next(w[2] for w in want if w[0] == "attention")
+        attention = next(w[2] for w in want if w[0] == "attention") + 2 * cache * s * QH
     spread = 2 * cfg.lnc * 2 * 128 * HID
     assert_flops(g, cfg, mm + attention + spread, device, compute_cores=cfg.lnc)
     return g, cfg, device
@@ -854,9 +861,9 @@ def test_llama70b_prefill_ops(name):
     compute = [r for r in g["ops"] if r["flops"]]
     assert all(r["bound"] == "compute" for r in compute) and len(compute) == 8
     assert all(r["bound"] == "hbm" for r in g["ops"] if not r["flops"])
-    # the header's sum of rooflines (23.97 ms) and its run (40.85 ms)
+    # the header's sum of rooflines (23.97 ms) and its run (39.15 ms)
     assert round(sum(r["roofline_ns"] for r in g["ops"]) / 1e4) == 2397
-    assert round(device / 1e7) == 4085
+    assert round(device / 1e7) == 3915
 
 
 @by_name("llama70b_decode_ops")
@@ -868,4 +875,4 @@ def test_llama70b_decode_ops(name):
     weights = (2 * HID * HID + 2 * KVH * HD * HID + 3 * MLP * HID) * 2
     assert weights == 1_711_276_032  # the same layer as llama70b_layer_timing.yaml
     assert round(sum(r["roofline_ns"] for r in g["ops"]) / 1e3) == 3982  # the header's sum
-    assert round(device / 1e7) == 1206
+    assert round(device / 1e7) == 1064

@@ -190,6 +190,38 @@ def test_gpsimd_costs(pool):
     assert pool.cost(Memset(dst=d, value=2.0), None) == 512
 
 
+def test_gpsimd_pow_costs_as_a_transcendental(pool):
+    # N-SH: rsqrt on GpSimd has 4x lower throughput than ScalarE (one element per cycle, same
+    # clock), so 4 cycles per element; pow is charged the same (trn2.yaml)
+    d = tile("d", (128, 512), "bfloat16")
+    pw = TensorScalar(src=d, dst=d, op0="pow", operand0=0.5)
+    assert pool.cost(pw, None) == 4 * 512
+    two = TensorScalar(src=d, dst=d, op0="multiply", operand0=2.0, op1="pow", operand1=3.0)
+    assert pool.cost(two, None) == 4 * 512
+    waits = TensorScalar(src=d, dst=d, op0="pow", operand0=0.5, wait=(("s", 1),))
+    assert pool.cost(waits, None) == 4 * 512 + 100
+    assert (
+        pool.cost(
+            TensorScalar(src=tile("s", (128, 8)), dst=tile("t", (128, 8)), op0="pow", operand0=2.0),
+            None,
+        )
+        == 64
+    )  # MIN_II: 4 x 8 < 64
+    assert pool.cost(TensorTensor(alu="pow", src0=d, src1=d, dst=d), None) == 4 * 512  # not 2N
+    slower = load_chip("trn2", ["core.gpsimd.transcendental_cycles_per_element=8"]).core
+    assert GpSimdEngine(slower).cost(pw, None) == 8 * 512
+    # VectorE and ScalarE are unchanged
+    assert (
+        VectorEngine(load_chip("trn2").core).cost(
+            TensorScalar(
+                src=tile("s", (128, 512)), dst=tile("t", (128, 512)), op0="pow", operand0=0.5
+            ),
+            None,
+        )
+        == 512
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # checks
 

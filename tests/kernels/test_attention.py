@@ -43,6 +43,8 @@ def _attention(q, kv, causal, chip="trn2", scale=None):
         ((1, 2, 200, 64), (1, 2, 200, 64), True, "trn2"),  # ragged, the diagonal masked
         ((2, 4, 130, 128), (2, 2, 700, 128), False, "trn3"),  # several key blocks, D = 128
         ((2, 300, 32), (2, 300, 32), True, "trn1"),  # no batch dim; TensorE transposes
+        # a lone last query block with two key blocks back to back (and pairs with two each)
+        ((1, 1, 1152, 64), (1, 1, 1152, 64), True, "trn2"),
     ],
 )
 def test_values_match_numpy(q, kv, causal, chip):
@@ -80,3 +82,12 @@ def test_heads_that_do_not_group_are_an_error():
         lower(
             [OpSpec(OP, {"q": "q", "k": "k", "v": "v", "out": "out"})], tensors, load_chip("trn2")
         )
+
+
+@pytest.mark.parametrize("s_q,skv", [(8, 2048), (100, 1536)])
+def test_a_lone_query_block_over_several_key_blocks(s_q, skv):
+    """One query block per head (decode's folded heads: 8 rows) meets several key blocks in
+    consecutive units: each unit's row max has its own column, so the next unit's max never
+    overwrites one the exp has not read (a lowering bug the builder caught)."""
+    got, ref = _attention((2, 1, s_q, 64), (2, 1, skv, 64), False)
+    assert compare(ref, got, "float32", OP)["ok"]

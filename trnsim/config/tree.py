@@ -94,6 +94,9 @@ class GpSimdEngineConfig:
     clock_hz: int = q("Hz", "GpSimd clock")
     min_ii_cycles: int = q("cycles", "MIN_II")
     start_cycles: int = q("cycles", "GPSIMD_START: fixed start cost of iota/affine_select")
+    transcendental_cycles_per_element: int = q(
+        "cycles", "cycles per element of a transcendental ALU op (pow), vs 1 for the others"
+    )
     fixed_overhead_cycles: int = q("cycles", "static overhead added to a dependent instruction")
     commit_latency_cycles: int = q(
         "cycles", "after its issue interval, cycles until a result can be read by the next"

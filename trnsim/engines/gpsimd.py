@@ -11,6 +11,10 @@ from trnsim.engines.alu import AluEngine
 from trnsim.engines.alu_math import alu, fp32, is_int
 from trnsim.isa import Engine
 
+# ALU operators GpSimd evaluates as transcendentals (pow: exp(b * log a)), charged
+# `transcendental_cycles_per_element` per element instead of one
+TRANSCENDENTAL_ALU = frozenset({"pow"})
+
 
 class GpSimdEngine(AluEngine):
     """The GpSimd engine: SBUF only; integer operands are computed exactly, not through fp32."""
@@ -20,10 +24,23 @@ class GpSimdEngine(AluEngine):
     MEMORIES = ("sbuf",)
     INT_EXACT = True
 
+    def per_element(self, *ops) -> int:
+        """Cycles per element of the ALU ops: the transcendental figure if one of them is
+        (N-SH: rsqrt on GpSimd has 4x lower throughput than on ScalarE), else 1."""
+        slow = any(op in TRANSCENDENTAL_ALU for op in ops)
+        return self.cfg.transcendental_cycles_per_element if slow else 1
+
+    def cost_tensor_scalar(self, ins, prev) -> float:
+        # max(MIN_II, c N): c = 1 (isa.md 10), or the transcendental figure with a pow
+        n = ins.dst.free_size * self.per_element(ins.op0, ins.op1)
+        return self.ii(n) + self.overhead(ins)
+
     def cost_tensor_tensor(self, ins, prev) -> float:
         # assumption: like VectorE without its fast paths, two input streams at one element per
-        # cycle each: max(MIN_II, 2N) (no GpSimd figure is published, trainium.md 3.3)
-        return self.ii(2 * ins.dst.free_size) + self.overhead(ins)
+        # cycle each: max(MIN_II, 2N) (no GpSimd figure is published, trainium.md 3.3); a pow
+        # is bound by its evaluation instead: max(MIN_II, c N)
+        n = ins.dst.free_size * max(2, self.per_element(ins.alu))
+        return self.ii(n) + self.overhead(ins)
 
     # -- iota / affine_select ------------------------------------------------------------------
 
