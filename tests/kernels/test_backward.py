@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.kernels.helpers import run_lowered
+from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.kernels import lower, reference
 from trnsim.kernels.reference import tolerance
@@ -24,6 +25,19 @@ def run(tensors, ops, chip="trn2"):
 
     r, _ = run_lowered(tensors, emit, chip=chip)
     return r
+
+
+def run_kernels(tensors, kernels: dict, chip="trn2"):
+    """Kernels of ops (name -> [(op, args)]) launched in order on one stream of one core."""
+    from trnsim.config import load_chip
+    from trnsim.runtime.session import run_program
+    from trnsim.trace.program import KernelSpec, Program, Step, StreamSpec, TensorSpec
+
+    specs = {n: TensorSpec(n, tuple(s), dtype(d), i) for n, (s, d, i) in tensors.items()}
+    ks = {n: KernelSpec(n, ops=[OpSpec(op, a) for op, a in ops]) for n, ops in kernels.items()}
+    steps = [Step("launch", n) for n in kernels]
+    prog = Program("ops", chip, 0, "functional", 1, [], specs, ks, [StreamSpec("s", 0, steps)])
+    return run_program(prog, load_chip(chip), "functional")
 
 
 def close(got, want, dtype_name, factor=1.0):
@@ -356,15 +370,15 @@ def test_attention_backward_against_torch_autograd(q, kv, causal, with_output, d
     t = {"q": (q, dt, "normal"), "k": (kv, dt, "normal"), "v": (kv, dt, "normal"),
          "g": (q, dt, "normal"), "o": (q, dt, None), "dq": (q, "float32", None),
          "dk": (kv, "float32", None), "dv": (kv, "float32", None)}  # fmt: skip
-    ops = []
     args = {"grad_out": "g", "q": "q", "k": "k", "v": "v", "is_causal": causal,
             "out": ["dq", "dk", "dv"]}  # fmt: skip
-    if with_output:
-        ops.append(("scaled_dot_product_attention",
-                    {"q": "q", "k": "k", "v": "v", "is_causal": causal, "out": "o"}))  # fmt: skip
+    kernels = {}
+    if with_output:  # the forward's output, from a launch of its own as aten's forward
+        kernels["fwd"] = [("scaled_dot_product_attention",
+                           {"q": "q", "k": "k", "v": "v", "is_causal": causal, "out": "o"})]  # fmt: skip
         args["output"] = "o"
-    ops.append(("scaled_dot_product_attention_backward", args))
-    r = run(t, ops)
+    kernels["bwd"] = [("scaled_dot_product_attention_backward", args)]
+    r = run_kernels(t, kernels)
     from trnsim.trace.races import find_races
 
     assert find_races(r.program) == []  # two query blocks in flight: still race-free
