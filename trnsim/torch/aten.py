@@ -137,7 +137,8 @@ def _softmax(name, ov, a, kw, out, r):
 @_maps(*REDUCE)
 def _reduce(name, ov, a, kw, out, r):
     x = a[0]
-    dim = _arg(a, kw, 1, "dim") if ov not in ("default", "") else None
+    whole = name in ("sum", "mean") and ov == "default"  # sum(x): every dim
+    dim = None if whole else _arg(a, kw, 1, "dim")
     keep = bool(_arg(a, kw, 2, "keepdim", False)) if dim is not None else False
     if isinstance(dim, (list, tuple)):
         dim = list(dim) or None  # [] reduces every dim
