@@ -1,6 +1,6 @@
 """Time for every op on the `neuron` device, from the simulated chip.
 
-An op the kernel library lowers (`LOWERED`: aten names mapped to the library's ops) is lowered
+An op the kernel library lowers (`aten.library_ops`: aten ops mapped to the library's) is lowered
 once per (op, shapes, dtypes, chip, lnc), simulated once on a timing-only copy of the chip to
 measure its device time, and from then on launched by that duration on the current stream
 (`Stream.launch_timed`: host launch cost included, the logical core held as by any kernel). Any
