@@ -123,3 +123,38 @@ def test_a_refused_shape_falls_back_to_the_estimate_with_the_reason():
     y + torch.randn(6, 7, device="neuron")  # a broadcast of two dims: not lowered
     assert t.stats["add.Tensor"].estimated >= 1
     assert "this broadcast is not lowered yet" in t.refused["add.Tensor"]
+
+
+OTHERS = {  # aten op -> code that issues it on neuron tensors x [64, 48], y [64, 48], m (bool)
+    "argmax.default": lambda x, y, m: x.argmax(dim=0),
+    "cat.default": lambda x, y, m: torch.cat([x, y, x], dim=1),
+    "sum.dim_IntList": lambda x, y, m: x.view(4, 16, 48).sum(dim=(0, 2)),
+    "mean.dim": lambda x, y, m: x.mean(),
+    "where.self": lambda x, y, m: torch.where(m, x, 0.0),
+    "masked_fill_.Scalar": lambda x, y, m: x.masked_fill(m, -1.0),
+    "addmm.default": lambda x, y, m: torch.addmm(y, x, torch.eye(48, device=x.device), beta=0.5),
+    "lerp.Scalar": lambda x, y, m: torch.lerp(x, y, 0.3),
+    "addcdiv.default": lambda x, y, m: torch.addcdiv(x, x, y.exp(), value=0.1),
+    "mul.Tensor": lambda x, y, m: 2.0 * x,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(OTHERS))
+def test_more_ops_are_modelled_and_match_cpu(name):
+    gen = torch.Generator().manual_seed(2)
+    x, y = torch.randn(64, 48, generator=gen), torch.randn(64, 48, generator=gen)
+    m = torch.rand(64, 48, generator=gen) > 0.5
+    t = timing.timer()
+    before = t.stats[name].modelled if name in t.stats else 0
+    got = OTHERS[name](x.to("neuron"), y.to("neuron"), m.to("neuron"))
+    torch.testing.assert_close(got.cpu(), OTHERS[name](x, y, m), rtol=0, atol=0)
+    assert t.stats[name].modelled == before + 1, t.refused.get(name)
+
+
+def test_a_permuted_view_made_contiguous_is_the_librarys_permute():
+    x = torch.randn(4, 32, 8, 16, device="neuron")
+    t = timing.timer()
+    before = t.copies.modelled
+    y = x.permute(0, 2, 1, 3).contiguous()
+    assert t.copies.modelled == before + 1
+    assert torch.equal(y.cpu(), x.cpu().permute(0, 2, 1, 3).contiguous())
