@@ -251,6 +251,22 @@ def test_embedding_dense_backward_against_torch(tokens, v, d, pad, dt, tmp_path)
     close(ref, want.numpy(), "float32")
 
 
+def test_embedding_dense_backward_on_trn3_accumulates_in_one_bank_per_chunk(tmp_path):
+    """NC-v4's moving limit is 8 PSUM banks: the two accumulators stay one bank each (two of
+    4096 fp32 columns would need 32 KiB of PSUM's 16)."""
+    torch = pytest.importorskip("torch")
+    np.save(tmp_path / "i.npy", (np.arange(64, dtype=np.int32) * 7) % 50)
+    t = {"g": ((64, 1100), "float32", "normal"),
+         "i": ((64,), "int32", {"file": str(tmp_path / "i.npy")}),
+         "out": ((50, 1100), "float32", None)}  # fmt: skip
+    args = {"grad_output": "g", "indices": "i", "num_weights": 50, "out": "out"}
+    r = run(t, [("embedding_dense_backward", args)], chip="trn3")
+    g = torch.tensor(r.tensor("g").astype(np.float64))
+    want = torch.ops.aten.embedding_dense_backward(g, torch.tensor(r.tensor("i").astype(np.int64)),
+                                                   50, -1, False)  # fmt: skip
+    close(r.tensor("out"), want.numpy(), "float32")
+
+
 EXAMPLES = {  # op -> (tensors name -> shape, args): a small example of every training op
     "threshold_backward": ({"g": (4, 8), "x": (4, 8), "o": (4, 8)},
                            {"grad_output": "g", "x": "x", "threshold": 0.0, "out": "o"}),

@@ -68,3 +68,13 @@ def test_one_block_is_load_multiply_evacuate_store():
         f"w.{mm.moving.name}",
     }
     assert b.instructions[0].transpose
+
+
+@pytest.mark.parametrize("chip", ["trn2", "trn3"])
+@pytest.mark.parametrize("n", [384, 640, 1000, 200])
+def test_several_row_blocks_with_a_column_block_under_a_bank(chip, n):
+    """M = 512 puts four 128-row blocks in one strip; N = 384 (or a ragged last block of 640
+    and 1000) makes a block's accumulator narrower than a PSUM bank (512 fp32): each still
+    starts on its own bank (packed at j * 384, block 1 would cross one: a SimError)."""
+    got, ref, _ = _mm(((512, 128), (128, n), (512, n)), chip=chip)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)

@@ -154,10 +154,11 @@ def test_the_report_counts_modelled_and_estimated_ops():
     copies = trnsim.torch.timing.timer().copies
     before_copies = (copies.modelled, copies.estimated)
     x.to(torch.bfloat16)  # a cast: the library's copy
-    x.t().contiguous()  # a strided copy: estimated
+    x.t().contiguous()  # a permuted view made contiguous: the library's permute
+    x[:, ::2].contiguous()  # a strided copy with gaps: estimated
     rep = torch.neuron.report()
     assert (rep.copies["modelled"], rep.copies["estimated"]) == (
-        before_copies[0] + 1,
+        before_copies[0] + 2,
         before_copies[1] + 1,
     )
     assert rep.ops["exp.default"]["modelled"] >= 1

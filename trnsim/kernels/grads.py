@@ -241,7 +241,7 @@ def lower_embedding_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
         )
     if args.get("scale_grad_by_freq"):
         raise TraceError(f"{op}: scale_grad_by_freq is not lowered yet")
-    P, PS = cfg.core.sbuf.partitions, cfg.core.tensor.moving_free_max
+    P, PS = cfg.core.sbuf.partitions, _chunk(cfg)
     blocks = list(row_blocks(tuple(tg.shape), P))
     mdt = tg.dtype if tg.dtype.name != "float32" else F32  # the one-hot: the gradient's kind
     strip = min(d, STRIP_BYTES // (len(blocks) * tg.dtype.itemsize) // PS * PS or d)
@@ -298,11 +298,17 @@ def _index_columns(b, args, blocks, P) -> list:
     return cols
 
 
+def _chunk(cfg) -> int:
+    """Columns of one accumulation: one PSUM bank of fp32 (two are in use at a time; NC-v4's
+    moving limit of 8 banks would need 16 of PSUM's 8)."""
+    return min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+
+
 def _vocab_rows(b, cfg, out, grads, hots, vrange, srange, vb, banks) -> None:
     """out[v0:v0+vw, s0:s0+sw]: per chunk of 512 columns, the one-hots times the gradient
     blocks accumulated in a PSUM bank, copied out and stored."""
     (v0, vw), (s0, sw) = vrange, srange
-    P, PS = cfg.core.sbuf.partitions, cfg.core.tensor.moving_free_max
+    P, PS = cfg.core.sbuf.partitions, _chunk(cfg)
     for k, c0 in enumerate(range(0, sw, PS)):
         cw = min(PS, sw - c0)
         acc = ap(banks[(vb + k) % 2], slice(0, vw), slice(0, cw))

@@ -91,6 +91,9 @@ class _Plan:
         c = cfg.core
         self.P = c.tensor.rows  # contraction (K) and stationary (M) block: 128
         self.NB = min(c.tensor.moving_free_max, c.psum.bank_bytes // 4, N)
+        # each row block's accumulator starts on a bank of its own: a block of NB < a bank
+        # packed at j * NB would cross a bank boundary (a matmul output must stay in one)
+        self.acc_stride = c.psum.bank_bytes // 4
         self.dma_transpose = a_dt.itemsize in (2, 4) and c.dma.transpose_hbm_rate > 0
         banks = c.psum.banks - (0 if self.dma_transpose else 1)  # one for TensorE transposes
         self.a_dt, self.out_dt = a_dt, out_dt
@@ -115,7 +118,8 @@ class _Buffers:
         P, kt = p.P, math.ceil(p.K / p.P)
         self.strips = [b.tile("aT", "sbuf", (P, kt * P * p.mt), p.a_dt) for _ in range(2)]
         self.bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(B_BUFS)]
-        self.accs = [b.psum("acc", (P, p.mt * p.NB), dtype("float32")) for _ in range(p.psum_sets)]
+        width = (p.mt - 1) * p.acc_stride + p.NB
+        self.accs = [b.psum("acc", (P, width), dtype("float32")) for _ in range(p.psum_sets)]
         self.outs = [b.tile("o", "sbuf", (P, p.NB), p.out_dt) for _ in range(2)]
         self.turn = None
         if not p.dma_transpose:
@@ -153,7 +157,8 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
                 for j, (_, mw) in enumerate(ms):
                     col = k * MB + j * P
                     st = ap(strip, slice(0, kw), slice(col, col + mw))
-                    d = ap(acc, slice(0, mw), slice(j * p.NB, j * p.NB + nw))
+                    c0 = j * p.acc_stride
+                    d = ap(acc, slice(0, mw), slice(c0, c0 + nw))
                     b.emit(
                         Matmul, [st, dst], [d], stationary=st, moving=dst, dst=d, accumulate=k > 0
                     )
@@ -161,7 +166,8 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
                 o = outs[n_out % 2]
                 engine = p.evac[n_out % 2]
                 n_out += 1
-                src = ap(acc, slice(0, mw), slice(j * p.NB, j * p.NB + nw))
+                c0 = j * p.acc_stride
+                src = ap(acc, slice(0, mw), slice(c0, c0 + nw))
                 dst = ap(o, slice(0, mw), slice(0, nw))
                 _copy(b, engine, src, dst)
                 hbm = ap(o_name, *ob, slice(m, m + mw), slice(n0, n0 + nw))

@@ -337,6 +337,24 @@ def cpu_ops() -> list[str]:
     return sorted(n[6:] for n in names if n.startswith("aten::") and has(n, "CPU"))
 
 
+# list ops PyTorch implements for every device by one op per item (CompositeExplicitAutograd):
+# taken over, so that each is one launch timed as the kernel library's list op
+FOREACH = ("_foreach_add", "_foreach_mul", "_foreach_div", "_foreach_addcdiv",
+           "_foreach_addcmul", "_foreach_lerp", "_foreach_sqrt")  # fmt: skip
+
+
+def foreach_ops() -> list[str]:
+    """Every overload of the FOREACH ops (in place too), e.g. "_foreach_add_.List"."""
+    names = torch._C._dispatch_get_all_op_names()
+    bases = {b for f in FOREACH for b in (f, f + "_")}
+    out = []
+    for n in names:
+        base, _, ov = n.removeprefix("aten::").partition(".")
+        if n.startswith("aten::") and base in bases:
+            out.append(f"{base}.{ov}" if ov else base)
+    return sorted(out)
+
+
 def _overload(name: str):
     base, _, ov = name.partition(".")
     return getattr(getattr(torch.ops.aten, base), ov or "default")
@@ -349,7 +367,7 @@ def register(timer) -> int:
         return 0
     _lib = torch.library.Library("aten", "IMPL")
     count = 0
-    for name in sorted(set(cpu_ops()) | set(SPECIAL)):
+    for name in sorted(set(cpu_ops()) | set(SPECIAL) | set(foreach_ops())):
         fn = SPECIAL.get(name)
         if fn is None:
             try:

@@ -1,6 +1,6 @@
 """Time for every op on the `neuron` device, from the simulated chip.
 
-An op the kernel library lowers (`LOWERED`: aten names mapped to the library's ops) is lowered
+An op the kernel library lowers (`aten.library_ops`: aten ops mapped to the library's) is lowered
 once per (op, shapes, dtypes, chip, lnc), simulated once on a timing-only copy of the chip to
 measure its device time, and from then on launched by that duration on the current stream
 (`Stream.launch_timed`: host launch cost included, the logical core held as by any kernel). Any
@@ -21,21 +21,17 @@ from trnsim.errors import TrnsimError
 from trnsim.kernels import lower_cores
 from trnsim.runtime import Device
 from trnsim.torch import state
+from trnsim.torch.aten import copy_ops, library_ops
 from trnsim.trace.program import KernelSpec, OpSpec, TensorSpec
 from trnsim.units import seconds_to_ps
 
 Tensor = torch.Tensor
-_DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+# int64 indices and targets are int32 on the chip (the simulator has no int64): their bytes are
+# half PyTorch's, a small part of an embedding's or a loss's traffic
+_DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
+          torch.int64: "int32", torch.int32: "int32", torch.bool: "uint8"}  # fmt: skip
 _PEAK = {"float32": "float32", "bfloat16": "bfloat16", "float16": "bfloat16"}
 
-UNARY = {
-    "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu",
-    "silu": "silu", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "reciprocal": "reciprocal",
-    "sin": "sin", "cos": "cos", "erf": "erf", "neg": "neg",
-}  # fmt: skip
-BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum",
-          "minimum": "minimum", "pow": "pow"}  # fmt: skip
-REDUCE = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
 # ops that launch nothing: metadata, views are handled by their schema (no launch either)
 FREE = {
     "empty", "empty_strided", "resize_", "set_", "_local_scalar_dense", "is_set_to",
@@ -62,74 +58,6 @@ class OpStats:
 def _spec(name: str, t: Tensor) -> TensorSpec | None:
     dt = _DTYPE.get(t.dtype)
     return TensorSpec(name, tuple(t.shape), DTYPES[dt]) if dt else None
-
-
-def _last(dim, ndim: int) -> bool:
-    if isinstance(dim, (list, tuple)):
-        if len(dim) != 1:
-            return False
-        dim = dim[0]
-    return dim is not None and dim % max(ndim, 1) == ndim - 1
-
-
-def library_ops(base: str, overload: str, args, kwargs, r):
-    """The kernel library's ops (and their tensors) for an aten op, or None."""
-    out = r[0] if isinstance(r, (tuple, list)) and r else r
-    if not isinstance(out, Tensor) or not args or not isinstance(args[0], Tensor):
-        return None
-    t = {"out": out}
-    if base in ("mm", "bmm") and overload in ("default", "out"):
-        t["a"], t["b"] = args[0], args[1]
-        return [OpSpec(base, {"a": "a", "b": "b", "out": "out"})], t
-    if base == "addmm" and overload in ("default", "out"):
-        bias, t["a"], t["b"] = args[0], args[1], args[2]
-        ops = [OpSpec("matmul", {"a": "a", "b": "b", "out": "out"})]
-        if bias.dim() == 1:
-            t["bias"] = bias
-            ops.append(OpSpec("add", {"a": "out", "b": "bias", "out": "out"}))
-        return ops, t
-    name = base.rstrip("_")
-    if name in UNARY:
-        t["x"] = args[0]
-        return [OpSpec(UNARY[name], {"x": "x", "out": "out"})], t
-    if name == "gelu":
-        t["x"] = args[0]
-        approx = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
-        return [OpSpec("gelu_tanh" if approx == "tanh" else "gelu", {"x": "x", "out": "out"})], t
-    if name in BINARY and overload in ("Tensor", "Scalar", "default", "out", "Tensor_Scalar"):
-        alpha = kwargs.get("alpha", 1)
-        if alpha != 1 or kwargs.get("rounding_mode") is not None:
-            return None
-        a, b = args[0], args[1]
-        t["a"] = a
-        if isinstance(b, Tensor) and b.dim():
-            t["b"] = b
-            return [OpSpec(BINARY[name], {"a": "a", "b": "b", "out": "out"})], t
-        value = b.item() if isinstance(b, Tensor) else b
-        return [OpSpec(BINARY[name], {"a": "a", "b": float(value), "out": "out"})], t
-    if name in ("_softmax", "_log_softmax") and _last(args[1], args[0].dim()):
-        t["x"] = args[0]
-        return [OpSpec(name[1:], {"x": "x", "out": "out", "dim": -1})], t
-    if name in REDUCE and len(args) > 1 and _last(args[1], args[0].dim()):
-        keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-        t["x"] = args[0]
-        return [OpSpec(name, {"x": "x", "out": "out", "dim": -1, "keepdim": bool(keep)})], t
-    if name == "native_layer_norm" and len(args[1]) == 1:
-        t["x"] = args[0]
-        a = {"x": "x", "out": "out", "eps": float(args[4])}
-        for k, v in (("weight", args[2]), ("bias", args[3])):
-            if v is not None:
-                t[k], a[k] = v, k
-        return [OpSpec("layer_norm", a)], t
-    if name == "where" and overload == "self":
-        t["condition"], t["a"], t["other"] = args
-        return [OpSpec("where", {"condition": "condition", "a": "a", "other": "other",
-                                 "out": "out"})], t  # fmt: skip
-    if name == "masked_fill" and overload == "Scalar":
-        t["x"], t["mask"] = args[0], args[1]
-        return [OpSpec("masked_fill", {"x": "x", "mask": "mask", "value": float(args[2]),
-                                       "out": "out"})], t  # fmt: skip
-    return None
 
 
 def _tensors(args) -> list[Tensor]:
@@ -187,7 +115,7 @@ class OpTimer:
     def _measure(self, name, base, overload, args, kwargs, r) -> tuple[int, bool]:
         try:
             lowered = library_ops(base, overload, args, kwargs, r)
-        except (TypeError, ValueError, IndexError, AttributeError, RuntimeError):
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError, RuntimeError):
             lowered = None  # arguments the library's ops cannot take (a complex scalar, ...)
         if lowered is not None:
             try:
@@ -284,14 +212,26 @@ class OpTimer:
             self.wait()
 
     def _device_copy(self, src: Tensor, dst: Tensor) -> tuple[int, bool]:
-        key = ("copy", src.shape, src.dtype, dst.dtype, src.is_contiguous(), dst.is_contiguous())
+        key = (
+            "copy",
+            src.shape,
+            src.dtype,
+            dst.dtype,
+            src.is_contiguous(),
+            dst.is_contiguous(),
+            None if src.is_contiguous() else src.stride(),
+        )
         hit = self.memo.get(key)
         if hit is None:
             hit = None
+            lowered = None
             if key[4] and key[5] and src.shape == dst.shape:
+                lowered = [OpSpec("copy", {"x": "x", "out": "out"})], {"x": src, "out": dst}
+            elif key[5] and src.shape == dst.shape:
+                lowered = copy_ops(src, dst)  # a permuted view made contiguous
+            if lowered is not None:
                 try:
-                    ops = [OpSpec("copy", {"x": "x", "out": "out"})]
-                    hit = self._simulate("copy", ops, {"x": src, "out": dst})[0], True
+                    hit = self._simulate("copy", *lowered)[0], True
                 except (KeyError, TrnsimError, ValueError, IndexError, TypeError):
                     pass
             if hit is None:
