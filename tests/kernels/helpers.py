@@ -27,3 +27,18 @@ def run_lowered(tensors: dict, lower, chip: str = "trn2", mode: str = "functiona
         [StreamSpec("default", 0, [Step("launch", "k")])],
     )
     return run_program(prog, cfg, mode), b
+
+
+def run_ops(tensors: dict, ops: list, chip: str = "trn2"):
+    """`ops` ([(op, args)]) lowered into one core's kernel and run functionally (`run_lowered`)."""
+    from trnsim.kernels import lower
+    from trnsim.trace.program import OpSpec
+
+    specs = [OpSpec(op, args) for op, args in ops]
+
+    def emit(b, cfg):
+        prog = lower(specs, b.tensors, cfg)
+        b.tiles.update(prog.tiles)
+        b.instructions[:] = prog.instructions
+
+    return run_lowered(tensors, emit, chip=chip)[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import run_lowered
+from tests.kernels.helpers import run_ops
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.kernels import lower, reference
@@ -16,15 +16,7 @@ from trnsim.trace.program import OpSpec
 
 
 def run(tensors, ops, chip="trn2"):
-    specs = [OpSpec(op, args) for op, args in ops]
-
-    def emit(b, cfg):
-        prog = lower(specs, b.tensors, cfg)
-        b.tiles.update(prog.tiles)
-        b.instructions[:] = prog.instructions
-
-    r, _ = run_lowered(tensors, emit, chip=chip)
-    return r
+    return run_ops(tensors, ops, chip)
 
 
 def run_kernels(tensors, kernels: dict, chip="trn2"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import run_lowered
+from tests.kernels.helpers import run_ops
 from trnsim.errors import TraceError
 from trnsim.kernels import lower, reference
 from trnsim.kernels.reference import tolerance
@@ -14,15 +14,7 @@ from trnsim.trace.program import OpSpec
 
 
 def _run(tensors, ops, chip="trn2"):
-    ops = [OpSpec(op, args) for op, args in ops]
-
-    def emit(b, cfg):
-        prog = lower(ops, b.tensors, cfg)
-        b.tiles.update(prog.tiles)
-        b.instructions[:] = prog.instructions
-
-    r, _ = run_lowered(tensors, emit, chip=chip)
-    return r
+    return run_ops(tensors, ops, chip)
 
 
 def _check(r, op, args, out="out", inputs=None):

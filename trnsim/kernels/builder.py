@@ -142,6 +142,16 @@ class KernelBuilder:
         self._bufs[name] = _Buffer(tuple(shape))
         return name
 
+    def scratch_tile(self, key: str, base: str, shape, dtype: DType) -> str:
+        """The SBUF tile a lowering names `key` (its kind and buffer slot) for `shape` and
+        `dtype`: made (named after `base`) on first use, then the same tile for every later op
+        that asks for it, so rotating buffers are shared across ops instead of piling up."""
+        full = f"{key}:{dtype.name}:{shape}"
+        name = self.scratch.get(full)
+        if name is None:
+            name = self.scratch[full] = self.tile(base, "sbuf", shape, dtype)
+        return name
+
     def psum(self, base: str, shape: tuple[int, ...], dtype: DType) -> str:
         """A PSUM tile of at least `shape` (callers address it by slices): one an earlier op
         released, when one of that dtype is large enough, else a new one. PSUM is 16 KiB a

@@ -181,11 +181,7 @@ def _largest(blocks: list[tuple]) -> tuple[int, int]:
 def _buf(b: KernelBuilder, kind: str, n: int, shape: tuple[int, int], dt) -> str:
     """Rotating buffer n % BUFS of `kind` (of `shape`: the largest block's), allocated at the
     first use of its slot."""
-    key = f"{kind}{n % BUFS}:{dt.name}:{shape}"
-    name = b.scratch.get(key)
-    if name is None:
-        name = b.scratch[key] = b.tile(kind, "sbuf", shape, dt)
-    return name
+    return b.scratch_tile(f"{kind}{n % BUFS}", kind, shape, dt)
 
 
 def _same_shape(op: str, *named) -> None:

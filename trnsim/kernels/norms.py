@@ -108,11 +108,7 @@ class _Norm:
         self.per, self.q = 1, 1
 
     def tile(self, key: str, n: int, shape, dt) -> str:
-        full = f"norm.{key}{n % self.bufs}:{dt.name}:{shape}"
-        name = self.b.scratch.get(full)
-        if name is None:
-            name = self.b.scratch[full] = self.b.tile(key, "sbuf", shape, dt)
-        return name
+        return self.b.scratch_tile(f"norm.{key}{n % self.bufs}", key, shape, dt)
 
     def row(self, key: str, n: int, p: int, j=None, cols=(0, None), dt=None):
         """Block n's rows of `key` ([p, per, D]), or its row slot j ([p, D]), over `cols`."""

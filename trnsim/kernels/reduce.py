@@ -167,11 +167,7 @@ class Reduce:
         self.psum = []
 
     def tile(self, key: str, shape, dt=None) -> str:
-        full = f"reduce.{key}:{(dt or self.f32).name}:{shape}"
-        name = self.b.scratch.get(full)
-        if name is None:
-            name = self.b.scratch[full] = self.b.tile(key, "sbuf", shape, dt or self.f32)
-        return name
+        return self.b.scratch_tile(f"reduce.{key}", key, shape, dt or self.f32)
 
     def mine(self, i: int) -> bool:
         return i % self.b.part[1] == self.b.part[0]

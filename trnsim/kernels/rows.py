@@ -87,8 +87,4 @@ def _fits(cfg: ChipConfig, op: str, tx) -> tuple[int, int]:
 
 
 def _tile(b: KernelBuilder, key: str, shape: tuple[int, int], dt) -> str:
-    full = f"rows.{key}:{dt.name}:{shape}"
-    name = b.scratch.get(full)
-    if name is None:
-        name = b.scratch[full] = b.tile(key.rstrip("0123456789"), "sbuf", shape, dt)
-    return name
+    return b.scratch_tile(f"rows.{key}", key.rstrip("0123456789"), shape, dt)

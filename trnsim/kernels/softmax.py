@@ -92,11 +92,7 @@ class _Kernel:
         self.f32, self.q, self.per = dtype("float32"), 1, 1
 
     def tile(self, key: str, n: int, shape, dt) -> str:
-        full = f"softmax.{key}{n % self.bufs}:{dt.name}:{shape}"
-        name = self.b.scratch.get(full)
-        if name is None:
-            name = self.b.scratch[full] = self.b.tile(key, "sbuf", shape, dt)
-        return name
+        return self.b.scratch_tile(f"softmax.{key}{n % self.bufs}", key, shape, dt)
 
     def col(self, key: str, n: int, p: int, j=None, dt=None):
         """Block n's [rows, 1] column tile (p partitions): all its row slots, or slot j."""
