@@ -228,3 +228,21 @@ def test_simulate_timing_runs_each_launch_and_agrees_with_replay():
         out[timing] = (float(ms), spans)
     assert out["replay"][1] == "False" and out["simulate"][1] == "True"  # engines ran
     assert out["simulate"][0] == pytest.approx(out["replay"][0], rel=0.02)
+
+
+def test_without_torch_the_import_says_how_to_install(tmp_path):
+    """A `torch` that cannot be imported (a shadowing module here) gives one clear ImportError."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "torch.py").write_text("raise ImportError('no torch here')\n")
+    code = "import trnsim.torch"
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[2]}"},
+    )
+    assert r.returncode == 1
+    assert "ImportError: trnsim.torch needs PyTorch: pip install torch==2.13.0" in r.stderr

@@ -10,8 +10,16 @@ their CPU views), `kernels` (the aten kernels), `timing`, `module` (`torch.neuro
 `autocast`, `report`.
 """
 
-from trnsim.torch.register import register
-from trnsim.torch.state import configure
+try:
+    import torch  # noqa: F401
+except ImportError:
+    raise ImportError(
+        "trnsim.torch needs PyTorch: pip install torch==2.13.0 'trnsim[torch]' "
+        "(the pinned CPU build first; an unpinned torch downloads several GB)"
+    ) from None
+
+from trnsim.torch.register import register  # noqa: E402
+from trnsim.torch.state import configure  # noqa: E402
 
 register()
 
