@@ -236,12 +236,7 @@ class Reduce:
                     for cidx, cn, _ in chunks:
                         t = self.tile(f"x{slot}", (self.P, min(CHUNK, rn)), dt)
                         for kidx, n, off in _runs(ksizes, k0, k0 + kb, self.P):
-                            idx = _Index(self.b.tensors[self.x].shape)
-                            for g, i in zip(kept, okc):
-                                idx.at(g[1], i)
-                            for g, i in zip(red, orc):
-                                idx.at(g[1], i)
-                            idx.run(kd, kidx).run(rd, cidx)
+                            idx = self.outer(kept, okc, red, orc).run(kd, kidx).run(rd, cidx)
                             self.load(idx, ap(t, slice(off, off + n), slice(0, cn)))
                         xa = ap(t, slice(0, kb), slice(0, cn))
                         dst = acc if first else ap(self.tile(f"c{slot}", (self.P, 1)), slice(0, kb))
@@ -276,15 +271,17 @@ class Reduce:
                         rb = min(self.P, rn - r0)
                         t = fold.target(rb)
                         for ridx, n, off in _runs(rsizes, r0, r0 + rb, self.P):
-                            idx = _Index(shape)
-                            for g, i in zip(kept, okc):
-                                idx.at(g[1], i)
-                            for g, i in zip(red, orc):
-                                idx.at(g[1], i)
-                            idx.run(rd, ridx).run(kd, cidx)
+                            idx = self.outer(kept, okc, red, orc).run(rd, ridx).run(kd, cidx)
                             self.load(idx, ap(t, slice(off, off + n), slice(0, cn)))
                         fold.add(t, rb)
                 fold.done(base + coff)
+
+    def outer(self, kept, okc, red, orc) -> _Index:
+        """An index of x placed at the outer kept groups' `okc` and reduced groups' `orc`."""
+        idx = _Index(self.b.tensors[self.x].shape)
+        for g, i in (*zip(kept, okc), *zip(red, orc)):
+            idx.at(g[1], i)
+        return idx
 
     def by_matmul(self) -> bool:
         dt = self.b.tensors[self.x].dtype

@@ -220,25 +220,15 @@ class Device:
         physical cores, the shapes and dtypes of its tensors those of the views bound to them
         (`tensors`: name -> TensorView); cached per kernel and shapes, so relaunching is
         cheap."""
-        specs = {}
-        for name, v in (tensors or {}).items():
+        tensors = tensors or {}
+        for name, v in tensors.items():
             if not isinstance(v, TensorView):
                 raise TrnsimError(f"launch {kernel.name}: tensor {name} is not a device view")
-            specs[name] = TensorSpec(name, v.shape, v.dtype)
-        for op in kernel.ops:  # each tensor an op names must be bound (OPS gives the kinds)
-            kinds = {k.rstrip("?"): kind for k, kind in OPS.get(op.op, {}).items()}
-            for key, arg in op.args.items():
-                if kinds.get(key) in (None, "value", "values"):
-                    continue  # an unknown op or argument: the library's check names it
-                for n in arg if isinstance(arg, list) else [arg]:
-                    if isinstance(n, str) and n not in specs:
-                        raise TrnsimError(
-                            f"launch {kernel.name}: {op.op}'s {key} names {n!r}, which is not "
-                            f"among the launch's tensors ({', '.join(specs) or 'none'})"
-                        )
-        key = (id(kernel), tuple((n, t.shape, t.dtype.name) for n, t in specs.items()))
+        key = (id(kernel), tuple((n, v.shape, v.dtype.name) for n, v in tensors.items()))
         hit = self._lowered.get(key)
-        if hit is None or hit[0] is not kernel:
+        if hit is None or hit[0] is not kernel:  # lowered once per kernel and shapes
+            specs = {n: TensorSpec(n, v.shape, v.dtype) for n, v in tensors.items()}
+            _check_bound(kernel, specs)
             cores = lower_cores(kernel.ops, specs, self.cfg, len(self.chip.physical(self.index)))
             low = KernelSpec(kernel.name, per_core=cores, ops=kernel.ops, line=kernel.line)
             hit = self._lowered[key] = (kernel, low)
@@ -301,3 +291,19 @@ class Device:
 
     def __repr__(self) -> str:
         return f"Device({self.cfg.name!r}, index={self.index})"
+
+
+def _check_bound(kernel, specs: dict) -> None:
+    """Raise TrnsimError when an op of `kernel` names a tensor the launch does not bind (OPS
+    gives which arguments name tensors)."""
+    for op in kernel.ops:
+        kinds = {k.rstrip("?"): kind for k, kind in OPS.get(op.op, {}).items()}
+        for key, arg in op.args.items():
+            if kinds.get(key) in (None, "value", "values"):
+                continue  # an unknown op or argument: the library's check names it
+            for n in arg if isinstance(arg, list) else [arg]:
+                if isinstance(n, str) and n not in specs:
+                    raise TrnsimError(
+                        f"launch {kernel.name}: {op.op}'s {key} names {n!r}, which is not "
+                        f"among the launch's tensors ({', '.join(specs) or 'none'})"
+                    )
