@@ -217,3 +217,33 @@ def test_profiling_changes_neither_values_nor_timing():
     assert len(prof.events) > 4
     a, b = _step(*_inputs())
     assert torch.allclose(a.cpu(), values[0]) and torch.allclose(b.cpu(), values[1])
+
+
+def test_max_events_summarises_every_launch_past_it():
+    prof, _ = _profiled(2, max_events=0)
+    assert not any(ev.detailed for ev in prof.events)
+    assert [ev.summarised for ev in prof.events[:4]] == [True, True, True, False]
+    assert _trace(prof)["otherData"]["summarised_launches"] == 6
+
+
+def test_the_docs_example_runs(tmp_path, monkeypatch, capsys):
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "torch.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## Profiling") :]
+    (code,) = re.findall(r"^```py\n(.*?)^```$", section[: section.index("\n## ")], re.M | re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "docs/torch.md", "exec"), {})
+    out = capsys.readouterr().out
+    host_us = 5 * _launch_ps() / 1e6  # 5 launches, each a host launch call
+    assert re.search(rf"^aten::mm +5 +{host_us:.3f}us", out, re.M)
+    assert json.loads((tmp_path / "prof.json").read_text())["traceEvents"]
+    if _has_pyarrow():
+        assert (tmp_path / "prof_tables" / "Summary.parquet").exists()
+
+
+def _has_pyarrow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None

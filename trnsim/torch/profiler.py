@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import traceback
+import sys
 from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -26,6 +26,8 @@ from trnsim.torch.aten import library_ops
 from trnsim.torch.timing import timer
 
 DETAIL_LAUNCHES = 3  # launches of one op signature shown instruction by instruction
+MAX_EVENTS = 300_000  # instruction, DMA and HBM events placed in all (about 60 MB of JSON)
+_KEEP: dict[str, bool] = {}  # file -> are its frames the caller's (not the shim's, torch's)
 _SKIP_DIRS = tuple(
     os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch, state, contextlib)
 )
@@ -79,8 +81,10 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
     `record_shapes`: keep each op's input shapes and dtypes; `with_stack`: the Python stack of
     the call (the caller's frames); `on_trace_ready`: called with the profile when it stops;
     `detail_launches`: launches of one op signature whose instructions the trace shows before
-    it summarises the rest (one span per launch). `activities` and `profile_memory` are taken
-    for torch's signature (the host's and the device's ops are always recorded)."""
+    it summarises the rest (one span per launch); `max_events`: at most this many instruction,
+    DMA and HBM events in all (later launches are summarised), which keeps the trace small.
+    `activities` and `profile_memory` are taken for torch's signature (the host's and the
+    device's ops are always recorded)."""
 
     def __init__(
         self,
@@ -92,16 +96,19 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
         profile_memory: bool = False,
         with_stack: bool = False,
         detail_launches: int = DETAIL_LAUNCHES,
+        max_events: int = MAX_EVENTS,
     ):
         if schedule is not None:
             raise ValueError("torch.neuron.profiler.profile: schedule= is not supported; "
                              "open the profile around the steps to record")  # fmt: skip
-        if type(detail_launches) is not int or detail_launches < 0:
-            raise ValueError(f"detail_launches={detail_launches!r}: expected a whole number >= 0")
+        for key, v in (("detail_launches", detail_launches), ("max_events", max_events)):
+            if type(v) is not int or v < 0:
+                raise ValueError(f"{key}={v!r}: expected a whole number >= 0")
         self.activities, self.profile_memory = activities, profile_memory
         self.record_shapes, self.with_stack = record_shapes, with_stack
         self.on_trace_ready = on_trace_ready
-        self.detail_launches = detail_launches
+        self.detail_launches, self.max_events = detail_launches, max_events
+        self._placed = 0  # instruction, DMA and HBM events of the detailed launches
         self.events: list[OpEvent] = []
         self.details: dict = {}  # signature -> Detail, or None (not lowered: one span)
         self.chip_name = ""
@@ -199,10 +206,14 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
             self.details[ev.key] = detail
         if self.details[ev.key] is None:
             return
+        d = self.details[ev.key]
+        cost = len(d.spans) + sum(len(m.engines) for m in d.moves) + len(d.hbm)
         shown = self._shown.get(ev.key, 0)
-        ev.detailed = shown < self.detail_launches
+        ev.detailed = shown < self.detail_launches and self._placed + cost <= self.max_events
         ev.summarised = not ev.detailed
-        self._shown[ev.key] = shown + 1
+        if ev.detailed:
+            self._shown[ev.key] = shown + 1
+            self._placed += cost
 
     def _take(self, dev, n_spans, n_moves, n_hbm, n_calls) -> Detail | None:
         """The spans of the simulation the timer just ran on its scratch chip, if it ran one."""
@@ -295,8 +306,14 @@ def _stack() -> list[str]:
     """The caller's frames, innermost first, without the shim's, PyTorch's and the standard
     library's own."""
     out = []
-    for f in reversed(traceback.extract_stack()[:-3]):
-        path = os.path.abspath(f.filename)
-        if not path.startswith(_SKIP_DIRS):
-            out.append(f"{f.filename}({f.lineno}): {f.name}")
+    f = sys._getframe(3)
+    while f is not None:
+        code = f.f_code
+        path = code.co_filename
+        keep = _KEEP.get(path)
+        if keep is None:
+            keep = _KEEP[path] = not os.path.abspath(path).startswith(_SKIP_DIRS)
+        if keep:
+            out.append(f"{path}({f.f_lineno}): {code.co_name}")
+        f = f.f_back
     return out

@@ -174,7 +174,8 @@ def _launch(prof, ev, seen: set) -> list[dict]:
     if ev.summarised and ev.key not in seen:
         seen.add(ev.key)
         out.append({"ph": "i", "s": "t", "name": f"summarised: later launches of this {ev.name} "
-                    f"signature show one span each (after {prof.detail_launches} in detail)",
+                    f"signature show one span each (after {prof.detail_launches} in detail, "
+                    f"or past max_events={prof.max_events})",
                     "pid": ev.cores[0], "tid": LAUNCH_TID, "ts": ev.start_ps / _US})  # fmt: skip
     spans, moves, hbm = placed(prof, ev)
     for s in spans:
@@ -233,10 +234,12 @@ def chrome_trace(prof) -> dict:
         if ev.summarised:
             summarised[ev.name] = summarised.get(ev.name, 0) + 1
     other = {"chip": prof.chip_name, "detail_launches": prof.detail_launches,
+             "max_events": prof.max_events,
              "summarised_launches": sum(summarised.values()), "summarised_ops": summarised,
              "note": "instructions come from the op's one timing-only simulation on a scratch "
                      "chip, placed at each launch's start; after detail_launches launches of "
-                     "one op signature, each launch is one span"}  # fmt: skip
+                     "one op signature (or past max_events in all), each launch is one "
+                     "span"}  # fmt: skip
     return {"traceEvents": _threads(events, prof.chip_name) + events,
             "displayTimeUnit": "ns", "otherData": other}  # fmt: skip
 
