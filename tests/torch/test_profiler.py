@@ -123,8 +123,10 @@ def test_chrome_trace_has_host_ops_device_tracks_and_flows(tmp_path):
     ends = {e["id"]: e for e in events if e["ph"] == "f"}
     assert set(starts) == set(ends) == {ev.id for ev in prof.events}
     for ev in prof.events:
-        assert starts[ev.id]["ts"] == ev.host_start / 1e6 and starts[ev.id]["pid"] == HOST_PID
-        assert ends[ev.id]["ts"] == ev.start_ps / 1e6 and ends[ev.id]["pid"] == ev.cores[0]
+        s, f = starts[ev.id], ends[ev.id]
+        assert (s["pid"], s["tid"], f["pid"], f["tid"]) == (HOST_PID, 0, ev.cores[0], LAUNCH_TID)
+        assert s["ts"] == (ev.host_start + ev.host_end) / 2e6  # inside the host op's slice
+        assert f["ts"] == (ev.start_ps + ev.end_ps) / 2e6  # inside the launch's slice
     # instructions lie inside their launch; the estimated op is one labelled span
     launch = {(e["args"]["op_id"], e["pid"]): e for e in events
               if e["ph"] == "X" and e["tid"] == LAUNCH_TID}  # fmt: skip

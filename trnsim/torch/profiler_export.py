@@ -166,11 +166,13 @@ def _launch(prof, ev, seen: set) -> list[dict]:
     args = {"op_id": ev.id, "timed by": _timed_by(ev), "instructions": how}
     for c in ev.cores:
         out.append(_x(ev.name, "launch", c, LAUNCH_TID, ev.start_ps, ev.end_ps, args))
+    # the arrow's ends in the middle of the two slices: a viewer binds each to the slice
+    # around it, and back-to-back slices share their boundaries
     flow = {"name": "launch", "cat": "launch", "id": ev.id}
-    host_ts = ev.host_start / _US
+    host_ts = (ev.host_start + ev.host_end) / 2 / _US
     out.append({**flow, "ph": "s", "pid": HOST_PID, "tid": 0, "ts": host_ts})
     out.append({**flow, "ph": "f", "bp": "e", "pid": ev.cores[0], "tid": LAUNCH_TID,
-                "ts": ev.start_ps / _US})  # fmt: skip
+                "ts": (ev.start_ps + ev.end_ps) / 2 / _US})  # fmt: skip
     if ev.summarised and ev.key not in seen:
         seen.add(ev.key)
         out.append({"ph": "i", "s": "t", "name": f"summarised: later launches of this {ev.name} "
