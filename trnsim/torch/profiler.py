@@ -152,7 +152,7 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
         st = t.stats.get(name)
         before = (st.device_ps, st.modelled) if st else (0, 0)
         scratch = self._mark()
-        run(name, args, kwargs, r)
+        self._run(run, name, args, kwargs, r)
         st = t.stats[name]
         ev.measured_ps, ev.modelled = st.device_ps - before[0], st.modelled > before[1]
         self._end(ev, scratch, lambda: library_ops(base, overload, args, kwargs, r), name)
@@ -162,7 +162,7 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
         c = self._timer.copies
         before = c.device_ps, c.modelled
         scratch = self._mark()
-        run(src, dst)
+        self._run(run, src, dst)
         ev.measured_ps, ev.modelled = c.device_ps - before[0], c.modelled > before[1]
         self._end(ev, scratch, None, "copy")
 
@@ -177,6 +177,14 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
             ev.stack = _stack()
         self.events.append(ev)
         return ev
+
+    def _run(self, run, *args) -> None:
+        try:
+            run(*args)
+        except BaseException:
+            self.events.pop()  # the op failed: it ran nothing
+            self._timer.last = None
+            raise
 
     def _mark(self):
         """Where the scratch chip's recorder stands (to take a new simulation's spans)."""
