@@ -249,3 +249,15 @@ def _has_pyarrow() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("pyarrow") is not None
+
+
+def test_a_copy_to_the_host_has_its_device_span():
+    x, _ = _inputs()
+    torch.neuron.synchronize()
+    with torch.neuron.profiler.profile() as prof:
+        x.cpu()
+    (ev,) = prof.events
+    link = state.get().cfg.host_link
+    assert ev.name == "aten::copy_" and ev.launched and not ev.modelled
+    assert ev.device_ps == seconds_to_ps(link.latency + x.numel() * 4 / link.bandwidth)
+    assert ev.host_ps == _launch_ps() + ev.device_ps  # the launch, then the wait for the copy
