@@ -48,25 +48,25 @@ def _launch_ps() -> int:
 
 def test_ops_recorded_with_host_time_and_the_launch_device_span():
     prof, _ = _profiled(2, record_shapes=True)
-    names = [ev.name for ev in prof.events]
+    names = [ev.name for ev in prof.events()]
     assert names == ["aten::mm", "aten::relu", "aten::sum", "aten::cumsum"] * 2
     t = timer()
-    for ev in prof.events:
+    for ev in prof.events():
         assert ev.host_ps == _launch_ps()  # each op is one launch call on the host
         assert ev.device_ps == t.memo[ev.key][0] == ev.measured_ps  # the measured duration
         assert ev.start_ps >= ev.host_end  # the work starts after its launch call
-    mm = prof.events[0]
+    mm = prof.events()[0]
     assert mm.shapes == [[128, 256], [256, 64]] and mm.dtypes == ["float32", "float32"]
-    assert [ev.modelled for ev in prof.events[:4]] == [True, True, True, False]
+    assert [ev.modelled for ev in prof.events()[:4]] == [True, True, True, False]
     # record_shapes off: no shapes
     prof2, _ = _profiled(1)
-    assert prof2.events[0].shapes is None
+    assert prof2.events()[0].shapes is None
 
 
 def test_with_stack_names_the_caller():
     prof, _ = _profiled(1, with_stack=True)
-    assert any("test_profiler.py" in f and "_step" in f for f in prof.events[0].stack)
-    assert not any("trnsim/torch/" in f for f in prof.events[0].stack)
+    assert any("test_profiler.py" in f and "_step" in f for f in prof.events()[0].stack)
+    assert not any("trnsim/torch/" in f for f in prof.events()[0].stack)
 
 
 def test_key_averages_totals_are_the_sums_of_the_op_spans():
@@ -75,7 +75,7 @@ def test_key_averages_totals_are_the_sums_of_the_op_spans():
     t = timer()
     avg = {r.key: r for r in prof.key_averages()}
     assert set(avg) == {"aten::mm", "aten::relu", "aten::sum", "aten::cumsum"}
-    for ev in prof.events[:4]:
+    for ev in prof.events()[:4]:
         r = avg[ev.name]
         assert r.count == n
         assert r.device_ps == n * t.memo[ev.key][0]  # n launches of the measured duration
@@ -83,7 +83,7 @@ def test_key_averages_totals_are_the_sums_of_the_op_spans():
         assert (r.modelled, r.estimated) == ((n, 0) if ev.modelled else (0, n))
     trace = json.loads(json.dumps(_trace(prof)))
     launches = [e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("tid") == LAUNCH_TID]
-    first_core = {ev.id: ev.cores[0] for ev in prof.events}
+    first_core = {ev.id: ev.cores[0] for ev in prof.events()}
     for name, r in avg.items():
         spans = [e["dur"] for e in launches
                  if e["name"] == name and e["pid"] == first_core[e["args"]["op_id"]]]  # fmt: skip
@@ -109,10 +109,10 @@ def test_chrome_trace_has_host_ops_device_tracks_and_flows(tmp_path):
     trace = json.loads(path.read_text())
     events = trace["traceEvents"]
     host = [e for e in events if e["ph"] == "X" and e["pid"] == HOST_PID]
-    assert [e["name"] for e in host] == [ev.name for ev in prof.events]
+    assert [e["name"] for e in host] == [ev.name for ev in prof.events()]
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
                if e["ph"] == "M" and e["name"] == "thread_name"}  # fmt: skip
-    cores = prof.events[0].cores
+    cores = prof.events()[0].cores
     assert threads[(cores[0], LAUNCH_TID)] == "launches (aten ops)"
     assert threads[(cores[0], track_id("tensor"))] == "tensor"  # mm's matmul
     assert any(name.startswith("dma q") for name in threads.values())
@@ -121,8 +121,8 @@ def test_chrome_trace_has_host_ops_device_tracks_and_flows(tmp_path):
     # one flow per launched op: from its host op to its launch on its first core
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
     ends = {e["id"]: e for e in events if e["ph"] == "f"}
-    assert set(starts) == set(ends) == {ev.id for ev in prof.events}
-    for ev in prof.events:
+    assert set(starts) == set(ends) == {ev.id for ev in prof.events()}
+    for ev in prof.events():
         s, f = starts[ev.id], ends[ev.id]
         assert (s["pid"], s["tid"], f["pid"], f["tid"]) == (HOST_PID, 0, ev.cores[0], LAUNCH_TID)
         assert s["ts"] == (ev.host_start + ev.host_end) / 2e6  # inside the host op's slice
@@ -134,7 +134,7 @@ def test_chrome_trace_has_host_ops_device_tracks_and_flows(tmp_path):
         if e["ph"] == "X" and e["pid"] < HOST_PID and e["tid"] != LAUNCH_TID:
             la = launch[(e["args"]["op_id"], e["pid"])]
             assert la["ts"] - 1e-9 <= e["ts"] and e["ts"] + e["dur"] <= la["ts"] + la["dur"] + 1e-6
-    cumsum = prof.events[3]
+    cumsum = prof.events()[3]
     assert launch[(cumsum.id, cumsum.cores[0])]["args"]["timed by"] == "roofline (estimated)"
     assert not [e for e in events if e["ph"] == "X" and e["tid"] != LAUNCH_TID
                 and e["args"].get("op_id") == cumsum.id and e["pid"] != HOST_PID]  # fmt: skip
@@ -143,7 +143,7 @@ def test_chrome_trace_has_host_ops_device_tracks_and_flows(tmp_path):
 def test_repeated_launches_are_summarised():
     n, keep = 5, 2
     prof, _ = _profiled(n, detail_launches=keep)
-    mm = [ev for ev in prof.events if ev.name == "aten::mm"]
+    mm = [ev for ev in prof.events() if ev.name == "aten::mm"]
     assert [ev.detailed for ev in mm] == [True] * keep + [False] * (n - keep)
     assert [ev.summarised for ev in mm] == [False] * keep + [True] * (n - keep)
     trace = _trace(prof)
@@ -155,7 +155,7 @@ def test_repeated_launches_are_summarised():
                and e["pid"] != HOST_PID and e["args"].get("op_id") == ev.id
                and e["tid"] < dma_engine_id(0)]  # fmt: skip
         assert len(ins) == (per_launch if ev.detailed else 0)
-    lowered = sum(1 for ev in prof.events[:4] if ev.modelled)  # mm, relu, sum
+    lowered = sum(1 for ev in prof.events()[:4] if ev.modelled)  # mm, relu, sum
     assert trace["otherData"]["summarised_launches"] == lowered * (n - keep)
     assert trace["otherData"]["summarised_ops"]["aten::mm"] == n - keep
     notes = [e for e in events if e["ph"] == "i"]
@@ -169,7 +169,7 @@ def test_parquet_tables(tmp_path):
     tables = {n: pq.read_table(tmp_path / "pq" / f"{n}.parquet") for n in
               ("Instruction", "DmaPacket", "DmaPacketAggregated", "Summary")}  # fmt: skip
     ins = dma = 0
-    for ev in prof.events:
+    for ev in prof.events():
         d = prof.details.get(ev.key)
         if ev.detailed:
             spans = [s for s in d.spans if s.core - d.core0 < len(ev.cores)]
@@ -216,15 +216,15 @@ def test_profiling_changes_neither_values_nor_timing():
         phost, pdevice, pvalues = _timed_run()
     assert (phost, pdevice) == (host, device)
     assert all(torch.equal(a, b) for a, b in zip(values, pvalues))
-    assert len(prof.events) > 4
+    assert len(prof.events()) > 4
     a, b = _step(*_inputs())
     assert torch.allclose(a.cpu(), values[0]) and torch.allclose(b.cpu(), values[1])
 
 
 def test_max_events_summarises_every_launch_past_it():
     prof, _ = _profiled(2, max_events=0)
-    assert not any(ev.detailed for ev in prof.events)
-    assert [ev.summarised for ev in prof.events[:4]] == [True, True, True, False]
+    assert not any(ev.detailed for ev in prof.events())
+    assert [ev.summarised for ev in prof.events()[:4]] == [True, True, True, False]
     assert _trace(prof)["otherData"]["summarised_launches"] == 6
 
 
@@ -256,7 +256,7 @@ def test_a_copy_to_the_host_has_its_device_span():
     torch.neuron.synchronize()
     with torch.neuron.profiler.profile() as prof:
         x.cpu()
-    (ev,) = prof.events
+    (ev,) = prof.events()
     link = state.get().cfg.host_link
     assert ev.name == "aten::copy_" and ev.launched and not ev.modelled
     assert ev.device_ps == seconds_to_ps(link.latency + x.numel() * 4 / link.bandwidth)

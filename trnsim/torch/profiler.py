@@ -109,7 +109,7 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
         self.on_trace_ready = on_trace_ready
         self.detail_launches, self.max_events = detail_launches, max_events
         self._placed = 0  # instruction, DMA and HBM events of the detailed launches
-        self.events: list[OpEvent] = []
+        self.op_events: list[OpEvent] = []
         self.details: dict = {}  # signature -> Detail, or None (not lowered: one span)
         self.chip_name = ""
         self._pending: dict = {}  # id(kernel) -> deque of OpEvent waiting for it to run
@@ -168,21 +168,21 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
 
     def _begin(self, name: str, overload: str, args: list) -> OpEvent:
         self._ran = {}
-        ev = OpEvent(len(self.events), name, overload, self._ctx.host.now, 0)
+        ev = OpEvent(len(self.op_events), name, overload, self._ctx.host.now, 0)
         if self.record_shapes:
             ts = [a for a in args if isinstance(a, torch.Tensor)]
             ev.shapes = [list(a.shape) for a in ts]
             ev.dtypes = [str(a.dtype).removeprefix("torch.") for a in ts]
         if self.with_stack:
             ev.stack = _stack()
-        self.events.append(ev)
+        self.op_events.append(ev)
         return ev
 
     def _run(self, run, *args) -> None:
         try:
             run(*args)
         except BaseException:
-            self.events.pop()  # the op failed: it ran nothing
+            self.op_events.pop()  # the op failed: it ran nothing
             self._timer.last = None
             raise
 
@@ -273,7 +273,14 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
         torch.neuron.synchronize() would, without moving the host's clock)."""
         if self._pending:
             self._ctx.run_all()
-        return self.events
+        return self.op_events
+
+    def events(self) -> list[OpEvent]:
+        """The recorded ops, in the order the host ran them (`finished`)."""
+        return self.finished()
+
+    def step(self) -> None:
+        """torch's per-step call: a no-op (no schedules; the whole block is recorded)."""
 
     def key_averages(self):
         """Per-op totals (`table()` prints them as torch's profiler does)."""
