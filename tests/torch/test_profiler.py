@@ -261,3 +261,18 @@ def test_a_copy_to_the_host_has_its_device_span():
     assert ev.name == "aten::copy_" and ev.launched and not ev.modelled
     assert ev.device_ps == seconds_to_ps(link.latency + x.numel() * 4 / link.bandwidth)
     assert ev.host_ps == _launch_ps() + ev.device_ps  # the launch, then the wait for the copy
+
+
+def test_key_averages_grouped_by_input_shape():
+    x, w = _inputs()
+    with torch.neuron.profiler.profile(record_shapes=True) as prof:
+        x @ w
+        x[:64] @ w
+        x @ w
+    torch.neuron.synchronize()
+    rows = prof.key_averages(group_by_input_shape=True)
+    got = {(r.key, str(r.input_shapes)): r.count for r in rows}
+    assert got == {("aten::mm", "[[128, 256], [256, 64]]"): 2,
+                   ("aten::mm", "[[64, 256], [256, 64]]"): 1}  # fmt: skip
+    assert "[[64, 256], [256, 64]]" in rows.table()
+    assert [r.count for r in prof.key_averages()] == [3]

@@ -282,11 +282,12 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
     def step(self) -> None:
         """torch's per-step call: a no-op (no schedules; the whole block is recorded)."""
 
-    def key_averages(self):
-        """Per-op totals (`table()` prints them as torch's profiler does)."""
+    def key_averages(self, group_by_input_shape: bool = False):
+        """Per-op totals (`table()` prints them as torch's profiler does); with
+        `group_by_input_shape` (and `record_shapes`), one row per op and input shapes."""
         from trnsim.torch.profiler_export import key_averages
 
-        return key_averages(self.finished())
+        return key_averages(self.finished(), group_by_input_shape)
 
     def export_chrome_trace(self, path) -> None:
         """One Chrome/Perfetto JSON trace: the host's aten ops, flow arrows to their launches,

@@ -24,6 +24,7 @@ class OpAverage:
     """One aten op's totals over the profile (times in ps; `*_time_*` in us, as torch's)."""
 
     key: str
+    input_shapes: list | None = None  # when grouped by input shape
     count: int = 0
     host_ps: int = 0
     device_ps: int = 0
@@ -80,6 +81,8 @@ class KeyAverages(list):
             lines.append(_ROW.format(r.key[:36], n, _us(r.host_ps), _us(r.host_ps / n),
                                      _us(r.device_ps), _us(r.device_ps / n), r.modelled,
                                      r.estimated))  # fmt: skip
+            if r.input_shapes is not None:
+                lines[-1] += f"  {r.input_shapes}"
         lines += [rule, f"Host time total: {_us(sum(r.host_ps for r in self))}; device time "
                         f"total: {_us(sum(r.device_ps for r in self))} (simulated)"]  # fmt: skip
         return "\n".join(lines)
@@ -92,13 +95,16 @@ def _us(ps: float) -> str:
     return f"{ps / _US:.3f}us"
 
 
-def key_averages(events) -> KeyAverages:
-    """Totals per op name: calls, host and device time summed over the op spans."""
-    rows: dict[str, OpAverage] = {}
+def key_averages(events, group_by_input_shape: bool = False) -> KeyAverages:
+    """Totals per op name (and input shapes, if asked): calls, host and device time summed
+    over the op spans."""
+    rows: dict = {}
     for ev in events:
-        r = rows.get(ev.name)
+        shapes = ev.shapes if group_by_input_shape else None
+        k = ev.name, repr(shapes)
+        r = rows.get(k)
         if r is None:
-            r = rows[ev.name] = OpAverage(ev.name)
+            r = rows[k] = OpAverage(ev.name, shapes)
         r.count += 1
         r.host_ps += ev.host_ps
         r.device_ps += ev.device_ps
