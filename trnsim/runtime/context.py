@@ -61,6 +61,8 @@ class ChipContext:
         self.progress = None  # callable(now_ps, events) called every 100,000 events
         self.max_backing_bytes = MAX_BACKING_BYTES
         self.backed = 0  # bytes of this machine's memory held as values of device/host tensors
+        # callable(stream, kernel, start_ps, end_ps) after each kernel ran (a profiler), or None
+        self.on_launch = None
 
     def thread(self, name: str) -> HostThread:
         """A new host thread (its calls are recorded for the timeline)."""
@@ -137,6 +139,8 @@ class ChipContext:
             yield req
             if type(kernel) is TimedKernel:  # known by its duration: no instructions
                 yield env.timeout(kernel.duration_ps)
+                if self.on_launch is not None:
+                    self.on_launch(stream, kernel, env.now - kernel.duration_ps, env.now)
                 return
             cores = self.chip.physical(stream.core)
             launches = [
@@ -152,6 +156,8 @@ class ChipContext:
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
             self.launches = [la for la in self.launches if la not in launches]
             self.recorder.launch(kernel.name, tuple(la.core for la in launches), start, env.now)
+            if self.on_launch is not None:
+                self.on_launch(stream, kernel, start, env.now)
 
     def run_timed(self, stream, entries: list):
         """Timed kernels (`Stream.launch_timed`), each (host time after its launch call,
@@ -170,6 +176,8 @@ class ChipContext:
                     if t > env.now and self._core_shared(stream):
                         break
                     yield env.timeout(max(t - env.now, 0) + kernel.duration_ps)
+                    if self.on_launch is not None:
+                        self.on_launch(stream, kernel, env.now - kernel.duration_ps, env.now)
                     i += 1
                     if res.queue:
                         break

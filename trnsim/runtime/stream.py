@@ -44,32 +44,33 @@ class Stream:
 
     # -- host calls ----------------------------------------------------------------------------
 
-    def launch(self, kernel, tensors=None, timing_only: bool = False) -> None:
+    def launch(self, kernel, tensors=None, timing_only: bool = False):
         """Launch `kernel` on this stream with its tensors bound to device memory (`tensors`:
         name -> TensorView); a high-level kernel (`ops`) is lowered by the kernel library
         first (`Device.lower`). A `timing_only` launch takes simulated time but computes no
-        values, even on a functional device."""
+        values, even on a functional device. Returns the kernel launched (lowered)."""
         if not kernel.low_level:
             kernel = self.device.lower(kernel, tensors)
         args = (kernel, self.device.bind_tensors(kernel, tensors, timing_only), timing_only, 0)
         if self._capture is not None:
             self._capture.add(self, LAUNCH, args)
-            return
+            return kernel
         ctx = self.ctx
         t = ctx.host.call("launch", ctx.costs.launch, kernel.name)
         self.push(LAUNCH, t, args)
+        return kernel
 
-    def launch_timed(self, name: str, duration_ps: int) -> None:
+    def launch_timed(self, name: str, duration_ps: int) -> TimedKernel:
         """Launch a kernel known only by its device time (`TimedKernel`): it costs the host a
         launch and holds this stream's logical core for `duration_ps`, like any kernel. For
         callers that measured a kernel once and replay it (the PyTorch device does).
 
         Consecutive timed launches share one queue item (`ChipContext.run_timed`), which keeps
-        the simulation's cost per launch small."""
+        the simulation's cost per launch small. Returns the `TimedKernel` enqueued."""
         kernel = TimedKernel(name, int(duration_ps))
         if self._capture is not None:
             self._capture.add(self, LAUNCH, (kernel, {}, True, 0))
-            return
+            return kernel
         ctx = self.ctx
         t = ctx.host.call("launch", ctx.costs.launch, name)
         q = self._queue
@@ -77,6 +78,7 @@ class Stream:
             q[-1][2].append((t, kernel))
         else:
             self.push(TIMED, t, [(t, kernel)])
+        return kernel
 
     def memcpy_async(self, dst, src) -> None:
         """Copy `src` to `dst` on this stream (see `Device.memcpy_async`)."""

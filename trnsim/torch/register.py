@@ -35,9 +35,10 @@ def register() -> None:
         return
     if torch._C._get_privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
-    from trnsim.torch import autocast, kernels, module, timing  # they use torch.device("neuron")
+    from trnsim.torch import autocast, kernels, module, profiler, timing  # use device "neuron"
 
     torch.utils.generate_methods_for_privateuse1_backend()
+    module.profiler = profiler  # torch.neuron.profiler
     torch._register_device_module("neuron", module)
     torch._C._acc.register_python_privateuseone_hook(Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(DeviceGuard())

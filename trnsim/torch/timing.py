@@ -84,8 +84,17 @@ class OpTimer:
         self.refused: dict[str, str] = {}  # aten op -> why the library did not time it (first)
         self.copies = OpStats()
         self.copy_bytes = 0
+        self.profiler = None  # a trnsim.torch.profiler.Profile while one records
+        self.last = None  # (memo key, stream, kernel) of the last launch (for the profiler)
 
     def __call__(self, name: str, args, kwargs, r) -> None:
+        if self.profiler is not None:
+            self.profiler.op(self.time, name, args, kwargs, r)
+        else:
+            self.time(name, args, kwargs, r)
+
+    def time(self, name: str, args, kwargs, r) -> None:
+        """Launch op `name` by its device time (measured on first sight of its signature)."""
         key = (name, *_signature(args), *(_signature(kwargs.values()) if kwargs else ()))
         hit = self.memo.get(key)
         if hit is None:
@@ -94,9 +103,10 @@ class OpTimer:
         dur, modelled, program = hit
         stream = self._stream()
         if program is not None and self.simulate:
-            stream.launch(program[0], program[1], timing_only=True)
+            kernel = stream.launch(program[0], program[1], timing_only=True)
         else:
-            stream.launch_timed(name, dur)
+            kernel = stream.launch_timed(name, dur)
+        self.last = key, stream, kernel
         st = self.stats.get(name)
         if st is None:
             st = self.stats[name] = OpStats()
@@ -191,27 +201,36 @@ class OpTimer:
         return seconds_to_ps(max(flops / peak, nbytes / self.hbm_bw))
 
     def copy(self, src: Tensor, dst: Tensor) -> None:
+        if self.profiler is not None:
+            self.profiler.copy(self.time_copy, src, dst)
+        else:
+            self.time_copy(src, dst)
+
+    def time_copy(self, src: Tensor, dst: Tensor) -> None:
         """A copy to, from or within the device: over the host link (its latency and
         bandwidth), or on the device: the kernel library's `copy` (a cast when the dtypes
         differ) for a contiguous one, else bytes / HBM bandwidth (estimated)."""
         nbytes = dst.numel() * dst.element_size()
+        self.last = None
         self.copies.count += 1
         self.copy_bytes += nbytes
         if src.is_cpu and dst.is_cpu:
             return
+        key = None
         if src.is_cpu or dst.is_cpu:
             link = self.chip.cfg.host_link
             dur = seconds_to_ps(link.latency + nbytes / link.bandwidth)
         else:
-            dur, modelled = self._device_copy(src, dst)
+            key, (dur, modelled) = self._device_copy(src, dst)
             self.copies.modelled += modelled
             self.copies.estimated += not modelled
-        self._stream().launch_timed("copy", dur)
+        stream = self._stream()
+        self.last = key, stream, stream.launch_timed("copy", dur)
         self.copies.device_ps += dur
         if dst.is_cpu:  # the host waits for the copy, as a blocking .cpu() does
             self.wait()
 
-    def _device_copy(self, src: Tensor, dst: Tensor) -> tuple[int, bool]:
+    def _device_copy(self, src: Tensor, dst: Tensor) -> tuple[tuple, tuple[int, bool]]:
         key = (
             "copy",
             src.shape,
@@ -238,7 +257,7 @@ class OpTimer:
                 nbytes = src.numel() * src.element_size() + dst.numel() * dst.element_size()
                 hit = seconds_to_ps(nbytes / self.hbm_bw), False
             self.memo[key] = hit
-        return hit
+        return key, hit
 
     def wait(self) -> None:
         """The host waits for the current stream (a value read back)."""
