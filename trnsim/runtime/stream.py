@@ -27,6 +27,7 @@ class TimedKernel(NamedTuple):
 
     name: str
     duration_ps: int
+    estimate: object = None  # an `estimate.Estimated` op: reported, its values written, at its end
 
 
 class Stream:
@@ -59,14 +60,15 @@ class Stream:
         t = ctx.host.call("launch", ctx.costs.launch, kernel.name)
         self.push(LAUNCH, t, args)
 
-    def launch_timed(self, name: str, duration_ps: int) -> None:
+    def launch_timed(self, name: str, duration_ps: int, estimate=None) -> None:
         """Launch a kernel known only by its device time (`TimedKernel`): it costs the host a
         launch and holds this stream's logical core for `duration_ps`, like any kernel. For
-        callers that measured a kernel once and replay it (the PyTorch device does).
+        callers that measured a kernel once and replay it (the PyTorch device does). `estimate`
+        (`trnsim.runtime.estimate.Estimated`): a trace's estimated op, reported when it ends.
 
         Consecutive timed launches share one queue item (`ChipContext.run_timed`), which keeps
         the simulation's cost per launch small."""
-        kernel = TimedKernel(name, int(duration_ps))
+        kernel = TimedKernel(name, int(duration_ps), estimate)
         if self._capture is not None:
             self._capture.add(self, LAUNCH, (kernel, {}, True, 0))
             return
