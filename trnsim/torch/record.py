@@ -1,0 +1,485 @@
+"""`with trnsim.torch.record("run.yaml"):` writes what the `neuron` device ran as a trace that
+`trnsim run` replays without PyTorch (docs/torch.md, "Record and replay").
+
+The trace holds: each block of device memory the ops touched as an HBM tensor of bytes
+(`m<n>: {shape: [bytes], dtype: uint8}`), each tensor an op or a copy used as a strided view of
+it (dtype, shape, strides, offset, as torch keeps them; int64 as int32, bool as uint8, as the
+timer times them); each op the kernel library lowers as a kernel of the library's `ops:` (the
+OpSpecs `aten.library_ops` gives), each other op as an `estimate:` kernel (its roofline FLOPs,
+bytes and time); host<->device copies as `copy:` steps from or to host tensors; the streams,
+events and the host's waits, issued in order by one host thread (a step's `stream:`), as
+PyTorch's one thread issues them. Identical kernels are written once.
+
+With `values=True` the values are kept beside the trace (`<stem>_values/*.npy`): the bytes of
+every block at the start, what each host copy sent, what each estimated op left (`writes:`),
+so that a functional replay computes what PyTorch did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from trnsim.errors import TrnsimError
+from trnsim.isa import Engine
+from trnsim.kernels import lower_cores
+from trnsim.runtime import Device
+from trnsim.torch import recording, state
+from trnsim.torch.aten import library_ops, permuted
+from trnsim.torch.tensors import contiguous_stride
+from trnsim.torch.timing import _spec, roofline_figures
+from trnsim.trace.ops import OPS
+from trnsim.trace.program import KernelSpec, OpSpec
+
+Tensor = torch.Tensor
+# torch dtype -> the trace's (what the timer times it as)
+DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
+          torch.int64: "int32", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8",
+          torch.uint8: "uint8", torch.bool: "uint8", torch.float64: "float32"}  # fmt: skip
+NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int16": np.int16,
+      "int8": np.int8, "uint8": np.uint8}  # fmt: skip
+ENGINES = {e.label for e in Engine if e is not Engine.DMA}
+TENSOR_ARGS = ("tensor", "tensors", "operand", "operands")
+
+
+def record(path, values: bool = False, names: dict | None = None) -> Recording:
+    """Context manager: record the device's work inside the block to trace `path` (YAML, or
+    JSON when it ends in .json). `values`: keep the values (.npy files beside the trace), so
+    that a functional replay reproduces the outputs. `names`: trace names for tensors (e.g.
+    `dict(model.named_parameters())`); `Recording.output(name, tensor)` adds one and lists it
+    in the trace's `outputs:`."""
+    return Recording(path, values, names)
+
+
+def _ident(name: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return name if re.match(r"[A-Za-z_]", name) else f"t_{name}"
+
+
+class Recording:
+    """What the device ran between `__enter__` and `__exit__` (see the module docstring);
+    `summary` the recorded run's figures once written."""
+
+    def __init__(self, path, values: bool = False, names: dict | None = None):
+        self.path, self.values = Path(path), values
+        self.names = names or {}
+        self.summary: dict = {}
+
+    # -- the block -------------------------------------------------------------------------------
+
+    def __enter__(self) -> Recording:
+        if recording.active is not None:
+            raise RuntimeError("trnsim.torch.record: a recording is already in progress")
+        import trnsim.torch.module as neuron
+
+        neuron.synchronize()  # the recording starts from an idle device
+        self.chip = chip = state.get()
+        self._reset()
+        self.start_ps = chip.devices[0].host_time_ps
+        if self.values:
+            for blk in chip.allocator.blocks.values():
+                self.images[id(blk)] = blk.base.numpy().copy()
+        self._alloc = chip.allocator.alloc
+        chip.allocator.alloc = self._allocated
+        for n, t in self.names.items():
+            self.rename[self.tensor(t, "")] = _ident(n)
+        recording.active = self
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        recording.active = None
+        del self.chip.allocator.alloc  # the class's method again
+        if exc[0] is None:
+            self._settle()
+            self.chip.devices[0].synchronize()
+            self.summary["time_ps"] = self.chip.devices[0].env.now - self.start_ps
+            self._write()
+        return False
+
+    def _reset(self) -> None:
+        self.blocks: dict[int, tuple] = {}  # id(block) -> (block, root name)
+        self.by_host: dict[int, object] = {}  # host pointer of a block's bytes -> block
+        self.images: dict[int, np.ndarray] = {}  # id(block) -> its bytes at the start
+        self.tensors: dict[str, dict] = {}  # trace name -> its entry
+        self.views: dict[tuple, str] = {}  # (root, dtype, shape, strides, offset) -> name
+        self.kernels: dict[str, dict] = {}
+        self.kernel_of: dict[str, str] = {}  # the entry as JSON -> kernel name
+        self.steps: list[tuple[str, dict]] = []  # (stream, step)
+        self.streams: dict[object, str] = {}  # runtime stream -> trace stream
+        self.cores: dict[str, int] = {}
+        self.events: dict[int, tuple] = {}  # id(runtime event) -> (event, name)
+        self.recorded: set[str] = set()
+        self.timed: list[str] = []  # timing events, in the order first recorded
+        self.pending: list[tuple[Tensor, str]] = []  # results not yet on the device
+        self.figures: dict[str, tuple] = {}  # lowering signature -> (flops, bytes, cores)
+        self.scratch = None
+        self.rename: dict[str, str] = {}
+        self.alias: dict[str, str] = {}  # a result's name -> the view it landed on
+        self.count = 0
+        self.outputs: list[str] = []
+        self.files: dict[str, np.ndarray] = {}  # file name -> values
+        self.summary = {"launches": 0, "modelled": 0, "flops": 0, "bytes": 0, "copies": 0,
+                        "estimated": {"launches": 0, "flops": 0, "bytes": 0, "time_ps": 0}}  # fmt: skip
+
+    def output(self, name: str, t: Tensor) -> None:
+        """Name device tensor `t` in the trace and list it in `outputs:` (what `trnsim run
+        --out-dir` saves)."""
+        internal = self.tensor(t, "")
+        internal = self.alias.get(internal, internal)
+        self.rename[internal] = _ident(name)
+        if internal not in self.outputs:
+            self.outputs.append(internal)
+
+    # -- device memory ---------------------------------------------------------------------------
+
+    def _allocated(self, nbytes: int):
+        """The allocator's `alloc` while recording: a new storage; the first pending result
+        (an op's output PyTorch computed on the CPU) of its size is copied into it."""
+        blk = self._alloc(nbytes)
+        self.by_host[blk.host_ptr] = blk
+        if self.pending:
+            r, name = self.pending[0]
+            if _storage_bytes(r) == nbytes:
+                self.pending.pop(0)
+                stride = r.stride() if _dense(r) else contiguous_stride(r.shape)
+                self._view(blk, r.dtype, tuple(r.shape), tuple(stride), 0, name)
+        return blk
+
+    def _settle(self) -> None:
+        """Results never copied to the device (an `out=` temporary): tensors of their own."""
+        for r, name in self.pending:
+            self.tensors[name] = {"shape": _shape(r), "dtype": DTYPES.get(r.dtype, "float32")}
+        self.pending = []
+
+    def _block(self, t: Tensor):
+        ptr = t.untyped_storage().data_ptr()
+        if t.device.type == "neuron":
+            return self.chip.allocator.blocks.get(ptr)
+        blk = self.by_host.get(ptr)
+        if blk is None:
+            self.by_host = {b.host_ptr: b for b in self.chip.allocator.blocks.values()}
+            blk = self.by_host.get(ptr)
+        return blk
+
+    def tensor(self, t: Tensor, stream: str, results=()) -> str:
+        """The trace name of tensor `t` (a device tensor, the CPU view of one, an op's result
+        not yet on the device, a meta intermediate or a CPU scalar)."""
+        if t.device.type == "meta":
+            return self._scratch(t, stream)
+        blk = self._block(t)
+        if blk is None:
+            if any(t is x for x in results):
+                name = self._new_name()
+                self.pending.append((t, name))
+                return name
+            return self._constant(t)
+        return self._view(blk, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+    def _root(self, blk) -> str:
+        hit = self.blocks.get(id(blk))
+        if hit is None:
+            name = f"m{len(self.blocks)}"
+            hit = self.blocks[id(blk)] = (blk, name)
+            entry = {"shape": [blk.size], "dtype": "uint8"}
+            if id(blk) in self.images:
+                entry["init"] = {"file": self._file(name, self.images[id(blk)])}
+            self.tensors[name] = entry
+        return hit[1]
+
+    def _view(self, blk, dtype, shape, strides, offset, name=None) -> str:
+        root = self._root(blk)
+        dt = DTYPES.get(dtype, "float32")
+        key = (root, dt, shape, strides, offset)
+        hit = self.views.get(key)
+        if hit is not None:
+            if name is not None:  # a result landing where a tensor of its kind was
+                self.alias[name] = hit
+            return hit
+        if dtype == torch.int64 and id(blk) in self.images:
+            _as_int32(self.images[id(blk)], shape, strides, offset)
+        name = name or self._new_name()
+        self.views[key] = name
+        self.tensors[name] = {"view": root, "dtype": dt, "shape": list(shape) or [1],
+                              "strides": list(strides) or [1], "offset": offset}  # fmt: skip
+        return name
+
+    def _new_name(self) -> str:
+        self.count += 1
+        return f"t{self.count}"
+
+    def _scratch(self, t: Tensor, stream: str) -> str:
+        """A meta tensor (an intermediate of a composition): scratch of its shape, one per
+        stream (ops of two streams may run at once)."""
+        name = f"scratch_{_ident(stream)}_{'x'.join(map(str, _shape(t)))}_{t.dtype}".replace(
+            "torch.", ""
+        )
+        self.tensors.setdefault(name, {"shape": _shape(t), "dtype": DTYPES.get(t.dtype)})
+        return name
+
+    def _constant(self, t: Tensor) -> str:
+        """A CPU tensor an op took (a 0-dim scalar): a device tensor with its value."""
+        name = f"c{self._new_name()}"
+        entry = {"shape": _shape(t), "dtype": DTYPES.get(t.dtype, "float32")}
+        if self.values:
+            entry["init"] = {"file": self._file(name, _array(t, entry["dtype"]))}
+        self.tensors[name] = entry
+        return name
+
+    def _file(self, name: str, values: np.ndarray) -> str:
+        folder = f"{self.path.stem}_values"
+        self.files[f"{name}.npy"] = values
+        return f"{folder}/{name}.npy"
+
+    # -- streams, events, the host ---------------------------------------------------------------
+
+    def stream(self, rt) -> str:
+        name = self.streams.get(rt)
+        if name is None:
+            name = self.streams[rt] = rt.name
+            self.cores[name] = rt.core
+        return name
+
+    def _step(self, rt, step: dict) -> None:
+        self.steps.append((self.stream(rt), step))
+
+    def _event(self, ev) -> str:
+        hit = self.events.get(id(ev))
+        if hit is None:
+            hit = self.events[id(ev)] = (ev, f"ev{len(self.events)}")
+        return hit[1]
+
+    def record_event(self, rt, ev) -> None:
+        name = self._event(ev)
+        self._step(rt, {"record": name})
+        if ev.enable_timing and name not in self.recorded:
+            self.timed.append(name)
+        self.recorded.add(name)
+
+    def wait_event(self, rt, ev) -> None:
+        name = self._event(ev)
+        if name in self.recorded:  # recorded before the recording: done, a no-op
+            self._step(rt, {"wait": name})
+
+    def wait_stream(self, rt, other) -> None:
+        name = f"ev{len(self.events)}"
+        self.events[-len(self.events) - 1] = (None, name)  # no torch event: a key of its own
+        self._step(other, {"record": name})
+        self.recorded.add(name)
+        self._step(rt, {"wait": name})
+
+    def synchronize(self, rt) -> None:
+        """The host waited for stream `rt` (None: every stream)."""
+        for s in [rt] if rt is not None else list(self.streams):
+            self._step(s, {"synchronize": None})
+
+    def event_synchronize(self, ev) -> None:
+        """The host waited for an event: for the stream it was last recorded on."""
+        name = self._event(ev)
+        for s, step in reversed(self.steps):
+            if step.get("record") == name:
+                self.steps.append((s, {"synchronize": None}))
+                return
+
+    # -- ops and copies --------------------------------------------------------------------------
+
+    def op(self, name: str, args, kwargs, r, modelled: bool, dur: int, rt) -> None:
+        """An aten op ran on stream `rt`: the library's ops, or its estimate."""
+        stream = self.stream(rt)
+        lowered = None
+        if modelled:
+            base, _, overload = name.partition(".")
+            lowered = library_ops(base, overload, args, kwargs, r)
+        results = [x for x in (r if type(r) in (list, tuple) else [r]) if isinstance(x, Tensor)]
+        if lowered is not None:
+            self._ops(name, *lowered, rt, stream, results)
+            return
+        flops, nbytes, dt = roofline_figures(args, kwargs, r)
+        outs = {}
+        for x in results:
+            outs[self.tensor(x, stream, results)] = x
+        self._estimate(name, flops, nbytes, dt, dur, outs, rt)
+
+    def copy(self, src: Tensor, dst: Tensor, modelled: bool, dur: int, rt) -> None:
+        """A copy to, from or on the device (`OpTimer.copy`)."""
+        stream = self.stream(rt)
+        self.summary["copies"] += 1
+        if src.is_cpu or dst.is_cpu:
+            host, dev = (src, dst) if src.is_cpu else (dst, src)
+            h = self._host(host, src.is_cpu)
+            d = self.tensor(dev, stream)
+            self._step(rt, {"copy": {"src": h, "dst": d} if src.is_cpu else {"src": d, "dst": h}})
+            dt = self.tensors[d]["dtype"]
+            self.summary["bytes"] += dev.numel() * np.dtype(_np(dt)).itemsize
+            return
+        if modelled:
+            lowered = self._copy_ops(src, dst)
+            if lowered is not None:
+                self._ops("copy", *lowered, rt, stream, ())
+                return
+        nbytes = src.numel() * src.element_size() + dst.numel() * dst.element_size()
+        self._estimate("copy", 0, nbytes, "float32", dur, {self.tensor(dst, stream): dst}, rt)
+
+    @staticmethod
+    def _copy_ops(src: Tensor, dst: Tensor):
+        """The library op `OpTimer` timed the copy as, on the tensors it reads and writes."""
+        if src.is_contiguous() and dst.is_contiguous():
+            return [OpSpec("copy", {"x": "x", "out": "out"})], {"x": src, "out": dst}
+        p = permuted(src)
+        if p is None:
+            return None
+        dense = torch.as_strided(src, tuple(p[0].shape), contiguous_stride(p[0].shape))
+        return [OpSpec("permute", {"x": "x", "out": "out", "dims": p[1]})], {"x": dense, "out": dst}
+
+    def _ops(self, label: str, ops, tensors: dict, rt, stream: str, results) -> None:
+        names = {k: self.tensor(t, stream, results) for k, t in tensors.items()}
+        flops, nbytes, cores = self._figures(ops, tensors)
+        entry: dict = {"ops": [{op.op: _renamed(op, names)} for op in ops]}
+        if cores < self.chip.lnc:
+            entry["cores"] = cores
+        self._launch(label, entry, rt)
+        self.summary["modelled"] += 1
+        self.summary["flops"] += flops
+        self.summary["bytes"] += nbytes
+
+    def _estimate(self, label, flops, nbytes, dt, dur, outs: dict, rt) -> None:
+        e = {"op": label, "flops": int(flops), "bytes": int(nbytes), "dtype": dt, "time_ps": dur}
+        if self.values and outs:
+            n = len(self.files)
+            e["writes"] = {
+                t: {"file": self._file(f"w{n}_{t}", _array(x, DTYPES.get(x.dtype, "float32")))}
+                for t, x in outs.items()
+            }
+        self._launch(label, {"estimate": e}, rt)
+        s = self.summary["estimated"]
+        s["launches"] += 1
+        s["flops"] += int(flops)
+        s["bytes"] += int(nbytes)
+        s["time_ps"] += dur
+
+    def _launch(self, label: str, entry: dict, rt) -> None:
+        key = json.dumps(entry, sort_keys=True)
+        name = self.kernel_of.get(key)
+        if name is None:
+            name = self.kernel_of[key] = f"k{len(self.kernels)}_{_ident(label.split('.')[0])}"
+            self.kernels[name] = entry
+        self._step(rt, {"launch": name})
+        self.summary["launches"] += 1
+
+    def _figures(self, ops, tensors: dict) -> tuple[int, int, int]:
+        """(FLOPs, HBM bytes, physical cores) of a lowering, simulated once per signature on a
+        timing-only scratch chip (the timer keeps only the time)."""
+        specs = {k: _spec(k, t) for k, t in tensors.items()}
+        key = repr((ops, [(k, s.shape, s.dtype.name) for k, s in specs.items()]))
+        hit = self.figures.get(key)
+        if hit is None:
+            hit = self.figures[key] = self._simulate(ops, specs)
+        return hit
+
+    def _simulate(self, ops, specs: dict) -> tuple[int, int, int]:
+        cfg, lnc = self.chip.cfg, self.chip.lnc
+        if self.scratch is None:
+            self.scratch = Device(cfg, 0, "timing", lnc)
+        dev, cores = self.scratch, lnc
+        try:
+            programs = lower_cores(ops, specs, cfg, lnc)
+        except (TrnsimError, ValueError):
+            if lnc == 1:
+                raise
+            programs, cores = lower_cores(ops, specs, cfg, 1), 1
+        rec = dev.recorder
+        n0, b0 = rec.span_count, rec.hbm_bytes_read + rec.hbm_bytes_written
+        bufs = {k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize) for k, s in specs.items()}
+        views = {k: bufs[k].view(s.dtype, s.shape) for k, s in specs.items()}
+        dev.launch(KernelSpec("figures", per_core=programs), views, timing_only=True)
+        dev.synchronize()
+        for b in bufs.values():
+            dev.free(b)
+        flops = sum(s.flops for s in rec.recorded[n0:] if s.track in ENGINES)
+        return flops, rec.hbm_bytes_read + rec.hbm_bytes_written - b0, cores
+
+    def _host(self, t: Tensor, sent: bool) -> str:
+        """A host tensor of a copy (`on: host`); what the host sent when values are kept."""
+        name = f"h{self._new_name()}"
+        entry = {"shape": _shape(t), "dtype": DTYPES.get(t.dtype, "float32"), "on": "host"}
+        if self.values and sent:
+            entry["init"] = {"file": self._file(name, _array(t, entry["dtype"]))}
+        self.tensors[name] = entry
+        return name
+
+    # -- the trace ---------------------------------------------------------------------------------
+
+    def _write(self) -> None:
+        from trnsim.torch.record_write import write
+
+        write(self)
+
+
+def _renamed(op: OpSpec, names: dict) -> dict:
+    """An op's arguments with the library's tensor names replaced by the trace's."""
+    kinds = {k.rstrip("?"): v for k, v in OPS[op.op].items()}
+    out = {}
+    for k, v in op.args.items():
+        if kinds.get(k) in TENSOR_ARGS:
+            v = [names.get(x, x) for x in v] if isinstance(v, list) else names.get(v, v)
+        out[k] = v
+    return out
+
+
+def _shape(t: Tensor) -> list[int]:
+    return list(t.shape) or [1]
+
+
+def _np(dt: str):
+    if dt == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return NP[dt]
+
+
+def _array(t: Tensor, dt: str) -> np.ndarray:
+    """`t`'s values as a numpy array of trace dtype `dt` (int64 as int32, bool as uint8)."""
+    t = t.detach()
+    if t.device.type == "neuron":
+        from trnsim.torch.tensors import cpu_view
+
+        t = cpu_view(t)
+    t = t.contiguous().reshape(_shape(t))
+    if dt == "bfloat16":
+        return t.to(torch.bfloat16).view(torch.int16).numpy().view(_np(dt))
+    return t.to(torch.float32 if dt == "float32" else t.dtype).numpy().astype(_np(dt))
+
+
+def _storage_bytes(r: Tensor) -> int:
+    """The bytes `to_device` allocates for result `r`."""
+    if r.is_contiguous():
+        return r.numel() * r.element_size()
+    n = 1 + sum((a - 1) * s for a, s in zip(r.shape, r.stride())) if _dense(r) else r.numel()
+    return n * r.element_size()
+
+
+def _dense(r: Tensor) -> bool:
+    span = 1 + sum((a - 1) * s for a, s in zip(r.shape, r.stride())) if r.numel() else 0
+    return r.is_contiguous() or (span == r.numel() and r.storage_offset() == 0) or not r.numel()
+
+
+def _as_int32(image: np.ndarray, shape, strides, offset: int) -> None:
+    """An int64 tensor of the block image `image`, rewritten as the int32 tensor the trace
+    reads there (the same element offsets and strides)."""
+    if not shape or 0 in shape:
+        return
+    span = offset + 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    if span * 8 > image.size:
+        return
+    as64 = np.lib.stride_tricks.as_strided(
+        image.view(np.int64)[offset:], shape, [s * 8 for s in strides]
+    ).copy()
+    as32 = np.lib.stride_tricks.as_strided(image.view(np.int32)[offset:], shape,
+                                           [s * 4 for s in strides])  # fmt: skip
+    as32[...] = as64.astype(np.int32)
