@@ -236,9 +236,7 @@ def _run(
                 recorded[step.arg] = env.event()
     threads = []
     streams = {s.name: devs[s.core].stream(s.name) for s in program.streams}
-    estimates = {
-        n: Estimated(k, ctx, tensors) for n, k in program.kernels.items() if k.estimate
-    }
+    estimates = {n: Estimated(k, ctx, tensors) for n, k in program.kernels.items() if k.estimate}
     for s in program.streams:
         thread = ctx.thread(f"stream {s.name}")
         run = _host_thread(ctx, thread, streams, s, program, tensors, events, recorded,

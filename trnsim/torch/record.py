@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from trnsim.errors import TrnsimError
 from trnsim.isa import Engine
@@ -124,8 +123,9 @@ class Recording:
         self.count = 0
         self.outputs: list[str] = []
         self.files: dict[str, np.ndarray] = {}  # file name -> values
+        estimated = {"launches": 0, "flops": 0, "bytes": 0, "time_ps": 0}
         self.summary = {"launches": 0, "modelled": 0, "flops": 0, "bytes": 0, "copies": 0,
-                        "estimated": {"launches": 0, "flops": 0, "bytes": 0, "time_ps": 0}}  # fmt: skip
+                        "estimated": estimated}  # fmt: skip
 
     def output(self, name: str, t: Tensor) -> None:
         """Name device tensor `t` in the trace and list it in `outputs:` (what `trnsim run
@@ -375,6 +375,8 @@ class Recording:
         """(FLOPs, HBM bytes, physical cores) of a lowering, simulated once per signature on a
         timing-only scratch chip (the timer keeps only the time)."""
         specs = {k: _spec(k, t) for k, t in tensors.items()}
+        for s in specs.values():
+            s.shape = s.shape or (1,)  # a 0-dim tensor is [1] in the trace
         key = repr((ops, [(k, s.shape, s.dtype.name) for k, s in specs.items()]))
         hit = self.figures.get(key)
         if hit is None:
@@ -394,7 +396,9 @@ class Recording:
             programs, cores = lower_cores(ops, specs, cfg, 1), 1
         rec = dev.recorder
         n0, b0 = rec.span_count, rec.hbm_bytes_read + rec.hbm_bytes_written
-        bufs = {k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize) for k, s in specs.items()}
+        bufs = {
+            k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize) for k, s in specs.items()
+        }
         views = {k: bufs[k].view(s.dtype, s.shape) for k, s in specs.items()}
         dev.launch(KernelSpec("figures", per_core=programs), views, timing_only=True)
         dev.synchronize()

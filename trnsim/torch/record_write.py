@@ -59,7 +59,7 @@ def _yaml(doc: dict) -> str:
         out.append(f"  {name}:")
         for key, v in e.items():
             if key == "ops":
-                out += [f"    ops:"] + [f"      - {flow(op)}" for op in v]
+                out += ["    ops:"] + [f"      - {flow(op)}" for op in v]
             else:
                 out.append(f"    {key}: {flow(v)}")
     out.append("streams:")
@@ -95,7 +95,9 @@ def _kernel(entry: dict, names: dict) -> dict:
             e["writes"] = {names.get(t, t): f for t, f in e["writes"].items()}
         return {"estimate": e}
     out = dict(entry)
-    out["ops"] = [{op: _args(op, args, names)} for item in entry["ops"] for op, args in item.items()]
+    out["ops"] = [
+        {op: _args(op, args, names)} for item in entry["ops"] for op, args in item.items()
+    ]
     return out
 
 

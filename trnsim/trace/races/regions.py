@@ -122,7 +122,6 @@ class Shapes:
             acc = self.memo[key] = Access(buf, ap.name, dims, flat, write, str(ap))
         return acc
 
-
     def _bytes(self, name: str, dims: tuple, shape: tuple) -> tuple:
         """The byte range [lo, hi) of tensor `name`'s memory the slice `dims` lies in (of a
         strided view: the range from its first to its last element)."""
