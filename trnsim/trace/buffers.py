@@ -142,8 +142,8 @@ def _strided(name: str, entry: dict, loc: Loc, root: TensorSpec) -> TensorSpec:
     contiguous), `offset` (elements of its dtype, default 0) into the memory of a tensor that has
     its own; its dtype may differ (the bytes read as another type); it must lie inside."""
     vloc = loc.key(entry, "view")
-    if root.name != entry["view"] or root.on != "hbm":
-        what = "a view" if root.name != entry["view"] else "a host tensor"
+    if root.view is not None or root.on != "hbm":
+        what = "a view" if root.view is not None else "a host tensor"
         vloc.fail(
             f"a strided view (strides:/offset:) of {what}, {entry['view']!r}",
             "the name of a device tensor with its own memory (not a view, not on: host)",
