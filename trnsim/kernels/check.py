@@ -81,6 +81,10 @@ def expected_outputs(
                 memory.write(o, arrays[o])
                 key = f"{kernel.name}.ops[{i}] {op.op}"
                 last[o] = (f"{key} {o}" if len(outs) > 1 else key, op.op)  # one key each
+        for t, init in kernel.writes.items():  # recorded values beyond what the ops compute
+            arrays[t] = initial_values(init, arrays[t].shape, dtypes[t], None).astype(np.float64)
+            memory.write(t, arrays[t])
+            last.pop(t, None)
     memory.read(arrays, list(last))  # what a later write through another view left there
     return {key: (t, arrays[t], op) for t, (key, op) in last.items()}, None
 

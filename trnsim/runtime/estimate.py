@@ -18,7 +18,7 @@ from trnsim.report.recorder import EstimateSpan
 from trnsim.trace.program import KernelSpec
 from trnsim.units import seconds_to_ps
 
-__all__ = ["Estimated", "estimate_ps"]
+__all__ = ["Estimated", "Writes", "estimate_ps"]
 
 
 def estimate_ps(cfg: ChipConfig, lnc: int, flops: int, nbytes: int, dtype: str) -> int:
@@ -29,6 +29,25 @@ def estimate_ps(cfg: ChipConfig, lnc: int, flops: int, nbytes: int, dtype: str) 
     return seconds_to_ps(max(flops / peak, nbytes / hbm_bw))
 
 
+class Writes:
+    """Recorded values a kernel leaves in its tensors (`writes:`), written when it ends
+    (functional runs; a timing run holds no values). Called by the stream."""
+
+    def __init__(self, kernel: KernelSpec, writes: dict, ctx, tensors: dict):
+        self.writes = []
+        self.__name__ = f"{kernel.name} writes"
+        if ctx.functional:
+            for t, init in writes.items():
+                buf = tensors[t]
+                what = f"kernel {kernel.name}: writes.{t}"
+                self.writes.append((buf, initial_values(init, buf.shape, buf.dtype, None, what)))
+
+    def __call__(self) -> None:
+        for buf, values in self.writes:
+            if buf.array is not None:
+                np.copyto(buf.array, values, casting="unsafe")
+
+
 class Estimated:
     """One estimate kernel bound to a run: its time on the run's chip and the values to write
     into its tensors (Buffers bound by name) when it ends."""
@@ -37,18 +56,11 @@ class Estimated:
         e = self.spec = kernel.estimate
         self.name = kernel.name
         self.duration_ps = estimate_ps(ctx.cfg, ctx.chip.lnc, e.flops, e.bytes, e.dtype)
-        self.writes = []
-        if ctx.functional:
-            for t, init in e.writes.items():
-                buf = tensors[t]
-                what = f"kernel {kernel.name}: estimate.writes.{t}"
-                self.writes.append((buf, initial_values(init, buf.shape, buf.dtype, None, what)))
+        self.writes = Writes(kernel, e.writes, ctx, tensors)
 
     def done(self, ctx, stream, start_ps: int, end_ps: int) -> None:
         """It ran from `start_ps` to `end_ps` on `stream`'s logical core."""
-        for buf, values in self.writes:
-            if buf.array is not None:
-                np.copyto(buf.array, values, casting="unsafe")
+        self.writes()
         core = ctx.chip.physical(stream.core)[0].index
         e = self.spec
         ctx.recorder.estimate(

@@ -25,10 +25,10 @@ from trnsim.memory.init import initial_values
 from trnsim.report.files import replacing
 from trnsim.report.summary import summarize
 from trnsim.runtime.device import Device
-from trnsim.runtime.estimate import Estimated
+from trnsim.runtime.estimate import Estimated, Writes
 from trnsim.runtime.event import Event
 from trnsim.runtime.memory import TensorView
-from trnsim.trace.program import KernelSpec, Program
+from trnsim.trace.program import Program
 
 
 @dataclass
@@ -237,10 +237,15 @@ def _run(
     threads = []
     streams = {s.name: devs[s.core].stream(s.name) for s in program.streams}
     estimates = {n: Estimated(k, ctx, tensors) for n, k in program.kernels.items() if k.estimate}
+    writes = {
+        n: Writes(k, k.writes, ctx, tensors)
+        for n, k in program.kernels.items()
+        if k.writes and ctx.functional
+    }
     for s in program.streams:
         thread = ctx.thread(f"stream {s.name}")
         run = _host_thread(ctx, thread, streams, s, program, tensors, events, recorded,
-                           estimates)  # fmt: skip
+                           (estimates, writes))  # fmt: skip
         threads.append(env.process(run))
     ctx.run_until(env.all_of(threads))
     ctx.run_all()
@@ -281,7 +286,7 @@ def lowered(program: Program, cfg: ChipConfig, lnc: int = 1) -> Program:
         else:
             n = min(lnc, k.cores or lnc)  # `cores:` a recorded op too small to split ran on
             cores = lower_cores(k.ops, program.tensors, cfg, n, program.source)
-            kernels[name] = KernelSpec(name, per_core=cores, ops=k.ops, line=k.line)
+            kernels[name] = replace(k, per_core=cores)  # its ops, cores and writes kept
     out = replace(program, kernels=kernels)
     _LOWERED["last"] = (key, out, program, cfg)  # program and cfg kept: their ids stay theirs
     return out
@@ -332,12 +337,14 @@ def _check(program: Program, tensors: dict, initial: dict | None) -> tuple[dict,
     }, None
 
 
-def _host_thread(ctx, thread, streams, spec, program, tensors, events, recorded, estimates):
+def _host_thread(ctx, thread, streams, spec, program, tensors, events, recorded, extras):
     """One trace stream as a host thread: its steps are API calls, in order, each at the
     thread's clock, on its stream (or the stream a step names). `wait: e` blocks the thread
     until some stream has recorded `e`, then calls `wait_event`; `synchronize` blocks it until
-    the stream is done. An estimate kernel is launched by its duration (`Estimated`)."""
+    the stream is done. An estimate kernel is launched by its duration (`Estimated`); a
+    kernel's recorded `writes:` are written when it ends (`Writes`)."""
     env = ctx.env
+    estimates, writes = extras
     for step in spec.steps:
         kind, arg = step.kind, step.arg
         stream = streams[step.stream or spec.name]
@@ -359,6 +366,8 @@ def _host_thread(ctx, thread, streams, spec, program, tensors, events, recorded,
             stream.launch_timed(arg, e.duration_ps, e)
         elif kind == "launch":
             stream.launch(program.kernels[arg], tensors)
+            if arg in writes:
+                stream.launch_host_func(writes[arg])
         elif kind == "copy":
             src, dst = (
                 _operand(tensors, a, f"stream {spec.name}: copy {key}")

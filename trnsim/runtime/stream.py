@@ -19,6 +19,7 @@ from trnsim.errors import TrnsimError
 from trnsim.runtime.event import Event
 
 LAUNCH, COPY, RECORD, WAIT, TIMED = "launch", "copy", "record", "wait", "timed"
+HOST_FUNC = "host_func"
 
 
 class TimedKernel(NamedTuple):
@@ -101,6 +102,14 @@ class Stream:
         self.push(RECORD, t, (event, event._new_record()))
         return event
 
+    def launch_host_func(self, fn) -> None:
+        """Call `fn()` when the work enqueued so far is done (CUDA's cudaLaunchHostFunc; costs
+        the host an event's call); the trace runner writes a kernel's recorded values so."""
+        self._no_capture("launch_host_func")
+        ctx = self.ctx
+        t = ctx.host.call("launch_host_func", ctx.costs.event, getattr(fn, "__name__", ""))
+        self.push(HOST_FUNC, t, (fn,))
+
     def wait_event(self, event: Event) -> None:
         """Make this stream's later work wait for the event's latest record (at call time).
         Waiting on an event never recorded is a no-op, as in CUDA."""
@@ -170,6 +179,8 @@ class Stream:
                 yield from ctx.run_copy(self, *args)
             elif kind is RECORD:
                 args[0]._fire(args[1], env.now)
+            elif kind is HOST_FUNC:
+                args[0]()
             elif not args[0].triggered:  # WAIT
                 self.blocked_on = f"event '{args[1]}'"
                 yield args[0]

@@ -174,6 +174,9 @@ class Recording:
             return self._scratch(t, stream)
         blk = self._block(t)
         if blk is None:
+            for x, name in self.pending:
+                if x is t:
+                    return name
             if any(t is x for x in results):
                 name = self._new_name()
                 self.pending.append((t, name))
@@ -337,11 +340,23 @@ class Recording:
         return [OpSpec("permute", {"x": "x", "out": "out", "dims": p[1]})], {"x": dense, "out": dst}
 
     def _ops(self, label: str, ops, tensors: dict, rt, stream: str, results) -> None:
+        """A kernel of the library's ops on the trace's tensors; results the ops do not
+        write (a loss's value, nll_loss's total weight) are its `writes:` when values are
+        kept."""
+        res = [self.tensor(x, stream, results) for x in results]  # in the order allocated
         names = {k: self.tensor(t, stream, results) for k, t in tensors.items()}
-        flops, nbytes, cores = self._figures(ops, tensors)
-        entry: dict = {"ops": [{op.op: _renamed(op, names)} for op in ops]}
+        ops = [OpSpec(op.op, _renamed(op, names)) for op in ops]
+        flops, nbytes, cores = self._figures(ops, {names[k]: t for k, t in tensors.items()})
+        entry: dict = {"ops": [{op.op: op.args} for op in ops]}
         if cores < self.chip.lnc:
             entry["cores"] = cores
+        extra = [(n, x) for n, x in zip(res, results) if not any(x is t for t in tensors.values())]
+        if self.values and extra:
+            k = len(self.files)
+            entry["writes"] = {
+                n: {"file": self._file(f"w{k}_{n}", _array(x, DTYPES.get(x.dtype, "float32")))}
+                for n, x in extra
+            }
         self._launch(label, entry, rt)
         self.summary["modelled"] += 1
         self.summary["flops"] += flops
@@ -372,8 +387,9 @@ class Recording:
         self.summary["launches"] += 1
 
     def _figures(self, ops, tensors: dict) -> tuple[int, int, int]:
-        """(FLOPs, HBM bytes, physical cores) of a lowering, simulated once per signature on a
-        timing-only scratch chip (the timer keeps only the time)."""
+        """(FLOPs, HBM bytes, physical cores) of a lowering on the trace's tensors (two
+        arguments on one tensor are read as one, as the replay reads them), simulated once per
+        signature on a timing-only scratch chip (the timer keeps only the time)."""
         specs = {k: _spec(k, t) for k, t in tensors.items()}
         for s in specs.values():
             s.shape = s.shape or (1,)  # a 0-dim tensor is [1] in the trace

@@ -95,6 +95,8 @@ def _kernel(entry: dict, names: dict) -> dict:
             e["writes"] = {names.get(t, t): f for t, f in e["writes"].items()}
         return {"estimate": e}
     out = dict(entry)
+    if "writes" in out:
+        out["writes"] = {names.get(t, t): f for t, f in out["writes"].items()}
     out["ops"] = [
         {op: _args(op, args, names)} for item in entry["ops"] for op, args in item.items()
     ]

@@ -59,7 +59,7 @@ from trnsim.inputs.validate import (
     want_str,
 )
 from trnsim.trace.buffers import parse_tensors, parse_tiles
-from trnsim.trace.estimates import estimate_kernel, kernel_cores
+from trnsim.trace.estimates import estimate_kernel, kernel_cores, parse_writes
 from trnsim.trace.ops import check_op
 from trnsim.trace.params import apply_params
 from trnsim.trace.program import (
@@ -94,7 +94,8 @@ TOP_KEYS = (
     "timing",
     "params",
 )
-KERNEL_KEYS = ("ops", "tiles", "instructions", "per_core", "estimate", "cores")
+EXTRA = ("cores", "writes")  # beside ops: only
+KERNEL_KEYS = ("ops", "tiles", "instructions", "per_core", "estimate", "cores", "writes")
 MODES = ("functional", "timing")
 SHORTHAND = "main"
 
@@ -313,7 +314,7 @@ class _TraceParser:
         """One kernel; `at` holds the key locations when `entry` is the top-level shorthand."""
         check_keys(entry, loc, KERNEL_KEYS)
         at = at or {k: loc.key(entry, k) for k in KERNEL_KEYS}
-        given = [k for k in KERNEL_KEYS if entry.get(k) is not None and k != "cores"]
+        given = [k for k in KERNEL_KEYS if entry.get(k) is not None and k not in EXTRA]
         if given[:1] in (["ops"], ["estimate"]) and len(given) > 1:
             at[given[1]].fail(
                 f"a kernel with {given[0]}: cannot also have {given[1]}:",
@@ -328,10 +329,12 @@ class _TraceParser:
             return estimate_kernel(name, entry, loc, at, given, self.tensors, self.files)
         if "ops" in given:
             cores = kernel_cores(entry, at)
+            writes = parse_writes(entry, at, self.tensors, self.files)
             ops = self._ops(entry["ops"], at["ops"])
-            return KernelSpec(name, ops=ops, line=loc.line, cores=cores)
-        if entry.get("cores") is not None:
-            at["cores"].fail("cores: in a low-level kernel", "cores: only beside ops:")
+            return KernelSpec(name, ops=ops, line=loc.line, cores=cores, writes=writes)
+        for key in EXTRA:
+            if entry.get(key) is not None:
+                at[key].fail(f"{key}: in a low-level kernel", f"{key}: only beside ops:")
         shared = {}
         if "tiles" in given:
             shared = parse_tiles(entry["tiles"], at["tiles"], self.tensors, self.files)

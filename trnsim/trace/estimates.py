@@ -19,7 +19,7 @@ from trnsim.inputs.validate import (
 from trnsim.trace.buffers import Files, parse_init
 from trnsim.trace.program import EstimateSpec, KernelSpec, TensorSpec
 
-__all__ = ["estimate_kernel", "kernel_cores", "ESTIMATE_KEYS", "PEAK_DTYPES"]
+__all__ = ["estimate_kernel", "kernel_cores", "parse_writes", "ESTIMATE_KEYS", "PEAK_DTYPES"]
 
 ESTIMATE_KEYS = ("op", "flops", "bytes", "dtype", "time_ps", "writes")
 PEAK_DTYPES = ("float32", "bfloat16", "float8")  # whose peak FLOP/s bounds the estimate
@@ -35,7 +35,7 @@ def estimate_kernel(
     files: Files,
 ) -> KernelSpec:
     """`name: {estimate: {op, flops, bytes, dtype?, time_ps?, writes?}}`."""
-    for key in (*given, "cores"):
+    for key in (*given, "cores", "writes"):
         if key != "estimate" and entry.get(key) is not None:
             at[key].fail(f"a kernel with estimate: cannot also have {key}:", "estimate: alone")
     eloc = at["estimate"]
@@ -58,11 +58,21 @@ def estimate_kernel(
     return KernelSpec(name, line=loc.line, estimate=spec)
 
 
-def _writes(e: dict, eloc: Loc, tensors: dict[str, TensorSpec], files: Files) -> dict[str, Any]:
+def parse_writes(entry: dict, at: dict, tensors: dict[str, TensorSpec], files: Files) -> dict:
+    """`writes:` beside `ops:`: values a recorded op left that the library's ops do not
+    compute (nll_loss's total weight), written when the kernel ends (functional runs)."""
+    if entry.get("writes") is None:
+        return {}
+    return _writes(entry, at["writes"], tensors, files, loc_is_key=True)
+
+
+def _writes(
+    e: dict, eloc: Loc, tensors: dict[str, TensorSpec], files: Files, loc_is_key: bool = False
+) -> dict[str, Any]:
     """`writes: {tensor: {file: x.npy}}`: the values the op left in each tensor."""
     if e.get("writes") is None:
         return {}
-    wloc = eloc.key(e, "writes")
+    wloc = eloc if loc_is_key else eloc.key(e, "writes")
     writes = want_map(e["writes"], wloc, "a mapping of tensor name -> {file: values.npy}")
     out = {}
     for t in writes:

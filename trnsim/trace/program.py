@@ -85,6 +85,7 @@ class KernelSpec:
     line: int = 0
     estimate: EstimateSpec | None = None
     cores: int | None = None
+    writes: dict[str, Any] = field(default_factory=dict)  # beside ops: values they leave
 
     @property
     def low_level(self) -> bool:
