@@ -133,3 +133,48 @@ def test_nested_recordings_are_refused(tmp_path):
         with pytest.raises(RuntimeError, match="already in progress"):
             with trnsim.torch.record(tmp_path / "b.yaml"):
                 pass
+
+
+class _Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.ln = torch.nn.Embedding(100, 64), torch.nn.LayerNorm(64)
+        self.fc = torch.nn.Linear(64, 100)
+
+    def forward(self, ids):
+        return self.fc(torch.nn.functional.gelu(self.ln(self.emb(ids))))
+
+
+def test_training_steps_replay_with_their_values(tmp_path):
+    """Two AdamW steps (embedding, layer_norm, gelu, cross_entropy; foreach updates): the
+    replay's weights and loss are PyTorch's, each op within its check's tolerance, and its
+    figures and event time the recorded run's."""
+    torch.manual_seed(0)
+    m = _Tiny().to("neuron")
+    opt = torch.optim.AdamW(m.parameters())
+    ids, tgt = torch.randint(0, 100, (32,)), torch.randint(0, 100, (32,))
+    i, t = ids.to("neuron"), tgt.to("neuron")
+    with trnsim.torch.record(tmp_path / "train.yaml", values=True) as rec:
+        start, end = (torch.neuron.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        for _ in range(2):
+            loss = torch.nn.functional.cross_entropy(m(i), t)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        end.record()
+        rec.output("w", m.fc.weight)
+        rec.output("loss", loss)
+        loss.item()
+    s = rec.summary
+    assert s["estimated"]["launches"] > 0 and s["modelled"] > 30
+    r = _replay(tmp_path / "train.yaml", "--check", "--out-dir", str(tmp_path / "out"))
+    assert r["flops"] == s["flops"]
+    assert r["hbm"]["bytes_read"] + r["hbm"]["bytes_written"] == s["bytes"]
+    ns = start.elapsed_time(end) * 1e6
+    assert next(iter(r["timings"].values()))["ns"] == pytest.approx(ns, rel=0.01)
+    assert r["check"] and all(c["ok"] for c in r["check"].values())
+    w = np.load(tmp_path / "out" / "w.npy")
+    np.testing.assert_allclose(w, m.fc.weight.detach().cpu().numpy(), atol=1e-5)
+    got = np.load(tmp_path / "out" / "loss.npy")[0]
+    assert got == pytest.approx(loss.item(), rel=1e-4)

@@ -187,3 +187,22 @@ def test_step_stream_errors():
     assert "unknown stream 'sde'" in msg and "streams[0].do[1].stream" in msg
     msg = error(SIDE.replace("{launch: j, stream: side}", "{launch: j, stream: side, x: 1}"))
     assert "streams[0].do[1]" in msg
+
+
+def test_writes_beside_ops(tmp_path):
+    """A kernel's `writes:` land when it ends, after its ops (functional runs)."""
+    np.save(tmp_path / "w.npy", np.full((4, 4), 2.0, np.float32))
+    (tmp_path / "t.yaml").write_text("""\
+trnsim: 1
+tensors:
+  x: {shape: [4, 4], dtype: float32, init: ones}
+  y: {shape: [4, 4], dtype: float32}
+  z: {shape: [4, 4], dtype: float32}
+kernels:
+  k: {ops: [{neg: {x: x, out: y}}], writes: {z: {file: w.npy}}}
+  j: {ops: [{add: {a: y, b: z, out: y}}]}
+""")
+    r = run_program(load(tmp_path / "t.yaml"), load_chip("trn2"), "functional")
+    np.testing.assert_array_equal(r.tensor("y"), np.ones((4, 4), np.float32))
+    msg = error(BYTES + "kernels:\n  k:\n    instructions: []\n    writes: {m: zeros}\n")
+    assert "kernels.k.writes: writes: in a low-level kernel" in msg
