@@ -18,32 +18,21 @@ so that a functional replay computes what PyTorch did.
 from __future__ import annotations
 
 import json
-import math
-import re
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from trnsim.errors import TrnsimError
-from trnsim.isa import Engine
-from trnsim.kernels import lower_cores
-from trnsim.runtime import Device
 from trnsim.torch import recording, state
 from trnsim.torch.aten import library_ops, permuted
+from trnsim.torch.record_figures import Figures
+from trnsim.torch.record_tensors import DTYPES, TraceTensors, _array, _ident, _np
 from trnsim.torch.tensors import contiguous_stride
-from trnsim.torch.timing import _spec, roofline_figures
+from trnsim.torch.timing import roofline_figures
 from trnsim.trace.ops import OPS
-from trnsim.trace.program import KernelSpec, OpSpec
+from trnsim.trace.program import OpSpec
 
 Tensor = torch.Tensor
-# torch dtype -> the trace's (what the timer times it as)
-DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
-          torch.int64: "int32", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8",
-          torch.uint8: "uint8", torch.bool: "uint8", torch.float64: "float32"}  # fmt: skip
-NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int16": np.int16,
-      "int8": np.int8, "uint8": np.uint8}  # fmt: skip
-ENGINES = {e.label for e in Engine if e is not Engine.DMA}
 TENSOR_ARGS = ("tensor", "tensors", "operand", "operands")
 
 
@@ -56,12 +45,7 @@ def record(path, values: bool = False, names: dict | None = None) -> Recording:
     return Recording(path, values, names)
 
 
-def _ident(name: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return name if re.match(r"[A-Za-z_]", name) else f"t_{name}"
-
-
-class Recording:
+class Recording(TraceTensors):
     """What the device ran between `__enter__` and `__exit__` (see the module docstring);
     `summary` the recorded run's figures once written."""
 
@@ -116,8 +100,7 @@ class Recording:
         self.recorded: set[str] = set()
         self.timed: list[str] = []  # timing events, in the order first recorded
         self.pending: list[tuple[Tensor, str]] = []  # results not yet on the device
-        self.figures: dict[str, tuple] = {}  # lowering signature -> (flops, bytes, cores)
-        self.scratch = None
+        self.figures = Figures(self.chip)
         self.rename: dict[str, str] = {}
         self.alias: dict[str, str] = {}  # a result's name -> the view it landed on
         self.count = 0
@@ -135,109 +118,6 @@ class Recording:
         self.rename[internal] = _ident(name)
         if internal not in self.outputs:
             self.outputs.append(internal)
-
-    # -- device memory ---------------------------------------------------------------------------
-
-    def _allocated(self, nbytes: int):
-        """The allocator's `alloc` while recording: a new storage; the first pending result
-        (an op's output PyTorch computed on the CPU) of its size is copied into it."""
-        blk = self._alloc(nbytes)
-        self.by_host[blk.host_ptr] = blk
-        if self.pending:
-            r, name = self.pending[0]
-            if _storage_bytes(r) == nbytes:
-                self.pending.pop(0)
-                stride = r.stride() if _dense(r) else contiguous_stride(r.shape)
-                self._view(blk, r.dtype, tuple(r.shape), tuple(stride), 0, name)
-        return blk
-
-    def _settle(self) -> None:
-        """Results never copied to the device (an `out=` temporary): tensors of their own."""
-        for r, name in self.pending:
-            self.tensors[name] = {"shape": _shape(r), "dtype": DTYPES.get(r.dtype, "float32")}
-        self.pending = []
-
-    def _block(self, t: Tensor):
-        ptr = t.untyped_storage().data_ptr()
-        if t.device.type == "neuron":
-            return self.chip.allocator.blocks.get(ptr)
-        blk = self.by_host.get(ptr)
-        if blk is None:
-            self.by_host = {b.host_ptr: b for b in self.chip.allocator.blocks.values()}
-            blk = self.by_host.get(ptr)
-        return blk
-
-    def tensor(self, t: Tensor, stream: str, results=()) -> str:
-        """The trace name of tensor `t` (a device tensor, the CPU view of one, an op's result
-        not yet on the device, a meta intermediate or a CPU scalar)."""
-        if t.device.type == "meta":
-            return self._scratch(t, stream)
-        blk = self._block(t)
-        if blk is None:
-            for x, name in self.pending:
-                if x is t:
-                    return name
-            if any(t is x for x in results):
-                name = self._new_name()
-                self.pending.append((t, name))
-                return name
-            return self._constant(t)
-        return self._view(blk, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
-
-    def _root(self, blk) -> str:
-        hit = self.blocks.get(id(blk))
-        if hit is None:
-            name = f"m{len(self.blocks)}"
-            hit = self.blocks[id(blk)] = (blk, name)
-            entry = {"shape": [blk.size], "dtype": "uint8"}
-            if id(blk) in self.images:
-                entry["init"] = {"file": self._file(name, self.images[id(blk)])}
-            self.tensors[name] = entry
-        return hit[1]
-
-    def _view(self, blk, dtype, shape, strides, offset, name=None) -> str:
-        root = self._root(blk)
-        dt = DTYPES.get(dtype, "float32")
-        key = (root, dt, shape, strides, offset)
-        hit = self.views.get(key)
-        if hit is not None:
-            if name is not None:  # a result landing where a tensor of its kind was
-                self.alias[name] = hit
-            return hit
-        if dtype == torch.int64 and id(blk) in self.images:
-            _as_int32(self.images[id(blk)], shape, strides, offset)
-        name = name or self._new_name()
-        self.views[key] = name
-        self.tensors[name] = {"view": root, "dtype": dt, "shape": list(shape) or [1],
-                              "strides": list(strides) or [1], "offset": offset}  # fmt: skip
-        return name
-
-    def _new_name(self) -> str:
-        self.count += 1
-        return f"t{self.count}"
-
-    def _scratch(self, t: Tensor, stream: str) -> str:
-        """A meta tensor (an intermediate of a composition): scratch of its shape, one per
-        stream (ops of two streams may run at once)."""
-        name = f"scratch_{_ident(stream)}_{'x'.join(map(str, _shape(t)))}_{t.dtype}".replace(
-            "torch.", ""
-        )
-        self.tensors.setdefault(name, {"shape": _shape(t), "dtype": DTYPES.get(t.dtype)})
-        return name
-
-    def _constant(self, t: Tensor) -> str:
-        """A CPU tensor an op took (a 0-dim scalar): a device tensor with its value."""
-        name = f"c{self._new_name()}"
-        entry = {"shape": _shape(t), "dtype": DTYPES.get(t.dtype, "float32")}
-        if self.values:
-            entry["init"] = {"file": self._file(name, _array(t, entry["dtype"]))}
-        self.tensors[name] = entry
-        return name
-
-    def _file(self, name: str, values: np.ndarray) -> str:
-        folder = f"{self.path.stem}_values"
-        self.files[f"{name}.npy"] = values
-        return f"{folder}/{name}.npy"
 
     # -- streams, events, the host ---------------------------------------------------------------
 
@@ -346,7 +226,7 @@ class Recording:
         res = [self.tensor(x, stream, results) for x in results]  # in the order allocated
         names = {k: self.tensor(t, stream, results) for k, t in tensors.items()}
         ops = [OpSpec(op.op, _renamed(op, names)) for op in ops]
-        flops, nbytes, cores = self._figures(ops, {names[k]: t for k, t in tensors.items()})
+        flops, nbytes, cores = self.figures(ops, {names[k]: t for k, t in tensors.items()})
         entry: dict = {"ops": [{op.op: op.args} for op in ops]}
         if cores < self.chip.lnc:
             entry["cores"] = cores
@@ -386,52 +266,6 @@ class Recording:
         self._step(rt, {"launch": name})
         self.summary["launches"] += 1
 
-    def _figures(self, ops, tensors: dict) -> tuple[int, int, int]:
-        """(FLOPs, HBM bytes, physical cores) of a lowering on the trace's tensors (two
-        arguments on one tensor are read as one, as the replay reads them), simulated once per
-        signature on a timing-only scratch chip (the timer keeps only the time)."""
-        specs = {k: _spec(k, t) for k, t in tensors.items()}
-        for s in specs.values():
-            s.shape = s.shape or (1,)  # a 0-dim tensor is [1] in the trace
-        key = repr((ops, [(k, s.shape, s.dtype.name) for k, s in specs.items()]))
-        hit = self.figures.get(key)
-        if hit is None:
-            hit = self.figures[key] = self._simulate(ops, specs)
-        return hit
-
-    def _simulate(self, ops, specs: dict) -> tuple[int, int, int]:
-        cfg, lnc = self.chip.cfg, self.chip.lnc
-        if self.scratch is None:
-            self.scratch = Device(cfg, 0, "timing", lnc)
-        dev, cores = self.scratch, lnc
-        try:
-            programs = lower_cores(ops, specs, cfg, lnc)
-        except (TrnsimError, ValueError):
-            if lnc == 1:
-                raise
-            programs, cores = lower_cores(ops, specs, cfg, 1), 1
-        rec = dev.recorder
-        n0, b0 = rec.span_count, rec.hbm_bytes_read + rec.hbm_bytes_written
-        bufs = {
-            k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize) for k, s in specs.items()
-        }
-        views = {k: bufs[k].view(s.dtype, s.shape) for k, s in specs.items()}
-        dev.launch(KernelSpec("figures", per_core=programs), views, timing_only=True)
-        dev.synchronize()
-        for b in bufs.values():
-            dev.free(b)
-        flops = sum(s.flops for s in rec.recorded[n0:] if s.track in ENGINES)
-        return flops, rec.hbm_bytes_read + rec.hbm_bytes_written - b0, cores
-
-    def _host(self, t: Tensor, sent: bool) -> str:
-        """A host tensor of a copy (`on: host`); what the host sent when values are kept."""
-        name = f"h{self._new_name()}"
-        entry = {"shape": _shape(t), "dtype": DTYPES.get(t.dtype, "float32"), "on": "host"}
-        if self.values and sent:
-            entry["init"] = {"file": self._file(name, _array(t, entry["dtype"]))}
-        self.tensors[name] = entry
-        return name
-
     # -- the trace ---------------------------------------------------------------------------------
 
     def _write(self) -> None:
@@ -449,57 +283,3 @@ def _renamed(op: OpSpec, names: dict) -> dict:
             v = [names.get(x, x) for x in v] if isinstance(v, list) else names.get(v, v)
         out[k] = v
     return out
-
-
-def _shape(t: Tensor) -> list[int]:
-    return list(t.shape) or [1]
-
-
-def _np(dt: str):
-    if dt == "bfloat16":
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return NP[dt]
-
-
-def _array(t: Tensor, dt: str) -> np.ndarray:
-    """`t`'s values as a numpy array of trace dtype `dt` (int64 as int32, bool as uint8)."""
-    t = t.detach()
-    if t.device.type == "neuron":
-        from trnsim.torch.tensors import cpu_view
-
-        t = cpu_view(t)
-    t = t.contiguous().reshape(_shape(t))
-    if dt == "bfloat16":
-        return t.to(torch.bfloat16).view(torch.int16).numpy().view(_np(dt))
-    return t.to(torch.float32 if dt == "float32" else t.dtype).numpy().astype(_np(dt))
-
-
-def _storage_bytes(r: Tensor) -> int:
-    """The bytes `to_device` allocates for result `r`."""
-    if r.is_contiguous():
-        return r.numel() * r.element_size()
-    n = 1 + sum((a - 1) * s for a, s in zip(r.shape, r.stride())) if _dense(r) else r.numel()
-    return n * r.element_size()
-
-
-def _dense(r: Tensor) -> bool:
-    span = 1 + sum((a - 1) * s for a, s in zip(r.shape, r.stride())) if r.numel() else 0
-    return r.is_contiguous() or (span == r.numel() and r.storage_offset() == 0) or not r.numel()
-
-
-def _as_int32(image: np.ndarray, shape, strides, offset: int) -> None:
-    """An int64 tensor of the block image `image`, rewritten as the int32 tensor the trace
-    reads there (the same element offsets and strides)."""
-    if not shape or 0 in shape:
-        return
-    span = offset + 1 + sum((n - 1) * s for n, s in zip(shape, strides))
-    if span * 8 > image.size:
-        return
-    as64 = np.lib.stride_tricks.as_strided(
-        image.view(np.int64)[offset:], shape, [s * 8 for s in strides]
-    ).copy()
-    as32 = np.lib.stride_tricks.as_strided(image.view(np.int32)[offset:], shape,
-                                           [s * 4 for s in strides])  # fmt: skip
-    as32[...] = as64.astype(np.int32)
