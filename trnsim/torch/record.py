@@ -96,7 +96,7 @@ class Recording(TraceTensors):
         self.steps: list[tuple[str, dict]] = []  # (stream, step)
         self.streams: dict[object, str] = {}  # runtime stream -> trace stream
         self.cores: dict[str, int] = {}
-        self.events: dict[int, tuple] = {}  # id(runtime event) -> (event, name)
+        self.event_names: dict[int, tuple] = {}  # id(runtime event) -> (event, name)
         self.recorded: set[str] = set()
         self.timed: list[str] = []  # timing events, in the order first recorded
         self.pending: list[tuple[Tensor, str]] = []  # results not yet on the device
@@ -132,9 +132,9 @@ class Recording(TraceTensors):
         self.steps.append((self.stream(rt), step))
 
     def _event(self, ev) -> str:
-        hit = self.events.get(id(ev))
+        hit = self.event_names.get(id(ev))
         if hit is None:
-            hit = self.events[id(ev)] = (ev, f"ev{len(self.events)}")
+            hit = self.event_names[id(ev)] = (ev, f"ev{len(self.event_names)}")
         return hit[1]
 
     def record_event(self, rt, ev) -> None:
@@ -150,8 +150,8 @@ class Recording(TraceTensors):
             self._step(rt, {"wait": name})
 
     def wait_stream(self, rt, other) -> None:
-        name = f"ev{len(self.events)}"
-        self.events[-len(self.events) - 1] = (None, name)  # no torch event: a key of its own
+        name = f"ev{len(self.event_names)}"
+        self.event_names[-len(self.event_names) - 1] = (None, name)  # no torch event: a key of its own
         self._step(other, {"record": name})
         self.recorded.add(name)
         self._step(rt, {"wait": name})
