@@ -151,7 +151,7 @@ class Recording(TraceTensors):
 
     def wait_stream(self, rt, other) -> None:
         name = f"ev{len(self.event_names)}"
-        self.event_names[-len(self.event_names) - 1] = (None, name)  # no torch event: a key of its own
+        self.event_names[-len(self.event_names) - 1] = (None, name)  # no torch event
         self._step(other, {"record": name})
         self.recorded.add(name)
         self._step(rt, {"wait": name})
