@@ -104,6 +104,7 @@ FIELDS = {
     "_spans",
     "_sorted",
     "_last_sample",
+    "estimates",
 }
 
 

@@ -75,6 +75,21 @@ class LaunchWindow(NamedTuple):
     end_ps: int
 
 
+class EstimateSpan(NamedTuple):
+    """An op replayed by its roofline estimate (a trace's `estimate:` kernel): it held logical
+    core `core`'s first physical core from `start_ps` to `end_ps`; its FLOPs and HBM bytes are
+    the estimate's, not measured."""
+
+    kernel: str
+    op: str
+    core: int
+    start_ps: int
+    end_ps: int
+    flops: int
+    bytes: int
+    dtype: str
+
+
 class HbmSample(NamedTuple):
     """From `ps` on, HBM stack `stack` moves `bytes_per_s` (until its next sample)."""
 
@@ -103,6 +118,7 @@ class Recorder:
         self.peaks: dict[str, int] = dict.fromkeys(MEMORIES, 0)  # memory -> bytes
         self.host_calls: list[HostCall] = []  # appended by the runtime's host threads
         self.launches: list[LaunchWindow] = []  # in the order they ended
+        self.estimates: list[EstimateSpan] = []  # estimated ops, in the order they ended
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -127,6 +143,10 @@ class Recorder:
     def launch(self, kernel: str, cores: tuple[int, ...], start_ps: int, end_ps: int) -> None:
         """A launch of `kernel` ran on `cores` from `start_ps` to `end_ps`."""
         self.launches.append(LaunchWindow(kernel, tuple(cores), start_ps, end_ps))
+
+    def estimate(self, span: EstimateSpan) -> None:
+        """An estimated op ran (`EstimateSpan`)."""
+        self.estimates.append(span)
 
     def hbm_traffic(self, read: int, written: int) -> None:
         """Count bytes read from and written to HBM."""

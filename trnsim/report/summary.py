@@ -77,8 +77,9 @@ def summarize(
     tags)) adds the per-op rows (`op_times`) under the key `ops`.
     """
     spans = rec.recorded
-    first = min(map(_START, spans), default=0)
-    device_ps = max(map(_END, spans), default=0) - first
+    ends = [*spans, *rec.estimates]
+    first = min(map(_START, ends), default=0)
+    device_ps = max(map(_END, ends), default=0) - first
     by_instr: dict[tuple, list] = defaultdict(lambda: [0, 0])  # (kernel, op, core, track)
     # the same key -> (start, end) of its spans, off engine tracks (where spans may overlap)
     intervals: dict[tuple, list] = defaultdict(list)
@@ -137,7 +138,28 @@ def summarize(
     }
     if ops:
         out["ops"] = op_times(rec, ops)
+    if rec.estimates:
+        out["estimated"] = estimated(rec.estimates)
     return out
+
+
+def estimated(spans) -> dict:
+    """The estimated ops' totals (not simulated: their FLOPs and bytes are the roofline's, not
+    counted in `flops` and `hbm`) and, per op, launches and time."""
+    per_op: dict[str, dict] = {}
+    for e in spans:
+        o = per_op.setdefault(e.op, {"launches": 0, "time_ns": 0.0, "flops": 0, "bytes": 0})
+        o["launches"] += 1
+        o["time_ns"] += (e.end_ps - e.start_ps) / 1000
+        o["flops"] += e.flops
+        o["bytes"] += e.bytes
+    return {
+        "launches": len(spans),
+        "time_ns": sum(e.end_ps - e.start_ps for e in spans) / 1000,
+        "flops": sum(e.flops for e in spans),
+        "bytes": sum(e.bytes for e in spans),
+        "ops": dict(sorted(per_op.items())),
+    }
 
 
 def op_times(rec: Recorder, ops: dict) -> list[dict]:
@@ -331,6 +353,13 @@ def format_summary(s: dict) -> str:
     )
     peak = "" if s["peak_fraction"] is None else f", {s['peak_fraction']:.1%} of peak"
     out.append(f"compute         {s['flops']:.4g} FLOP, {fmt_flops(s['flops_per_s'])}{peak}")
+    e = s.get("estimated")
+    if e:
+        out.append(
+            f"estimated       {e['launches']} op launches, {fmt_time_ns(e['time_ns'])}, "
+            f"{e['flops']:.4g} FLOP, {fmt_bytes(e['bytes'])}: roofline estimates, not simulated "
+            f"(not in the figures above)"
+        )
     m = s["memory"]
     out.append(
         f"memory peaks    SBUF {fmt_bytes(m['sbuf_peak_bytes'])}, PSUM "

@@ -139,6 +139,8 @@ class ChipContext:
             yield req
             if type(kernel) is TimedKernel:  # known by its duration: no instructions
                 yield env.timeout(kernel.duration_ps)
+                if kernel.estimate is not None:
+                    kernel.estimate.done(self, stream, env.now - kernel.duration_ps, env.now)
                 if self.on_launch is not None:
                     self.on_launch(stream, kernel, env.now - kernel.duration_ps, env.now)
                 return
@@ -176,6 +178,8 @@ class ChipContext:
                     if t > env.now and self._core_shared(stream):
                         break
                     yield env.timeout(max(t - env.now, 0) + kernel.duration_ps)
+                    if kernel.estimate is not None:
+                        kernel.estimate.done(self, stream, env.now - kernel.duration_ps, env.now)
                     if self.on_launch is not None:
                         self.on_launch(stream, kernel, env.now - kernel.duration_ps, env.now)
                     i += 1

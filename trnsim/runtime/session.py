@@ -25,9 +25,10 @@ from trnsim.memory.init import initial_values
 from trnsim.report.files import replacing
 from trnsim.report.summary import summarize
 from trnsim.runtime.device import Device
+from trnsim.runtime.estimate import Estimated, Writes
 from trnsim.runtime.event import Event
 from trnsim.runtime.memory import TensorView
-from trnsim.trace.program import KernelSpec, Program
+from trnsim.trace.program import Program
 
 
 @dataclass
@@ -78,14 +79,16 @@ def home_cores(program: Program) -> dict[str, int]:
                         seen[v] = None
         used[name] = list(seen)
     homes: dict[str, int] = {}
+    core_of = {s.name: s.core for s in program.streams}
     for stream in program.streams:
         for step in stream.steps:
+            core = core_of.get(step.stream, stream.core)
             if step.kind == "copy":
                 names = [a.name if isinstance(a, Ap) else a for a in step.arg]
             else:
                 names = used[step.arg] if step.kind == "launch" else []
             for n in names:
-                homes.setdefault(n, stream.core)
+                homes.setdefault(n, core)
     return homes
 
 
@@ -129,13 +132,21 @@ def _devices(
         if t.view is None:
             continue
         if t.view in views:
-            v = views[t.name] = views[t.view].view(t.shape)
+            v = views[t.name] = _view(views[t.view], t)
             tensors[t.name] = v.bound(t.name)
         else:
             base = tensors[t.view]
             arr = base.array.reshape(t.shape) if base.array is not None else None
             tensors[t.name] = Buffer(t.name, base.memory, t.shape, t.dtype, arr, base.offset)
     return devs, tensors
+
+
+def _view(base: TensorView, t) -> TensorView:
+    """Tensor `t`, a view of `base`: the same elements in another shape, or a strided view
+    (`strides`, `offset` in elements of its dtype, which may differ from base's)."""
+    if t.strides is None:
+        return base.view(t.shape)
+    return base.buffer.view(t.dtype, t.shape, t.strides, base.offset + t.offset * t.dtype.itemsize)
 
 
 def _allocate(t, dev: Device, tensors: dict[str, Buffer]):
@@ -171,6 +182,8 @@ def check_program(program: Program, cfg: ChipConfig, lnc: int | None = None) -> 
             if step.kind != "launch":
                 continue
             kernel = program.kernels[step.arg]
+            if kernel.estimate is not None:
+                continue
             devs[stream.core].bind_tensors(kernel, tensors, False)
             for core, prog in zip(cores, kernel.per_core):
                 core.prepare(kernel.name, prog, tensors, ctx.rng, program.source)
@@ -222,10 +235,17 @@ def _run(
                 events[step.arg] = devs[s.core].event(enable_timing=True, name=step.arg)
                 recorded[step.arg] = env.event()
     threads = []
+    streams = {s.name: devs[s.core].stream(s.name) for s in program.streams}
+    estimates = {n: Estimated(k, ctx, tensors) for n, k in program.kernels.items() if k.estimate}
+    writes = {
+        n: Writes(k, k.writes, ctx, tensors)
+        for n, k in program.kernels.items()
+        if k.writes and ctx.functional
+    }
     for s in program.streams:
         thread = ctx.thread(f"stream {s.name}")
-        stream = devs[s.core].stream(s.name)
-        run = _host_thread(ctx, thread, stream, s, program, tensors, events, recorded)
+        run = _host_thread(ctx, thread, streams, s, program, tensors, events, recorded,
+                           (estimates, writes))  # fmt: skip
         threads.append(env.process(run))
     ctx.run_until(env.all_of(threads))
     ctx.run_all()
@@ -253,7 +273,7 @@ def lowered(program: Program, cfg: ChipConfig, lnc: int = 1) -> Program:
     low-level kernel over the `lnc` physical cores of a logical core (`kernels.lower_cores`;
     the same program when it has none). A TraceError of the library names the trace file and
     the op's line."""
-    if all(k.low_level for k in program.kernels.values()):
+    if all(k.low_level or k.estimate for k in program.kernels.values()):
         return program
     key = (id(program), id(cfg), lnc, _fingerprint(program))
     last = _LOWERED.get("last")
@@ -261,11 +281,12 @@ def lowered(program: Program, cfg: ChipConfig, lnc: int = 1) -> Program:
         return last[1]  # `trnsim run` lowers for its race check, then to run: once
     kernels = {}
     for name, k in program.kernels.items():
-        if k.low_level:
+        if k.low_level or k.estimate:
             kernels[name] = k
         else:
-            cores = lower_cores(k.ops, program.tensors, cfg, lnc, program.source)
-            kernels[name] = KernelSpec(name, per_core=cores, ops=k.ops, line=k.line)
+            n = min(lnc, k.cores or lnc)  # `cores:` a recorded op too small to split ran on
+            cores = lower_cores(k.ops, program.tensors, cfg, n, program.source)
+            kernels[name] = replace(k, per_core=cores)  # its ops, cores and writes kept
     out = replace(program, kernels=kernels)
     _LOWERED["last"] = (key, out, program, cfg)  # program and cfg kept: their ids stay theirs
     return out
@@ -295,14 +316,14 @@ def _op_rows(written: Program, program: Program, cfg: ChipConfig, lnc: int) -> d
             [p.op_of for p in program.kernels[name].per_core],
         )
         for name, k in written.kernels.items()
-        if not k.low_level
+        if not k.low_level and not k.estimate
     }
 
 
 def _check(program: Program, tensors: dict, initial: dict | None) -> tuple[dict, str | None]:
     """--check: ({op key: {ok, max_abs_err, max_rel_err}}, None) (`trnsim.kernels.check`), or
     ({}, why nothing could be compared)."""
-    if all(k.low_level for k in program.kernels.values()):
+    if all(k.low_level or k.estimate for k in program.kernels.values()):
         return {}, "the trace has no high-level ops (ops:) to compare"
     if initial is None:
         return {}, "a timing-mode run computes no values (use --mode functional)"
@@ -316,13 +337,17 @@ def _check(program: Program, tensors: dict, initial: dict | None) -> tuple[dict,
     }, None
 
 
-def _host_thread(ctx, thread, stream, spec, program, tensors, events, recorded):
+def _host_thread(ctx, thread, streams, spec, program, tensors, events, recorded, extras):
     """One trace stream as a host thread: its steps are API calls, in order, each at the
-    thread's clock. `wait: e` blocks the thread until some stream has recorded `e`, then
-    calls `wait_event`; `synchronize` blocks it until its stream is done."""
+    thread's clock, on its stream (or the stream a step names). `wait: e` blocks the thread
+    until some stream has recorded `e`, then calls `wait_event`; `synchronize` blocks it until
+    the stream is done. An estimate kernel is launched by its duration (`Estimated`); a
+    kernel's recorded `writes:` are written when it ends (`Writes`)."""
     env = ctx.env
+    estimates, writes = extras
     for step in spec.steps:
         kind, arg = step.kind, step.arg
+        stream = streams[step.stream or spec.name]
         if kind == "synchronize":
             if stream._idle is not None:
                 thread.waiting = f"its stream {stream.name} to finish"
@@ -336,8 +361,13 @@ def _host_thread(ctx, thread, stream, spec, program, tensors, events, recorded):
             thread.waiting = None
             thread.wait_until("wait for a record", env.now, arg)
         ctx.host = thread
-        if kind == "launch":
+        if kind == "launch" and arg in estimates:
+            e = estimates[arg]
+            stream.launch_timed(arg, e.duration_ps, e)
+        elif kind == "launch":
             stream.launch(program.kernels[arg], tensors)
+            if arg in writes:
+                stream.launch_host_func(writes[arg])
         elif kind == "copy":
             src, dst = (
                 _operand(tensors, a, f"stream {spec.name}: copy {key}")

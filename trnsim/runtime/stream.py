@@ -19,6 +19,7 @@ from trnsim.errors import TrnsimError
 from trnsim.runtime.event import Event
 
 LAUNCH, COPY, RECORD, WAIT, TIMED = "launch", "copy", "record", "wait", "timed"
+HOST_FUNC = "host_func"
 
 
 class TimedKernel(NamedTuple):
@@ -27,6 +28,7 @@ class TimedKernel(NamedTuple):
 
     name: str
     duration_ps: int
+    estimate: object = None  # an `estimate.Estimated` op: reported, its values written, at its end
 
 
 class Stream:
@@ -60,14 +62,15 @@ class Stream:
         self.push(LAUNCH, t, args)
         return kernel
 
-    def launch_timed(self, name: str, duration_ps: int) -> TimedKernel:
+    def launch_timed(self, name: str, duration_ps: int, estimate=None) -> TimedKernel:
         """Launch a kernel known only by its device time (`TimedKernel`): it costs the host a
         launch and holds this stream's logical core for `duration_ps`, like any kernel. For
-        callers that measured a kernel once and replay it (the PyTorch device does).
+        callers that measured a kernel once and replay it (the PyTorch device does). `estimate`
+        (`trnsim.runtime.estimate.Estimated`): a trace's estimated op, reported when it ends.
 
         Consecutive timed launches share one queue item (`ChipContext.run_timed`), which keeps
         the simulation's cost per launch small. Returns the `TimedKernel` enqueued."""
-        kernel = TimedKernel(name, int(duration_ps))
+        kernel = TimedKernel(name, int(duration_ps), estimate)
         if self._capture is not None:
             self._capture.add(self, LAUNCH, (kernel, {}, True, 0))
             return kernel
@@ -100,6 +103,14 @@ class Stream:
         t = ctx.host.call("event.record", ctx.costs.event, event.name)
         self.push(RECORD, t, (event, event._new_record()))
         return event
+
+    def launch_host_func(self, fn) -> None:
+        """Call `fn()` when the work enqueued so far is done (CUDA's cudaLaunchHostFunc; costs
+        the host an event's call); the trace runner writes a kernel's recorded values so."""
+        self._no_capture("launch_host_func")
+        ctx = self.ctx
+        t = ctx.host.call("launch_host_func", ctx.costs.event, getattr(fn, "__name__", ""))
+        self.push(HOST_FUNC, t, (fn,))
 
     def wait_event(self, event: Event) -> None:
         """Make this stream's later work wait for the event's latest record (at call time).
@@ -170,6 +181,8 @@ class Stream:
                 yield from ctx.run_copy(self, *args)
             elif kind is RECORD:
                 args[0]._fire(args[1], env.now)
+            elif kind is HOST_FUNC:
+                args[0]()
             elif not args[0].triggered:  # WAIT
                 self.blocked_on = f"event '{args[1]}'"
                 yield args[0]

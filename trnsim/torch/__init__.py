@@ -7,7 +7,8 @@ by the kernel library, or a labelled roofline estimate). A thin shim: the runtim
 Modules: `register` (making `neuron` a PyTorch device), `state` (the chip, chosen by `configure`
 or TRNSIM_CHIP / TRNSIM_LNC), `allocator` (the caching allocator), `tensors` (device tensors and
 their CPU views), `kernels` (the aten kernels), `timing`, `module` (`torch.neuron`),
-`autocast`, `report`.
+`autocast`, `report`, `record` (a run written as a trace: `recording` its hooks,
+`record_tensors`, `record_figures`, `record_write`).
 """
 
 try:
@@ -23,4 +24,6 @@ from trnsim.torch.state import configure  # noqa: E402
 
 register()
 
-__all__ = ["configure"]
+from trnsim.torch.record import record  # noqa: E402  (after register: it uses the device)
+
+__all__ = ["configure", "record"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trnsim.torch import state
+from trnsim.torch import recording, state
 
 
 def _index(device=None) -> int:
@@ -87,6 +87,8 @@ class device:
 def synchronize(device=None) -> None:
     """Block until all simulated work of the chip is done (the host clock moves there)."""
     state.get().devices[_index(device)].synchronize()
+    if recording.active is not None:
+        recording.active.synchronize(None)
 
 
 def get_device_name(device=None) -> str:
@@ -213,15 +215,21 @@ class Stream:
 
     def synchronize(self) -> None:
         self.rt.synchronize()
+        if recording.active is not None:
+            recording.active.synchronize(self.rt)
 
     def query(self) -> bool:
         return self.rt.query()
 
     def wait_event(self, event: Event) -> None:
         self.rt.wait_event(event.rt)
+        if recording.active is not None:
+            recording.active.wait_event(self.rt, event.rt)
 
     def wait_stream(self, stream: Stream) -> None:
         self.rt.wait_stream(stream.rt)
+        if recording.active is not None:
+            recording.active.wait_stream(self.rt, stream.rt)
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -288,7 +296,10 @@ class Event:
         self.rt = state.get().device.event(enable_timing)
 
     def record(self, stream: Stream | None = None) -> None:
-        (stream or current_stream()).rt.record_event(self.rt)
+        rt = (stream or current_stream()).rt
+        rt.record_event(self.rt)
+        if recording.active is not None:
+            recording.active.record_event(rt, self.rt)
 
     def wait(self, stream: Stream | None = None) -> None:
         (stream or current_stream()).wait_event(self)
@@ -298,6 +309,8 @@ class Event:
 
     def synchronize(self) -> None:
         self.rt.synchronize()
+        if recording.active is not None:
+            recording.active.event_synchronize(self.rt)
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds of simulated time between the two records (both complete)."""

@@ -20,7 +20,7 @@ from trnsim.dtypes import DTYPES
 from trnsim.errors import TrnsimError
 from trnsim.kernels import lower_cores
 from trnsim.runtime import Device
-from trnsim.torch import state
+from trnsim.torch import recording, state
 from trnsim.torch.aten import copy_ops, library_ops
 from trnsim.trace.program import KernelSpec, OpSpec, TensorSpec
 from trnsim.units import seconds_to_ps
@@ -107,6 +107,8 @@ class OpTimer:
         else:
             kernel = stream.launch_timed(name, dur)
         self.last = key, stream, kernel
+        if recording.active is not None:  # trnsim.torch.record
+            recording.active.op(name, args, kwargs, r, modelled, dur, stream)
         st = self.stats.get(name)
         if st is None:
             st = self.stats[name] = OpStats()
@@ -186,17 +188,7 @@ class OpTimer:
 
     def roofline(self, args, kwargs, r) -> int:
         """max(FLOPs / peak, bytes / HBM bandwidth) of this logical core, in ps."""
-        ins = _tensors(args) + _tensors(kwargs.values())
-        outs = _tensors(r if type(r) in (list, tuple) else [r])
-        nbytes = sum(t.numel() * t.element_size() for t in ins + outs)
-        flops = sum(t.numel() for t in outs)
-        if len(ins) >= 2 and ins[0].dim() >= 2 and ins[1].dim() >= 2 and outs:
-            k = ins[0].shape[-1]
-            if ins[1].shape[-2] == k:  # matmul-like: 2 M N K
-                flops = 2 * outs[0].numel() * k
-            if ins[1].dim() >= 3 and ins[0].dim() == ins[1].dim():  # a convolution's weight
-                flops = 2 * max(t.numel() for t in outs) * ins[1][0].numel()
-        dt = _PEAK.get(ins[0].dtype if ins else torch.float32, "float32")
+        flops, nbytes, dt = roofline_figures(args, kwargs, r)
         peak = self.chip.devices[self.chip.index].peak_flops[dt]
         return seconds_to_ps(max(flops / peak, nbytes / self.hbm_bw))
 
@@ -217,6 +209,7 @@ class OpTimer:
         if src.is_cpu and dst.is_cpu:
             return
         key = None
+        modelled = False
         if src.is_cpu or dst.is_cpu:
             link = self.chip.cfg.host_link
             dur = seconds_to_ps(link.latency + nbytes / link.bandwidth)
@@ -227,6 +220,8 @@ class OpTimer:
         stream = self._stream()
         self.last = key, stream, stream.launch_timed("copy", dur)
         self.copies.device_ps += dur
+        if recording.active is not None:  # trnsim.torch.record
+            recording.active.copy(src, dst, modelled, dur, stream)
         if dst.is_cpu:  # the host waits for the copy, as a blocking .cpu() does
             self.wait()
 
@@ -261,7 +256,28 @@ class OpTimer:
 
     def wait(self) -> None:
         """The host waits for the current stream (a value read back)."""
-        self._stream().synchronize()
+        stream = self._stream()
+        stream.synchronize()
+        if recording.active is not None:
+            recording.active.synchronize(stream)
+
+
+def roofline_figures(args, kwargs, r) -> tuple[int, int, str]:
+    """(FLOPs, bytes, the dtype whose peak bounds it) of the roofline estimate of an op: FLOPs
+    2 M N K for a matmul-like op (a convolution's by its weight), one per output element
+    otherwise; bytes: inputs + outputs; the dtype: the first input's."""
+    ins = _tensors(args) + _tensors(kwargs.values())
+    outs = _tensors(r if type(r) in (list, tuple) else [r])
+    nbytes = sum(t.numel() * t.element_size() for t in ins + outs)
+    flops = sum(t.numel() for t in outs)
+    if len(ins) >= 2 and ins[0].dim() >= 2 and ins[1].dim() >= 2 and outs:
+        k = ins[0].shape[-1]
+        if ins[1].shape[-2] == k:  # matmul-like: 2 M N K
+            flops = 2 * outs[0].numel() * k
+        if ins[1].dim() >= 3 and ins[0].dim() == ins[1].dim():  # a convolution's weight
+            flops = 2 * max(t.numel() for t in outs) * ins[1][0].numel()
+    dt = _PEAK.get(ins[0].dtype if ins else torch.float32, "float32")
+    return flops, nbytes, dt
 
 
 def _signature(args) -> list:

@@ -33,9 +33,9 @@ from trnsim.inputs.validate import (
 )
 from trnsim.trace.program import TensorSpec, TileSpec
 
-__all__ = ["parse_tensors", "parse_tiles"]
+__all__ = ["parse_tensors", "parse_tiles", "parse_init"]
 
-TENSOR_KEYS = ("shape", "dtype", "init", "on", "view")
+TENSOR_KEYS = ("shape", "dtype", "init", "on", "view", "strides", "offset")
 TILE_KEYS = ("memory", "shape", "dtype", "init")
 INITS = ("zeros", "ones", "random", "normal", "arange")
 PLACES = ("hbm", "host")
@@ -109,6 +109,11 @@ def _view(name: str, entries: dict, specs: dict, chain: tuple) -> TensorSpec:
     root = _view(target, entries, specs, (*chain, name))
     if entry.get("init") is not None:
         loc.key(entry, "init").fail("a view cannot have init", "init on the viewed tensor")
+    if entry.get("strides") is not None or entry.get("offset") is not None:
+        specs[name] = _strided(name, entry, loc, root)
+        return specs[name]
+    if root.strides is not None:
+        vloc.fail(f"a view of strided view {target!r}", "a view of the tensor it views")
     shape = _shape(entry, loc) if entry.get("shape") is not None else root.shape
     if math.prod(shape) != math.prod(root.shape):
         loc.key(entry, "shape").fail(
@@ -125,6 +130,48 @@ def _view(name: str, entries: dict, specs: dict, chain: tuple) -> TensorSpec:
         name, shape, root.dtype, None, root.on, root.view or root.name, loc.line
     )
     return specs[name]
+
+
+def parse_init(entry: dict, key: str, loc: Loc, spec: TensorSpec, files: Files) -> Any:
+    """`entry[key]` at `loc` as the values of tensor `spec` (what `init:` takes)."""
+    return _init(entry, loc, spec.shape, spec.dtype, files, key)
+
+
+def _strided(name: str, entry: dict, loc: Loc, root: TensorSpec) -> TensorSpec:
+    """A strided view (docs/trace_extensions.md): `shape`, `strides` (elements; default
+    contiguous), `offset` (elements of its dtype, default 0) into the memory of a tensor that has
+    its own; its dtype may differ (the bytes read as another type); it must lie inside."""
+    vloc = loc.key(entry, "view")
+    if root.view is not None or root.on != "hbm":
+        what = "a view" if root.view is not None else "a host tensor"
+        vloc.fail(
+            f"a strided view (strides:/offset:) of {what}, {entry['view']!r}",
+            "the name of a device tensor with its own memory (not a view, not on: host)",
+        )
+    shape = _shape(entry, loc)
+    dt = _dtype(entry, loc) if entry.get("dtype") is not None else root.dtype
+    if entry.get("strides") is None:
+        strides = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+    else:
+        sloc = loc.key(entry, "strides")
+        items = want_list(entry["strides"], sloc, "a list of integers >= 0, one per dim")
+        if len(items) != len(shape):
+            sloc.fail(f"{len(items)} strides for {len(shape)} dims", "one stride per dim")
+        strides = tuple(
+            want_int(s, sloc.item(items, i), "an integer >= 0", minimum=0)
+            for i, s in enumerate(items)
+        )
+    offset = 0
+    if entry.get("offset") is not None:
+        offset = want_int(entry["offset"], loc.key(entry, "offset"), "an integer >= 0", minimum=0)
+    end = (offset + 1 + sum((n - 1) * s for n, s in zip(shape, strides))) * dt.itemsize
+    size = math.prod(root.shape) * root.dtype.itemsize
+    if end > size:
+        loc.key(entry, "shape").fail(
+            f"the view reaches byte {end} of {root.name!r}, which has {size}",
+            "shape, strides and offset inside the viewed tensor",
+        )
+    return TensorSpec(name, shape, dt, None, "hbm", root.name, loc.line, strides, offset)
 
 
 def _shape(entry: dict, loc: Loc) -> tuple[int, ...]:
@@ -151,13 +198,15 @@ def _dtype(entry: dict, loc: Loc) -> DType:
         loc.key(entry, "dtype").fail(unknown("dtype", name, names), one_of(DTYPES))
 
 
-def _init(entry: dict, loc: Loc, shape: tuple[int, ...], dt: DType, files: Files) -> Any:
-    """`init:` -> None | one of INITS | ('file', path); a file must lie in the trace's folder
-    (unless allowed), hold `shape`, and values `dt` can take."""
-    value = entry.get("init")
+def _init(
+    entry: dict, loc: Loc, shape: tuple[int, ...], dt: DType, files: Files, key: str = "init"
+) -> Any:
+    """`init:` (or `entry[key]`) -> None | one of INITS | ('file', path); a file must lie in
+    the trace's folder (unless allowed), hold `shape`, and values `dt` can take."""
+    value = entry.get(key)
     if value is None:
         return None
-    iloc = loc.key(entry, "init")
+    iloc = loc.key(entry, key)
     expected = f"{one_of(INITS)}, or {{file: name.npy}}"
     if isinstance(value, str):
         return want_choice(value, iloc, INITS)

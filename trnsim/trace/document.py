@@ -59,6 +59,7 @@ from trnsim.inputs.validate import (
     want_str,
 )
 from trnsim.trace.buffers import parse_tensors, parse_tiles
+from trnsim.trace.estimates import estimate_kernel, kernel_cores, parse_writes
 from trnsim.trace.ops import check_op
 from trnsim.trace.params import apply_params
 from trnsim.trace.program import (
@@ -93,7 +94,8 @@ TOP_KEYS = (
     "timing",
     "params",
 )
-KERNEL_KEYS = ("ops", "tiles", "instructions", "per_core")
+EXTRA = ("cores", "writes")  # beside ops: only
+KERNEL_KEYS = ("ops", "tiles", "instructions", "per_core", "estimate", "cores", "writes")
 MODES = ("functional", "timing")
 SHORTHAND = "main"
 
@@ -312,19 +314,27 @@ class _TraceParser:
         """One kernel; `at` holds the key locations when `entry` is the top-level shorthand."""
         check_keys(entry, loc, KERNEL_KEYS)
         at = at or {k: loc.key(entry, k) for k in KERNEL_KEYS}
-        given = [k for k in KERNEL_KEYS if entry.get(k) is not None]
-        if "ops" in given and len(given) > 1:
+        given = [k for k in KERNEL_KEYS if entry.get(k) is not None and k not in EXTRA]
+        if given[:1] in (["ops"], ["estimate"]) and len(given) > 1:
             at[given[1]].fail(
-                f"a kernel with ops: cannot also have {given[1]}:",
-                "either ops: (high level) or tiles: + instructions: (low level)",
+                f"a kernel with {given[0]}: cannot also have {given[1]}:",
+                "either ops: (high level), tiles: + instructions: (low level) or estimate:",
             )
         if "instructions" in given and "per_core" in given:
             at["per_core"].fail(
                 "a kernel cannot have both instructions: and per_core:",
                 "instructions: for one core or per_core: for each core",
             )
+        if "estimate" in given:
+            return estimate_kernel(name, entry, loc, at, given, self.tensors, self.files)
         if "ops" in given:
-            return KernelSpec(name, ops=self._ops(entry["ops"], at["ops"]), line=loc.line)
+            cores = kernel_cores(entry, at)
+            writes = parse_writes(entry, at, self.tensors, self.files)
+            ops = self._ops(entry["ops"], at["ops"])
+            return KernelSpec(name, ops=ops, line=loc.line, cores=cores, writes=writes)
+        for key in EXTRA:
+            if entry.get(key) is not None:
+                at[key].fail(f"{key}: in a low-level kernel", f"{key}: only beside ops:")
         shared = {}
         if "tiles" in given:
             shared = parse_tiles(entry["tiles"], at["tiles"], self.tensors, self.files)

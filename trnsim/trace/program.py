@@ -13,7 +13,9 @@ from trnsim.isa import Instr
 @dataclass
 class TensorSpec:
     """A device (HBM) or host tensor. `init`: None (zeros), 'zeros', 'ones', 'random', 'normal',
-    'arange', or ('file', path). `view` names the tensor whose memory this one shares."""
+    'arange', or ('file', path). `view` names the tensor whose memory this one shares; a
+    strided view (`strides` given) reads it at `offset` elements (of its own dtype) from its
+    start with those strides (in elements), as a torch tensor reads its storage."""
 
     name: str
     shape: tuple[int, ...]
@@ -22,6 +24,8 @@ class TensorSpec:
     on: str = "hbm"  # hbm | host
     view: str | None = None
     line: int = 0
+    strides: tuple[int, ...] | None = None
+    offset: int = 0
 
 
 @dataclass
@@ -57,14 +61,31 @@ class OpSpec:
 
 
 @dataclass
+class EstimateSpec:
+    """An op known only by its roofline estimate (a recording's op the kernel library does not
+    lower): its FLOPs, HBM bytes and the dtype whose peak bounds it; `time_ps` what it took on
+    the recorded chip; `writes`: tensor -> ('file', path) of the values it left there."""
+
+    op: str
+    flops: int
+    bytes: int
+    dtype: str = "float32"
+    time_ps: int | None = None
+    writes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class KernelSpec:
-    """A named kernel: low-level (`per_core` lists, one per physical core of the logical core)
-    or high-level (`ops`)."""
+    """A named kernel: low-level (`per_core` lists, one per physical core of the logical core),
+    high-level (`ops`; `cores`: at most this many physical cores share them) or an estimate."""
 
     name: str
     per_core: list[CoreProgram] = field(default_factory=list)
     ops: list[OpSpec] = field(default_factory=list)
     line: int = 0
+    estimate: EstimateSpec | None = None
+    cores: int | None = None
+    writes: dict[str, Any] = field(default_factory=dict)  # beside ops: values they leave
 
     @property
     def low_level(self) -> bool:
@@ -78,6 +99,7 @@ class Step:
     kind: str
     arg: Any = None  # copy: (src, dst) names; launch: kernel; record/wait: event name
     line: int = 0
+    stream: str | None = None  # issued on this other stream (by this stream's host thread)
 
 
 @dataclass

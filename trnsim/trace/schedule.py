@@ -40,6 +40,7 @@ def parse_streams(
     some stream), or synchronize."""
     items = want_list(value, loc, "a list of streams like - {name: s, core: 0, do: [...]}")
     streams, waits = [], []
+    names = [e.get("name") for e in items if isinstance(e, dict)]
     for i, entry in enumerate(items):
         sloc = loc.item(items, i)
         entry = want_map(entry, sloc, "{name: ..., core: 0, do: [...]}")
@@ -59,7 +60,9 @@ def parse_streams(
         steps = want_list(entry["do"], dloc, "a list of steps")
         spec = StreamSpec(name, core, line=sloc.line)
         for j, step in enumerate(steps):
-            spec.steps.append(_step(step, dloc.item(steps, j), kernels, tensors, waits))
+            spec.steps.append(
+                _step(step, dloc.item(steps, j), kernels, tensors, waits, names, name)
+            )
         streams.append(spec)
     recorded = {s.arg for st in streams for s in st.steps if s.kind == "record"}
     for event, wloc in waits:
@@ -72,14 +75,26 @@ def parse_streams(
 
 
 def _step(
-    step: Any, loc: Loc, kernels: Collection[str], tensors: Collection[str], waits: list
+    step: Any,
+    loc: Loc,
+    kernels: Collection[str],
+    tensors: Collection[str],
+    waits: list,
+    streams: Collection[str] = (),
+    own: str = "",
 ) -> Step:
     if step == "synchronize":
         return Step("synchronize", None, loc.line)
     expected = "record: ev, wait: ev, launch: kernel, copy: {src, dst}, or synchronize"
+    other, named = None, isinstance(step, dict) and len(step) == 2 and "stream" in step
+    if named:
+        other = _other_stream(step, loc, streams, own)
+        step = {k: v for k, v in step.items() if k != "stream"}
     if not isinstance(step, dict) or len(step) != 1:
         loc.fail(f"got {show(step)}{hint(step, STEP_KINDS)}", expected)
     ((kind, arg),) = step.items()
+    if kind == "synchronize" and named and arg is None:
+        return Step("synchronize", None, loc.line, other)
     kloc = loc.key(step, kind)
     if kind not in STEP_KINDS or kind == "synchronize":
         what = (
@@ -99,7 +114,17 @@ def _step(
         copy = want_map(arg, kloc, "{src: tensor, dst: tensor}")
         check_keys(copy, kloc, ("src", "dst"))
         arg = tuple(_tensor_ap(copy, key, kloc, tensors) for key in ("src", "dst"))
-    return Step(kind, arg, kloc.line)
+    return Step(kind, arg, kloc.line, other)
+
+
+def _other_stream(step: dict, loc: Loc, streams: Collection[str], own: str) -> str | None:
+    """A step's `stream:` (docs/trace_extensions.md): the stream this host thread issues it on;
+    None for the thread's own."""
+    sloc = loc.key(step, "stream")
+    name = step["stream"]
+    if not isinstance(name, str) or name not in streams:
+        sloc.fail(unknown("stream", name, streams), one_of(streams))
+    return None if name == own else name
 
 
 def _tensor_ap(mapping: dict, key: str, loc: Loc, tensors: Collection[str]) -> Ap:

@@ -98,12 +98,14 @@ class Shapes:
 
     def __init__(self, program: Program):
         self.tensors = {}
+        self.layout = {}  # tensor -> (itemsize, strides or None, offset): flat ranges in bytes
         self.memo: dict = {}
         for t in program.tensors.values():
             base = t
             while base.view is not None and base.view in program.tensors:
                 base = program.tensors[base.view]
             self.tensors[t.name] = (f"tensor {base.name}", t.shape)
+            self.layout[t.name] = (t.dtype.itemsize, t.strides, t.offset)
 
     def access(self, ap: Ap, tiles: dict, write: bool) -> Access | None:
         if ap.name in tiles:
@@ -116,8 +118,21 @@ class Shapes:
         acc = self.memo.get(key)
         if acc is None:
             dims = _dims(ap, shape)
-            acc = self.memo[key] = Access(buf, ap.name, dims, _flat(dims, shape), write, str(ap))
+            flat = _flat(dims, shape) if ap.name in tiles else self._bytes(ap.name, dims, shape)
+            acc = self.memo[key] = Access(buf, ap.name, dims, flat, write, str(ap))
         return acc
+
+    def _bytes(self, name: str, dims: tuple, shape: tuple) -> tuple:
+        """The byte range [lo, hi) of tensor `name`'s memory the slice `dims` lies in (of a
+        strided view: the range from its first to its last element)."""
+        isz, strides, offset = self.layout[name]
+        if strides is None:
+            lo, hi = _flat(dims, shape)
+            return lo * isz, hi * isz
+        lo = offset + sum(a * s for (a, _b, _c), s in zip(dims, strides))
+        hi = offset + sum((a + (len(range(a, b, c)) - 1) * c) * s
+                          for (a, b, c), s in zip(dims, strides))  # fmt: skip
+        return lo * isz, (hi + 1) * isz
 
 
 _OPERANDS: dict[type, tuple] = {}
