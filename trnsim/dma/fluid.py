@@ -81,6 +81,10 @@ class FluidModel:
         self._pending = False
         self._updating = False
 
+    def idle(self) -> bool:
+        """No flow in progress or about to start, and no timer armed."""
+        return not self.count and not self._new and not self._pending and self._armed == -1
+
     def add_resource(self, capacity: float) -> int:
         """Register a resource of `capacity` units per ps; returns its id."""
         self.capacity.append(capacity)
