@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import os
@@ -58,6 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.no_reuse:
         os.environ["TRNSIM_REUSE"] = "0"
+    gc.disable()  # as the `trnsim` program does (`trnsim.cli.app.entry`)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"llama70b_prefill_x{args.layers}.yaml"
         path.write_text(trace(args.layers))
