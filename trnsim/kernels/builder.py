@@ -90,7 +90,8 @@ class _Buffer:
     reads: int = 0
     last_write: dict[Any, int] = field(default_factory=dict)  # queue -> count after its last one
     last_read: dict[Any, int] = field(default_factory=dict)
-    unread: list = field(default_factory=list)  # (region, queue) of writes since the last read
+    # queue -> [the box around them, their regions] of its writes since the last read
+    unread: dict[Any, list] = field(default_factory=dict)
 
 
 @dataclass
@@ -199,10 +200,15 @@ class KernelBuilder:
                 continue
             buf = self._bufs[a.name]
             self._need(waits, queue, "r." + a.name, buf.reads, buf.last_read)
+            if not buf.unread or any(x.name == a.name for x in reads):  # its read waited
+                continue
             mine = region(a, buf.shape)
-            read_too = any(x.name == a.name for x in reads)  # its read waited for them
-            for r, q in () if read_too else buf.unread:
-                if q is not queue and _overlap(mine, r):
+            for q, (box, regions) in buf.unread.items():
+                if (
+                    q is not queue
+                    and _overlap(mine, box)
+                    and any(_overlap(mine, r) for r in regions)
+                ):
                     raise AssertionError(
                         f"lowering bug: {cls.OP} writes {a} over a write not yet read "
                         "from another queue (order it with a read first)"
@@ -254,7 +260,15 @@ class KernelBuilder:
         else:
             buf.writes += 1
             buf.last_write[queue] = buf.writes
-            buf.unread.append((region(a, buf.shape), queue))
+            mine = region(a, buf.shape)
+            entry = buf.unread.get(queue)
+            if entry is None:
+                buf.unread[queue] = [mine, [mine]]
+            else:
+                entry[0] = tuple(
+                    (min(s0, s1), max(e0, e1)) for (s0, e0), (s1, e1) in zip(entry[0], mine)
+                )
+                entry[1].append(mine)
         return f"{kind}.{a.name}"
 
     def _need(self, waits: dict, queue: Any, sem: str, n: int, last: dict[Any, int]) -> None:
