@@ -79,3 +79,20 @@ def test_a_replayed_launch_takes_its_recorded_time(monkeypatch):
     (one, _, _), _ = _run(["launch: mlp"], None, True, monkeypatch)
     # launches follow each other with no gap (the host enqueues ahead): 3x the device time
     assert summary["device_time_ns"] == pytest.approx(3 * one["device_time_ns"], abs=1e-3)
+
+
+def test_a_pe_array_is_keyed_by_its_warmth_until_it_has_cooled_fully():
+    from types import SimpleNamespace
+
+    from trnsim.engines.warmup import Warmup
+    from trnsim.runtime.reuse import _warmth
+
+    wu = Warmup(0.5, 3_000_000)  # cools by 1 per 3 us idle
+    core = SimpleNamespace(warmup=wu)
+    assert _warmth(core, 0) == "cold"  # never ran
+    wu.w, wu.free = 0.5, 10_000_000
+    assert _warmth(core, 10_000_000) == (0.5, 0)
+    assert _warmth(core, 11_000_000) == (0.5, 1_000_000)  # 1/3 cooler at its next start
+    assert _warmth(core, 11_500_000) == "cold"  # 0.5 - 1.5 us / 3 us = 0: as if it never ran
+    assert _warmth(core, 12_000_000, relative=True) == (0.5, -2_000_000)
+    assert _warmth(SimpleNamespace(warmup=None), 5) is None

@@ -139,7 +139,9 @@ class ReuseState:
         transfer may start the instant it is submitted (then an HBM sample at the launch's
         start or end could merge with another's, `Recorder.hbm_sample`)."""
         dma, now = ctx.chip.dma, ctx.env.now
-        if ctx.launches or len(ctx.busy) != 1 or not dma.idle() or not dma.starts_later:
+        if ctx.launches or len(ctx.busy) != 1 or stream not in ctx.busy:
+            return None
+        if not dma.idle() or not dma.starts_later:
             return None
         if ctx.recorder.last_sample_ps() > now:
             return None
