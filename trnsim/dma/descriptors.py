@@ -97,17 +97,40 @@ def _grids(*runs: int) -> tuple[int, ...]:
 def cut(src: Ref, dst: Ref, transpose: bool, dma: DmaConfig, partitions: int) -> list[Piece]:
     """The per-engine pieces of a copy from `src` to `dst`, ordered by engine.
 
-    `partitions` is the SBUF partition count (P); the engine count comes from `dma`.
+    `partitions` is the SBUF partition count (P); the engine count comes from `dma`. Copies
+    alike in what the cut depends on (itemsizes, runs, sizes, the SBUF side's partitions) share
+    one cut: a kernel makes thousands of copies of a few kinds.
     """
     s_item, d_item = src.dtype.itemsize, dst.dtype.itemsize
-    m = max(1, dma.max_descriptor_bytes // max(s_item, d_item))
-    n_elems = dst.size
     side = dst if dst.buf.memory == "sbuf" else src if src.buf.memory == "sbuf" else None
-    if transpose:
-        grids = _grids(run_elements(dst), m)
-    else:
-        grids = _grids(run_elements(src), run_elements(dst), m)
-    engines = dma.engines
+    key = (
+        s_item,
+        d_item,
+        dst.size,
+        transpose,
+        None if transpose else run_elements(src),
+        run_elements(dst),
+        None if side is None else (side.free_size, side.partitions, side.p_start),
+        dma.max_descriptor_bytes,
+        dma.engines,
+        partitions,
+    )
+    pieces = _CUTS.get(key)
+    if pieces is None:
+        if len(_CUTS) >= _MAX_CUTS:
+            _CUTS.clear()
+        pieces = _CUTS[key] = _cut(key)
+    return list(pieces)
+
+
+_CUTS: dict[tuple, tuple[Piece, ...]] = {}  # cut's key -> its pieces
+_MAX_CUTS = 100_000
+
+
+def _cut(key: tuple) -> tuple[Piece, ...]:
+    s_item, d_item, n_elems, transpose, run_src, run_dst, side, max_bytes, engines, parts = key
+    m = max(1, max_bytes // max(s_item, d_item))
+    grids = _grids(run_dst, m) if transpose else _grids(run_src, run_dst, m)
     if side is None:  # HBM <-> HBM: round-robin over all engines
         total = segments(0, n_elems, grids)
         counts = [total // engines + (e < total % engines) for e in range(engines)]
@@ -117,22 +140,22 @@ def cut(src: Ref, dst: Ref, transpose: bool, dma: DmaConfig, partitions: int) ->
                 lo, hi = n_elems * before // total, n_elems * (before + c) // total
                 pieces.append(Piece(e, c, hi - lo, (hi - lo) * s_item, (hi - lo) * d_item))
                 before += c
-        return pieces
-    free = side.free_size
+        return tuple(pieces)
+    free, rows, p_start = side
     terms = _terms(grids)
     # when every grid divides the row length, all partitions are cut alike
     same = _segments(0, free, terms) if free % math.lcm(*grids) == 0 else None
     desc = [0] * engines
     elems = [0] * engines
-    for i in range(side.partitions):
-        e = (side.p_start + i) * engines // partitions
+    for i in range(rows):
+        e = (p_start + i) * engines // parts
         desc[e] += same if same is not None else _segments(i * free, (i + 1) * free, terms)
         elems[e] += free
-    return [
+    return tuple(
         Piece(e, desc[e], elems[e], elems[e] * s_item, elems[e] * d_item)
         for e in range(engines)
         if desc[e]
-    ]
+    )
 
 
 def gathered(src: Ref, rows: int, row: int) -> Ref:

@@ -18,7 +18,10 @@ Time never ticks: rates change only when a flow starts or ends, so after each ch
 advances every group's progress by rate x elapsed ps, retires finished flows, recomputes rates,
 and keeps one SimPy timeout for the earliest completion (rounded up to whole ps): it is re-armed
 only when that instant moves, and a superseded timeout is ignored. Changes made at one instant
-are batched into one update.
+are batched into one update. Times inside the model count from the start of its current busy
+period (the first flow started while nothing was in progress), in float ps: so a busy period
+plays out the same, to the last bit, wherever it falls on the clock (a launch replayed from an
+earlier one's timeline, `trnsim.runtime.reuse`, is what a fresh simulation would give).
 
 An update recomputes only the connected components (groups linked through shared resources) of
 the groups that changed. Groups are created and removed far less often than flows start and end
@@ -80,6 +83,11 @@ class FluidModel:
         self._armed = -1  # the ps of the live timeout (-1: none)
         self._pending = False
         self._updating = False
+        self._epoch = 0  # ps: times inside the model count from here (reset when it idles)
+
+    def idle(self) -> bool:
+        """No flow in progress or about to start, and no timer armed."""
+        return not self.count and not self._new and not self._pending and self._armed == -1
 
     def add_resource(self, capacity: float) -> int:
         """Register a resource of `capacity` units per ps; returns its id."""
@@ -92,6 +100,9 @@ class FluidModel:
             raise ValueError(
                 f"flow {flow.key} uses no resource and has no cap: its rate is unbounded"
             )
+        if not self._updating and self.idle():
+            self._epoch = self.env.now  # a busy period starts: count times from now
+            self._timers.clear()  # only stale entries are left
         self._new.append(flow)
         if not self._updating and not self._pending:
             self._pending = True
@@ -102,7 +113,7 @@ class FluidModel:
         g = flow.group
         if g is None:  # not started yet, or finished (target set to -1)
             return 0.0 if flow.target < 0 else flow.work
-        return flow.target - g.base - g.rate * (self.env.now - g.t_base)
+        return flow.target - g.base - g.rate * (self.env.now - self._epoch - g.t_base)
 
     def _on_request(self, _ev) -> None:
         self._pending = False
@@ -115,7 +126,7 @@ class FluidModel:
 
     def _update(self) -> None:
         """Retire finished flows, add new ones, refill what they touch, set the timer."""
-        now = self.env.now
+        now = self.env.now - self._epoch
         timers, dirty = self._timers, {}
         done: list[Flow] = []
         while timers and timers[0][0] <= now + DONE_PS:

@@ -155,6 +155,28 @@ class DmaSystem:
         self._seq = 0
         self._last_rate = [0.0] * cfg.hbm.stacks  # bytes/s each stack was last recorded at
         self._last_load = [0.0] * cfg.hbm.stacks  # its fluid load (bytes/ps) then
+        self.in_flight = 0  # transfers submitted and not yet finished
+
+    # -- the state a launch starts from (for `trnsim.runtime.reuse`) -----------------------------
+
+    def idle(self) -> bool:
+        """Nothing in flight: no transfer, flow or timer pending."""
+        return not self.in_flight and self.fluid.idle()
+
+    @property
+    def starts_later(self) -> bool:
+        """Does every transfer start moving data strictly after it is submitted (a non-zero
+        setup, and host-link latency)? Then no HBM sample falls at the instant work starts."""
+        return self._setup_ps > 0 and self._host_ps > 0
+
+    @property
+    def sampled(self) -> tuple:
+        """The HBM rates last recorded (what the next samples are compared with)."""
+        return tuple(self._last_rate), tuple(self._last_load)
+
+    @sampled.setter
+    def sampled(self, value: tuple) -> None:
+        self._last_rate, self._last_load = list(value[0]), list(value[1])
 
     # -- checks --------------------------------------------------------------------------------
 
@@ -209,6 +231,7 @@ class DmaSystem:
         t.plan = plan
         t.flow = Flow((core, queue, self._seq), plan.work, plan.uses, math.inf, self._data_done, t)
         self._seq += 1
+        self.in_flight += 1
         lane.waiting.append(t)
         now = self.env.now
         ready = (lane.setup_free if lane.setup_free > now else now) + plan.setup
@@ -240,6 +263,7 @@ class DmaSystem:
         uses = ((self._host_rid, 1.0),) + self._hbm_uses(src, dst, src.nbytes, dst.nbytes, work)
         flow = t.flow = Flow((core, -1, self._seq), work, uses, math.inf, self._data_done, t)
         self._seq += 1
+        self.in_flight += 1
         self.env.timeout(self._host_ps).callbacks.append(lambda _ev: self.fluid.start(flow))
 
     def _plan(self, ins: DmaCopy, core: int) -> _Plan:
@@ -351,6 +375,7 @@ class DmaSystem:
             elif src.dtype.name != dst.dtype.name:
                 v = v.astype(np.float32)  # DMA casts src -> fp32 -> dst
             dst.write(v)
+        self.in_flight -= 1
         read, written, nbytes, dtype = t.costs
         self.rec.hbm_traffic(read, written)
         if t.ins is not None:

@@ -77,8 +77,33 @@ def region(a: Ap, shape: tuple[int, ...]) -> Region:
     return tuple(out)
 
 
+def _sem(t: _Tensor, kind: str, name: str, part: int) -> str:
+    """Tensor `name`'s semaphore counting accesses `kind` ("r", "w") of set `part`."""
+    sem = t.sems.get((kind, part))
+    if sem is None:
+        sem = t.sems[(kind, part)] = f"{kind}.{name}.{part}"
+    return sem
+
+
 def _overlap(a: Region, b: Region) -> bool:
     return all(s0 < e1 and s1 < e0 for (s0, e0), (s1, e1) in zip(a, b))
+
+
+class _Unread(list):
+    """The regions one queue wrote since a tile was last read, and the box around them (grown
+    as they are checked): a write is checked against the box before each region."""
+
+    box: Region | None = None
+    boxed = 0  # regions inside `box`
+
+    def overlap(self, mine: Region) -> bool:
+        """Does `mine` overlap one of the regions?"""
+        if self.boxed < len(self):
+            box = self.box or self[0]
+            for r in self[self.boxed :]:
+                box = tuple((min(s0, s1), max(e0, e1)) for (s0, e0), (s1, e1) in zip(box, r))
+            self.box, self.boxed = box, len(self)
+        return _overlap(mine, self.box) and any(_overlap(mine, r) for r in self)
 
 
 @dataclass
@@ -86,11 +111,13 @@ class _Buffer:
     """What the builder knows of one tile: its accesses so far, each by queue."""
 
     shape: tuple[int, ...]
+    sems: tuple[str, str] = ("", "")  # its semaphores: reads "r.<tile>", writes "w.<tile>"
     writes: int = 0  # how many so far
     reads: int = 0
     last_write: dict[Any, int] = field(default_factory=dict)  # queue -> count after its last one
     last_read: dict[Any, int] = field(default_factory=dict)
-    unread: list = field(default_factory=list)  # (region, queue) of writes since the last read
+    unread: dict[Any, _Unread] = field(default_factory=dict)  # queue -> its writes since the
+    # last read
 
 
 @dataclass
@@ -107,6 +134,7 @@ class _Tensor:
     last_read: list[dict] = field(default_factory=lambda: [{}, {}])
     floor_w: int = 0  # the other set's totals when this generation began
     floor_r: int = 0
+    sems: dict = field(default_factory=dict)  # (kind, set) -> "<kind>.<tensor>.<set>"
 
 
 class KernelBuilder:
@@ -139,7 +167,7 @@ class KernelBuilder:
             if name not in self.tensors and name not in self.tiles:
                 break
         self.tiles[name] = TileSpec(name, memory, tuple(shape), dtype)
-        self._bufs[name] = _Buffer(tuple(shape))
+        self._bufs[name] = _Buffer(tuple(shape), (f"r.{name}", f"w.{name}"))
         return name
 
     def scratch_tile(self, key: str, base: str, shape, dtype: DType) -> str:
@@ -192,17 +220,18 @@ class KernelBuilder:
                 self._floor(waits, queue, a.name)
             else:
                 buf = self._bufs[a.name]
-                self._need(waits, queue, "w." + a.name, buf.writes, buf.last_write)
+                self._need(waits, queue, buf.sems[1], buf.writes, buf.last_write)
         for a in writes:
             if a.name in self._tensors:
                 self._floor(waits, queue, a.name)
                 continue
             buf = self._bufs[a.name]
-            self._need(waits, queue, "r." + a.name, buf.reads, buf.last_read)
+            self._need(waits, queue, buf.sems[0], buf.reads, buf.last_read)
+            if not buf.unread or any(x.name == a.name for x in reads):  # its read waited
+                continue
             mine = region(a, buf.shape)
-            read_too = any(x.name == a.name for x in reads)  # its read waited for them
-            for r, q in () if read_too else buf.unread:
-                if q is not queue and _overlap(mine, r):
+            for q, regions in buf.unread.items():
+                if q is not queue and regions.overlap(mine):
                     raise AssertionError(
                         f"lowering bug: {cls.OP} writes {a} over a write not yet read "
                         "from another queue (order it with a read first)"
@@ -233,8 +262,8 @@ class KernelBuilder:
             prev = (t.gen - 1) % 2
             t.floor_w, t.floor_r = t.writes[prev], t.reads[prev]
         prev = (t.gen - 1) % 2
-        self._need(waits, queue, f"w.{name}.{prev}", t.floor_w, t.last_write[prev])
-        self._need(waits, queue, f"r.{name}.{prev}", t.floor_r, t.last_read[prev])
+        self._need(waits, queue, _sem(t, "w", name, prev), t.floor_w, t.last_write[prev])
+        self._need(waits, queue, _sem(t, "r", name, prev), t.floor_r, t.last_read[prev])
 
     def _count(self, a: Ap, kind: str, queue: Any) -> str:
         """Count access `kind` ("r" or "w") of operand `a` by `queue`; the semaphore it
@@ -245,17 +274,21 @@ class KernelBuilder:
             counts, last = (t.reads, t.last_read) if kind == "r" else (t.writes, t.last_write)
             counts[cur] += 1
             last[cur][queue] = counts[cur]
-            return f"{kind}.{a.name}.{cur}"
+            return _sem(t, kind, a.name, cur)
         buf = self._bufs[a.name]
         if kind == "r":
             buf.reads += 1
             buf.last_read[queue] = buf.reads
             buf.unread.clear()
+            return buf.sems[0]
         else:
             buf.writes += 1
             buf.last_write[queue] = buf.writes
-            buf.unread.append((region(a, buf.shape), queue))
-        return f"{kind}.{a.name}"
+            regions = buf.unread.get(queue)
+            if regions is None:
+                regions = buf.unread[queue] = _Unread()
+            regions.append(region(a, buf.shape))
+        return buf.sems[1]
 
     def _need(self, waits: dict, queue: Any, sem: str, n: int, last: dict[Any, int]) -> None:
         """Wait for `sem >= n` (the first n accesses counted by `sem`; `last`: each queue's

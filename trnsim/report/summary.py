@@ -54,6 +54,80 @@ def _queue_stats(spans: list[Span], dma_tracks: set[str]) -> dict:
     return dict(sorted(out.items()))
 
 
+class _Totals(NamedTuple):
+    """What the summary adds up over spans: first start, last end (None when there are none);
+    (kernel, op, core, track) -> [ps, count]; the same key -> the time covered by its spans,
+    off engine tracks (where spans may overlap); FLOPs by dtype; (core, queue) -> QueueStats."""
+
+    first: int | None
+    last: int | None
+    by_instr: dict
+    unions: dict
+    flops: dict
+    queues: dict
+
+
+def _aggregate(spans: list[Span]) -> _Totals:
+    """The totals of one run of spans."""
+    by_instr: dict[tuple, list] = defaultdict(lambda: [0, 0])
+    intervals: dict[tuple, list] = defaultdict(list)
+    flops_by_dtype: dict[str, int] = defaultdict(int)
+    for s in spans:
+        key = _INSTRUCTION(s)
+        t = by_instr[key]
+        t[0] += s.end_ps - s.start_ps
+        t[1] += 1
+        if s.track in ENGINE_TRACKS:
+            if s.flops:
+                flops_by_dtype[s.dtype] += s.flops
+        else:
+            intervals[key].append((s.start_ps, s.end_ps))
+    dma_tracks = {track for *_, track in by_instr if is_dma(track)}
+    return _Totals(
+        min(map(_START, spans), default=None),
+        max(map(_END, spans), default=None),
+        by_instr,
+        {k: _union(v) for k, v in intervals.items()},
+        flops_by_dtype,
+        _queue_stats(spans, dma_tracks),
+    )
+
+
+def _totals(rec: Recorder) -> tuple:
+    """`_aggregate` of all the recorder's spans, each replayed timeline aggregated once: the
+    segments of a run occupy disjoint windows of time (a timeline is replayed only on an idle
+    chip), so their unions add up. Keys come in the order their first span was recorded."""
+    first, last = None, None
+    by_instr: dict[tuple, list] = defaultdict(lambda: [0, 0])
+    unions: dict[tuple, int] = defaultdict(int)
+    flops: dict[str, int] = defaultdict(int)
+    queues: dict[tuple, list] = defaultdict(lambda: [0, 0, 0])
+    for seg, shift, _launch in rec.segments():
+        if isinstance(seg, list):
+            t = _aggregate(seg)
+        else:
+            t = seg.cache.get("totals") or seg.cache.setdefault("totals", _aggregate(seg.spans))
+        if t.first is not None:
+            first = t.first + shift if first is None else min(first, t.first + shift)
+            last = t.last + shift if last is None else max(last, t.last + shift)
+        for k, (ps, n) in t.by_instr.items():
+            v = by_instr[k]
+            v[0] += ps
+            v[1] += n
+        for k, ps in t.unions.items():
+            unions[k] += ps
+        for k, f in t.flops.items():
+            flops[k] += f
+        for k, st in t.queues.items():
+            q = queues[k]
+            q[0], q[1], q[2] = q[0] + st.busy_ps, q[1] + st.bytes, q[2] + st.transfers
+    for e in rec.estimates:  # estimated ops (recorded runs) take device time too
+        first = e.start_ps if first is None else min(first, e.start_ps)
+        last = e.end_ps if last is None else max(last, e.end_ps)
+    stats = {k: QueueStats(*v) for k, v in sorted(queues.items())}
+    return first or 0, last or 0, by_instr, unions, flops, stats
+
+
 def summarize(
     rec: Recorder,
     cfg: ChipConfig,
@@ -76,31 +150,14 @@ def summarize(
     `ops` (kernel -> (its op rows, per physical core of the launch its instructions' row
     tags)) adds the per-op rows (`op_times`) under the key `ops`.
     """
-    spans = rec.recorded
-    ends = [*spans, *rec.estimates]
-    first = min(map(_START, ends), default=0)
-    device_ps = max(map(_END, ends), default=0) - first
-    by_instr: dict[tuple, list] = defaultdict(lambda: [0, 0])  # (kernel, op, core, track)
-    # the same key -> (start, end) of its spans, off engine tracks (where spans may overlap)
-    intervals: dict[tuple, list] = defaultdict(list)
-    flops_by_dtype: dict[str, int] = defaultdict(int)
-    for s in spans:
-        key = _INSTRUCTION(s)
-        t = by_instr[key]
-        t[0] += s.end_ps - s.start_ps
-        t[1] += 1
-        if s.track in ENGINE_TRACKS:
-            if s.flops:
-                flops_by_dtype[s.dtype] += s.flops
-        else:
-            intervals[key].append((s.start_ps, s.end_ps))
+    first, last, by_instr, unions, flops_by_dtype, queues = _totals(rec)
+    device_ps = last - first
     busy: dict[tuple[int, str], list] = defaultdict(lambda: [0, 0])  # (core, engine track)
     for (_k, _op, core, track), (ps, n) in by_instr.items():
         if track in ENGINE_TRACKS:
             b = busy[(core, track)]
             b[0] += ps
             b[1] += n
-    dma_tracks = {track for *_, track in by_instr if is_dma(track)}
     seconds = device_ps * 1e-12
     flops = sum(flops_by_dtype.values())
     moved = rec.hbm_bytes_read + rec.hbm_bytes_written
@@ -114,7 +171,7 @@ def summarize(
         "total_time_ns": total_ps / 1000,
         "device_time_ns": device_ps / 1000,
         "engines": _engines(busy, device_ps),
-        "dma": _dma(_queue_stats(spans, dma_tracks), _overheads(rec)),
+        "dma": _dma(queues, _overheads(rec)),
         "hbm": {
             "bytes_read": rec.hbm_bytes_read,
             "bytes_written": rec.hbm_bytes_written,
@@ -134,7 +191,7 @@ def summarize(
             for a, b in timing
             if a in rec.events and b in rec.events
         },
-        "top_instructions": _top(by_instr, intervals, top),
+        "top_instructions": _top(by_instr, unions, top),
     }
     if ops:
         out["ops"] = op_times(rec, ops)
@@ -176,21 +233,17 @@ def op_times(rec: Recorder, ops: dict) -> list[dict]:
         ws.sort()
         starts[key] = [w[0] for w in ws]
     spans: dict[tuple, list] = {}  # (kernel, row, launch) -> [start, end]
-    for s in rec.recorded:
-        key = (s.kernel, s.core)
-        ws = windows.get(key)
-        if ws is None:
+    for seg, shift, n in rec.segments():
+        if isinstance(seg, list):
+            _row_spans(seg, windows, starts, ops, spans)
             continue
-        _, n, pos = ws[0] if len(ws) == 1 else ws[bisect_right(starts[key], s.start_ps) - 1]
-        tags = ops[s.kernel][1][pos]
-        if s.index >= len(tags):
-            continue
-        k = (s.kernel, tags[s.index], n)
-        t = spans.get(k)
-        if t is None:
-            spans[k] = [s.start_ps, s.end_ps]
-        else:
-            t[0], t[1] = min(t[0], s.start_ps), max(t[1], s.end_ps)
+        key = ("ops", id(ops))  # a timeline is one launch: its rows, once
+        if key not in seg.cache:
+            cores = rec.launches[n].cores
+            one = {(k, c): [(0, 0, pos)] for k in ops for pos, c in enumerate(cores)}
+            seg.cache[key] = _row_spans(seg.spans, one, {}, ops, {})
+        for (kernel, row, _), (a, b) in seg.cache[key].items():
+            spans[(kernel, row, n)] = [a + shift, b + shift]
     per_row: dict[tuple, list] = defaultdict(list)  # (kernel, row) -> span ps per launch
     for (kernel, row, _n), (a, b) in sorted(spans.items()):
         per_row[(kernel, row)].append(b - a)
@@ -214,6 +267,27 @@ def op_times(rec: Recorder, ops: dict) -> list[dict]:
     return out
 
 
+def _row_spans(spans: list, windows: dict, starts: dict, ops: dict, out: dict) -> dict:
+    """Into `out`: (kernel, row, launch) -> [first start, last end] of the row's spans, each
+    span in the launch of its (kernel, core) window that started last before it."""
+    for s in spans:
+        key = (s.kernel, s.core)
+        ws = windows.get(key)
+        if ws is None:
+            continue
+        _, n, pos = ws[0] if len(ws) == 1 else ws[bisect_right(starts[key], s.start_ps) - 1]
+        tags = ops[s.kernel][1][pos]
+        if s.index >= len(tags):
+            continue
+        k = (s.kernel, tags[s.index], n)
+        t = out.get(k)
+        if t is None:
+            out[k] = [s.start_ps, s.end_ps]
+        else:
+            t[0], t[1] = min(t[0], s.start_ps), max(t[1], s.end_ps)
+    return out
+
+
 def _logical(by_instr: dict, lnc: int) -> dict[str, list[str]]:
     """Each logical core that ran something (a stream's `core:`) -> the physical cores it is
     made of (`lnc` of them): tracks name physical cores."""
@@ -221,10 +295,10 @@ def _logical(by_instr: dict, lnc: int) -> dict[str, list[str]]:
     return {str(lc): [f"core{p}" for p in range(lc * lnc, (lc + 1) * lnc)] for lc in used}
 
 
-def _top(by_instr: dict, intervals: dict, top: int) -> list[dict]:
+def _top(by_instr: dict, unions: dict, top: int) -> list[dict]:
     """The `top` (kernel, op, core, track) groups by busy time: the time at least one of their
     spans ran (engine spans never overlap: their sum), with their count and mean duration."""
-    busy = {k: _union(intervals[k]) if k in intervals else v[0] for k, v in by_instr.items()}
+    busy = {k: unions.get(k, v[0]) for k, v in by_instr.items()}
     rows = sorted(by_instr.items(), key=lambda kv: (-busy[kv[0]], kv[0]))[:top]
     return [
         {
@@ -269,7 +343,21 @@ def _engines(busy: dict[tuple[int, str], list], device_ps: int) -> dict:
 def _overheads(rec: Recorder) -> dict[tuple[int, int], int]:
     """(core, queue) -> ps its transfers' setup cost beyond their bytes (`DmaMove`)."""
     out: dict[tuple[int, int], int] = defaultdict(int)
-    for m in rec.dma_moves:
+    for seg, _shift, _launch in rec.segments("moves"):
+        if not isinstance(seg, list):
+            if "overheads" not in seg.cache:
+                seg.cache["overheads"] = _move_overheads(seg.moves)
+            seg = seg.cache["overheads"]
+        else:
+            seg = _move_overheads(seg)
+        for k, ps in seg.items():
+            out[k] += ps
+    return out
+
+
+def _move_overheads(moves: list) -> dict[tuple[int, int], int]:
+    out: dict[tuple[int, int], int] = defaultdict(int)
+    for m in moves:
         if m.overhead_ps:
             out[(m.core, m.queue)] += m.overhead_ps
     return out

@@ -23,6 +23,7 @@ from trnsim.memory.buffer import Ref
 from trnsim.report.recorder import Recorder
 from trnsim.report.tracks import HOST
 from trnsim.runtime.host import HostCosts, HostThread
+from trnsim.runtime.reuse import ReuseState
 from trnsim.runtime.stream import TimedKernel
 from trnsim.units import fmt_bytes
 
@@ -63,6 +64,7 @@ class ChipContext:
         self.backed = 0  # bytes of this machine's memory held as values of device/host tensors
         # callable(stream, kernel, start_ps, end_ps) after each kernel ran (a profiler), or None
         self.on_launch = None
+        self.reuse: ReuseState | None = None  # timeline reuse (`trnsim.runtime.reuse`), if on
 
     def thread(self, name: str) -> HostThread:
         """A new host thread (its calls are recorded for the timeline)."""
@@ -144,22 +146,32 @@ class ChipContext:
                 if self.on_launch is not None:
                     self.on_launch(stream, kernel, env.now - kernel.duration_ps, env.now)
                 return
-            cores = self.chip.physical(stream.core)
-            launches = [
-                core.prepare(kernel.name, prog, tensors, self.rng, self.source, timing_only)
-                for core, prog in zip(cores, kernel.per_core)
-            ]
-            for la in launches:
-                self.launches.append(la)
-                self.kernel_tiles[(kernel.name, la.core)] = la.tiles
-                for memory in ("sbuf", "psum"):
-                    self.recorder.peak(memory, la.tile_bytes(memory))
             start = env.now
-            yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
-            self.launches = [la for la in self.launches if la not in launches]
-            self.recorder.launch(kernel.name, tuple(la.core for la in launches), start, env.now)
+            if self.reuse is not None and (timing_only or not self.functional):
+                simulate = lambda: self._simulate(stream, kernel, tensors, timing_only)  # noqa: E731
+                yield from self.reuse.run(self, stream, kernel, tensors, simulate)
+            else:
+                yield from self._simulate(stream, kernel, tensors, timing_only)
             if self.on_launch is not None:
                 self.on_launch(stream, kernel, start, env.now)
+
+    def _simulate(self, stream, kernel, tensors: dict, timing_only: bool):
+        """Plan and run a launch on `stream`'s physical cores (held by the caller)."""
+        env = self.env
+        cores = self.chip.physical(stream.core)
+        launches = [
+            core.prepare(kernel.name, prog, tensors, self.rng, self.source, timing_only)
+            for core, prog in zip(cores, kernel.per_core)
+        ]
+        for la in launches:
+            self.launches.append(la)
+            self.kernel_tiles[(kernel.name, la.core)] = la.tiles
+            for memory in ("sbuf", "psum"):
+                self.recorder.peak(memory, la.tile_bytes(memory))
+        start = env.now
+        yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
+        self.launches = [la for la in self.launches if la not in launches]
+        self.recorder.launch(kernel.name, tuple(la.core for la in launches), start, env.now)
 
     def run_timed(self, stream, entries: list):
         """Timed kernels (`Stream.launch_timed`), each (host time after its launch call,

@@ -28,7 +28,9 @@ from trnsim.runtime.device import Device
 from trnsim.runtime.estimate import Estimated, Writes
 from trnsim.runtime.event import Event
 from trnsim.runtime.memory import TensorView
-from trnsim.trace.program import Program
+from trnsim.runtime.reuse import ReuseConflict, ReuseState
+from trnsim.runtime.reuse import enabled as reuse_enabled
+from trnsim.trace.program import KernelSpec, Program
 
 
 @dataclass
@@ -209,16 +211,37 @@ def run_program(
     when nothing could be compared.
     """
     mode = mode or program.mode
+    reuse = ReuseState() if reuse_enabled() else None
     with no_gc():
-        return _run(program, cfg, mode, lnc, progress, check)
+        while True:
+            try:
+                return _run(program, cfg, mode, lnc, progress, check, reuse)
+            except ReuseConflict as e:  # a replay overlapped other work: again, without it
+                if e.ordinal in reuse.deny or len(reuse.deny) >= MAX_REUSE_RESTARTS:
+                    reuse = None
+                else:
+                    reuse.deny.add(e.ordinal)
+                    reuse.restart()
+
+
+# A run whose replays keep overlapping other streams' work is simulated plainly after this many
+# restarts (each restart simulates the whole run again, up to the next conflict).
+MAX_REUSE_RESTARTS = 3
 
 
 def _run(
-    program: Program, cfg: ChipConfig, mode: str, lnc: int | None, progress, check: bool
+    program: Program,
+    cfg: ChipConfig,
+    mode: str,
+    lnc: int | None,
+    progress,
+    check: bool,
+    reuse: ReuseState | None = None,
 ) -> RunResult:
     devs, tensors = _devices(program, cfg, mode, lnc)
     ctx = devs[0].ctx
     ctx.progress = progress
+    ctx.reuse = reuse
     env = ctx.env
     written = program
     program = lowered(program, cfg, ctx.chip.lnc)

@@ -173,6 +173,8 @@ class Stream:
             kind, not_before, args = q[0]
             if not_before > env.now:
                 yield env.timeout(not_before - env.now)
+            if ctx.reuse is not None:
+                ctx.reuse.item_starts(self, env.now)
             if kind is LAUNCH:
                 yield from ctx.run_launch(self, *args)
             elif kind is TIMED:
