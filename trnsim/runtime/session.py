@@ -30,7 +30,7 @@ from trnsim.runtime.event import Event
 from trnsim.runtime.memory import TensorView
 from trnsim.runtime.reuse import ReuseConflict, ReuseState
 from trnsim.runtime.reuse import enabled as reuse_enabled
-from trnsim.trace.program import KernelSpec, Program
+from trnsim.trace.program import Program
 
 
 @dataclass
