@@ -84,8 +84,11 @@ class OpTimer:
         self.refused: dict[str, str] = {}  # aten op -> why the library did not time it (first)
         self.copies = OpStats()
         self.copy_bytes = 0
+        self.sink = None  # a compiled graph's (trnsim.torch.graph): takes the ops instead
 
     def __call__(self, name: str, args, kwargs, r) -> None:
+        if self.sink is not None:
+            return self.sink(name, args, kwargs, r)
         key = (name, *_signature(args), *(_signature(kwargs.values()) if kwargs else ()))
         hit = self.memo.get(key)
         if hit is None:
@@ -194,6 +197,8 @@ class OpTimer:
         """A copy to, from or within the device: over the host link (its latency and
         bandwidth), or on the device: the kernel library's `copy` (a cast when the dtypes
         differ) for a contiguous one, else bytes / HBM bandwidth (estimated)."""
+        if self.sink is not None:
+            return self.sink.copy(src, dst)
         nbytes = dst.numel() * dst.element_size()
         self.copies.count += 1
         self.copy_bytes += nbytes
