@@ -23,12 +23,6 @@ def _compiler(gm: torch.fx.GraphModule, example_inputs):
     return torch._dynamo.disable(CompiledGraph(gm))
 
 
-def _boxed(gm, example_inputs):
-    fn = _compiler(gm, example_inputs)
-    fn._boxed_call = True
-    return fn
-
-
 _aot = None
 
 
@@ -39,7 +33,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     if _aot is None:
         from torch._dynamo.backends.common import aot_autograd
 
-        _aot = aot_autograd(fw_compiler=_boxed, bw_compiler=_boxed, inference_compiler=_boxed)
+        _aot = aot_autograd(
+            fw_compiler=_compiler, bw_compiler=_compiler, inference_compiler=_compiler
+        )
     return _aot(gm, example_inputs)
 
 

@@ -44,6 +44,7 @@ class Item:
     name: str
     ops: list[OpSpec] | None
     estimate: int
+    modelled: bool = False  # the estimate is the library's (a device copy)
 
 
 @dataclass
@@ -73,15 +74,16 @@ class Collector:
         self.items.append(Item(name, ops, est))
 
     def copy(self, src: Tensor, dst: Tensor) -> None:
-        """A copy during the graph: a kernel of its estimated (or modelled) time."""
+        """A copy during the graph: a kernel of the time eager gives it."""
         self.keep.append((src, dst))
+        modelled = False
         if src.is_cpu or dst.is_cpu:
             link = self.timer.chip.cfg.host_link
-            dur = timing.seconds_to_ps(link.latency + dst.numel() * dst.element_size()
-                                       / link.bandwidth)  # fmt: skip
+            nbytes = dst.numel() * dst.element_size()
+            dur = timing.seconds_to_ps(link.latency + nbytes / link.bandwidth)
         else:
-            dur = self.timer._device_copy(src, dst)[0]
-        self.items.append(Item("copy", None, dur))
+            dur, modelled = self.timer._device_copy(src, dst)
+        self.items.append(Item("copy", None, dur, modelled))
 
     def bind(self, result) -> None:
         """A node ran: its device results are the CPU results its op was timed with (the
@@ -193,7 +195,7 @@ def plan(c: Collector, out, timer: timing.OpTimer) -> list[Kernel]:
         kernels += _group_kernels(group, c, live, timer)
         group = []
         if item is not None:
-            kernels.append(Kernel(item.name, item.estimate, False))
+            kernels.append(Kernel(item.name, item.estimate, item.modelled))
     return kernels
 
 
@@ -386,9 +388,8 @@ class CompiledGraph:
     """The callable a compiled aten graph becomes (module doc); boxed (takes the argument
     list), as aot_autograd calls it."""
 
-    _boxed_call = True
-
     def __init__(self, gm: torch.fx.GraphModule):
+        self._boxed_call = True  # an instance's: wrappers (functools.wraps) copy it
         self.gm = gm
         self.captured: dict = {}  # (input signature, stream) -> Captured
 
