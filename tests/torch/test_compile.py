@@ -151,10 +151,14 @@ def _spy_init(made):
     return init
 
 
-def test_a_graph_break_runs_both_graphs_and_the_python_between_eagerly():
+@pytest.mark.parametrize("brk", ["graph_break", "shim"])
+def test_a_graph_break_runs_both_graphs_and_the_python_between_eagerly(brk):
+    """An explicit break, or a call into the shim (whose files Dynamo skips, rather than
+    tracing the simulator): two graphs, values as eager."""
+
     def f(x):
         y = torch.relu(x) * 2
-        torch._dynamo.graph_break()
+        torch._dynamo.graph_break() if brk == "graph_break" else torch.neuron.synchronize()
         return torch.sigmoid(y) + 1
 
     x = torch.randn(8, 8, device="neuron")
@@ -162,6 +166,9 @@ def test_a_graph_break_runs_both_graphs_and_the_python_between_eagerly():
         y = torch.compile(f, backend="neuron")(x)
     torch.testing.assert_close(y.cpu(), f(x).cpu(), rtol=0, atol=0)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+    if brk == "shim":
+        (reason,) = torch._dynamo.utils.counters["graph_break"]
+        assert "`synchronize` in file" in reason and "trnsim/torch/module.py" in reason
 
 
 def test_a_graph_is_planned_once_per_input_signature(monkeypatch):

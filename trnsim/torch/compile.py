@@ -7,7 +7,10 @@ values, its kernels (fused runs of elementwise ops, the library's lowerings, est
 rest) are captured once per input signature and replayed as one runtime Graph.
 
 PyTorch finds the backend by the `torch_dynamo_backends` entry point of the installed package;
-`register()` adds it by hand (it imports Dynamo, which takes seconds: not done on import).
+`register()` adds it by hand (it imports Dynamo, which takes seconds: not done on import of
+`trnsim.torch`). Importing this module puts trnsim's own files on Dynamo's skip list: a model
+that calls into the shim (`torch.neuron.synchronize()`) breaks the graph there, rather than
+Dynamo tracing the simulator.
 """
 
 from __future__ import annotations
@@ -15,6 +18,16 @@ from __future__ import annotations
 import torch
 
 from trnsim.torch.graph import CompiledGraph
+
+
+def _hide() -> None:
+    """trnsim's files on Dynamo's skip list (once per process)."""
+    from torch._dynamo import trace_rules
+
+    trace_rules.add("trnsim")
+
+
+_hide()
 
 
 def _compiler(gm: torch.fx.GraphModule, example_inputs):

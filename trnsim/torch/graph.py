@@ -188,7 +188,7 @@ def plan(c: Collector, out, timer: timing.OpTimer) -> list[Kernel]:
     kernels: list[Kernel] = []
     live = _outputs(out)
     group: list[tuple[OpSpec, Item]] = []
-    for item in [*_schedule(c.items, c.specs), None]:
+    for item in [*_schedule(c.items, c.specs, c.storage), None]:
         if item is not None and item.ops is not None:
             group += [(op, item) for op in item.ops]
             continue
@@ -212,24 +212,24 @@ def _shape(item: Item, specs: dict) -> tuple | None:
     return shapes.pop() if len(shapes) == 1 else None
 
 
-def _schedule(items: list[Item], specs: dict) -> list[Item]:
+def _schedule(items: list[Item], specs: dict, storage: dict) -> list[Item]:
     """The items with each elementwise op moved down to just before its first reader when that
     reader is an elementwise op of its shape (so `chains` fuses them: gelu(a(x)) * g(x) runs
-    a, g, then gelu+mul) and no op in between touches its tensors (aten graphs from
-    aot_autograd are functional: only copies at their end write inputs)."""
+    a, g, then gelu+mul) and no op in between touches its tensors' bytes, through any view
+    (aten graphs from aot_autograd are functional: only copies at their end write inputs)."""
+
+    def touched(ops) -> set:
+        return {storage[n] or n for op in ops for n in _names(op) if n in storage}
+
     items = list(items)
     i = len(items) - 1
     while i >= 0:
         item, shape = items[i], _shape(items[i], specs)
         if shape is not None:
-            mine = set(_names(item.ops[0]))
+            mine = touched(item.ops)
             out = item.ops[0].args["out"]
             j = i + 1
-            while (
-                j < len(items)
-                and items[j].ops is not None
-                and not (mine & {n for op in items[j].ops for n in _names(op)})
-            ):
+            while j < len(items) and items[j].ops is not None and not mine & touched(items[j].ops):
                 j += 1
             if (j > i + 1 and j < len(items) and _shape(items[j], specs) == shape
                     and out in _reads(items[j].ops[0])):  # fmt: skip
