@@ -58,7 +58,7 @@ class Collector:
     storage: dict = field(default_factory=dict)  # graph name -> storage address (None: meta)
     names: dict = field(default_factory=dict)  # tensor key -> graph name
     keep: list = field(default_factory=list)  # the run's tensors, alive: no address reused
-    fresh: list = field(default_factory=list)  # the current node's results: (name, CPU result)
+    fresh: list = field(default_factory=list)  # the CPU results the current node was timed with
 
     def __call__(self, name: str, args, kwargs, r) -> None:
         self.keep.append((args, kwargs, r))
@@ -195,7 +195,7 @@ def plan(c: Collector, out, timer: timing.OpTimer) -> list[Kernel]:
         kernels += _group_kernels(group, c, live, timer)
         group = []
         if item is not None:
-            kernels.append(Kernel(item.name, item.estimate, item.modelled))
+            kernels.append(_estimated(item))
     return kernels
 
 
@@ -239,28 +239,31 @@ def _schedule(items: list[Item], specs: dict, storage: dict) -> list[Item]:
 
 
 def _group_kernels(group, c: Collector, live: set, timer) -> list[Kernel]:
-    """A run of consecutive lowerable ops as kernels: one per `fusion.chains` run."""
+    """A run of consecutive lowerable ops as kernels: one per `fusion.chains` run (its ops one
+    by one if the library refuses them together; an op it refuses: its estimate)."""
     if not group:
         return []
     ops = [op for op, _ in group]
     item_of = {id(op): item for op, item in group}
-    runs = chains(ops, c.specs)
     out, start = [], 0
-    for run in runs:
+    for run in chains(ops, c.specs):
         later = ops[start + len(run) :]
         start += len(run)
-        names = list(dict.fromkeys(item_of[id(op)].name for op in run))
-        if len(run) > 1:
-            run = _drop_dead(run, later, c, live)
-        k = _measure(run, "+".join(names), c, timer)
-        if k is None and len(run) > 1:
-            k = [_measure([op], item_of[id(op)].name, c, timer) for op in run]
-        if k is None or isinstance(k, list) and None in k:
-            items = list(dict.fromkeys(id(item_of[id(op)]) for op in run))
-            by = {id(item): item for _, item in group}
-            k = [Kernel(by[i].name, by[i].estimate, False) for i in items]
-        out += k if isinstance(k, list) else [k]
+        items = list({id(item_of[id(op)]): item_of[id(op)] for op in run}.values())
+        fused = _drop_dead(run, later, c, live) if len(run) > 1 else run
+        k = _measure(fused, "+".join(dict.fromkeys(i.name for i in items)), c, timer)
+        if k is not None:
+            out.append(k)
+        elif len(run) > 1 and len(items) == len(run):
+            out += [_measure([op], item_of[id(op)].name, c, timer) or _estimated(item_of[id(op)])
+                    for op in run]  # fmt: skip
+        else:
+            out += [_estimated(i) for i in items]
     return out
+
+
+def _estimated(item: Item) -> Kernel:
+    return Kernel(item.name, item.estimate, item.modelled)
 
 
 def _reads(op: OpSpec) -> set:
@@ -326,6 +329,7 @@ def _frozen(args: dict) -> tuple:
 
 
 def _simulate(run: list[OpSpec], name: str, specs: dict, timer) -> tuple[int, KernelSpec]:
+    """(device time, kernel) of the ops lowered as one kernel, as `OpTimer._simulate`."""
     dev, lnc = timer.scratch, timer.chip.lnc
     try:
         cores = lower_cores(run, specs, dev.cfg, lnc)
@@ -349,6 +353,7 @@ class Captured:
     graph: object
 
     def replay(self, timer: timing.OpTimer) -> None:
+        """One host launch of the graph; its kernels counted in the timer's statistics."""
         if self.graph is not None:
             self.graph.replay()
         for k in self.kernels:
@@ -362,6 +367,8 @@ class Captured:
 
 
 def capture(kernels: list[Kernel], stream) -> Captured:
+    """The kernels as one runtime Graph on `stream`: timed launches, or in
+    `timing="simulate"` the lowered programs over their kept buffers."""
     if not kernels:
         return Captured(kernels, None)
     g = stream.device.graph()
@@ -375,6 +382,7 @@ def capture(kernels: list[Kernel], stream) -> Captured:
 
 
 def _signature(args) -> tuple:
+    """What a captured graph depends on: its tensors' devices, shapes, strides and dtypes."""
     out = []
     for a in args:
         if isinstance(a, Tensor):
@@ -408,8 +416,3 @@ class CompiledGraph:
             hit = self.captured[key] = capture(plan(sink, out, timer), stream)
         hit.replay(timer)
         return out
-
-    @property
-    def kernels(self) -> int:
-        """Kernels of the latest captured signature (0 before the first call)."""
-        return len(list(self.captured.values())[-1].kernels) if self.captured else 0
