@@ -86,8 +86,11 @@ class OpTimer:
         self.copy_bytes = 0
         self.profiler = None  # a trnsim.torch.profiler.Profile while one records
         self.last = None  # (memo key, stream, kernel) of the last launch (for the profiler)
+        self.sink = None  # a compiled graph's (trnsim.torch.graph): takes the ops instead
 
     def __call__(self, name: str, args, kwargs, r) -> None:
+        if self.sink is not None:
+            return self.sink(name, args, kwargs, r)
         if self.profiler is not None:
             self.profiler.op(self.time, name, args, kwargs, r)
         else:
@@ -202,6 +205,8 @@ class OpTimer:
         """A copy to, from or within the device: over the host link (its latency and
         bandwidth), or on the device: the kernel library's `copy` (a cast when the dtypes
         differ) for a contiguous one, else bytes / HBM bandwidth (estimated)."""
+        if self.sink is not None:
+            return self.sink.copy(src, dst)
         nbytes = dst.numel() * dst.element_size()
         self.last = None
         self.copies.count += 1
