@@ -82,7 +82,7 @@ class Collector:
             nbytes = dst.numel() * dst.element_size()
             dur = timing.seconds_to_ps(link.latency + nbytes / link.bandwidth)
         else:
-            dur, modelled = self.timer._device_copy(src, dst)
+            _, (dur, modelled) = self.timer._device_copy(src, dst)
         self.items.append(Item("copy", None, dur, modelled))
 
     def bind(self, result) -> None:
