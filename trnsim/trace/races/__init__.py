@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from trnsim.isa import Ap
 from trnsim.trace.program import Program
-from trnsim.trace.races.barriers import marks, ordered
+from trnsim.trace.races.barriers import check_meeting, marks, ordered
 from trnsim.trace.races.clocks import launch_clocks
 from trnsim.trace.races.found import Race, RaceError, conflicts
 from trnsim.trace.races.history import launch_races
@@ -35,6 +35,7 @@ def check_deadlocks(program: Program) -> None:
     for k in program.kernels.values():
         for c, prog in enumerate(k.per_core):
             Launch(prog, k.name, program.source, c).order()
+        check_meeting(k, program.source)
 
 
 def _analyse(program: Program, shapes: Shapes, kernel, c: int):
@@ -75,6 +76,7 @@ def find_races(program: Program, library: bool = True) -> list[Race]:
                 if kernel.ops and not library:
                     touched[(i, j)] = _op_accesses(kernel, shapes, src)
                     continue
+                check_meeting(kernel, src)
                 per, marked = [], []
                 for c in range(len(kernel.per_core)):
                     if (kernel.name, c) not in cache:

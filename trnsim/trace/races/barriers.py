@@ -9,12 +9,13 @@ Each tensor access is marked with those two sets of barriers: (before, after).
 
 from __future__ import annotations
 
+from trnsim.errors import DeadlockError
 from trnsim.isa import CoreBarrier
 from trnsim.trace.races.clocks import Clocks
 from trnsim.trace.races.launch import Launch
 from trnsim.trace.races.regions import Shapes, instr_accesses
 
-__all__ = ["marks", "ordered"]
+__all__ = ["marks", "ordered", "check_meeting"]
 
 NONE = (frozenset(), frozenset())
 
@@ -53,3 +54,55 @@ def _barriers(instructions) -> list:
 def ordered(x: tuple, y: tuple) -> bool:
     """Are accesses marked x (one core) and y (the other) ordered by a barrier they share?"""
     return bool(x[0] & y[1]) or bool(y[0] & x[1])
+
+
+def check_meeting(kernel, source: str) -> None:
+    """Raise DeadlockError when the two cores of a kernel with barriers cannot both finish:
+    both cores' queues are advanced together (as `Launch.order` does one core's), a barrier
+    issuing once the other core has reached its own of the same number."""
+    if len(kernel.per_core) != 2 or not any(_barriers(p.instructions) for p in kernel.per_core):
+        return
+    las = [Launch(p, kernel.name, source, c) for c, p in enumerate(kernel.per_core)]
+    number = [{id(b): n for n, b in enumerate(_barriers(p.instructions))} for p in kernel.per_core]
+    values: list[dict] = [{}, {}]
+    heads = [[0] * len(la.lists) for la in las]
+    reached: list[set] = [set(), set()]
+    progress = True
+    while progress:
+        progress = False
+        for c, la in enumerate(las):
+            for qk, lst in enumerate(la.lists):
+                h = heads[c][qk]
+                while h < len(lst):
+                    ins = lst[h]
+                    if any(values[c].get(s, 0) < v for s, v in ins.wait):
+                        break
+                    n = number[c].get(id(ins))
+                    if n is not None:
+                        progress |= n not in reached[c]
+                        reached[c].add(n)
+                        if n not in reached[1 - c]:
+                            break
+                    for s, k in ins.signal:
+                        values[c][s] = values[c].get(s, 0) + k
+                    h += 1
+                if h != heads[c][qk]:
+                    heads[c][qk] = h
+                    progress = True
+    stuck = [
+        _stuck(la, la.lists[qk][h], number[c], values[c], c)
+        for c, la in enumerate(las)
+        for qk, h in enumerate(heads[c])
+        if h < len(la.lists[qk])
+    ]
+    if stuck:
+        raise DeadlockError("deadlock: " + "; ".join(stuck))
+
+
+def _stuck(la: Launch, ins, number: dict, values: dict, c: int) -> str:
+    label = la.label(ins).replace(" queue ", f" queue core{c}.", 1)
+    n = number.get(id(ins))
+    if n is not None and all(values.get(s, 0) >= v for s, v in ins.wait):
+        return f"{label} waits at core_barrier {n + 1} for core{1 - c}'s, which it never reaches"
+    s, v = next((s, v) for s, v in ins.wait if values.get(s, 0) < v)
+    return f"{label} waits for semaphore '{s}' >= {v}, which can reach only {values.get(s, 0)}"
