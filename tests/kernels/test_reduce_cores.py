@@ -108,8 +108,17 @@ def test_the_meeting_costs_the_barrier_latency_after_the_second_core_stores_its_
     assert load and load[0].start_ps >= t1 + lat  # core 0 reads the partial after the crossing
 
 
-def test_two_cores_take_about_half_the_time_of_one_on_a_large_x():
-    # 32 MiB of fp32 to read: the loads dominate; each core reads half, then a ~µs meeting
+def test_two_cores_take_well_under_the_time_of_one_on_a_large_x():
+    # 32 MiB of fp32 to read: the loads dominate; each core reads half (through one HBM stack
+    # the pair shares: 60% of one core's time, not 50%), then a ~µs meeting
     one = _timed((4096, 2048), 1)[0].summary["device_time_ns"]
     two = _timed((4096, 2048), 2)[0].summary["device_time_ns"]
-    assert two < 0.6 * one
+    assert 0.5 * one < two < 0.65 * one
+
+
+def test_a_chip_without_core_barrier_keeps_it_on_one_core():
+    cfg = load_chip("trn2", ["core.core_barrier=false"])
+    specs = {"x": TensorSpec("x", (1024, 2048), dtype("float32")),
+             "o": TensorSpec("o", (), dtype("float32"))}  # fmt: skip
+    progs = lower_cores([OpSpec("sum", {"x": "x", "out": "o", "dim": None})], specs, cfg, 2)
+    assert [_barriers(p) for p in progs] == [0, 0] and progs[1].instructions == []

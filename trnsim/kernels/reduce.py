@@ -17,7 +17,8 @@ Outer kept groups are loops (one output block each); outer reduced groups are co
 the same accumulator.
 
 With LNC 2 the output blocks alternate between the cores (`b.part`); the op is then isolated
-(`kernels.ALONE`).
+(`kernels.ALONE`). Everything reduced has one output: its input blocks alternate instead, and
+the cores' partials meet at a `core_barrier` (`Reduce.everything`).
 """
 
 from __future__ import annotations
@@ -349,10 +350,12 @@ class Reduce:
             self.store(col, 1, 0)
 
     def split(self) -> bool:
-        """Whether out can carry the second core's partial to the first exactly: fp32, or a
-        max or min (rounding to out's dtype keeps their order)."""
+        """Whether the cores can meet (`core.core_barrier`) and out can carry the second
+        core's partial to the first exactly: fp32, or a max or min (rounding to out's dtype
+        keeps their order)."""
         dt = self.b.tensors[self.out].dtype
-        return dt.name == "float32" or (self.alu in ("max", "min") and dt.is_float)
+        exact = dt.name == "float32" or (self.alu in ("max", "min") and dt.is_float)
+        return self.cfg.core.core_barrier and exact
 
     def meet(self) -> None:
         """Both cores meet at a barrier over out: the second core's store of its partial is
