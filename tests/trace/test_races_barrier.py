@@ -122,3 +122,17 @@ def test_a_cycle_through_the_barriers_is_a_deadlock_naming_both_cores():
 
     with pytest.raises(DeadlockError, match="core1.gpsimd in kernel k waits for core0 to reach"):
         run_program(loads(text, "r.yaml"), load_chip("trn2"))  # the run agrees
+
+
+def test_a_kernel_with_one_cores_list_has_no_core_to_meet():
+    from trnsim.errors import DeadlockError
+    from trnsim.trace.races import check_deadlocks
+
+    text = HEAD.replace(
+        "    per_core:\n", "    instructions:\n      - {op: core_barrier, data: y}\n"
+    )
+    with pytest.raises(DeadlockError, match=r"r.yaml:12 kernel k queue core0.gpsimd instruction "
+                       r"0 \(core_barrier\) waits at core_barrier 1 for core1's, which it never "
+                       r"reaches \(the kernel has no list for it: give per_core both\)$"):  # fmt: skip
+        check_deadlocks(loads(text, "r.yaml"))
+    check_deadlocks(loads(text.replace("lnc: 2", "lnc: 1"), "r.yaml"))  # the run refuses it

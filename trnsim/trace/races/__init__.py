@@ -35,7 +35,7 @@ def check_deadlocks(program: Program) -> None:
     for k in program.kernels.values():
         for c, prog in enumerate(k.per_core):
             Launch(prog, k.name, program.source, c).order()
-        check_meeting(k, program.source)
+        check_meeting(k, program.source, program.lnc)
 
 
 def _analyse(program: Program, shapes: Shapes, kernel, c: int):
@@ -76,7 +76,7 @@ def find_races(program: Program, library: bool = True) -> list[Race]:
                 if kernel.ops and not library:
                     touched[(i, j)] = _op_accesses(kernel, shapes, src)
                     continue
-                check_meeting(kernel, src)
+                check_meeting(kernel, src, program.lnc)
                 per, marked = [], []
                 for c in range(len(kernel.per_core)):
                     if (kernel.name, c) not in cache:

@@ -56,14 +56,15 @@ def ordered(x: tuple, y: tuple) -> bool:
     return bool(x[0] & y[1]) or bool(y[0] & x[1])
 
 
-def check_meeting(kernel, source: str) -> None:
+def check_meeting(kernel, source: str, lnc: int | None = None) -> None:
     """Raise DeadlockError when the two cores of a kernel with barriers cannot both finish:
     both cores' queues are advanced together (as `Launch.order` does one core's), a barrier
-    issuing once the other core has reached its own of the same number."""
-    if len(kernel.per_core) != 2 or not any(_barriers(p.instructions) for p in kernel.per_core):
+    issuing once the other core has reached its own of the same number. A kernel with one
+    core's list has no second core to meet (unless `lnc` is 1: the run refuses its barriers)."""
+    if not any(_barriers(p.instructions) for p in kernel.per_core) or lnc == 1:
         return
-    las = [Launch(p, kernel.name, source, c) for c, p in enumerate(kernel.per_core)]
-    number = [{id(b): n for n, b in enumerate(_barriers(p.instructions))} for p in kernel.per_core]
+    las = [Launch(p, kernel.name, source, c) for c, p in enumerate(kernel.per_core[:2])]
+    number = [{id(b): n for n, b in enumerate(_barriers(la.prog.instructions))} for la in las]
     values: list[dict] = [{}, {}]
     heads = [[0] * len(la.lists) for la in las]
     reached: list[set] = [set(), set()]
@@ -90,7 +91,7 @@ def check_meeting(kernel, source: str) -> None:
                     heads[c][qk] = h
                     progress = True
     stuck = [
-        _stuck(la, la.lists[qk][h], number[c], values[c], c)
+        _stuck(la, la.lists[qk][h], number[c], values[c], c, len(las))
         for c, la in enumerate(las)
         for qk, h in enumerate(heads[c])
         if h < len(la.lists[qk])
@@ -99,10 +100,13 @@ def check_meeting(kernel, source: str) -> None:
         raise DeadlockError("deadlock: " + "; ".join(stuck))
 
 
-def _stuck(la: Launch, ins, number: dict, values: dict, c: int) -> str:
+def _stuck(la: Launch, ins, number: dict, values: dict, c: int, cores: int) -> str:
     label = la.label(ins).replace(" queue ", f" queue core{c}.", 1)
     n = number.get(id(ins))
     if n is not None and all(values.get(s, 0) >= v for s, v in ins.wait):
-        return f"{label} waits at core_barrier {n + 1} for core{1 - c}'s, which it never reaches"
+        why = " (the kernel has no list for it: give per_core both)" if cores == 1 else ""
+        return (
+            f"{label} waits at core_barrier {n + 1} for core{1 - c}'s, which it never reaches{why}"
+        )
     s, v = next((s, v) for s, v in ins.wait if values.get(s, 0) < v)
     return f"{label} waits for semaphore '{s}' >= {v}, which can reach only {values.get(s, 0)}"
