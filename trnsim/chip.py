@@ -5,11 +5,13 @@ from __future__ import annotations
 import simpy
 
 from trnsim.config import ChipConfig
+from trnsim.core.link import CoreLink
 from trnsim.core.run import NeuronCore
 from trnsim.dma import DmaSystem
 from trnsim.errors import TrnsimError
 from trnsim.memory.hbm import Hbm
 from trnsim.report.recorder import Recorder
+from trnsim.units import seconds_to_ps
 
 
 class Chip:
@@ -32,8 +34,13 @@ class Chip:
         self.env, self.cfg, self.recorder, self.lnc = env, cfg, recorder, lnc
         self.hbm = Hbm(cfg, functional)
         self.dma = DmaSystem(env, cfg, self.hbm, recorder)
+        latency = seconds_to_ps(cfg.core.barrier_latency)
+        links = [  # each pair of an LNC 2 logical core meets at core_barrier
+            CoreLink(env, (i, i + 1), latency) if lnc == 2 else None for i in range(0, cfg.cores, 2)
+        ]
         self.cores = [
-            NeuronCore(env, i, cfg, self.dma, recorder, functional) for i in range(cfg.cores)
+            NeuronCore(env, i, cfg, self.dma, recorder, functional, links[i // 2])
+            for i in range(cfg.cores)
         ]
 
     @property

@@ -41,9 +41,11 @@ class Ap(NamedTuple):
         return self.text or self.name
 
 
-def f(kind: str, required: bool = False, default: Any = None, choices: tuple = ()):
-    """An instruction field. kinds: ap, ap_or_num, num, int, bool, str, choice."""
-    meta = {"kind": kind, "required": required, "choices": choices}
+def f(kind: str, required: bool = False, default: Any = None, choices: tuple = (), access=True):
+    """An instruction field. kinds: ap, ap_or_num, num, int, bool, str, choice, axes, cores.
+    `access`: whether an `ap` field's memory is read or written (the race check, the profile's
+    bytes); a barrier's `data` only names the tensor it guards."""
+    meta = {"kind": kind, "required": required, "choices": choices, "access": access}
     return field(default=default, metadata=meta)
 
 
@@ -270,6 +272,20 @@ class AffineSelect(Instr):
     partition_step: float = f("num", default=0)
 
 
+@dataclass(frozen=True)
+class CoreBarrier(Instr):
+    """Both physical cores of an LNC 2 logical core signal each other's semaphore, then wait
+    for the other's (isa.md 8.6): the chosen engine of each core blocks until both reached
+    their nth barrier. `data` names the shared HBM tensor the cores meet over; it is not
+    accessed. NC-v3 and later only."""
+
+    OP = "core_barrier"
+    ENGINE = Engine.GPSIMD
+    ENGINES = (Engine.VECTOR, Engine.SCALAR)
+    data: Any = f("ap", True, access=False)
+    cores: tuple = f("cores", default=(0, 1))
+
+
 INSTRUCTIONS: dict[str, type[Instr]] = {
     cls.OP: cls
     for cls in (
@@ -287,6 +303,7 @@ INSTRUCTIONS: dict[str, type[Instr]] = {
         Iota,
         Select,
         AffineSelect,
+        CoreBarrier,
     )
 }
 

@@ -152,6 +152,10 @@ class CoreConfig:
     psum: PsumConfig = q("section", "PSUM")
     dma: DmaConfig = q("section", "DMA engines")
     semaphores: int = q("count", "hardware semaphores per core")
+    core_barrier: bool = q("bool", "core_barrier between the two cores of an LNC 2 pair (v3+)")
+    barrier_latency: float = q(
+        "s", "a core's semaphore write reaching its LNC 2 peer (core_barrier's crossing)"
+    )
     vector_gpsimd_share_sbuf: bool = q("bool", "Vector and GpSimd cannot access SBUF at once")
     vector_scalar_share_psum: bool = q("bool", "Vector and Scalar cannot access PSUM at once")
     partition_start_steps: tuple[int, ...] = q(

@@ -21,7 +21,7 @@ from trnsim.engines.scalar import ScalarEngine
 from trnsim.engines.tensor import TensorEngine
 from trnsim.engines.vector import VectorEngine
 from trnsim.errors import SimError
-from trnsim.isa import Ap, Engine, Instr
+from trnsim.isa import Ap, CoreBarrier, Engine, Instr
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.memory.init import initial_values
 from trnsim.memory.onchip import place_tiles
@@ -55,6 +55,7 @@ class Issue:
     port: object = None  # a shared SBUF/PSUM port (simpy.Resource) this instruction holds
     stall: int = 0  # ps it waits after the previous instruction's end for that one's result
     line: int = 0  # the instruction's trace line (deadlock reports)
+    barrier: int = -1  # a core_barrier: its number among the launch's barriers (`core.link`)
 
 
 @dataclass
@@ -69,6 +70,8 @@ class Launch:
     # track -> (sem, value, Issue) while a queue waits on a semaphore
     blocked: dict[str, tuple | None] = field(default_factory=dict)
     source: str = ""  # the trace file (deadlock reports)
+    barriers: int = 0  # core_barrier instructions
+    first_barrier: int = 0  # the number of its first one on the core's link (`CoreLink.begin`)
 
     def tile_bytes(self, memory: str) -> int:
         """Bytes of this launch's tiles in `memory` (sbuf or psum), for high-water marks."""
@@ -79,8 +82,17 @@ class Planner:
     """Builds the launches of one physical NeuronCore (`index`) and remembers them by program,
     so a kernel launched many times is bound, checked and costed once."""
 
-    def __init__(self, env: simpy.Environment, index: int, cfg: ChipConfig, dma, functional: bool):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        cfg: ChipConfig,
+        dma,
+        functional: bool,
+        paired: bool = False,
+    ):
         self.env, self.index, self.cfg, self.dma, self.functional = env, index, cfg, dma, functional
+        self.paired = paired  # one of the two cores of an LNC 2 logical core (core_barrier)
         self.models = {e: cls(cfg.core) for e, cls in ENGINE_MODELS.items()}
         c = cfg.core
         self._plans: dict[int, tuple] = {}  # id(program) -> (program, tensors, first launch)
@@ -129,7 +141,9 @@ class Planner:
                     t.init, t.shape, t.dtype, rng, f"tile {t.name}"
                 )
         sems = Semaphores(self.env, plan.sems.names)
-        return Launch(plan.kernel, self.index, plan.queues, sems, plan.tiles)
+        launch = Launch(plan.kernel, self.index, plan.queues, sems, plan.tiles)
+        launch.barriers = plan.barriers
+        return launch
 
     def _prepare(
         self, kernel: str, prog: CoreProgram, tensors: dict[str, Buffer], rng: np.random.Generator
@@ -172,6 +186,7 @@ class Planner:
         prev: dict[Engine, tuple] = {}  # engine -> (id, bound instruction) of the last one
         dma = Engine.DMA
         getters: dict[type, object] = {}
+        barriers = 0
         for raw in prog.instructions:
             cls = raw.__class__
             get = getters.get(cls)
@@ -187,8 +202,12 @@ class Planner:
                 bound_memo[key] = entry
             kid, ins, track, issue_args = entry
             engine = raw.engine
+            barrier = -1
             if engine is dma:  # the Issue carries its index: `ins` stays shared
                 dur = stall = 0
+            elif cls is CoreBarrier:  # takes no engine time: the crossing is the link's
+                dur = stall = 0
+                barrier, barriers = barriers, barriers + 1
             else:
                 before = prev.get(engine)
                 ckey = (kid, not raw.wait, before[0] if before else -1)
@@ -200,9 +219,11 @@ class Planner:
             waits = tuple([(names[s], v) for s, v in raw.wait]) if raw.wait else ()
             signals = tuple([(names[s], n) for s, n in raw.signal]) if raw.signal else ()
             queues.setdefault(track, []).append(
-                Issue(ins, raw.index, dur, waits, signals, *issue_args, stall, raw.line)
+                Issue(ins, raw.index, dur, waits, signals, *issue_args, stall, raw.line, barrier)
             )
-        return Launch(kernel, self.index, queues, sems, tiles)
+        launch = Launch(kernel, self.index, queues, sems, tiles)
+        launch.barriers = barriers
+        return launch
 
     def _cost(self, ins: Instr, raw: Instr, before: tuple | None) -> tuple[int, int]:
         """(duration, stall) in ps of bound `ins` (with `raw`'s waits) after `before`."""
@@ -224,7 +245,12 @@ class Planner:
             return ins, dma_track(ins.queue), (ins.OP, None, 0, 0, ins.dst.dtype.name, None)
         model = self.models[ins.engine]
         model.check(ins)
-        run = model.execute if self.functional else None
+        if ins.OP == CoreBarrier.OP and not self.paired:
+            raise SimError(
+                f"{ins.label}: core_barrier needs the two physical cores of an LNC 2 logical "
+                "core, and this one runs at lnc 1; expected lnc: 2"
+            )
+        run = model.execute if self.functional and ins.OP != CoreBarrier.OP else None
         return (
             ins,
             engine_track(ins.engine),
@@ -254,7 +280,12 @@ class Planner:
 
 
 def _refs(ins: Instr) -> list[Ref]:
-    return [getattr(ins, f.name) for f in ins.op_fields() if isinstance(getattr(ins, f.name), Ref)]
+    """The operands `ins` reads or writes (not a barrier's `data`, which it only names)."""
+    return [
+        getattr(ins, f.name)
+        for f in ins.op_fields()
+        if f.metadata["access"] and isinstance(getattr(ins, f.name), Ref)
+    ]
 
 
 def _bytes(ins: Instr) -> int:

@@ -12,6 +12,7 @@ import numpy as np
 import simpy
 
 from trnsim.config import ChipConfig
+from trnsim.core.link import CoreLink
 from trnsim.core.plan import Issue, Launch, Planner
 from trnsim.engines.warmup import Warmup
 from trnsim.errors import DeadlockError
@@ -35,10 +36,12 @@ class NeuronCore:
         dma,
         recorder: Recorder,
         functional: bool,
+        link: CoreLink | None = None,
     ):
         self.env, self.index, self.cfg, self.dma = env, index, cfg, dma
         self.recorder, self.functional = recorder, functional
-        self.planner = Planner(env, index, cfg, dma, functional)
+        self.link = link  # to the other core of its LNC 2 logical core (core_barrier)
+        self.planner = Planner(env, index, cfg, dma, functional, link is not None)
         t = cfg.core.tensor
         self.warmup = (
             Warmup(t.warmup_start_rate, seconds_to_ps(t.warmup_time))
@@ -61,13 +64,17 @@ class NeuronCore:
         planner = self.planner
         if timing_only and self.functional:
             if self._timing_planner is None:
-                self._timing_planner = Planner(self.env, self.index, self.cfg, self.dma, False)
+                self._timing_planner = Planner(
+                    self.env, self.index, self.cfg, self.dma, False, self.link is not None
+                )
             planner = self._timing_planner
         return planner.prepare(kernel, prog, tensors, rng, source)
 
     def start(self, launch: Launch) -> simpy.Event:
         """Start every queue of the launch; the returned event fires when all have finished."""
         env = self.env
+        if launch.barriers:
+            launch.first_barrier = self.link.begin(self.index, launch.barriers)
         procs = []
         for track, issues in sorted(launch.queues.items(), key=lambda kv: track_id(kv[0])):
             if is_dma(track):
@@ -100,6 +107,10 @@ class NeuronCore:
                     launch.blocked[track] = (s, v, it)
                     yield sems.wait(s, v)
                     del launch.blocked[track]
+            if it.barrier >= 0:
+                last = yield from self._barrier(launch, track, it)
+                i += 1
+                continue
             req = None
             if it.port is not None:
                 req = it.port.request()
@@ -108,7 +119,7 @@ class NeuronCore:
             if req is None and not it.signals:
                 while j < n:
                     nxt = issues[j]
-                    if nxt.waits or nxt.port is not None:
+                    if nxt.waits or nxt.port is not None or nxt.barrier >= 0:
                         break
                     dur += nxt.stall + nxt.dur
                     j += 1
@@ -149,6 +160,25 @@ class NeuronCore:
             for s, n_ in it.signals:
                 sems.signal(s, n_)
             i = j
+
+    def _barrier(self, launch: Launch, track: str, it: Issue):
+        """Meet the other core at core_barrier `it` (`core.link`), signal; return the release
+        time. Its span is the crossing (at most the link's latency, up to the release): the
+        wait for the other core before it is idle time, like a semaphore wait's."""
+        env, arrived = self.env, self.env.now
+        n = launch.first_barrier + it.barrier
+        wake = self.link.arrive(self.index, n)
+        if wake is not None:
+            launch.blocked[track] = (self.link, n, it)
+            yield wake
+            del launch.blocked[track]
+        start = max(arrived, env.now - self.link.latency)
+        self.recorder.add_span(
+            Span(self.index, track, it.op, start, env.now, 0, 0, it.index, launch.kernel, "")
+        )
+        for s, n_ in it.signals:
+            launch.sems.signal(s, n_)
+        return env.now
 
     def _warm_queue(self, launch: Launch, track: str, issues: list[Issue]):
         """`_engine_queue` for a PE array with warm-up: one instruction at a time (each one's
@@ -235,10 +265,13 @@ def deadlock_error(launches: list[Launch], extra: list[str] = ()) -> DeadlockErr
                 s, v, it = b if len(b) == 3 else (*b, None)
                 where = f"{la.source}:{it.line}: " if it is not None and it.line else ""
                 at = f" at instruction {it.index} ({it.op})" if it is not None else ""
-                stuck.append(
-                    f"{where}core{la.core}.{track} in kernel {la.kernel} waits for semaphore "
-                    f"'{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]}){at}"
+                what = (
+                    s.stuck(la.core, v)
+                    if isinstance(s, CoreLink)
+                    else f"semaphore '{la.sems.names[s]}' >= {v} (it is {la.sems.values[s]})"
                 )
+                who = f"core{la.core}.{track} in kernel {la.kernel}"
+                stuck.append(f"{where}{who} waits for {what}{at}")
     stuck += list(extra)
     return DeadlockError(
         "deadlock: nothing can run but work is pending: "

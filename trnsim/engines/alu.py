@@ -14,6 +14,7 @@ import numpy as np
 from trnsim.dtypes import to_dtype
 from trnsim.engines.alu_math import INT_EXACT_ALU, alu, fp32, is_int
 from trnsim.engines.base import (
+    BarrierOps,
     EngineModel,
     check_memory,
     check_partition_start,
@@ -26,7 +27,7 @@ from trnsim.isa import Instr
 from trnsim.memory.buffer import Ref
 
 
-class AluEngine(EngineModel):
+class AluEngine(BarrierOps, EngineModel):
     """Base of the Vector, Scalar and GpSimd models: operand rules, shared instructions, costs.
 
     Subclasses list the ops they run in `OPS` (others are rejected, even if defined here), the

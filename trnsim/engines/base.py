@@ -66,6 +66,25 @@ class EngineModel:
         return fn(ins) if fn else 0
 
 
+class BarrierOps:
+    """core_barrier on a compute engine (isa.md 8.6): the engine's part is only to stop; the
+    crossing itself (its latency, the wait for the peer) is the run loop's (`core.link`)."""
+
+    def check_core_barrier(self, ins: Instr) -> None:
+        if not self.core.core_barrier:
+            raise SimError(
+                f"{ins.label}: core_barrier is not supported on {self.core.version}; expected a "
+                f"chip with NC-v3 or later cores (trn2, trn3)"
+            )
+        check_memory(ins, "data", ins.data, ("hbm",))
+
+    def cost_core_barrier(self, ins: Instr, prev: Instr | None) -> float:
+        return 0
+
+    def exec_core_barrier(self, ins: Instr) -> None:
+        return None
+
+
 # outputs of an instruction; every other operand is read
 WRITTEN = ("dst", "reduce_dst")
 

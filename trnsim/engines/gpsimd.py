@@ -20,7 +20,15 @@ class GpSimdEngine(AluEngine):
     """The GpSimd engine: SBUF only; integer operands are computed exactly, not through fp32."""
 
     engine = Engine.GPSIMD
-    OPS = ("iota", "affine_select", "tensor_copy", "memset", "tensor_scalar", "tensor_tensor")
+    OPS = (
+        "iota",
+        "affine_select",
+        "tensor_copy",
+        "memset",
+        "tensor_scalar",
+        "tensor_tensor",
+        "core_barrier",
+    )
     MEMORIES = ("sbuf",)
     INT_EXACT = True
 

@@ -23,7 +23,7 @@ class ScalarEngine(AluEngine):
     """The Scalar (activation) engine: one input tile per instruction, SBUF or PSUM."""
 
     engine = Engine.SCALAR
-    OPS = ("activation", "tensor_copy", "tensor_scalar")
+    OPS = ("activation", "tensor_copy", "tensor_scalar", "core_barrier")
 
     @property
     def exact_copy(self) -> bool:

@@ -32,6 +32,7 @@ class VectorEngine(AluEngine):
         "tensor_copy",
         "memset",
         "select",
+        "core_barrier",
     )
 
     @property

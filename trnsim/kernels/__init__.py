@@ -123,7 +123,8 @@ def lower_cores(
 ) -> list[CoreProgram]:
     """`ops` split over the `cores` physical cores of a logical core: each computes its share
     of every op's output rows (`layout.core_rows`), the same share for every op, so a core reads
-    back only rows it wrote itself. The cores of one launch do not synchronise, so an op that
+    back only rows it wrote itself. The cores do not synchronise between ops (inside one, a
+    lowering may meet at a `core_barrier`: `reduce.Reduce.everything`), so an op that
     reads a whole tensor (a matmul's b, a norm's weight, attention's k and v, a broadcast
     operand) written by an earlier op of the kernel, or that reads a tensor written with
     another row split, is an error: such ops belong in a kernel of their own, launched after

@@ -17,7 +17,8 @@ Outer kept groups are loops (one output block each); outer reduced groups are co
 the same accumulator.
 
 With LNC 2 the output blocks alternate between the cores (`b.part`); the op is then isolated
-(`kernels.ALONE`).
+(`kernels.ALONE`). Everything reduced has one output: its input blocks alternate instead, and
+the cores' partials meet at a `core_barrier` (`Reduce.everything`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import (
+    CoreBarrier,
     DmaCopy,
     Engine,
     Matmul,
@@ -300,29 +302,73 @@ class Reduce:
 
     def across(self, acc: str, filled: int, cn: int, lo: int) -> None:
         """Reduce acc[0:filled, 0:cn] over its partitions into out's flat [lo, lo + cn)."""
-        b, P = self.b, self.P
         slot = self.n % BUFS
-        for c0 in range(0, cn, P):
-            w = min(P, cn - c0)
-            if len(self.psum) < 2:
-                self.psum.append(b.psum("tp", (P, P), self.f32))
-            ps = self.psum[(self.n + c0 // P) % 2]
-            src = ap(acc, slice(0, filled), slice(c0, c0 + w))
-            tp = ap(ps, slice(0, w), slice(0, filled))
-            b.emit(Transpose, [src], [tp], src=src, dst=tp)
-            col = ap(self.tile(f"col{slot}", (P, 1)), slice(0, w))
-            b.emit(TensorReduce, [tp], [col], alu=self.alu, src=tp, dst=col)
-            self.store(col, w, lo + c0)
+        for c0 in range(0, cn, self.P):
+            w = min(self.P, cn - c0)
+            self.store(self.column(acc, filled, c0, w, slot), w, lo + c0)
+
+    def column(self, acc: str, filled: int, c0: int, w: int = 1, slot: int = 0):
+        """acc[0:filled, c0:c0 + w] reduced over its partitions: a [w, 1] column (turned on
+        TensorE into PSUM, then one `tensor_reduce`)."""
+        b, P = self.b, self.P
+        if len(self.psum) < 2:
+            self.psum.append(b.psum("tp", (P, P), self.f32))
+        ps = self.psum[(self.n + c0 // P) % 2]
+        src = ap(acc, slice(0, filled), slice(c0, c0 + w))
+        tp = ap(ps, slice(0, w), slice(0, filled))
+        b.emit(Transpose, [src], [tp], src=src, dst=tp)
+        col = ap(self.tile(f"col{slot}", (P, 1)), slice(0, w))
+        b.emit(TensorReduce, [tp], [col], alu=self.alu, src=tp, dst=col)
+        return col
 
     def everything(self) -> None:
-        """All of x into one number: flat blocks into a [128, 1] column, then across."""
-        b, P = self.b, self.P
-        if not self.mine(0):
+        """All of x into one number: flat blocks into a [128, 1] column, then across. With LNC
+        2 the blocks alternate between the cores when their partials meet exactly (`split`):
+        the second core stores its partial to out, both meet at a `core_barrier`, and the
+        first loads it back and combines it with its own; otherwise the first core does all."""
+        b = self.b
+        blocks = flat_blocks(b.tensors[self.x].shape, self.P, CHUNK)
+        c, cores = b.part
+        split = cores == 2 and len(blocks) > 1 and self.split()
+        if not split and c:
             return
-        tx = b.tensors[self.x]
-        blocks = flat_blocks(tx.shape, P, CHUNK)
+        acc, filled = self.fold(blocks[c::cores] if split else blocks)
+        if not split:
+            self.across(acc, filled, 1, 0)
+        elif c:
+            scale, self.scale = self.scale, 1.0  # the partial, unscaled: out is its mailbox
+            self.across(acc, filled, 1, 0)
+            self.scale = scale
+            self.meet()
+        else:
+            col = self.column(acc, filled, 0, 1, self.n % BUFS)
+            self.meet()
+            other = ap(self.tile("peer", (self.P, 1)), slice(0, 1))
+            src = ap(self.out, *[0] * len(b.tensors[self.out].shape))
+            b.emit(DmaCopy, [src], [other], src=src, dst=other, queue=0)
+            self.combine(col, other)
+            self.store(col, 1, 0)
+
+    def split(self) -> bool:
+        """Whether the cores can meet (`core.core_barrier`) and out can carry the second
+        core's partial to the first exactly: fp32, or a max or min (rounding to out's dtype
+        keeps their order)."""
+        dt = self.b.tensors[self.out].dtype
+        exact = dt.name == "float32" or (self.alu in ("max", "min") and dt.is_float)
+        return self.cfg.core.core_barrier and exact
+
+    def meet(self) -> None:
+        """Both cores meet at a barrier over out: the second core's store of its partial is
+        done before it, the first core's load after it (op boundaries order them)."""
+        b, d = self.b, ap(self.out)
+        b.barrier()
+        b.emit(CoreBarrier, [d], [d], data=d)
+        b.barrier()
+
+    def fold(self, blocks: list) -> tuple[str, int]:
+        """`blocks` of x reduced into one [128, 1] accumulator: (the tile, its rows filled)."""
+        b, P, tx = self.b, self.P, self.b.tensors[self.x]
         acc = self.tile("acc", (P, 1))
-        filled = blocks[0][1]
         for n, (index, p, f) in enumerate(blocks):
             t = ap(self.tile(f"x{n % BUFS}", (P, max(f for _, _, f in blocks)), tx.dtype),
                    slice(0, p), slice(0, f))  # fmt: skip
@@ -333,7 +379,7 @@ class Reduce:
             b.emit(TensorReduce, [t], [dst], alu=self.alu, src=t, dst=dst)
             if n:
                 self.combine(ap(acc, slice(0, p)), dst)
-        self.across(acc, filled, 1, 0)
+        return acc, blocks[0][1]
 
     def done(self) -> None:
         self.b.release(*self.psum, *self.rows)

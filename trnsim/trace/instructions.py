@@ -186,6 +186,15 @@ def _axes(value: Any, names: Collection[str] | None) -> Any:
     return tuple(value)
 
 
+def _cores(value: Any, names: Collection[str] | None) -> tuple:
+    """A core_barrier's `cores`: the two physical cores of the logical core, [0, 1] (isa.md 8.6:
+    the only pair the ISA allows)."""
+    if not isinstance(value, list) or sorted(map(repr, value)) != ["0", "1"]:
+        got = f"[{', '.join(map(show, value))}]" if isinstance(value, list) else show(value)
+        raise _Bad(f"got {got}", "[0, 1] (the only pair core_barrier takes)")
+    return (0, 1)
+
+
 _KINDS: dict[str, Callable[[Any, Any], Any]] = {
     "ap": _operand,
     "ap_or_num": _operand_or_num,
@@ -194,6 +203,7 @@ _KINDS: dict[str, Callable[[Any, Any], Any]] = {
     "bool": _bool,
     "str": _text,
     "axes": _axes,
+    "cores": _cores,
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from trnsim.isa import Ap
 from trnsim.trace.program import Program
+from trnsim.trace.races.barriers import check_meeting, marks, ordered
 from trnsim.trace.races.clocks import launch_clocks
 from trnsim.trace.races.found import Race, RaceError, conflicts
 from trnsim.trace.races.history import launch_races
@@ -34,12 +35,16 @@ def check_deadlocks(program: Program) -> None:
     for k in program.kernels.values():
         for c, prog in enumerate(k.per_core):
             Launch(prog, k.name, program.source, c).order()
+        check_meeting(k, program.source, program.lnc)
 
 
 def _analyse(program: Program, shapes: Shapes, kernel, c: int):
+    """(races, tensor accesses, the same marked for the other cores: `barriers.marks`)."""
     la = Launch(kernel.per_core[c], kernel.name, program.source, c)
     order = la.order()
-    return launch_races(la, order, launch_clocks(la, order), shapes)
+    clocks = launch_clocks(la, order)
+    found, accs = launch_races(la, order, clocks, shapes)
+    return found, accs, marks(la, clocks, shapes) if len(kernel.per_core) > 1 else {}
 
 
 def find_races(program: Program, library: bool = True) -> list[Race]:
@@ -71,15 +76,17 @@ def find_races(program: Program, library: bool = True) -> list[Race]:
                 if kernel.ops and not library:
                     touched[(i, j)] = _op_accesses(kernel, shapes, src)
                     continue
-                per = []
+                check_meeting(kernel, src, program.lnc)
+                per, marked = [], []
                 for c in range(len(kernel.per_core)):
                     if (kernel.name, c) not in cache:
-                        found, cache[(kernel.name, c)] = _analyse(program, shapes, kernel, c)
+                        found, *cache[(kernel.name, c)] = _analyse(program, shapes, kernel, c)
                         races += found
-                    per.append(cache[(kernel.name, c)])
-                for a in range(len(per)):  # the physical cores of one launch are not ordered
+                    per.append(cache[(kernel.name, c)][0])
+                    marked.append(cache[(kernel.name, c)][1])
+                for a in range(len(per)):  # the cores of a launch: ordered only by barriers
                     for b in range(a + 1, len(per)):
-                        races += conflicts(per[a], per[b], f"core{a}", f"core{b}")
+                        races += conflicts(marked[a], marked[b], f"core{a}", f"core{b}", ordered)
                 touched[(i, j)] = {acc: lab for p in per for acc, lab in p.items()}
     races += _between_streams(program, touched, start)
     return list(dict.fromkeys(races))

@@ -30,18 +30,24 @@ class Race:
         )
 
 
-def conflicts(a: dict, b: dict, wa: str, wb: str) -> list[Race]:
+def conflicts(a: dict, b: dict, wa: str, wb: str, ordered=None) -> list[Race]:
     """Conflicting pairs between two unordered access maps (Access -> label): the first pair
-    per buffer."""
+    per buffer. With `ordered`, the maps' keys are (Access, mark) and `ordered(mark_a,
+    mark_b)` says whether the two accesses are ordered all the same (cores meeting at
+    barriers: `races.barriers`)."""
     by_buf: dict[str, list] = {}
-    for acc, label in b.items():
-        by_buf.setdefault(acc.buf, []).append((acc, label))
-    writes = {buf for buf, lst in by_buf.items() if any(x.write for x, _ in lst)}
+    for key, label in b.items():
+        acc = key[0] if ordered else key
+        by_buf.setdefault(acc.buf, []).append((acc, label, key))
+    writes = {buf for buf, lst in by_buf.items() if any(x.write for x, _, _ in lst)}
     out, done = [], set()
-    for acc, label in a.items():
+    for key, label in a.items():
+        acc = key[0] if ordered else key
         if acc.buf in done or (not acc.write and acc.buf not in writes):
             continue
-        for oacc, olabel in by_buf.get(acc.buf, ()):
+        for oacc, olabel, okey in by_buf.get(acc.buf, ()):
+            if ordered and ordered(key[1], okey[1]):
+                continue
             if (acc.write or oacc.write) and overlap(acc, oacc):
                 out.append(
                     Race(

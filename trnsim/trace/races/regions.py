@@ -143,8 +143,8 @@ def instr_accesses(ins: Instr, shapes: Shapes, tiles: dict, memo: dict) -> list[
     Access for one `tiles` (one core program)."""
     fields = _OPERANDS.get(type(ins))
     if fields is None:
-        fields = _OPERANDS[type(ins)] = tuple(
-            (f.name, f.name in WRITE_FIELDS) for f in ins.op_fields()
+        fields = _OPERANDS[type(ins)] = tuple(  # not a barrier's `data`: it only names it
+            (f.name, f.name in WRITE_FIELDS) for f in ins.op_fields() if f.metadata["access"]
         )
     out = []
     for name, write in fields:
