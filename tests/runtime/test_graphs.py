@@ -49,8 +49,27 @@ def test_a_replay_is_one_host_launch():
     assert dev.host_time_ps == LAUNCH  # not 3 x LAUNCH
     dev.synchronize()
     starts = [sp.start_ps for sp in dev.recorder.spans]
-    k = memset_ps(64)
-    assert starts == [LAUNCH + GRAPH_LAUNCH + i * (GRAPH_LAUNCH + k) for i in range(3)]
+    # kernel i starts at most one per GRAPH_LAUNCH after the replay, once the one before ends
+    assert memset_ps(64) < GRAPH_LAUNCH
+    assert starts == [LAUNCH + (i + 1) * GRAPH_LAUNCH for i in range(3)]
+
+
+def test_a_replay_of_long_kernels_starts_each_when_the_one_before_ends():
+    """Starting a kernel overlaps the kernel before it: a graph of kernels longer than
+    GRAPH_LAUNCH costs the device only the first start."""
+    dev = Device(TRN2, mode="timing")
+    n = 16 * 1024  # elements a partition: a memset longer than GRAPH_LAUNCH
+    k = memset_ps(n)
+    assert k > GRAPH_LAUNCH
+    g = dev.graph()
+    with g.capture():
+        for i in range(3):
+            dev.launch(memset_kernel(f"k{i}", n))
+    g.replay()
+    dev.synchronize()
+    starts = [sp.start_ps for sp in dev.recorder.spans]
+    assert starts == [LAUNCH + GRAPH_LAUNCH + i * k for i in range(3)]
+    assert dev.host_time_ps == LAUNCH + GRAPH_LAUNCH + 3 * k
 
 
 def test_copies_in_a_graph_pay_no_host_copy_cost():

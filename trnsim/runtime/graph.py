@@ -2,11 +2,14 @@
 
 As with CUDA graphs (torch.cuda.CUDAGraph): inside `with graph.capture(stream):` the stream's
 launches and copies are recorded instead of run, and cost the host nothing. `replay()` costs the
-host one launch (`host_link.launch_overhead`) and enqueues the whole sequence at once; each
-kernel of the replay then pays only `host_link.graph_launch_overhead` of device time before it
-starts. So N tiny kernels take about N x launch_overhead eagerly, and launch_overhead + N x
-(graph_launch_overhead + kernel) replayed. The captured tensors are bound at capture time: a
-replay reads and writes the same device memory, as a CUDA graph does.
+host one launch (`host_link.launch_overhead`) and enqueues the whole sequence at once; the
+device then starts the graph's kernels at most one per `host_link.graph_launch_overhead`: the
+i-th (from 1) not before replay + i x graph_launch_overhead, nor before the one ahead of it ends,
+so the cost of starting a kernel overlaps the kernel before it, as eager launches overlap on the
+host. So N kernels take about N x launch_overhead eagerly when that exceeds their time, and
+launch_overhead + max(N x graph_launch_overhead, sum of the kernels) replayed: a graph never
+costs the device more than its kernels plus the first start. The captured tensors are bound
+at capture time: a replay reads and writes the same device memory, as a CUDA graph does.
 """
 
 from __future__ import annotations
@@ -61,9 +64,10 @@ class Graph:
             raise TrnsimError("graph replay: the graph is still being captured")
         ctx = stream.ctx
         t = ctx.host.call("graph.replay", ctx.costs.launch, f"{len(self._nodes)} nodes")
-        per_kernel = ctx.costs.graph_launch
+        per_kernel, n = ctx.costs.graph_launch, 0
         for kind, args in self._nodes:
             if kind is LAUNCH:
-                kernel, tensors, timing_only, _ = args
-                args = (kernel, tensors, timing_only, per_kernel)
-            stream.push(kind, t, args)
+                n += 1
+                stream.push(kind, t + n * per_kernel, args)  # args' device-side cost is 0
+            else:
+                stream.push(kind, t, args)

@@ -10,8 +10,8 @@ kernels, as eager), with the op timer's launches diverted (`OpTimer.sink`):
   lowered together and simulated once on the timer's scratch chip; every other op one kernel
   timed by its roofline estimate, as eager times it; and captures the kernels as one runtime
   `Graph` on the current stream;
-- every call replays that Graph: one host launch, `graph_launch_overhead` per kernel on the
-  device, instead of `launch_overhead` of host time per op.
+- every call replays that Graph: one host launch, then a kernel start at most every
+  `graph_launch_overhead` on the device, instead of `launch_overhead` of host time per op.
 
 A fused run keeps its intermediates on chip (read from HBM never); one that no later op and no
 graph output reads is not written to HBM either (it is renamed to the run's last output, which
