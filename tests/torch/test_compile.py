@@ -242,9 +242,9 @@ def _launches(fn):
     stream = timing.timer()._stream()
     orig = stream.launch_timed
 
-    def spy(name, duration_ps):
+    def spy(name, duration_ps, *args, **kwargs):
         seen.append(duration_ps)
-        orig(name, duration_ps)
+        return orig(name, duration_ps, *args, **kwargs)
 
     stream.launch_timed = spy
     try:

@@ -62,11 +62,15 @@ class Stream:
         self.push(LAUNCH, t, args)
         return kernel
 
-    def launch_timed(self, name: str, duration_ps: int, estimate=None) -> TimedKernel:
+    def launch_timed(
+        self, name: str, duration_ps: int, estimate=None, copy: bool = False
+    ) -> TimedKernel:
         """Launch a kernel known only by its device time (`TimedKernel`): it costs the host a
         launch and holds this stream's logical core for `duration_ps`, like any kernel. For
         callers that measured a kernel once and replay it (the PyTorch device does). `estimate`
         (`trnsim.runtime.estimate.Estimated`): a trace's estimated op, reported when it ends.
+        `copy`: a host<->device copy timed by the caller: the host pays a copy call
+        (`copy_overhead`, as `memcpy_async`), not a launch.
 
         Consecutive timed launches share one queue item (`ChipContext.run_timed`), which keeps
         the simulation's cost per launch small. Returns the `TimedKernel` enqueued."""
@@ -75,7 +79,10 @@ class Stream:
             self._capture.add(self, LAUNCH, (kernel, {}, True, 0))
             return kernel
         ctx = self.ctx
-        t = ctx.host.call("launch", ctx.costs.launch, name)
+        if copy:
+            t = ctx.host.call("memcpy_async", ctx.costs.copy, name)
+        else:
+            t = ctx.host.call("launch", ctx.costs.launch, name)
         q = self._queue
         if q and q[-1][0] is TIMED:
             q[-1][2].append((t, kernel))

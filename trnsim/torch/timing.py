@@ -223,7 +223,8 @@ class OpTimer:
             self.copies.modelled += modelled
             self.copies.estimated += not modelled
         stream = self._stream()
-        self.last = key, stream, stream.launch_timed("copy", dur)
+        host = src.is_cpu or dst.is_cpu  # the host pays a copy call, as memcpy_async does
+        self.last = key, stream, stream.launch_timed("copy", dur, copy=host)
         self.copies.device_ps += dur
         if recording.active is not None:  # trnsim.torch.record
             recording.active.copy(src, dst, modelled, dur, stream)
