@@ -7,8 +7,10 @@ by the kernel library, or a labelled roofline estimate). A thin shim: the runtim
 Modules: `register` (making `neuron` a PyTorch device), `state` (the chip, chosen by `configure`
 or TRNSIM_CHIP / TRNSIM_LNC), `allocator` (the caching allocator), `tensors` (device tensors and
 their CPU views), `kernels` (the aten kernels), `timing`, `module` (`torch.neuron`),
-`autocast`, `report`, `record` (a run written as a trace: `recording` its hooks,
-`record_tensors`, `record_figures`, `record_write`).
+`autocast`, `report`, `compile` (the torch.compile backend) and `graph` (a compiled graph as
+one captured runtime graph), `profiler` (`torch.neuron.profiler`; `profiler_export`), `record`
+(a run written as a trace: `recording` its hooks, `record_tensors`, `record_figures`,
+`record_write`).
 """
 
 try:
