@@ -307,3 +307,19 @@ def test_inside_a_profile_or_a_recording_a_compiled_graph_runs_op_by_op(tmp_path
     text = (tmp_path / "run.yaml").read_text()
     assert text.count("{launch: ") == 5, text  # addmm, gelu, addmm, mul, addmm: one each
     assert text.count("- {addmm: ") == 3 and "- {gelu: " in text and "- {mul: " in text, text
+
+
+def test_a_refused_op_in_a_compiled_graph_is_estimated_with_the_reason():
+    """As in eager (test_training_timing): the report says why the library did not time it."""
+    timing.timer().refused.pop("add.Tensor", None)
+
+    def f(y, b):
+        return y + b  # a broadcast of two dims: not lowered
+
+    y, b = torch.randn(8, 6, 7, device="neuron"), torch.randn(6, 7, device="neuron")
+    before = _snapshot()
+    got = torch.compile(f, backend="neuron")(y, b)
+    assert _deltas(before)["add.Tensor"][0] == 1  # the graph's one kernel, not an eager op
+    assert timing.timer().stats["add.Tensor"].estimated >= 1
+    assert "this broadcast is not lowered yet" in timing.timer().refused["add.Tensor"]
+    torch.testing.assert_close(got.cpu(), (y + b).cpu())

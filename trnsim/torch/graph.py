@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import torch
 
 from trnsim.errors import TrnsimError
-from trnsim.kernels import BINARY, UNARY, lower_cores
+from trnsim.kernels import BINARY, UNARY
 from trnsim.kernels.fusion import chains
 from trnsim.torch import recording, timing
 from trnsim.torch.aten import library_ops
 from trnsim.torch.tensors import cpu_view
-from trnsim.trace.program import KernelSpec, OpSpec
+from trnsim.trace.program import OpSpec
 
 Tensor = torch.Tensor
 FAILS = (TrnsimError, KeyError, ValueError, IndexError, TypeError, AttributeError, RuntimeError)
@@ -306,9 +306,12 @@ def _measure(run: list[OpSpec], name: str, c: Collector, timer) -> Kernel | None
     hit = timer.memo.get(key)
     if hit is None:
         try:
-            hit = _simulate(run, name, specs, timer)
-        except FAILS:
+            hit = timer.measure(name, run, specs)
+        except FAILS as e:
             hit = False
+            if len(run) == 1:  # the report says why the op was estimated, as eager's does
+                shapes = ", ".join(f"{k} {list(t.shape)}" for k, t in specs.items())
+                timer.refused.setdefault(name, f"{shapes}: {type(e).__name__}: {e}")
         timer.memo[key] = hit
     if hit is False:
         return None
@@ -326,23 +329,6 @@ def _names(op: OpSpec) -> list[str]:
 
 def _frozen(args: dict) -> tuple:
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in args.items())
-
-
-def _simulate(run: list[OpSpec], name: str, specs: dict, timer) -> tuple[int, KernelSpec]:
-    """(device time, kernel) of the ops lowered as one kernel, as `OpTimer._simulate`."""
-    dev, lnc = timer.scratch, timer.chip.lnc
-    try:
-        cores = lower_cores(run, specs, dev.cfg, lnc)
-    except (TrnsimError, ValueError):
-        if lnc == 1:
-            raise
-        cores = lower_cores(run, specs, dev.cfg, 1)  # too small to split: one core runs it
-    kernel = KernelSpec(name, per_core=cores)
-    try:
-        return timer._run(dev, kernel, specs), kernel
-    except Exception:
-        timer.scratch = type(dev)(dev.cfg, 0, "timing", lnc)  # left mid-run: a new one
-        raise
 
 
 @dataclass

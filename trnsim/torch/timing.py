@@ -161,6 +161,12 @@ class OpTimer:
             if spec is None:
                 raise KeyError(k)
             specs[k] = spec
+        return (*self.measure(name, ops, specs), specs)
+
+    def measure(self, name: str, ops: list[OpSpec], specs: dict) -> tuple[int, KernelSpec]:
+        """(device time, kernel) of `ops` on tensors `specs` lowered as one kernel for this
+        chip's logical core (for one physical core where the tensors are too small to split)
+        and simulated once on the timing-only scratch chip. Raises what the library raises."""
         dev = self.scratch
         try:
             cores = lower_cores(ops, specs, dev.cfg, self.chip.lnc)
@@ -170,7 +176,7 @@ class OpTimer:
             cores = lower_cores(ops, specs, dev.cfg, 1)  # too small to split: one core runs it
         kernel = KernelSpec(name, per_core=cores)
         try:
-            return self._run(dev, kernel, specs), kernel, specs
+            return self._run(dev, kernel, specs), kernel
         except Exception:
             self.scratch = Device(dev.cfg, 0, "timing", self.chip.lnc)  # left mid-run: a new one
             raise
