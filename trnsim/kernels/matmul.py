@@ -13,6 +13,13 @@ stationary[K', M']^T @ moving[K', N'], K' and M' <= 128 partitions, N' <= the mo
   at the end) and emptied to SBUF by VectorE and
   ScalarE in turn (casting to out's dtype), then stored to HBM.
 
+When K is large, the strip narrows (one 128-row block of A^T for K = 28672 bf16) and B is
+streamed again for every strip. The kernel then streams K instead (`_one_streamed`): for each
+strip of up to a PSUM bank per 128-row block and each N block, every K block loads A^T[k, strip]
+(one DMA transpose) and B[k, n] and runs the strip's matmuls, so A is read once per N block and
+B once per strip. `_Plan.stream_k` picks whichever kernel moves fewer HBM bytes (the streamed
+one on a tie: its loads are larger), on chips with DMA transpose.
+
 Ragged sizes (M, N, K not multiples of the tile) use partial tiles. Leading (batch) dims of a
 and b loop around the whole: a and b both [B, M, K] / [B, K, N], or b 2-D and shared.
 """
@@ -32,6 +39,7 @@ __all__ = ["lower_matmul"]
 
 SBUF_SHARE = 0.75  # of a partition's SBUF the A strip and B buffers may take (rest: headroom)
 B_BUFS = 3  # rotating B blocks: one loading, one in use, one spare for queue jitter
+A_BUFS = 4  # rotating A^T blocks of the K-streamed kernel (each load is a few us of DMA)
 
 
 def lower_matmul(
@@ -61,13 +69,15 @@ def lower_matmul(
             f"linear: {cfg.name} has no DMA transpose for {ta.dtype.name}: a weight of [N, K] "
             "is not lowered on it yet"
         )
-    bufs = _Buffers(b, plan)
     lo, hi = b.share(to.shape) or (0, math.prod(bat) * M)  # this core's rows of out
+    streamed = plan.stream_k(min(M, hi - lo), cfg)
+    bufs = _StreamBuffers(b, plan) if streamed else _Buffers(b, plan)
+    one = _one_streamed if streamed else _one
     for i, batch in enumerate(_batches(bat)):
         rows = (max(lo - i * M, 0), min(hi - i * M, M))
         if rows[0] < rows[1]:
             kb = batch if bat_b else ()
-            _one(b, plan, bufs, (a_name, batch), (b_name, kb), (out_name, batch), rows)
+            one(b, plan, bufs, (a_name, batch), (b_name, kb), (out_name, batch), rows)
     b.release(*bufs.accs, *(bufs.turn[1:] if bufs.turn else ()))
 
 
@@ -108,6 +118,25 @@ class _Plan:
         self.b_transposed = False
         self.evac = (Engine.VECTOR, Engine.SCALAR)
 
+    def stream_k(self, rows: int, cfg: ChipConfig) -> bool:
+        """Switch to the K-streamed kernel (`_one_streamed`: A^T blocks loaded for every N
+        block, B blocks shared by up to a bank's worth of 128-row blocks) for `rows` rows of A
+        on this core? Only with DMA transpose (streaming A through TensorE transposes would
+        cost TensorE time), and when it moves no more HBM bytes than the resident strip, whose
+        width shrinks as K grows (a large-K matmul streams B again for every strip)."""
+        if not self.dma_transpose or rows <= 0:
+            return False
+        P, NB, item = self.P, self.NB, self.a_dt.itemsize
+        a_bytes, b_bytes = rows * self.K * item, self.K * self.N * item
+        resident = a_bytes + b_bytes * math.ceil(rows / (P * self.mt))
+        mt = min(cfg.core.psum.banks, math.ceil(rows / P))
+        streamed = a_bytes * math.ceil(self.N / NB) + b_bytes * math.ceil(rows / (P * mt))
+        if streamed > resident:
+            return False
+        self.mt = mt
+        self.psum_sets = 2 if 2 * mt <= cfg.core.psum.banks else 1
+        return True
+
 
 class _Buffers:
     """The kernel's tiles, made once for all batch elements: two A^T strips, B_BUFS B blocks,
@@ -126,9 +155,84 @@ class _Buffers:
             self.turn = (b.tile("a_raw", "sbuf", (P, P), p.a_dt), b.psum("a_tp", (P, P), p.a_dt))
 
 
+class _StreamBuffers:
+    """The K-streamed kernel's tiles: A_BUFS rotating A^T blocks [128, 128 * mt], B_BUFS B
+    blocks, one PSUM tile per bank (per 128-row block: an accumulator waits only for its own
+    bank's evacuation), in `psum_sets` sets, and two output blocks."""
+
+    def __init__(self, b: KernelBuilder, p: _Plan):
+        P = p.P
+        self.abufs = [b.tile("aT", "sbuf", (P, P * p.mt), p.a_dt) for _ in range(A_BUFS)]
+        self.bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(B_BUFS)]
+        f32 = dtype("float32")
+        self.sets = [
+            [b.psum("acc", (P, p.NB), f32) for _ in range(p.mt)] for _ in range(p.psum_sets)
+        ]
+        self.accs = [t for s in self.sets for t in s]
+        self.outs = [b.tile("o", "sbuf", (P, p.NB), p.out_dt) for _ in range(2)]
+        self.turn = None
+
+
+def _one_streamed(
+    b: KernelBuilder, p: _Plan, bufs: _StreamBuffers, a: tuple, bm: tuple, out: tuple, rows
+):
+    """One batch element, K streamed: for each strip of up to mt 128-row blocks and each N
+    block, every K block loads A^T[k, strip] (one DMA transpose) and B[k, n] and runs the strip's
+    matmuls into their PSUM banks; then the banks are emptied and stored. A is read once per N
+    block, B once per strip (`_Plan.stream_k` picks this kernel when that moves fewer bytes)."""
+    (a_name, ab), (o_name, ob) = a, out
+    P, MB = p.P, p.P * p.mt
+    kt = math.ceil(p.K / P)
+    q = _Queues(p.queues)
+    n_a = n_b = n_set = n_out = 0
+    for m0 in range(rows[0], rows[1], MB):
+        end = min(m0 + MB, rows[1])
+        ms = [(m, min(P, end - m)) for m in range(m0, end, P)]
+        for n0 in range(0, p.N, p.NB):
+            nw = min(p.NB, p.N - n0)
+            accs = bufs.sets[n_set % len(bufs.sets)]
+            n_set += 1
+            for k in range(kt):
+                k0, kw = k * P, min(P, p.K - k * P)
+                at = bufs.abufs[n_a % A_BUFS]
+                n_a += 1
+                src = ap(a_name, *ab, slice(m0, end), slice(k0, k0 + kw))
+                dst = ap(at, slice(0, kw), slice(0, end - m0))
+                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load(), transpose=True)
+                bt = _load_b(b, p, bufs.bbufs[n_b % B_BUFS], bm, k0, kw, n0, nw, q)
+                n_b += 1
+                for j, (_, mw) in enumerate(ms):
+                    st = ap(at, slice(0, kw), slice(j * P, j * P + mw))
+                    d = ap(accs[j], slice(0, mw), slice(0, nw))
+                    b.emit(Matmul, [st, bt], [d], stationary=st, moving=bt, dst=d, accumulate=k > 0)
+            for j, (m, mw) in enumerate(ms):
+                o = bufs.outs[n_out % 2]
+                engine = p.evac[n_out % 2]
+                n_out += 1
+                src = ap(accs[j], slice(0, mw), slice(0, nw))
+                dst = ap(o, slice(0, mw), slice(0, nw))
+                _copy(b, engine, src, dst)
+                hbm = ap(o_name, *ob, slice(m, m + mw), slice(n0, n0 + nw))
+                b.emit(DmaCopy, [dst], [hbm], src=dst, dst=hbm, queue=q.store())
+
+
+def _load_b(b: KernelBuilder, p: _Plan, bt: str, bm: tuple, k0, kw, n0, nw, q) -> object:
+    """Load B's [kw, nw] block at (k0, n0) into SBUF tile `bt` (a transposed weight's [nw, kw]
+    block is turned on the way in); its operand."""
+    b_name, bb = bm
+    dst = ap(bt, slice(0, kw), slice(0, nw))
+    if p.b_transposed:
+        src = ap(b_name, *bb, slice(n0, n0 + nw), slice(k0, k0 + kw))
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load(), transpose=True)
+    else:
+        src = ap(b_name, *bb, slice(k0, k0 + kw), slice(n0, n0 + nw))
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load())
+    return dst
+
+
 def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: tuple, rows):
     """One batch element: out[m0:m1, N] = a[m0:m1, K] @ b[K, N], (m0, m1) = `rows`."""
-    (a_name, ab), (b_name, bb), (o_name, ob) = a, bm, out
+    (a_name, ab), (o_name, ob) = a, out
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
     strips, bbufs, accs, outs, turn = bufs.strips, bufs.bbufs, bufs.accs, bufs.outs, bufs.turn
@@ -145,15 +249,8 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
             n_acc += 1
             for k in range(kt):
                 k0, kw = k * P, min(P, p.K - k * P)
-                bt = bbufs[n_b % B_BUFS]
+                dst = _load_b(b, p, bbufs[n_b % B_BUFS], bm, k0, kw, n0, nw, q)
                 n_b += 1
-                dst = ap(bt, slice(0, kw), slice(0, nw))
-                if p.b_transposed:  # the weight's [nw, kw] block, turned on the way in
-                    src = ap(b_name, *bb, slice(n0, n0 + nw), slice(k0, k0 + kw))
-                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load(), transpose=True)
-                else:
-                    src = ap(b_name, *bb, slice(k0, k0 + kw), slice(n0, n0 + nw))
-                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load())
                 for j, (_, mw) in enumerate(ms):
                     col = k * MB + j * P
                     st = ap(strip, slice(0, kw), slice(col, col + mw))
