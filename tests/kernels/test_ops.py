@@ -504,3 +504,30 @@ def test_a_run_of_elementwise_ops_is_fused_and_keeps_its_intermediates_on_chip()
     h = r.tensor("h").astype(np.float64)  # final h = gelu(h0 + x)
     y = reference("exp", {"x": "y"}, {"y": (h * 2.0).astype(np.float32)})
     np.testing.assert_allclose(r.tensor("y"), y, rtol=1e-5, atol=1e-6)
+
+
+def test_transposes_keep_32_blocks_in_flight_on_half_the_queues_each_way():
+    """Loads on queues 0-7, stores on 8-15 (trn2: 16 queues), through 32 buffers as wide as
+    x's rows (up to 512), shared by the kernel's transposes of the same width."""
+    from trnsim.config import load_chip
+    from trnsim.dtypes import dtype
+    from trnsim.trace.program import TensorSpec
+
+    bf16 = dtype("bfloat16")
+    specs = {
+        n: TensorSpec(n, s, bf16, None)
+        for n, s in [
+            ("x", (4, 128, 2048)),
+            ("y", (4, 2048, 128)),
+            ("u", (128, 256)),
+            ("v", (256, 128)),
+        ]
+    }
+    ops = [OpSpec("transpose", {"x": "x", "out": "y"}), OpSpec("transpose", {"x": "u", "out": "v"})]
+    prog = lower(ops, specs, load_chip("trn2"))
+    assert [t.shape for t in prog.tiles.values()] == [(128, 128)] * 32
+    copies = [i for i in prog.instructions if i.OP == "dma_copy"]
+    loads = [i.queue for i in copies if i.transpose]
+    stores = [i.queue for i in copies if not i.transpose]
+    assert len(loads) == len(stores) == 4 * 16 + 2  # [128, 128] blocks
+    assert loads[:9] == [0, 1, 2, 3, 4, 5, 6, 7, 0] and set(stores) == set(range(8, 16))
