@@ -40,7 +40,6 @@ from trnsim.kernels.norms import lower_norm
 from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import REDUCTIONS, lower_reduction, rows_fit
-from trnsim.kernels.signals import drop_unobserved_signals
 from trnsim.kernels.softmax import lower_softmax
 from trnsim.kernels.training import FULL_READS as TRAINING_FULL_READS
 from trnsim.kernels.training import ONE_CORE, TRAINING_OPS, lower_training
@@ -75,7 +74,7 @@ def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: st
         except TraceError as e:
             where = f"{source}:{op.line}: " if source else f"line {op.line}: " if op.line else ""
             raise TraceError(f"{where}{e}") from None
-    return drop_unobserved_signals(b.program())
+    return b.program()
 
 
 FULL_READS = {  # op -> arguments it reads whole on every core (the others: by the core's rows)
