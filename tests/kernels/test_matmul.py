@@ -78,3 +78,43 @@ def test_several_row_blocks_with_a_column_block_under_a_bank(chip, n):
     starts on its own bank (packed at j * 384, block 1 would cross one: a SimError)."""
     got, ref, _ = _mm(((512, 128), (128, n), (512, n)), chip=chip)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("chip", ["trn2", "trn3"])
+@pytest.mark.parametrize("m,k,n", [(256, 28672, 512), (200, 28000, 300), (1100, 20000, 130)])
+def test_large_k_streams_k_with_values_of_numpy(chip, m, k, n):
+    """A K that leaves room for one 128-row block of a resident A^T strip: the kernel streams
+    K (`_one_streamed`), one A^T load (a DMA transpose of the strip's rows) and one B load per
+    K block of each strip and N block, strips of up to 8 blocks (one PSUM bank each)."""
+    got, ref, b = _mm(((m, k), (k, n), (m, n)), chip=chip)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+    kt, nb = -(-k // 128), -(-n // 512)
+    strips = -(-m // 1024)
+    blocks = -(-m // 128)
+    ops = [i.OP for i in b.instructions]
+    assert ops.count("matmul") == blocks * nb * kt
+    transposed = [i for i in b.instructions if i.OP == "dma_copy" and i.transpose]
+    assert len(transposed) == strips * nb * kt  # A^T: one per K block, strip and N block
+    assert ops.count("dma_copy") == 2 * strips * nb * kt + blocks * nb  # + B loads, stores
+
+
+def test_the_kernel_moving_fewer_bytes_is_picked():
+    """Resident strip: A once, B once per strip of mt blocks; streamed: A once per N block, B
+    once per strip of up to 8 blocks. On a tie, streamed (its loads are larger)."""
+    from trnsim.config import load_chip
+    from trnsim.dtypes import dtype
+    from trnsim.kernels.matmul import _Plan
+
+    cfg, bf16 = load_chip("trn2"), dtype("bfloat16")
+
+    def pick(m, n, k):
+        p = _Plan(cfg, bf16, bf16, m, n, k)
+        return p.mt, p.stream_k(m, cfg), p.mt
+
+    # K = 28672: resident mt = 1, 3.76 GB (A 235 MB + B 117 MB x 32) vs streamed 1.41 GB
+    assert pick(4096, 2048, 28672) == (1, True, 8)
+    # 4096 x 8192 x 8192: resident mt = 4 (A 67 MB + B 134 MB x 8) beats A x 16 + B x 4
+    assert pick(4096, 8192, 8192) == (4, False, 4)
+    # one N block (decode, N = 128): A once either way, B 2 MB x 8 vs x 4
+    assert pick(8192, 128, 8192)[1:] == (True, 8)
+    assert not _Plan(cfg, bf16, bf16, 1, 1, 1).stream_k(0, cfg)  # a core with no rows
