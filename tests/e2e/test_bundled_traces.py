@@ -6,7 +6,7 @@ Golden reports: tests/golden/<trace stem>.json holds the output of
 tests/golden/<trace stem>@<chip>.json that of `... --chip <chip>` for the traces of
 OTHER_CHIPS. The simulator is deterministic, so the test compares the whole JSON object exactly,
 floats included (they survive the JSON round trip bit for bit); a mismatch lists every key path
-that differs. test_golden_figures.py derives the goldens' key figures by hand from the model.
+that differs. test_golden_figures.py and test_golden_figures_ops.py derive the goldens' key figures by hand from the model.
 
 When the model changes on purpose (a cost formula, a config value, a new report key), regenerate
 the goldens and review the diff before committing it:
