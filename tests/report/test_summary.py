@@ -5,7 +5,8 @@ import pytest
 
 from trnsim.config import load_chip, peak_flops_per_core
 from trnsim.report.recorder import DmaMove, Recorder, Span
-from trnsim.report.summary import QueueStats, dma_queue_stats, format_summary, summarize
+from trnsim.report.summary import QueueStats, dma_queue_stats, summarize
+from trnsim.report.text import format_summary
 
 
 def dma(core, queue, start, end, nbytes, index=0):

@@ -27,7 +27,7 @@ from trnsim.report.files import check_distinct, check_file, check_folder
 from trnsim.report.perfetto import write_chrome_trace
 from trnsim.report.profile import check_format, write_profile
 from trnsim.report.provenance import provenance
-from trnsim.report.summary import format_comparison, format_summary
+from trnsim.report.text import format_comparison, format_summary
 from trnsim.runtime.session import check_program, lowered, run_program, save_outputs
 
 

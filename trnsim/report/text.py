@@ -1,0 +1,140 @@
+"""The run summary as text: the table `trnsim run` prints, and `trnsim compare`'s side-by-side
+columns. The numbers come from `report.summary`; this module only lays them out."""
+
+from __future__ import annotations
+
+from trnsim.units import fmt_bytes, fmt_flops, fmt_rate, fmt_time_ns
+
+
+def format_summary(s: dict) -> str:
+    """The summary as a readable table (what `trnsim run` prints)."""
+    out = [
+        f"trace {s['trace']!r} on {s['chip']} ({s['mode']})",
+        f"total time      {fmt_time_ns(s['total_time_ns'])} (host launch costs included)",
+        f"device time     {fmt_time_ns(s['device_time_ns'])} (first activity to last; "
+        f"utilization and FLOP/s are over this)",
+        "",
+    ]
+    if s.get("lnc", 1) > 1 and s["logical_cores"]:
+        cores = [f"core: {lc} runs on {', '.join(ps)}" for lc, ps in s["logical_cores"].items()]
+        out.append(f"cores           lnc {s['lnc']}: a stream's " + "; ".join(cores))
+        out.append("")
+    if s["engines"]:
+        out.append(f"{'engine':<16}{'busy':>12}{'util':>8}{'instrs':>9}")
+        for name, e in s["engines"].items():
+            busy = fmt_time_ns(e["busy_ns"]) if e["instructions"] else "-"
+            out.append(f"{name:<16}{busy:>12}{e['utilization']:>8.1%}{e['instructions']:>9}")
+        out.append("")
+    if s["dma"]:
+        out.append(
+            f"{'dma queue':<16}{'busy':>12}{'bytes':>12}{'xfers':>7}{'rate':>13}"
+            f"{'setup over bytes':>20}"
+        )
+        for name, d in s["dma"].items():
+            over = d["setup_overhead_ns"]
+            share = f" ({over / d['busy_ns']:.0%})" if d["busy_ns"] else ""
+            out.append(
+                f"{name:<16}{fmt_time_ns(d['busy_ns']):>12}{fmt_bytes(d['bytes']):>12}"
+                f"{d['transfers']:>7}{fmt_rate(d['bandwidth_bytes_per_s']):>13}"
+                f"{fmt_time_ns(over) + share:>20}"
+            )
+        out.append("")
+    h = s["hbm"]
+    out.append(
+        f"HBM             read {fmt_bytes(h['bytes_read'])}, written "
+        f"{fmt_bytes(h['bytes_written'])}, {fmt_rate(h['bandwidth_bytes_per_s'])}"
+    )
+    peak = "" if s["peak_fraction"] is None else f", {s['peak_fraction']:.1%} of peak"
+    out.append(f"compute         {s['flops']:.4g} FLOP, {fmt_flops(s['flops_per_s'])}{peak}")
+    e = s.get("estimated")
+    if e:
+        out.append(
+            f"estimated       {e['launches']} op launches, {fmt_time_ns(e['time_ns'])}, "
+            f"{e['flops']:.4g} FLOP, {fmt_bytes(e['bytes'])}: roofline estimates, not simulated "
+            f"(not in the figures above)"
+        )
+    m = s["memory"]
+    out.append(
+        f"memory peaks    SBUF {fmt_bytes(m['sbuf_peak_bytes'])}, PSUM "
+        f"{fmt_bytes(m['psum_peak_bytes'])}, HBM {fmt_bytes(m['hbm_peak_bytes'])}"
+    )
+    for name, t in s["timings"].items():
+        out.append(f"timing          {name}: {fmt_time_ns(t['ns'])}")
+    if s.get("check_note"):
+        out.append(f"check           nothing to compare: {s['check_note']}")
+    for name, c in s.get("check", {}).items():
+        out.append(
+            f"check           {name}: max abs err {c['max_abs_err']:.3g}, "
+            f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}"
+        )
+    if s.get("ops"):
+        out += ["", *_format_ops(s["ops"])]
+    if s["top_instructions"]:
+        out += [
+            "",
+            f"{'top instructions':<34}{'track':<16}{'count':>7}{'busy':>12}{'mean':>12}",
+        ]
+        for r in s["top_instructions"]:
+            out.append(
+                f"{(r['kernel'] + ':' + r['op'])[:33]:<34}{r['track']:<16}"
+                f"{r['count']:>7}{fmt_time_ns(r['busy_ns']):>12}{fmt_time_ns(r['mean_ns']):>12}"
+            )
+        out.append("(busy: time with at least one running, overlapping transfers counted once)")
+    out.append(f"model           trnsim {s['trnsim_version']}, config {s['config_hash']}")
+    return "\n".join(out)
+
+
+def _format_ops(rows: list[dict]) -> list[str]:
+    """The per-op table: time per launch, roofline, what binds, the fraction reached."""
+    out = [f"{'op':<34}{'time':>12}{'roofline':>12}  {'bound':<9}{'reached':>8}  tensors"]
+    for r in rows:
+        name = f"{r['kernel']}[{r['index']}] {r['op']}"
+        tensors = ", ".join(
+            f"{n} {'x'.join(map(str, shape))} {r['dtypes'][n]}" for n, shape in r["shapes"].items()
+        )
+        out.append(
+            f"{name[:33]:<34}{fmt_time_ns(r['time_ns']):>12}{fmt_time_ns(r['roofline_ns']):>12}"
+            f"  {r['bound']:<9}{r['fraction']:>8.1%}  {tensors}"
+        )
+    out.append("(time: per launch, first instruction start to last end; roofline: the largest "
+               "of FLOPs / TensorE peak, bytes / DMA, bytes / HBM)")  # fmt: skip
+    return out
+
+
+COMPARED = (
+    ("total time", lambda s: s["total_time_ns"], fmt_time_ns),
+    ("device time", lambda s: s["device_time_ns"], fmt_time_ns),
+    ("FLOP/s", lambda s: s["flops_per_s"], fmt_flops),
+    ("peak fraction", lambda s: s["peak_fraction"], lambda v: "-" if v is None else f"{v:.1%}"),
+    ("HBM bandwidth", lambda s: s["hbm"]["bandwidth_bytes_per_s"], fmt_rate),
+    (
+        "busiest engine",
+        lambda s: max((e["utilization"] for e in s["engines"].values()), default=0.0),
+        lambda v: f"{v:.1%}",
+    ),
+)
+
+
+def format_comparison(columns: dict[str, dict]) -> str:
+    """Several runs of one trace side by side (label -> summary, or {"error": why} for a
+    column that could not run), with each value's ratio to the first column that ran."""
+    ran = [s for s in columns.values() if "error" not in s]
+    first = ran[0]
+    width = max(22, *(len(label) + 2 for label in columns))
+    head = f"{'':<16}" + "".join(f"{label:>{width}}" for label in columns)
+    out = [f"trace {first['trace']!r}", head]
+    for label, get, fmt in COMPARED:
+        base = get(first)
+        cells = []
+        for s in columns.values():
+            if "error" in s:
+                cells.append(f"{'-':>{width}}")
+                continue
+            v = get(s)
+            ratio = f" ({v / base:.2f}x)" if base and v is not None and s is not first else ""
+            cells.append(f"{fmt(v) + ratio:>{width}}")
+        out.append(f"{label:<16}" + "".join(cells))
+    for label, s in columns.items():
+        if "error" in s:
+            out.append(f"{label} did not run: {s['error']}")
+    return "\n".join(out)
