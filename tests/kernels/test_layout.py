@@ -58,6 +58,8 @@ def test_core_shares_partition_the_rows_at_multiples_of_128():
         ((3, 130, 8), (4,), 2, [130, 130, 130]),  # the walk cuts blocks at items of 130 rows
         ((7, 9), (8,), 1, [7]),
         ((2048, 64), (0,), 1, [128] * 16),  # at least 1
+        ((256, 64), (64,), 2, [256]),  # rows fill the partitions first: 2 to each of 128
+        ((1000, 64), (64,), 8, [1000]),  # 8 to each of 125
     ],
 )
 def test_row_groups_put_the_same_rows_to_a_partition_in_every_block(shape, most, per, sizes):

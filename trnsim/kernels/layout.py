@@ -34,8 +34,12 @@ def row_groups(
     """(per, blocks): `row_blocks` of up to `partitions * per` rows, each `per` rows to a
     partition (a tile [rows / per, per, D]), `per` the largest that is at most each of `most`
     and divides every block's rows (1 when nothing larger does): a power of two, which divides
-    the usual counts of rows."""
-    per = 1 << (max(1, min(most)).bit_length() - 1)
+    the usual counts of rows. Rows fill the partitions before they share one: `per` is at most
+    the power of two at or above rows / `partitions` (256 short rows go 2 to each of 128
+    partitions, not 64 to 4; 300 go 4 to each of 75)."""
+    lo, hi = rows if rows is not None else (0, math.prod(shape[:-1]))
+    spread = 1 << (max(1, -(-(hi - lo) // partitions)) - 1).bit_length()
+    per = 1 << (max(1, min(*most, spread)).bit_length() - 1)
     while True:
         blocks = list(row_blocks(shape, partitions * per, rows))
         fit = math.gcd(per, *(n for _, n in blocks))
