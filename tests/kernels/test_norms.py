@@ -17,7 +17,7 @@ from trnsim.kernels import lower, reference
 from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.reference import tolerance
-from trnsim.trace.program import OpSpec
+from trnsim.trace.program import OpSpec, TensorSpec
 
 BF16, F32 = dtype("bfloat16"), dtype("float32")
 
@@ -173,3 +173,18 @@ def test_a_kernel_of_several_row_ops_fits_sbuf():
                if s.memory == "sbuf")  # fmt: skip
     assert used <= 224 * 1024
     assert res.summary["device_time_ns"] > 0
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "softmax"])
+def test_short_rows_fill_the_partitions_first(op):
+    """256 rows of 64: each block tile is [128, 2, 64] (2 rows to each of 128 partitions), not
+    [4, 64, 64], so the ScalarE passes that go row by row are 2, not 64."""
+    tensors = {
+        "x": TensorSpec("x", (256, 64), BF16, None),
+        "w": TensorSpec("w", (64,), BF16, None),
+        "y": TensorSpec("y", (256, 64), BF16, None),
+    }
+    args = {"x": "x", "out": "y", **({"weight": "w"} if op != "softmax" else {})}
+    prog = lower([OpSpec(op, args)], tensors, load_chip("trn2"))
+    shapes = {t.shape for t in prog.tiles.values() if t.shape[-1] == 64 and len(t.shape) == 3}
+    assert shapes == {(128, 2, 64)}
