@@ -9,10 +9,12 @@ beside it (`traces`, `sweep`, `configs`).
 
 from __future__ import annotations
 
+import atexit
 import gc
 import io
 import os
 import sys
+import threading
 
 import click
 
@@ -251,7 +253,8 @@ def _progress(quiet: bool):
 
 
 def entry() -> None:
-    """The `trnsim` program: `main` with the cyclic garbage collector off for the whole process.
+    """The `trnsim` program: `main` with the cyclic garbage collector off for the whole process,
+    ended by `_exit` (no object-by-object teardown).
 
     A command is short-lived and makes few garbage cycles, but the collector would walk all its
     objects three times: when loading and running end (their pauses, `trnsim.gcpause`) and at
@@ -259,4 +262,35 @@ def entry() -> None:
     programs call it, keeps the collector as it finds it.
     """
     gc.disable()
-    main(prog_name="trnsim")  # also when started as `python cli.py`
+    try:
+        main(prog_name="trnsim")  # also when started as `python cli.py`
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    _exit(code)
+
+
+def _exit(code: int | str | None) -> None:
+    """End the process as `sys.exit(code)` would, but without the interpreter's teardown, which
+    frees every object one by one: ~3 s of a 14 s Llama prefill layer's run (1 GB of objects),
+    ~0.4 s of a 100,000-instruction trace's. The exit hooks (`atexit`) still run and the output
+    is flushed; with other threads alive (they may hold work to finish) the exit is the usual
+    one."""
+    if threading.active_count() > 1:
+        sys.exit(code)
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"): the message on stderr, status 1
+        print(code, file=sys.stderr)
+        status = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:  # the reader went away: as _quiet_exit_on_closed_pipe
+            status = EXIT_CLOSED_PIPE
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
