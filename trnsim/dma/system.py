@@ -80,7 +80,8 @@ class _Transfer:
         "src",
         "dst",
         "transpose",
-        "ready",
+        "ready_at",
+        "armed",
         "lane",
         "flow",
         "costs",
@@ -94,7 +95,8 @@ class _Transfer:
         self.core, self.queue, self.ins, self.index, self.kernel = core, queue, ins, index, kernel
         self.on_done, self.start = on_done, start
         self.src, self.dst, self.transpose = src, dst, transpose
-        self.ready = False
+        self.ready_at = 0  # ps at which its setup is done
+        self.armed = False  # a timeout for ready_at is pending
         self.lane: _Lane | None = lane
         self.flow: Flow | None = None
         self.costs: tuple[int, int, int, str] = costs  # see DmaSystem._costs
@@ -232,11 +234,13 @@ class DmaSystem:
         t.flow = Flow((core, queue, self._seq), plan.work, plan.uses, math.inf, self._data_done, t)
         self._seq += 1
         self.in_flight += 1
-        lane.waiting.append(t)
         now = self.env.now
-        ready = (lane.setup_free if lane.setup_free > now else now) + plan.setup
-        lane.setup_free = ready
-        self.env.timeout(ready - now, t).callbacks.append(self._ready)
+        t.ready_at = lane.setup_free = (
+            lane.setup_free if lane.setup_free > now else now
+        ) + plan.setup
+        lane.waiting.append(t)
+        if not lane.busy and len(lane.waiting) == 1:
+            self._kick(lane)
 
     def submit_host(self, core: int, src: Ref, dst: Ref, on_done: Callable[[], None]) -> None:
         """Copy between host memory and HBM over the host link, for `core`'s stream.
@@ -324,16 +328,26 @@ class DmaSystem:
 
     def _ready(self, ev: simpy.Timeout) -> None:
         t = ev.value  # the transfer whose setup is done
-        t.ready = True
+        t.armed = False
         self._kick(t.lane)
 
     def _kick(self, lane: _Lane) -> None:
-        """Start the queue's next transfer if the queue is free and its setup is done."""
-        if not lane.busy and lane.waiting and lane.waiting[0].ready:
+        """Start the queue's next transfer if the queue is free and its setup is done, or wake
+        up when its setup will be done. A transfer whose setup ends while the one before it
+        still moves data thus costs no event of its own: the end of that data phase starts it
+        (in the same update of the fluid model)."""
+        if lane.busy or not lane.waiting:
+            return
+        t = lane.waiting[0]
+        now = self.env.now
+        if t.ready_at <= now:
             lane.busy = True
-            t = lane.waiting.popleft()
-            t.data_start = self.env.now
+            lane.waiting.popleft()
+            t.data_start = now
             self.fluid.start(t.flow)
+        elif not t.armed:
+            t.armed = True
+            self.env.timeout(t.ready_at - now, t).callbacks.append(self._ready)
 
     def _data_done(self, flow: Flow) -> None:
         t = flow.data
