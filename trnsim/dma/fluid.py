@@ -17,11 +17,14 @@ O(G x resources-per-group x log) plus O(log F) per flow started or finished.
 Time never ticks: rates change only when a flow starts or ends, so after each change the model
 advances every group's progress by rate x elapsed ps, retires finished flows, recomputes rates,
 and keeps one SimPy timeout for the earliest completion (rounded up to whole ps): it is re-armed
-only when that instant moves, and a superseded timeout is ignored. Changes made at one instant
-are batched into one update. Times inside the model count from the start of its current busy
-period (the first flow started while nothing was in progress), in float ps: so a busy period
-plays out the same, to the last bit, wherever it falls on the clock (a launch replayed from an
-earlier one's timeline, `trnsim.runtime.reuse`, is what a fresh simulation would give).
+only when that instant moves, and a superseded timeout is ignored. A flow started from a
+completion's callback joins that completion's update; one started from elsewhere updates at
+once (a zero-delay event to batch the starts of an instant cost more than it saved: starts from
+separate events seldom share an instant, and a second update at the same instant advances
+nothing). Times inside the model count from the start of its current busy period (the first
+flow started while nothing was in progress), in float ps: so a busy period plays out the same,
+to the last bit, wherever it falls on the clock (a launch replayed from an earlier one's
+timeline, `trnsim.runtime.reuse`, is what a fresh simulation would give).
 
 An update recomputes only the connected components (groups linked through shared resources) of
 the groups that changed. Groups are created and removed far less often than flows start and end
@@ -81,13 +84,12 @@ class FluidModel:
         self._sigs: dict[int, tuple] = {}  # id(uses) -> (uses, group key, coefs)
         self._gen = 0
         self._armed = -1  # the ps of the live timeout (-1: none)
-        self._pending = False
         self._updating = False
         self._epoch = 0  # ps: times inside the model count from here (reset when it idles)
 
     def idle(self) -> bool:
         """No flow in progress or about to start, and no timer armed."""
-        return not self.count and not self._new and not self._pending and self._armed == -1
+        return not self.count and not self._new and self._armed == -1
 
     def add_resource(self, capacity: float) -> int:
         """Register a resource of `capacity` units per ps; returns its id."""
@@ -95,7 +97,7 @@ class FluidModel:
         return len(self.capacity) - 1
 
     def start(self, flow: Flow) -> None:
-        """Add a flow now; rates are recomputed once all changes of this instant are in."""
+        """Add a flow now; rates are recomputed at once, or by the update in progress."""
         if not flow.uses and flow.cap == math.inf:
             raise ValueError(
                 f"flow {flow.key} uses no resource and has no cap: its rate is unbounded"
@@ -104,9 +106,8 @@ class FluidModel:
             self._epoch = self.env.now  # a busy period starts: count times from now
             self._timers.clear()  # only stale entries are left
         self._new.append(flow)
-        if not self._updating and not self._pending:
-            self._pending = True
-            self.env.timeout(0).callbacks.append(self._on_request)
+        if not self._updating:
+            self._update()
 
     def remaining(self, flow: Flow) -> float:
         """Work the flow has left now (its full work before it starts, 0 once finished)."""
@@ -114,10 +115,6 @@ class FluidModel:
         if g is None:  # not started yet, or finished (target set to -1)
             return 0.0 if flow.target < 0 else flow.work
         return flow.target - g.base - g.rate * (self.env.now - self._epoch - g.t_base)
-
-    def _on_request(self, _ev) -> None:
-        self._pending = False
-        self._update()
 
     def _on_timer(self, ev) -> None:
         if ev.value == self._gen:
