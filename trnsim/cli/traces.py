@@ -21,6 +21,7 @@ from trnsim.cli.app import (
     param_option,
     set_option,
 )
+from trnsim.cli.background import Background
 from trnsim.config import load_chip
 from trnsim.errors import TrnsimError
 from trnsim.report.files import check_distinct, check_file, check_folder
@@ -29,6 +30,7 @@ from trnsim.report.profile import check_format, write_profile
 from trnsim.report.provenance import provenance
 from trnsim.report.text import format_comparison, format_summary
 from trnsim.runtime.session import check_program, lowered, run_program, save_outputs
+from trnsim.trace.races import check_races
 
 
 @main.command(short_help="Simulate a trace and report its time, traffic and memory use.")
@@ -67,7 +69,8 @@ from trnsim.runtime.session import check_program, lowered, run_program, save_out
     "skip_races",
     is_flag=True,
     help="Skip the race and deadlock check (docs/races.md) that runs before simulating "
-    "(~0.3 s on the Llama trace); a deadlock is then found by the simulation.",
+    "(~0.3 s on the Llama trace; on a trace of 20,000 or more written-out instructions it runs "
+    "beside the simulation, in a second process); a deadlock is then found by the simulation.",
 )
 @allow_races_option
 @files_options
@@ -104,16 +107,17 @@ def run(
     program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
     _check_outputs_of(program, perfetto_file, profile_file, out_dir)
     cfg = _chip_for(program, chip, overrides)
-    if not skip_races:  # the ops as the kernel library lowers them, with their semaphores
-        _check_races(lowered(program, cfg, program.lnc or cfg.lnc), allow_races)
-    if out_dir and (mode or program.mode) == "timing":
-        raise TrnsimError(
-            f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
-            f"run with --mode functional"
-        )
-    result = run_program(program, cfg, mode, progress=_progress(quiet), check=check)
-    if _progress(quiet):
-        click.echo("\r" + " " * 70 + "\r", err=True, nl=False)  # the progress line, erased
+    with _race_check(program, cfg, allow_races, skip_races) as races:
+        if out_dir and (mode or program.mode) == "timing":
+            raise TrnsimError(
+                f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
+                f"run with --mode functional"
+            )
+        result = run_program(program, cfg, mode, progress=_progress(quiet), check=check)
+        if _progress(quiet):
+            click.echo("\r" + " " * 70 + "\r", err=True, nl=False)  # the progress line, erased
+        for line in races.result():
+            echo(line, err=True)
     meta = provenance(cfg)
     if perfetto_file:
         write_chrome_trace(result.device.recorder, perfetto_file, cfg.name, meta)
@@ -138,6 +142,28 @@ def run(
             f"--check: {len(failed)} op(s) differ from their numpy reference beyond the "
             f"tolerance of their dtype: {', '.join(failed)}"
         )
+
+
+FORK_RACE_CHECK = 20_000
+"""Instructions the race check analyses one by one (those of kernels written in a trace) from
+which `run` checks them in a forked process beside the simulation (`cli.background`): below,
+the check takes a few hundredths of a second and a fork is not worth it."""
+
+
+def _race_check(program, cfg, allow: bool, skip: bool) -> Background:
+    """The race and deadlock check of docs/races.md (a kernel the library lowered counted by its
+    ops' tensors: its instructions are the library's, race-checked by its tests), beside the
+    simulation for a large trace; its `result()` is the warnings to print."""
+    if skip:
+        return Background(list, fork=False)
+    prog = lowered(program, cfg, program.lnc or cfg.lnc)  # cached: the run lowers nothing again
+    n = sum(
+        len(p.instructions)
+        for k in prog.kernels.values()
+        if k.low_level and not k.ops
+        for p in k.per_core
+    )
+    return Background(lambda: check_races(prog, allow, library=False), fork=n >= FORK_RACE_CHECK)
 
 
 @main.command(short_help="Check a trace against a chip without simulating it.")
