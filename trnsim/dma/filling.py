@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import repeat
-from operator import mul as _mul
 from operator import truediv as _truediv
 
 from trnsim.dma.flows import Component
 
 
-def fill(cap: list[float], load: dict[int, float], comp: Component) -> bool:
+def fill(cap: list[float], load: dict[int, float], comp: Component, watched: set[int]) -> bool:
     """Progressive filling over a component's groups: set each one's max-min fair rate,
-    and the load of their resources. Returns whether some load was written.
+    and the load of their `watched` resources (`Group.watch`). Returns whether some load was
+    written.
 
     Each resource would saturate at level (capacity - use by frozen groups) / (summed
     coefs of its unfrozen groups); a heap yields the lowest, whose groups freeze there,
@@ -47,19 +46,20 @@ def fill(cap: list[float], load: dict[int, float], comp: Component) -> bool:
                     bound = lvl
         g.bound, g.bound_comp, g.alone_coefs = bound, comp, None
         fresh.append(True)
-    loaded = bool(users)
+    loaded = False
     if not users:  # one group: its bound is its rate
         g = groups[0]
         g.rate = g.bound
     else:
-        fill_shared(cap, load, comp)
+        loaded = fill_shared(cap, load, comp, watched)
     for i, g in enumerate(groups):
         rate = g.rate
-        if fresh[i] or rate != olds[i]:
+        if g.watch and (fresh[i] or rate != olds[i]):
             gc = g.coefs
-            for rid, pos in comp.private[i]:
-                load[rid] = gc[pos] * rate
-            loaded = True
+            for rid, pos in g.watch:
+                if rid not in users:  # (a shared one's load is fill_shared's)
+                    load[rid] = gc[pos] * rate
+                    loaded = True
     return loaded
 
 
@@ -80,12 +80,16 @@ def fill_alone(load: dict[int, float], comp: Component) -> bool:
         return False  # same rate, same coefs: same loads
     g.bound_comp = comp
     g.rate = rate = g.bound
-    load.update(zip(g.rids, map(_mul, gc, repeat(rate))))
-    return True
+    for rid, pos in g.watch:
+        load[rid] = gc[pos] * rate
+    return bool(g.watch)
 
 
-def fill_shared(cap: list[float], load: dict[int, float], comp: Component) -> None:
-    """The heap part of `fill`, for a component whose groups share resources."""
+def fill_shared(
+    cap: list[float], load: dict[int, float], comp: Component, watched: set[int]
+) -> bool:
+    """The heap part of `fill`, for a component whose groups share resources; writes the loads
+    of the `watched` shared ones, and says whether there were any."""
     groups, users = comp.groups, comp.users
     coefs: dict[int, float] = {}
     heap = []
@@ -124,4 +128,7 @@ def fill_shared(cap: list[float], load: dict[int, float], comp: Component) -> No
                     if n:  # a resource whose groups are all frozen needs no projection
                         lvl = (cap[r] - used[r]) / left if left > 0 else math.inf
                         heapq.heappush(heap, (max(level, lvl), r, v))
-    load.update(used)
+    mine = [r for r in used if r in watched]
+    for r in mine:
+        load[r] = used[r]
+    return bool(mine)

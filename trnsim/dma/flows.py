@@ -83,6 +83,7 @@ class Group:
         "bound_comp",
         "caps",
         "alone_coefs",
+        "watch",
     )
 
     def __init__(self, sig: tuple, cap: float, now: int, order: int, caps: tuple[float, ...]):
@@ -102,6 +103,7 @@ class Group:
         self.bound = math.inf
         self.bound_comp: Component | None = None
         self.alone_coefs: list[float] | None = None  # the coefs `bound` is for, when alone
+        self.watch: tuple[tuple[int, int], ...] = ()  # (resource, position) of the watched ones
 
     def rebase(self, now: int) -> None:
         self.base += self.rate * (now - self.t_base)
@@ -145,3 +147,16 @@ class Component:
                     priv.append((r, pos))
             self.private.append(tuple(priv))
             self.shared.append(tuple(shar))
+
+    @classmethod
+    def alone(cls, g: Group) -> Component:
+        """The component of a group that shares none of its resources: what __init__ gives
+        for [g], built without looking at the users."""
+        c = cls.__new__(cls)
+        c.groups, c.private, c.shared, c.users = (
+            [g],
+            [tuple(zip(g.rids, range(len(g.rids))))],
+            [()],
+            {},
+        )
+        return c

@@ -66,7 +66,9 @@ class FluidModel:
         self.env = env
         self.capacity: list[float] = []
         self.load: dict[int, float] = {}
-        """Resource id -> units per ps in use at the current rates (only resources in use)."""
+        """Resource id -> units per ps in use at the current rates (only watched resources in
+        use: the others' loads are read by nobody, and writing them cost a tenth of a run)."""
+        self._watched: set[int] = set()
         self.on_change: Callable[[], None] | None = None
         """Called after a recomputation of rates that wrote some load (e.g. to sample them)."""
         self.updates = 0
@@ -91,9 +93,12 @@ class FluidModel:
         """No flow in progress or about to start, and no timer armed."""
         return not self.count and not self._new and self._armed == -1
 
-    def add_resource(self, capacity: float) -> int:
-        """Register a resource of `capacity` units per ps; returns its id."""
+    def add_resource(self, capacity: float, watched: bool = True) -> int:
+        """Register a resource of `capacity` units per ps; returns its id. Only a `watched`
+        resource's load is kept in `load`."""
         self.capacity.append(capacity)
+        if watched:
+            self._watched.add(len(self.capacity) - 1)
         return len(self.capacity) - 1
 
     def start(self, flow: Flow) -> None:
@@ -173,10 +178,14 @@ class FluidModel:
             g = self._groups[sig] = Group(
                 sig, f.cap, now, self._gseq, tuple([capacity[r] for r in sig[0]])
             )
+            w = self._watched
+            g.watch = tuple([(r, pos) for pos, r in enumerate(g.rids) if r in w])
             self._gseq += 1
             users = self._users
             if any(r in users for r in g.rids):
                 self._topo += 1  # it links components: their cached ones go stale
+            else:  # alone: its component is itself, no search needed
+                g.comp, g.topo = Component.alone(g), self._topo
             for r in g.rids:
                 if r in users:
                     users[r][g] = None
@@ -261,8 +270,9 @@ class FluidModel:
                         seeds[k] = None
                 else:
                     del users[r]
-                    load.pop(r, None)
-                    self._loaded = True
+                    if r in self._watched:
+                        load.pop(r, None)
+                        self._loaded = True
             if linked:  # its component splits or shrinks: cached ones go stale
                 self._topo += 1
         if not seeds:
@@ -289,7 +299,7 @@ class FluidModel:
             old = [g.rate for g in comp]
             for g in comp:
                 g.rebase(now)
-            if fill(self.capacity, self.load, component):
+            if fill(self.capacity, self.load, component, self._watched):
                 self._loaded = True
             for g, rate in zip(comp, old):
                 if (rate != g.rate or g in dirty) and g.rate > 0:

@@ -138,7 +138,7 @@ class DmaSystem:
         self.fluid.on_change = self._sample
         # engine (c, e) is resource c * E + e: capacity one engine-second per second
         for _ in range(cfg.cores * d.engines):
-            self.fluid.add_resource(1.0)
+            self.fluid.add_resource(1.0, watched=False)  # (only the stacks are sampled)
         stack_rate = cfg.hbm.bandwidth / cfg.hbm.stacks / PS_PER_S  # bytes per ps
         self._stack_rid = [self.fluid.add_resource(stack_rate) for _ in range(cfg.hbm.stacks)]
         self._host_rid = self.fluid.add_resource(1.0)
