@@ -60,7 +60,7 @@ def test_segments_matches_enumeration():
 def test_32kib_tile_on_one_engine():
     """[8, 2048] bf16 = 32 KiB, partitions 0-7: engine 0 only, one 4 KiB row per descriptor."""
     pieces = cut(ref("hbm", [8, 2048]), ref("sbuf", [128, 2048], [sl(0, 8)]), False, DMA, P)
-    assert pieces == [Piece(0, 8, 8 * 2048, 32768, 32768)]
+    assert pieces == (Piece(0, 8, 8 * 2048, 32768, 32768),)
 
 
 def test_full_tile_spreads_over_all_engines():

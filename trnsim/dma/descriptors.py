@@ -94,8 +94,9 @@ def _grids(*runs: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def cut(src: Ref, dst: Ref, transpose: bool, dma: DmaConfig, partitions: int) -> list[Piece]:
-    """The per-engine pieces of a copy from `src` to `dst`, ordered by engine.
+def cut(src: Ref, dst: Ref, transpose: bool, dma: DmaConfig, partitions: int) -> tuple[Piece, ...]:
+    """The per-engine pieces of a copy from `src` to `dst`, ordered by engine: one tuple shared
+    by every copy alike (the DMA system keys what it derives from the pieces by its identity).
 
     `partitions` is the SBUF partition count (P); the engine count comes from `dma`. Copies
     alike in what the cut depends on (itemsizes, runs, sizes, the SBUF side's partitions) share
@@ -120,7 +121,7 @@ def cut(src: Ref, dst: Ref, transpose: bool, dma: DmaConfig, partitions: int) ->
         if len(_CUTS) >= _MAX_CUTS:
             _CUTS.clear()
         pieces = _CUTS[key] = _cut(key)
-    return list(pieces)
+    return pieces
 
 
 _CUTS: dict[tuple, tuple[Piece, ...]] = {}  # cut's key -> its pieces

@@ -154,6 +154,7 @@ class DmaSystem:
         self._host_ps = seconds_to_ps(cfg.host_link.latency)
         self._lanes: dict[tuple[int, int], _Lane] = {}
         self._plans: dict[tuple, _Plan] = {}  # (src, dst, transpose, core) -> plan
+        self._engine_plans: dict[tuple, tuple] = {}  # (id(pieces), ...) -> _engine_plan(...)
         self._seq = 0
         self._last_rate = [0.0] * cfg.hbm.stacks  # bytes/s each stack was last recorded at
         self._last_load = [0.0] * cfg.hbm.stacks  # its fluid load (bytes/ps) then
@@ -276,31 +277,50 @@ class DmaSystem:
         key = (src, dst, ins.transpose, ins.indices, core)
         if ins.indices is not None:  # a gather moves one row of src per index
             src = gathered(src, ins.indices.size, dst.size // ins.indices.size)
-        d = self.cfg.core.dma
-        pieces = cut(src, dst, ins.transpose, d, self.cfg.core.sbuf.partitions)
-        f = 1.0
-        if ins.transpose:
-            f = d.transpose_hbm_rate if src.memory == "hbm" else d.transpose_sbuf_rate
+        pieces = cut(src, dst, ins.transpose, self.cfg.core.dma, self.cfg.core.sbuf.partitions)
         store = dst.memory == "hbm"
+        sk = (id(pieces), ins.transpose and src.memory, store, core)
+        shared = self._engine_plans.get(sk)
+        if shared is None or shared[0] is not pieces:
+            shared = self._engine_plans[sk] = self._engine_plan(
+                pieces, ins.transpose, src, store, core
+            )
+        _, work, uses, src_bytes, dst_bytes, engines, setup = shared
+        plan = self._plans[key] = _Plan(
+            work,
+            uses + self._hbm_uses(src, dst, src_bytes, dst_bytes, work),
+            self._costs(src, dst),
+            setup,
+            self._latency_ps[store],
+            engines,
+            max(0, setup - math.ceil(work)),
+        )
+        return plan
+
+    def _engine_plan(self, pieces: tuple, transpose: bool, src: Ref, store: bool, core: int):
+        """(pieces, work, engine uses, src bytes, dst bytes, engines, setup) of a copy cut into
+        `pieces` on `core`: the same for every copy of one cut (`descriptors.cut` shares the
+        pieces of copies alike), so reckoned once per cut (the per-piece sums were a tenth of
+        a prefill layer's simulation when done per distinct copy)."""
+        d = self.cfg.core.dma
+        f = 1.0
+        if transpose:
+            f = d.transpose_hbm_rate if src.memory == "hbm" else d.transpose_sbuf_rate
         rate = self._engine_bpps[store] * f
         works = [p.descriptors * self._desc_ps + p.engine_bytes / rate for p in pieces]
         work = max(works)
         base = core * self.engines
         uses = tuple((base + p.engine, w / work) for p, w in zip(pieces, works))
-        uses += self._hbm_uses(
-            src, dst, sum(p.src_bytes for p in pieces), sum(p.dst_bytes for p in pieces), work
-        )
         setup = self._setup_ps + (len(pieces) - 1) * self._stagger_ps
-        plan = self._plans[key] = _Plan(
+        return (
+            pieces,  # kept alive, so that its id keys this entry and no other
             work,
             uses,
-            self._costs(src, dst),
-            setup,
-            self._latency_ps[store],
+            sum(p.src_bytes for p in pieces),
+            sum(p.dst_bytes for p in pieces),
             tuple([p.engine for p in pieces]),
-            max(0, setup - math.ceil(work)),
+            setup,
         )
-        return plan
 
     @staticmethod
     def _costs(src: Ref, dst: Ref) -> tuple[int, int, int, str]:
