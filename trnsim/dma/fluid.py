@@ -18,13 +18,15 @@ Time never ticks: rates change only when a flow starts or ends, so after each ch
 advances every group's progress by rate x elapsed ps, retires finished flows, recomputes rates,
 and keeps one SimPy timeout for the earliest completion (rounded up to whole ps): it is re-armed
 only when that instant moves, and a superseded timeout is ignored. A flow started from a
-completion's callback joins that completion's update; one started from elsewhere updates at
-once (a zero-delay event to batch the starts of an instant cost more than it saved: starts from
-separate events seldom share an instant, and a second update at the same instant advances
-nothing). Times inside the model count from the start of its current busy period (the first
-flow started while nothing was in progress), in float ps: so a busy period plays out the same,
-to the last bit, wherever it falls on the clock (a launch replayed from an earlier one's
-timeline, `trnsim.runtime.reuse`, is what a fresh simulation would give).
+completion's callback joins that completion's update, and flows started between `hold()` and
+`release()` share one update; any other start updates at once (a zero-delay event to batch the
+starts of an instant would cost an event per start where they seldom share one; a second update
+at the same instant advances nothing, and the tests of the bundled traces check that the order
+of updates within an instant moves no completion). Times inside the model count from the start
+of its current busy period (the first flow started while nothing was in progress), in float ps:
+so a busy period plays out the same, to the last bit, wherever it falls on the clock (a launch
+replayed from an earlier one's timeline, `trnsim.runtime.reuse`, is what a fresh simulation
+would give).
 
 An update recomputes only the connected components (groups linked through shared resources) of
 the groups that changed. Groups are created and removed far less often than flows start and end
@@ -82,6 +84,7 @@ class FluidModel:
         self._gseq = 0  # groups created so far
         self._topo = 0  # bumped when a group is created or removed: cached components go stale
         self._new: list[Flow] = []
+        self._held = False  # starts wait for release()
         self._loaded = False  # a load was written since on_change was last called
         self._sigs: dict[int, tuple] = {}  # id(uses) -> (uses, group key, coefs)
         self._gen = 0
@@ -102,7 +105,8 @@ class FluidModel:
         return len(self.capacity) - 1
 
     def start(self, flow: Flow) -> None:
-        """Add a flow now; rates are recomputed at once, or by the update in progress."""
+        """Add a flow now; rates are recomputed at once, or by the update in progress, or at
+        `release()`."""
         if not flow.uses and flow.cap == math.inf:
             raise ValueError(
                 f"flow {flow.key} uses no resource and has no cap: its rate is unbounded"
@@ -111,7 +115,17 @@ class FluidModel:
             self._epoch = self.env.now  # a busy period starts: count times from now
             self._timers.clear()  # only stale entries are left
         self._new.append(flow)
-        if not self._updating:
+        if not self._updating and not self._held:
+            self._update()
+
+    def hold(self) -> None:
+        """Defer the updates of the flows started from now until `release()`: one update for
+        the starts of an instant."""
+        self._held = True
+
+    def release(self) -> None:
+        self._held = False
+        if self._new and not self._updating:
             self._update()
 
     def remaining(self, flow: Flow) -> float:

@@ -155,6 +155,7 @@ class DmaSystem:
         self._lanes: dict[tuple[int, int], _Lane] = {}
         self._plans: dict[tuple, _Plan] = {}  # (src, dst, transpose, core) -> plan
         self._engine_plans: dict[tuple, tuple] = {}  # (id(pieces), ...) -> _engine_plan(...)
+        self._wakeup: tuple = (-1, [])  # (ps, queues): the last timeout for setups' ends
         self._seq = 0
         self._last_rate = [0.0] * cfg.hbm.stacks  # bytes/s each stack was last recorded at
         self._last_load = [0.0] * cfg.hbm.stacks  # its fluid load (bytes/ps) then
@@ -347,9 +348,18 @@ class DmaSystem:
     # -- progress ------------------------------------------------------------------------------
 
     def _ready(self, ev: simpy.Timeout) -> None:
-        t = ev.value  # the transfer whose setup is done
-        t.armed = False
-        self._kick(t.lane)
+        """The setups of the queues' head transfers are done: start them, in one update."""
+        lanes = ev.value
+        if len(lanes) == 1:
+            lanes[0].waiting[0].armed = False
+            self._kick(lanes[0])
+            return
+        fluid = self.fluid
+        fluid.hold()
+        for lane in lanes:
+            lane.waiting[0].armed = False
+            self._kick(lane)
+        fluid.release()
 
     def _kick(self, lane: _Lane) -> None:
         """Start the queue's next transfer if the queue is free and its setup is done, or wake
@@ -365,9 +375,15 @@ class DmaSystem:
             lane.waiting.popleft()
             t.data_start = now
             self.fluid.start(t.flow)
-        elif not t.armed:
+        elif not t.armed:  # queues armed one after another for one instant share a timeout
             t.armed = True
-            self.env.timeout(t.ready_at - now, t).callbacks.append(self._ready)
+            last = self._wakeup
+            if last[0] == t.ready_at:
+                last[1].append(lane)
+            else:
+                lanes = [lane]
+                self._wakeup = (t.ready_at, lanes)
+                self.env.timeout(t.ready_at - now, lanes).callbacks.append(self._ready)
 
     def _data_done(self, flow: Flow) -> None:
         t = flow.data
