@@ -2,11 +2,13 @@
 
     python benchmarks/bench_sweep.py                  # 32 points of ~1 s, 1 worker then 2
     python benchmarks/bench_sweep.py --repeat 3       # the best of 3 runs of each
-    python benchmarks/bench_sweep.py --tiles 256      # lighter points
+    python benchmarks/bench_sweep.py --tiles 512      # lighter points
 
-The sweep: traces/weight_stream.yaml in timing mode with `tiles` N-tiles of 512 columns (512 by
-default: a 256 MiB weight, 2,560 DMA transfers and 2,560 compute instructions, about a second a
-point on a 2-core machine), on trn2 and trn3, at 8 HBM bandwidths and 2 batch sizes: 2 x 8 x 2 =
+The sweep: traces/weight_stream.yaml in timing mode with `tiles` N-tiles of 512 columns (2048 by
+default: a 1 GiB weight, 10,240 DMA transfers and 10,240 compute instructions, about a second a
+point on a 2-core machine; 512 tiles took 0.6-1 s a point until the DMA model's speed-ups of
+2026-12-04, 0.22 s after, and points that short measure the cluster's start more than the
+sweep), on trn2 and trn3, at 8 HBM bandwidths and 2 batch sizes: 2 x 8 x 2 =
 32 points. Both runs go through `trnsim.sweep.run_sweep`, as `trnsim sweep --workers N` does;
 the 2-worker time includes starting and stopping the LocalCluster (about 2-4 s: the workers'
 processes import Dask and trnsim). The two tables must be equal row for row. The CPU seconds
@@ -81,7 +83,7 @@ def sweep(workers: int, tiles: int):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the best is reported")
-    ap.add_argument("--tiles", type=int, default=512, help="the trace's tiles param (even)")
+    ap.add_argument("--tiles", type=int, default=2048, help="the trace's tiles param (even)")
     args = ap.parse_args()
     best: dict[int, tuple[float, float]] = {}
     tables = {}
