@@ -55,6 +55,25 @@ def test_an_early_error_stops_the_parents_work():
     assert time.monotonic() - start < 10
 
 
+@forks
+def test_an_early_error_inside_a_simpy_process_comes_out_as_itself():
+    """SimPy re-raises a copy of what a process raised (type(e)(*e.args)): the interruption
+    must survive the copy."""
+    import simpy
+
+    def busy(env):
+        start = time.monotonic()
+        while time.monotonic() - start < 20:
+            sum(range(1000))
+        yield env.timeout(1)
+
+    env = simpy.Environment()
+    env.process(busy(env))
+    with pytest.raises(SimError, match="t.yaml:3: bad"):
+        with Background(_fail):
+            env.run()
+
+
 @pytest.mark.parametrize("fork", [True, False])
 def test_the_check_error_comes_before_the_parents_own(fork):
     def late():

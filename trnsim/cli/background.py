@@ -30,7 +30,7 @@ class Interrupted(BaseException):
     so no `except Exception` on the way re-wraps it; `Background.error_of` unwraps it."""
 
     def __init__(self, error: BaseException):
-        super().__init__(str(error))
+        super().__init__(error)  # (SimPy re-raises a copy, type(e)(*e.args): keep it in args)
         self.error = error
 
 
@@ -145,8 +145,10 @@ def _answer(w: int, fn: Callable[[], Any]) -> None:
         data = pickle.dumps((ok, value))
     except Exception:  # an unpicklable value or exception: the parent reruns fn
         return
-    with os.fdopen(w, "wb") as f:
-        f.write(data)
+    view = memoryview(data)
+    while view:  # (a pipe: the parent reads it, no file is written)
+        view = view[os.write(w, view) :]
+    os.close(w)
     if not ok:
         os.kill(os.getppid(), signal.SIGUSR1)
 
