@@ -31,14 +31,29 @@ class Engine(enum.IntEnum):
 class Ap(NamedTuple):
     """An operand as written: `name` or `name[a:b, c:d]`. `index` holds one entry per indexed
     dim: an int (numpy-style, drops the dim) or a (start, stop, step) triple of optional ints.
-    A tuple, so that hashing it (the simulator memoises per distinct operand) runs in C."""
+    A tuple, so that hashing it (the simulator memoises per distinct operand) runs in C.
+    `text` is the operand as a trace wrote it; one built in code (the kernel library's) leaves
+    it empty and is written out from its index when shown (a third of lowering time went into
+    texts that were never shown)."""
 
     name: str
     index: tuple[Any, ...] = ()
     text: str = ""
 
     def __str__(self) -> str:
-        return self.text or self.name
+        if self.text or not self.index:
+            return self.text or self.name
+        return f"{self.name}[{', '.join(map(_index_text, self.index))}]"
+
+
+def _index_text(item) -> str:
+    """One entry of an Ap's index as Python writes it: `3`, `0:128`, `::2`."""
+    if isinstance(item, int):
+        return str(item)
+    start, stop, step = item
+    start = "" if start is None else start
+    stop = "" if stop is None else stop
+    return f"{start}:{stop}" + (f":{step}" if step not in (None, 1) else "")
 
 
 def f(kind: str, required: bool = False, default: Any = None, choices: tuple = (), access=True):

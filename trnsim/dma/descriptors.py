@@ -164,4 +164,4 @@ def gathered(src: Ref, rows: int, row: int) -> Ref:
     rows, none adjacent to another (each its own run), on src's memory."""
     b = src.buf
     buf = Buffer(b.name, b.memory, (2 * rows, row), b.dtype, None, b.offset, b.core)
-    return Ref(buf, ((0, 2 * rows, 2), (0, row, 1)), (rows, row), (), src.text)
+    return Ref(buf, ((0, 2 * rows, 2), (0, row, 1)), (rows, row), (), src.ap)

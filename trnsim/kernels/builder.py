@@ -46,19 +46,12 @@ Region = tuple[tuple[int, int], ...]
 
 
 def ap(name: str, *index: int | slice) -> Ap:
-    """The operand `name[index]` built from Python ints and slices: ap("x", slice(0, 128))."""
-    parts, idx = [], []
-    for item in index:
-        if isinstance(item, slice):
-            idx.append((item.start, item.stop, item.step))
-            start = "" if item.start is None else item.start
-            stop = "" if item.stop is None else item.stop
-            step = f":{item.step}" if item.step not in (None, 1) else ""
-            parts.append(f"{start}:{stop}{step}")
-        else:
-            idx.append(int(item))
-            parts.append(str(int(item)))
-    return Ap(name, tuple(idx), f"{name}[{', '.join(parts)}]" if parts else name)
+    """The operand `name[index]` built from Python ints and slices: ap("x", slice(0, 128)).
+    Its text is written out only when shown (`Ap.__str__`)."""
+    return Ap(
+        name,
+        tuple([(i.start, i.stop, i.step) if i.__class__ is slice else int(i) for i in index]),
+    )
 
 
 def region(a: Ap, shape: tuple[int, ...]) -> Region:

@@ -51,13 +51,14 @@ class Buffer:
 @dataclass(eq=False)
 class Ref:
     """An operand bound to a buffer: `ranges` has one (start, stop, step) per buffer dim;
-    `shape` is the shape of the view (dims indexed by an int are dropped, as in numpy)."""
+    `shape` is the shape of the view (dims indexed by an int are dropped, as in numpy); `ap`
+    the operand it was bound from (its text, `text`, is written out only when shown)."""
 
     buf: Buffer
     ranges: tuple[tuple[int, int, int], ...]
     shape: tuple[int, ...]
     key: tuple
-    text: str
+    ap: Ap
 
     @property
     def dtype(self) -> DType:
@@ -111,8 +112,12 @@ class Ref:
             v = to_dtype(v, self.buf.dtype)
         self.buf.array[self.key] = v
 
+    @property
+    def text(self) -> str:
+        return str(self.ap)
+
     def __str__(self) -> str:
-        return self.text
+        return str(self.ap)
 
 
 def bind(ap: Ap, buf: Buffer, where: str) -> Ref:
@@ -157,4 +162,4 @@ def bind(ap: Ap, buf: Buffer, where: str) -> Ref:
             f"{where}: '{ap}' must take a contiguous range of partitions "
             f"(no integer index or step on the partition dim of a tile)"
         )
-    return Ref(buf, tuple(ranges), tuple(shape), tuple(key), str(ap))
+    return Ref(buf, tuple(ranges), tuple(shape), tuple(key), ap)
