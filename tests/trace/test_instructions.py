@@ -297,3 +297,18 @@ def test_any_mapping_gives_an_instruction_or_one_line_error(op, fields):
             assert got == parse_ap(value)
         elif value is not None:
             assert got == (tuple(value) if isinstance(value, list) else value)
+
+
+def test_new_instruction_is_the_dataclass_built_by_its_init():
+    from trnsim.isa import TensorCopy
+    from trnsim.trace.instructions import new_instruction
+
+    p, a, b = Ap("p", ((0, 128, None),)), Ap("a"), Ap("b")
+    fields = {"dst": p, "stationary": a, "moving": b, "index": 4, "engine": Engine.TENSOR}
+    assert new_instruction(Matmul, dict(fields)) == Matmul(**fields)
+    del fields["engine"]  # a field left out takes the parser's default: engine, the class's own
+    assert new_instruction(Matmul, fields).engine is Engine.TENSOR
+    copy = {"dst": Ap("x"), "src": Ap("y"), "wait": (("s", 1),), "engine": Engine.SCALAR}
+    assert new_instruction(TensorCopy, dict(copy)) == TensorCopy(**copy)
+    with pytest.raises(TypeError, match="Matmul has no field nope"):
+        new_instruction(Matmul, {**fields, "nope": 1})

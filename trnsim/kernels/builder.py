@@ -37,6 +37,7 @@ from typing import Any
 from trnsim.dtypes import DType
 from trnsim.isa import Ap, Engine, Instr
 from trnsim.kernels.layout import core_rows
+from trnsim.trace.instructions import new_instruction
 from trnsim.trace.program import CoreProgram, TensorSpec, TileSpec
 
 __all__ = ["KernelBuilder", "ap", "Region"]
@@ -235,13 +236,11 @@ class KernelBuilder:
         seen = self._waited[queue]
         for sem, value in waits.items():
             seen[sem] = max(seen.get(sem, 0), value)
-        ins = cls(
-            index=len(self.instructions),
-            engine=engine,
-            wait=tuple(waits.items()),
-            signal=tuple(signals.items()),
-            **fields,
-        )
+        fields["index"] = len(self.instructions)
+        fields["engine"] = engine
+        fields["wait"] = tuple(waits.items())
+        fields["signal"] = tuple(signals.items())
+        ins = new_instruction(cls, fields)
         self.instructions.append(ins)
         self._rows.append(self.row)
         return ins

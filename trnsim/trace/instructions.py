@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, NoReturn
 from trnsim.inputs.validate import Loc, hint, is_int, one_of, show, unknown
 from trnsim.isa import COMMON_KEYS, INSTRUCTIONS, Ap, Engine, Instr
 
-__all__ = ["parse_instruction", "parse_ap", "build_instruction", "NO_INIT"]
+__all__ = ["parse_instruction", "parse_ap", "build_instruction", "new_instruction", "NO_INIT"]
 
 
 def parse_instruction(
@@ -330,6 +330,25 @@ def build_instruction(
     fields["index"] = index
     fields["line"] = line
     return ins if NO_INIT else spec.cls(**fields)
+
+
+_FIELDS = {cls: frozenset(_SPECS[cls.OP].defaults) for cls in INSTRUCTIONS.values()}
+
+
+def new_instruction(cls: type[Instr], fields: dict[str, Any]) -> Instr:
+    """`cls(**fields)` for code that builds instructions (the kernel library), without the
+    frozen dataclass's `__init__` where `NO_INIT` allows (it sets each field through
+    object.__setattr__: a tenth of lowering time); an unknown field is a TypeError, as there.
+    A field left out takes the parser's default (`engine`: the class's own engine)."""
+    if not NO_INIT:
+        return cls(**{**_SPECS[cls.OP].defaults, **fields})
+    if not fields.keys() <= _FIELDS[cls]:
+        raise TypeError(f"{cls.__name__} has no field {sorted(fields.keys() - _FIELDS[cls])[0]}")
+    ins = _new(cls)
+    d = ins.__dict__
+    d.update(_SPECS[cls.OP].defaults)
+    d.update(fields)
+    return ins
 
 
 def _engine(label: Any, spec: _Spec) -> Engine:
