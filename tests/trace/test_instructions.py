@@ -312,3 +312,14 @@ def test_new_instruction_is_the_dataclass_built_by_its_init():
     assert new_instruction(TensorCopy, dict(copy)) == TensorCopy(**copy)
     with pytest.raises(TypeError, match="Matmul has no field nope"):
         new_instruction(Matmul, {**fields, "nope": 1})
+
+
+def test_with_fields_is_dataclasses_replace():
+    import dataclasses
+
+    from trnsim.trace.instructions import with_fields
+
+    ins = Matmul(index=2, dst=Ap("p"), stationary=Ap("a"), moving=Ap("b"), wait=(("s", 1),))
+    new = with_fields(ins, {"moving": Ap("c"), "index": 7})
+    assert new == dataclasses.replace(ins, moving=Ap("c"), index=7) and new is not ins
+    assert ins.moving == Ap("b") and ins.index == 2  # the original is left as it was

@@ -27,6 +27,7 @@ from trnsim.memory.init import initial_values
 from trnsim.memory.onchip import place_tiles
 from trnsim.report.tracks import dma_track, engine_track
 from trnsim.sync import Semaphores
+from trnsim.trace.instructions import with_fields
 from trnsim.trace.program import CoreProgram
 from trnsim.units import cycles_to_ps
 
@@ -265,8 +266,8 @@ class Planner:
                 buf = tiles.get(v.name) or tensors.get(v.name)
                 if buf is None:
                     raise SimError(f"{ins.label}: {fld.name} '{v}' names no tile or tensor")
-                changes[fld.name] = bind(v, buf, f"{ins.label} {fld.name}")
-        return replace(ins, **changes) if changes else ins
+                changes[fld.name] = bind(v, buf, (ins, fld.name))
+        return with_fields(ins, changes) if changes else ins
 
     def _port(self, ins: Instr):
         """The shared memory port this instruction must hold, on cores that share one."""

@@ -120,15 +120,22 @@ class Ref:
         return str(self.ap)
 
 
-def bind(ap: Ap, buf: Buffer, where: str) -> Ref:
+def _at(where: str | tuple) -> str:
+    """bind's `where`: as given, or (instruction, field) written out."""
+    return where if where.__class__ is str else f"{where[0].label} {where[1]}"
+
+
+def bind(ap: Ap, buf: Buffer, where: str | tuple) -> Ref:
     """Resolve `ap` against `buf`, checking every index against the buffer's shape.
 
-    `where` names the instruction and field for error messages (`instruction 3 (matmul) moving`).
+    `where` names the instruction and field for error messages (`instruction 3 (matmul) moving`),
+    or is (instruction, field name), written out only for an error (the planner binds every
+    distinct operand: building the text for each was a twentieth of planning).
     """
     idx = ap.index
     if len(idx) > len(buf.shape):
         raise SimError(
-            f"{where}: '{ap}' has {len(idx)} indices but {buf.name} has "
+            f"{_at(where)}: '{ap}' has {len(idx)} indices but {buf.name} has "
             f"{len(buf.shape)} dims (shape {list(buf.shape)})"
         )
     ranges, shape, key = [], [], []
@@ -138,7 +145,8 @@ def bind(ap: Ap, buf: Buffer, where: str) -> Ref:
             i = item + n if item < 0 else item
             if not 0 <= i < n:
                 raise SimError(
-                    f"{where}: index {item} is out of bounds for dim {d} of {buf.name} (size {n})"
+                    f"{_at(where)}: index {item} is out of bounds for dim {d} of {buf.name} "
+                    f"(size {n})"
                 )
             ranges.append((i, i + 1, 1))
             key.append(i)
@@ -148,10 +156,10 @@ def bind(ap: Ap, buf: Buffer, where: str) -> Ref:
         start = 0 if start is None else (start + n if start < 0 else start)
         stop = n if stop is None else (stop + n if stop < 0 else stop)
         if step <= 0:
-            raise SimError(f"{where}: slice step must be positive in '{ap}'")
+            raise SimError(f"{_at(where)}: slice step must be positive in '{ap}'")
         if not 0 <= start < stop <= n:
             raise SimError(
-                f"{where}: slice {start}:{stop} is out of bounds for dim {d} of "
+                f"{_at(where)}: slice {start}:{stop} is out of bounds for dim {d} of "
                 f"{buf.name} (size {n}) in '{ap}'"
             )
         ranges.append((start, stop, step))
@@ -159,7 +167,7 @@ def bind(ap: Ap, buf: Buffer, where: str) -> Ref:
         key.append(slice(start, stop, step))
     if buf.onchip and (isinstance(idx[0] if idx else None, int) or ranges[0][2] != 1):
         raise SimError(
-            f"{where}: '{ap}' must take a contiguous range of partitions "
+            f"{_at(where)}: '{ap}' must take a contiguous range of partitions "
             f"(no integer index or step on the partition dim of a tile)"
         )
     return Ref(buf, tuple(ranges), tuple(shape), tuple(key), ap)

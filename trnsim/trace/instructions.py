@@ -21,7 +21,14 @@ from typing import Any, NamedTuple, NoReturn
 from trnsim.inputs.validate import Loc, hint, is_int, one_of, show, unknown
 from trnsim.isa import COMMON_KEYS, INSTRUCTIONS, Ap, Engine, Instr
 
-__all__ = ["parse_instruction", "parse_ap", "build_instruction", "new_instruction", "NO_INIT"]
+__all__ = [
+    "parse_instruction",
+    "parse_ap",
+    "build_instruction",
+    "new_instruction",
+    "with_fields",
+    "NO_INIT",
+]
 
 
 def parse_instruction(
@@ -349,6 +356,18 @@ def new_instruction(cls: type[Instr], fields: dict[str, Any]) -> Instr:
     d.update(_SPECS[cls.OP].defaults)
     d.update(fields)
     return ins
+
+
+def with_fields(ins: Instr, changes: dict[str, Any]) -> Instr:
+    """`dataclasses.replace(ins, **changes)` without the frozen dataclass's `__init__` where
+    `NO_INIT` allows (the planner binds every distinct instruction's operands this way)."""
+    if not NO_INIT:
+        return dataclasses.replace(ins, **changes)
+    new = _new(ins.__class__)
+    d = new.__dict__
+    d.update(ins.__dict__)
+    d.update(changes)
+    return new
 
 
 def _engine(label: Any, spec: _Spec) -> Engine:
