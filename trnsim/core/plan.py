@@ -183,6 +183,7 @@ class Planner:
         # Kernels repeat the same instruction on the same operands many times: bind and check
         # each distinct one once, and cost each distinct (instruction, waits?, previous) once.
         bound_memo: dict[tuple, tuple] = {}  # op fields -> (id, bound, track, static fields)
+        refs: dict[Ap, Ref] = {}  # operand -> its Ref (`_bind`)
         cost_memo: dict[tuple, tuple[int, int]] = {}  # -> (duration, stall) in ps
         prev: dict[Engine, tuple] = {}  # engine -> (id, bound instruction) of the last one
         dma = Engine.DMA
@@ -197,7 +198,7 @@ class Planner:
             entry = bound_memo.get(key)
             if entry is None:
                 try:
-                    entry = (len(bound_memo), *self._build(raw, tiles, tensors))
+                    entry = (len(bound_memo), *self._build(raw, tiles, tensors, refs))
                 except SimError as e:  # about this instruction: carry its line to prepare
                     raise SimError(str(e), line=raw.line) from None
                 bound_memo[key] = entry
@@ -238,9 +239,9 @@ class Planner:
             cycles_to_ps(stall, model.clock_hz) if stall else 0,
         )
 
-    def _build(self, raw: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]):
+    def _build(self, raw: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer], refs):
         """Bind and check one distinct instruction: (bound, track, the Issue's static fields)."""
-        ins = self._bind(raw, tiles, tensors)
+        ins = self._bind(raw, tiles, tensors, refs)
         if ins.engine == Engine.DMA:
             self.dma.check(ins, self.index)
             return ins, dma_track(ins.queue), (ins.OP, None, 0, 0, ins.dst.dtype.name, None)
@@ -258,15 +259,23 @@ class Planner:
             (ins.OP, run, model.flops(ins), _bytes(ins), _dtype(ins), self._port(ins)),
         )
 
-    def _bind(self, ins: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer]) -> Instr:
+    def _bind(
+        self, ins: Instr, tiles: dict[str, Buffer], tensors: dict[str, Buffer], refs: dict
+    ) -> Instr:
+        """`ins` with its operands bound; `refs` (operand -> Ref, for one launch) shares one Ref
+        between the instructions that name the same operand (most of a kernel's operands recur:
+        a tile's slice read by many matmuls), so each is bound and checked once."""
         changes = {}
         for fld in ins.op_fields():
             v = getattr(ins, fld.name)
             if isinstance(v, Ap):
-                buf = tiles.get(v.name) or tensors.get(v.name)
-                if buf is None:
-                    raise SimError(f"{ins.label}: {fld.name} '{v}' names no tile or tensor")
-                changes[fld.name] = bind(v, buf, (ins, fld.name))
+                ref = refs.get(v)
+                if ref is None:
+                    buf = tiles.get(v.name) or tensors.get(v.name)
+                    if buf is None:
+                        raise SimError(f"{ins.label}: {fld.name} '{v}' names no tile or tensor")
+                    ref = refs[v] = bind(v, buf, (ins, fld.name))
+                changes[fld.name] = ref
         return with_fields(ins, changes) if changes else ins
 
     def _port(self, ins: Instr):
