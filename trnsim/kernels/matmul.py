@@ -192,6 +192,7 @@ def _one_streamed(
             nw = min(p.NB, p.N - n0)
             accs = bufs.sets[n_set % len(bufs.sets)]
             n_set += 1
+            ds = [ap(accs[j], slice(0, mw), slice(0, nw)) for j, (_, mw) in enumerate(ms)]
             for k in range(kt):
                 k0, kw = k * P, min(P, p.K - k * P)
                 at = bufs.abufs[n_a % A_BUFS]
@@ -202,14 +203,13 @@ def _one_streamed(
                 bt = _load_b(b, p, bufs.bbufs[n_b % B_BUFS], bm, k0, kw, n0, nw, q)
                 n_b += 1
                 for j, (_, mw) in enumerate(ms):
-                    st = ap(at, slice(0, kw), slice(j * P, j * P + mw))
-                    d = ap(accs[j], slice(0, mw), slice(0, nw))
+                    st, d = ap(at, slice(0, kw), slice(j * P, j * P + mw)), ds[j]
                     b.emit(Matmul, [st, bt], [d], stationary=st, moving=bt, dst=d, accumulate=k > 0)
             for j, (m, mw) in enumerate(ms):
                 o = bufs.outs[n_out % 2]
                 engine = p.evac[n_out % 2]
                 n_out += 1
-                src = ap(accs[j], slice(0, mw), slice(0, nw))
+                src = ds[j]
                 dst = ap(o, slice(0, mw), slice(0, nw))
                 _copy(b, engine, src, dst)
                 hbm = ap(o_name, *ob, slice(m, m + mw), slice(n0, n0 + nw))
@@ -243,19 +243,26 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
         end = min(m0 + MB, rows[1])
         ms = [(m, min(P, end - m)) for m in range(m0, end, P)]
         _load_strip(b, p, strip, (a_name, ab), ms, kt, q, turn)
+        kws = [min(P, p.K - k * P) for k in range(kt)]
+        sts = [  # the strip's operands, the same for every N block (built once: lowering time)
+            [
+                ap(strip, slice(0, kw), slice(k * MB + j * P, k * MB + j * P + mw))
+                for j, (_, mw) in enumerate(ms)
+            ]
+            for k, kw in enumerate(kws)
+        ]
         for n0 in range(0, p.N, p.NB):
             nw = min(p.NB, p.N - n0)
             acc = accs[n_acc % len(accs)]
             n_acc += 1
-            for k in range(kt):
-                k0, kw = k * P, min(P, p.K - k * P)
-                dst = _load_b(b, p, bbufs[n_b % B_BUFS], bm, k0, kw, n0, nw, q)
+            ds = [
+                ap(acc, slice(0, mw), slice(j * p.acc_stride, j * p.acc_stride + nw))
+                for j, (_, mw) in enumerate(ms)
+            ]
+            for k, kw in enumerate(kws):
+                dst = _load_b(b, p, bbufs[n_b % B_BUFS], bm, k * P, kw, n0, nw, q)
                 n_b += 1
-                for j, (_, mw) in enumerate(ms):
-                    col = k * MB + j * P
-                    st = ap(strip, slice(0, kw), slice(col, col + mw))
-                    c0 = j * p.acc_stride
-                    d = ap(acc, slice(0, mw), slice(c0, c0 + nw))
+                for st, d in zip(sts[k], ds):
                     b.emit(
                         Matmul, [st, dst], [d], stationary=st, moving=dst, dst=d, accumulate=k > 0
                     )
@@ -263,8 +270,7 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
                 o = outs[n_out % 2]
                 engine = p.evac[n_out % 2]
                 n_out += 1
-                c0 = j * p.acc_stride
-                src = ap(acc, slice(0, mw), slice(c0, c0 + nw))
+                src = ds[j]
                 dst = ap(o, slice(0, mw), slice(0, nw))
                 _copy(b, engine, src, dst)
                 hbm = ap(o_name, *ob, slice(m, m + mw), slice(n0, n0 + nw))
