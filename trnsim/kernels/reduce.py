@@ -32,9 +32,6 @@ from trnsim.errors import TraceError
 from trnsim.isa import (
     CoreBarrier,
     DmaCopy,
-    Engine,
-    Matmul,
-    Memset,
     TensorCopy,
     TensorReduce,
     TensorScalar,
@@ -42,14 +39,13 @@ from trnsim.isa import (
     Transpose,
 )
 from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.column_folds import BUFS, COLS, ByEngines, ByMatmul
 from trnsim.kernels.layout import _blocks, flat_blocks
 
 __all__ = ["lower_any", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
 
 ALU = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 CHUNK = 4096  # free elements of a [K, R] chunk (16 KiB of fp32 a partition)
-COLS = 512  # columns of an [R, K] block (one PSUM bank of fp32)
-BUFS = 3
 LOADS = 8  # load buffers of [R, K] blocks in flight
 
 
@@ -164,7 +160,7 @@ class Reduce:
         self.n = 0  # stores so far (buffer rotation, queues)
         self.q = 0  # loads so far (queues)
         self.q2 = -1  # load buffers handed out (`next_x`)
-        self.rows: list[str] = []  # PSUM rows of column sums (`_ByMatmul`)
+        self.rows: list[str] = []  # PSUM rows of column sums (`ByMatmul`)
         self.m = -1  # column blocks summed so far
         self.psum = []
 
@@ -267,7 +263,7 @@ class Reduce:
                 block += 1
                 if not self.mine(block - 1):
                     continue
-                fold = _ByMatmul(self, cn) if self.by_matmul() else _ByEngines(self, cn)
+                fold = ByMatmul(self, cn) if self.by_matmul() else ByEngines(self, cn)
                 for orc in itertools.product(*(range(g[2]) for g in red)):
                     for r0 in range(0, rn, self.P):
                         rb = min(self.P, rn - r0)
@@ -403,71 +399,3 @@ def staggered(items, first, second, lag: int) -> None:
             second(*pending.pop(0))
     for item, got in pending:
         second(item, got)
-
-
-class _ByMatmul:
-    """Sums of a column block's partitions on TensorE: ones^T @ block into one PSUM row."""
-
-    def __init__(self, r: Reduce, cn: int):
-        self.r, self.cn, self.first = r, cn, True
-        dt = r.b.tensors[r.x].dtype
-        self.dt = dt
-        key = f"reduce.ones:{dt.name}"
-        if key not in r.b.scratch:
-            ones = r.b.scratch[key] = r.b.tile("ones", "sbuf", (r.P, 1), dt)
-            r.b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
-        self.ones = r.b.scratch[key]
-        if not r.rows:  # two PSUM rows in turn: one fills while the other is emptied
-            r.rows = [r.b.psum("rowsum", (1, COLS), r.f32) for _ in "ab"]
-        r.m += 1
-        self.ps = ap(r.rows[r.m % 2], slice(0, 1), slice(0, cn))
-
-    def target(self, rb: int) -> str:
-        return self.r.next_x(min(COLS, self.cn), self.dt)
-
-    def add(self, t: str, rb: int) -> None:
-        mv, st = ap(t, slice(0, rb), slice(0, self.cn)), ap(self.ones, slice(0, rb))
-        self.r.b.emit(Matmul, [st, mv], [self.ps], stationary=st, moving=mv, dst=self.ps,
-                      accumulate=not self.first)  # fmt: skip
-        self.first = False
-
-    def done(self, lo: int) -> None:
-        self.r.store_row(self.ps, self.cn, lo)
-
-
-class _ByEngines:
-    """Max or min of a column block's partitions: two accumulators folded on VectorE and
-    GpSimd in turn, merged, then reduced across the partitions (`Reduce.across`)."""
-
-    def __init__(self, r: Reduce, cn: int):
-        self.r, self.cn, self.k = r, cn, 0
-        self.dt = r.low()
-        slot = r.n % BUFS
-        self.acc = [r.tile(f"acc{slot}{h}", (r.P, min(COLS, cn)), self.dt) for h in "ab"]
-        self.filled = [0, 0]
-        self.pending = None
-
-    def target(self, rb: int) -> str:
-        if self.k < 2:  # the first block of each accumulator lands in it
-            return self.acc[self.k]
-        return self.r.next_x(min(COLS, self.cn), self.r.b.tensors[self.r.x].dtype)
-
-    def add(self, t: str, rb: int) -> None:
-        h = self.k % 2
-        if self.k < 2:
-            self.filled[h] = rb
-        else:
-            a = ap(self.acc[h], slice(0, rb), slice(0, self.cn))
-            src = ap(t, slice(0, rb), slice(0, self.cn))
-            eng = Engine.GPSIMD if h else Engine.VECTOR
-            self.r.b.emit(TensorTensor, [a, src], [a], alu=self.r.alu, src0=a, src1=src, dst=a,
-                          engine=eng)  # fmt: skip
-        self.k += 1
-
-    def done(self, lo: int) -> None:
-        r = self.r
-        if self.filled[1]:
-            a = ap(self.acc[0], slice(0, self.filled[1]), slice(0, self.cn))
-            o = ap(self.acc[1], slice(0, self.filled[1]), slice(0, self.cn))
-            r.b.emit(TensorTensor, [a, o], [a], alu=r.alu, src0=a, src1=o, dst=a)
-        r.across(self.acc[0], self.filled[0], self.cn, lo)
