@@ -47,7 +47,6 @@ at the same ps complete in that order.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -57,74 +56,13 @@ from trnsim.config import ChipConfig
 from trnsim.dma.checks import check_copy, check_host_copy
 from trnsim.dma.descriptors import cut, gathered
 from trnsim.dma.fluid import Flow, FluidModel
+from trnsim.dma.lanes import CopyPlan, Lane, Transfer
 from trnsim.errors import SimError
 from trnsim.isa import DmaCopy
 from trnsim.memory.buffer import Ref
 from trnsim.memory.hbm import Hbm
 from trnsim.report.recorder import DmaMove, Recorder, Span
-from trnsim.report.tracks import dma_track
 from trnsim.units import PS_PER_S, seconds_to_ps
-
-
-class _Transfer:
-    """One submitted copy: its endpoints, its flow, its queue, and who to tell."""
-
-    __slots__ = (
-        "core",
-        "queue",
-        "ins",
-        "index",
-        "kernel",
-        "on_done",
-        "start",
-        "src",
-        "dst",
-        "transpose",
-        "ready_at",
-        "armed",
-        "lane",
-        "flow",
-        "costs",
-        "plan",
-        "data_start",
-    )
-
-    def __init__(
-        self, core, queue, ins, index, kernel, on_done, start, src, dst, transpose, lane, costs
-    ):
-        self.core, self.queue, self.ins, self.index, self.kernel = core, queue, ins, index, kernel
-        self.on_done, self.start = on_done, start
-        self.src, self.dst, self.transpose = src, dst, transpose
-        self.ready_at = 0  # ps at which its setup is done
-        self.armed = False  # a timeout for ready_at is pending
-        self.lane: _Lane | None = lane
-        self.flow: Flow | None = None
-        self.costs: tuple[int, int, int, str] = costs  # see DmaSystem._costs
-        self.plan: _Plan | None = None
-        self.data_start = 0
-
-
-class _Plan:
-    """How one distinct copy runs on one core: its flow's work and uses, its setup time, its
-    completion latency, the engines it touches and the setup it costs beyond its bytes (ps)."""
-
-    __slots__ = ("work", "uses", "costs", "setup", "latency", "engines", "overhead")
-
-    def __init__(self, work, uses, costs, setup, latency, engines, overhead):
-        self.work, self.uses, self.costs, self.setup = work, uses, costs, setup
-        self.latency, self.engines, self.overhead = latency, engines, overhead
-
-
-class _Lane:
-    """One queue of one core: transfers waiting in FIFO order, at most one moving data."""
-
-    __slots__ = ("waiting", "busy", "track", "setup_free")
-
-    def __init__(self, queue: int):
-        self.waiting: deque[_Transfer] = deque()
-        self.busy = False
-        self.track = dma_track(queue)
-        self.setup_free = 0  # ps at which the queue's setup stage is free
 
 
 class DmaSystem:
@@ -152,8 +90,8 @@ class DmaSystem:
         self._engine_bpps = (d.engine_bandwidth / PS_PER_S, d.store_bandwidth / PS_PER_S)
         self._host_bpps = cfg.host_link.bandwidth / PS_PER_S
         self._host_ps = seconds_to_ps(cfg.host_link.latency)
-        self._lanes: dict[tuple[int, int], _Lane] = {}
-        self._plans: dict[tuple, _Plan] = {}  # (src, dst, transpose, core) -> plan
+        self._lanes: dict[tuple[int, int], Lane] = {}
+        self._plans: dict[tuple, CopyPlan] = {}  # (src, dst, transpose, core) -> plan
         self._engine_plans: dict[tuple, tuple] = {}  # (id(pieces), ...) -> _engine_plan(...)
         self._wakeup: tuple = (-1, [])  # (ps, queues): the last timeout for setups' ends
         self._seq = 0
@@ -217,8 +155,8 @@ class DmaSystem:
             plan = self._plan(ins, core)
         lane = self._lanes.get((core, queue))
         if lane is None:
-            lane = self._lanes[(core, queue)] = _Lane(queue)
-        t = _Transfer(
+            lane = self._lanes[(core, queue)] = Lane(queue)
+        t = Transfer(
             core,
             queue,
             ins,
@@ -251,7 +189,7 @@ class DmaSystem:
         with concurrent host copies) and the HBM stack's.
         """
         check_host_copy(src, dst)
-        t = _Transfer(
+        t = Transfer(
             core,
             -1,
             None,
@@ -272,7 +210,7 @@ class DmaSystem:
         self.in_flight += 1
         self.env.timeout(self._host_ps).callbacks.append(lambda _ev: self.fluid.start(flow))
 
-    def _plan(self, ins: DmaCopy, core: int) -> _Plan:
+    def _plan(self, ins: DmaCopy, core: int) -> CopyPlan:
         """The copy's plan on `core`, cached per distinct copy and core."""
         src, dst = ins.src, ins.dst
         key = (src, dst, ins.transpose, ins.indices, core)
@@ -287,7 +225,7 @@ class DmaSystem:
                 pieces, ins.transpose, src, store, core
             )
         _, work, uses, src_bytes, dst_bytes, engines, setup = shared
-        plan = self._plans[key] = _Plan(
+        plan = self._plans[key] = CopyPlan(
             work,
             uses + self._hbm_uses(src, dst, src_bytes, dst_bytes, work),
             self._costs(src, dst),
@@ -361,7 +299,7 @@ class DmaSystem:
             self._kick(lane)
         fluid.release()
 
-    def _kick(self, lane: _Lane) -> None:
+    def _kick(self, lane: Lane) -> None:
         """Start the queue's next transfer if the queue is free and its setup is done, or wake
         up when its setup will be done. A transfer whose setup ends while the one before it
         still moves data thus costs no event of its own: the end of that data phase starts it
@@ -415,7 +353,7 @@ class DmaSystem:
     def _complete(self, ev: simpy.Timeout) -> None:
         self._finish(ev.value)
 
-    def _finish(self, t: _Transfer) -> None:
+    def _finish(self, t: Transfer) -> None:
         src, dst = t.src, t.dst
         if src.buf.array is not None and dst.buf.array is not None:
             gather = t.ins.indices if t.ins is not None else None
