@@ -58,6 +58,9 @@ def on_dask(tasks: list[tuple[int, tuple]], finish, workers: int, scheduler: str
         else:
             cluster = _local_cluster(workers)
             client = Client(cluster)
+            from trnsim.sweep.quick_exit import QuickExit  # (imports Dask)
+
+            client.register_plugin(QuickExit(), name="trnsim-quick-exit")
         with client:
             shared: dict[str, Any] = {}
             futures: dict[str, int] = {}
