@@ -15,6 +15,7 @@ import numpy as np
 import simpy
 
 from trnsim.config import ChipConfig
+from trnsim.dma.system import DmaSystem
 from trnsim.engines.base import EngineModel
 from trnsim.engines.gpsimd import GpSimdEngine
 from trnsim.engines.scalar import ScalarEngine
@@ -88,7 +89,7 @@ class Planner:
         env: simpy.Environment,
         index: int,
         cfg: ChipConfig,
-        dma,
+        dma: DmaSystem,
         functional: bool,
         paired: bool = False,
     ):

@@ -180,7 +180,7 @@ def _one_streamed(
     block, every K block loads A^T[k, strip] (one DMA transpose) and B[k, n] and runs the strip's
     matmuls into their PSUM banks; then the banks are emptied and stored. A is read once per N
     block, B once per strip (`_Plan.stream_k` picks this kernel when that moves fewer bytes)."""
-    (a_name, ab), (o_name, ob) = a, out
+    a_name, ab = a
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
     q = _Queues(p.queues)
@@ -205,15 +205,21 @@ def _one_streamed(
                 for j, (_, mw) in enumerate(ms):
                     st, d = ap(at, slice(0, kw), slice(j * P, j * P + mw)), ds[j]
                     b.emit(Matmul, [st, bt], [d], stationary=st, moving=bt, dst=d, accumulate=k > 0)
-            for j, (m, mw) in enumerate(ms):
-                o = bufs.outs[n_out % 2]
-                engine = p.evac[n_out % 2]
-                n_out += 1
-                src = ds[j]
-                dst = ap(o, slice(0, mw), slice(0, nw))
-                _copy(b, engine, src, dst)
-                hbm = ap(o_name, *ob, slice(m, m + mw), slice(n0, n0 + nw))
-                b.emit(DmaCopy, [dst], [hbm], src=dst, dst=hbm, queue=q.store())
+            n_out = _evacuate(b, p, bufs.outs, n_out, ds, ms, out, n0, nw, q)
+
+
+def _evacuate(b: KernelBuilder, p: _Plan, outs, n_out: int, ds, ms, out, n0, nw, q) -> int:
+    """Empty a block's PSUM operands `ds` (rows `ms`) into the output tiles, in turn, each by
+    its evacuation engine, and store them at out[m, n0:n0 + nw]; the output tiles used so far."""
+    o_name, ob = out
+    for src, (m, mw) in zip(ds, ms):
+        o, engine = outs[n_out % 2], p.evac[n_out % 2]
+        n_out += 1
+        dst = ap(o, slice(0, mw), slice(0, nw))
+        _copy(b, engine, src, dst)
+        hbm = ap(o_name, *ob, slice(m, m + mw), slice(n0, n0 + nw))
+        b.emit(DmaCopy, [dst], [hbm], src=dst, dst=hbm, queue=q.store())
+    return n_out
 
 
 def _load_b(b: KernelBuilder, p: _Plan, bt: str, bm: tuple, k0, kw, n0, nw, q) -> object:
@@ -232,7 +238,7 @@ def _load_b(b: KernelBuilder, p: _Plan, bt: str, bm: tuple, k0, kw, n0, nw, q) -
 
 def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: tuple, rows):
     """One batch element: out[m0:m1, N] = a[m0:m1, K] @ b[K, N], (m0, m1) = `rows`."""
-    (a_name, ab), (o_name, ob) = a, out
+    a_name, ab = a
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
     strips, bbufs, accs, outs, turn = bufs.strips, bufs.bbufs, bufs.accs, bufs.outs, bufs.turn
@@ -266,15 +272,7 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
                     b.emit(
                         Matmul, [st, dst], [d], stationary=st, moving=dst, dst=d, accumulate=k > 0
                     )
-            for j, (m, mw) in enumerate(ms):
-                o = outs[n_out % 2]
-                engine = p.evac[n_out % 2]
-                n_out += 1
-                src = ds[j]
-                dst = ap(o, slice(0, mw), slice(0, nw))
-                _copy(b, engine, src, dst)
-                hbm = ap(o_name, *ob, slice(m, m + mw), slice(n0, n0 + nw))
-                b.emit(DmaCopy, [dst], [hbm], src=dst, dst=hbm, queue=q.store())
+            n_out = _evacuate(b, p, outs, n_out, ds, ms, out, n0, nw, q)
 
 
 def _load_strip(
