@@ -87,6 +87,7 @@ class FluidModel:
         self._held = False  # starts wait for release()
         self._loaded = False  # a load was written since on_change was last called
         self._sigs: dict[int, tuple] = {}  # id(uses) -> (uses, group key, coefs)
+        self._statics: dict[tuple, tuple] = {}  # group key -> (capacities, watched positions)
         self._gen = 0
         self._armed = -1  # the ps of the live timeout (-1: none)
         self._updating = False
@@ -188,15 +189,18 @@ class FluidModel:
         sig, cs = self._sig(f)
         g = self._groups.get(sig)
         if g is None:
-            capacity = self.capacity
-            g = self._groups[sig] = Group(
-                sig, f.cap, now, self._gseq, tuple([capacity[r] for r in sig[0]])
-            )
-            w = self._watched
-            g.watch = tuple([(r, pos) for pos, r in enumerate(g.rids) if r in w])
+            static = self._statics.get(sig)
+            if static is None:  # its resources' capacities and its watched ones, once per sig
+                capacity, w = self.capacity, self._watched
+                static = self._statics[sig] = (
+                    tuple([capacity[r] for r in sig[0]]),
+                    tuple([(r, pos) for pos, r in enumerate(sig[0]) if r in w]),
+                )
+            g = self._groups[sig] = Group(sig, f.cap, now, self._gseq, static[0])
+            g.watch = static[1]
             self._gseq += 1
             users = self._users
-            if any(r in users for r in g.rids):
+            if not users.keys().isdisjoint(g.rids):
                 self._topo += 1  # it links components: their cached ones go stale
             else:  # alone: its component is itself, no search needed
                 g.comp, g.topo = Component.alone(g), self._topo
