@@ -8,12 +8,12 @@ The sweep: traces/weight_stream.yaml in timing mode with `tiles` N-tiles of 512 
 default: a 1 GiB weight, 10,240 DMA transfers and 10,240 compute instructions, about a second a
 point on a 2-core machine; 512 tiles took 0.6-1 s a point until the DMA model's speed-ups of
 2026-12-04, 0.22 s after, and points that short measure the cluster's start more than the
-sweep), on trn2 and trn3, at 8 HBM bandwidths and 2 batch sizes: 2 x 8 x 2 =
-32 points. Both runs go through `trnsim.sweep.run_sweep`, as `trnsim sweep --workers N` does;
-the 2-worker time includes starting and stopping the LocalCluster (about 0.6 s: the workers'
-processes import Dask and trnsim; stopping took 1 s more until the workers' exits skipped
-collecting their garbage, `sweep.quick_exit`). The two tables must be equal row for row. The CPU seconds
-(this process and its finished children, the workers) show how many cores the machine gave the
+sweep), on trn2 and trn3, at 8 HBM bandwidths and 2 batch sizes: 2 x 8 x 2 = 32 points. Both
+runs go through `trnsim.sweep.run_sweep`, as `trnsim sweep --workers N` does; the 2-worker time
+includes starting and stopping the LocalCluster (about 0.6 s: the workers' processes import
+Dask and trnsim; stopping took 1 s more until the workers' exits skipped collecting their
+garbage, `sweep.quick_exit`). The two tables must be equal row for row. The CPU seconds (this
+process and its finished children, the workers) show how many cores the machine gave the
 sweep, and a calibration before and after (two processes against one on plain Python work) how
 much parallelism the machine had to give: other work on it lowers both.
 """
