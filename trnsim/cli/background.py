@@ -121,9 +121,11 @@ class Background:
         self._restore()
 
     def _on_error(self, _signum, _frame) -> None:
-        """SIGUSR1 from the child: it wrote an error; stop the parent's work with it."""
+        """SIGUSR1 from the child: it wrote an error; stop the parent's work with it (unless
+        its answer was unreadable and the rerun here succeeded)."""
         self._collect()
-        raise Interrupted(self._done[1])
+        if not self._done[0]:
+            raise Interrupted(self._done[1])
 
     def _restore(self) -> None:
         if self._old_handler is not None:
