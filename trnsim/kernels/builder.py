@@ -42,6 +42,8 @@ from trnsim.trace.program import CoreProgram, TensorSpec, TileSpec
 
 __all__ = ["KernelBuilder", "ap", "Region"]
 
+_DMA = Engine.DMA
+
 Region = tuple[tuple[int, int], ...]
 """Per dim (start, stop) of the elements an operand touches (steps ignored: a superset)."""
 
@@ -84,20 +86,26 @@ def _overlap(a: Region, b: Region) -> bool:
 
 
 class _Unread(list):
-    """The regions one queue wrote since a tile was last read, and the box around them (grown
-    as they are checked): a write is checked against the box before each region."""
+    """The operands one queue wrote to a tile since it was last read; their regions, made when
+    another queue's write is first checked against them (most tiles are read before that), and
+    the box around those regions: a write is checked against the box before each region."""
 
-    box: Region | None = None
-    boxed = 0  # regions inside `box`
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        self.shape = shape
+        self.regions: list[Region] = []
+        self.box: Region | None = None
 
     def overlap(self, mine: Region) -> bool:
         """Does `mine` overlap one of the regions?"""
-        if self.boxed < len(self):
-            box = self.box or self[0]
-            for r in self[self.boxed :]:
+        if len(self.regions) < len(self):
+            new = [region(a, self.shape) for a in self[len(self.regions) :]]
+            box = self.box or new[0]
+            for r in new:
                 box = tuple((min(s0, s1), max(e0, e1)) for (s0, e0), (s1, e1) in zip(box, r))
-            self.box, self.boxed = box, len(self)
-        return _overlap(mine, self.box) and any(_overlap(mine, r) for r in self)
+            self.box = box
+            self.regions.extend(new)
+        return _overlap(mine, self.box) and any(_overlap(mine, r) for r in self.regions)
 
 
 @dataclass
@@ -143,6 +151,7 @@ class KernelBuilder:
         self._tensors: dict[str, _Tensor] = {n: _Tensor() for n in tensors}
         self._op = 0
         self._waited: dict[Any, dict[str, int]] = defaultdict(dict)  # queue -> sem -> value
+        self._dma: dict[int, tuple[str, int]] = {}  # DMA queue number -> its key (`_dma_queue`)
         self._names: dict[str, int] = defaultdict(int)
         self.scratch: dict[str, str] = {}  # a lowering's own key -> tile name (reused buffers)
         self._free_psum: list[str] = []  # PSUM tiles released by ops that ended
@@ -206,36 +215,32 @@ class KernelBuilder:
         """Append instruction `cls(**fields)` reading `reads` and writing `writes` (its operand
         fields among `fields`), with the waits that order it and the signals it gives."""
         engine = fields.pop("engine", cls.ENGINE)
-        queue: Any = ("dma", fields.get("queue", 0)) if engine is Engine.DMA else engine
+        queue: Any = self._dma_queue(fields.get("queue", 0)) if engine is _DMA else engine
+        seen = self._waited[queue]  # what earlier instructions of this queue waited for
         waits: dict[str, int] = {}
+        bufs, need = self._bufs, self._need
+        for a in reads:
+            buf = bufs.get(a.name)
+            if buf is None:
+                self._floor(waits, seen, queue, a.name)
+            else:
+                need(waits, seen, queue, buf.sems[1], buf.writes, buf.last_write)
+        for a in writes:
+            buf = bufs.get(a.name)
+            if buf is None:
+                self._floor(waits, seen, queue, a.name)
+                continue
+            need(waits, seen, queue, buf.sems[0], buf.reads, buf.last_read)
+            if buf.unread and not any(x.name == a.name for x in reads):  # else its read waited
+                self._check_unread(cls, a, buf, queue)
         signals: dict[str, int] = {}
         for a in reads:
-            if a.name in self._tensors:
-                self._floor(waits, queue, a.name)
-            else:
-                buf = self._bufs[a.name]
-                self._need(waits, queue, buf.sems[1], buf.writes, buf.last_write)
-        for a in writes:
-            if a.name in self._tensors:
-                self._floor(waits, queue, a.name)
-                continue
-            buf = self._bufs[a.name]
-            self._need(waits, queue, buf.sems[0], buf.reads, buf.last_read)
-            if not buf.unread or any(x.name == a.name for x in reads):  # its read waited
-                continue
-            mine = region(a, buf.shape)
-            for q, regions in buf.unread.items():
-                if q is not queue and regions.overlap(mine):
-                    raise AssertionError(
-                        f"lowering bug: {cls.OP} writes {a} over a write not yet read "
-                        "from another queue (order it with a read first)"
-                    )
-        for a, kind in [*((a, "r") for a in reads), *((a, "w") for a in writes)]:
-            sem = self._count(a, kind, queue)
+            sem = self._count(a, "r", queue)
             signals[sem] = signals.get(sem, 0) + 1
-        seen = self._waited[queue]
-        for sem, value in waits.items():
-            seen[sem] = max(seen.get(sem, 0), value)
+        for a in writes:
+            sem = self._count(a, "w", queue)
+            signals[sem] = signals.get(sem, 0) + 1
+        seen.update(waits)  # each wait is above what the queue waited for (`_need`)
         fields["index"] = len(self.instructions)
         fields["engine"] = engine
         fields["wait"] = tuple(waits.items())
@@ -245,7 +250,29 @@ class KernelBuilder:
         self._rows.append(self.row)
         return ins
 
-    def _floor(self, waits: dict, queue: Any, name: str) -> None:
+    def _dma_queue(self, n: int) -> tuple[str, int]:
+        """DMA queue `n` as the builder keys it, one object per queue."""
+        queue = self._dma.get(n)
+        if queue is None:
+            queue = self._dma[n] = ("dma", n)
+        return queue
+
+    def _check_unread(self, cls: type[Instr], a: Ap, buf: _Buffer, queue: Any) -> None:
+        """Refuse a write `a` over a region another queue wrote and nothing read yet (a compute
+        engine may write over its own: it runs in order; a DMA queue may not)."""
+        mine = None
+        for q, written in buf.unread.items():
+            if q is queue and queue.__class__ is Engine:
+                continue
+            if mine is None:
+                mine = region(a, buf.shape)
+            if written.overlap(mine):
+                raise AssertionError(
+                    f"lowering bug: {cls.OP} writes {a} over a write not yet read "
+                    "from another queue (order it with a read first)"
+                )
+
+    def _floor(self, waits: dict, seen: dict, queue: Any, name: str) -> None:
         """A tensor access waits for every access of the tensor's previous generation (its
         writes and its reads, so generations are ordered one after another)."""
         t = self._tensors[name]
@@ -254,38 +281,40 @@ class KernelBuilder:
             prev = (t.gen - 1) % 2
             t.floor_w, t.floor_r = t.writes[prev], t.reads[prev]
         prev = (t.gen - 1) % 2
-        self._need(waits, queue, _sem(t, "w", name, prev), t.floor_w, t.last_write[prev])
-        self._need(waits, queue, _sem(t, "r", name, prev), t.floor_r, t.last_read[prev])
+        self._need(waits, seen, queue, _sem(t, "w", name, prev), t.floor_w, t.last_write[prev])
+        self._need(waits, seen, queue, _sem(t, "r", name, prev), t.floor_r, t.last_read[prev])
 
     def _count(self, a: Ap, kind: str, queue: Any) -> str:
         """Count access `kind` ("r" or "w") of operand `a` by `queue`; the semaphore it
         signals."""
-        t = self._tensors.get(a.name)
-        if t is not None:
+        buf = self._bufs.get(a.name)
+        if buf is None:
+            t = self._tensors[a.name]
             cur = t.gen % 2
             counts, last = (t.reads, t.last_read) if kind == "r" else (t.writes, t.last_write)
             counts[cur] += 1
             last[cur][queue] = counts[cur]
             return _sem(t, kind, a.name, cur)
-        buf = self._bufs[a.name]
         if kind == "r":
             buf.reads += 1
             buf.last_read[queue] = buf.reads
             buf.unread.clear()
             return buf.sems[0]
-        else:
-            buf.writes += 1
-            buf.last_write[queue] = buf.writes
-            regions = buf.unread.get(queue)
-            if regions is None:
-                regions = buf.unread[queue] = _Unread()
-            regions.append(region(a, buf.shape))
+        buf.writes += 1
+        buf.last_write[queue] = buf.writes
+        written = buf.unread.get(queue)
+        if written is None:
+            written = buf.unread[queue] = _Unread(buf.shape)
+        written.append(a)
         return buf.sems[1]
 
-    def _need(self, waits: dict, queue: Any, sem: str, n: int, last: dict[Any, int]) -> None:
+    def _need(self, waits: dict, seen: dict, queue: Any, sem: str, n: int, last: dict) -> None:
         """Wait for `sem >= n` (the first n accesses counted by `sem`; `last`: each queue's
-        count after its last access) unless order already gives it."""
-        done = max(self._waited[queue].get(sem, 0), waits.get(sem, 0))
+        count after its last access; `seen`: what the queue waited for before) unless order
+        already gives it."""
+        done = seen.get(sem, 0)
+        if sem in waits and waits[sem] > done:
+            done = waits[sem]
         if n <= done:
             return
         if queue.__class__ is Engine and all(c <= done for q, c in last.items() if q is not queue):
