@@ -21,6 +21,7 @@ import math
 
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
+from trnsim.gcpause import no_gc
 from trnsim.kernels.argmax import lower_argmax
 from trnsim.kernels.attention import lower_attention
 from trnsim.kernels.builder import KernelBuilder
@@ -132,10 +133,11 @@ def lower_cores(
     if cores > 1:
         _check_split(ops, tensors, cfg, source)
     programs = []
-    for c in range(cores):
-        b = KernelBuilder(tensors)
-        b.part = (c, cores)
-        programs.append(_lower_into(b, ops, cfg, source))
+    with no_gc():  # a lowering makes millions of objects and no cycles (`gcpause`)
+        for c in range(cores):
+            b = KernelBuilder(tensors)
+            b.part = (c, cores)
+            programs.append(_lower_into(b, ops, cfg, source))
     return programs
 
 
