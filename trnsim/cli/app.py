@@ -217,11 +217,16 @@ allow_races_option = click.option(
 )
 
 
-def _check_races(program, allow: bool) -> None:
+def race_warnings(program, allow: bool) -> list[str]:
     """The race and deadlock check of docs/races.md (a kernel the library lowered counted by its
-    ops' tensors: its instructions are the library's, race-checked by its tests); warnings go
-    to stderr."""
-    for line in check_races(program, allow, library=False):
+    ops' tensors: its instructions are the library's, race-checked by its tests): its error, or
+    its warning lines."""
+    return check_races(program, allow, library=False)
+
+
+def _check_races(program, allow: bool) -> None:
+    """`race_warnings`, the warnings on stderr."""
+    for line in race_warnings(program, allow):
         echo(line, err=True)
 
 

@@ -27,7 +27,7 @@ __all__ = ["Background", "Interrupted"]
 
 class Interrupted(BaseException):
     """Raised in the parent, wherever it is, when the child reports an error: a BaseException,
-    so no `except Exception` on the way re-wraps it; `Background.error_of` unwraps it."""
+    so no `except Exception` on the way re-wraps it; `Background.__exit__` unwraps it."""
 
     def __init__(self, error: BaseException):
         super().__init__(error)  # (SimPy re-raises a copy, type(e)(*e.args): keep it in args)

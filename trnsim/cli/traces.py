@@ -19,6 +19,7 @@ from trnsim.cli.app import (
     main,
     mode_option,
     param_option,
+    race_warnings,
     set_option,
 )
 from trnsim.cli.background import Background
@@ -30,7 +31,6 @@ from trnsim.report.profile import check_format, write_profile
 from trnsim.report.provenance import provenance
 from trnsim.report.text import format_comparison, format_summary
 from trnsim.runtime.session import check_program, lowered, run_program, save_outputs
-from trnsim.trace.races import check_races
 
 
 @main.command(short_help="Simulate a trace and report its time, traffic and memory use.")
@@ -151,9 +151,8 @@ the check takes a few hundredths of a second and a fork is not worth it."""
 
 
 def _race_check(program, cfg, allow: bool, skip: bool) -> Background:
-    """The race and deadlock check of docs/races.md (a kernel the library lowered counted by its
-    ops' tensors: its instructions are the library's, race-checked by its tests), beside the
-    simulation for a large trace; its `result()` is the warnings to print."""
+    """`race_warnings` of the lowered program, beside the simulation for a large trace; its
+    `result()` is the warnings to print."""
     if skip:
         return Background(list, fork=False)
     prog = lowered(program, cfg, program.lnc or cfg.lnc)  # cached: the run lowers nothing again
@@ -163,7 +162,7 @@ def _race_check(program, cfg, allow: bool, skip: bool) -> Background:
         if k.low_level and not k.ops
         for p in k.per_core
     )
-    return Background(lambda: check_races(prog, allow, library=False), fork=n >= FORK_RACE_CHECK)
+    return Background(lambda: race_warnings(prog, allow), fork=n >= FORK_RACE_CHECK)
 
 
 @main.command(short_help="Check a trace against a chip without simulating it.")

@@ -149,14 +149,9 @@ class Component:
             self.shared.append(tuple(shar))
 
     @classmethod
-    def alone(cls, g: Group) -> Component:
-        """The component of a group that shares none of its resources: what __init__ gives
-        for [g], built without looking at the users."""
+    def alone(cls, g: Group, private: tuple[tuple[int, int], ...]) -> Component:
+        """The component of a group that shares none of its resources (`private`: each of them
+        with its position): what __init__ gives for [g], built without looking at the users."""
         c = cls.__new__(cls)
-        c.groups, c.private, c.shared, c.users = (
-            [g],
-            [tuple(zip(g.rids, range(len(g.rids))))],
-            [()],
-            {},
-        )
+        c.groups, c.private, c.shared, c.users = [g], [private], [()], {}
         return c

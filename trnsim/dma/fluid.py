@@ -87,7 +87,7 @@ class FluidModel:
         self._held = False  # starts wait for release()
         self._loaded = False  # a load was written since on_change was last called
         self._sigs: dict[int, tuple] = {}  # id(uses) -> (uses, group key, coefs)
-        self._statics: dict[tuple, tuple] = {}  # group key -> (capacities, watched positions)
+        self._statics: dict[tuple, tuple] = {}  # group key -> (capacities, watched, all)
         self._gen = 0
         self._armed = -1  # the ps of the live timeout (-1: none)
         self._updating = False
@@ -190,11 +190,12 @@ class FluidModel:
         g = self._groups.get(sig)
         if g is None:
             static = self._statics.get(sig)
-            if static is None:  # its resources' capacities and its watched ones, once per sig
+            if static is None:  # capacities, watched and (when alone) private resources, per sig
                 capacity, w = self.capacity, self._watched
                 static = self._statics[sig] = (
                     tuple([capacity[r] for r in sig[0]]),
                     tuple([(r, pos) for pos, r in enumerate(sig[0]) if r in w]),
+                    tuple(zip(sig[0], range(len(sig[0])))),
                 )
             g = self._groups[sig] = Group(sig, f.cap, now, self._gseq, static[0])
             g.watch = static[1]
@@ -203,7 +204,7 @@ class FluidModel:
             if not users.keys().isdisjoint(g.rids):
                 self._topo += 1  # it links components: their cached ones go stale
             else:  # alone: its component is itself, no search needed
-                g.comp, g.topo = Component.alone(g), self._topo
+                g.comp, g.topo = Component.alone(g, static[2]), self._topo
             for r in g.rids:
                 if r in users:
                     users[r][g] = None

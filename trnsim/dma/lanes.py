@@ -28,7 +28,6 @@ class Transfer:
         "dst",
         "transpose",
         "ready_at",
-        "armed",
         "lane",
         "flow",
         "costs",
@@ -43,7 +42,6 @@ class Transfer:
         self.on_done, self.start = on_done, start
         self.src, self.dst, self.transpose = src, dst, transpose
         self.ready_at = 0  # ps at which its setup is done
-        self.armed = False  # a timeout for ready_at is pending
         self.lane: Lane | None = lane
         self.flow: Flow | None = None
         self.costs: tuple[int, int, int, str] = costs  # see DmaSystem._costs

@@ -287,15 +287,9 @@ class DmaSystem:
 
     def _ready(self, ev: simpy.Timeout) -> None:
         """The setups of the queues' head transfers are done: start them, in one update."""
-        lanes = ev.value
-        if len(lanes) == 1:
-            lanes[0].waiting[0].armed = False
-            self._kick(lanes[0])
-            return
         fluid = self.fluid
         fluid.hold()
-        for lane in lanes:
-            lane.waiting[0].armed = False
+        for lane in ev.value:
             self._kick(lane)
         fluid.release()
 
@@ -313,8 +307,10 @@ class DmaSystem:
             lane.waiting.popleft()
             t.data_start = now
             self.fluid.start(t.flow)
-        elif not t.armed:  # queues armed one after another for one instant share a timeout
-            t.armed = True
+        else:
+            # Wake up at ready_at. An idle queue is kicked again only by this wake-up (a submit
+            # behind the head kicks nothing, no data phase is in progress to end), so its head
+            # is armed once; queues armed one after another for one instant share the timeout.
             last = self._wakeup
             if last[0] == t.ready_at:
                 last[1].append(lane)
