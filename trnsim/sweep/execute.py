@@ -20,17 +20,23 @@ CONNECT_TIMEOUT = "10s"
 """How long to try to reach a --scheduler."""
 
 
-def in_process(tasks: list[tuple[int, tuple]], finish) -> None:
-    """Run the tasks one after another. The `trnsim` command runs with the cyclic collector off
+def in_process(tasks: list[tuple[int, tuple]], finish, until=None) -> int:
+    """Run the tasks one after another (stopping early once `until(points done)` is true) and
+    return how many ran. The `trnsim` command runs with the cyclic collector off
     (`trnsim.cli.app.entry`): here it collects after each point, when the point's objects are
     gone and the walk is short, so a long sweep's few cycles do not pile up."""
+    done = 0
     try:
         for i, task in tasks:
             finish(i, simulate(*task))
+            done += 1
             if not gc.isenabled():
                 gc.collect()
+            if until is not None and until(done):
+                break
     finally:
         forget()
+    return done
 
 
 def on_dask(tasks: list[tuple[int, tuple]], finish, workers: int, scheduler: str | None) -> None:

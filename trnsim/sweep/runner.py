@@ -16,6 +16,10 @@ values, the fixed settings (`--set`, `--param`), the mode, the trnsim version an
 chip config it runs on (so an edited chip file runs again). Rows of other points in the table
 are kept, after this sweep's. A CSV table gets each row as it completes, so an interrupted sweep
 loses nothing; a Parquet table is written when the sweep ends or is interrupted.
+
+Asking first: given a `confirm` callback, a sweep of more than `estimate.CONFIRM_ABOVE` points to
+run asks it before running them, with an estimate of their time from its first points (see
+`trnsim.sweep.estimate`). Declined, the sweep stops there: the table holds the points timed.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 from trnsim import __version__
 from trnsim.errors import TrnsimError
-from trnsim.sweep import execute, table
+from trnsim.sweep import estimate, execute, table
 from trnsim.sweep.grid import PARAM, Axis, parse_grid, settings
 from trnsim.sweep.points import Point, config_hash, points, resume
 
@@ -41,7 +45,8 @@ Progress = Callable[[int, int, int], None]
 class SweepResult:
     """The table (`columns`, `rows`: this sweep's `points` in grid order, then rows of other
     points found in the output) and what happened: points `ran`, `skipped` (already in the
-    output) and `failed` (while running, or before: a trace or config that did not load)."""
+    output) and `failed` (while running, or before: a trace or config that did not load), and
+    whether the `confirm` callback `declined` to run the sweep (after the points it timed)."""
 
     columns: list[str]
     rows: list[dict]
@@ -50,6 +55,7 @@ class SweepResult:
     failed: int = 0
     out: str | None = None
     points: int = 0
+    declined: bool = False
 
 
 def run_sweep(
@@ -64,12 +70,16 @@ def run_sweep(
     scheduler: str | None = None,
     progress: Progress | None = None,
     loading: Mapping[str, Any] | None = None,
+    confirm: estimate.Confirm | None = None,
+    confirm_above: int | None = None,
 ) -> SweepResult:
     """Run every point of traces x chips x grid values and return the table (see the module's
     doc). `chips` defaults to each trace's own chip; `sets` (`KEY=VALUE`) and `params`
     (`NAME=VALUE`) apply to every point. `workers` > 1 runs a Dask LocalCluster of that many
     processes; `scheduler` (`tcp://host:port`) submits to a running Dask cluster instead.
-    `loading` holds the trace loader's options (`allow_outside_files`, `max_instructions`)."""
+    `loading` holds the trace loader's options (`allow_outside_files`, `max_instructions`).
+    `confirm` is asked before running more than `confirm_above` points (default
+    `estimate.CONFIRM_ABOVE`); without it nothing is asked."""
     _check_options(traces, workers, scheduler, mode)
     axes = parse_grid(grid)
     fixed = settings(sets, params)
@@ -85,27 +95,40 @@ def run_sweep(
     )
     others = resume(out, cols, every) if out and Path(out).exists() else []
     sweep = _Sweep(every, others, cols, out, progress)
-    if out:
-        table.write(out, sweep.rows(), cols)
-    sweep.report()
+    tasks = [(i, p.task) for i, p in enumerate(sweep.runs)]
+    above = estimate.CONFIRM_ABOVE if confirm_above is None else confirm_above
+    declined = False
     try:
-        tasks = [(i, p.task) for i, p in enumerate(sweep.runs)]
-        if scheduler or workers > 1:
-            execute.on_dask(tasks, sweep.finish, workers, scheduler)
-        else:
-            execute.in_process(tasks, sweep.finish)
+        if confirm is not None and len(tasks) > above:
+            timed: list[estimate.Estimate] = []
+
+            def first() -> estimate.Estimate:
+                if not timed:
+                    sweep.begin()
+                    timed.append(estimate.first(tasks, sweep.finish))
+                return timed[0]
+
+            declined = not confirm(len(tasks), first)
+            tasks = tasks[timed[0].measured :] if timed else tasks
+        if not declined:
+            sweep.begin()
+            if scheduler or workers > 1:
+                execute.on_dask(tasks, sweep.finish, workers, scheduler)
+            else:
+                execute.in_process(tasks, sweep.finish)
     finally:  # also when interrupted: the table keeps every point done
         rows = sweep.rows()
-        if out:
+        if out and sweep.begun:
             table.write(out, rows, cols)
     return SweepResult(
         cols,
         rows,
-        ran=len(sweep.runs),
+        ran=sum(p.done for p in sweep.runs),
         skipped=len(every) - sweep.total,
         failed=sweep.failed,
         out=str(out) if out else None,
         points=len(every),
+        declined=declined,
     )
 
 
@@ -135,6 +158,16 @@ class _Sweep:
         self.runs = [p for p in todo if p.task is not None]
         self.total = len(todo)
         self.done = self.failed = self.total - len(self.runs)
+        self.begun = False
+
+    def begin(self) -> None:
+        """Before the first point runs: the table so far written out (a CSV's header, for the
+        rows appended), the progress shown. Not before: a sweep refused runs and writes nothing."""
+        if not self.begun:
+            self.begun = True
+            if self.out:
+                table.write(self.out, self.rows(), self.cols)
+            self.report()
 
     def finish(self, i: int, res: dict) -> None:
         """Point `runs[i]` finished with `res` (the worker's figures or error)."""
