@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -10,9 +11,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import trnsim.cli.sweep as cli_sweep
+import trnsim.sweep.execute as execute
 from trnsim.cli import main
-from trnsim.cli.sweep import _sweep_progress
-from trnsim.sweep import run_sweep, table
+from trnsim.cli.sweep import _duration, _sweep_progress
+from trnsim.sweep import estimate, run_sweep, table
+from trnsim.sweep.worker import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM = str(ROOT / "traces" / "gemm_double_buffered.yaml")
@@ -47,7 +51,8 @@ ARGS = [GEMM, STREAM, "--chip", "trn2", "--grid", "hbm.bandwidth=1TB/s,4XB/s", "
 
 def test_sweep_writes_the_table_and_says_what_it_did(tmp_path):
     out = tmp_path / "t.csv"
-    result = ok("sweep", *ARGS, "--out", out)
+    result = invoke("sweep", *ARGS, "--out", out)
+    assert result.exit_code == 1  # some points failed: the table is written all the same
     assert result.stdout == f"sweep: 4 points: 2 run, 2 failed; table in {out}\n"
     errors = result.stderr.splitlines()
     assert errors[0] == (
@@ -55,11 +60,48 @@ def test_sweep_writes_the_table_and_says_what_it_did(tmp_path):
         "hbm.bandwidth: expected a bandwidth like '2.9TB/s' (B/s, KB/s, MB/s, "
         "GB/s, TB/s, KiB/s, MiB/s, GiB/s, TiB/s, B/ns), got '4XB/s'"
     )
-    assert len(errors) == 2
+    assert errors[2:] == [f"error: 2 of 4 points failed; see the error column of {out}"]
     want = run_sweep([GEMM, STREAM], ["trn2"], ["hbm.bandwidth=1TB/s,4XB/s"], mode="timing")
     assert out.read_text() == table.csv_lines(want.rows, want.columns)
-    again = ok("sweep", *ARGS, "--out", out)
-    assert again.stdout == f"sweep: 4 points: 0 run, 2 already in {out}, 2 failed; table in {out}\n"
+    again = invoke("sweep", *ARGS, "--out", out, "-q")
+    assert again.exit_code == 1 and again.stdout == ""
+    assert again.stderr == f"error: 2 of 4 points failed; see the error column of {out}\n"
+    fine = ok("sweep", *ARGS[:4], "--grid", "hbm.bandwidth=1TB/s", *ARGS[-2:], "--out", out)
+    assert fine.stdout == f"sweep: 2 points: 0 run, 2 already in {out}, 0 failed; table in {out}\n"
+    assert fine.stderr == ""  # none failed: exit 0, nothing on stderr
+
+
+DEADLOCK = (
+    "trnsim: 1\ntiles:\n  a: {memory: sbuf, shape: [128, 64], dtype: float32}\n"
+    "instructions:\n  - {op: memset, dst: a, wait: {s: 1}}\n  - {op: memset, dst: a, signal: "
+    "{s: 1}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "failing, ran, why",
+    [
+        ("misspelt grid key", 0, "unknown key 'hbm.bandwith'"),
+        ("missing trace", 0, "cannot read the file"),
+        ("deadlocking trace", 2, "deadlock"),
+    ],
+)
+def test_a_sweep_whose_every_point_failed_exits_1(tmp_path, failing, ran, why):
+    trace, grid = tmp_path / "deadlock.yaml", "hbm.bandwidth=1TB/s,2TB/s"
+    trace.write_text(DEADLOCK)
+    if failing == "misspelt grid key":
+        trace, grid = GEMM, "hbm.bandwith=1TB/s,2TB/s"
+    elif failing == "missing trace":
+        trace = tmp_path / "nowhere.yaml"
+    result = invoke("sweep", trace, "--grid", grid, "--mode", "timing")
+    assert result.exit_code == 1, (result.exit_code, result.output)
+    lines = result.stdout.splitlines()  # the table, as when points succeed
+    assert lines[0].startswith("trace,chip,hbm.bandwi") and len(lines) == 3
+    assert result.stderr.splitlines()[0] == f"sweep: 2 points: {ran} run, 2 failed"
+    assert why in result.stderr.splitlines()[1]
+    assert result.stderr.splitlines()[-1] == (
+        "error: 2 of 2 points failed; see the error column of the table"
+    )
 
 
 def test_sweep_without_out_prints_the_csv(tmp_path):
@@ -123,6 +165,89 @@ def test_sweep_workers_without_dask(monkeypatch):
     assert "pip install 'trnsim[sweep]'" in msg
 
 
+# -- asking before a big sweep ---------------------------------------------------------------------
+
+BIG = [GEMM, "--chip", "trn2", "--grid", "hbm.bandwidth=1TB/s,2TB/s,3TB/s", "--mode", "timing"]
+
+
+@pytest.fixture
+def big(monkeypatch):
+    """More than 2 points ask (BIG has 3), the first point alone is timed; the points simulated
+    are counted."""
+    monkeypatch.setattr(estimate, "CONFIRM_ABOVE", 2)
+    monkeypatch.setattr(estimate, "ESTIMATE_POINTS", 1)
+    calls = []
+
+    def counting(*task):
+        calls.append(task)
+        return simulate(*task)
+
+    monkeypatch.setattr(execute, "simulate", counting)
+    return calls
+
+
+def test_a_big_sweep_with_no_terminal_needs_yes_and_runs_nothing_without(tmp_path, big):
+    out = tmp_path / "t.csv"
+    one_line_error(
+        invoke("sweep", *BIG, "--out", out),
+        "sweep: 3 points to run, more than 2, and no terminal to ask whether to run them; "
+        "expected --yes to run them",
+    )
+    assert big == [] and not out.exists()
+    result = ok("sweep", *BIG, "--out", out, "--yes")
+    assert len(big) == 3 and result.stderr == ""
+    assert result.stdout == f"sweep: 3 points: 3 run, 0 failed; table in {out}\n"
+
+
+PROMPT = (
+    r"sweep: 3 points to run; the first took [0-9.e-]+ s: the rest about \d+ s on "
+    r"1 process\. Run them\? \[y/N\]: "
+)
+
+
+def test_a_big_sweep_on_a_terminal_asks(tmp_path, big, monkeypatch):
+    monkeypatch.setattr(cli_sweep, "_interactive", lambda: True)
+    out = tmp_path / "t.csv"
+    no = CliRunner().invoke(main, ["sweep", *BIG, "--out", str(out)], input="n\n")
+    assert no.exit_code == 1, no.output
+    prompt, said = no.stderr.splitlines()
+    assert re.fullmatch(PROMPT + "n", prompt), prompt  # (CliRunner echoes the answer)
+    assert said == f"sweep: not run (answered no); the point timed is in {out}"
+    assert no.stdout == ""
+    assert len(big) == 1 and len(table.read(out)[1]) == 1  # the point timed, kept
+    big.clear()
+    yes = CliRunner().invoke(main, ["sweep", *BIG], input="y\n")
+    assert yes.exit_code == 0, yes.output
+    assert re.fullmatch(PROMPT + "y", yes.stderr.splitlines()[0])
+    assert len(big) == 3  # the point timed is not run again
+    want = run_sweep([GEMM], ["trn2"], ["hbm.bandwidth=1TB/s,2TB/s,3TB/s"], mode="timing")
+    assert yes.stdout == table.csv_lines(want.rows, want.columns)
+
+
+def test_the_question_says_when_the_points_timed_failed(big, monkeypatch):
+    monkeypatch.setattr(cli_sweep, "_interactive", lambda: True)
+    monkeypatch.setattr(estimate, "ESTIMATE_POINTS", 2)
+    args = [*BIG, "--set", "core.sbuf.partition_bytes=8KiB", "--workers", "4"]  # tiles overflow
+    no = CliRunner().invoke(main, ["sweep", *args], input="\n")  # the default: no
+    assert no.exit_code == 1 and len(big) == 2
+    assert re.fullmatch(
+        r"sweep: 3 points to run; the first 2 took [0-9.e-]+ s each, 2 of them failed: the "
+        r"rest about \d+ s on 4 processes\. Run them\? \[y/N\]: ",
+        no.stderr.splitlines()[0],
+    ), no.stderr
+
+
+def test_durations_are_said_as_estimates():
+    assert [_duration(s) for s in (0.4, 89, 91, 5300, 5401, 36000)] == [
+        "0 s",
+        "89 s",
+        "2 min",
+        "88 min",
+        "1 h 30 min",
+        "10 h 00 min",
+    ]
+
+
 def test_progress_bar_on_a_terminal(capsys, monkeypatch):
     assert _sweep_progress(quiet=False) is None  # not a terminal: quiet
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
@@ -136,6 +261,20 @@ def test_progress_bar_on_a_terminal(capsys, monkeypatch):
     assert frames[0].startswith("sweep [........................] 0/4 points, 0 failed ")
     assert frames[1].startswith("sweep [############............] 2/4 points, 1 failed, ETA 0:0")
     assert frames[2].startswith("sweep [########################] 4/4 points, 1 failed ")
+
+
+def test_the_eta_leaves_out_the_wait_for_an_answer(capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = _sweep_progress(quiet=False)
+    bar(1, 4, 0)  # the point timed; then the question, answered after 1000 s
+    bar.start -= 1000
+    bar.restart()
+    bar(2, 4, 0)
+    assert (
+        capsys.readouterr()
+        .err.split("\r")[-1]
+        .startswith("sweep [############............] 2/4 points, 0 failed, ETA 0:00")
+    )
 
 
 @pytest.mark.parametrize("command", ["sweep", "plot"])

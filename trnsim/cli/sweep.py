@@ -15,8 +15,9 @@ from trnsim.cli.app import (
     mode_option,
     param_option,
 )
+from trnsim.errors import TrnsimError
 from trnsim.report.files import check_distinct, check_file
-from trnsim.sweep import run_sweep
+from trnsim.sweep import estimate, run_sweep
 from trnsim.sweep import table as sweep_table
 from trnsim.sweep.plot import plot as plot_table
 
@@ -83,8 +84,17 @@ from trnsim.sweep.plot import plot as plot_table
     is_flag=True,
     help="No progress bar and no summary line; errors only (and the CSV without --out).",
 )
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help=f"Run a sweep of more than {estimate.CONFIRM_ABOVE:,} points without asking first "
+    "(needed when stdin is not a terminal).",
+)
 @files_options
+@click.pass_context
 def sweep(
+    ctx: click.Context,
     traces,
     chips,
     grid,
@@ -95,6 +105,7 @@ def sweep(
     workers,
     scheduler,
     quiet,
+    yes,
     allow_outside_files,
     max_instructions,
 ) -> None:
@@ -103,6 +114,14 @@ def sweep(
     time, FLOP/s and peak fraction, HBM bytes and bandwidth, DMA, per-engine-kind utilization
     mean and max, memory peaks), an error column (a failed point never stops the sweep), and
     the mode, settings, trace and config hashes and trnsim version that identify it.
+
+    More than 10,000 points to run: the sweep times its first points (kept in the table) and
+    asks, with the estimated time, whether to run the rest; --yes runs them without asking.
+
+    Exit status: 0 when no point failed; 1 when any point failed (the table is written all the
+    same; stderr says how many, its error column why) or the question was answered no; 2 for a
+    usage error (a bad option or grid, an unwritable --out, a big sweep with no terminal to ask
+    and no --yes), nothing run.
 
     \b
     Examples:
@@ -115,6 +134,7 @@ def sweep(
     if out:
         check_file("--out", out)
         check_distinct([("--out", out)], [*traces, *chips])
+    progress = _sweep_progress(quiet)
     result = run_sweep(
         list(traces),
         list(chips),
@@ -125,18 +145,35 @@ def sweep(
         out,
         workers,
         scheduler,
-        progress=_sweep_progress(quiet),
+        progress=progress,
         loading={
             "allow_outside_files": allow_outside_files,
             "max_instructions": max_instructions,
         },
+        confirm=None if yes else _ask(progress, workers, scheduler),
     )
-    if _sweep_progress(quiet):
-        click.echo("\r" + " " * 78 + "\r", err=True, nl=False)
+    if progress:
+        _clear_progress()
+    if result.declined:
+        timed = f"the {result.ran} points timed are" if result.ran > 1 else "the point timed is"
+        kept = f"; {timed} in {out}" if out and result.ran else ""
+        click.echo(f"sweep: not run (answered no){kept}", err=True)
+        ctx.exit(1)
     if not out:
         click.echo(sweep_table.csv_lines(result.rows, result.columns), nl=False)
-    if quiet:
-        return
+    if not quiet:
+        _say_what_it_did(result, out)
+    if result.failed:
+        where = out or "the table"
+        click.echo(
+            f"error: {result.failed} of {result.points} points failed; "
+            f"see the error column of {where}",
+            err=True,
+        )
+        ctx.exit(1)
+
+
+def _say_what_it_did(result, out) -> None:
     line = f"sweep: {result.points} points: {result.ran} run"
     if result.skipped:
         line += f", {result.skipped} already in {out}"
@@ -152,18 +189,88 @@ def sweep(
         click.echo(f"  ... and {len(failed) - 5} more (see the error column)", err=True)
 
 
-def _sweep_progress(quiet: bool):
+def _interactive() -> bool:
+    """Whether there is someone to ask (tests replace it: CliRunner's stdin is no terminal)."""
+    return sys.stdin.isatty()
+
+
+def _ask(bar: _Bar | None, workers: int, scheduler: str | None) -> estimate.Confirm:
+    """The question before a big sweep (`trnsim.sweep.estimate`): on a terminal, y/N with the
+    time estimated from the first points; with no terminal, a usage error before any point runs
+    (the answer cannot be given, so timing points for it would only delay the refusal)."""
+
+    def confirm(n: int, first) -> bool:
+        if not _interactive():
+            raise TrnsimError(
+                f"sweep: {n:,} points to run, more than {estimate.CONFIRM_ABOVE:,}, and no "
+                "terminal to ask whether to run them; expected --yes to run them"
+            )
+        e = first()
+        if bar:
+            _clear_progress()
+        if e.measured > 1:
+            timed = f"the first {e.measured} took {e.each:.3g} s each"
+            timed += f", {e.failed} of them failed" if e.failed else ""
+        else:
+            timed = f"the first took {e.each:.3g} s" + (" and failed" if e.failed else "")
+        where = f"{workers} processes" if workers > 1 else "1 process"
+        if scheduler:
+            where = "1 process (the cluster runs several at a time)"
+        answer = click.confirm(
+            f"sweep: {n:,} points to run; {timed}: the rest about "
+            f"{_duration(e.seconds_left(workers))} on {where}. Run them?",
+            default=False,
+            err=True,
+        )
+        if bar:
+            bar.restart()
+        return answer
+
+    return confirm
+
+
+def _duration(seconds: float) -> str:
+    """`45 s`, `12 min`, `3 h 05 min`: an estimate's precision."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    if minutes < 90:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _clear_progress() -> None:
+    click.echo("\r" + " " * 78 + "\r", err=True, nl=False)
+
+
+def _sweep_progress(quiet: bool) -> _Bar | None:
     """A progress bar with points done, failures and an ETA, on an interactive terminal only."""
     if quiet or not sys.stderr.isatty():
         return None
-    start = time.monotonic()
+    return _Bar()
 
-    def show(done: int, total: int, failed: int) -> None:
+
+class _Bar:
+    """The progress bar: `bar(done, total, failed)` draws it. Its ETA is the rate since it was
+    first drawn (the sweep's points built: not their time) or `restart()`ed (after the question
+    before a big sweep, whose wait is no point's)."""
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def restart(self) -> None:
+        self.start, self.base = time.monotonic(), self.last
+
+    def __call__(self, done: int, total: int, failed: int) -> None:
+        if self.last is None:
+            self.last = done
+            self.restart()
+        self.last = done
         width = 24
         filled = width * done // total if total else width
         eta = ""
-        if 0 < done < total:
-            left = (time.monotonic() - start) / done * (total - done)
+        if self.base < done < total:
+            left = (time.monotonic() - self.start) / (done - self.base) * (total - done)
             eta = f", ETA {int(left // 60)}:{int(left % 60):02d}"
         click.echo(
             f"\rsweep [{'#' * filled}{'.' * (width - filled)}] {done}/{total} points, "
@@ -171,8 +278,6 @@ def _sweep_progress(quiet: bool):
             err=True,
             nl=False,
         )
-
-    return show
 
 
 @main.command(short_help="Draw a figure from a sweep table.")
