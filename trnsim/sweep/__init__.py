@@ -4,9 +4,9 @@ N worker processes, or on a Dask cluster. `trnsim sweep` is its command; `plot` 
 from a table.
 
 The parts: `grid` (axes and fixed settings), `points` (the cross product, resuming), `execute`
-(in this process or on Dask), `runner` (the sweep: rows as points complete), `worker` (one
-point, where it lands), `bundle` (a trace and its init files as they travel), `table` (columns,
-CSV/Parquet), `plot`.
+(in this process or on Dask), `runner` (the sweep: rows as points complete), `estimate` (asking
+before a big sweep, with its time from its first points), `worker` (one point, where it lands),
+`bundle` (a trace and its init files as they travel), `table` (columns, CSV/Parquet), `plot`.
 """
 
 from __future__ import annotations
