@@ -1,11 +1,14 @@
 """The Chrome trace of a hand-built recorder: processes, threads (ids, names, order from
-`tracks`), one complete event per span, HBM counters; and the profile rows of the same spans."""
+`tracks`), one complete event per span, overlapping slices on display lanes, HBM counters; and
+the profile rows of the same spans."""
 
 import csv
 
-from trnsim.report.perfetto import HBM_PID, chrome_trace
+from trnsim.report.lanes import violations
+from trnsim.report.perfetto import HBM_PID, HOST_PID, chrome_trace
 from trnsim.report.profile import COLUMNS, rows, write_profile
-from trnsim.report.recorder import DmaMove, Recorder, Span
+from trnsim.report.recorder import DmaMove, HostCall, Recorder, Span
+from trnsim.report.tracks import LANE_STRIDE, lane_of
 
 
 def recorder() -> Recorder:
@@ -35,12 +38,13 @@ def test_processes_and_threads():
         (0, 110, {"name": "dma q10"}),
         (1, 1, {"name": "vector"}),
     ]
-    assert [(p, tid) for p, tid, a in meta(t, "thread_sort_index") if a == {"sort_index": tid}] == [
-        (0, 0),
-        (0, 99),
-        (0, 102),
-        (0, 110),
-        (1, 1),
+    # each row's lanes (here one each) sort together, rows in id order
+    assert meta(t, "thread_sort_index") == [
+        (0, 0, {"sort_index": 0}),
+        (0, 99, {"sort_index": 99 * LANE_STRIDE}),
+        (0, 102, {"sort_index": 102 * LANE_STRIDE}),
+        (0, 110, {"sort_index": 110 * LANE_STRIDE}),
+        (1, 1, {"sort_index": LANE_STRIDE}),
     ]
 
 
@@ -114,3 +118,58 @@ def test_dma_engine_rows():
         (1000, 0.0005, 0.001, "q2"),
         (1015, 0.0005, 0.001, "q2"),
     ]
+
+
+def test_overlapping_slices_go_on_lanes_that_nest():
+    """Three transfers in flight on q2 (two from 1 ns), two data phases sharing DMA engine 0,
+    two calls of one host thread that overlap (none do in a run): each row becomes as many
+    threads as it has slices in flight, named and sorted together; every thread nests."""
+    rec = recorder()
+    rec.add_span(Span(0, "q2", "dma_copy", 1_000, 4_000, 64, 0, 1, "k", "bfloat16"))
+    rec.add_span(Span(0, "q2", "dma_copy", 1_000, 2_000, 64, 0, 2, "k", "bfloat16"))
+    rec.add_span(Span(0, "q2", "dma_copy", 2_000, 3_000, 64, 0, 3, "k", "bfloat16"))
+    rec.dma_move(DmaMove(0, 2, (0,), 500, 1_500, 0, 0, "k"))
+    rec.dma_move(DmaMove(0, 3, (0,), 1_000, 2_000, 0, 0, "k"))
+    rec.host_calls.append(HostCall("main", "launch", 0, 2_000, ""))
+    rec.host_calls.append(HostCall("main", "copy", 1_000, 3_000, ""))
+    t = chrome_trace(rec, "trn2")
+    assert violations(t) == []
+    q2, e0 = 102, 1000
+    assert [
+        (p, tid, a["name"]) for p, tid, a in meta(t, "thread_name") if lane_of(tid)[0] == q2
+    ] == [
+        (0, q2, "dma q2"),
+        (0, q2 + LANE_STRIDE, "dma q2 #2"),
+        (0, q2 + 2 * LANE_STRIDE, "dma q2 #3"),
+    ]
+    sort = {(p, tid): a["sort_index"] for p, tid, a in meta(t, "thread_sort_index")}
+    rows = sorted((v, tid) for (p, tid), v in sort.items() if p == 0)
+    assert [tid for _, tid in rows] == [
+        0,
+        99,
+        q2,
+        q2 + LANE_STRIDE,
+        q2 + 2 * LANE_STRIDE,
+        110,
+        e0,
+        e0 + LANE_STRIDE,
+    ]
+    xs = [
+        e
+        for e in t["traceEvents"]
+        if e["ph"] == "X" and e["pid"] == 0 and lane_of(e["tid"])[0] == q2
+    ]
+    # at 1 ns lane 0 is busy (index 0 until 1.5 ns): of the two that start then, the shorter
+    # (index 2) takes lane 1, index 1 lane 2; index 3 at 2 ns finds lane 0 free
+    assert [(e["args"]["index"], e["tid"]) for e in xs] == [
+        (0, q2),
+        (1, q2 + 2 * LANE_STRIDE),
+        (2, q2 + LANE_STRIDE),
+        (3, q2),
+    ]
+    host = [
+        (e["name"], e["tid"]) for e in t["traceEvents"] if e["ph"] == "X" and e["pid"] == HOST_PID
+    ]
+    assert host == [("launch", 0), ("copy", LANE_STRIDE)]
+    assert ("main #2", LANE_STRIDE) in [(a["name"], tid) for p, tid, a in meta(t, "thread_name")
+                                        if p == HOST_PID]  # fmt: skip

@@ -10,11 +10,17 @@ from trnsim.isa import Engine
 from trnsim.report.tracks import (
     ENGINE_TRACKS,
     HOST,
+    LANE_STRIDE,
     display_name,
+    dma_engine_id,
     dma_queue,
     dma_track,
     engine_track,
     is_dma,
+    lane_id,
+    lane_name,
+    lane_of,
+    lane_sort_index,
     track_id,
 )
 
@@ -66,6 +72,19 @@ def test_display_names():
         "dma q3",
         "host copies",
     ]
+
+
+def test_display_lanes_of_a_row():
+    """Lane 0 is the row itself; later lanes get their own ids and sort right below it."""
+    q3, q4 = track_id("q3"), track_id("q4")
+    assert [lane_id(q3, n) for n in range(3)] == [q3, q3 + LANE_STRIDE, q3 + 2 * LANE_STRIDE]
+    assert [lane_of(lane_id(q3, n)) for n in range(3)] == [(q3, 0), (q3, 1), (q3, 2)]
+    assert lane_of(lane_id(dma_engine_id(15), 7)) == (dma_engine_id(15), 7)
+    order = [lane_sort_index(q3, 0), lane_sort_index(q3, 1), lane_sort_index(q3, 9)]
+    assert order == sorted(order) and order[-1] < lane_sort_index(q4, 0)
+    assert [lane_name("dma q3", n) for n in range(3)] == ["dma q3", "dma q3 #2", "dma q3 #3"]
+    with pytest.raises(ValueError, match="row id"):
+        lane_id(LANE_STRIDE, 1)
 
 
 def test_deadlock_report_lists_queues_in_track_order():

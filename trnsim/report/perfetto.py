@@ -1,12 +1,16 @@
 """The timeline as Chrome trace JSON, which ui.perfetto.dev and chrome://tracing open.
 
-One process per NeuronCore, one thread per track (engine, DMA queue, host copies; `tracks` gives
+One process per NeuronCore, one row per track (engine, DMA queue, host copies; `tracks` gives
 their thread ids, order and names), one complete event ("ph": "X") per span; below the queues,
-one thread per DMA engine that moved data (as Neuron Explorer's DMA rows), with one event per
-transfer's data phase on it (`Recorder.dma_moves`: transfers sharing an engine overlap there, as
-they share it); a process "host" with a thread per simulated host thread (the Python caller, or
-each stream of a trace) showing its device-API calls and their cost; and a process "HBM" with one
-counter track per stack giving its bandwidth.
+one row per DMA engine that moved data (as Neuron Explorer's DMA rows), with one event per
+transfer's data phase on it (`Recorder.dma_moves`); a process "host" with a row per simulated
+host thread (the Python caller, or each stream of a trace) showing its device-API calls and their
+cost; and a process "HBM" with one counter track per stack giving its bandwidth.
+The format wants one thread's slices to nest, and a queue's transfers in flight (or those
+sharing a DMA engine) overlap: each row is dealt onto display lanes (`lanes.assign`; one for a
+row without overlaps), threads "dma q3", "dma q3 #2", ... sorted together, each of which nests.
+Lanes rather than async slices, which Perfetto groups by name per process (the copies of all
+queues together): a lane stays with its queue, and every slice stays an "X" event with its args.
 Timestamps are microseconds (the format's unit) computed from integer picoseconds.
 """
 
@@ -16,8 +20,17 @@ import json
 from pathlib import Path
 
 from trnsim.report.files import replacing
+from trnsim.report.lanes import assign
 from trnsim.report.recorder import Recorder
-from trnsim.report.tracks import display_name, dma_engine_id, dma_track, track_id
+from trnsim.report.tracks import (
+    display_name,
+    dma_engine_id,
+    dma_track,
+    lane_id,
+    lane_name,
+    lane_sort_index,
+    track_id,
+)
 
 HBM_PID = 10_000
 HOST_PID = 9_999
@@ -27,12 +40,30 @@ def _meta(name: str, pid: int, tid: int, args: dict) -> dict:
     return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": args}
 
 
-def _thread(pid: int, tid: int, name: str) -> list[dict]:
-    """A thread's name and sort index (its tid)."""
-    return [
-        _meta("thread_name", pid, tid, {"name": name}),
-        _meta("thread_sort_index", pid, tid, {"sort_index": tid}),
-    ]
+def _threads(pid: int, row: int, name: str, lanes: int) -> list[dict]:
+    """The names and sort indices of a row's `lanes` threads."""
+    out = []
+    for lane in range(lanes):
+        tid = lane_id(row, lane)
+        out.append(_meta("thread_name", pid, tid, {"name": lane_name(name, lane)}))
+        out.append(_meta("thread_sort_index", pid, tid, {"sort_index": lane_sort_index(row, lane)}))
+    return out
+
+
+def _laned(events: list[dict], times: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """Move each event (its "tid" a row's id) to its lane of that row, given its (start, end)
+    in ps; return the number of lanes of each (pid, row)."""
+    rows: dict[tuple[int, int], list[int]] = {}
+    for i, e in enumerate(events):
+        rows.setdefault((e["pid"], e["tid"]), []).append(i)
+    counts = {}
+    for (pid, row), which in rows.items():
+        lanes = assign([times[i] for i in which])
+        for i, lane in zip(which, lanes):
+            if lane:
+                events[i]["tid"] = lane_id(row, lane)
+        counts[pid, row] = max(lanes) + 1
+    return counts
 
 
 def _span(s, tid: int) -> dict:
@@ -94,15 +125,20 @@ def chrome_trace(rec: Recorder, chip: str = "") -> dict:
     tracks = sorted({(s.core, s.track) for s in rec.recorded}, key=lambda t: (t[0], track_id(t[1])))
     tids = {track: track_id(track) for _, track in tracks}
     engines = sorted({(m.core, e) for m in rec.dma_moves for e in m.engines})
+    spans = [_span(s, tids[s.track]) for s in rec.spans]
+    lanes = _laned(spans, [(s.start_ps, s.end_ps) for s in rec.spans])
+    moves = _moves(rec)
+    lanes |= _laned(moves, [(m.start_ps, m.end_ps) for m in rec.dma_moves for _ in m.engines])
     for core in sorted({c for c, _ in tracks} | {c for c, _ in engines}):
         events.append(_meta("process_name", core, 0, {"name": f"{chip} core{core}".strip()}))
         events.append(_meta("process_sort_index", core, 0, {"sort_index": core}))
     for core, track in tracks:
-        events += _thread(core, tids[track], display_name(track))
+        events += _threads(core, tids[track], display_name(track), lanes[core, tids[track]])
     for core, e in engines:
-        events += _thread(core, dma_engine_id(e), f"dma engine {e}")
-    events += [_span(s, tids[s.track]) for s in rec.spans]
-    events += _moves(rec)
+        row = dma_engine_id(e)
+        events += _threads(core, row, f"dma engine {e}", lanes[core, row])
+    events += spans
+    events += moves
     events += _host_events(rec)
     events += _hbm(rec)
     return {"traceEvents": events, "displayTimeUnit": "ns"}
@@ -115,29 +151,28 @@ def _host_events(rec: Recorder) -> list[dict]:
     tids: dict[str, int] = {}
     for c in rec.host_calls:
         tids.setdefault(c.thread, len(tids))
+    calls = [
+        {
+            "ph": "X",
+            "name": c.op,
+            "cat": "host",
+            "pid": HOST_PID,
+            "tid": tids[c.thread],
+            "ts": c.start_ps / 1e6,
+            "dur": (c.end_ps - c.start_ps) / 1e6,
+            "args": {"detail": c.detail},
+        }
+        for c in rec.host_calls
+    ]
+    lanes = _laned(calls, [(c.start_ps, c.end_ps) for c in rec.host_calls])
     out: list[dict] = [
         {"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}},
         {"ph": "M", "name": "process_sort_index", "pid": HOST_PID, "tid": 0,
          "args": {"sort_index": -1}},
     ]  # fmt: skip
     for name, tid in tids.items():
-        out.append(
-            {"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": tid, "args": {"name": name}}
-        )
-    for c in rec.host_calls:
-        out.append(
-            {
-                "ph": "X",
-                "name": c.op,
-                "cat": "host",
-                "pid": HOST_PID,
-                "tid": tids[c.thread],
-                "ts": c.start_ps / 1e6,
-                "dur": (c.end_ps - c.start_ps) / 1e6,
-                "args": {"detail": c.detail},
-            }
-        )
-    return out
+        out += _threads(HOST_PID, tid, name, lanes[HOST_PID, tid])
+    return out + calls
 
 
 def write_chrome_trace(
