@@ -19,9 +19,17 @@ def queue(ins) -> tuple:
     return ("dma", ins.queue) if ins.engine == Engine.DMA else ("engine", int(ins.engine))
 
 
-def reach_without(instrs: list, withheld) -> set:
+def line(ins, tiles) -> tuple:
+    """What completes in order: an engine queue, or a DMA queue's transfers of one direction
+    (into SBUF/PSUM, or into HBM)."""
+    return queue(ins) + ((ins.dst.name in tiles,) if ins.engine == Engine.DMA else ())
+
+
+def reach_without(instrs: list, withheld, tiles=None) -> set:
     """ids of the instructions that can issue when `withheld` (None: nothing) never completes:
-    its engine queue stops behind it, its signals never come; a DMA queue goes on issuing."""
+    its engine queue stops behind it, its signals never come; a DMA queue goes on issuing, but
+    its later transfers of the same direction complete after it, so never either (`tiles`: the
+    core program's, which tell a transfer's direction)."""
     lists: dict = {}
     for ins in instrs:
         lists.setdefault(queue(ins), []).append(ins)
@@ -29,6 +37,7 @@ def reach_without(instrs: list, withheld) -> set:
     heads = dict.fromkeys(lists, 0)
     stopped: set = set()
     issued: set = set()
+    blocked = None  # the line withheld holds back
     moved = True
     while moved:
         moved = False
@@ -43,6 +52,9 @@ def reach_without(instrs: list, withheld) -> set:
                 if ins is withheld:
                     if q[0] == "engine":
                         stopped.add(q)
+                    blocked = line(ins, tiles or {})
+                    continue
+                if blocked is not None and line(ins, tiles or {}) == blocked:
                     continue
                 for s, n in ins.signal:
                     values[s] += n
@@ -95,7 +107,7 @@ def launch_races(program, kernel: str, core: int = 0) -> set:
     that neither precedes the other."""
     prog = program.kernels[kernel].per_core[core]
     instrs = prog.instructions
-    reach = {id(a): reach_without(instrs, a) for a in instrs}
+    reach = {id(a): reach_without(instrs, a, prog.tiles) for a in instrs}
     acc = {id(a): accesses(a, program, prog.tiles) for a in instrs}
     out = set()
     for i, a in enumerate(instrs):

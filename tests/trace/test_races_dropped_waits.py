@@ -124,6 +124,6 @@ def _unordered(program, core, a, b) -> bool:
     acc = [ref.accesses(x, program, core.tiles) for x in (a, b)]
     if not ref.conflict(*acc):
         return False
-    return id(b) in ref.reach_without(core.instructions, a) and id(a) in ref.reach_without(
-        core.instructions, b
-    )
+    return id(b) in ref.reach_without(core.instructions, a, core.tiles) and id(
+        a
+    ) in ref.reach_without(core.instructions, b, core.tiles)

@@ -22,10 +22,10 @@ from trnsim.trace.races.clocks import launch_clocks
 from trnsim.trace.races.found import Race, RaceError, conflicts
 from trnsim.trace.races.history import launch_races
 from trnsim.trace.races.launch import Launch
-from trnsim.trace.races.regions import Shapes
+from trnsim.trace.races.regions import Shapes, overlap
 from trnsim.trace.races.streams import stream_clocks, stream_order
 
-__all__ = ["Race", "RaceError", "find_races", "check_races", "check_deadlocks"]
+__all__ = ["Race", "RaceError", "Races", "find_races", "check_races", "check_deadlocks"]
 
 
 def check_deadlocks(program: Program) -> None:
@@ -38,26 +38,87 @@ def check_deadlocks(program: Program) -> None:
         check_meeting(k, program.source, program.lnc)
 
 
-def _analyse(program: Program, shapes: Shapes, kernel, c: int):
-    """(races, tensor accesses, the same marked for the other cores: `barriers.marks`)."""
-    la = Launch(kernel.per_core[c], kernel.name, program.source, c)
-    order = la.order()
+class Races(list):
+    """The races found, in a deterministic order, at most `limit` of them: the check stops at
+    the limit (`complete` is then False: there may be more). Adding one past the limit raises
+    `_Enough`, which ends the check wherever it is (its history scans included)."""
+
+    def __init__(self, limit: int | None = None):
+        super().__init__()
+        self.limit = limit
+        self.complete = True
+        self._seen: set = set()
+
+    def append(self, race: Race) -> None:
+        if race in self._seen:
+            return
+        if self.limit is not None and len(self) >= self.limit:
+            self.complete = False
+            raise _Enough
+        self._seen.add(race)
+        super().append(race)
+
+    def extend(self, races) -> None:
+        for r in races:
+            self.append(r)
+
+    def __iadd__(self, races):
+        self.extend(races)
+        return self
+
+
+class _Enough(Exception):
+    """The limit of races is reached: stop looking."""
+
+
+def _analyse(la: Launch, order: list, shapes: Shapes, races: Races, cores: int):
+    """(tensor accesses, the same marked for the other cores: `barriers.marks`); the launch's
+    races go into `races`."""
     clocks = launch_clocks(la, order)
-    found, accs = launch_races(la, order, clocks, shapes)
-    return found, accs, marks(la, clocks, shapes) if len(kernel.per_core) > 1 else {}
+    accs = launch_races(la, order, clocks, shapes, races)
+    return accs, marks(la, clocks, shapes) if cores > 1 else {}
 
 
-def find_races(program: Program, library: bool = True) -> list[Race]:
-    """Every race of `program` (deterministic order); raises DeadlockError first if it can
-    never finish. A kernel the kernel library lowered (it keeps its `ops`) is analysed
-    instruction by instruction only when `library`; otherwise it counts as its ops' whole-tensor
-    accesses, enough for races between streams (the library's own semaphores are its tests'
-    concern: `tests/kernels` race-check its kernels), and far cheaper on large lowerings."""
+def find_races(program: Program, library: bool = True, limit: int | None = None) -> Races:
+    """The races of `program` (deterministic order), all of them or the first `limit` (the
+    check then stops there: `Races.complete` says whether it went through); raises
+    DeadlockError first if it can never finish. A kernel the kernel library lowered (it keeps
+    its `ops`) is analysed instruction by instruction only when `library`; otherwise it counts
+    as its ops' whole-tensor accesses, enough for races between streams (the library's own
+    semaphores are its tests' concern: `tests/kernels` race-check its kernels), and far cheaper
+    on large lowerings."""
     start = stream_clocks(program, stream_order(program))
+    orders = _orders(program, library)  # every deadlock before any race
+    races = Races(limit)
+    try:
+        _find(program, library, start, orders, races)
+    except _Enough:
+        pass
+    return races
+
+
+def _orders(program: Program, library: bool) -> dict[tuple, tuple]:
+    """(kernel, core) -> (Launch, a topological order) of each launched kernel analysed
+    instruction by instruction; raises DeadlockError for one that can never finish."""
+    out: dict[tuple, tuple] = {}
+    for st in program.streams:
+        for step in st.steps:
+            kernel = program.kernels.get(step.arg) if step.kind == "launch" else None
+            if kernel is None or not kernel.low_level or (kernel.ops and not library):
+                continue
+            if (kernel.name, 0) in out:
+                continue
+            check_meeting(kernel, program.source, program.lnc)
+            for c, prog in enumerate(kernel.per_core):
+                la = Launch(prog, kernel.name, program.source, c)
+                out[(kernel.name, c)] = (la, la.order())
+    return out
+
+
+def _find(program: Program, library: bool, start: dict, orders: dict, races: Races) -> None:
     shapes = Shapes(program)
     src = program.source
-    cache: dict[tuple, dict] = {}
-    races: list[Race] = []
+    cache: dict[tuple, tuple] = {}
     touched: dict[tuple, dict] = {}  # (stream, step) -> {Access: label} of a launch or copy
     for i, st in enumerate(program.streams):
         for j, step in enumerate(st.steps):
@@ -76,20 +137,19 @@ def find_races(program: Program, library: bool = True) -> list[Race]:
                 if kernel.ops and not library:
                     touched[(i, j)] = _op_accesses(kernel, shapes, src)
                     continue
-                check_meeting(kernel, src, program.lnc)
                 per, marked = [], []
-                for c in range(len(kernel.per_core)):
-                    if (kernel.name, c) not in cache:
-                        found, *cache[(kernel.name, c)] = _analyse(program, shapes, kernel, c)
-                        races += found
-                    per.append(cache[(kernel.name, c)][0])
-                    marked.append(cache[(kernel.name, c)][1])
+                cores = len(kernel.per_core)
+                for c in range(cores):
+                    key = (kernel.name, c)
+                    if key not in cache:
+                        cache[key] = _analyse(*orders[key], shapes, races, cores)
+                    per.append(cache[key][0])
+                    marked.append(cache[key][1])
                 for a in range(len(per)):  # the cores of a launch: ordered only by barriers
                     for b in range(a + 1, len(per)):
                         races += conflicts(marked[a], marked[b], f"core{a}", f"core{b}", ordered)
                 touched[(i, j)] = {acc: lab for p in per for acc, lab in p.items()}
-    races += _between_streams(program, touched, start)
-    return list(dict.fromkeys(races))
+    _between_streams(program, touched, start, races)
 
 
 def _op_accesses(kernel, shapes: Shapes, src: str) -> dict:
@@ -107,33 +167,73 @@ def _op_accesses(kernel, shapes: Shapes, src: str) -> dict:
     return accs
 
 
-def _between_streams(program: Program, touched: dict, start: dict) -> list[Race]:
-    """Conflicts between steps of different streams that no event orders."""
-    out: list[Race] = []
-    steps = sorted(touched)
-    for x in range(len(steps)):
-        for y in range(x + 1, len(steps)):
-            (i1, j1), (i2, j2) = steps[x], steps[y]
-            if i1 == i2 or start[(i2, j2)][i1] > j1 or start[(i1, j1)][i2] > j2:
-                continue
-            out += conflicts(
-                touched[steps[x]],
-                touched[steps[y]],
-                f"stream {program.streams[i1].name}",
-                f"stream {program.streams[i2].name}",
-            )
-    return out
+def _between_streams(program: Program, touched: dict, start: dict, races: Races) -> None:
+    """Conflicts between steps of different streams that no event orders: per buffer some
+    step writes, its accesses swept in order of their flat ranges, so that only accesses whose
+    ranges meet are compared (10,000 streams touching disjoint memory cost n log n, not n^2).
+    The first conflict per (step, step, buffer), into `races`."""
+    by_buf: dict[str, list] = {}
+    for key in sorted(touched):
+        for acc, label in touched[key].items():
+            by_buf.setdefault(acc.buf, []).append((acc.flat[0], acc.flat[1], key, acc, label))
+    found: set = set()
+    names = [st.name for st in program.streams]
+    for buf, items in by_buf.items():
+        if not any(x[3].write for x in items):
+            continue
+        items.sort(key=lambda x: x[:2])
+        active: list = []
+        for item in items:
+            lo, _, (i2, j2), acc, label = item
+            active = [x for x in active if x[1] > lo]
+            for x in active:
+                (i1, j1), oacc = x[2], x[3]
+                if (
+                    i1 == i2
+                    or not (acc.write or oacc.write)
+                    or start[(i2, j2)].get(i1, 0) > j1
+                    or start[(i1, j1)].get(i2, 0) > j2
+                ):
+                    continue
+                a, b = sorted((x, item), key=lambda y: y[2])
+                pair = (a[2], b[2], buf)
+                if pair not in found and overlap(a[3], b[3]):
+                    found.add(pair)
+                    races.append(
+                        Race(
+                            f"{a[4]} (stream {names[a[2][0]]})",
+                            f"{b[4]} (stream {names[b[2][0]]})",
+                            f"{a[3].text} / {b[3].text} ({buf})",
+                        )
+                    )
+            active.append(item)
+
+
+REPORTED = 20
+"""Races `check_races` lists with `allow` (a warning line each)."""
+COUNTED = 1000
+"""Races counted beyond those listed before the check stops looking: "and more than 1000
+others" (a racy trace can have millions: listing them would cost more than the simulation)."""
 
 
 def check_races(program: Program, allow: bool = False, library: bool = True) -> list[str]:
-    """Raise RaceError naming the first race (and how many more) unless `allow`; return one
-    warning line per race (empty when there is none). Raises DeadlockError for a schedule that
-    can never finish, whatever `allow`. `library`: as in `find_races`."""
-    races = find_races(program, library)
-    if races and not allow:
-        more = f" (and {len(races) - 1} more)" if len(races) > 1 else ""
-        raise RaceError(
-            f"{races[0].message}{more}; add a wait that orders them, or pass "
-            f"--allow-races to run anyway"
-        )
-    return [f"warning: {r.message}" for r in races]
+    """Raise RaceError naming the first race unless `allow` (the check stops there); with
+    `allow`, return one warning line per race for the first REPORTED and a line counting the
+    others (up to COUNTED of them, where the check stops), empty when there is none. Raises
+    DeadlockError for a schedule that can never finish, whatever `allow`. `library`: as in
+    `find_races`."""
+    if not allow:
+        races = find_races(program, library, limit=1)
+        if races:
+            raise RaceError(
+                f"{races[0].message}; add a wait that orders them, or pass --allow-races to "
+                f"run anyway (it lists the first {REPORTED})"
+            )
+        return []
+    races = find_races(program, library, limit=REPORTED + COUNTED + 1)
+    lines = [f"warning: {r.message}" for r in races[:REPORTED]]
+    others = len(races) - REPORTED
+    if others > 0:
+        count = f"{others}" if races.complete else f"more than {COUNTED}"
+        lines.append(f"warning: and {count} other race{'s' if others > 1 else ''}")
+    return lines

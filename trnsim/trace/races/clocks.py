@@ -1,10 +1,10 @@
 """Happens-before within one launch, as vector clocks (docs/races.md, "What orders what").
 
 A clock is a list of ints: per engine queue the instructions done, per DMA queue the transfers
-issued, and per (DMA queue, semaphore) how many of the queue's transfers that signal the
-semaphore are known complete (a prefix of them). An instruction's clock is what is known done
-when it issues; a wait joins the clocks of the signals that every way of reaching its value
-includes.
+issued, and per (DMA queue, direction) how many of the queue's transfers in that direction are
+known complete (a prefix of them: a queue completes its transfers of one direction in order).
+An instruction's clock is what is known done when it issues; a wait joins the clocks of the
+signals that every way of reaching its value includes.
 """
 
 from __future__ import annotations
@@ -21,42 +21,51 @@ __all__ = ["Clocks", "launch_clocks"]
 @dataclass
 class Clocks:
     """`at[id(ins)]`: the clock when ins issues; `ranks[id(t)]`: for a DMA transfer t, its
-    (component, rank) in each (queue, semaphore) list it signals: t is known complete under a
-    clock k when k[component] >= rank for one of them."""
+    [(component, rank)]: its 1-based place among its queue's transfers of its direction; t is
+    known complete under a clock k when k[component] >= rank."""
 
     at: dict[int, list]
     ranks: dict[int, list]
 
 
-class _Sem:
-    """The signals of one semaphore, per queue: (position, increment, instruction) in queue
-    order, their positions, the running sums of their increments and the largest increment."""
+def direction(ins: Instr, tiles) -> int:
+    """A DMA transfer's direction, the unit of completion order: 1 into HBM (a store, which
+    completes after `dma.store_completion_latency`), 0 into SBUF or PSUM (after
+    `dma.load_completion_latency`). The latencies differ, so only one direction's transfers
+    complete in queue order."""
+    return 0 if ins.dst.name in tiles else 1
 
-    def __init__(self, by_queue: dict[int, list]):
-        self.by_queue = by_queue
-        self.places = {q: [x[0] for x in lst] for q, lst in by_queue.items()}
+
+class _Sem:
+    """The signals of one semaphore, per signalling line (an engine queue, or a DMA queue's
+    transfers of one direction: both complete in order), keyed (queue, direction):
+    (position, increment, instruction) in queue order, their positions and the running sums
+    of their increments."""
+
+    def __init__(self, by_line: dict[tuple, list]):
+        self.by_line = by_line
+        self.places = {q: [x[0] for x in lst] for q, lst in by_line.items()}
         self.sums = {}
-        self.top = {}
-        for q, lst in by_queue.items():
+        for q, lst in by_line.items():
             sums, t = [0], 0
             for x in lst:
                 t += x[1]
                 sums.append(t)
             self.sums[q] = sums
-            self.top[q] = max(x[1] for x in lst)
         self.total = sum(s[-1] for s in self.sums.values())
 
-    def available(self, qk: int, p: int, heads: list | None) -> dict[int, int]:
-        """Per signalling queue, how many of its signals may issue before the waiter at
+    def available(self, qk: int, p: int, heads: list | None) -> dict[tuple, int]:
+        """Per signalling line, how many of its signals may issue before the waiter at
         position p of queue qk (`heads`: what may issue before it; None: everything)."""
         out = {}
-        for q, places in self.places.items():
+        for line, places in self.places.items():
+            q = line[0]
             if q == qk:
-                out[q] = bisect_left(places, p)
+                out[line] = bisect_left(places, p)
             elif heads is not None:
-                out[q] = bisect_right(places, heads[q])
+                out[line] = bisect_right(places, heads[q])
             else:
-                out[q] = len(places)
+                out[line] = len(places)
         return out
 
     def slack(self, avail: dict[int, int], v: int) -> int:
@@ -66,26 +75,30 @@ class _Sem:
     def slack_of_all(self, qk: int, p: int, v: int) -> int:
         """The slack when every signal may come first (but those after p on the waiter's own
         queue qk)."""
-        if qk not in self.sums:
-            return self.total - v
-        own = self.sums[qk]
-        return self.total - own[-1] + own[bisect_left(self.places[qk], p)] - v
+        out = self.total - v
+        for line, own in self.sums.items():
+            if line[0] == qk:
+                out -= own[-1] - own[bisect_left(self.places[line], p)]
+        return out
 
 
 def launch_clocks(la: Launch, order: list[Instr]) -> Clocks:
     """The clocks of every instruction of `la`, computed along `order` (a topological one)."""
-    nq, isdma, pos = len(la.queues), la.isdma, la.pos
-    by_sem: dict[str, dict[int, list]] = {}
-    comp: dict[tuple, int] = {}
+    nq, isdma, pos, tiles = len(la.queues), la.isdma, la.pos, la.prog.tiles
+    by_sem: dict[str, dict[tuple, list]] = {}
+    comp: dict[tuple, int] = {}  # (DMA queue, direction) -> its component
+    count: dict[tuple, int] = {}
     ranks: dict[int, list] = {}
     for ins in la.prog.instructions:
         qk, p = pos[id(ins)]
+        line = (qk, 0)
+        if isdma[qk]:
+            line = (qk, direction(ins, tiles))
+            c = comp.setdefault(line, nq + len(comp))
+            count[line] = n = count.get(line, 0) + 1
+            ranks[id(ins)] = [(c, n)]
         for s, n in ins.signal:
-            lst = by_sem.setdefault(s, {}).setdefault(qk, [])
-            lst.append((p, n, ins))
-            if isdma[qk]:
-                c = comp.setdefault((qk, s), nq + len(comp))
-                ranks.setdefault(id(ins), []).append((c, len(lst)))
+            by_sem.setdefault(s, {}).setdefault(line, []).append((p, n, ins))
     sems = {s: _Sem(by) for s, by in by_sem.items()}
     heads = la.may_precede(_needing_bounds(la, sems))
     width = nq + len(comp)
@@ -99,7 +112,7 @@ def launch_clocks(la: Launch, order: list[Instr]) -> Clocks:
             if v > 0 and s in sems:
                 sem = sems[s]
                 avail = sem.available(qk, p, heads.get(id(ins)))
-                _join_required(k, sem, avail, sem.slack(avail, v), s, at, done, isdma, comp)
+                _join_required(k, sem, avail, sem.slack(avail, v), at, done, ranks)
         at[id(ins)] = k
         if isdma[qk]:
             k[qk] = p
@@ -125,32 +138,27 @@ def _needing_bounds(la: Launch, sems: dict) -> dict[int, list[Instr]]:
     return need
 
 
-def _join_required(k, sem, avail, slack, s, at, done, isdma, comp) -> None:
+def _join_required(k, sem, avail, slack, at, done, ranks) -> None:
     """Join into `k` the completion of every signal of `sem` (among `avail`) that every way of
     reaching the waited value includes: those whose increment, with the increments after them
-    on their own engine queue (a DMA transfer: its own increment alone), exceeds the slack."""
-    for q, m in avail.items():
+    on their own line (an engine queue, or a DMA queue's direction: each completes in order),
+    exceeds the slack. They are a prefix of their line's signals: the last carries the rest."""
+    for line, m in avail.items():
         if not m:
             continue
-        lst = sem.by_queue[q]
-        if isdma[q]:
-            c = comp[(q, s)]
-            j = k[c]
-            while j < m and lst[j][1] > slack:
-                j += 1  # (only when the slack is below every increment: at most once each)
-            if j > k[c]:
-                k[c] = j
-            if sem.top[q] > slack:
-                for i in range(m - 1, -1, -1):
-                    if lst[i][1] > slack:  # the last required transfer: after its issue
-                        _join(k, at[id(lst[i][2])])
-                        break
-        else:
-            # the required signals are a prefix of the queue's: the last of them carries the rest
-            sums = sem.sums[q]
-            j = min(m, bisect_left(sums, sums[m] - slack)) - 1
-            if j >= 0:
-                _join(k, done[id(lst[j][2])])
+        sums = sem.sums[line]
+        j = min(m, bisect_left(sums, sums[m] - slack)) - 1
+        if j < 0:
+            continue
+        last = sem.by_line[line][j][2]
+        r = ranks.get(id(last))
+        if r is None:
+            _join(k, done[id(last)])
+        else:  # a transfer: known complete, so issued, and so is all its issue knew
+            _join(k, at[id(last)])
+            c, rank = r[0]
+            if k[c] < rank:
+                k[c] = rank
 
 
 def _join(k: list, o: list) -> None:

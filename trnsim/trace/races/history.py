@@ -80,15 +80,15 @@ def _accesses(la: Launch, shapes: Shapes) -> tuple[dict, dict, dict]:
     return out, tracked, tensor_acc
 
 
-def launch_races(la: Launch, order: list[Instr], clocks: Clocks, shapes: Shapes):
-    """(races, tensor accesses) of one launch: the races between its instructions, and each
-    distinct tensor Access it makes -> the label of its first instruction."""
+def launch_races(la: Launch, order: list[Instr], clocks: Clocks, shapes: Shapes, races: list):
+    """The tensor accesses of one launch (each distinct tensor Access it makes -> the label of
+    its first instruction); the races between its instructions go into `races` (whose
+    `append` may end the check: `races.Races`)."""
     at, pos, isdma = clocks.at, la.pos, la.isdma
     accs, tracked, tensor_acc = _accesses(la, shapes)
     hist: dict[str, list] = {}
     limit: dict[str, int] = {}
     front = _Front(la, tracked)
-    races: list[Race] = []
     for ins in order:
         qk, p = pos[id(ins)]
         k = front.clocks[qk] = at[id(ins)]
@@ -105,7 +105,7 @@ def launch_races(la: Launch, order: list[Instr], clocks: Clocks, shapes: Shapes)
             if len(keep) > limit.get(acc.buf, 16):
                 keep = hist[acc.buf] = [e for e in keep if not front.knows(e, acc.buf)]
                 limit[acc.buf] = max(16, 2 * len(keep))
-    return races, tensor_acc
+    return tensor_acc
 
 
 def _check(acc, ins, qk, k, dma, lst, la, races) -> list:
