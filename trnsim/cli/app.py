@@ -21,6 +21,7 @@ import click
 from trnsim import __version__
 from trnsim.config import ChipConfig, load_chip
 from trnsim.errors import TrnsimError
+from trnsim.report.files import WRITE_REFUSED
 from trnsim.trace import MAX_INSTRUCTIONS
 from trnsim.trace import load as load_trace
 from trnsim.trace.params import parse_param_args
@@ -105,21 +106,49 @@ def _one_line(e: BaseException) -> str:
     return " ".join(clean(str(e)).split())
 
 
-def _quiet_exit_on_closed_pipe() -> None:
-    """The reader of stdout went away (`trnsim ... | head -1`): end quietly, as a Unix tool
-    killed by SIGPIPE does (exit 141), and point stdout at /dev/null so that the flush at exit
-    does not fail again (the pattern of Python's signal module documentation)."""
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the flush at exit does not fail again (the pattern of
+    Python's signal module documentation)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, io.UnsupportedOperation):  # no real stdout (CliRunner)
         pass
+
+
+def _quiet_exit_on_closed_pipe() -> None:
+    """The reader of stdout went away (`trnsim ... | head -1`): end quietly, as a Unix tool
+    killed by SIGPIPE does (exit 141)."""
+    _stdout_to_devnull()
     sys.exit(EXIT_CLOSED_PIPE)
 
 
+def _from_stdout(e: BaseException) -> bool:
+    """Whether `e` was raised writing stdout: every line goes through click.echo, whose frame,
+    the innermost the error left, holds the stream it wrote (`file`)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and any(v is sys.stdout for v in tb.tb_frame.f_locals.values())
+
+
+def _refused_write(e: BaseException) -> str | None:
+    """The message for a write the machine refused (a full disk or /dev/full: `WRITE_REFUSED`,
+    the user's condition, not a bug) that no output file claimed: on standard output (then
+    pointed at /dev/null), or on the file the OS names. None for any other error."""
+    if not isinstance(e, OSError) or e.errno not in WRITE_REFUSED:
+        return None
+    reason = os.strerror(e.errno)
+    if _from_stdout(e):
+        _stdout_to_devnull()
+        return f"standard output: {reason}"
+    return f"{e.filename}: {reason}" if e.filename else reason
+
+
 class _Group(click.Group):
-    """A click group that turns every TrnsimError (and a MemoryError) into `error: <message>` and
-    exit code 2, a closed stdout into a quiet exit, and lists its commands with whole summaries."""
+    """A click group that turns every TrnsimError (and a MemoryError, and a write the machine
+    refused) into `error: <message>` and exit code 2, a closed stdout into a quiet exit, and
+    lists its commands with whole summaries."""
 
     group_class = type  # subgroups (`configs`) are _Groups too
 
@@ -143,7 +172,11 @@ class _Group(click.Group):
                 err=True,
             )
             ctx.exit(2)
-        except Exception as e:  # a bug in trnsim: still one line, unless --debug
+        except Exception as e:  # a bug in trnsim (a refused write aside): one line, unless --debug
+            refused = _refused_write(e)
+            if refused:
+                click.echo(f"error: {_one_line(refused)}", err=True)
+                ctx.exit(2)
             if ctx.find_root().params.get("debug"):
                 raise
             click.echo(
@@ -154,12 +187,19 @@ class _Group(click.Group):
             ctx.exit(3)
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
-        """As click's, but a closed pipe while parsing (`trnsim --help | head -1`) ends as one
-        while running does, not with click's own exit code 1."""
+        """As click's, but a closed pipe or a full stdout while parsing (`trnsim --help | head
+        -1`, `trnsim --help > /dev/full`) ends as one while running does, not with click's own
+        exit code 1 or a traceback."""
         try:
             return super().make_context(info_name, args, parent, **extra)
         except BrokenPipeError:
             _quiet_exit_on_closed_pipe()
+        except OSError as e:
+            refused = _refused_write(e)
+            if not refused:
+                raise
+            click.echo(f"error: {_one_line(refused)}", err=True)
+            sys.exit(2)
 
     def format_commands(self, ctx: click.Context, formatter) -> None:
         """Each command with its whole `short_help` (click would cut it to fit one line)."""
@@ -279,8 +319,8 @@ def _exit(code: int | str | None) -> None:
     """End the process as `sys.exit(code)` would, but without the interpreter's teardown, which
     frees every object one by one: ~3 s of a 14 s Llama prefill layer's run (1 GB of objects),
     ~0.4 s of a 100,000-instruction trace's. The exit hooks (`atexit`) still run and the output
-    is flushed; with other threads alive (they may hold work to finish) the exit is the usual
-    one."""
+    is flushed (a full stdout is then an error, exit 2, as while running); with other threads
+    alive (they may hold work to finish) the exit is the usual one."""
     if threading.active_count() > 1:
         sys.exit(code)
     if code is None:
@@ -296,6 +336,10 @@ def _exit(code: int | str | None) -> None:
             stream.flush()
         except BrokenPipeError:  # the reader went away: as _quiet_exit_on_closed_pipe
             status = EXIT_CLOSED_PIPE
-        except (OSError, ValueError):
+        except OSError as e:
+            if stream is sys.stdout and e.errno in WRITE_REFUSED and status == 0:
+                print(f"error: standard output: {os.strerror(e.errno)}", file=sys.stderr)
+                status = 2
+        except ValueError:
             pass
     os._exit(status)
