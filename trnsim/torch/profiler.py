@@ -291,16 +291,21 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
 
     def export_chrome_trace(self, path) -> None:
         """One Chrome/Perfetto JSON trace: the host's aten ops, flow arrows to their launches,
-        each NeuronCore's launches, engines, DMA queues and engines, and HBM counters."""
+        each NeuronCore's launches, engines, DMA queues and engines, and HBM counters. `path` is
+        checked first (TrnsimError: a folder, a missing folder, an unwritable place)."""
+        from trnsim.report.files import check_file
         from trnsim.torch.profiler_export import write_trace
 
+        check_file("export_chrome_trace", path)
         write_trace(self, path)
 
     def export_parquet(self, directory) -> None:
         """Instruction, DmaPacket, DmaPacketAggregated and Summary tables (Neuron Explorer's
-        names), one Parquet file each in `directory`; needs pyarrow."""
+        names), one Parquet file each in `directory` (made if missing); needs pyarrow."""
+        from trnsim.report.files import check_folder
         from trnsim.torch.profiler_export import write_parquet
 
+        check_folder("export_parquet", directory, make_folders=True)
         write_parquet(self, directory)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trnsim.report.files import OutputError, check_file, check_folder
 from trnsim.torch import recording, state
 from trnsim.torch.aten import library_ops, permuted
 from trnsim.torch.record_figures import Figures
@@ -34,6 +35,7 @@ from trnsim.trace.program import OpSpec
 
 Tensor = torch.Tensor
 TENSOR_ARGS = ("tensor", "tensors", "operand", "operands")
+_KEPT = "the recording is kept: rec.save(path) writes it to another file"
 
 
 def record(path, values: bool = False, names: dict | None = None) -> Recording:
@@ -41,7 +43,8 @@ def record(path, values: bool = False, names: dict | None = None) -> Recording:
     JSON when it ends in .json). `values`: keep the values (.npy files beside the trace), so
     that a functional replay reproduces the outputs. `names`: trace names for tensors (e.g.
     `dict(model.named_parameters())`); `Recording.output(name, tensor)` adds one and lists it
-    in the trace's `outputs:`."""
+    in the trace's `outputs:`. `path` is checked on entry (TrnsimError: a folder, an unwritable
+    place); a write that fails at the end (a full disk) keeps the recording: `rec.save(path)`."""
     return Recording(path, values, names)
 
 
@@ -59,6 +62,7 @@ class Recording(TraceTensors):
     def __enter__(self) -> Recording:
         if recording.active is not None:
             raise RuntimeError("trnsim.torch.record: a recording is already in progress")
+        self._check(self.path)
         import trnsim.torch.module as neuron
 
         neuron.synchronize()  # the recording starts from an idle device
@@ -84,6 +88,23 @@ class Recording(TraceTensors):
             self.summary["time_ps"] = self.chip.devices[0].env.now - self.start_ps
             self._write()
         return False
+
+    def save(self, path) -> None:
+        """Write the recording to `path` (and its values beside it): after the block, whose own
+        write may have failed (a full disk), the recording is still here."""
+        if "time_ps" not in self.summary:
+            raise RuntimeError("trnsim.torch.record: save() is for a recording whose block ended")
+        self._check(Path(path))
+        self.path = Path(path)
+        self._write()
+
+    def _check(self, path: Path) -> None:
+        """Before any work: the trace can be written at `path` (missing folders are made), and
+        its values folder, if kept, too."""
+        check_file("trnsim.torch.record", path, make_folders=True)
+        if self.values:
+            values = path.parent / f"{path.stem}_values"
+            check_folder("trnsim.torch.record: values folder", values, make_folders=True)
 
     def _reset(self) -> None:
         self.blocks: dict[int, tuple] = {}  # id(block) -> (block, root name)
@@ -269,9 +290,16 @@ class Recording(TraceTensors):
     # -- the trace ---------------------------------------------------------------------------------
 
     def _write(self) -> None:
+        """`record_write.write`; a failure names the file and how to write the recording again."""
         from trnsim.torch.record_write import write
 
-        write(self)
+        named = "trnsim.torch.record "
+        try:
+            write(self)
+        except OutputError as e:
+            raise OutputError(e.path, f"{e.reason}; {_KEPT}", named) from e
+        except OSError as e:
+            raise OutputError(e.filename or self.path, f"{e.strerror or e}; {_KEPT}", named) from e
 
 
 def _renamed(op: OpSpec, names: dict) -> dict:
