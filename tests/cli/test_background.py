@@ -2,6 +2,7 @@
 the error and its precedence as if it had run first in-process."""
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 
 import trnsim.cli.traces as traces_cmd
 from trnsim.cli import main
-from trnsim.cli.background import Background, can_fork
+from trnsim.cli.background import Background, ChildKilled, can_fork
 from trnsim.errors import DeadlockError, SimError
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -46,13 +47,50 @@ def test_the_childs_error_is_re_raised_with_its_type_message_and_fields():
 
 
 @forks
-def test_an_early_error_stops_the_parents_work():
+def test_an_early_error_stops_the_parents_work_where_it_polls():
     start = time.monotonic()
     with pytest.raises(SimError, match="bad"):
-        with Background(_fail):
-            while time.monotonic() - start < 20:  # the parent's long work
+        with Background(_fail) as bg:
+            while time.monotonic() - start < 60:  # the parent's long work
                 sum(range(1000))
-    assert time.monotonic() - start < 10
+                bg.poll()
+    assert time.monotonic() - start < 30
+
+
+@forks
+def test_a_child_that_fails_at_once_never_kills_the_parent():
+    """The handler is installed before the fork: a SIGUSR1 sent before the parent runs on
+    must find it (the default action would end the parent)."""
+    for _ in range(30):
+        with pytest.raises(SimError, match="bad"):
+            with Background(_fail):
+                pass
+
+
+@forks
+def test_the_signal_only_sets_a_flag_the_error_comes_from_poll_or_exit():
+    with pytest.raises(SimError, match="bad"):
+        with Background(_fail) as bg:
+            deadline = time.monotonic() + 30
+            while not bg._flagged and time.monotonic() < deadline:
+                time.sleep(0.01)  # the signal arrives here, and raises nothing
+            assert bg._flagged
+    assert signal.getsignal(signal.SIGUSR1) is not bg._on_signal  # restored
+
+
+@forks
+def test_a_child_killed_by_a_signal_is_reported_not_rerun():
+    parent, calls = os.getpid(), []
+
+    def bomb():
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer would
+        calls.append(1)
+
+    with pytest.raises(ChildKilled, match=r"the race check.*killed by SIGKILL.*--no-race-check"):
+        with Background(bomb, what="the race check") as bg:
+            bg.result()
+    assert calls == []  # not run again in the parent
 
 
 @forks
@@ -61,16 +99,17 @@ def test_an_early_error_inside_a_simpy_process_comes_out_as_itself():
     must survive the copy."""
     import simpy
 
-    def busy(env):
+    def busy(env, bg):
         start = time.monotonic()
-        while time.monotonic() - start < 20:
+        while time.monotonic() - start < 60:
             sum(range(1000))
+            bg.poll()
         yield env.timeout(1)
 
     env = simpy.Environment()
-    env.process(busy(env))
     with pytest.raises(SimError, match="t.yaml:3: bad"):
-        with Background(_fail):
+        with Background(_fail) as bg:
+            env.process(busy(env, bg))
             env.run()
 
 
@@ -128,3 +167,26 @@ def test_run_of_a_race_free_trace_is_the_same_forked_or_not(monkeypatch):
     inline = _run(monkeypatch, path, "--json", fork_from=10**9)
     forked = _run(monkeypatch, path, "--json", fork_from=0)
     assert forked.exit_code == 0 and forked.stdout == inline.stdout and forked.stderr == ""
+
+
+@forks
+def test_run_stops_the_simulation_where_it_reports_progress(monkeypatch, tmp_path):
+    """The simulation polls the forked check in its progress callback: a race found by the
+    child ends a simulation that would otherwise go on (here, one that only polls)."""
+    text = (TRACES / "softmax_rows.yaml").read_text().replace("wait: {red: 1}, ", "")
+    path = tmp_path / "sm.yaml"
+    path.write_text(text)
+    polls = []
+
+    def endless(program, cfg, mode, progress=None, check=False):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            polls.append(1)
+            progress(0, len(polls))
+            time.sleep(0.001)
+        raise AssertionError("the simulation was not stopped")
+
+    monkeypatch.setattr(traces_cmd, "run_program", endless)
+    result = _run(monkeypatch, path, fork_from=0)
+    assert result.exit_code == 2 and "race:" in result.stderr, result.output
+    assert polls  # it ran, and was stopped from its progress callback

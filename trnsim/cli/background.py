@@ -5,8 +5,12 @@ The race check of a large written-out trace costs about as much as simulating it
 with a second core, a child process forked after loading checks while the parent simulates.
 What the user sees does not change: the check's warnings are printed before the report, and its
 error (a race, a deadlock) is the command's error, whatever the simulation did meanwhile. A child
-that finds an error signals the parent (SIGUSR1), which stops simulating at once and raises it;
-a child that dies without an answer has the check rerun in the parent.
+that finds an error signals the parent (SIGUSR1). The handler, installed before the fork (a
+child that fails at once must not find the default action, which kills the parent), only sets a
+flag; the parent's work calls `poll()` now and then (the simulation, where it reports progress),
+which raises the error there. A child killed by a signal (the kernel's out-of-memory killer,
+say) is reported as such: running its check again in the parent would repeat what killed it. A
+child that exits without an answer (its value could not be pickled) has the check rerun here.
 
 Where forking is not possible or not worth it (no `os.fork`, one CPU, other threads alive, a
 small check) the check simply runs first, in-process.
@@ -22,7 +26,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Background", "Interrupted"]
+from trnsim.errors import TrnsimError
+
+__all__ = ["Background", "Interrupted", "ChildKilled"]
+
+
+class ChildKilled(TrnsimError):
+    """The forked check was killed by a signal before it answered."""
 
 
 class Interrupted(BaseException):
@@ -49,18 +59,23 @@ class Background:
     """`fn()` run in a forked child from construction on (or, when `fork` is false or
     `can_fork()` is not, run right away in-process); `result()` is its value, or raises what it
     raised. Use as a context manager around the parent's own work, so that the child's early
-    error and the parent's signal handler are dealt with on every way out."""
+    error and the parent's signal handler are dealt with on every way out; call `poll()` in
+    that work to stop it early when the child has failed.
 
-    def __init__(self, fn: Callable[[], Any], fork: bool = True):
-        self._fn = fn
+    `what` names the check in the message when its process is killed."""
+
+    def __init__(self, fn: Callable[[], Any], fork: bool = True, what: str = "the check"):
+        self._fn, self._what = fn, what
         self._done: tuple | None = None
         self._old_handler = None
+        self._flagged = False
         if not (fork and can_fork()):
             self._done = _outcome(fn)
             return
         r, w = os.pipe()
         sys.stdout.flush()  # nothing buffered is written twice
         sys.stderr.flush()
+        self._old_handler = signal.signal(signal.SIGUSR1, self._on_signal)  # before the fork
         pid = os.fork()
         if pid == 0:  # the child: answer, and never return into the parent's code
             try:
@@ -70,7 +85,22 @@ class Background:
                 os._exit(0)
         os.close(w)
         self._pid, self._read = pid, r  # _done stays None until the answer is read
-        self._old_handler = signal.signal(signal.SIGUSR1, self._on_error)
+
+    @property
+    def pending(self) -> bool:
+        """The child is still at work (its answer not read yet): worth polling for."""
+        return self._done is None
+
+    def poll(self) -> None:
+        """Raise `Interrupted` (the child's error inside) if the child has signalled a failure;
+        cheap otherwise (a flag)."""
+        if not self._flagged:
+            return
+        self._flagged = False
+        if self._done is None:
+            self._collect()
+        if not self._done[0]:
+            raise Interrupted(self._done[1])
 
     def __enter__(self) -> Background:
         return self
@@ -101,18 +131,20 @@ class Background:
         raise value
 
     def _collect(self) -> None:
-        """Read the child's answer (or rerun `fn` here if it died without one) and reap it."""
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the answer is read here, not raised
+        """Read the child's answer and reap it; a child killed by a signal is an error of its
+        own, one that exited without an answer has `fn` rerun here."""
         data = _read_all(self._read)
         os.close(self._read)
-        os.waitpid(self._pid, 0)
+        _, status = os.waitpid(self._pid, 0)
         try:
             self._done = pickle.loads(data)
-        except Exception:  # no answer: the child was killed or could not pickle it
-            self._done = _outcome(self._fn)
+        except Exception:  # no answer
+            if os.WIFSIGNALED(status):
+                self._done = (False, _killed(self._what, os.WTERMSIG(status)))
+            else:  # it could not pickle its value or exception
+                self._done = _outcome(self._fn)
 
     def _kill(self) -> None:
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         if self._done is None:
             os.kill(self._pid, signal.SIGKILL)
             os.waitpid(self._pid, 0)
@@ -120,17 +152,27 @@ class Background:
             self._done = (False, KeyboardInterrupt())
         self._restore()
 
-    def _on_error(self, _signum, _frame) -> None:
-        """SIGUSR1 from the child: it wrote an error; stop the parent's work with it (unless
-        its answer was unreadable and the rerun here succeeded)."""
-        self._collect()
-        if not self._done[0]:
-            raise Interrupted(self._done[1])
+    def _on_signal(self, _signum, _frame) -> None:
+        """SIGUSR1 from the child: it wrote an error. Only noted: `poll` raises it where the
+        parent's work can stop (raising from a handler could land anywhere, mid-write)."""
+        self._flagged = True
 
     def _restore(self) -> None:
         if self._old_handler is not None:
             signal.signal(signal.SIGUSR1, self._old_handler)
             self._old_handler = None
+
+
+def _killed(what: str, sig: int) -> ChildKilled:
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    why = " (by the out-of-memory killer, most likely)" if sig == signal.SIGKILL else ""
+    return ChildKilled(
+        f"{what}, in a process of its own, was killed by {name}{why} before it answered; "
+        f"rerun with --no-race-check to skip it, or on a machine with more memory"
+    )
 
 
 def _outcome(fn: Callable[[], Any]) -> tuple[bool, Any]:

@@ -113,7 +113,8 @@ def run(
                 f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
                 f"run with --mode functional"
             )
-        result = run_program(program, cfg, mode, progress=_progress(quiet), check=check)
+        progress = _polling(_progress(quiet), races)
+        result = run_program(program, cfg, mode, progress=progress, check=check)
         if _progress(quiet):
             click.echo("\r" + " " * 70 + "\r", err=True, nl=False)  # the progress line, erased
         for line in races.result():
@@ -162,7 +163,24 @@ def _race_check(program, cfg, allow: bool, skip: bool) -> Background:
         if k.low_level and not k.ops
         for p in k.per_core
     )
-    return Background(lambda: race_warnings(prog, allow), fork=n >= FORK_RACE_CHECK)
+    return Background(
+        lambda: race_warnings(prog, allow), fork=n >= FORK_RACE_CHECK, what="the race check"
+    )
+
+
+def _polling(show, check: Background):
+    """The simulation's progress callback: `show` (None off a terminal), and while the race
+    check runs beside it, a look at whether it has failed (`Background.poll`), so that its
+    error stops the simulation within 100,000 events."""
+    if not check.pending:
+        return show
+
+    def progress(now_ps: int, steps: int) -> None:
+        check.poll()
+        if show is not None:
+            show(now_ps, steps)
+
+    return progress
 
 
 @main.command(short_help="Check a trace against a chip without simulating it.")
