@@ -1,10 +1,11 @@
 """The device runtime, with CUDA's names and semantics (docs/runtime.md), one concept a module:
 `device` (a logical NeuronCore, memory calls, copies, launches), `memory` (buffers by bytes,
 strided views, statistics), `stream`, `event`, `graph`, `host` (the simulated host threads and
-their call costs), `context` (the chip the devices share); and `session`, which runs a whole
-trace `Program` on this API, as `trnsim run` does."""
+their call costs), `context` (the chip the devices share), `errors` (of CUDA's kinds); and
+`session`, which runs a whole trace `Program` on this API, as `trnsim run` does."""
 
 from trnsim.runtime.device import Device, devices
+from trnsim.runtime.errors import InvalidValueError, UseAfterFreeError
 from trnsim.runtime.event import Event
 from trnsim.runtime.graph import Graph
 from trnsim.runtime.host import HostThread
@@ -17,7 +18,9 @@ __all__ = [
     "Event",
     "Graph",
     "HostThread",
+    "InvalidValueError",
     "Stream",
     "TensorView",
+    "UseAfterFreeError",
     "devices",
 ]

@@ -25,9 +25,11 @@ from trnsim.kernels import lower_cores
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.runtime import context
 from trnsim.runtime.context import ChipContext
+from trnsim.runtime.errors import InvalidValueError
 from trnsim.runtime.event import Event
 from trnsim.runtime.graph import Graph
-from trnsim.runtime.memory import DeviceBuffer, MemoryStats, TensorView
+from trnsim.runtime.launchcheck import LaunchCheck, describe
+from trnsim.runtime.memory import DeviceBuffer, MemoryStats, TensorView, size_arg
 from trnsim.runtime.stream import Stream
 from trnsim.trace.ops import OPS
 from trnsim.trace.program import KernelSpec, TensorSpec
@@ -69,6 +71,7 @@ class Device:
         self.ctx, self.index = ctx, index
         self.stats = MemoryStats()
         self._lowered: dict[tuple, tuple] = {}  # (kernel id, shapes) -> (kernel, lowered)
+        self._check = LaunchCheck(self)
         self.default_stream = Stream(self, "default" if index == 0 else f"default{index}")
 
     # -- properties ----------------------------------------------------------------------------
@@ -120,15 +123,17 @@ class Device:
 
     def malloc(self, nbytes: int) -> DeviceBuffer:
         """`nbytes` of HBM on this core's home stack (others when it is full). Raises
-        OutOfMemoryError saying what was requested, what is free and the largest free block."""
-        return self._malloc(int(nbytes), f"malloc of {int(nbytes)} bytes")
+        OutOfMemoryError saying what was requested, what is free and the largest free block;
+        InvalidValueError if `nbytes` is not a non-negative int."""
+        nbytes = size_arg(nbytes, "malloc")
+        return self._malloc(nbytes, f"malloc of {nbytes} bytes")
 
     def _malloc(self, nbytes: int, what: str, label: str = "a buffer", values=None):
         """`malloc` for the trace runner: `what` and `label` name the tensor in errors;
         `values()` gives its initial values (their bytes become the buffer's, no copy)."""
         ctx, hbm = self.ctx, self.chip.hbm
         if nbytes < 0:
-            raise TrnsimError(f"{what}: negative size")
+            raise InvalidValueError(f"{what}: negative size")
         raw = None
         if ctx.functional:
             ctx.reserve_backing(nbytes, what)
@@ -149,7 +154,16 @@ class Device:
     def free(self, buf: DeviceBuffer) -> None:
         """Give `buf` back to the allocator (O(log n) in the free blocks); using it, or a view
         of it, after is an error. `free` does not wait for queued work: work already enqueued on
-        the buffer still runs, on bytes nobody can read any more, so synchronize first."""
+        the buffer still runs, on bytes nobody can read any more, so synchronize first.
+
+        Only the buffer `malloc` returned can be freed: a view is never an allocation (CUDA
+        refuses a pointer that is not an allocation's base), so `free(view)` is an
+        InvalidValueError saying to free `view.buffer`."""
+        if isinstance(buf, TensorView):
+            raise InvalidValueError(
+                f"free: {buf!r} is a view, not an allocation: free its base allocation, "
+                f"view.buffer ({buf.buffer!r}), once no view of it is needed"
+            )
         self._own(buf, "free")
         buf.check("free")
         self.chip.hbm.free(buf.address)
@@ -180,9 +194,9 @@ class Device:
     def _own(self, buf, what: str) -> None:
         b = buf.buffer if isinstance(buf, TensorView) else buf
         if not isinstance(b, DeviceBuffer):
-            raise TrnsimError(f"{what}: expected a DeviceBuffer or TensorView, got {buf!r}")
+            raise InvalidValueError(f"{what}: expected a DeviceBuffer or TensorView, got {buf!r}")
         if b.device.ctx is not self.ctx:
-            raise TrnsimError(f"{what}: {buf!r} belongs to another chip")
+            raise InvalidValueError(f"{what}: {buf!r} belongs to another chip")
 
     # -- streams, events, graphs ---------------------------------------------------------------
 
@@ -223,53 +237,69 @@ class Device:
         tensors = tensors or {}
         for name, v in tensors.items():
             if not isinstance(v, TensorView):
-                raise TrnsimError(f"launch {kernel.name}: tensor {name} is not a device view")
+                raise InvalidValueError(
+                    f"launch {kernel.name}: tensor {name!r}: expected a TensorView, got "
+                    f"{describe(v)}"
+                )
         key = (id(kernel), tuple((n, v.shape, v.dtype.name) for n, v in tensors.items()))
         hit = self._lowered.get(key)
         if hit is None or hit[0] is not kernel:  # lowered once per kernel and shapes
             specs = {n: TensorSpec(n, v.shape, v.dtype) for n, v in tensors.items()}
             _check_bound(kernel, specs)
-            cores = lower_cores(kernel.ops, specs, self.cfg, len(self.chip.physical(self.index)))
+            try:
+                cores = lower_cores(
+                    kernel.ops, specs, self.cfg, len(self.chip.physical(self.index))
+                )
+            except TrnsimError as e:  # the library's: about the views' shapes and dtypes
+                raise InvalidValueError(f"launch {kernel.name}: {e}") from None
             low = KernelSpec(kernel.name, per_core=cores, ops=kernel.ops, line=kernel.line)
             hit = self._lowered[key] = (kernel, low)
         return hit[1]
 
     def bind_tensors(self, kernel, tensors, timing_only: bool) -> dict[str, Buffer]:
-        """Check that `kernel` can run here; its tensors as the Buffers instructions bind to."""
+        """Check that `kernel` can run here with `tensors` (name -> TensorView or DeviceBuffer),
+        as CUDA checks a launch's arguments at the call (`LaunchCheck`); its tensors as the
+        Buffers instructions bind to. Raises InvalidValueError naming the kernel and tensor."""
         if not kernel.low_level:
-            raise TrnsimError(
+            raise InvalidValueError(
                 f"kernel {kernel.name}: high-level ops must be lowered first (Device.lower)"
             )
         phys = len(self.chip.physical(self.index))
         if len(kernel.per_core) > phys:
-            raise TrnsimError(
+            raise InvalidValueError(
                 f"kernel {kernel.name}: per_core has {len(kernel.per_core)} programs but "
                 f"logical core {self.index} has {phys} physical cores (lnc={self.chip.lnc})"
             )
         if not tensors:
+            self._check(kernel, {}, {}, timing_only)
             return {}
         if all(type(b) is Buffer for b in tensors.values()):
-            return tensors  # already bound (the trace runner's named tensors)
-        out = {}
+            return tensors  # already bound (the trace runner's named tensors, checked by it)
+        out, views = {}, {}
         for name, v in tensors.items():
             if isinstance(v, DeviceBuffer):
                 v = v.view("uint8")
             if not isinstance(v, TensorView):
-                raise TrnsimError(f"launch {kernel.name}: tensor {name} is not a device view")
-            self._own(v, f"launch {kernel.name}: tensor {name}")
+                raise InvalidValueError(
+                    f"launch {kernel.name}: tensor {name!r}: expected a TensorView or "
+                    f"DeviceBuffer, got {describe(v)}"
+                )
+            self._own(v, f"launch {kernel.name}: tensor {name!r}")
             out[name] = v.bound(name, values=not timing_only)
+            views[name] = v
+        self._check(kernel, out, views, timing_only)
         return out
 
     def copy_operands(self, dst, src) -> tuple[Ref, Ref]:
         """`src` and `dst` of a copy as bound references, checked."""
         s, d = self._ref(src, "src"), self._ref(dst, "dst")
         if s.size != d.size:
-            raise TrnsimError(
+            raise InvalidValueError(
                 f"memcpy_async {s} -> {d}: {list(s.shape)} and {list(d.shape)} have "
                 f"different element counts"
             )
         if s.memory == "host" and d.memory == "host":
-            raise TrnsimError(f"memcpy_async {s} -> {d}: both sides are host memory")
+            raise InvalidValueError(f"memcpy_async {s} -> {d}: both sides are host memory")
         return s, d
 
     def _ref(self, x, which: str) -> Ref:
@@ -278,13 +308,17 @@ class Device:
         if isinstance(x, np.ndarray):
             dt = DTYPES.get(x.dtype.name)
             if dt is None:
-                raise TrnsimError(f"memcpy_async {which}: numpy dtype {x.dtype} is not supported")
+                raise InvalidValueError(
+                    f"memcpy_async {which}: numpy dtype {x.dtype} is not supported"
+                )
             buf = Buffer("host", "host", x.shape, dt, x)
             return bind(Ap("host"), buf, f"memcpy_async {which}")
         if isinstance(x, DeviceBuffer):
             x = x.view("uint8")
         if not isinstance(x, TensorView):
-            raise TrnsimError(f"memcpy_async {which}: expected a numpy array or device view")
+            raise InvalidValueError(
+                f"memcpy_async {which}: expected a numpy array or device view, got {describe(x)}"
+            )
         self._own(x, f"memcpy_async {which}")
         name = f"dev@{x.data_ptr:#x}"
         return bind(Ap(name), x.bound(name), f"memcpy_async {which}")
@@ -294,7 +328,7 @@ class Device:
 
 
 def _check_bound(kernel, specs: dict) -> None:
-    """Raise TrnsimError when an op of `kernel` names a tensor the launch does not bind (OPS
+    """Raise InvalidValueError when an op of `kernel` names a tensor the launch does not bind (OPS
     gives which arguments name tensors)."""
     for op in kernel.ops:
         kinds = {k.rstrip("?"): kind for k, kind in OPS.get(op.op, {}).items()}
@@ -303,7 +337,7 @@ def _check_bound(kernel, specs: dict) -> None:
                 continue  # an unknown op or argument: the library's check names it
             for n in arg if isinstance(arg, list) else [arg]:
                 if isinstance(n, str) and n not in specs:
-                    raise TrnsimError(
+                    raise InvalidValueError(
                         f"launch {kernel.name}: {op.op}'s {key} names {n!r}, which is not "
                         f"among the launch's tensors ({', '.join(specs) or 'none'})"
                     )

@@ -5,18 +5,21 @@ per-device statistics with torch.cuda's names.
 strides, offset)` or `buf[...]` slicing of a view give `TensorView`s that share its bytes. In
 functional mode a buffer's bytes are a numpy `uint8` array and a view's `array` is a numpy view
 of them (no copy); in timing mode there are no bytes and `array` is None. A freed buffer, and
-every view of it, raise `TrnsimError` when used.
+every view of it, raise `UseAfterFreeError` when used; a bad argument (size, dtype, shape,
+index) raises `InvalidValueError` at the call.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
-from trnsim.dtypes import DType, dtype
+from trnsim.dtypes import DTYPES, DType, dtype
 from trnsim.errors import TrnsimError
 from trnsim.memory.buffer import Buffer
+from trnsim.runtime.errors import InvalidValueError, UseAfterFreeError
 
 
 class DeviceBuffer:
@@ -32,17 +35,18 @@ class DeviceBuffer:
         self.raw = raw  # the bytes (functional mode)
         self.freed = False
 
-    def check(self, where: str) -> None:
-        """Raise if the buffer was freed."""
+    def check(self, where: str, hint: str = "") -> None:
+        """Raise UseAfterFreeError (`where`, then `hint` if given) if the buffer was freed."""
         if self.freed:
-            raise TrnsimError(
+            raise UseAfterFreeError(
                 f"{where}: use of freed device buffer at {self.address:#x} ({self.nbytes} bytes)"
+                + (f"; {hint}" if hint else "")
             )
 
     def view(self, dt, shape=None, strides=None, offset: int = 0) -> TensorView:
         """A typed view (no copy): `shape` (default: the whole buffer as 1-D), `strides` in
         elements (default: contiguous, row-major), `offset` in bytes from the buffer's start."""
-        dt = dt if isinstance(dt, DType) else dtype(dt)
+        dt = dt if isinstance(dt, DType) else _dtype(dt)
         if shape is None:
             shape = (self.nbytes // dt.itemsize,)
         return TensorView(self, dt, shape, strides, offset)
@@ -50,6 +54,36 @@ class DeviceBuffer:
     def __repr__(self) -> str:
         state = " freed" if self.freed else ""
         return f"DeviceBuffer(address={self.address:#x}, nbytes={self.nbytes}{state})"
+
+
+def _dtype(name) -> DType:
+    try:
+        return dtype(name)
+    except (KeyError, TypeError):  # TypeError: an unhashable name
+        raise InvalidValueError(
+            f"view: unknown dtype {name!r}; expected one of {', '.join(DTYPES)}"
+        ) from None
+
+
+def ints(values, what: str) -> tuple[int, ...]:
+    """`values` as a tuple of ints (numpy integers too, but no floats, which `int` would
+    truncate); InvalidValueError naming `what` otherwise."""
+    try:
+        return tuple(operator.index(x) for x in values)
+    except TypeError:
+        raise InvalidValueError(f"{what} {values!r}: expected a sequence of ints") from None
+
+
+def size_arg(nbytes, what: str) -> int:
+    """A size in bytes given to `what` (malloc): a non-negative int, as C's size_t (a float or
+    a string is a mistake, not a size to round); InvalidValueError otherwise."""
+    try:
+        n = operator.index(nbytes)
+    except TypeError:
+        n = -1
+    if n < 0 or isinstance(nbytes, bool):
+        raise InvalidValueError(f"{what}: size {nbytes!r}: expected a non-negative int (bytes)")
+    return n
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -70,19 +104,19 @@ class TensorView:
 
     def __init__(self, buffer: DeviceBuffer, dt: DType, shape, strides=None, offset: int = 0):
         buffer.check("view")
-        shape = tuple(int(x) for x in shape)
-        strides = contiguous_strides(shape) if strides is None else tuple(int(s) for s in strides)
+        shape = ints(shape, "view: shape")
+        strides = contiguous_strides(shape) if strides is None else ints(strides, "view: strides")
         if len(strides) != len(shape) or any(n < 0 for n in shape) or any(s < 0 for s in strides):
-            raise TrnsimError(
+            raise InvalidValueError(
                 f"view: shape {list(shape)} and strides {list(strides)}: expected one "
                 f"non-negative stride per non-negative dim"
             )
         if offset < 0 or offset % dt.itemsize:
-            raise TrnsimError(f"view: offset {offset} is not a multiple of {dt.name}'s size")
+            raise InvalidValueError(f"view: offset {offset} is not a multiple of {dt.name}'s size")
         last = sum((n - 1) * s for n, s in zip(shape, strides)) if math.prod(shape) else -1
         end = offset + (last + 1) * dt.itemsize
         if end > buffer.nbytes:
-            raise TrnsimError(
+            raise InvalidValueError(
                 f"view: {list(shape)} {dt.name} with strides {list(strides)} at offset {offset} "
                 f"needs {end} bytes; the buffer has {buffer.nbytes}"
             )
@@ -132,9 +166,9 @@ class TensorView:
 
     def view(self, shape) -> TensorView:
         """The same elements with another shape (the view must be contiguous)."""
-        shape = tuple(int(x) for x in shape)
+        shape = ints(shape, "view: shape")
         if math.prod(shape) != self.numel or not self.is_contiguous:
-            raise TrnsimError(
+            raise InvalidValueError(
                 f"view {list(shape)} of a {list(self.shape)} "
                 f"{'contiguous' if self.is_contiguous else 'strided'} view: element counts "
                 f"must match and the view must be contiguous"
@@ -145,7 +179,7 @@ class TensorView:
         """Basic indexing: ints and slices with positive steps, one per leading dim."""
         key = key if isinstance(key, tuple) else (key,)
         if len(key) > len(self.shape):
-            raise TrnsimError(f"index {key}: too many indices for a {len(self.shape)}-d view")
+            raise InvalidValueError(f"index {key}: too many indices for a {len(self.shape)}-d view")
         offset, shape, strides = self.offset, [], []
         isz = self.dtype.itemsize
         for d, (n, st) in enumerate(zip(self.shape, self.strides)):
@@ -153,14 +187,14 @@ class TensorView:
             if isinstance(k, int):
                 i = k + n if k < 0 else k
                 if not 0 <= i < n:
-                    raise TrnsimError(f"index {k} is out of bounds for dim {d} (size {n})")
+                    raise InvalidValueError(f"index {k} is out of bounds for dim {d} (size {n})")
                 offset += i * st * isz
                 continue
             if not isinstance(k, slice):
-                raise TrnsimError(f"index {k!r}: only ints and slices index a view")
+                raise InvalidValueError(f"index {k!r}: only ints and slices index a view")
             start, stop, step = k.indices(n)
             if step <= 0:
-                raise TrnsimError(f"index {k}: slice steps must be positive")
+                raise InvalidValueError(f"index {k}: slice steps must be positive")
             count = len(range(start, stop, step))
             offset += start * st * isz if count else 0
             shape.append(count)

@@ -1,0 +1,158 @@
+"""Errors: bad arguments are refused at the call (CUDA's invalid-value errors); an error inside
+the device surfaces once, at the next synchronizing call, and the device stays usable."""
+
+import numpy as np
+import pytest
+
+from tests.runtime.helpers import TRN2, copy_kernel
+from trnsim.api import Trace
+from trnsim.runtime import Device, InvalidValueError, UseAfterFreeError
+from trnsim.trace.program import KernelSpec, OpSpec
+
+SHAPE = (128, 256)
+
+
+def views(dev, *shapes, dt="float32"):
+    isz = np.dtype(dt).itemsize
+    return [dev.malloc(int(np.prod(s)) * isz).view(dt, s) for s in shapes]
+
+
+def copy_works(dev, compare=False):
+    """Launch y = x on `dev` and synchronize; check y's values; the launch's start (from the end
+    of the launch call) and duration, checked equal to a fresh device's if `compare`."""
+    x, y = views(dev, SHAPE, SHAPE)
+    host = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
+    x.array[...] = host
+    dev.launch(copy_kernel(), {"x": x, "y": y})
+    called = dev.host_time_ps
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), host)
+    la = dev.recorder.launches[-1]
+    got = (la.start_ps - called, la.end_ps - la.start_ps)
+    if compare:
+        assert got == copy_works(Device(TRN2))  # the same times as on an untouched device
+        assert dev.recorder.launches[-1].kernel == "copy_xy"
+    return got
+
+
+# -- launch arguments are checked at the call ---------------------------------------------------
+
+
+def test_a_launch_missing_a_tensor_is_refused_at_the_call():
+    dev = Device(TRN2)
+    (x,) = views(dev, SHAPE)
+    with pytest.raises(InvalidValueError) as e:
+        dev.launch(copy_kernel(), {"x": x})
+    msg = str(e.value)
+    assert "launch copy_xy" in msg and "tensor 'y' is not bound" in msg
+    assert "the kernel uses x, y" in msg and "the launch binds x" in msg
+    assert dev.default_stream.query()  # nothing was enqueued
+    dev.synchronize()  # no error left behind, no deadlock
+    copy_works(dev, compare=True)
+
+
+def test_a_launch_with_a_wrong_shaped_tensor_says_what_was_expected_and_given():
+    dev = Device(TRN2)
+    x, y = views(dev, SHAPE, (64, 256))
+    with pytest.raises(InvalidValueError) as e:
+        dev.launch(copy_kernel(), {"x": x, "y": y})
+    msg = str(e.value)
+    assert "launch copy_xy: tensor 'y'" in msg and "given a [64, 256] float32 view" in msg
+    assert "src 'xt' has 32768 elements [128, 256] but dst 'y' has 16384 [64, 256]" in msg
+    dev.synchronize()
+    copy_works(dev, compare=True)
+
+
+def test_a_slice_beyond_the_bound_view_is_refused_at_the_call():
+    t = Trace("rows")
+    t.tensor("x", (128, 256), "float32")
+    k = t.kernel("first_rows")
+    k.tile("a", "sbuf", (128, 256), "float32")
+    k.dma_copy(src="x[0:128, :]", dst="a", queue=0)
+    dev = Device(TRN2)
+    (x,) = views(dev, (64, 256))
+    with pytest.raises(InvalidValueError, match=r"launch first_rows: tensor 'x' \(given a "
+                       r"\[64, 256\] float32 view\).*slice 0:128 is out of bounds for dim 0 "
+                       r"of x \(size 64\)"):  # fmt: skip
+        dev.launch(k.spec(), {"x": x})
+
+
+def test_a_binding_that_is_not_a_device_view_is_refused():
+    dev = Device(TRN2)
+    (x,) = views(dev, SHAPE)
+    with pytest.raises(InvalidValueError, match=r"launch copy_xy: tensor 'y': expected a "
+                       r"TensorView or DeviceBuffer, got a numpy array"):  # fmt: skip
+        dev.launch(copy_kernel(), {"x": x, "y": np.zeros(SHAPE, np.float32)})
+
+
+def test_a_high_level_launch_missing_a_tensor_is_refused():
+    dev = Device(TRN2)
+    a, b = views(dev, (128, 128), (128, 512))
+    mm = KernelSpec("mm", ops=[OpSpec("matmul", {"a": "a", "b": "b", "out": "c"})])
+    with pytest.raises(InvalidValueError, match=r"launch mm: matmul's out names 'c', which is "
+                       r"not among the launch's tensors \(a, b\)"):  # fmt: skip
+        dev.launch(mm, {"a": a, "b": b})
+
+
+def test_a_high_level_launch_of_wrong_shapes_is_refused():
+    dev = Device(TRN2)
+    a, b, c = views(dev, (128, 128), (64, 512), (128, 512))
+    mm = KernelSpec("mm", ops=[OpSpec("matmul", {"a": "a", "b": "b", "out": "c"})])
+    with pytest.raises(InvalidValueError, match=r"launch mm: matmul: a \[128, 128\] @ b "
+                       r"\[64, 512\] -> out \[128, 512\]: shapes do not agree; expected"):  # fmt: skip
+        dev.launch(mm, {"a": a, "b": b, "c": c})
+
+
+def test_a_launch_is_checked_when_captured_too():
+    dev = Device(TRN2)
+    (x,) = views(dev, SHAPE)
+    g = dev.graph()
+    with g.capture(), pytest.raises(InvalidValueError, match="tensor 'y' is not bound"):
+        dev.launch(copy_kernel(), {"x": x})
+    assert g.nodes == 0
+
+
+# -- memory arguments ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nbytes", [1.5, "10", True, None, -1])
+def test_malloc_takes_a_non_negative_int(nbytes):
+    dev = Device(TRN2)
+    with pytest.raises(InvalidValueError, match=r"malloc: size .*: expected a non-negative "
+                       r"int \(bytes\)"):  # fmt: skip
+        dev.malloc(nbytes)
+    assert dev.memory_allocated() == 0
+    assert dev.malloc(np.int64(10)).nbytes == 10  # numpy integers are ints
+
+
+def test_freeing_a_view_asks_for_the_base_allocation():
+    dev = Device(TRN2)
+    buf = dev.malloc(4096)
+    for v in (buf.view("float32"), buf.view("float32")[4:8]):
+        with pytest.raises(InvalidValueError, match=r"free: .*TensorView.* is a view, not an "
+                           r"allocation: free its base allocation, view\.buffer"):  # fmt: skip
+            dev.free(v)
+    assert not buf.freed and dev.memory_allocated() > 0
+    dev.free(buf)
+    assert dev.memory_allocated() == 0
+
+
+def test_an_unknown_dtype_names_the_known_ones():
+    dev = Device(TRN2)
+    buf = dev.malloc(4096)
+    with pytest.raises(InvalidValueError, match=r"view: unknown dtype 'float128'; expected "
+                       r"one of float32, bfloat16, .*uint8"):  # fmt: skip
+        buf.view("float128")
+    with pytest.raises(InvalidValueError, match=r"view: shape 7: expected a sequence of ints"):
+        buf.view("float32", 7)
+
+
+def test_direct_use_after_free_is_of_the_same_kind():
+    dev = Device(TRN2)
+    buf = dev.malloc(512)
+    v = buf.view("float32")
+    dev.free(buf)
+    with pytest.raises(UseAfterFreeError, match="use of freed device buffer"):
+        dev.launch(copy_kernel(), {"x": v, "y": v})
+    with pytest.raises(UseAfterFreeError):
+        dev.free(buf)
