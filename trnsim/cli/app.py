@@ -24,6 +24,7 @@ from trnsim.errors import TrnsimError
 from trnsim.report.files import WRITE_REFUSED
 from trnsim.trace import MAX_INSTRUCTIONS
 from trnsim.trace import load as load_trace
+from trnsim.trace.document import MAX_TRACE_BYTES
 from trnsim.trace.params import parse_param_args
 from trnsim.trace.program import Program
 from trnsim.trace.races import check_races
@@ -59,7 +60,19 @@ param_option = click.option(
 
 
 def files_options(f):
-    """`--allow-outside-files` and `--max-instructions`, for commands that load traces."""
+    """`--allow-outside-files`, `--max-instructions` and `--max-trace-bytes`, for commands
+    that load traces (the last kept in the click context's meta, read by `_load_trace`)."""
+    f = click.option(
+        "--max-trace-bytes",
+        type=click.IntRange(min=1),
+        metavar="N",
+        default=MAX_TRACE_BYTES,
+        show_default=True,
+        expose_value=False,
+        callback=lambda ctx, _param, value: ctx.meta.__setitem__("max_trace_bytes", value),
+        help="The largest trace file read (a regular file by its size, before reading; a "
+        "device or a pipe stops being read there).",
+    )(f)
     f = click.option(
         "--max-instructions",
         type=click.IntRange(min=1),
@@ -80,11 +93,13 @@ def _load_trace(
     trace_file: str, params: tuple[str, ...], allow_outside: bool = False, most: int | None = None
 ):
     """The trace at `trace_file`, with `--param`s set (and the files options)."""
+    ctx = click.get_current_context(silent=True)
     return load_trace(
         trace_file,
         parse_param_args(params),
         allow_outside_files=allow_outside,
         max_instructions=most or MAX_INSTRUCTIONS,
+        max_bytes=(ctx.meta.get("max_trace_bytes") if ctx else None) or MAX_TRACE_BYTES,
     )
 
 

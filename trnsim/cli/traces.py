@@ -30,7 +30,7 @@ from trnsim.report.perfetto import write_chrome_trace
 from trnsim.report.profile import check_format, write_profile
 from trnsim.report.provenance import provenance
 from trnsim.report.text import format_comparison, format_summary
-from trnsim.runtime.session import check_program, lowered, run_program, save_outputs
+from trnsim.runtime.session import check_fits, check_program, lowered, run_program, save_outputs
 
 
 @main.command(short_help="Simulate a trace and report its time, traffic and memory use.")
@@ -107,6 +107,7 @@ def run(
     program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
     _check_outputs_of(program, perfetto_file, profile_file, out_dir)
     cfg = _chip_for(program, chip, overrides)
+    check_fits(program, cfg)  # sizes first: nothing is lowered or allocated for a bomb
     with _race_check(program, cfg, allow_races, skip_races) as races:
         if out_dir and (mode or program.mode) == "timing":
             raise TrnsimError(

@@ -170,6 +170,14 @@ def _allocate(t, dev: Device, tensors: dict[str, Buffer]):
     )
 
 
+def check_fits(program: Program, cfg: ChipConfig, lnc: int | None = None) -> None:
+    """Raise the error a run would give when the program's tensors do not fit (HBM, the lnc,
+    this machine's memory for host values), allocating nothing: shapes only. `trnsim run`
+    calls it before its race check lowers any op, so a [10^12, 10^12] tensor is refused at
+    once instead of lowered."""
+    _devices(program, cfg, "timing", lnc)
+
+
 def check_program(program: Program, cfg: ChipConfig, lnc: int | None = None) -> int:
     """Check everything a run would check before the clock starts (tensors fit in HBM, tiles in
     SBUF/PSUM, every instruction's operands, shapes and limits), without simulating. Returns the

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -74,8 +75,9 @@ from trnsim.trace.program import (
 )
 from trnsim.trace.repeat import MAX_INSTRUCTIONS, check_size, core_instructions
 from trnsim.trace.schedule import parse_outputs, parse_streams, parse_timing
+from trnsim.units import fmt_bytes
 
-__all__ = ["load", "loads"]
+__all__ = ["load", "loads", "MAX_TRACE_BYTES"]
 
 TOP_KEYS = (
     "trnsim",
@@ -100,19 +102,45 @@ MODES = ("functional", "timing")
 SHORTHAND = "main"
 
 
+MAX_TRACE_BYTES = 1 << 30
+"""The largest trace file `load` reads (1 GiB: a written-out JSON trace of 5 million
+instructions, the instruction limit, is ~0.7 GB); `--max-trace-bytes` sets another."""
+
+
+def _read_capped(path: Path, cap: int) -> bytes:
+    """The file's bytes, refused beyond `cap`: by its size for a regular file (before reading
+    any), by a read of at most cap + 1 bytes for a device or a pipe."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        if stat.S_ISREG(st.st_mode) and st.st_size > cap:
+            size = st.st_size
+        else:
+            data = f.read(cap + 1)
+            if len(data) <= cap:
+                return data
+            size = None
+    what = f"is {fmt_bytes(size)}, more than" if size is not None else "goes on past"
+    raise TraceError(
+        f"{path}:1: trace: the file {what} the {fmt_bytes(cap)} a trace may have; expected a "
+        f"trace file (--max-trace-bytes raises the limit)"
+    )
+
+
 def load(
     path: str | Path,
     params: Mapping[str, Any] | None = None,
     *,
     allow_outside_files: bool = False,
     max_instructions: int = MAX_INSTRUCTIONS,
+    max_bytes: int = MAX_TRACE_BYTES,
 ) -> Program:
     """Read and validate the trace file at `path` (YAML, or JSON: see `loads`); init files
     resolve against its directory. `params` sets the trace's `params:` (name -> value, see
-    `trnsim.trace.params`); the other options are `loads`'s."""
+    `trnsim.trace.params`); no more than `max_bytes` of the file are read (a device or a pipe
+    such as /dev/zero would never end); the other options are `loads`'s."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_capped(path, max_bytes).decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise TraceError(
             f"{path}:1: trace: cannot read the file ({e.__class__.__name__}: "
