@@ -6,6 +6,7 @@ import pytest
 
 from tests.runtime.helpers import TRN2, copy_kernel
 from trnsim.api import Trace
+from trnsim.errors import TrnsimError
 from trnsim.runtime import Device, InvalidValueError, UseAfterFreeError
 from trnsim.trace.program import KernelSpec, OpSpec
 
@@ -156,3 +157,42 @@ def test_direct_use_after_free_is_of_the_same_kind():
         dev.launch(copy_kernel(), {"x": v, "y": v})
     with pytest.raises(UseAfterFreeError):
         dev.free(buf)
+
+
+# -- graphs -------------------------------------------------------------------------------------
+
+
+def test_replaying_a_graph_after_freeing_its_memory_is_a_use_after_free():
+    dev = Device(TRN2)
+    bx, by = dev.malloc(128 * 256 * 4), dev.malloc(128 * 256 * 4)
+    x, y = bx.view("float32", SHAPE), by.view("float32", SHAPE)
+    out = np.zeros(SHAPE, np.float32)
+    g = dev.graph()
+    with g.capture():
+        dev.launch(copy_kernel(), {"x": x, "y": y})
+        dev.memcpy_async(out, y)
+    g.replay()
+    dev.synchronize()
+    dev.free(bx)
+    with pytest.raises(UseAfterFreeError) as e:
+        g.replay()
+    msg = str(e.value)
+    assert "graph replay: node 1 of 2 (launch copy_xy), tensor x" in msg
+    assert f"use of freed device buffer at {bx.address:#x}" in msg
+    assert isinstance(e.value, InvalidValueError) and isinstance(e.value, TrnsimError)
+    assert dev.default_stream.query()  # nothing was enqueued
+    h = dev.host_time_ps
+    dev.synchronize()
+    assert dev.host_time_ps == h
+
+
+def test_replaying_a_graph_after_freeing_a_copied_buffer_is_a_use_after_free():
+    dev = Device(TRN2)
+    buf = dev.malloc(512)
+    g = dev.graph()
+    with g.capture():
+        dev.memcpy_async(np.zeros(128, np.float32), buf.view("float32"))
+    dev.free(buf)
+    with pytest.raises(UseAfterFreeError, match=r"graph replay: node 1 of 1 \(memcpy_async\), "
+                       r"src: use of freed device buffer"):  # fmt: skip
+        g.replay()

@@ -55,7 +55,8 @@ class Stream:
             kernel = self.device.lower(kernel, tensors)
         args = (kernel, self.device.bind_tensors(kernel, tensors, timing_only), timing_only, 0)
         if self._capture is not None:
-            self._capture.add(self, LAUNCH, args)
+            uses = {f"tensor {n}": v for n, v in (tensors or {}).items()}
+            self._capture.add(self, LAUNCH, args, uses)
             return kernel
         ctx = self.ctx
         t = ctx.host.call("launch", ctx.costs.launch, kernel.name)
@@ -94,7 +95,7 @@ class Stream:
         """Copy `src` to `dst` on this stream (see `Device.memcpy_async`)."""
         s, d = self.device.copy_operands(dst, src)
         if self._capture is not None:
-            self._capture.add(self, COPY, (s, d))
+            self._capture.add(self, COPY, (s, d), {"dst": dst, "src": src})
             return
         ctx = self.ctx
         t = ctx.host.call("memcpy_async", ctx.costs.copy, f"{s}->{d}")
