@@ -6,7 +6,9 @@ with units (`2TB/s`, `448KiB`) are placed by their size and labelled as given; v
 quantities are placed in the order they first appear. There is a line per value of `hue`, and
 per value of every other identifying column (trace, chip, grid keys, settings, mode) that
 varies in the table, so no two points of a line differ in anything but `x`. Rows with an error
-are left out. matplotlib is imported only here (the `plot` extra).
+are left out. Each line has its own colour, dash pattern and marker (`line_style`), so a figure
+of many lines (every chip and grid value) does not repeat a look, as matplotlib's cycle of 10
+colours would. matplotlib is imported only here (the `plot` extra).
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ from trnsim.sweep import table
 from trnsim.sweep.worker import one_line
 from trnsim.units import KINDS, UnitError, parse_quantity
 
-__all__ = ["plot", "figure"]
+__all__ = ["plot", "figure", "line_style"]
+
+# matplotlib's default colours (tab10), four dash patterns, seven filled markers
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+LINESTYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+# colour and dash repeat together every 40 lines, markers every 7 (prime to 40): 280 looks
+DISTINCT_STYLES = len(COLOURS) * len(LINESTYLES) * len(MARKERS)
+LEGEND_INSIDE = 10  # a legend of more lines goes beside the axes...
+LEGEND_ROWS = 16  # ... in columns of this many (what the figure's height holds)
 
 
 def plot(
@@ -97,12 +109,12 @@ def figure(
     matplotlib.rcParams["svg.hashsalt"] = "trnsim"  # the same SVG for the same table
     fig = Figure(figsize=(7, 4.2), dpi=110, layout="constrained")
     ax = fig.subplots()
-    for key, pts in lines.items():
+    for i, (key, pts) in enumerate(lines.items()):
         pts.sort()
         label = (
             ", ".join(str(v) if len(split) == 1 else f"{c}={v}" for c, v in zip(split, key)) or None
         )
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **line_style(i))
     if logx:
         ax.set_xscale("log")
     if labels is not None:
@@ -120,8 +132,33 @@ def figure(
         title if title is not None else f"{y} against {x}: {', '.join(traces)}", fontsize="medium"
     )
     if split:
-        ax.legend(title=split[0] if len(split) == 1 else None, fontsize="small")
+        _legend(fig, ax, len(lines), split[0] if len(split) == 1 else None)
     return fig
+
+
+def _legend(fig, ax, n: int, title: str | None) -> None:
+    """A few lines' legend in the axes; more lines' beside them, in columns of `LEGEND_ROWS`
+    (all of it readable, not cut off at the figure's bottom), the figure widened by it so the
+    axes keep their size."""
+    if n <= LEGEND_INSIDE:
+        ax.legend(title=title, fontsize="small")
+        return
+    cols = -(-n // LEGEND_ROWS)
+    legend = fig.legend(loc="outside right upper", title=title, fontsize="small", ncols=cols)
+    fig.draw_without_rendering()
+    width = legend.get_window_extent().width / fig.dpi
+    fig.set_size_inches(fig.get_figwidth() + width, fig.get_figheight())
+
+
+def line_style(i: int) -> dict:
+    """The look of line `i`: the colour changes every line, the dash pattern every 10 lines and
+    the marker every line in a cycle of 7, so the first `DISTINCT_STYLES` lines all differ,
+    neighbours differ in colour and marker, and line 0 looks as matplotlib's first line."""
+    return {
+        "color": COLOURS[i % len(COLOURS)],
+        "linestyle": LINESTYLES[i // len(COLOURS) % len(LINESTYLES)],
+        "marker": MARKERS[i % len(MARKERS)],
+    }
 
 
 def _positions(values: list) -> tuple[dict, dict | None]:
