@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from trnsim.cli import main
 from trnsim.report.perfetto import HOST_PID
-from trnsim.report.tracks import DMA_ENGINE_ID_BASE
+from trnsim.report.tracks import DMA_ENGINE_ID_BASE, lane_of
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 MATMUL_GELU = str(TRACES / "matmul_gelu.yaml")
@@ -254,7 +254,7 @@ def test_perfetto_spans_equal_profile_rows(tmp_path, trace):
     spans = [
         e
         for e in events
-        if e["ph"] == "X" and e["tid"] < DMA_ENGINE_ID_BASE and e["pid"] != HOST_PID
+        if e["ph"] == "X" and lane_of(e["tid"])[0] < DMA_ENGINE_ID_BASE and e["pid"] != HOST_PID
     ]
     assert len(spans) == len(rows)
 
@@ -270,7 +270,7 @@ def test_perfetto_spans_equal_profile_rows(tmp_path, trace):
             round(e["ts"] * 1000, 3),
             round(e["dur"] * 1000, 3),
         )
-        by_thread.setdefault((e["pid"], e["tid"]), Counter())[item] += 1
+        by_thread.setdefault((e["pid"], lane_of(e["tid"])[0]), Counter())[item] += 1
     by_track: dict[tuple, Counter] = {}
     for r in rows:
         item = (
