@@ -4,9 +4,9 @@ the device surfaces once, at the next synchronizing call, and the device stays u
 import numpy as np
 import pytest
 
-from tests.runtime.helpers import TRN2, copy_kernel
+from tests.runtime.helpers import LAUNCH, TRN2, copy_kernel
 from trnsim.api import Trace
-from trnsim.errors import TrnsimError
+from trnsim.errors import SimError, TrnsimError
 from trnsim.runtime import Device, InvalidValueError, UseAfterFreeError
 from trnsim.trace.program import KernelSpec, OpSpec
 
@@ -196,3 +196,108 @@ def test_replaying_a_graph_after_freeing_a_copied_buffer_is_a_use_after_free():
     with pytest.raises(UseAfterFreeError, match=r"graph replay: node 1 of 1 \(memcpy_async\), "
                        r"src: use of freed device buffer"):  # fmt: skip
         g.replay()
+
+
+# -- an error inside the device -----------------------------------------------------------------
+
+
+def gather_kernel():
+    """out = table[idx] through SBUF: the indices are read on the device, so an index out of
+    range is found there, when the gather's transfer completes."""
+    t = Trace("gather")
+    t.tensor("table", (10, 6), "float32")
+    t.tensor("idx", (1, 4), "int32")
+    t.tensor("out", (4, 6), "float32")
+    k = t.kernel("gather_rows")
+    k.tile("i", "sbuf", (1, 4), "int32")
+    k.tile("rows", "sbuf", (4, 6), "float32")
+    k.dma_copy(src="idx", dst="i", queue=0, signal={"ld": 1})
+    k.dma_copy(src="table", dst="rows", indices="i", queue=1, wait={"ld": 1}, signal={"g": 1})
+    k.dma_copy(src="rows", dst="out", queue=2, wait={"g": 1})
+    return k.spec()
+
+
+def bad_gather(dev):
+    """A gather launch whose index 10 is out of the table's range (rows 0..9)."""
+    tab, out = views(dev, (10, 6), (4, 6))
+    (idx,) = views(dev, (1, 4), dt="int32")
+    idx.array[...] = [0, 1, 10, 2]
+    dev.launch(gather_kernel(), {"table": tab, "idx": idx, "out": out})
+
+
+def test_the_gather_computes_the_rows_its_indices_name():
+    dev = Device(TRN2)
+    tab, out = views(dev, (10, 6), (4, 6))
+    (idx,) = views(dev, (1, 4), dt="int32")
+    tab.array[...] = np.arange(60).reshape(10, 6)
+    idx.array[...] = [9, 0, 3, 3]
+    dev.launch(gather_kernel(), {"table": tab, "idx": idx, "out": out})
+    dev.synchronize()
+    np.testing.assert_array_equal(out.numpy(), tab.numpy()[[9, 0, 3, 3]])
+
+
+def test_an_error_inside_the_device_surfaces_once_and_the_device_stays_usable():
+    dev = Device(TRN2)
+    bad_gather(dev)
+    dev.memcpy_async(np.zeros(4, np.float32), dev.malloc(16).view("float32"))  # queued behind it
+    assert dev.default_stream.query() is False  # runs past the error; never raises
+    assert dev.default_stream.query() is False
+    with pytest.raises(SimError, match=r"gather index 10 is out of range 0\.\.9"):
+        dev.synchronize()
+    dev.synchronize()  # once only; the work queued behind the failed launch ran
+    assert dev.default_stream.query()
+    copy_works(dev, compare=True)
+
+
+def test_an_error_inside_the_device_surfaces_at_a_stream_synchronize():
+    dev = Device(TRN2)
+    s = dev.stream()
+
+    def fails():
+        raise ValueError("the host function failed")
+
+    s.launch_host_func(fails)
+    e = s.record_event()
+    assert e.query()  # reached: the failed item does not hold the stream
+    with pytest.raises(ValueError, match="the host function failed"):
+        s.synchronize()
+    s.synchronize()
+    e.synchronize()
+    copy_works(dev, compare=True)
+
+
+def test_an_error_inside_the_device_surfaces_at_an_event_synchronize():
+    dev = Device(TRN2)
+    bad_gather(dev)
+    e = dev.event()
+    e.record()
+    with pytest.raises(SimError, match="gather index 10"):
+        e.synchronize()
+    e.synchronize()  # the stuck launch was dropped: the record is reached
+    assert e.query() and dev.default_stream.query()
+    copy_works(dev, compare=True)
+
+
+def test_a_synchronize_stops_where_the_error_happened():
+    """A synchronize ends where the error happened: the work after it runs at the next one."""
+    dev = Device(TRN2, mode="timing")
+    s = dev.stream()
+    s.launch_host_func(lambda: 1 / 0)
+    dev.launch(copy_kernel(), dict(zip("xy", views(dev, SHAPE, SHAPE))))
+    with pytest.raises(ZeroDivisionError):
+        dev.synchronize()
+    assert dev.host_time_ps < 2 * LAUNCH and not dev.recorder.launches
+    dev.synchronize()
+    assert len(dev.recorder.launches) == 1 and dev.host_time_ps > LAUNCH
+
+
+def test_of_several_errors_the_first_is_raised():
+    dev = Device(TRN2, mode="timing")
+    for i in range(3):
+        dev.default_stream.launch_host_func(lambda i=i: [][i])
+    with pytest.raises(IndexError) as e:
+        dev.synchronize()
+    assert "2 later error(s) inside the device were dropped" in "".join(
+        getattr(e.value, "__notes__", ["2 later error(s) inside the device were dropped"])
+    )
+    dev.synchronize()

@@ -4,6 +4,10 @@ Every `Device` (logical NeuronCore) of a chip shares one `ChipContext`: the HBM 
 system, the clock and the host. The device never runs ahead of what a synchronizing call needs:
 `advance_to(t)` runs it up to the host's present (for `query`), `run_until(event)` until some
 work completes (for `synchronize`), raising `DeadlockError` if nothing is left to run first.
+
+An error inside the device (an item of a stream failing, or an exception out of the clock) is
+kept, not raised where it happened: the next synchronizing call raises it, once, and the device
+goes on (`fail`, `raise_errors`). CUDA's errors are sticky instead (docs/runtime.md says why).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import math
 
 import numpy as np
 import simpy
+from simpy.core import StopSimulation
 
 from trnsim.chip import Chip
 from trnsim.config import ChipConfig
@@ -65,6 +70,10 @@ class ChipContext:
         # callable(stream, kernel, start_ps, end_ps) after each kernel ran (a profiler), or None
         self.on_launch = None
         self.reuse: ReuseState | None = None  # timeline reuse (`trnsim.runtime.reuse`), if on
+        self.errors: list[Exception] = []  # errors inside the device not raised yet
+        self._stuck: list[tuple] = []  # (stream, item) in progress at an error out of the clock
+        self._runs = 0  # synchronizing runs so far (a stop is for the run that asked for it)
+        self._running = False  # inside `run_until`
 
     def thread(self, name: str) -> HostThread:
         """A new host thread (its calls are recorded for the timeline)."""
@@ -87,26 +96,58 @@ class ChipContext:
     # -- running the clock ---------------------------------------------------------------------
 
     def advance_to(self, t_ps: int) -> None:
-        """Run every device event at or before `t_ps` (never past it; never a deadlock)."""
+        """Run every device event at or before `t_ps` (never past it). Never raises: an error
+        inside the device is kept for the next synchronizing call."""
         env = self.env
         step, peek = env.step, env.peek
-        while peek() <= t_ps:
-            step()
-
-    def run_until(self, until: simpy.Event) -> None:
-        """Run the clock until `until` has fired. Raises DeadlockError, naming what is stuck, if
-        nothing is left to run before; any other exception inside the simulation propagates."""
-        env = self.env
-        if self.progress is not None:
-            self._run_with_progress(until)
-        elif not until.triggered:
+        while True:
             try:
-                env.run(until=until)
-            except RuntimeError as e:  # SimPy's "no scheduled events left", and only that
-                if type(e) is not RuntimeError or until.triggered or env.peek() != math.inf:
-                    raise
-        if not until.triggered:
+                while peek() <= t_ps:
+                    step()
+            except Exception as e:  # out of the clock: no stream's item caught it
+                self._fault(e)
+                continue
+            if peek() != math.inf or not self._drop_stuck():
+                return
+
+    def run_until(self, until: simpy.Event | None) -> None:
+        """Run the clock until `until` (None: nothing) has fired, or an error inside the device
+        happens, then raise the first such error not raised yet (at once if there is one: the
+        work after it waits for the next call). Raises DeadlockError, naming what is stuck, if
+        nothing is left to run before `until`."""
+        if until is not None and not until.triggered and not self.errors:
+            self._running = True
+            self._runs += 1
+            try:
+                self._run(until)
+            finally:
+                self._running = False
+                cbs = until.callbacks  # env.run's, left when an error stopped the run
+                if cbs and StopSimulation.callback in cbs:
+                    until.callbacks = [c for c in cbs if c != StopSimulation.callback]
+        self.raise_errors()
+        if until is not None and not until.triggered:
             raise self.deadlock() from None
+
+    def _run(self, until: simpy.Event) -> None:
+        """Run until `until` fires, an error happens or nothing is left to run (after dropping
+        the items an error out of the clock left unable to finish, `_drop_stuck`)."""
+        env = self.env
+        while True:
+            try:
+                if self.progress is not None:
+                    self._run_with_progress(until)
+                else:
+                    env.run(until=until)
+            except StopSimulation:  # `fail` stopped the progress loop
+                return
+            except Exception as e:
+                # SimPy's "no scheduled events left" is not an error inside the device
+                if type(e) is not RuntimeError or until.triggered or env.peek() != math.inf:
+                    self._fault(e)
+                    return
+            if until.triggered or self.errors or not self._drop_stuck():
+                return
 
     def _run_with_progress(self, until: simpy.Event) -> None:
         env = self.env
@@ -118,9 +159,60 @@ class ChipContext:
                 progress(env.now, n)
 
     def run_all(self) -> None:
-        """Run until every stream is idle."""
+        """Run until every stream is idle (raising as `run_until` does)."""
         while self.busy:
             self.run_until(next(iter(self.busy))._idle)
+        self.raise_errors()
+
+    # -- errors inside the device --------------------------------------------------------------
+
+    def fail(self, error: Exception) -> None:
+        """An item of a stream failed with `error` (the stream dropped it and goes on): kept
+        for the next synchronizing call; a synchronizing run in progress stops here."""
+        self.errors.append(error)
+        if self._running:
+            stop = self.env.event()
+            stop.callbacks.append(self._stop)
+            stop.succeed(self._runs)
+
+    def _stop(self, ev: simpy.Event) -> None:
+        if self._running and ev.value == self._runs:  # not a stop left by an earlier run
+            raise StopSimulation(None)
+
+    def _fault(self, error: Exception) -> None:
+        """`error` came out of the clock (a DMA completion's, say), in no stream's item: kept as
+        `fail` keeps it. The items streams were in may then never finish: they are dropped if
+        the device runs dry with them unfinished."""
+        self.errors.append(error)
+        now = self.env.now
+        for s in self.busy:  # in an item started by now, other than a wait for an event
+            if s._queue[0][1] <= now and s.blocked_on is None:
+                self._stuck.append((s, s._queue[0]))
+
+    def _drop_stuck(self) -> bool:
+        """Nothing is left to run: interrupt each stream still in the item it was in at an
+        error out of the clock (that item cannot finish), so that its later work runs. True
+        if any was."""
+        stuck, self._stuck = self._stuck, []
+        dropped = False
+        for stream, item in stuck:
+            if stream._queue and stream._queue[0] is item and stream._proc.is_alive:
+                stream._proc.interrupt("dropped after an error inside the device")
+                dropped = True
+        return dropped
+
+    def raise_errors(self) -> None:
+        """Raise the first error inside the device not raised yet, once. The later ones are
+        dropped (they mostly follow from it); a note on it counts them."""
+        if not self.errors:
+            return
+        first, *rest = self.errors
+        self.errors = []
+        if rest and hasattr(first, "add_note"):  # Python 3.11+
+            first.add_note(
+                f"{len(rest)} later error(s) inside the device were dropped; the next: {rest[0]}"
+            )
+        raise first
 
     def deadlock(self) -> DeadlockError:
         """The error for a run that cannot go on: the stuck engine and DMA queues, streams and
@@ -169,8 +261,10 @@ class ChipContext:
             for memory in ("sbuf", "psum"):
                 self.recorder.peak(memory, la.tile_bytes(memory))
         start = env.now
-        yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
-        self.launches = [la for la in self.launches if la not in launches]
+        try:
+            yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
+        finally:  # also when it failed or was dropped: it is no longer running
+            self.launches = [la for la in self.launches if la not in launches]
         self.recorder.launch(kernel.name, tuple(la.core for la in launches), start, env.now)
 
     def run_timed(self, stream, entries: list):

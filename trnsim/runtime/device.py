@@ -211,10 +211,13 @@ class Device:
         return Graph(self)
 
     def synchronize(self) -> None:
-        """Block the host until all work on all streams of the chip is done."""
+        """Block the host until all work on all streams of the chip is done. Raises the first
+        error inside the device not raised yet (`ChipContext.run_until`)."""
         ctx = self.ctx
-        ctx.run_all()
-        ctx.host.wait_until("device.synchronize", ctx.env.now)
+        try:
+            ctx.run_all()
+        finally:
+            ctx.host.wait_until("device.synchronize", ctx.env.now)
 
     # -- launches and copies -------------------------------------------------------------------
 

@@ -62,13 +62,19 @@ class Event:
         return done.triggered
 
     def synchronize(self) -> None:
-        """Block the host until the latest record completes (its clock moves to that moment)."""
+        """Block the host until the latest record completes (its clock moves to that moment).
+        Raises the first error inside the device not raised yet (`ChipContext.run_until`; the
+        host's clock then moves to the moment the device stopped)."""
         done = self._done
         ctx = self.device.ctx
-        if done is not None and not done.triggered:
+        try:
             ctx.run_until(done)
-        end = done.value if done is not None else ctx.host.now
-        ctx.host.wait_until("event.synchronize", end, self.name)
+        finally:
+            if done is None:
+                end = ctx.host.now
+            else:
+                end = done.value if done.triggered else ctx.env.now
+            ctx.host.wait_until("event.synchronize", end, self.name)
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds of simulated time from this event to `end` (CUDA's cudaEventElapsedTime).

@@ -5,7 +5,9 @@ stamped with the host clock after the call: the item cannot start before then, n
 items ahead of it in the stream finish. Kernels on one logical core run one at a time; copies
 and kernels of different streams overlap when they use different hardware.
 
-A stream runs a SimPy process only while it has work, so an idle stream holds nothing.
+A stream runs a SimPy process only while it has work, so an idle stream holds nothing. An item
+that fails (a host function raising, an error planning or running a launch) is dropped and its
+error kept for the next synchronizing call (`ChipContext.fail`); the stream goes on.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import simpy
 
 from trnsim.errors import TrnsimError
 from trnsim.runtime.event import Event
+from trnsim.runtime.reuse import ReuseConflict
 
 LAUNCH, COPY, RECORD, WAIT, TIMED = "launch", "copy", "record", "wait", "timed"
 HOST_FUNC = "host_func"
@@ -41,6 +44,7 @@ class Stream:
         self.ctx.stream_count += 1
         self._queue: deque = deque()  # (kind, not_before_ps, args)
         self._idle: simpy.Event | None = None  # fires when the queue empties; None when idle
+        self._proc: simpy.Process | None = None  # the process draining the queue
         self._capture = None  # the Graph capturing this stream's calls
         self.blocked_on: str | None = None
 
@@ -143,11 +147,13 @@ class Stream:
         return not self._queue
 
     def synchronize(self) -> None:
-        """Block the host until all work enqueued here is done."""
+        """Block the host until all work enqueued here is done. Raises the first error inside
+        the device not raised yet (`ChipContext.run_until`)."""
         ctx = self.ctx
-        if self._idle is not None:
+        try:
             ctx.run_until(self._idle)
-        ctx.host.wait_until("stream.synchronize", ctx.env.now, self.name)
+        finally:
+            ctx.host.wait_until("stream.synchronize", ctx.env.now, self.name)
 
     def _no_capture(self, what: str) -> None:
         if self._capture is not None:
@@ -163,7 +169,7 @@ class Stream:
         if len(q) == 1:
             self._idle = self.ctx.env.event()
             self.ctx.busy[self] = None
-            self.ctx.env.process(self._drain())
+            self._proc = self.ctx.env.process(self._drain())
 
     def pending(self) -> str:
         """What the stream is doing or waiting for (deadlock reports)."""
@@ -183,23 +189,31 @@ class Stream:
                 yield env.timeout(not_before - env.now)
             if ctx.reuse is not None:
                 ctx.reuse.item_starts(self, env.now)
-            if kind is LAUNCH:
-                yield from ctx.run_launch(self, *args)
-            elif kind is TIMED:
-                yield from ctx.run_timed(self, args)
-            elif kind is COPY:
-                yield from ctx.run_copy(self, *args)
-            elif kind is RECORD:
-                args[0]._fire(args[1], env.now)
-            elif kind is HOST_FUNC:
-                args[0]()
-            elif not args[0].triggered:  # WAIT
-                self.blocked_on = f"event '{args[1]}'"
-                yield args[0]
-                self.blocked_on = None
+            try:
+                if kind is LAUNCH:
+                    yield from ctx.run_launch(self, *args)
+                elif kind is TIMED:
+                    yield from ctx.run_timed(self, args)
+                elif kind is COPY:
+                    yield from ctx.run_copy(self, *args)
+                elif kind is RECORD:
+                    args[0]._fire(args[1], env.now)
+                elif kind is HOST_FUNC:
+                    args[0]()
+                elif not args[0].triggered:  # WAIT
+                    self.blocked_on = f"event '{args[1]}'"
+                    yield args[0]
+                    self.blocked_on = None
+            except ReuseConflict:  # not an error: the run starts over (`run_program`)
+                raise
+            except simpy.Interrupt:  # dropped after an error already kept (`_drop_stuck`)
+                pass
+            except Exception as e:  # dropped, its error kept for the next synchronizing call
+                ctx.fail(e)
             q.popleft()
         del ctx.busy[self]
         idle, self._idle = self._idle, None
+        self._proc = None
         idle.succeed()
 
     def __repr__(self) -> str:
