@@ -42,3 +42,10 @@ def test_bench_gemm_is_race_free(mode):
 @pytest.mark.parametrize("make", ["pipeline", "back_to_back"])
 def test_bench_sim_traces_are_race_free(make):
     assert find_races(getattr(bench_sim, make)(200, 64).program()) == []
+
+
+def test_bench_races_streams_trace_is_race_free():
+    import bench_races
+
+    doc = bench_races.streams_document(200)
+    assert find_races(loads(json.dumps(doc), "streams.json")) == []

@@ -53,6 +53,10 @@ class _Sem:
                 sums.append(t)
             self.sums[q] = sums
         self.total = sum(s[-1] for s in self.sums.values())
+        # one line alone signals it (one semaphore per queue, as Neuron uses them): the
+        # signals required by a wait for v are those up to the first whose running sum
+        # reaches v, whatever else may precede the waiter
+        self.only = next(iter(by_line)) if len(by_line) == 1 else None
 
     def available(self, qk: int, p: int, heads: list | None) -> dict[tuple, int]:
         """Per signalling line, how many of its signals may issue before the waiter at
@@ -111,6 +115,11 @@ def launch_clocks(la: Launch, order: list[Instr]) -> Clocks:
         for s, v in ins.wait:
             if v > 0 and s in sems:
                 sem = sems[s]
+                line = sem.only
+                if line is not None:
+                    j = bisect_left(sem.sums[line], v) - 1
+                    _join_done(k, sem.by_line[line][j][2], at, done, ranks)
+                    continue
                 avail = sem.available(qk, p, heads.get(id(ins)))
                 _join_required(k, sem, avail, sem.slack(avail, v), at, done, ranks)
         at[id(ins)] = k
@@ -132,7 +141,12 @@ def _needing_bounds(la: Launch, sems: dict) -> dict[int, list[Instr]]:
         for p, ins in enumerate(lst, 1):
             for s, v in ins.wait:
                 sem = sems.get(s)
-                if v > 0 and sem is not None and sem.slack_of_all(qk, p, v) > 0:
+                if (
+                    v > 0
+                    and sem is not None
+                    and sem.only is None
+                    and sem.slack_of_all(qk, p, v) > 0
+                ):
                     need.setdefault(qk, []).append(ins)
                     break
     return need
@@ -148,17 +162,20 @@ def _join_required(k, sem, avail, slack, at, done, ranks) -> None:
             continue
         sums = sem.sums[line]
         j = min(m, bisect_left(sums, sums[m] - slack)) - 1
-        if j < 0:
-            continue
-        last = sem.by_line[line][j][2]
-        r = ranks.get(id(last))
-        if r is None:
-            _join(k, done[id(last)])
-        else:  # a transfer: known complete, so issued, and so is all its issue knew
-            _join(k, at[id(last)])
-            c, rank = r[0]
-            if k[c] < rank:
-                k[c] = rank
+        if j >= 0:
+            _join_done(k, sem.by_line[line][j][2], at, done, ranks)
+
+
+def _join_done(k: list, x: Instr, at: dict, done: dict, ranks: dict) -> None:
+    """Join into `k` that `x` has completed (and with it its line's earlier instructions)."""
+    r = ranks.get(id(x))
+    if r is None:
+        _join(k, done[id(x)])
+    else:  # a transfer: known complete, so issued, and so is all its issue knew
+        _join(k, at[id(x)])
+        c, rank = r[0]
+        if k[c] < rank:
+            k[c] = rank
 
 
 def _join(k: list, o: list) -> None:
