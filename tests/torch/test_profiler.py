@@ -11,13 +11,18 @@ torch = pytest.importorskip("torch")
 
 import trnsim.torch  # noqa: E402,F401
 from trnsim.errors import TrnsimError  # noqa: E402
-from trnsim.report.tracks import dma_engine_id, track_id  # noqa: E402
+from trnsim.report.tracks import dma_engine_id, lane_of, track_id  # noqa: E402
 from trnsim.torch import state  # noqa: E402
 from trnsim.torch.profiler_export import LAUNCH_TID  # noqa: E402
 from trnsim.torch.timing import timer  # noqa: E402
 from trnsim.units import seconds_to_ps  # noqa: E402
 
 HOST_PID = 9_999
+
+
+def _row(e) -> int:
+    """The row of an event's thread (a row's slices may be dealt onto several lanes)."""
+    return lane_of(e["tid"])[0]
 
 
 def _inputs():
@@ -82,7 +87,7 @@ def test_key_averages_totals_are_the_sums_of_the_op_spans():
         assert r.host_ps == n * _launch_ps()
         assert (r.modelled, r.estimated) == ((n, 0) if ev.modelled else (0, n))
     trace = json.loads(json.dumps(_trace(prof)))
-    launches = [e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("tid") == LAUNCH_TID]
+    launches = [e for e in trace["traceEvents"] if e["ph"] == "X" and _row(e) == LAUNCH_TID]
     first_core = {ev.id: ev.cores[0] for ev in prof.events()}
     for name, r in avg.items():
         spans = [e["dur"] for e in launches
@@ -124,19 +129,19 @@ def test_chrome_trace_has_host_ops_device_tracks_and_flows(tmp_path):
     assert set(starts) == set(ends) == {ev.id for ev in prof.events()}
     for ev in prof.events():
         s, f = starts[ev.id], ends[ev.id]
-        assert (s["pid"], s["tid"], f["pid"], f["tid"]) == (HOST_PID, 0, ev.cores[0], LAUNCH_TID)
+        assert (s["pid"], _row(s), f["pid"], _row(f)) == (HOST_PID, 0, ev.cores[0], LAUNCH_TID)
         assert s["ts"] == (ev.host_start + ev.host_end) / 2e6  # inside the host op's slice
         assert f["ts"] == (ev.start_ps + ev.end_ps) / 2e6  # inside the launch's slice
     # instructions lie inside their launch; the estimated op is one labelled span
     launch = {(e["args"]["op_id"], e["pid"]): e for e in events
-              if e["ph"] == "X" and e["tid"] == LAUNCH_TID}  # fmt: skip
+              if e["ph"] == "X" and _row(e) == LAUNCH_TID}  # fmt: skip
     for e in events:
-        if e["ph"] == "X" and e["pid"] < HOST_PID and e["tid"] != LAUNCH_TID:
+        if e["ph"] == "X" and e["pid"] < HOST_PID and _row(e) != LAUNCH_TID:
             la = launch[(e["args"]["op_id"], e["pid"])]
             assert la["ts"] - 1e-9 <= e["ts"] and e["ts"] + e["dur"] <= la["ts"] + la["dur"] + 1e-6
     cumsum = prof.events()[3]
     assert launch[(cumsum.id, cumsum.cores[0])]["args"]["timed by"] == "roofline (estimated)"
-    assert not [e for e in events if e["ph"] == "X" and e["tid"] != LAUNCH_TID
+    assert not [e for e in events if e["ph"] == "X" and _row(e) != LAUNCH_TID
                 and e["args"].get("op_id") == cumsum.id and e["pid"] != HOST_PID]  # fmt: skip
 
 
@@ -151,9 +156,9 @@ def test_repeated_launches_are_summarised():
     detail = prof.details[mm[0].key]
     per_launch = sum(1 for s in detail.spans if s.core - detail.core0 < len(mm[0].cores))
     for ev in mm:
-        ins = [e for e in events if e["ph"] == "X" and e["tid"] != LAUNCH_TID
+        ins = [e for e in events if e["ph"] == "X" and _row(e) != LAUNCH_TID
                and e["pid"] != HOST_PID and e["args"].get("op_id") == ev.id
-               and e["tid"] < dma_engine_id(0)]  # fmt: skip
+               and _row(e) < dma_engine_id(0)]  # fmt: skip
         assert len(ins) == (per_launch if ev.detailed else 0)
     lowered = sum(1 for ev in prof.events()[:4] if ev.modelled)  # mm, relu, sum
     assert trace["otherData"]["summarised_launches"] == lowered * (n - keep)

@@ -1,7 +1,8 @@
 """What a `torch.neuron.profiler.profile` writes: per-op totals (`key_averages`), one Chrome
 trace (host ops, flow arrows to their launches, each NeuronCore's launches, engines, DMA queues
-and engines, HBM counters; tracks named as `trnsim.report.perfetto` names them), and Neuron
-Explorer's tables as Parquet (Instruction, DmaPacket, DmaPacketAggregated, Summary).
+and engines, HBM counters; tracks named, and overlapping slices dealt onto display lanes, as
+`trnsim.report.perfetto` does), and Neuron Explorer's tables as Parquet (Instruction, DmaPacket,
+DmaPacketAggregated, Summary).
 """
 
 from __future__ import annotations
@@ -12,8 +13,19 @@ from pathlib import Path
 
 from trnsim.errors import TrnsimError
 from trnsim.report.files import replacing, replacing_path
-from trnsim.report.perfetto import HBM_PID, HOST_PID
-from trnsim.report.tracks import HOST, display_name, dma_engine_id, dma_queue, is_dma, track_id
+from trnsim.report.perfetto import HBM_PID, HOST_PID, _laned
+from trnsim.report.tracks import (
+    HOST,
+    display_name,
+    dma_engine_id,
+    dma_queue,
+    dma_track,
+    is_dma,
+    lane_id,
+    lane_name,
+    lane_sort_index,
+    track_id,
+)
 
 LAUNCH_TID = 90  # each core's row of launches (one span per op), above its engines
 _US = 1e6  # ps per microsecond
@@ -150,70 +162,98 @@ def _meta(name: str, pid: int, tid: int, args: dict) -> dict:
     return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": args}
 
 
-def _x(name, cat, pid, tid, start_ps, end_ps, args) -> dict:
-    return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": start_ps / _US,
-            "dur": (end_ps - start_ps) / _US, "args": args}  # fmt: skip
+class _Trace:
+    """The events in the making, with what dealing rows onto lanes needs: each complete event's
+    (start, end) in ps (exact, where its "ts" and "dur" are floating-point us), and the events
+    that must follow a slice onto its lane (a flow's ends bind to the slice around them on their
+    own thread)."""
+
+    def __init__(self):
+        self.out: list[dict] = []
+        self.times: list[tuple[int, int]] = []  # of the complete events, in order
+        self.ties: list[tuple[dict, dict]] = []  # (event, the slice whose thread it takes)
+
+    def x(self, name, cat, pid, tid, start_ps, end_ps, args) -> dict:
+        e = {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": start_ps / _US,
+             "dur": (end_ps - start_ps) / _US, "args": args}  # fmt: skip
+        self.out.append(e)
+        self.times.append((start_ps, end_ps))
+        return e
+
+    def on(self, slice_: dict, event: dict) -> None:
+        """Add `event` on the thread of `slice_`, wherever its lane turns out to be."""
+        self.out.append({**event, "pid": slice_["pid"], "tid": slice_["tid"]})
+        self.ties.append((self.out[-1], slice_))
+
+    def laned(self) -> dict[tuple[int, int], int]:
+        """Deal each row's slices onto its display lanes (as `trnsim run --perfetto` does), so
+        that every thread's slices nest; the number of lanes of each (pid, row)."""
+        lanes = _laned([e for e in self.out if e["ph"] == "X"], self.times)
+        for e, s in self.ties:
+            e["tid"] = s["tid"]
+        return lanes
 
 
-def _host_op(ev) -> dict:
+def _host_op(trace: _Trace, ev) -> dict:
     args = {"op_id": ev.id, "overload": ev.overload, "timed by": _timed_by(ev),
             "device_us": ev.device_ps / _US}  # fmt: skip
     if ev.shapes is not None:
         args["Input Dims"], args["Input type"] = ev.shapes, ev.dtypes
     if ev.stack is not None:
         args["Call stack"] = "\n".join(ev.stack)
-    return _x(ev.name, "aten", HOST_PID, 0, ev.host_start, ev.host_end, args)
+    return trace.x(ev.name, "aten", HOST_PID, 0, ev.host_start, ev.host_end, args)
 
 
-def _launch(prof, ev, seen: set) -> list[dict]:
-    """The op's launch on each of its cores, the flow arrow to it, and its instructions."""
-    out = []
+def _launch(trace: _Trace, prof, ev, host: dict, seen: set) -> None:
+    """The op's launch on each of its cores, the flow arrow to it from its `host` op's slice,
+    and its instructions."""
     how = "instructions shown" if ev.detailed else "summarised" if ev.summarised else "one span"
     args = {"op_id": ev.id, "timed by": _timed_by(ev), "instructions": how}
-    for c in ev.cores:
-        out.append(_x(ev.name, "launch", c, LAUNCH_TID, ev.start_ps, ev.end_ps, args))
+    launches = [trace.x(ev.name, "launch", c, LAUNCH_TID, ev.start_ps, ev.end_ps, args)
+                for c in ev.cores]  # fmt: skip
     # the arrow's ends in the middle of the two slices: a viewer binds each to the slice
     # around it, and back-to-back slices share their boundaries
     flow = {"name": "launch", "cat": "launch", "id": ev.id}
-    host_ts = (ev.host_start + ev.host_end) / 2 / _US
-    out.append({**flow, "ph": "s", "pid": HOST_PID, "tid": 0, "ts": host_ts})
-    out.append({**flow, "ph": "f", "bp": "e", "pid": ev.cores[0], "tid": LAUNCH_TID,
-                "ts": (ev.start_ps + ev.end_ps) / 2 / _US})  # fmt: skip
+    trace.on(host, {**flow, "ph": "s", "ts": (ev.host_start + ev.host_end) / 2 / _US})
+    trace.on(launches[0], {**flow, "ph": "f", "bp": "e", "ts": (ev.start_ps + ev.end_ps) / 2 / _US})
     if ev.summarised and ev.key not in seen:
         seen.add(ev.key)
-        out.append({"ph": "i", "s": "t", "name": f"summarised: later launches of this {ev.name} "
-                    f"signature show one span each (after {prof.detail_launches} in detail, "
-                    f"or past max_events={prof.max_events})",
-                    "pid": ev.cores[0], "tid": LAUNCH_TID, "ts": ev.start_ps / _US})  # fmt: skip
+        note = (
+            f"summarised: later launches of this {ev.name} signature show one span each "
+            f"(after {prof.detail_launches} in detail, or past max_events={prof.max_events})"
+        )
+        trace.on(launches[0], {"ph": "i", "s": "t", "name": note, "ts": ev.start_ps / _US})
     spans, moves, hbm = placed(prof, ev)
     for s in spans:
-        out.append(_x(s.op, s.kernel, s.core, track_id(s.track), s.start_ps, s.end_ps,
-                      {"op_id": ev.id, "index": s.index, "dtype": s.dtype, "bytes": s.bytes,
-                       "flops": s.flops}))  # fmt: skip
+        trace.x(s.op, s.kernel, s.core, track_id(s.track), s.start_ps, s.end_ps,
+                {"op_id": ev.id, "index": s.index, "dtype": s.dtype, "bytes": s.bytes,
+                 "flops": s.flops})  # fmt: skip
     for m in moves:
         for e in m.engines:
-            out.append(_x("data", m.kernel, m.core, dma_engine_id(e), m.start_ps, m.end_ps,
-                          {"op_id": ev.id, "index": m.index, "queue": f"q{m.queue}"}))  # fmt: skip
+            trace.x("data", m.kernel, m.core, dma_engine_id(e), m.start_ps, m.end_ps,
+                    {"op_id": ev.id, "index": m.index, "queue": dma_track(m.queue)})  # fmt: skip
     for h in hbm:
-        out.append({"ph": "C", "name": f"stack{h.stack} GB/s", "pid": HBM_PID, "ts": h.ps / _US,
-                    "args": {"GB/s": h.bytes_per_s / 1e9}})  # fmt: skip
-    return out
+        trace.out.append({"ph": "C", "name": f"stack{h.stack} GB/s", "pid": HBM_PID,
+                          "ts": h.ps / _US, "args": {"GB/s": h.bytes_per_s / 1e9}})  # fmt: skip
 
 
-def _threads(events: list[dict], chip: str) -> list[dict]:
-    """Names and order of the processes and threads the events use."""
+def _threads(events: list[dict], lanes: dict[tuple[int, int], int], chip: str) -> list[dict]:
+    """Names and order of the processes and threads the events use: each row's lanes ("dma q3",
+    "dma q3 #2", ...) sorted together, the launches above the engines."""
     out = [_meta("process_name", HOST_PID, 0, {"name": "host"}),
-           _meta("process_sort_index", HOST_PID, 0, {"sort_index": -1}),
-           _meta("thread_name", HOST_PID, 0, {"name": "aten ops"})]  # fmt: skip
-    rows = sorted({(e["pid"], e["tid"]) for e in events if e["ph"] == "X" and e["pid"] < HBM_PID
-                   and e["pid"] != HOST_PID})  # fmt: skip
-    for core in sorted({p for p, _ in rows}):
+           _meta("process_sort_index", HOST_PID, 0, {"sort_index": -1})]  # fmt: skip
+    lanes = {(HOST_PID, 0): 1, **lanes}  # the host's thread named even without ops
+    for core in sorted({p for p, _ in lanes if p != HOST_PID}):
         out.append(_meta("process_name", core, 0, {"name": f"{chip} core{core}".strip()}))
         out.append(_meta("process_sort_index", core, 0, {"sort_index": core}))
-    for core, tid in rows:
-        out.append(_meta("thread_name", core, tid, {"name": _row_name(tid)}))
-        out.append(_meta("thread_sort_index", core, tid,
-                         {"sort_index": -1 if tid == LAUNCH_TID else tid}))  # fmt: skip
+    for (pid, row), n in sorted(lanes.items(), key=lambda r: (r[0][0] != HOST_PID, r[0])):
+        name = "aten ops" if pid == HOST_PID else _row_name(row)
+        for lane in range(n):
+            tid = lane_id(row, lane)
+            out.append(_meta("thread_name", pid, tid, {"name": lane_name(name, lane)}))
+            # the launches' row sorts first, as if its id were -1
+            order = lane_sort_index(-1 if row == LAUNCH_TID else row, lane)
+            out.append(_meta("thread_sort_index", pid, tid, {"sort_index": order}))
     if any(e["ph"] == "C" for e in events):
         out.append(_meta("process_name", HBM_PID, 0, {"name": "HBM"}))
     return out
@@ -225,18 +265,19 @@ def _row_name(tid: int) -> str:
     if tid >= dma_engine_id(0):
         return f"dma engine {tid - dma_engine_id(0)}"
     names = {track_id(t): t for t in ("tensor", "vector", "scalar", "gpsimd", HOST)}
-    return display_name(names.get(tid) or f"q{tid - track_id('q0')}")
+    return display_name(names.get(tid) or dma_track(tid - track_id(dma_track(0))))
 
 
 def chrome_trace(prof) -> dict:
     """The profile as a dict in the Chrome trace event format."""
-    events: list[dict] = []
+    trace = _Trace()
     seen: set = set()
     ops = prof.finished()
     for ev in ops:
-        events.append(_host_op(ev))
+        host = _host_op(trace, ev)
         if ev.launched and ev.start_ps is not None:
-            events += _launch(prof, ev, seen)
+            _launch(trace, prof, ev, host, seen)
+    lanes = trace.laned()
     summarised: dict[str, int] = {}
     for ev in ops:
         if ev.summarised:
@@ -248,7 +289,7 @@ def chrome_trace(prof) -> dict:
                      "chip, placed at each launch's start; after detail_launches launches of "
                      "one op signature (or past max_events in all), each launch is one "
                      "span"}  # fmt: skip
-    return {"traceEvents": _threads(events, prof.chip_name) + events,
+    return {"traceEvents": _threads(trace.out, lanes, prof.chip_name) + trace.out,
             "displayTimeUnit": "ns", "otherData": other}  # fmt: skip
 
 
