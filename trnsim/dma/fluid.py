@@ -28,6 +28,13 @@ so a busy period plays out the same, to the last bit, wherever it falls on the c
 replayed from an earlier one's timeline, `trnsim.runtime.reuse`, is what a fresh simulation
 would give).
 
+A completion callback that raises (a gather's index out of range, found as its values are
+copied) does not cut the update short: the other completions' callbacks run, the rates and the
+timer are set, and only then is the first error raised, by an event of its own at the same ps
+(out of `env.run`/`env.step`, never out of the `start()` of a flow that merely began at that
+instant). So the model is as consistent as after any update, and the simulation can go on (the
+runtime keeps the error for the next synchronize).
+
 An update recomputes only the connected components (groups linked through shared resources) of
 the groups that changed. Groups are created and removed far less often than flows start and end
 (a group lives as long as any flow with its resources is in progress), so each group caches its
@@ -153,6 +160,7 @@ class FluidModel:
             dirty[g] = None
             while g.members and g.head_finish() <= now + DONE_PS:
                 done.append(heapq.heappop(g.members)[1])
+        failed: Exception | None = None
         if done:
             if len(done) > 1:
                 done.sort(key=flow_key)
@@ -161,7 +169,10 @@ class FluidModel:
             self._updating = True
             try:
                 for f in done:
-                    f.on_done(f)  # may start flows: they join self._new
+                    try:
+                        f.on_done(f)  # may start flows: they join self._new
+                    except Exception as e:  # raised after the update (see the end)
+                        failed = _first(failed, e)
             finally:
                 self._updating = False
         if self._new:
@@ -184,6 +195,10 @@ class FluidModel:
         if self._loaded and self.on_change is not None:
             self._loaded = False
             self.on_change()
+        if failed is not None:  # from an event of its own: not out of a caller's start()
+            ev = self.env.event()
+            ev.callbacks.append(_raise)
+            ev.succeed(failed)
 
     def _join(self, f: Flow, now: int) -> Group:
         sig, cs = self._sig(f)
@@ -325,3 +340,16 @@ class FluidModel:
                     g.version += 1
                     self._tseq += 1
                     heapq.heappush(timers, (g.head_finish(), self._tseq, g.version, g))
+
+
+def _raise(ev: simpy.Event) -> None:
+    raise ev.value
+
+
+def _first(first: Exception | None, error: Exception) -> Exception:
+    """The error an update raises: the first of its completions' (a note names the others)."""
+    if first is None:
+        return error
+    if hasattr(first, "add_note"):  # Python 3.11+
+        first.add_note(f"a later completion of the same update failed too: {error!r}")
+    return first

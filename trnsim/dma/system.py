@@ -37,8 +37,10 @@ on each engine the transfer touched (`Recorder.dma_moves`, with `max(0, S - W)`,
 cost beyond the bytes), then `on_done()` is called. Host copies are one flow on the host link
 (capacity `host_link.bandwidth`, shared by concurrent copies) and the HBM stack, after
 `host_link.latency`; they record HBM bytes and counters but no span (the stream that issued the copy
-owns its timing and records it). Per-queue statistics (busy time, bytes, transfers) are derived from
-the spans (`report.summary`).
+owns its timing and records it). A copy whose values cannot be copied (a gather's index out of
+range) raises then, with no span and no `on_done()`, having left the count in flight; inside the
+fluid update (no completion latency) the update finishes first (`fluid`). Per-queue statistics
+(busy time, bytes, transfers) are derived from the spans (`report.summary`).
 
 Ties: flows are keyed (core, queue, submit order) (host copies: queue -1), so transfers that end
 at the same ps complete in that order.
@@ -350,6 +352,10 @@ class DmaSystem:
         self._finish(ev.value)
 
     def _finish(self, t: Transfer) -> None:
+        """Copy the values, record the transfer, tell its issuer. It leaves the count of
+        transfers in flight first: a copy that raises (a gather's index out of range) must not
+        keep the DMA busy for ever (timeline reuse waits for it to be idle)."""
+        self.in_flight -= 1
         src, dst = t.src, t.dst
         if src.buf.array is not None and dst.buf.array is not None:
             gather = t.ins.indices if t.ins is not None else None
@@ -359,7 +365,6 @@ class DmaSystem:
             elif src.dtype.name != dst.dtype.name:
                 v = v.astype(np.float32)  # DMA casts src -> fp32 -> dst
             dst.write(v)
-        self.in_flight -= 1
         read, written, nbytes, dtype = t.costs
         self.rec.hbm_traffic(read, written)
         if t.ins is not None:
