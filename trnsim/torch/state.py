@@ -1,18 +1,23 @@
 """The simulated chip behind the `neuron` device: chosen once (`configure`, or the TRNSIM_CHIP
 and TRNSIM_LNC environment variables), made on first use, shared by every tensor and op.
 
-`neuron:0..n-1` are the chip's logical NeuronCores (`trnsim.runtime.devices`), all on one clock
-and one HBM. PyTorch 2.13's Python device guard has no device index, so every tensor reports
-`neuron:0`; `torch.neuron.set_device(i)` chooses the logical core the following ops run on
-(HBM is shared by the chip's cores, so where a tensor lives does not change its values).
+Device indices name the logical NeuronCores this process drives (`trnsim.runtime.devices`), all
+on one clock and one HBM: in a plain process every core of the chip, in a rank of a
+torch.distributed job one (`local_world_size`; docs/torch.md, "Device indices"). PyTorch 2.13's
+Python device guard has no device index, so every tensor reports `neuron:0`;
+`torch.neuron.set_device(i)` chooses the logical core the following ops run on (HBM is shared by
+the chip's cores, so where a tensor lives does not change its values).
 """
 
 from __future__ import annotations
 
 import os
 
+import torch
+
 from trnsim.runtime import devices
-from trnsim.torch.allocator import CachingAllocator
+from trnsim.torch.allocator import CachingAllocator, rounded
+from trnsim.units import fmt_bytes
 
 DEFAULT_CHIP = "trn2"
 
@@ -25,7 +30,7 @@ class Chip:
         self.timing = timing  # "replay": a lowering's measured time; "simulate": each launch
         self.cfg = self.devices[0].cfg
         self.lnc = self.devices[0].chip.lnc
-        self.allocator = CachingAllocator(self.devices[0])
+        self.allocator = Allocator(self.devices[0])
         self.index = 0  # the current logical core
         self.streams: list = [None] * len(self.devices)  # the current torch.neuron.Stream
         self.ops = None  # trnsim.torch.timing.OpTimer, set when the timer is made
@@ -34,6 +39,47 @@ class Chip:
     def device(self):
         """The runtime Device of the current logical core."""
         return self.devices[self.index]
+
+
+class Allocator(CachingAllocator):
+    """The caching allocator with torch.cuda's per-process limit
+    (`torch.neuron.set_per_process_memory_fraction`): a request that needs new device memory
+    beyond `limit` empties the cache, then is an OutOfMemoryError, as CUDA's allocator does."""
+
+    limit: int | None = None  # bytes the shim may reserve (None: all of HBM)
+    fraction: float = 1.0
+
+    def alloc(self, nbytes: int):
+        size = rounded(nbytes)
+        over = self.limit is not None and self.reserved + size > self.limit
+        if over and not self.pools.get(size):  # a pooled block of the size needs nothing new
+            self.empty_cache()
+            if self.reserved + size > self.limit:
+                self.ooms += 1
+                raise torch.OutOfMemoryError(
+                    f"neuron out of memory. Tried to allocate {fmt_bytes(nbytes)}. The process "
+                    f"may use {fmt_bytes(self.limit)} (set_per_process_memory_fraction("
+                    f"{self.fraction}) of {fmt_bytes(self.device.memory)}), of which "
+                    f"{fmt_bytes(self.reserved)} is reserved by the shim and "
+                    f"{fmt_bytes(self.allocated)} allocated by live tensors"
+                )
+        return super().alloc(nbytes)
+
+
+def local_world_size() -> int | None:
+    """The rank processes of this machine when this process is one rank of a torch.distributed
+    job, else None. A launcher says so (torchrun sets WORLD_SIZE, LOCAL_WORLD_SIZE, LOCAL_RANK),
+    or torch.distributed once its default group is up (a job started by mp.spawn)."""
+    env = os.environ
+    if "WORLD_SIZE" in env:
+        n = env.get("LOCAL_WORLD_SIZE") or env["WORLD_SIZE"]
+        if not n.isdigit() or int(n) < 1:
+            raise RuntimeError(f"LOCAL_WORLD_SIZE or WORLD_SIZE={n!r}: expected a whole number")
+        return int(n)
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return None
 
 
 _settings: dict = {}
