@@ -1,7 +1,7 @@
 """Registering the `neuron` device with PyTorch (from Python only; TORCH_SHIM.md): the
 PrivateUse1 backend renamed, its device module `torch.neuron`, a device guard and hooks, the
-generated `Tensor.neuron()` methods, the aten kernels, and `torch.accelerator`'s functions that
-would otherwise raise from C++."""
+generated `Tensor.neuron()` methods, the aten kernels, and what CUDA habits reach beyond them
+(`hooks`: pinned memory, `torch.accelerator`, `fork_rng`, inductor's error)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def register() -> None:
         return
     if torch._C._get_privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
-    from trnsim.torch import autocast, kernels, module, profiler, timing  # use device "neuron"
+    from trnsim.torch import autocast, hooks, kernels, module, profiler, timing  # device "neuron"
 
     torch.utils.generate_methods_for_privateuse1_backend()
     module.profiler = profiler  # torch.neuron.profiler
@@ -44,38 +44,9 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_device_guard(DeviceGuard())
     kernels.register(timing.record)
     autocast.register()
-    _wrap_accelerator(module)
+    hooks.install(module)
     torch.serialization.register_package(5, _tag, _deserialize)
     _done = True
-
-
-def _wrap_accelerator(module) -> None:
-    """`torch.accelerator.synchronize` and `memory_*` answer for neuron by calling the device
-    module (they raise from C++ for a device defined in Python)."""
-    acc = torch.accelerator
-    for name in (
-        "synchronize",
-        "memory_allocated",
-        "max_memory_allocated",
-        "memory_reserved",
-        "max_memory_reserved",
-        "memory_stats",
-        "reset_peak_memory_stats",
-        "empty_cache",
-    ):
-        original = getattr(acc, name, None)
-        mine = getattr(module, name)
-        if original is None or getattr(original, "_neuron", False):
-            continue
-
-        def wrapped(*args, _mine=mine, _original=original, **kwargs):
-            if torch._C._get_accelerator().type == "neuron":
-                return _mine(*args, **kwargs)
-            return _original(*args, **kwargs)
-
-        wrapped._neuron = True
-        wrapped.__doc__ = original.__doc__
-        setattr(acc, name, wrapped)
 
 
 def _tag(obj):
