@@ -6,6 +6,13 @@ aten graphs, each compiled to a `graph.CompiledGraph`: its nodes run on the devi
 values, its kernels (fused runs of elementwise ops, the library's lowerings, estimates for the
 rest) are captured once per input signature and replayed as one runtime Graph.
 
+torch.compile's `mode` and `options` are accepted (docs/torch.md, "torch.compile"): a compiled
+graph on Neuron is one program launched once (a NEFF), so "default", "reduce-overhead" and
+"max-autotune" all capture and replay (the kernel library's lowerings are fixed: nothing to
+autotune); "max-autotune-no-cudagraphs", or `options={"triton.cudagraphs": False}`, launches
+the same kernels one by one, as inductor does without CUDA graphs. Other options are
+inductor's: accepted, with a warning that they change nothing here.
+
 PyTorch finds the backend by the `torch_dynamo_backends` entry point of the installed package;
 `register()` adds it by hand (it imports Dynamo, which takes seconds: not done on import of
 `trnsim.torch`). Importing this module puts trnsim's own files on Dynamo's skip list: a model
@@ -14,6 +21,9 @@ Dynamo tracing the simulator.
 """
 
 from __future__ import annotations
+
+import functools
+import warnings
 
 import torch
 
@@ -30,26 +40,49 @@ def _hide() -> None:
 _hide()
 
 
-def _compiler(gm: torch.fx.GraphModule, example_inputs):
+def _compiler(gm: torch.fx.GraphModule, example_inputs, graphs: bool = True):
     """An aten graph's callable (boxed, as aot_autograd calls it), outside Dynamo: the shim's
     own Python is never traced."""
-    return torch._dynamo.disable(CompiledGraph(gm))
+    compiled = CompiledGraph(gm)
+    compiled.graphs = graphs
+    return torch._dynamo.disable(compiled)
 
 
-_aot = None
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+GRAPHS = "triton.cudagraphs"  # the one option that means something here
+_aot: dict = {}  # graphs -> aot_autograd's backend
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs):
+def graphs_for(mode: str | None, options: dict | None) -> bool:
+    """Whether the compiled graphs are captured and replayed (module doc); raises for a mode
+    torch.compile does not know, as inductor does."""
+    mode = mode or "default"
+    if mode not in MODES:
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(MODES)}")
+    graphs = mode != "max-autotune-no-cudagraphs"
+    options = dict(options or {})
+    if GRAPHS in options:
+        graphs = bool(options.pop(GRAPHS))
+    if options:
+        warnings.warn(
+            f"torch.compile(backend='neuron'): options {', '.join(map(repr, sorted(options)))} "
+            f"are inductor's and change nothing here (the backend takes {GRAPHS!r})",
+            stacklevel=2,
+        )
+    return graphs
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
     """The Dynamo backend: aot_autograd with `CompiledGraph` for the forward, backward and
-    inference graphs."""
-    global _aot
-    if _aot is None:
+    inference graphs; `mode` and `options` are torch.compile's (module doc)."""
+    graphs = graphs_for(mode, options)
+    aot = _aot.get(graphs)
+    if aot is None:
         from torch._dynamo.backends.common import aot_autograd
 
-        _aot = aot_autograd(
-            fw_compiler=_compiler, bw_compiler=_compiler, inference_compiler=_compiler
-        )
-    return _aot(gm, example_inputs)
+        fn = functools.partial(_compiler, graphs=graphs)
+        aot = _aot[graphs] = aot_autograd(fw_compiler=fn, bw_compiler=fn, inference_compiler=fn)
+    return aot(gm, example_inputs)
 
 
 def register() -> None:

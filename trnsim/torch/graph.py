@@ -12,6 +12,9 @@ kernels, as eager), with the op timer's launches diverted (`OpTimer.sink`):
   `Graph` on the current stream;
 - every call replays that Graph: one host launch, then a kernel start at most every
   `graph_launch_overhead` on the device, instead of `launch_overhead` of host time per op.
+  Without graphs (`graphs=False`: torch.compile's mode "max-autotune-no-cudagraphs") every
+  call launches the planned kernels one by one instead, each paying a host launch, as
+  inductor's kernels do without CUDA graphs.
 
 A fused run keeps its intermediates on chip (read from HBM never); one that no later op and no
 graph output reads is not written to HBM either (it is renamed to the run's last output, which
@@ -333,15 +336,20 @@ def _frozen(args: dict) -> tuple:
 
 @dataclass
 class Captured:
-    """A plan captured as a runtime Graph on one stream."""
+    """A plan captured as a runtime Graph on one stream (or, `stream` given, launched kernel by
+    kernel on it)."""
 
     kernels: list[Kernel]
     graph: object
+    stream: object = None
 
     def replay(self, timer: timing.OpTimer) -> None:
-        """One host launch of the graph; its kernels counted in the timer's statistics."""
+        """One host launch of the graph (or one per kernel); its kernels counted in the timer's
+        statistics."""
         if self.graph is not None:
             self.graph.replay()
+        elif self.stream is not None:
+            _launch(self.kernels, self.stream)
         for k in self.kernels:
             st = timer.stats.get(k.name)
             if st is None:
@@ -359,12 +367,16 @@ def capture(kernels: list[Kernel], stream) -> Captured:
         return Captured(kernels, None)
     g = stream.device.graph()
     with g.capture(stream):
-        for k in kernels:
-            if k.program is not None:
-                stream.launch(k.program[0], k.program[1], timing_only=True)
-            else:
-                stream.launch_timed(k.name, k.duration_ps)
+        _launch(kernels, stream)
     return Captured(kernels, g)
+
+
+def _launch(kernels: list[Kernel], stream) -> None:
+    for k in kernels:
+        if k.program is not None:
+            stream.launch(k.program[0], k.program[1], timing_only=True)
+        else:
+            stream.launch_timed(k.name, k.duration_ps)
 
 
 def _signature(args) -> tuple:
@@ -382,9 +394,10 @@ class CompiledGraph:
     """The callable a compiled aten graph becomes (module doc); boxed (takes the argument
     list), as aot_autograd calls it."""
 
-    def __init__(self, gm: torch.fx.GraphModule):
+    def __init__(self, gm: torch.fx.GraphModule, graphs: bool = True):
         self._boxed_call = True  # an instance's: wrappers (functools.wraps) copy it
         self.gm = gm
+        self.graphs = graphs  # False: the kernels launched one by one (no runtime Graph)
         self.captured: dict = {}  # (input signature, stream) -> Captured
 
     def __call__(self, args: list):
@@ -401,6 +414,8 @@ class CompiledGraph:
         finally:
             timer.sink = prev
         if hit is None:
-            hit = self.captured[key] = capture(plan(sink, out, timer), stream)
+            kernels = plan(sink, out, timer)
+            hit = capture(kernels, stream) if self.graphs else Captured(kernels, None, stream)
+            self.captured[key] = hit
         hit.replay(timer)
         return out
