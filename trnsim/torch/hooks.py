@@ -108,7 +108,7 @@ def _record_stream(self, s) -> None:
     """Accepted: the caching allocator reuses a dead tensor's block for the next request, and
     no op can see it too early (values are computed when an op is enqueued)."""
     if s.device_type != int(torch._C._autograd.DeviceType.PrivateUse1):
-        raise RuntimeError(f"record_stream: a neuron tensor, and a stream of {s.device}")
+        raise RuntimeError(f"record_stream: a neuron tensor and a stream on {s.device}")
 
 
 # -- torch.accelerator ---------------------------------------------------------------------------
