@@ -112,7 +112,7 @@ def _view_of(base: Tensor, r):
         if r.untyped_storage().data_ptr() != block_of(base).host_ptr:
             return to_device(r)
         st = base.untyped_storage()
-        return on_storage(st, r.storage_offset(), r.shape, r.stride(), r.dtype)
+        return on_storage(st, r.storage_offset(), r.shape, r.stride(), r.dtype, r)
     return [_view_of(base, x) for x in r]
 
 
@@ -355,6 +355,15 @@ def foreach_ops() -> list[str]:
     return sorted(out)
 
 
+# Copies that reach the kernels with their conjugate and negative bits (`cpu_view` keeps them):
+# PyTorch's fallback for the bits would resolve a neuron source by cloning it, a copy that
+# comes back here, and again until the stack overflows (SIGSEGV: `x.conj().cpu()`, hfft).
+BITS_THROUGH = ("_copy_from", "_copy_from_and_resize")
+# ops with no CPU kernel whose kernel for every device calls a CPU-only DispatchStub (an internal
+# assert for neuron): run on the CPU views like the others
+STUBS = ("conj_physical_",)
+
+
 def _overload(name: str):
     base, _, ov = name.partition(".")
     return getattr(getattr(torch.ops.aten, base), ov or "default")
@@ -367,7 +376,7 @@ def register(timer) -> int:
         return 0
     _lib = torch.library.Library("aten", "IMPL")
     count = 0
-    for name in sorted(set(cpu_ops()) | set(SPECIAL) | set(foreach_ops())):
+    for name in sorted(set(cpu_ops()) | set(SPECIAL) | set(foreach_ops()) | set(STUBS)):
         fn = SPECIAL.get(name)
         if fn is None:
             try:
@@ -377,4 +386,7 @@ def register(timer) -> int:
             fn = make_kernel(op, Plan(op), timer)
         _lib.impl(name, fn, "PrivateUse1")
         count += 1
+    for name in BITS_THROUGH:
+        for key in ("Conjugate", "Negative"):
+            _lib.impl(name, torch.library.fallthrough_kernel, key)
     return count

@@ -161,7 +161,7 @@ def _array(t: Tensor, dt: str) -> np.ndarray:
         from trnsim.torch.tensors import cpu_view
 
         t = cpu_view(t)
-    t = t.contiguous().reshape(_shape(t))
+    t = t.resolve_conj().resolve_neg().contiguous().reshape(_shape(t))  # numpy takes no bits
     if dt == "bfloat16":
         return t.to(torch.bfloat16).view(torch.int16).numpy().view(_np(dt))
     return t.to(torch.float32 if dt == "float32" else t.dtype).numpy().astype(_np(dt))

@@ -4,6 +4,10 @@ simulated chip's HBM, and the zero-copy CPU views through which ops compute thei
 A storage is made with `_construct_storage_from_data_pointer(address, device, nbytes)`, so its
 `data_ptr()` is the block's device address: the key back to the block and its bytes. A weak
 reference on the storage gives the block back to the allocator when the storage dies.
+
+A tensor's conjugate and negative bits (`x.conj()`, `x.conj().imag`) carry over to its CPU view
+and from a view's CPU result to the device view: PyTorch resolves them lazily, and lets some
+ops (copies, views, `mm`) take them as they are.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ _CPU_SET = torch.DispatchKeySet(torch._C.DispatchKey.CPU)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle.redispatch_boxed
 _storage_at = torch._C._construct_storage_from_data_pointer
 _empty_shell = torch._C._acc.create_empty_tensor
+_set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
 _refs: dict[int, weakref.ref] = {}  # block address -> the weak reference on its live storage
 
 
@@ -62,10 +67,16 @@ def new_storage(nbytes: int):
     return st, blk
 
 
-def on_storage(st, offset: int, shape, stride, dtype: torch.dtype) -> torch.Tensor:
-    """A neuron tensor over storage `st` (no allocation)."""
+def on_storage(st, offset: int, shape, stride, dtype: torch.dtype, like=None) -> torch.Tensor:
+    """A neuron tensor over storage `st` (no allocation), with the conjugate and negative bits
+    of CPU tensor `like` (a view's values include them)."""
     t = _empty_shell([0], dtype)
     _set_storage(_CPU_SET, t, st, offset, shape, stride)
+    if like is not None:
+        if like.is_conj():
+            _set_conj(t, True)
+        if like.is_neg():
+            _set_neg(t, True)
     return t
 
 
@@ -96,7 +107,12 @@ def cpu_view(t: torch.Tensor) -> torch.Tensor:
     typed = blk.typed.get(t.dtype)
     if typed is None:
         typed = blk.as_dtype(t.dtype)
-    return typed.as_strided(t.size(), t.stride(), t.storage_offset())
+    v = typed.as_strided(t.size(), t.stride(), t.storage_offset())
+    if t.is_conj():  # lazy bits (`x.conj()`, `x.conj().imag`) are part of the values
+        v = v.conj()
+    if t.is_neg():
+        v = v._neg_view()
+    return v
 
 
 def to_device(r: torch.Tensor) -> torch.Tensor:
