@@ -5,6 +5,10 @@ of its size and the next request of that size takes it without a runtime call. `
 what the shim holds from the runtime, `allocated` what live tensors use; `empty_cache` gives
 the pooled blocks back. Each block keeps the runtime's host copy of its bytes (`raw`, functional
 mode) and CPU tensors over them, so an op reads and writes device memory without copying.
+
+A storage's data_ptr() is the host address of its block's bytes, not the device address
+(`buf.address`): PyTorch's native code reads a storage's pointer directly (`byteswap`, DLPack,
+...), and a made-up address there would take the process down with a SIGSEGV.
 """
 
 from __future__ import annotations
@@ -17,9 +21,6 @@ from trnsim.units import fmt_bytes
 SMALL = 1 << 20  # requests below this are rounded to ROUND_SMALL, above to ROUND_LARGE
 ROUND_SMALL = 512  # torch.cuda's granularity for small blocks
 ROUND_LARGE = 1 << 20
-# A storage's data_ptr() is its block's device address plus this: PyTorch takes a null pointer
-# for "no storage", and the first block of HBM is at address 0.
-PTR_BASE = 1 << 44
 
 
 def rounded(nbytes: int) -> int:
@@ -29,15 +30,23 @@ def rounded(nbytes: int) -> int:
 
 
 class Block:
-    """A block of device memory held by the shim: its runtime buffer, its `address` as a
-    storage's data_ptr() and CPU tensors over its bytes, one per dtype (made on first use)."""
+    """A block of device memory held by the shim: its runtime buffer (the device address is
+    `buf.address`), its bytes in this machine's memory (`base`), their host address as a
+    storage's data_ptr() (`address`, also `host_ptr`) and CPU tensors over them, one per dtype
+    (made on first use)."""
 
     __slots__ = ("buf", "address", "size", "base", "typed", "host_ptr")
 
     def __init__(self, buf):
-        self.buf, self.address, self.size = buf, buf.address + PTR_BASE, buf.nbytes
-        self.base = torch.from_numpy(buf.raw) if buf.raw is not None else None
-        self.host_ptr = self.base.data_ptr() if self.base is not None else 0  # its bytes here
+        if buf.raw is None:  # a storage must point at real bytes (module doc)
+            buf.device.free(buf)
+            raise TrnsimError(
+                f"{buf.device.name} holds no values (timing mode): the torch shim needs a "
+                f"functional device"
+            )
+        self.buf, self.size = buf, buf.nbytes
+        self.base = torch.from_numpy(buf.raw)  # keeps the bytes alive after Device.free
+        self.address = self.host_ptr = self.base.data_ptr()
         self.typed: dict = {}
 
     def as_dtype(self, dtype: torch.dtype) -> torch.Tensor:
@@ -54,7 +63,7 @@ class CachingAllocator:
     def __init__(self, device):
         self.device = device  # a trnsim.runtime.Device
         self.pools: dict[int, list[Block]] = {}
-        self.blocks: dict[int, Block] = {}  # data_ptr -> every block held (live or pooled)
+        self.blocks: dict[int, Block] = {}  # host data_ptr -> every block held (live or pooled)
         self.allocated = self.allocated_peak = self.reserved = self.reserved_peak = 0
         self.count = self.count_peak = self.count_total = self.ooms = 0
         self.allocated_total = self.freed_total = self.segments_total = 0

@@ -2,8 +2,9 @@
 simulated chip's HBM, and the zero-copy CPU views through which ops compute their values.
 
 A storage is made with `_construct_storage_from_data_pointer(address, device, nbytes)`, so its
-`data_ptr()` is the block's device address: the key back to the block and its bytes. A weak
-reference on the storage gives the block back to the allocator when the storage dies.
+`data_ptr()` is the host address of the block's bytes (never a made-up one: native code reads
+it): the key back to the block. A weak reference on the storage holds the block, so the bytes
+live as long as the storage, and gives the block back to the allocator when the storage dies.
 
 A tensor's conjugate and negative bits (`x.conj()`, `x.conj().imag`) carry over to its CPU view
 and from a view's CPU result to the device view: PyTorch resolves them lazily, and lets some
@@ -26,7 +27,7 @@ _set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle.redispa
 _storage_at = torch._C._construct_storage_from_data_pointer
 _empty_shell = torch._C._acc.create_empty_tensor
 _set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
-_refs: dict[int, weakref.ref] = {}  # block address -> the weak reference on its live storage
+_refs: dict[int, weakref.ref] = {}  # data_ptr -> the weak reference on its live storage
 
 
 def _released(ref: weakref.ref) -> None:
@@ -39,7 +40,7 @@ def _released(ref: weakref.ref) -> None:
 
 
 class _Ref(weakref.ref):
-    __slots__ = ("address",)
+    __slots__ = ("address", "block")
 
 
 def span(shape, stride) -> int:
@@ -62,7 +63,7 @@ def new_storage(nbytes: int):
     blk = state.get().allocator.alloc(nbytes)
     st = _storage_at(blk.address, DEVICE, nbytes)
     ref = _Ref(st, _released)
-    ref.address = blk.address
+    ref.address, ref.block = blk.address, blk
     _refs[blk.address] = ref
     return st, blk
 
