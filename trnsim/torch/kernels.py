@@ -327,6 +327,25 @@ def _set_empty(self):
     return self
 
 
+_storage_new = torch._C.StorageBase.__new__
+
+
+def _untyped_storage(cls, *args, device=None, **kwargs):
+    """`torch.UntypedStorage(..., device="neuron")` (a storage's `clone`, `copy.deepcopy` of a
+    tensor) from the shim's allocator: PyTorch's would take the device's C++ allocator, which a
+    device defined in Python does not have (a null pointer: SIGSEGV)."""
+    if device is None or torch.device(device).type != "neuron" or kwargs:
+        return _storage_new(cls, *args, device=device, **kwargs)
+    _check_device(device)
+    if not args:
+        return new_storage(0)[0]
+    (what,) = args
+    if isinstance(what, int):
+        return new_storage(what)[0]
+    values = _storage_new(cls, what)  # a sequence of bytes, on the CPU first
+    return new_storage(values.nbytes())[0].copy_(values)
+
+
 # -- registration --------------------------------------------------------------------------------
 
 
@@ -389,4 +408,5 @@ def register(timer) -> int:
     for name in BITS_THROUGH:
         for key in ("Conjugate", "Negative"):
             _lib.impl(name, torch.library.fallthrough_kernel, key)
+    torch.UntypedStorage.__new__ = _untyped_storage
     return count
