@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from trnsim.torch import fused_cells
 from trnsim.torch.tensors import (
     _CPU_SET,
     _set_storage,
@@ -65,7 +66,7 @@ def to_cpu(seq, where: str, mix_ok: bool = False) -> list:
 class Plan:
     """What an op's schema says about its results and arguments, worked out once."""
 
-    __slots__ = ("name", "rets", "outs", "factory")
+    __slots__ = ("name", "rets", "outs", "factory", "tensor_args")
 
     def __init__(self, op):
         s = op._schema
@@ -82,6 +83,11 @@ class Plan:
                 if info.is_write and a.kwarg_only:
                     self.outs.append(a.name)
         self.factory = "device" in names
+        # positional Tensor arguments: a Python number may arrive there (below)
+        self.tensor_args = tuple(
+            i for i, a in enumerate(s.arguments)
+            if not a.kwarg_only and isinstance(a.type, torch.TensorType)
+        )  # fmt: skip
         self.rets = []
         for r in s.returns:
             info = r.alias_info
@@ -112,6 +118,12 @@ def _view_of(base: Tensor, r):
         if r.untyped_storage().data_ptr() != block_of(base).host_ptr:
             return to_device(r)
         st = base.untyped_storage()
+        if torch.is_inference_mode_enabled() and not base.is_inference():
+            # a view of a normal tensor is a normal tensor, also under inference_mode
+            # (PyTorch's rule): the shell is made outside it, so autograd can share the
+            # base's version counter with it
+            with torch.inference_mode(False):
+                return on_storage(st, r.storage_offset(), r.shape, r.stride(), r.dtype, r)
         return on_storage(st, r.storage_offset(), r.shape, r.stride(), r.dtype, r)
     return [_view_of(base, x) for x in r]
 
@@ -133,6 +145,8 @@ def make_kernel(op, plan: Plan, timer):
 
     call = op._op  # the C++ operator itself: no Python frame of OpOverload.__call__
     new_tensor = single and rets[0][0] == NEW
+    numbers = plan.tensor_args
+    packet = getattr(torch.ops.aten, name.partition(".")[0])
 
     def kernel(*args, **kwargs):
         cargs = to_cpu(args, name)
@@ -155,7 +169,13 @@ def make_kernel(op, plan: Plan, timer):
         if outs:
             temps = {k: torch.empty(0, dtype=kwargs[k].dtype) for k in outs if k in kwargs}
             ckw = {**ckw, **temps}
-        r = call(*cargs, **ckw)
+        if numbers and any(type(cargs[i]) in _NUMBERS for i in numbers if i < len(cargs)):
+            # a wrapped number (`x % 5` reaches remainder.Tensor with a 0-dim "wrapped" 5),
+            # which boxing hands to Python as a plain 5: the overload that takes it as a
+            # Scalar gives CPU's result, type promotion included
+            r = packet(*cargs, **ckw)
+        else:
+            r = call(*cargs, **ckw)
         timer(name, cargs, ckw, r)
         if new_tensor and not on_cpu and type(r) is Tensor:
             return to_device(r)
@@ -172,6 +192,9 @@ def make_kernel(op, plan: Plan, timer):
 
     kernel.__name__ = f"neuron_{name}"
     return kernel
+
+
+_NUMBERS = (int, float, bool, complex)
 
 
 def _untimed(name, args, kwargs, r) -> None:
@@ -219,9 +242,17 @@ def _check_device(device) -> None:
             )
 
 
+def _check_size(size) -> None:
+    """CPU's error for a negative dimension (the storage would be asked for negative bytes)."""
+    for n in size:
+        if n < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {n}: {list(size)}")
+
+
 @_special("empty.memory_format")
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     _check_device(device)
+    _check_size(size)
     dtype = dtype or torch.get_default_dtype()
     stride = None
     if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
@@ -232,6 +263,7 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 @_special("empty_strided")
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     _check_device(device)
+    _check_size(size)
     return empty(size, dtype or torch.get_default_dtype(), stride)[0]
 
 
@@ -286,6 +318,18 @@ def _convolution_backward(grad_output, input, weight, stride, padding, dilation,
     )  # fmt: skip
     timing_record("convolution_backward_overrideable", args, {}, grads)
     return tuple(to_device(g) if g is not None else None for g in grads)
+
+
+@_special("_has_compatible_shallow_copy_type")
+def _compatible_shallow_copy(self, src) -> bool:
+    """Whether `param.data = src` may swap the tensor's data in place: True between dense CPU
+    and neuron tensors, as between CPU and CUDA. `nn.Module._apply` (`.to`, `to_empty`)
+    keeps each Parameter object, and so tied weights stay one Parameter, only when it is; the
+    CompositeImplicit kernel says False across backends."""
+    return self.layout == src.layout == torch.strided and {self.device.type, src.device.type} <= {
+        "cpu",
+        "neuron",
+    }
 
 
 @_special("resize_")
@@ -395,8 +439,9 @@ def register(timer) -> int:
         return 0
     _lib = torch.library.Library("aten", "IMPL")
     count = 0
-    for name in sorted(set(cpu_ops()) | set(SPECIAL) | set(foreach_ops()) | set(STUBS)):
-        fn = SPECIAL.get(name)
+    special = {**fused_cells.KERNELS, **SPECIAL}
+    for name in sorted(set(cpu_ops()) | set(special) | set(foreach_ops()) | set(STUBS)):
+        fn = special.get(name)
         if fn is None:
             try:
                 op = _overload(name)

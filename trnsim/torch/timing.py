@@ -128,17 +128,20 @@ class OpTimer:
         return s.rt if s is not None else chip.devices[chip.index].default_stream
 
     def _measure(self, name, base, overload, args, kwargs, r) -> tuple[int, bool]:
-        try:
-            lowered = library_ops(base, overload, args, kwargs, r)
-        except (TypeError, ValueError, IndexError, KeyError, AttributeError, RuntimeError):
-            lowered = None  # arguments the library's ops cannot take (a complex scalar, ...)
+        lowered = None
+        if not _empty(args, kwargs, r):  # (nothing to lower: an empty tensor's op moves bytes)
+            try:
+                lowered = library_ops(base, overload, args, kwargs, r)
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError, RuntimeError):
+                pass  # arguments the library's ops cannot take (a complex scalar, ...)
         if lowered is not None:
             try:
                 dur, kernel, specs = self._simulate(name, *lowered)
                 return dur, True, (kernel, self._views(specs)) if self.simulate else None
             except KeyError:
                 self.refused.setdefault(name, "a dtype the kernel library does not take")
-            except (TrnsimError, ValueError, IndexError, TypeError, AttributeError) as e:
+            except (TrnsimError, ArithmeticError, LookupError, ValueError, TypeError,
+                    AttributeError) as e:  # fmt: skip
                 shapes = ", ".join(f"{k} {list(t.shape)}" for k, t in lowered[1].items())
                 self.refused.setdefault(name, f"{shapes}: {type(e).__name__}: {e}")
         return self.roofline(args, kwargs, r), False, None
@@ -274,6 +277,12 @@ class OpTimer:
             recording.active.synchronize(stream)
 
 
+def _empty(args, kwargs, r) -> bool:
+    """Whether any tensor of the op (argument or result) has no elements."""
+    outs = r if type(r) in (list, tuple) else [r]
+    return any(t.numel() == 0 for t in _tensors(args) + _tensors(kwargs.values()) + _tensors(outs))
+
+
 def roofline_figures(args, kwargs, r) -> tuple[int, int, str]:
     """(FLOPs, bytes, the dtype whose peak bounds it) of the roofline estimate of an op: FLOPs
     2 M N K for a matmul-like op (a convolution's by its weight), one per output element
@@ -287,7 +296,7 @@ def roofline_figures(args, kwargs, r) -> tuple[int, int, str]:
         if ins[1].shape[-2] == k:  # matmul-like: 2 M N K
             flops = 2 * outs[0].numel() * k
         if ins[1].dim() >= 3 and ins[0].dim() == ins[1].dim():  # a convolution's weight
-            flops = 2 * max(t.numel() for t in outs) * ins[1][0].numel()
+            flops = 2 * max(t.numel() for t in outs) * math.prod(ins[1].shape[1:])
     dt = _PEAK.get(ins[0].dtype if ins else torch.float32, "float32")
     return flops, nbytes, dt
 
