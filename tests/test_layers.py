@@ -13,7 +13,7 @@ LAYERS = {
     3: ["engines", "dma"],
     4: ["core", "chip"],
     5: ["runtime", "api", "calibration", "kernels", "sweep"],
-    6: ["cli", "torch"],
+    6: ["cli", "torch", "torch_autoload"],
 }
 LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}
 ROOT = Path(trnsim.__file__).parent

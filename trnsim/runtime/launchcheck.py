@@ -55,6 +55,8 @@ class LaunchCheck:
             for core, prog in zip(ctx.chip.physical(dev.index), kernel.per_core):
                 core.prepare(kernel.name, prog, plan, ctx.rng, ctx.source, timing_only=True)
         except SimError as e:
+            if not views:  # the kernel's own fault (an SBUF overflow): the planner's error
+                raise
             raise InvalidValueError(_message(kernel.name, str(e), names, views)) from None
         self._kernel, self._bufs = kernel, tuple(bound.values())
 
