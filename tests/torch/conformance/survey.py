@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from tests.torch.conformance.exclusions import RANDOM
 from tests.torch.conformance.pool import Worker
 
 HERE = Path(__file__).resolve().parent
@@ -91,7 +92,13 @@ def main(argv=None) -> None:
     unknown = set(args.keys) - {e["key"] for e in plan}
     if unknown:
         raise SystemExit(f"not in op_db: {sorted(unknown)}")
-    items = [(e["key"], p) for e in chosen if not e["excluded"] for p in e["phases"]]
+    items = [
+        (e["key"], p)
+        for e in chosen
+        if not e["excluded"]
+        for p in e["phases"]
+        if p not in e["excluded_phases"]
+    ]
     results = run_all(items, args.jobs, log=(lambda s: None) if args.quiet else print)
 
     failures: dict[str, dict[str, str]] = {}
@@ -127,8 +134,10 @@ def kind_of(result: dict) -> str:
 
 def report(plan: list[dict], results: dict, seconds: float, jobs: int) -> None:
     excluded = [e for e in plan if e["excluded"]]
+    alone = sum(len(e["excluded_phases"]) for e in plan if not e["excluded"])
     print(f"\n{len(plan)} op_db entries: {len(plan) - len(excluded)} run, "
-          f"{len(excluded)} excluded; {len(results)} tests in {seconds:.0f} s on {jobs} workers")  # fmt: skip
+          f"{len(excluded)} excluded (and {alone} phases alone); "
+          f"{len(results)} tests in {seconds:.0f} s on {jobs} workers")  # fmt: skip
     group = {}
     for e in plan:
         for p in e["phases"]:
@@ -146,6 +155,9 @@ def report(plan: list[dict], results: dict, seconds: float, jobs: int) -> None:
     print(f"  entries with a failure: {len(keys_failing)}")
     kinds = Counter(kind_of(r) for r in results.values() if not r["ok"])
     print("  failures by kind: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))
+    rand = Counter(r["ok"] for (k, _), r in results.items() if k in RANDOM)
+    print(f"  random entries' tests (same seed on both sides): {rand[True]} passed, "
+          f"{rand[False]} failed")  # fmt: skip
     vacuous = sorted(f"{k} {p}" for (k, p), r in results.items() if r["ok"] and not r["compared"])
     if vacuous:
         print(f"  passed with no sample compared ({len(vacuous)}): {', '.join(vacuous)}")
