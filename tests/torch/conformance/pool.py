@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 # s per entry's phase: the slowest takes under 10 s; a hang must not eat CI's 90 minutes
 TIMEOUT = float(os.environ.get("TRNSIM_CONFORMANCE_TIMEOUT", "120"))
-START_TIMEOUT = 300.0  # s to import torch, trnsim.torch and op_db on a loaded machine
+START_TIMEOUT = 300.0  # s to import torch, trnsim.torch and op_db (at the first request)
 
 
 class Worker:

@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.torch.conformance.exclusions import RANDOM
-from tests.torch.conformance.pool import Worker
+from tests.torch.conformance.pool import START_TIMEOUT, Worker
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "known_failures.py"
@@ -86,7 +86,7 @@ def main(argv=None) -> None:
 
     start = time.monotonic()
     planner = Worker()
-    plan = planner.ask({"plan": True})["plan"]
+    plan = planner.ask({"plan": True}, timeout=START_TIMEOUT)["plan"]
     planner.close()
     chosen = [e for e in plan if not args.keys or e["key"] in args.keys]
     unknown = set(args.keys) - {e["key"] for e in plan}

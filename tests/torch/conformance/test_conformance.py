@@ -18,7 +18,7 @@ pytest.importorskip("expecttest")  # op_db needs it
 
 from tests.torch.conformance.exclusions import EXCLUSIONS  # noqa: E402
 from tests.torch.conformance.known_failures import KNOWN_FAILURES  # noqa: E402
-from tests.torch.conformance.pool import Worker  # noqa: E402
+from tests.torch.conformance.pool import START_TIMEOUT, Worker  # noqa: E402
 
 MODE = os.environ.get("TRNSIM_CONFORMANCE", "full")
 if MODE not in ("full", "quick", "off"):
@@ -28,7 +28,7 @@ if MODE == "off":
 
 WORKER = Worker()  # one per pytest process (and per xdist worker), reused by every test
 atexit.register(WORKER.close)
-PLAN = WORKER.ask({"plan": True})["plan"]
+PLAN = WORKER.ask({"plan": True}, timeout=START_TIMEOUT)["plan"]
 
 
 def _cases():
@@ -71,3 +71,17 @@ def test_the_lists_name_real_entries():
 
 def test_every_entry_without_a_cpu_kernel_is_excluded_with_its_reason():
     assert [e["key"] for e in PLAN if not e["phases"] and not e["excluded"]] == []
+
+
+def test_a_crash_or_a_hang_fails_one_request_and_the_next_gets_a_new_worker():
+    worker = Worker()
+    try:
+        crash = worker.ask({"selftest": "segv", "key": "k", "phase": "p"})
+        assert crash["kind"] == "crash" and "SIGSEGV" in crash["summary"], crash
+        assert "k p: making the samples: crash: the worker died (SIGSEGV)" in crash["detail"]
+        hang = worker.ask({"selftest": "hang"}, timeout=1)
+        assert hang["kind"] == "timeout" and "no answer in 1 s" in hang["summary"], hang
+        again = worker.ask({"selftest": "segv"})
+        assert again["kind"] == "crash"
+    finally:
+        worker.close()

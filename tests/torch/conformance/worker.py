@@ -4,14 +4,18 @@ sample that kills it (SIGSEGV) fails that entry only (pool.py notices and starts
 
 Requests: {"plan": true} -> {"plan": [...]}; {"key": K, "phase": P} -> {"progress": i, "of": n}
 lines, then {"result": {"ok": bool, ...}} (the first failing sample's); with "all": true every
-sample runs, each failing one sent as {"failure": {...}} as it fails."""
+sample runs, each failing one sent as {"failure": {...}} as it fails. {"selftest": "segv"} or
+"hang" crashes or hangs (the pool's own test); torch and op_db are imported at the first other
+request."""
 
 from __future__ import annotations
 
 import faulthandler
 import json
 import os
+import signal
 import sys
+import time
 import traceback
 import warnings
 
@@ -25,14 +29,14 @@ def main() -> None:
     def send(obj) -> None:
         answer.write(json.dumps(obj) + "\n")
 
-    import torch
-
-    torch.set_num_threads(1)  # several workers share 2 cores; small samples gain nothing
-    from tests.torch.conformance import compare
-
     send({"ready": True})
     for line in sys.stdin:
         request = json.loads(line)
+        if request.get("selftest") == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if request.get("selftest") == "hang":
+            time.sleep(3600)
+        compare = _compare()
         if request.get("plan"):
             send({"plan": compare.plan()})
             continue
@@ -53,6 +57,16 @@ def main() -> None:
             result |= {"summary": f"harness: {compare.one_line(e)}"}
             result["detail"] = traceback.format_exc()
         send({"result": result})
+
+
+def _compare():
+    """The comparison module, imported once (torch, trnsim.torch, op_db: seconds)."""
+    import torch
+
+    torch.set_num_threads(1)  # several workers share 2 cores; small samples gain nothing
+    from tests.torch.conformance import compare
+
+    return compare
 
 
 def failure(e) -> dict:
