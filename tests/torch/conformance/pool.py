@@ -44,22 +44,22 @@ class Worker:
             env=env,
         )
         ready = self._read(time.monotonic() + START_TIMEOUT)
-        if not ready or not ready.get("ready"):
+        if not isinstance(ready, dict) or not ready.get("ready"):
             tail = self._stop()
             raise RuntimeError(f"the conformance worker did not start:\n{tail}")
 
-    def _read(self, deadline: float) -> dict | None:
-        """The next answer, or None when the worker closed its end (died) or the deadline
-        passed (it is still running then)."""
+    def _read(self, deadline: float) -> dict | str:
+        """The next answer, or "died" when the worker closed its end, or "timeout" when the
+        deadline passed (it is still running then)."""
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)
             while b"\n" not in self.buffer:
                 left = deadline - time.monotonic()
                 if left <= 0 or not sel.select(left):
-                    return None
+                    return "timeout"
                 chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
                 if not chunk:
-                    return None
+                    return "died"
                 self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
@@ -80,6 +80,8 @@ class Worker:
 
     def ask(self, request: dict, timeout: float = TIMEOUT) -> dict:
         """Send one request; its result (for a phase) or plan."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self._stop()  # died between requests
         if self.proc is None:
             self._start()
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -88,8 +90,8 @@ class Worker:
         at, failures = None, []
         while True:
             answer = self._read(deadline)
-            if answer is None:
-                died = self._died(request, at, timeout)
+            if isinstance(answer, str):
+                died = self._died(request, at, timeout, answer == "timeout")
                 return _merge(failures, died) if failures else died
             if "progress" in answer:
                 at = answer
@@ -100,19 +102,23 @@ class Worker:
             else:
                 return answer
 
-    def _died(self, request: dict, at: dict | None, timeout: float) -> dict:
-        try:  # a dead worker's pipe closes a moment before it can be waited for
-            code = self.proc.wait(timeout=5)
-            alive = False
-        except subprocess.TimeoutExpired:
-            alive = True
+    def _died(self, request: dict, at: dict | None, timeout: float, hung: bool) -> dict:
+        """The failed result of a request whose worker died or hung (it is killed)."""
+        code = None
+        if not hung:
+            try:  # its answers' pipe closes as it exits
+                code = self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                hung = True
         tail = self._stop()
         where = f"sample {at['progress']} of {at['of']}" if at else "making the samples"
-        if alive:
+        if hung:
             summary = f"{where}: timeout: no answer in {timeout:.0f} s"
             kind = "timeout"
         else:
-            name = signal.Signals(-code).name if code < 0 else f"exit status {code}"
+            name = f"exit status {code}"
+            if code < 0:
+                name = signal.Signals(-code).name if -code in signal.valid_signals() else name
             summary = f"{where}: crash: the worker died ({name})"
             kind = "crash"
         detail = f"{request.get('key')} {request.get('phase')}: {summary}\nworker stderr:\n{tail}"
