@@ -99,6 +99,8 @@ def flat_blocks(
     partition, and a row longer than `most_free` is cut into column chunks."""
     if not shape:
         return [((), 1, 1)]
+    if 0 in shape:
+        return []  # no element: nothing to move
     d = shape[-1]
     if d <= most_free:
         flat = list(row_blocks(shape, max(1, partitions * most_free // d), rows))

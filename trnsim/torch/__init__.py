@@ -1,17 +1,16 @@
-"""The PyTorch device `neuron` on the simulated chip (docs/torch.md): `import trnsim.torch`,
-then `.to("neuron")`; `torch.neuron` has torch.cuda's names; values are PyTorch's own (CPU
-kernels on zero-copy views of device memory), time is the simulated chip's (each op's lowering
-by the kernel library, or a labelled roofline estimate). A thin shim: the runtime
-(`trnsim.runtime`) holds memory, streams, events and the clock; the kernel library times ops.
+"""The PyTorch device `neuron` on the simulated chip (docs/torch.md): `import trnsim.torch`, then
+`.to("neuron")`; `torch.neuron` has torch.cuda's names; values are PyTorch's own (CPU kernels on
+zero-copy views of device memory), time is the simulated chip's (each op's lowering by the kernel
+library, or a labelled roofline estimate). A thin shim: the runtime (`trnsim.runtime`) holds memory,
+streams, events and the clock; the kernel library times ops.
 
-Modules: `register` (making `neuron` a PyTorch device), `state` (the chip, chosen by `configure`
-or TRNSIM_CHIP / TRNSIM_LNC), `allocator` (the caching allocator), `tensors` (device tensors and
-their CPU views), `kernels` (the aten kernels; `fused_cells` the LSTM/GRU cells), `hooks`
-(pinned memory, the host copy, `torch.accelerator`, `fork_rng`), `timing`, `module`
-(`torch.neuron`), `autocast`, `report`, `compile` (the torch.compile backend) and `graph` (a compiled graph as
-one captured runtime graph), `profiler` (`torch.neuron.profiler`; `profiler_export`), `record`
-(a run written as a trace: `recording` its hooks, `record_tensors`, `record_figures`,
-`record_write`).
+Modules: `register` (making `neuron` a PyTorch device), `state` (the chip, chosen by `configure` or
+TRNSIM_CHIP / TRNSIM_LNC), `allocator` (the caching allocator), `tensors` (device tensors and their
+CPU views), `kernels` (the aten kernels; `fused_cells` the LSTM/GRU cells), `hooks` (pinned memory,
+the host copy, `torch.accelerator`, `fork_rng`), `timing`, `module` (`torch.neuron`), `autocast`,
+`report`, `compile` (the torch.compile backend) and `graph` (a compiled graph as one captured
+runtime graph), `profiler` (`torch.neuron.profiler`; `profiler_export`), `record` (a run written as
+a trace: `recording` its hooks, `record_tensors`, `record_figures`, `record_write`).
 """
 
 try:

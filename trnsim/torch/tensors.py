@@ -121,6 +121,8 @@ def to_device(r: torch.Tensor) -> torch.Tensor:
     dtype, shape = r.dtype, r.shape
     if r.is_conj() or r.is_neg():  # lazy bits: the bytes alone are not the values
         r = r.resolve_conj().resolve_neg()
+    if r._is_zerotensor():  # autograd's `_efficientzerotensor`: no bytes at all (a null pointer)
+        r = torch.zeros(shape, dtype=dtype)
     if r.is_contiguous():
         nbytes = r.numel() * r.element_size()
         st, blk = new_storage(nbytes)
