@@ -2,6 +2,8 @@
 
 from typing import NamedTuple
 
+import numpy as np
+
 from trnsim.api import Trace
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
@@ -73,3 +75,24 @@ def kernel_runs(recorder) -> list[KernelRun]:
             else r._replace(start_ps=min(r.start_ps, s.start_ps), end_ps=max(r.end_ps, s.end_ps))
         )
     return sorted(runs.values(), key=lambda r: r.start_ps)
+
+
+def views(dev, *shapes, dt="float32"):
+    """A fresh allocation per shape on `dev`, each viewed as `dt`."""
+    isz = np.dtype(dt).itemsize
+    return [dev.malloc(int(np.prod(s)) * isz).view(dt, s) for s in shapes]
+
+
+def copy_times(dev, shape=(128, 256)) -> tuple[int, int]:
+    """Launch y = x (`copy_kernel`: a DMA load and store) on `dev` and synchronize; check y's
+    values; the launch's start (from the end of the launch call) and duration, in ps."""
+    x, y = views(dev, shape, shape)
+    host = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    x.array[...] = host
+    dev.launch(copy_kernel(shape), {"x": x, "y": y})
+    called = dev.host_time_ps
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), host)
+    la = dev.recorder.launches[-1]
+    assert la.kernel == "copy_xy"
+    return la.start_ps - called, la.end_ps - la.start_ps

@@ -6,18 +6,13 @@ nothing is counted in flight, and timeline reuse applies again."""
 import numpy as np
 import pytest
 
-from tests.runtime.helpers import TRN2, copy_kernel
+from tests.runtime.helpers import TRN2, copy_kernel, copy_times, views
 from trnsim.api import Trace
 from trnsim.errors import SimError
 from trnsim.runtime import Device
 from trnsim.runtime.reuse import ReuseState
 
 SHAPE = (128, 256)
-
-
-def views(dev, *shapes, dt="float32"):
-    isz = np.dtype(dt).itemsize
-    return [dev.malloc(int(np.prod(s)) * isz).view(dt, s) for s in shapes]
 
 
 def gather_into_hbm():
@@ -45,18 +40,8 @@ def gather(dev, rows):
 
 
 def copy_works(dev):
-    """Launch y = x (a DMA load and store) and synchronize; check y; the launch's start (from
-    the end of the launch call) and duration."""
-    x, y = views(dev, SHAPE, SHAPE)
-    host = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
-    x.array[...] = host
-    dev.launch(copy_kernel(), {"x": x, "y": y})
-    called = dev.host_time_ps
-    dev.synchronize()
-    np.testing.assert_array_equal(y.numpy(), host)
-    la = dev.recorder.launches[-1]
-    assert la.kernel == "copy_xy"
-    return la.start_ps - called, la.end_ps - la.start_ps
+    """`copy_times`: y = x launched, its values checked; (start, duration) in ps."""
+    return copy_times(dev, SHAPE)
 
 
 def test_the_gather_into_hbm_computes_the_rows_its_indices_name():
