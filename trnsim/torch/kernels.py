@@ -145,8 +145,8 @@ def make_kernel(op, plan: Plan, timer):
 
     call = op._op  # the C++ operator itself: no Python frame of OpOverload.__call__
     new_tensor = single and rets[0][0] == NEW
-    numbers = plan.tensor_args
     packet = getattr(torch.ops.aten, name.partition(".")[0])
+    numbers = _scalar_positions(packet, plan.tensor_args)
 
     def kernel(*args, **kwargs):
         cargs = to_cpu(args, name)
@@ -195,6 +195,18 @@ def make_kernel(op, plan: Plan, timer):
 
 
 _NUMBERS = (int, float, bool, complex)
+
+
+def _scalar_positions(packet, tensor_args: tuple) -> tuple:
+    """Those of `tensor_args` (an overload's positional Tensor arguments) where another
+    overload of the op takes a Scalar: only there can a wrapped number arrive, so only there
+    does the per-call check look (most ops have none)."""
+    scalar = set()
+    for ov in packet.overloads():
+        for i, a in enumerate(getattr(packet, ov)._schema.arguments):
+            if not a.kwarg_only and str(a.type) in ("number", "Scalar"):  # (Scalar's str)
+                scalar.add(i)
+    return tuple(i for i in tensor_args if i in scalar)
 
 
 def _untimed(name, args, kwargs, r) -> None:
