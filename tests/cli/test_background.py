@@ -15,7 +15,18 @@ from trnsim.cli.background import Background, ChildKilled, can_fork
 from trnsim.errors import DeadlockError, SimError
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
-forks = pytest.mark.skipif(not can_fork(), reason="no fork or a single CPU here")
+
+
+@pytest.fixture
+def _fork_possible():
+    """Skip where `Background` would run in-process: no fork or one CPU, or a thread alive, as
+    autograd's device thread stays after a test that ran backward on `neuron` earlier in this
+    process (checked when the test runs, not when the file is collected)."""
+    if not can_fork():
+        pytest.skip("no fork, a single CPU, or another thread alive: Background runs in-process")
+
+
+forks = pytest.mark.usefixtures("_fork_possible")
 
 
 @forks
