@@ -75,6 +75,8 @@ def pointwise(
     P = cfg.core.sbuf.partitions
     free = min(FREE, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (BUFS * per_elem))
     blocks = _blocks(shape, P, free, b.share(shape))
+    if not blocks:  # a core with none of the rows (LNC 2: a vector is one row, on one core)
+        return
     big = (max(p for _, p, _ in blocks), max(f for _, _, f in blocks))
     active: list = []  # blocks whose body has steps left (IN_FLIGHT at most)
     for n, (index, p, f) in enumerate(blocks):
