@@ -11,8 +11,8 @@ LAYERS = {
     1: ["inputs", "config", "trace", "report"],
     2: ["memory", "sync"],
     3: ["engines", "dma"],
-    4: ["core", "chip"],
-    5: ["runtime", "api", "calibration", "kernels", "sweep"],
+    4: ["core", "chip", "system"],
+    5: ["runtime", "api", "calibration", "kernels", "sweep", "collectives"],
     6: ["cli", "torch", "torch_autoload"],
 }
 LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}

@@ -8,6 +8,7 @@ from trnsim.config import ChipConfig
 from trnsim.core.link import CoreLink
 from trnsim.core.run import NeuronCore
 from trnsim.dma import DmaSystem
+from trnsim.dma.fluid import FluidModel
 from trnsim.errors import TrnsimError
 from trnsim.memory.hbm import Hbm
 from trnsim.report.recorder import Recorder
@@ -24,7 +25,10 @@ class Chip:
         recorder: Recorder,
         functional: bool,
         lnc: int | None = None,
+        fluid: FluidModel | None = None,
     ):
+        """`fluid`: a fluid model shared with other chips (`trnsim.system.System`); by default
+        the chip's DMA has its own."""
         lnc = cfg.lnc if lnc is None else lnc
         if lnc not in cfg.lnc_allowed:
             raise TrnsimError(
@@ -33,7 +37,7 @@ class Chip:
             )
         self.env, self.cfg, self.recorder, self.lnc = env, cfg, recorder, lnc
         self.hbm = Hbm(cfg, functional)
-        self.dma = DmaSystem(env, cfg, self.hbm, recorder)
+        self.dma = DmaSystem(env, cfg, self.hbm, recorder, fluid)
         latency = seconds_to_ps(cfg.core.barrier_latency)
         links = [  # each pair of an LNC 2 logical core meets at core_barrier
             CoreLink(env, (i, i + 1), latency) if lnc == 2 else None for i in range(0, cfg.cores, 2)

@@ -70,17 +70,31 @@ from trnsim.units import PS_PER_S, seconds_to_ps
 class DmaSystem:
     """All DMA of one chip: `check` copies when kernels are built, `submit` them while running."""
 
-    def __init__(self, env: simpy.Environment, cfg: ChipConfig, hbm: Hbm, recorder: Recorder):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cfg: ChipConfig,
+        hbm: Hbm,
+        recorder: Recorder,
+        fluid: FluidModel | None = None,
+    ):
+        """`fluid`: a fluid model shared with other chips (a `trnsim.system.System`'s), whose
+        owner then calls `sample()` after each change; by default the chip has its own."""
         self.env, self.cfg, self.hbm, self.rec = env, cfg, hbm, recorder
         d = cfg.core.dma
         self.engines = d.engines
-        self.fluid = FluidModel(env)
-        self.fluid.on_change = self._sample
-        # engine (c, e) is resource c * E + e: capacity one engine-second per second
+        if fluid is None:
+            self.fluid = FluidModel(env)
+            self.fluid.on_change = self._sample
+        else:
+            self.fluid = fluid
+        # engine (c, e) is resource engine_base + c * E + e: capacity one engine-second per second
+        self.engine_base = len(self.fluid.capacity)
         for _ in range(cfg.cores * d.engines):
             self.fluid.add_resource(1.0, watched=False)  # (only the stacks are sampled)
         stack_rate = cfg.hbm.bandwidth / cfg.hbm.stacks / PS_PER_S  # bytes per ps
         self._stack_rid = [self.fluid.add_resource(stack_rate) for _ in range(cfg.hbm.stacks)]
+        """The fluid resource of each HBM stack (bytes per ps)."""
         self._host_rid = self.fluid.add_resource(1.0)
         self._setup_ps = seconds_to_ps(d.transfer_setup)
         self._stagger_ps = seconds_to_ps(d.engine_stagger)
@@ -250,7 +264,7 @@ class DmaSystem:
         rate = self._engine_bpps[store] * f
         works = [p.descriptors * self._desc_ps + p.engine_bytes / rate for p in pieces]
         work = max(works)
-        base = core * self.engines
+        base = self.engine_base + core * self.engines
         uses = tuple((base + p.engine, w / work) for p, w in zip(pieces, works))
         setup = self._setup_ps + (len(pieces) - 1) * self._stagger_ps
         return (
@@ -383,6 +397,16 @@ class DmaSystem:
                 )
             )
         t.on_done()
+
+    @property
+    def stack_resources(self) -> list[int]:
+        """The fluid resource id of each HBM stack (capacity in bytes per ps)."""
+        return self._stack_rid
+
+    def sample(self) -> None:
+        """Record the HBM stacks' rates if they changed (the owner of a shared fluid model
+        calls it after each change)."""
+        self._sample()
 
     def _sample(self) -> None:
         """Record a sample of each stack whose total rate (bytes/s) changed.
