@@ -239,7 +239,7 @@ def test_a_compiled_forward_saves_host_launches_as_derived():
 def _launches(fn):
     """(device time of each kernel `fn` launches, in order; what `fn` returns)."""
     seen = []
-    stream = timing.timer()._stream()
+    stream = timing.timer().stream()
     orig = stream.launch_timed
 
     def spy(name, duration_ps, *args, **kwargs):

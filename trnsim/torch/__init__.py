@@ -7,10 +7,13 @@ streams, events and the clock; the kernel library times ops.
 Modules: `register` (making `neuron` a PyTorch device), `state` (the chip, chosen by `configure` or
 TRNSIM_CHIP / TRNSIM_LNC), `allocator` (the caching allocator), `tensors` (device tensors and their
 CPU views), `kernels` (the aten kernels; `fused_cells` the LSTM/GRU cells), `hooks` (pinned memory,
-the host copy, `torch.accelerator`, `fork_rng`), `timing`, `module` (`torch.neuron`), `autocast`,
+the host copy), `wrappers` (every torch function the shim wraps, with why), `private` (every private
+`torch._C` API it uses), `measure` (one measurement per op signature: time, FLOPs, bytes,
+instructions), `timing` (the op timer: launches, statistics), `listeners` (who watches the device:
+the profiler, a recording, a compiled graph's capture), `module` (`torch.neuron`), `autocast`,
 `report`, `compile` (the torch.compile backend) and `graph` (a compiled graph as one captured
 runtime graph), `profiler` (`torch.neuron.profiler`; `profiler_export`), `record` (a run written as
-a trace: `recording` its hooks, `record_tensors`, `record_figures`, `record_write`).
+a trace: `record_tensors`, `record_write`).
 """
 
 try:

@@ -60,8 +60,9 @@ class Block:
 class CachingAllocator:
     """Blocks of one device, pooled by size; statistics under torch.cuda's names."""
 
-    def __init__(self, device):
+    def __init__(self, device, listeners=None):
         self.device = device  # a trnsim.runtime.Device
+        self.listeners = listeners  # told of each block handed out (a recording names it)
         self.pools: dict[int, list[Block]] = {}
         self.blocks: dict[int, Block] = {}  # host data_ptr -> every block held (live or pooled)
         self.allocated = self.allocated_peak = self.reserved = self.reserved_peak = 0
@@ -82,6 +83,8 @@ class CachingAllocator:
             self.allocated_peak = self.allocated
         if self.count > self.count_peak:
             self.count_peak = self.count
+        if self.listeners:
+            self.listeners.alloc(blk, nbytes)
         return blk
 
     def release(self, address: int) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from trnsim.torch.private import ExcludeDispatchKeyGuard
+
 LOW = [
     "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "conv1d", "conv2d",
     "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "_convolution",
@@ -20,7 +22,7 @@ FP32 = [
     "huber_loss", "binary_cross_entropy_with_logits", "kl_div", "softmax.int",
     "log_softmax.int", "cumsum", "cumprod", "prod", "sum", "rms_norm", "dist", "pdist", "cdist",
 ]  # fmt: skip
-_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+_KEY = torch.DispatchKeySet(torch.DispatchKey.AutocastPrivateUse1)
 _lib: torch.library.Library | None = None
 _fallthrough: torch.library.Library | None = None
 
@@ -40,7 +42,7 @@ def _kernel(op, low: bool):
         dtype = torch.get_autocast_dtype("neuron") if low else torch.float32
         args = [_cast(a, dtype) for a in args]
         kwargs = {k: _cast(v, dtype) for k, v in kwargs.items()}
-        with torch._C._ExcludeDispatchKeyGuard(_KEY):
+        with ExcludeDispatchKeyGuard(_KEY):
             return op(*args, **kwargs)
 
     return kernel

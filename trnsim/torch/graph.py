@@ -2,12 +2,12 @@
 
 `CompiledGraph(gm)` is what the "neuron" backend (`compile`) returns for each forward and
 backward graph. Every call runs the graph's nodes on the device for their values (PyTorch's CPU
-kernels, as eager), with the op timer's launches diverted (`OpTimer.sink`):
+kernels, as eager), captured rather than launched (`listeners.Listeners.capture`):
 
 - the first call with an input signature (shapes, strides, dtypes, the current stream) collects
   the ops (`Collector`), plans them (`plan`): the library-lowerable ops (`aten.library_ops`) in
   runs of `fusion.chains` (consecutive elementwise ops of one shape), each run one kernel
-  lowered together and simulated once on the timer's scratch chip; every other op one kernel
+  lowered together and measured once (`measure.Measurements.lowering`); every other op one kernel
   timed by its roofline estimate, as eager times it; and captures the kernels as one runtime
   `Graph` on the current stream;
 - every call replays that Graph: one host launch, then a kernel start at most every
@@ -30,8 +30,10 @@ import torch
 from trnsim.errors import TrnsimError
 from trnsim.kernels import BINARY, UNARY
 from trnsim.kernels.fusion import chains
-from trnsim.torch import recording, timing
+from trnsim.torch import timing
 from trnsim.torch.aten import library_ops
+from trnsim.torch.listeners import Listener, OpRun
+from trnsim.torch.measure import spec
 from trnsim.torch.tensors import cpu_view
 from trnsim.trace.program import OpSpec
 
@@ -51,9 +53,10 @@ class Item:
 
 
 @dataclass
-class Collector:
-    """The op timer's sink during a graph's first run: each op's library ops, its tensors named
-    once for the whole graph (by storage, offset, shape, stride and dtype)."""
+class Collector(Listener):
+    """The capturing listener of a graph's first run (`Listeners.capture`): each op's library
+    ops, its tensors named once for the whole graph (by storage, offset, shape, stride and
+    dtype)."""
 
     timer: timing.OpTimer
     items: list[Item] = field(default_factory=list)
@@ -63,11 +66,12 @@ class Collector:
     keep: list = field(default_factory=list)  # the run's tensors, alive: no address reused
     fresh: list = field(default_factory=list)  # the CPU results the current node was timed with
 
-    def __call__(self, name: str, args, kwargs, r) -> None:
+    def op(self, run: OpRun) -> None:
+        name, args, kwargs, r = run.name, run.args, run.kwargs, run.result
         self.keep.append((args, kwargs, r))
         self.fresh = [x for x in (r if isinstance(r, (list, tuple)) else [r])
                       if isinstance(x, Tensor)]  # fmt: skip
-        est = self.timer.roofline(args, kwargs, r)
+        est = self.timer.measure.estimate(args, kwargs, r).duration_ps
         base, _, overload = name.partition(".")
         try:
             lowered = library_ops(base, overload, args, kwargs, r)
@@ -76,17 +80,12 @@ class Collector:
             ops = None  # as eager: arguments the library's ops cannot take
         self.items.append(Item(name, ops, est))
 
-    def copy(self, src: Tensor, dst: Tensor) -> None:
+    def copy(self, run: OpRun) -> None:
         """A copy during the graph: a kernel of the time eager gives it."""
+        src, dst = run.args
         self.keep.append((src, dst))
-        modelled = False
-        if src.is_cpu or dst.is_cpu:
-            link = self.timer.chip.cfg.host_link
-            nbytes = dst.numel() * dst.element_size()
-            dur = timing.seconds_to_ps(link.latency + nbytes / link.bandwidth)
-        else:
-            _, (dur, modelled) = self.timer._device_copy(src, dst)
-        self.items.append(Item("copy", None, dur, modelled))
+        m = self.timer.measure.copy(src, dst)[1]
+        self.items.append(Item("copy", None, m.duration_ps, m.modelled))
 
     def bind(self, result) -> None:
         """A node ran: its device results are the CPU results its op was timed with (the
@@ -103,10 +102,10 @@ class Collector:
     def _rename(self, ops: list[OpSpec], tensors: dict) -> list[OpSpec] | None:
         local = {}
         for k, t in tensors.items():
-            spec = timing._spec(k, t)
-            if spec is None:
+            s = spec(k, t)
+            if s is None:
                 return None  # a dtype the library does not take
-            local[k] = self._name(t, spec)
+            local[k] = self._name(t, s)
         out = []
         for op in ops:
             args = {}
@@ -155,14 +154,9 @@ class Collecting(torch.fx.Interpreter):
         return result
 
 
-class Mute:
-    """The op timer's sink on a replayed call: the ops compute their values, launch nothing."""
-
-    def __call__(self, name, args, kwargs, r) -> None:
-        pass
-
-    def copy(self, src, dst) -> None:
-        pass
+class Mute(Listener):
+    """The capturing listener of a replayed call: the ops compute their values, launch
+    nothing (the captured graph launches)."""
 
 
 @dataclass
@@ -304,23 +298,12 @@ def _measure(run: list[OpSpec], name: str, c: Collector, timer) -> Kernel | None
     """The run lowered as one kernel and simulated once (memoised by its ops and tensors)."""
     used = list(dict.fromkeys(n for op in run for n in _names(op) if n in c.specs))
     specs = {n: c.specs[n] for n in used}
-    key = ("graph", tuple((op.op, _frozen(op.args)) for op in run),
-           tuple((n, tuple(s.shape), s.dtype.name) for n, s in specs.items()))  # fmt: skip
-    hit = timer.memo.get(key)
-    if hit is None:
-        try:
-            hit = timer.measure(name, run, specs)
-        except FAILS as e:
-            hit = False
-            if len(run) == 1:  # the report says why the op was estimated, as eager's does
-                shapes = ", ".join(f"{k} {list(t.shape)}" for k, t in specs.items())
-                timer.refused.setdefault(name, f"{shapes}: {type(e).__name__}: {e}")
-        timer.memo[key] = hit
-    if hit is False:
+    # the report says why a single op was estimated, as eager's does
+    m = timer.measure.lowering(name, run, specs, refuse_as=name if len(run) == 1 else None)
+    if m is None:
         return None
-    dur, kernel = hit
-    program = (kernel, timer._views(specs)) if timer.simulate else None
-    return Kernel(name, dur, True, program)
+    program = (m.kernel, timer.measure.buffers(m)) if timer.simulate else None
+    return Kernel(name, m.duration_ps, True, program)
 
 
 def _names(op: OpSpec) -> list[str]:
@@ -328,10 +311,6 @@ def _names(op: OpSpec) -> list[str]:
     for v in op.args.values():
         out += [x for x in v if isinstance(x, str)] if isinstance(v, list) else [v]
     return [x for x in out if isinstance(x, str)]
-
-
-def _frozen(args: dict) -> tuple:
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in args.items())
 
 
 @dataclass
@@ -351,13 +330,7 @@ class Captured:
         elif self.stream is not None:
             _launch(self.kernels, self.stream)
         for k in self.kernels:
-            st = timer.stats.get(k.name)
-            if st is None:
-                st = timer.stats[k.name] = timing.OpStats()
-            st.count += 1
-            st.device_ps += k.duration_ps
-            st.modelled += k.modelled
-            st.estimated += not k.modelled
+            timer.count(k.name, k.duration_ps, k.modelled)
 
 
 def capture(kernels: list[Kernel], stream) -> Captured:
@@ -402,17 +375,14 @@ class CompiledGraph:
 
     def __call__(self, args: list):
         timer = timing.timer()
-        if timer.profiler is not None or recording.active is not None:
+        if timer.listeners:
             return self.gm(*args)  # op by op, as eager: each op profiled or recorded
-        stream = timer._stream()
+        stream = timer.stream()
         key = (_signature(args), stream)
         hit = self.captured.get(key)
         sink = Mute() if hit is not None else Collector(timer)
-        prev, timer.sink = timer.sink, sink
-        try:
+        with timer.listeners.capture(sink):
             out = self.gm(*args) if hit is not None else Collecting(self.gm, sink).run(*args)
-        finally:
-            timer.sink = prev
         if hit is None:
             kernels = plan(sink, out, timer)
             hit = capture(kernels, stream) if self.graphs else Captured(kernels, None, stream)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from trnsim.torch import fused_cells
+from trnsim.torch.private import all_op_names, has_kernel
 from trnsim.torch.tensors import (
     _CPU_SET,
     _set_storage,
@@ -383,32 +384,13 @@ def _set_empty(self):
     return self
 
 
-_storage_new = torch._C.StorageBase.__new__
-
-
-def _untyped_storage(cls, *args, device=None, **kwargs):
-    """`torch.UntypedStorage(..., device="neuron")` (a storage's `clone`, `copy.deepcopy` of a
-    tensor) from the shim's allocator: PyTorch's would take the device's C++ allocator, which a
-    device defined in Python does not have (a null pointer: SIGSEGV)."""
-    if device is None or torch.device(device).type != "neuron" or kwargs:
-        return _storage_new(cls, *args, device=device, **kwargs)
-    _check_device(device)
-    if not args:
-        return new_storage(0)[0]
-    (what,) = args
-    if isinstance(what, int):
-        return new_storage(what)[0]
-    values = _storage_new(cls, what)  # a sequence of bytes, on the CPU first
-    return new_storage(values.nbytes())[0].copy_(values)
-
-
 # -- registration --------------------------------------------------------------------------------
 
 
 def cpu_ops() -> list[str]:
     """Every aten op (with overload) that has a CPU kernel, e.g. "add.Tensor"."""
-    names = torch._C._dispatch_get_all_op_names()
-    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    names = all_op_names()
+    has = has_kernel
     return sorted(n[6:] for n in names if n.startswith("aten::") and has(n, "CPU"))
 
 
@@ -420,7 +402,7 @@ FOREACH = ("_foreach_add", "_foreach_mul", "_foreach_div", "_foreach_addcdiv",
 
 def foreach_ops() -> list[str]:
     """Every overload of the FOREACH ops (in place too), e.g. "_foreach_add_.List"."""
-    names = torch._C._dispatch_get_all_op_names()
+    names = all_op_names()
     bases = {b for f in FOREACH for b in (f, f + "_")}
     out = []
     for n in names:
@@ -465,5 +447,4 @@ def register(timer) -> int:
     for name in BITS_THROUGH:
         for key in ("Conjugate", "Negative"):
             _lib.impl(name, torch.library.fallthrough_kernel, key)
-    torch.UntypedStorage.__new__ = _untyped_storage
     return count

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trnsim.torch import recording, state
+from trnsim.torch import state
+from trnsim.torch.private import PRIVATEUSE1
 from trnsim.units import fmt_bytes
 
 
@@ -112,8 +113,12 @@ class device:
 def synchronize(device=None) -> None:
     """Block until all simulated work of the chip is done (the host clock moves there)."""
     state.get().devices[_index(device)].synchronize()
-    if recording.active is not None:
-        recording.active.synchronize(None)
+    _told().synchronize(None)
+
+
+def _told():
+    """The chip's listeners (`listeners.Listeners`), told of the host's waits and events."""
+    return state.get().listeners
 
 
 def get_device_name(device=None) -> str:
@@ -325,7 +330,7 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
 # -- streams and events ---------------------------------------------------------------------------
 
 
-_PRIVATEUSE1 = int(torch._C._autograd.DeviceType.PrivateUse1)
+_PRIVATEUSE1 = int(PRIVATEUSE1)
 _stream_ids = itertools.count(1)
 
 
@@ -344,21 +349,18 @@ class Stream(torch.Stream):
 
     def synchronize(self) -> None:
         self.rt.synchronize()
-        if recording.active is not None:
-            recording.active.synchronize(self.rt)
+        _told().synchronize(self.rt)
 
     def query(self) -> bool:
         return self.rt.query()
 
     def wait_event(self, event: Event) -> None:
         self.rt.wait_event(event.rt)
-        if recording.active is not None:
-            recording.active.wait_event(self.rt, event.rt)
+        _told().wait_event(self.rt, event.rt)
 
     def wait_stream(self, stream: Stream) -> None:
         self.rt.wait_stream(stream.rt)
-        if recording.active is not None:
-            recording.active.wait_stream(self.rt, stream.rt)
+        _told().wait_stream(self.rt, stream.rt)
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -427,8 +429,7 @@ class Event:
     def record(self, stream: Stream | None = None) -> None:
         rt = (stream or current_stream()).rt
         rt.record_event(self.rt)
-        if recording.active is not None:
-            recording.active.record_event(rt, self.rt)
+        _told().record_event(rt, self.rt)
 
     def wait(self, stream: Stream | None = None) -> None:
         (stream or current_stream()).wait_event(self)
@@ -438,8 +439,7 @@ class Event:
 
     def synchronize(self) -> None:
         self.rt.synchronize()
-        if recording.active is not None:
-            recording.active.event_synchronize(self.rt)
+        _told().event_synchronize(self.rt)
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds of simulated time between the two records (both complete)."""

@@ -1,13 +1,13 @@
 """`torch.neuron.profiler`: what ran on the `neuron` device while a profile was open, in the
 shape of `torch.profiler.profile` (docs/torch.md, "Profiling").
 
-Each aten op (and copy) that reaches the timer (`timing.OpTimer`) becomes an `OpEvent`: its
-simulated host time (the host thread's clock around the call) and the device span of the
-launch it made (the runtime calls `ChipContext.on_launch` when the launch has run). A lowered
-op's instructions come from the one timing-only simulation of its signature on the timer's
-scratch chip (`Detail`: its spans relative to the launch's start), placed at each launch's
-device start; after `detail_launches` launches of a signature the rest are summarised (one
-span each). The writers are in `profiler_export`.
+A profile is a listener of the device (`listeners.Listener`): each aten op (and copy) the op
+timer tells it of becomes an `OpEvent`: its simulated host time (the host thread's clock around
+the call) and the device span of the launch it made (told by `launched` when the launch has
+run). A lowered op's instructions come from the one timing-only simulation of its signature
+(`measure.Measurements.instructions`: its spans relative to the launch's start), placed at each
+launch's device start; after `detail_launches` launches of a signature the rest are summarised
+(one span each). The writers are in `profiler_export`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ import os
 import sys
 from collections import deque
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 from trnsim.torch import state
-from trnsim.torch.aten import library_ops
+from trnsim.torch.listeners import Listener, OpRun
+from trnsim.torch.measure import Detail
 from trnsim.torch.timing import timer
+
+__all__ = ["Detail", "OpEvent", "profile"]
 
 DETAIL_LAUNCHES = 3  # launches of one op signature shown instruction by instruction
 MAX_EVENTS = 300_000  # instruction, DMA and HBM events placed in all (about 60 MB of JSON)
@@ -31,17 +33,6 @@ _KEEP: dict[str, bool] = {}  # file -> are its frames the caller's (not the shim
 _SKIP_DIRS = tuple(
     os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch, state, contextlib)
 )
-
-
-class Detail(NamedTuple):
-    """One simulation of a lowered op on the scratch chip, relative to its launch's start:
-    spans, DMA data phases and HBM samples (times in ps from the start), and the scratch's
-    first physical core (cores are counted from it)."""
-
-    spans: list
-    moves: list
-    hbm: list
-    core0: int
 
 
 @dataclass
@@ -75,7 +66,7 @@ class OpEvent:
         return 0 if self.start_ps is None else self.end_ps - self.start_ps
 
 
-class profile:  # noqa: N801 - torch.profiler.profile's name
+class profile(Listener):  # noqa: N801 - torch.profiler.profile's name
     """Record the `neuron` device's ops inside a `with` block, like `torch.profiler.profile`.
 
     `record_shapes`: keep each op's input shapes and dtypes; `with_stack`: the Python stack of
@@ -114,8 +105,9 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
         self.chip_name = ""
         self._pending: dict = {}  # id(kernel) -> deque of OpEvent waiting for it to run
         self._shown: dict = {}  # signature -> detailed launches so far
-        self._timer = self._ctx = None
-        self._ran: dict = {}  # id(kernel) -> (kernel, start, end): run during the op's own call
+        self._timer = self._ctx = self._listeners = None
+        self._recording = False
+        self._ran: dict = {}  # id(kernel) -> (kernel, start, end): ran before the op was told
 
     def __enter__(self) -> profile:
         self.start()
@@ -125,50 +117,51 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
         self.stop()
 
     def start(self) -> None:
-        self._timer = timer()
         chip = state.get()
+        self._timer, self._ctx, self._listeners = timer(), chip.devices[0].ctx, chip.listeners
         self.chip_name = chip.cfg.name
-        self._ctx = chip.devices[0].ctx
-        if self._timer.profiler is not None:
+        if any(isinstance(x, profile) and x._recording for x in self._listeners.all):
             raise RuntimeError("torch.neuron.profiler.profile: another profile is recording")
-        self._timer.profiler = self
-        _listen(self._ctx, self)
+        self._recording = True
+        self._timer.measure.keep_details = True  # each new signature's instructions, kept
+        self._listeners.add(self)
 
     def stop(self) -> None:
         """Stop recording ops; launches already made get their device span when they run."""
-        if self._timer is not None and self._timer.profiler is self:
-            self._timer.profiler = None
-        if not self._pending:
-            _LISTENING.pop(self, None)
+        if self._recording:
+            self._recording = False
+            self._timer.measure.keep_details = False
+            if not self._pending:
+                self._listeners.remove(self)
         if self.on_trace_ready is not None:
             self.on_trace_ready(self)
 
-    # -- recording (called by the timer and the runtime) ----------------------------------------
+    # -- what the device tells (listeners.Listener) --------------------------------------------
 
-    def op(self, run, name: str, args, kwargs, r) -> None:
-        base, _, overload = name.partition(".")
-        ev = self._begin(f"aten::{base}", overload, list(args) + list(kwargs.values()))
-        t = self._timer
-        st = t.stats.get(name)
-        before = (st.device_ps, st.modelled) if st else (0, 0)
-        scratch = self._mark()
-        self._run(run, name, args, kwargs, r)
-        st = t.stats[name]
-        ev.measured_ps, ev.modelled = st.device_ps - before[0], st.modelled > before[1]
-        self._end(ev, scratch, lambda: library_ops(base, overload, args, kwargs, r), name)
+    def op(self, run: OpRun) -> None:
+        if self._recording:
+            base, _, overload = run.name.partition(".")
+            self._event(run, f"aten::{base}", overload, [*run.args, *run.kwargs.values()])
 
-    def copy(self, run, src, dst) -> None:
-        ev = self._begin("aten::copy_", "", [src, dst])
-        c = self._timer.copies
-        before = c.device_ps, c.modelled
-        scratch = self._mark()
-        self._run(run, src, dst)
-        ev.measured_ps, ev.modelled = c.device_ps - before[0], c.modelled > before[1]
-        self._end(ev, scratch, None, "copy")
+    def copy(self, run: OpRun) -> None:
+        if self._recording:
+            self._event(run, "aten::copy_", "", list(run.args))
 
-    def _begin(self, name: str, overload: str, args: list) -> OpEvent:
-        self._ran = {}
-        ev = OpEvent(len(self.op_events), name, overload, self._ctx.host.now, 0)
+    def launched(self, stream, kernel, start_ps: int, end_ps: int) -> None:
+        q = self._pending.get(id(kernel))
+        if not q:
+            if self._recording:  # perhaps the launch of the op about to be told
+                self._ran[id(kernel)] = kernel, start_ps, end_ps
+            return
+        ev = q.popleft()
+        ev.start_ps, ev.end_ps = start_ps, end_ps
+        if not q:
+            del self._pending[id(kernel)]
+            if not self._pending and not self._recording:
+                self._listeners.remove(self)  # stopped, and every launch has run
+
+    def _event(self, run: OpRun, name: str, overload: str, args: list) -> None:
+        ev = OpEvent(len(self.op_events), name, overload, run.host_start, run.host_end)
         if self.record_shapes:
             ts = [a for a in args if isinstance(a, torch.Tensor)]
             ev.shapes = [list(a.shape) for a in ts]
@@ -176,95 +169,29 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
         if self.with_stack:
             ev.stack = _stack()
         self.op_events.append(ev)
-        return ev
-
-    def _run(self, run, *args) -> None:
-        try:
-            run(*args)
-        except BaseException:
-            self.op_events.pop()  # the op failed: it ran nothing
-            self._timer.last = None
-            raise
-
-    def _mark(self):
-        """Where the scratch chip's recorder stands (to take a new simulation's spans)."""
-        dev = self._timer.scratch
-        rec = dev.ctx.recorder
-        return dev, rec.span_count, len(rec.dma_moves), len(rec.hbm_samples), len(rec.host_calls)
-
-    def _end(self, ev: OpEvent, scratch, lowered, name: str) -> None:
-        ev.host_end = self._ctx.host.now
-        last, self._timer.last = self._timer.last, None
-        if last is None:
-            return  # a host-to-host copy: nothing launched
-        ev.key, stream, kernel = last
-        ev.launched = True
+        m, kernel, stream = run.measurement, run.kernel, run.stream
+        ev.measured_ps, ev.modelled = m.duration_ps, m.modelled
+        ran, self._ran = self._ran.get(id(kernel)), {}
+        ev.key, ev.launched = run.key, True
         ev.cores = tuple(c.index for c in self._ctx.chip.physical(stream.core))
-        ran = self._ran.pop(id(kernel), None)
-        if ran is not None and ran[0] is kernel:  # the host waited for it (a copy to the host)
+        if ran is not None and ran[0] is kernel:  # it ran before the op was told
             ev.start_ps, ev.end_ps = ran[1:]
         elif stream._capture is None:
             self._pending.setdefault(id(kernel), deque()).append(ev)
         if not ev.modelled:
             return
         if ev.key not in self.details:
-            detail = self._take(*scratch)
-            if detail is None and lowered is not None:
-                detail = self._resimulate(name, lowered)
-            self.details[ev.key] = detail
-        if self.details[ev.key] is None:
-            return
+            self.details[ev.key] = self._timer.measure.instructions(m)
         d = self.details[ev.key]
-        cost = len(d.spans) + sum(len(m.engines) for m in d.moves) + len(d.hbm)
+        if d is None:
+            return
+        cost = len(d.spans) + sum(len(x.engines) for x in d.moves) + len(d.hbm)
         shown = self._shown.get(ev.key, 0)
         ev.detailed = shown < self.detail_launches and self._placed + cost <= self.max_events
         ev.summarised = not ev.detailed
         if ev.detailed:
             self._shown[ev.key] = shown + 1
             self._placed += cost
-
-    def _take(self, dev, n_spans, n_moves, n_hbm, n_calls) -> Detail | None:
-        """The spans of the simulation the timer just ran on its scratch chip, if it ran one."""
-        if self._timer.scratch is not dev:
-            return None  # the simulation failed and the scratch chip was replaced
-        rec = dev.ctx.recorder
-        launch = [c for c in rec.host_calls[n_calls:] if c.op == "launch"]
-        if not launch or rec.span_count == n_spans:
-            return None
-        t0 = launch[0].end_ps
-        spans = [s._replace(start_ps=s.start_ps - t0, end_ps=s.end_ps - t0)
-                 for s in rec.recorded[n_spans:]]  # fmt: skip
-        moves = [m._replace(start_ps=m.start_ps - t0, end_ps=m.end_ps - t0)
-                 for m in rec.dma_moves[n_moves:]]  # fmt: skip
-        hbm = [h._replace(ps=h.ps - t0) for h in rec.hbm_samples[n_hbm:]]
-        core0 = min(c.index for c in dev.ctx.chip.physical(dev.index))
-        return Detail(spans, moves, hbm, core0)
-
-    def _resimulate(self, name: str, lowered) -> Detail | None:
-        """Simulate again an op whose signature was measured before the profile began (once
-        per signature: its instructions for the trace; its time stays the measured one)."""
-        t = self._timer
-        try:
-            ops = lowered()
-            if ops is None:
-                return None
-            mark = self._mark()
-            t._simulate(name, *ops)
-        except Exception:  # the lowering failed now: the op shows as one span
-            return None
-        return self._take(*mark)
-
-    def _launched(self, stream, kernel, start_ps: int, end_ps: int) -> None:
-        q = self._pending.get(id(kernel))
-        if not q and self._timer.profiler is self:
-            self._ran[id(kernel)] = kernel, start_ps, end_ps
-        elif q:
-            ev = q.popleft()
-            ev.start_ps, ev.end_ps = start_ps, end_ps
-            if not q:
-                del self._pending[id(kernel)]
-                if not self._pending and self._timer.profiler is not self:
-                    _LISTENING.pop(self, None)  # stopped, and every launch has run
 
     # -- results ---------------------------------------------------------------------------------
 
@@ -307,20 +234,6 @@ class profile:  # noqa: N801 - torch.profiler.profile's name
 
         check_folder("export_parquet", directory, make_folders=True)
         write_parquet(self, directory)
-
-
-_LISTENING: dict = {}  # profiles waiting for launches to run (in the order they started)
-
-
-def _listen(ctx, prof: profile) -> None:
-    _LISTENING[prof] = None
-    ctx.on_launch = _launched
-
-
-def _launched(stream, kernel, start_ps: int, end_ps: int) -> None:
-    """`ChipContext.on_launch`: a kernel ran; the profiles waiting for it take its span."""
-    for prof in list(_LISTENING):
-        prof._launched(stream, kernel, start_ps, end_ps)
 
 
 def _stack() -> list[str]:

@@ -24,12 +24,13 @@ import numpy as np
 import torch
 
 from trnsim.report.files import OutputError, check_file, check_folder
-from trnsim.torch import recording, state
+from trnsim.torch import state
 from trnsim.torch.aten import library_ops, permuted
-from trnsim.torch.record_figures import Figures
+from trnsim.torch.listeners import Listener, OpRun
+from trnsim.torch.measure import spec
 from trnsim.torch.record_tensors import DTYPES, TraceTensors, _array, _ident, _np
 from trnsim.torch.tensors import contiguous_stride
-from trnsim.torch.timing import roofline_figures
+from trnsim.torch.timing import timer
 from trnsim.trace.ops import OPS
 from trnsim.trace.program import OpSpec
 
@@ -48,7 +49,7 @@ def record(path, values: bool = False, names: dict | None = None) -> Recording:
     return Recording(path, values, names)
 
 
-class Recording(TraceTensors):
+class Recording(TraceTensors, Listener):
     """What the device ran between `__enter__` and `__exit__` (see the module docstring);
     `summary` the recorded run's figures once written."""
 
@@ -60,28 +61,27 @@ class Recording(TraceTensors):
     # -- the block -------------------------------------------------------------------------------
 
     def __enter__(self) -> Recording:
-        if recording.active is not None:
+        chip = state.get()
+        if any(isinstance(x, Recording) for x in chip.listeners.all):
             raise RuntimeError("trnsim.torch.record: a recording is already in progress")
         self._check(self.path)
         import trnsim.torch.module as neuron
 
         neuron.synchronize()  # the recording starts from an idle device
-        self.chip = chip = state.get()
+        self.chip = chip
+        self.measure = timer().measure
         self._reset()
         self.start_ps = chip.devices[0].host_time_ps
         if self.values:
             for blk in chip.allocator.blocks.values():
                 self.images[id(blk)] = blk.base.numpy().copy()
-        self._alloc = chip.allocator.alloc
-        chip.allocator.alloc = self._allocated
         for n, t in self.names.items():
             self.rename[self.tensor(t, "")] = _ident(n)
-        recording.active = self
+        chip.listeners.add(self)
         return self
 
     def __exit__(self, *exc) -> bool:
-        recording.active = None
-        del self.chip.allocator.alloc  # the class's method again
+        self.chip.listeners.remove(self)
         if exc[0] is None:
             self._settle()
             self.chip.devices[0].synchronize()
@@ -121,7 +121,6 @@ class Recording(TraceTensors):
         self.recorded: set[str] = set()
         self.timed: list[str] = []  # timing events, in the order first recorded
         self.pending: list[tuple[Tensor, str]] = []  # results not yet on the device
-        self.figures = Figures(self.chip)
         self.rename: dict[str, str] = {}
         self.alias: dict[str, str] = {}  # a result's name -> the view it landed on
         self.count = 0
@@ -192,25 +191,28 @@ class Recording(TraceTensors):
 
     # -- ops and copies --------------------------------------------------------------------------
 
-    def op(self, name: str, args, kwargs, r, modelled: bool, dur: int, rt) -> None:
-        """An aten op ran on stream `rt`: the library's ops, or its estimate."""
+    def op(self, run: OpRun) -> None:
+        """An aten op ran on stream `run.stream`: the library's ops, or its estimate."""
+        name, args, kwargs, r, m, rt = (run.name, run.args, run.kwargs, run.result,
+                                        run.measurement, run.stream)  # fmt: skip
         stream = self.stream(rt)
         lowered = None
-        if modelled:
+        if m.modelled:
             base, _, overload = name.partition(".")
             lowered = library_ops(base, overload, args, kwargs, r)
         results = [x for x in (r if type(r) in (list, tuple) else [r]) if isinstance(x, Tensor)]
         if lowered is not None:
             self._ops(name, *lowered, rt, stream, results)
             return
-        flops, nbytes, dt = roofline_figures(args, kwargs, r)
         outs = {}
         for x in results:
             outs[self.tensor(x, stream, results)] = x
-        self._estimate(name, flops, nbytes, dt, dur, outs, rt)
+        self._estimate(name, m.flops, m.bytes, m.dtype, m.duration_ps, outs, rt)
 
-    def copy(self, src: Tensor, dst: Tensor, modelled: bool, dur: int, rt) -> None:
+    def copy(self, run: OpRun) -> None:
         """A copy to, from or on the device (`OpTimer.copy`)."""
+        (src, dst), m, rt = run.args, run.measurement, run.stream
+        modelled, dur = m.modelled, m.duration_ps
         stream = self.stream(rt)
         self.summary["copies"] += 1
         if src.is_cpu or dst.is_cpu:
@@ -247,7 +249,7 @@ class Recording(TraceTensors):
         res = [self.tensor(x, stream, results) for x in results]  # in the order allocated
         names = {k: self.tensor(t, stream, results) for k, t in tensors.items()}
         ops = [OpSpec(op.op, _renamed(op, names)) for op in ops]
-        flops, nbytes, cores = self.figures(ops, {names[k]: t for k, t in tensors.items()})
+        flops, nbytes, cores = self._figures(ops, {names[k]: t for k, t in tensors.items()})
         entry: dict = {"ops": [{op.op: op.args} for op in ops]}
         if cores < self.chip.lnc:
             entry["cores"] = cores
@@ -262,6 +264,19 @@ class Recording(TraceTensors):
         self.summary["modelled"] += 1
         self.summary["flops"] += flops
         self.summary["bytes"] += nbytes
+
+    def _figures(self, ops, tensors: dict) -> tuple[int, int, int]:
+        """(FLOPs, HBM bytes, physical cores) of the kernel as the trace holds it (two
+        arguments on one tensor are read as one, as the replay reads them; a 0-dim tensor is
+        [1]), from the measurement service."""
+        specs = {}
+        for k, t in tensors.items():
+            s = specs[k] = spec(k, t)
+            s.shape = s.shape or (1,)
+        m = self.measure.lowering("figures", ops, specs)
+        if m is None:
+            raise RuntimeError(f"trnsim.torch.record: the recorded kernel {ops} does not lower")
+        return m.flops, m.bytes, m.cores
 
     def _estimate(self, label, flops, nbytes, dt, dur, outs: dict, rt) -> None:
         e = {"op": label, "flops": int(flops), "bytes": int(nbytes), "dtype": dt, "time_ps": dur}

@@ -26,10 +26,10 @@ class TraceTensors:
     """The tensor half of `Recording`: trace names for tensors, and their entries
     (`tensors`), views (`views`), roots (`blocks`), start images and files."""
 
-    def _allocated(self, nbytes: int):
-        """The allocator's `alloc` while recording: a new storage; the first pending result
-        (an op's output PyTorch computed on the CPU) of its size is copied into it."""
-        blk = self._alloc(nbytes)
+    def alloc(self, blk, nbytes: int) -> None:
+        """The allocator handed out a block while recording (a `Listener`'s `alloc`): a new
+        storage; the first pending result (an op's output PyTorch computed on the CPU) of its
+        size is copied into it."""
         self.by_host[blk.host_ptr] = blk
         if self.pending:
             r, name = self.pending[0]
@@ -37,7 +37,6 @@ class TraceTensors:
                 self.pending.pop(0)
                 stride = r.stride() if _dense(r) else contiguous_stride(r.shape)
                 self._view(blk, r.dtype, tuple(r.shape), tuple(stride), 0, name)
-        return blk
 
     def _settle(self) -> None:
         """Results never copied to the device (an `out=` temporary): tensors of their own."""

@@ -1,23 +1,26 @@
 """Registering the `neuron` device with PyTorch (from Python only; TORCH_SHIM.md): the
 PrivateUse1 backend renamed, its device module `torch.neuron`, a device guard and hooks, the
 generated `Tensor.neuron()` methods, the aten kernels, and what CUDA habits reach beyond them
-(`hooks`: pinned memory, `torch.accelerator`, `fork_rng`, inductor's error)."""
+(`hooks`: pinned memory and the host copy's kernels; `wrappers`: the torch functions wrapped,
+`torch.accelerator`, `fork_rng`, inductor's error). Private `torch._C` APIs: `private`."""
 
 from __future__ import annotations
 
 import torch
 
+from trnsim.torch import private
+
 _done = False
 
 
-class DeviceGuard(torch._C._acc.DeviceGuard):
+class DeviceGuard(private.DeviceGuardBase):
     """Tells PyTorch the device type; without it `.to("neuron")` and autograd fail."""
 
     def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+        return private.PRIVATEUSE1
 
 
-class Hooks(torch._C._acc.PrivateUse1Hooks):
+class Hooks(private.HooksBase):
     def is_available(self) -> bool:
         return True
 
@@ -33,18 +36,19 @@ def register() -> None:
     global _done
     if _done:
         return
-    if torch._C._get_privateuse1_backend_name() != "neuron":
+    if private.backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
-    from trnsim.torch import autocast, hooks, kernels, module, profiler, timing  # device "neuron"
+    from trnsim.torch import autocast, hooks, kernels, module, profiler, timing, wrappers
 
     torch.utils.generate_methods_for_privateuse1_backend()
     module.profiler = profiler  # torch.neuron.profiler
     torch._register_device_module("neuron", module)
-    torch._C._acc.register_python_privateuseone_hook(Hooks())
-    torch._C._acc.register_python_privateuseone_device_guard(DeviceGuard())
+    private.register_hooks(Hooks())
+    private.register_device_guard(DeviceGuard())
     kernels.register(timing.record)
     autocast.register()
-    hooks.install(module)
+    hooks.install()
+    wrappers.install(module)
     torch.serialization.register_package(5, _tag, _deserialize)
     _done = True
 

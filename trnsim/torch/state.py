@@ -17,6 +17,7 @@ import torch
 
 from trnsim.runtime import devices
 from trnsim.torch.allocator import CachingAllocator, rounded
+from trnsim.torch.listeners import Listeners
 from trnsim.units import fmt_bytes
 
 DEFAULT_CHIP = "trn2"
@@ -30,7 +31,8 @@ class Chip:
         self.timing = timing  # "replay": a lowering's measured time; "simulate": each launch
         self.cfg = self.devices[0].cfg
         self.lnc = self.devices[0].chip.lnc
-        self.allocator = Allocator(self.devices[0])
+        self.listeners = Listeners(self.devices[0].ctx)  # the profiler, a recording
+        self.allocator = Allocator(self.devices[0], self.listeners)
         self.index = 0  # the current logical core
         self.streams: list = [None] * len(self.devices)  # the current torch.neuron.Stream
         self.ops = None  # trnsim.torch.timing.OpTimer, set when the timer is made

@@ -19,14 +19,13 @@ import weakref
 
 import torch
 
-from trnsim.torch import state
+from trnsim.torch import private, state
 
 DEVICE = torch.device("neuron", 0)
-_CPU_SET = torch.DispatchKeySet(torch._C.DispatchKey.CPU)
+_CPU_SET = torch.DispatchKeySet(torch.DispatchKey.CPU)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle.redispatch_boxed
-_storage_at = torch._C._construct_storage_from_data_pointer
-_empty_shell = torch._C._acc.create_empty_tensor
-_set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
+_storage_at, _empty_shell = private.storage_at, private.empty_shell
+_set_conj, _set_neg = private.set_conj, private.set_neg
 _refs: dict[int, weakref.ref] = {}  # data_ptr -> the weak reference on its live storage
 
 

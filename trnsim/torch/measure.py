@@ -1,0 +1,311 @@
+"""One measurement per op signature, from one service: what an op costs on the chip.
+
+`Measurements` answers, for an aten op, a copy, or a list of the kernel library's ops on given
+tensors: its device time, FLOPs and HBM bytes, the physical cores it ran on and, on demand, its
+instructions (`detail`). An op the library lowers is lowered once per signature (op, shapes,
+dtypes, int/bool/str arguments; chip, lnc) and simulated once, timing-only, on a scratch copy
+of the chip; anything else gets a labelled roofline estimate, max(FLOPs / peak, bytes / HBM
+bandwidth) of the logical core. The op timer (`timing`), the profiler, a recording and a
+compiled graph all ask this service; none simulates on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from trnsim.dtypes import DTYPES
+from trnsim.errors import TrnsimError
+from trnsim.isa import Engine
+from trnsim.kernels import lower_cores
+from trnsim.runtime import Device
+from trnsim.torch.aten import copy_ops, library_ops
+from trnsim.trace.program import KernelSpec, OpSpec, TensorSpec
+from trnsim.units import seconds_to_ps
+
+Tensor = torch.Tensor
+# int64 indices and targets are int32 on the chip (the simulator has no int64): their bytes are
+# half PyTorch's, a small part of an embedding's or a loss's traffic
+_DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
+          torch.int64: "int32", torch.int32: "int32", torch.bool: "uint8"}  # fmt: skip
+_PEAK = {"float32": "float32", "bfloat16": "bfloat16", "float16": "bfloat16"}
+ENGINES = {e.label for e in Engine if e is not Engine.DMA}
+# what a lowering may raise for arguments or tensors the library cannot take: the op is then
+# estimated (and the reason kept for the report), never failed
+REFUSALS = (TrnsimError, ArithmeticError, LookupError, ValueError, TypeError, AttributeError)
+
+
+class Detail(NamedTuple):
+    """One simulation of a lowering on the scratch chip, relative to its launch's start:
+    spans, DMA data phases and HBM samples (times in ps from the start), and the scratch's
+    first physical core (cores are counted from it)."""
+
+    spans: list
+    moves: list
+    hbm: list
+    core0: int
+
+
+@dataclass
+class Measurement:
+    """What one op signature costs: device time (ps), whether the library modelled it (else a
+    roofline estimate), FLOPs, HBM bytes, the physical cores it runs on, and for a lowered op
+    its kernel and tensor specs (what a `timing="simulate"` launch runs)."""
+
+    duration_ps: int
+    modelled: bool
+    flops: int = 0
+    bytes: int = 0
+    cores: int = 0
+    dtype: str = "float32"  # the dtype whose peak bounds an estimate
+    kernel: KernelSpec | None = None
+    specs: dict | None = None
+    ops: list | None = None  # the library ops (for a detail simulated again)
+    detail: Detail | None = None
+    views: dict | None = None  # device buffers for `timing="simulate"` launches (kept)
+
+
+def spec(name: str, t: Tensor) -> TensorSpec | None:
+    """The trace's tensor for torch tensor `t` (None: a dtype the chip does not have)."""
+    dt = _DTYPE.get(t.dtype)
+    return TensorSpec(name, tuple(t.shape), DTYPES[dt]) if dt else None
+
+
+def tensors_in(args) -> list[Tensor]:
+    """The tensors among `args`, lists included."""
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append(a)
+        elif type(a) in (list, tuple):
+            out += [x for x in a if isinstance(x, Tensor)]
+    return out
+
+
+def results(r) -> list[Tensor]:
+    return tensors_in(r if type(r) in (list, tuple) else [r])
+
+
+def signature(args) -> list:
+    """What an op's time depends on: its tensors' shapes and dtypes, its int, bool and string
+    arguments (dims, flags, modes); not float values (an optimizer's step sizes change every
+    step and would make every step's ops new)."""
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append((a.shape, a.dtype))
+        elif type(a) in (list, tuple):
+            out.append(tuple(signature(a)))
+        elif type(a) is float:
+            out.append(float)
+        else:
+            out.append(a if isinstance(a, (int, bool, str, type(None))) else str(a))
+    return out
+
+
+def op_key(name: str, args, kwargs) -> tuple:
+    return (name, *signature(args), *(signature(kwargs.values()) if kwargs else ()))
+
+
+def roofline_figures(args, kwargs, r) -> tuple[int, int, str]:
+    """(FLOPs, bytes, the dtype whose peak bounds it) of the roofline estimate of an op: FLOPs
+    2 M N K for a matmul-like op (a convolution's by its weight), one per output element
+    otherwise; bytes: inputs + outputs; the dtype: the first input's."""
+    ins = tensors_in(args) + tensors_in(kwargs.values())
+    outs = results(r)
+    nbytes = sum(t.numel() * t.element_size() for t in ins + outs)
+    flops = sum(t.numel() for t in outs)
+    if len(ins) >= 2 and ins[0].dim() >= 2 and ins[1].dim() >= 2 and outs:
+        k = ins[0].shape[-1]
+        if ins[1].shape[-2] == k:  # matmul-like: 2 M N K
+            flops = 2 * outs[0].numel() * k
+        if ins[1].dim() >= 3 and ins[0].dim() == ins[1].dim():  # a convolution's weight
+            flops = 2 * max(t.numel() for t in outs) * math.prod(ins[1].shape[1:])
+    dt = _PEAK.get(ins[0].dtype if ins else torch.float32, "float32")
+    return flops, nbytes, dt
+
+
+def _empty(args, kwargs, r) -> bool:
+    """Whether any tensor of the op (argument or result) has no elements."""
+    return any(t.numel() == 0 for t in tensors_in(args) + tensors_in(kwargs.values()) + results(r))
+
+
+class Measurements:
+    """The measurement service of one shim chip (`state.Chip`); see the module docstring.
+    `refused` keeps, per aten op, why the library's lowering was not used (the first reason)."""
+
+    def __init__(self, chip):
+        self.chip = chip
+        cfg = chip.cfg
+        self.scratch = Device(cfg, 0, "timing", chip.lnc)  # where lowerings are measured
+        self.hbm_bw = cfg.hbm.bandwidth * chip.lnc / cfg.cores  # this logical core's share
+        self.memo: dict = {}
+        self.refused: dict[str, str] = {}
+        self.keep_details = False  # keep each simulation's instructions (a profiler listens)
+
+    # -- what the shim asks ----------------------------------------------------------------------
+
+    def op(self, name: str, args, kwargs, r) -> tuple[tuple, Measurement]:
+        """(signature, measurement) of aten op `name` (with overload) on these arguments."""
+        key = op_key(name, args, kwargs)
+        m = self.memo.get(key)
+        if m is None:
+            m = self.memo[key] = self._op(name, args, kwargs, r)
+        return key, m
+
+    def copy(self, src: Tensor, dst: Tensor) -> tuple[tuple | None, Measurement]:
+        """A copy over the host link (its latency and bandwidth; not memoised: key None), or on
+        the device: the library's `copy` (a cast when the dtypes differ) or `permute` for a
+        contiguous destination, else bytes / HBM bandwidth (estimated)."""
+        if src.is_cpu or dst.is_cpu:
+            link = self.chip.cfg.host_link
+            nbytes = dst.numel() * dst.element_size()
+            return None, Measurement(seconds_to_ps(link.latency + nbytes / link.bandwidth), False,
+                                     bytes=nbytes)  # fmt: skip
+        key = ("copy", src.shape, src.dtype, dst.dtype, src.is_contiguous(), dst.is_contiguous(),
+               None if src.is_contiguous() else src.stride())  # fmt: skip
+        m = self.memo.get(key)
+        if m is None:
+            m = self.memo[key] = self._device_copy(src, dst, key)
+        return key, m
+
+    def lowering(self, name: str, ops: list[OpSpec], specs: dict, refuse_as: str | None = None):
+        """The measurement of the library's `ops` on tensors `specs` (name -> TensorSpec), lowered
+        as one kernel for the logical core (for one physical core where the tensors are too
+        small to split); None where the library refuses (the reason noted under `refuse_as`
+        when given). Memoised by the ops and the tensors."""
+        key = ("lowering", repr(ops), tuple((k, tuple(s.shape), s.dtype.name)
+                                            for k, s in specs.items()))  # fmt: skip
+        if key in self.memo:
+            return self.memo[key]
+        try:
+            m = self._simulate(name, ops, specs)
+        except REFUSALS as e:
+            m = None
+            if refuse_as is not None:
+                shapes = ", ".join(f"{k} {list(s.shape)}" for k, s in specs.items())
+                self.refused.setdefault(refuse_as, f"{shapes}: {type(e).__name__}: {e}")
+        self.memo[key] = m
+        return m
+
+    def estimate(self, args, kwargs, r) -> Measurement:
+        """The roofline estimate of an op: max(FLOPs / peak, bytes / HBM bandwidth) of the
+        logical core."""
+        flops, nbytes, dt = roofline_figures(args, kwargs, r)
+        peak = self.chip.devices[self.chip.index].peak_flops[dt]
+        dur = seconds_to_ps(max(flops / peak, nbytes / self.hbm_bw))
+        return Measurement(dur, False, flops, nbytes, dtype=dt)
+
+    def instructions(self, m: Measurement) -> Detail | None:
+        """The instructions of lowered measurement `m` relative to its launch (simulated again,
+        once, when they were not kept)."""
+        if m.detail is None and m.kernel is not None:
+            try:
+                self._run(m.kernel, m.specs, keep=True, into=m)
+            except Exception:  # noqa: BLE001 - the op shows as one span
+                self.scratch = Device(self.chip.cfg, 0, "timing", self.chip.lnc)
+                return None
+        return m.detail
+
+    def buffers(self, m: Measurement) -> dict:
+        """Device buffers for lowered measurement `m`'s launches in `timing="simulate"` (one
+        set per signature, kept: the launches compute nothing, only their addresses matter)."""
+        if m.views is None:
+            dev = self.chip.devices[0]
+            m.views = {
+                k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize).view(s.dtype, s.shape)
+                for k, s in m.specs.items()
+            }
+        return m.views
+
+    # -- how ---------------------------------------------------------------------------------------
+
+    def _op(self, name: str, args, kwargs, r) -> Measurement:
+        base, _, overload = name.partition(".")
+        lowered = None
+        if not _empty(args, kwargs, r):  # (nothing to lower: an empty tensor's op moves bytes)
+            try:
+                lowered = library_ops(base, overload, args, kwargs, r)
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError, RuntimeError):
+                pass  # arguments the library's ops cannot take (a complex scalar, ...)
+        if lowered is not None:
+            ops, tensors = lowered
+            specs = {k: spec(k, t) for k, t in tensors.items()}
+            if any(s is None for s in specs.values()):
+                self.refused.setdefault(name, "a dtype the kernel library does not take")
+            else:
+                m = self.lowering(name, ops, specs, refuse_as=name)
+                if m is not None:
+                    return m
+        return self.estimate(args, kwargs, r)
+
+    def _device_copy(self, src: Tensor, dst: Tensor, key: tuple) -> Measurement:
+        lowered = None
+        if not src.numel():
+            pass  # nothing to lower: an empty copy moves no bytes
+        elif key[4] and key[5] and src.shape == dst.shape:
+            lowered = [OpSpec("copy", {"x": "x", "out": "out"})], {"x": src, "out": dst}
+        elif key[5] and src.shape == dst.shape:
+            lowered = copy_ops(src, dst)  # a permuted view made contiguous
+        if lowered is not None:
+            specs = {k: spec(k, t) for k, t in lowered[1].items()}
+            if all(s is not None for s in specs.values()):
+                m = self.lowering("copy", lowered[0], specs)
+                if m is not None:
+                    return m
+        nbytes = src.numel() * src.element_size() + dst.numel() * dst.element_size()
+        return Measurement(seconds_to_ps(nbytes / self.hbm_bw), False, 0, nbytes)
+
+    def _simulate(self, name: str, ops: list[OpSpec], specs: dict) -> Measurement:
+        cfg, lnc = self.chip.cfg, self.chip.lnc
+        cores = lnc
+        try:
+            programs = lower_cores(ops, specs, cfg, lnc)
+        except (TrnsimError, ValueError):
+            if lnc == 1:
+                raise
+            programs, cores = lower_cores(ops, specs, cfg, 1), 1  # too small to split
+        m = Measurement(0, True, cores=cores, kernel=KernelSpec(name, per_core=programs),
+                        specs=specs, ops=ops)  # fmt: skip
+        try:
+            self._run(m.kernel, specs, keep=self.keep_details, into=m)
+        except Exception:
+            self.scratch = Device(cfg, 0, "timing", lnc)  # left mid-run: a new one
+            raise
+        return m
+
+    def _run(self, kernel: KernelSpec, specs: dict, keep: bool, into: Measurement) -> None:
+        """Simulate `kernel` once on the scratch chip: its time, FLOPs and HBM bytes into
+        `into`, and its instructions (`detail`) when `keep`."""
+        dev = self.scratch
+        rec = dev.ctx.recorder
+        n_spans, n_moves, n_hbm = rec.span_count, len(rec.dma_moves), len(rec.hbm_samples)
+        b0 = rec.hbm_bytes_read + rec.hbm_bytes_written
+        bufs = {k: dev.malloc(max(1, math.prod(s.shape)) * s.dtype.itemsize)
+                for k, s in specs.items()}  # fmt: skip
+        views = {k: bufs[k].view(s.dtype, s.shape) for k, s in specs.items()}
+        try:
+            dev.launch(kernel, views, timing_only=True)
+            start = dev.host_time_ps
+            dev.synchronize()
+            into.duration_ps = dev.env.now - start
+        finally:
+            for b in bufs.values():
+                dev.free(b)
+        spans = rec.recorded[n_spans:]
+        into.flops = sum(s.flops for s in spans if s.track in ENGINES)
+        into.bytes = rec.hbm_bytes_read + rec.hbm_bytes_written - b0
+        if keep:
+            t0 = start
+            into.detail = Detail(
+                [s._replace(start_ps=s.start_ps - t0, end_ps=s.end_ps - t0) for s in spans],
+                [
+                    m._replace(start_ps=m.start_ps - t0, end_ps=m.end_ps - t0)
+                    for m in rec.dma_moves[n_moves:]
+                ],  # fmt: skip
+                [h._replace(ps=h.ps - t0) for h in rec.hbm_samples[n_hbm:]],
+                min(c.index for c in dev.ctx.chip.physical(dev.index)),
+            )
