@@ -1,15 +1,24 @@
 """Figures computed from a loaded chip config: plain data (`to_dict`), the tensor engine's peak
 FLOP/s per dtype (`peak_flops_per_core`), and the derived totals set beside the published ones
-(`derived`).
+(`derived`); and from a system config: its plain data in the shape of its YAML (`system_dict`),
+its derived figures (`system_derived`) and a one-phrase topology (`topology_text`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from trnsim.config.system import SystemConfig
 from trnsim.config.tree import ChipConfig
 
-__all__ = ["to_dict", "peak_flops_per_core", "derived"]
+__all__ = [
+    "to_dict",
+    "peak_flops_per_core",
+    "derived",
+    "system_dict",
+    "system_derived",
+    "topology_text",
+]
 
 
 def to_dict(cfg) -> dict:
@@ -94,4 +103,81 @@ def derived(cfg: ChipConfig) -> dict:
             "bandwidth_per_stack": cfg.hbm.bandwidth / cfg.hbm.stacks,
         },
         "logical_cores": cfg.cores // cfg.lnc,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# systems
+
+
+def system_dict(cfg: SystemConfig) -> dict:
+    """The system as plain data in base units, keyed as its YAML is (a torus without `levels`,
+    and without `z_link` below 3 dimensions; a switch with `levels` keyed by name and without
+    `dims`/`link`/`z_link`), so that a JSON
+    path is the `--set` path; the chip's whole config under `chip`."""
+    data = to_dict(cfg)
+    topo = data["topology"]
+    if cfg.topology.kind == "torus":
+        del topo["levels"]
+        if len(cfg.topology.dims) < 3:  # no Z links (the field holds `link`'s figures)
+            del topo["z_link"]
+    else:
+        for key in ("dims", "link", "z_link"):
+            del topo[key]
+        topo["levels"] = {level.pop("name"): level for level in topo["levels"]}
+    return data
+
+
+def topology_text(cfg: SystemConfig) -> str:
+    """'torus 4x4', 'torus 4x4x4', 'switch 16/64' (chips per level), with ', 4 nodes (EFA)'."""
+    topo = cfg.topology
+    if topo.kind == "torus":
+        text = "torus " + "x".join(str(d) for d in topo.dims)
+    else:
+        text = "switch " + "/".join(str(level.chips) for level in topo.levels)
+    return text + (f", {cfg.nodes} nodes (EFA)" if cfg.nodes > 1 else "")
+
+
+def system_derived(cfg: SystemConfig) -> dict:
+    """Figures that follow from a system config (bandwidths in bytes/s, one direction).
+
+    `links`: per chip, each link kind's count and bandwidth (a torus's `xy` and `z` links, a
+    switch's levels) and their `total`; `bisection_bandwidth`: across the narrowest cut of one
+    node (a torus cut across its dimension with the least bandwidth: 2 x chips / size links of
+    that dimension; a switch: half the chips at the top level's bandwidth) and of the whole
+    system (the EFA cut between halves of the nodes, when there are several); `efa`: per chip,
+    per rank and per node; `ranks`, `chips`, HBM and published bf16 FLOP/s for the system.
+    """
+    topo, n = cfg.topology, cfg.chips_per_node
+    if topo.kind == "torus":
+        xy = sum(topo.links_per_dim(d) for d in range(min(2, len(topo.dims))))
+        z = topo.links_per_dim(2) if len(topo.dims) == 3 else 0
+        links = {
+            "xy": {"count": xy, "bandwidth": topo.link.bandwidth},
+            "z": {"count": z, "bandwidth": topo.z_link.bandwidth if z else 0.0},
+        }
+        total = xy * topo.link.bandwidth + (z * topo.z_link.bandwidth if z else 0.0)
+        cuts = [
+            2 * (n // size) * topo.dim_link(d).bandwidth
+            for d, size in enumerate(topo.dims)
+            if size >= 2
+        ]
+        node_bisection = min(cuts) if cuts else 0.0
+    else:
+        links = {level.name: {"count": 1, "bandwidth": level.bandwidth} for level in topo.levels}
+        total = sum(level.bandwidth for level in topo.levels)
+        node_bisection = n / 2 * topo.levels[-1].bandwidth if n > 1 else 0.0
+    efa = cfg.efa.bandwidth
+    system_bisection = (cfg.nodes // 2) * n * efa if cfg.nodes > 1 else node_bisection
+    return {
+        "chips": cfg.chips,
+        "chips_per_node": n,
+        "ranks": cfg.ranks,
+        "ranks_per_chip": cfg.ranks_per_chip,
+        "logical_cores_per_chip": cfg.logical_cores,
+        "links": {**links, "total": total},
+        "bisection_bandwidth": {"node": node_bisection, "system": system_bisection},
+        "efa": {"chip": efa, "rank": efa / cfg.ranks_per_chip, "node": efa * n},
+        "hbm_capacity": cfg.chips * cfg.chip.hbm.stacks * cfg.chip.hbm.stack_capacity,
+        "peak_flops_bfloat16": cfg.chips * cfg.chip.peak_flops.bfloat16,
     }

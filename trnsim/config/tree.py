@@ -15,9 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-def q(unit: str, help: str, **kw):
-    """A config field with a unit kind and a description (gem5's `Param.X(default, help)`)."""
-    return field(metadata={"unit": unit, "help": help}, **kw)
+def q(unit: str, help: str, loader: bool = False, **kw):
+    """A config field with a unit kind and a description (gem5's `Param.X(default, help)`).
+    `loader=True`: the loader fills the field from other keys, the YAML never gives it (it needs
+    a default)."""
+    metadata = {"unit": unit, "help": help, **({"loader": True} if loader else {})}
+    return field(metadata=metadata, **kw)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -202,6 +205,27 @@ class ChipLinkConfig:
 
 
 @dataclass(frozen=True)
+class CcConfig:
+    """Collective communication on the chip (R-OVL, R-CC): CC cores orchestrate, the cores' own
+    DMA engines move the data in CC packets; reductions and duplication are done by the DMA."""
+
+    cores_per_core: int = q("count", "CC cores per physical NeuronCore")
+    packet_bytes: int = q("bytes", "CC DMA packet: the unit a DMA engine switches rings at")
+    reduce_rate: float = q("ratio", "rate of a reducing DMA (read, add, write) vs a copy")
+    reduce_dtype: str = q("str", "dtype the DMA adds in (inputs cast to it, result cast back)")
+    duplication: bool = q("bool", "a DMA may write one read to two places (1 read, 2 writes)")
+    strict_priority: bool = q(
+        "bool", "DMA arbitration by strict priority (else round-robin at packet boundaries)"
+    )
+    compute_packet_bytes: int = q(
+        "bytes",
+        "compute DMA packet (= core.dma.packet_bytes, filled by the loader)",
+        loader=True,
+        default=0,
+    )
+
+
+@dataclass(frozen=True)
 class PeakFlopsConfig:
     """Published dense peak FLOP/s of the whole chip, per input dtype (0 = not published)."""
 
@@ -225,5 +249,6 @@ class ChipConfig:
     dma_bandwidth: float = q("B/s", "published chip DMA bandwidth")
     host_link: HostLinkConfig = q("section", "host link")
     chip_links: ChipLinkConfig = q("section", "chip-to-chip links")
+    cc: CcConfig = q("section", "collective communication (CC cores, CC DMA)")
     peak_flops: PeakFlopsConfig = q("section", "published chip peaks")
     source: str = q("str", "path of the YAML file this config was loaded from", default="")
