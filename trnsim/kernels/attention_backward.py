@@ -44,6 +44,7 @@ from trnsim.isa import (
 )
 from trnsim.kernels.backward import act, ts, tt
 from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.queues import Queues
 from trnsim.kernels.softmax_backward import row_tile
 
 __all__ = ["lower_attention_backward"]
@@ -71,7 +72,9 @@ class _Ctx:
         self.causal = bool(args.get("is_causal"))
         sc = args.get("scale")
         self.scale = 1.0 / math.sqrt(self.D) if sc is None else float(sc)
-        self.turn = 0  # DMA queues in turn
+        qs = Queues(cfg)
+        self.loads, self.stores = qs.loads(), qs.stores()
+        self.turn = 0  # loads so far: their queues in turn
         self.counts: dict = {}
         self.lane = 0  # the query block lane being emitted (`_interleave`)
 
@@ -185,7 +188,7 @@ def _load(c: _Ctx, tensor: str, index, r0: int, rows: int, transpose: bool, kind
     src = ap(tensor, *index, slice(r0, r0 + rows), slice(None))
     dst = ap(t, slice(0, D), slice(0, rows)) if transpose else ap(t, slice(0, rows), slice(0, D))
     c.turn += 1
-    c.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=c.turn % 8, transpose=transpose)
+    c.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=c.loads[c.turn], transpose=transpose)
     return dst
 
 
@@ -249,7 +252,7 @@ def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict):
     o = ap(c.tile("dqo", (c.P, c.D), c.b.tensors[c.dq].dtype), r, slice(0, c.D))
     b.emit(TensorCopy, [dq], [o], src=dq, dst=o)
     dst = ap(c.dq, *qi, slice(q0, q0 + qw), slice(None))
-    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + q0 // c.P % 8)
+    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=c.stores[q0 // c.P])
 
 
 def _neg_lse(c: _Ctx, qi, ki, qT, q0: int, qw: int):
@@ -304,7 +307,7 @@ def _p_dp(c: _Ctx, ki, qT, doT, nlse, q0, qw, t0, kw, natural=False):
             dst = ap(kt, slice(0, cw), slice(j * c.D, (j + 1) * c.D))
             src = ap(c.k, *ki, slice(t0 + k0, t0 + k0 + cw), slice(None))
             c.turn += 1
-            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=c.turn % 8)
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=c.loads[c.turn])
             kn.append(dst)
     return p, dp, kn
 
@@ -347,4 +350,4 @@ def _store_kv(c: _Ctx, ki, accs: dict, nkc: int) -> None:
             cw = min(c.P, c.Skv - g * c.P)
             src = ap(o, slice(0, cw), slice(g * D, (g + 1) * D))
             dst = ap(out, *ki, slice(g * c.P, g * c.P + cw), slice(None))
-            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=8 + g % 8)
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=c.stores[g])

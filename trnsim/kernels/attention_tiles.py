@@ -8,9 +8,15 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.isa import AffineSelect, DmaCopy, Engine, Memset, TensorCopy, Transpose
 from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.queues import Queues
 
 SCORE_BANKS = 2  # PSUM banks of fp32 scores per key block: KB = 1,024 keys with 2 KiB banks
-QUEUES = {"q": (0, 2), "k": (2, 3), "v": (5, 3), "out": (8, 4)}  # kind -> (first, count)
+QUEUES = {  # kind -> its share of the load or store queues (`queues`; of 16: 0-1, 2-4, 5-7, 8-11)
+    "q": ("loads", 0, 1 / 4),
+    "k": ("loads", 1 / 4, 5 / 8),
+    "v": ("loads", 5 / 8, 1),
+    "out": ("stores", 0, 1 / 2),
+}
 DEPTH = {  # tiles of a kind before any is reused: enough for the units in flight
     "qT": 4,
     "kT": 6,
@@ -58,7 +64,8 @@ class Tiles:
         self.made: dict[str, int] = {}
         self.psum: list[str] = []  # every PSUM tile taken, released when the op ends
         self.scalar_max = cfg.core.scalar.reduce_max  # NC-v2's ScalarE reduces by add only
-        self.queues: dict[str, int] = {}
+        qs = Queues(cfg)
+        self.queues = {k: getattr(qs, half)(lo, hi) for k, (half, lo, hi) in QUEUES.items()}
 
     def take(self, kind: str) -> str:
         """A tile of `kind`: a new one until the kind has DEPTH of them, then the one given
@@ -88,13 +95,11 @@ class Tiles:
         self.free[kind].extend(names)
 
     def q(self, kind: str) -> int:
-        """The next DMA queue for a transfer of `kind`: each kind has queues of its own, so a
-        transfer waiting for its buffer (a q^T load waits for the scores of the block that
-        used it before) never holds up another kind's behind it (queues are FIFO)."""
-        first, n = QUEUES[kind]
-        i = self.queues.get(kind, 0)
-        self.queues[kind] = i + 1
-        return first + i % n
+        """The next DMA queue for a transfer of `kind`: each kind has queues of its own (given
+        8 or more queues an engine; with fewer, kinds share), so a transfer waiting for its
+        buffer (a q^T load waits for the scores of the block that used it before) never holds
+        up another kind's behind it (queues are FIFO)."""
+        return self.queues[kind].next()
 
 
 def causal_mask(b: KernelBuilder, t: Tiles) -> tuple[str, str]:

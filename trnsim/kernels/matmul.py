@@ -33,6 +33,7 @@ from trnsim.dtypes import DType, dtype
 from trnsim.errors import TraceError
 from trnsim.isa import Activation, DmaCopy, Engine, Matmul, TensorCopy, Transpose
 from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.queues import Queues
 from trnsim.trace.program import TensorSpec
 
 __all__ = ["lower_matmul"]
@@ -114,7 +115,7 @@ class _Plan:
         most = max(1, min(banks // 2, budget // (2 * per_block)))  # two strips in flight
         self.mt = max(1, min(most, math.ceil(M / self.P)))  # 128-row blocks per strip
         self.psum_sets = 2 if 2 * self.mt <= banks else 1
-        self.queues = c.dma.queues_per_engine
+        self.queues = Queues(cfg)  # loads over the load queues, stores over the store ones
         self.b_transposed = False
         self.evac = (Engine.VECTOR, Engine.SCALAR)
 
@@ -183,7 +184,7 @@ def _one_streamed(
     a_name, ab = a
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
-    q = _Queues(p.queues)
+    q = p.queues.turns()
     n_a = n_b = n_set = n_out = 0
     for m0 in range(rows[0], rows[1], MB):
         end = min(m0 + MB, rows[1])
@@ -242,7 +243,7 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
     strips, bbufs, accs, outs, turn = bufs.strips, bufs.bbufs, bufs.accs, bufs.outs, bufs.turn
-    q = _Queues(p.queues)
+    q = p.queues.turns()
     n_acc = n_b = n_out = 0
     for si, m0 in enumerate(range(rows[0], rows[1], MB)):
         strip = strips[si % 2]
@@ -305,20 +306,3 @@ def _copy(b: KernelBuilder, engine: Engine, src, dst) -> None:
         b.emit(Activation, [src], [dst], func="copy", src=src, dst=dst)
     else:
         b.emit(TensorCopy, [src], [dst], src=src, dst=dst)
-
-
-class _Queues:
-    """DMA queues: loads rotate over the first half, stores over the second."""
-
-    def __init__(self, n: int):
-        self.half = max(1, n // 2)
-        self.n = n
-        self.i = self.j = 0
-
-    def load(self) -> int:
-        self.i += 1
-        return (self.i - 1) % self.half
-
-    def store(self) -> int:
-        self.j += 1
-        return self.half + (self.j - 1) % max(1, self.n - self.half)

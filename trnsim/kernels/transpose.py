@@ -3,7 +3,7 @@
 The kernel, per block of 128 columns of x and up to 512 of its rows: a DMA transpose into SBUF
 (on NC-v3 and later, for 2- and 4-byte dtypes), or else a load, a TensorE transpose into PSUM
 and a copy back to SBUF (128 x 128 at a time); then a store of the block into out's rows. Loads
-rotate over the first half of the DMA queues and stores over the second, through BUFS buffers
+rotate over the load queues and stores over the store queues (`queues`), through BUFS buffers
 (shared by the kernel's transposes): a block of x with few rows (a head's [128, 2048] has
 blocks of 32 KiB) is mostly the DMA's fixed cost, so many must be in flight to keep HBM busy
 (with 3 buffers a head transpose reached 21% of its HBM bound, with 32 86%).
@@ -16,6 +16,7 @@ from trnsim.errors import TraceError
 from trnsim.isa import DmaCopy, TensorCopy, Transpose
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import core_rows
+from trnsim.kernels.queues import Queues
 
 __all__ = ["lower_transpose"]
 
@@ -50,7 +51,8 @@ def lower_transpose(
     rows = ROWS if dma else P
     width = min(rows, M)
     tiles = [b.scratch_tile(f"transpose:{i}", "t", (P, width), tx.dtype) for i in range(BUFS)]
-    half = max(1, cfg.core.dma.queues_per_engine // 2)  # loads on the first half, stores after
+    qs = Queues(cfg)
+    loads, stores = qs.loads(), qs.stores()
     turn = (
         None if dma else (b.tile("raw", "sbuf", (P, P), tx.dtype), b.psum("tp", (P, P), tx.dtype))
     )
@@ -66,16 +68,16 @@ def lower_transpose(
                 t = ap(tiles[n % BUFS], slice(0, nw), slice(0, mw))
                 src = ap(x, *batch, slice(m0, m0 + mw), slice(n0, n0 + nw))
                 if dma:
-                    b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=n % half, transpose=True)
+                    b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n], transpose=True)
                 else:
                     raw, tp = turn
                     r = ap(raw, slice(0, mw), slice(0, nw))
-                    b.emit(DmaCopy, [src], [r], src=src, dst=r, queue=n % half)
+                    b.emit(DmaCopy, [src], [r], src=src, dst=r, queue=loads[n])
                     p = ap(tp, slice(0, nw), slice(0, mw))
                     b.emit(Transpose, [r], [p], src=r, dst=p)
                     b.emit(TensorCopy, [p], [t], src=p, dst=t)
                 dst = ap(out, *batch, slice(n0, n0 + nw), slice(m0, m0 + mw))
-                b.emit(DmaCopy, [t], [dst], src=t, dst=dst, queue=half + n % half)
+                b.emit(DmaCopy, [t], [dst], src=t, dst=dst, queue=stores[n])
                 n += 1
     if turn:
         b.release(turn[1])
