@@ -33,6 +33,7 @@ from trnsim.isa import (
 )
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import Reduce, _runs, _unravel, staggered
 
 __all__ = ["lower_argmax"]
@@ -69,6 +70,8 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
             f"instruction ({cfg.core.vector.dve_max_free_elements} elements); not lowered yet"
         )
     on_scalar = cfg.core.scalar.reduce_max
+    qs = Queues(cfg)
+    loads, stores = qs.loads(0, 1 / 2), qs.stores(0, 1 / 2)
     big = float(2 ** math.ceil(math.log2(2 * d + 2)))  # a power of 2: exact in bf16
     r = Reduce(b, cfg, "amax", x, out, 1.0)
     iota = r.tile("iota", (P, d))
@@ -79,7 +82,7 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
         slot, rr = n % bufs, slice(0, rows)
         xa = ap(r.tile(f"x{slot}", (P, d), tx.dtype), rr)
         src = ap(x, *index)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=loads[n])
         mx = ap(r.tile(f"mx{slot}", (P, 1), low), rr)
         b.emit(TensorReduce, [xa], [mx], alu="max", src=xa, dst=mx)
         cand = ap(r.tile(f"i{slot}", (P, d)), rr)  # big where x is not the max, else 0
@@ -104,7 +107,7 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
             b.emit(TensorReduce, [cand], [col], alu="min", src=cand, dst=col)
             b.emit(TensorCopy, [col], [res], src=col, dst=res)
         dst = ap(out, *index)
-        b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=8 + n % 4)
+        b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=stores[n])
 
     blocks = enumerate(row_blocks(tx.shape, P, b.share(tx.shape)))
     staggered(blocks, first, second, bufs - 1)
@@ -131,6 +134,7 @@ def _argmax_across(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, d: int, 
     iota = r.tile("riota", (P, P))
     b.emit(Iota, [], [ap(iota)], dst=ap(iota), start=0, step=1, partition_step=0)
     psum = [b.psum("tp", (P, P), f32) for _ in range(2)]
+    stores = Queues(cfg).stores()
     n = blk = 0
     for o in range(math.prod(shape[:d])):
         for cidx, cn, coff in _runs(inner or [1], 0, kin, P):
@@ -154,7 +158,7 @@ def _argmax_across(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, d: int, 
             lo = o * kin + coff
             for index, k, off in _runs(list(to.shape) or [1], lo, lo + cn, cn):
                 dst, part = ap(out, *index), ap(res.name, slice(off, off + k))
-                b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=8 + blk % 8)
+                b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=stores[blk])
     b.release(*psum)
 
 

@@ -12,6 +12,7 @@ from trnsim.engines.scalar import ScalarEngine
 from trnsim.engines.vector import VectorEngine
 from trnsim.isa import Ap, Engine, Instr
 from trnsim.kernels.builder import KernelBuilder
+from trnsim.kernels.queues import Queues
 from trnsim.memory.buffer import Buffer, bind
 
 __all__ = ["cost_ns", "dma_queues"]
@@ -47,13 +48,16 @@ def cost_ns(
     return cycles * 1e9 / model.clock_hz
 
 
-def dma_queues(cfg: ChipConfig, partition_bytes: int, most: int = 4) -> int:
-    """How many queues a stream of [128, partition_bytes] transfers needs (at most `most`): a
+def dma_queues(cfg: ChipConfig, partition_bytes: int, most: int | None = None) -> int:
+    """How many queues a stream of [P, partition_bytes] transfers needs (at most `most`, by
+    default half of the load queues, `queues.Queues`: 4 of the bundled chips' 8): a
     queue sets up one transfer at a time, so transfers whose data moves faster than the next
     one's setup (small rows) need several queues to keep the engines busy, while large ones go
     best on one, each moving at the engines' full rate in turn instead of sharing them with the
     blocks loaded ahead of it (docs/model.md, DMA)."""
     d = cfg.core.dma
+    if most is None:
+        most = Queues(cfg).loads(0, 1 / 2).count
     setup = d.transfer_setup + (d.engines - 1) * d.engine_stagger
     data = partition_bytes * (cfg.core.sbuf.partitions // d.engines) / d.engine_bandwidth
     return max(1, min(most, math.ceil(setup / data)))

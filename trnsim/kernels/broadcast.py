@@ -7,6 +7,7 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.isa import DmaCopy, Matmul, Memset, TensorCopy
 from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.queues import Queues
 
 __all__ = ["spread_rows"]
 
@@ -22,7 +23,7 @@ def spread_rows(b: KernelBuilder, cfg: ChipConfig, name: str, d: int) -> str:
     out = b.tile(f"{name}_rows", "sbuf", (P, d), t.dtype)
     b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
     src, dst = ap(name), ap(row)
-    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=0)
+    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=Queues(cfg).loads()[0])
     step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
     ps = [b.psum("spread", (P, step), f32)]
     ps.append(b.psum("spread", (P, step), f32) if d > step else ps[0])

@@ -20,6 +20,7 @@ from trnsim.isa import Activation, Ap, DmaCopy, Select, TensorCopy, TensorScalar
 from trnsim.kernels.broadcast import spread_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import flat_blocks, row_blocks
+from trnsim.kernels.queues import Queues
 
 __all__ = ["UNARY", "BINARY", "lower_unary", "lower_binary", "lower_where", "FREE"]
 
@@ -61,14 +62,15 @@ def lower_unary(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) ->
     """out = op(x) (module doc); out's dtype may differ from x's (the result is cast)."""
     tx, to = b.tensors[x], b.tensors[out]
     _same_shape(op, ("x", tx), ("out", to))
-    q = 0
+    qs = Queues(cfg)
+    loads, stores = qs.loads(0, 1 / 2), qs.stores(0, 1 / 2)
     blocks = flat_blocks(tx.shape, cfg.core.sbuf.partitions, FREE, b.share(to.shape))
     big = _largest(blocks)
     for n, (index, p, f) in enumerate(blocks):
         xt = _buf(b, "x", n, big, tx.dtype)
         ot = _buf(b, "o", n, big, to.dtype) if to.dtype != tx.dtype else xt
         src, t = ap(x, *index), ap(xt, slice(0, p), slice(0, f))
-        b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=q % 4)
+        b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
         o = ap(ot, slice(0, p), slice(0, f))
         if op == "copy" and ot != xt:
             b.emit(TensorCopy, [t], [o], src=t, dst=o)
@@ -76,8 +78,7 @@ def lower_unary(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) ->
             scale = -1.0 if op == "neg" else 1.0
             b.emit(Activation, [t], [o], func=UNARY[op], src=t, dst=o, scale=scale)
         dst = ap(out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + q % 4)
-        q += 1
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
 
 
 def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) -> None:
@@ -92,7 +93,8 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
         return
     _same_shape(op, *[(k, b.tensors[v]) for k, v in (("a", a), ("b", bb)) if isinstance(v, str)])
     _same_shape(op, ("a" if isinstance(a, str) else "b", b.tensors[names[0]]), ("out", to))
-    alu = BINARY[op]
+    alu, qs = BINARY[op], Queues(cfg)
+    loads, stores = qs.loads(), qs.stores()
     blocks = flat_blocks(to.shape, cfg.core.sbuf.partitions, FREE, b.share(to.shape))
     big = _largest(blocks)
     for n, (index, p, f) in enumerate(blocks):
@@ -103,7 +105,7 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
                 continue
             t = ap(_buf(b, "ab"[k], n, big, b.tensors[v].dtype), slice(0, p), slice(0, f))
             src = ap(v, *index)
-            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=(2 * n + k) % 8)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[2 * n + k])
             tiles.append(t)
         o = ap(_buf(b, "o", n, big, to.dtype), slice(0, p), slice(0, f))
         t0, t1 = tiles
@@ -117,7 +119,7 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
                 TensorScalar, [t1], [o], src=t1, dst=o, op0=alu, operand0=float(t0), reverse0=True
             )
         dst = ap(out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
 
 
 def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out: str) -> None:
@@ -143,13 +145,14 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
         raise TraceError(f"{op}: broadcast rows of {d} elements are not lowered yet")
     names = {"a": a, "b": bb}
     fname, pname = names[full[0]], names[other]
-    alu, P = BINARY[op], cfg.core.sbuf.partitions
+    alu, P, qs = BINARY[op], cfg.core.sbuf.partitions, Queues(cfg)
+    loads, stores = qs.loads(), qs.stores()
     row = spread_rows(b, cfg, pname, d) if is_row else None
     for n, (index, rows) in enumerate(row_blocks(tuple(to.shape), P, b.share(to.shape))):
         r = slice(0, rows)
         t = ap(_buf(b, "x", n, (P, d), b.tensors[fname].dtype), r)
         src = ap(fname, *index)
-        b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=n % 8)
+        b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
         o = ap(_buf(b, "o", n, (P, d), to.dtype), r)
         if is_row:
             s0, s1 = (t, ap(row, r)) if full[0] == "a" else (ap(row, r), t)
@@ -157,7 +160,7 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
         else:
             c = ap(_buf(b, "c", n, (P, 1), b.tensors[pname].dtype), r)
             csrc = ap(pname, *index)
-            b.emit(DmaCopy, [csrc], [c], src=csrc, dst=c, queue=(n + 4) % 8)
+            b.emit(DmaCopy, [csrc], [c], src=csrc, dst=c, queue=loads[n + loads.count // 2])
             b.emit(
                 TensorScalar,
                 [t, c],
@@ -169,7 +172,7 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
                 reverse0=full[0] == "b",
             )
         dst = ap(out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
 
 
 def _largest(blocks: list[tuple]) -> tuple[int, int]:
@@ -207,6 +210,8 @@ def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str
     negate = not isinstance(a, str)  # select(pred, on_true: tile, on_false: tile or number)
     if negate:
         a, other = other, a
+    qs = Queues(cfg)
+    loads, stores = qs.loads(), qs.stores()
     blocks = flat_blocks(to.shape, cfg.core.sbuf.partitions, FREE, b.share(to.shape))
     big = _largest(blocks)
     for n, (index, p, f) in enumerate(blocks):
@@ -217,7 +222,7 @@ def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str
                 continue
             t = ap(_buf(b, k, n, big, b.tensors[v].dtype), *r)
             src = ap(v, *index)
-            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=(3 * n + len(loaded)) % 8)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[3 * n + len(loaded)])
             loaded[k] = t
         pred = loaded["c"]
         if negate:  # the condition flipped: 1 where it was 0
@@ -231,4 +236,4 @@ def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str
         reads = [pred, loaded["a"]] + ([on_false] if isinstance(on_false, Ap) else [])
         b.emit(Select, reads, [o], predicate=pred, on_true=loaded["a"], on_false=on_false, dst=o)
         dst = ap(out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])

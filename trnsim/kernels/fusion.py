@@ -18,6 +18,7 @@ from trnsim.isa import Activation, Ap, DmaCopy, TensorCopy, TensorScalar, Tensor
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.elementwise import BINARY, BUFS, FREE, UNARY, _largest
 from trnsim.kernels.layout import flat_blocks
+from trnsim.kernels.queues import Queues
 from trnsim.trace.program import OpSpec, TensorSpec
 
 __all__ = ["chains", "lower_chain"]
@@ -65,20 +66,22 @@ def lower_chain(b: KernelBuilder, cfg: ChipConfig, ops: list[OpSpec]) -> None:
     big = _largest(blocks)
     written = list(dict.fromkeys(op.args["out"] for op in ops))
     slots: dict[str, str] = {}  # tensor -> its buffer in this block
+    qs = Queues(cfg)
+    loads, stores = qs.loads(), qs.stores()
     for n, (index, p, f) in enumerate(blocks):
         r = (slice(0, p), slice(0, f))
         slots.clear()
         for op in ops:
-            _apply(b, op, n, big, r, index, slots)
+            _apply(b, op, n, big, r, index, slots, loads)
         for k, name in enumerate(written):
             t = ap(slots[name], *r)
             dst = ap(name, *index)
-            b.emit(DmaCopy, [t], [dst], src=t, dst=dst, queue=8 + (n * len(written) + k) % 8)
+            b.emit(DmaCopy, [t], [dst], src=t, dst=dst, queue=stores[n * len(written) + k])
 
 
-def _apply(b: KernelBuilder, op: OpSpec, n: int, big, r, index, slots: dict) -> None:
+def _apply(b: KernelBuilder, op: OpSpec, n: int, big, r, index, slots: dict, loads) -> None:
     """One op of the run on block `n`: its inputs from the block's buffers (loaded the first
-    time), its result into its output's buffer."""
+    time, on the `loads` queues), its result into its output's buffer."""
 
     def operand(v, k: int):
         if not isinstance(v, str):
@@ -87,7 +90,7 @@ def _apply(b: KernelBuilder, op: OpSpec, n: int, big, r, index, slots: dict) -> 
             slots[v] = _slot(b, v, n, big)
             t = ap(slots[v], *r)
             src = ap(v, *index)
-            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=(2 * n + k) % 8)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[2 * n + k])
         return ap(slots[v], *r)
 
     args, out = op.args, op.args["out"]

@@ -44,6 +44,7 @@ from trnsim.kernels.backward import act, ts, tt
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.pointwise import work_dtype
+from trnsim.kernels.queues import Queues
 from trnsim.kernels.softmax_backward import row_buffers, row_tile
 
 __all__ = ["lower_layer_norm_backward", "lower_embedding_backward"]
@@ -76,7 +77,8 @@ def lower_layer_norm_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: 
     bufs = row_buffers(cfg, op, d, per, fixed)
     wrow = _weight_row(b, cfg, weight, d, wdt) if weight is not None else None
     sums = {i: _ColumnSums(b, cfg, d, wdt) for i in (1, 2) if i in outs}
-    blocks = list(row_blocks(shape, P))
+    blocks, qs = list(row_blocks(shape, P)), Queues(cfg)
+    loads, stores = qs.loads(), qs.stores()
     for n, (index, rows) in enumerate(blocks):
         slot, r = n % bufs, slice(0, rows)
         t = {k: ap(row_tile(b, f"ln{k}{slot}", (P, d), dt), r)
@@ -86,12 +88,12 @@ def lower_layer_norm_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: 
         for q, (name, dst) in enumerate(((g, t["g"]), (x, t["x"]), (mean, cols["m"]),
                                          (rstd, cols["s"]))):  # fmt: skip
             src = ap(name, *index)
-            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=(4 * n + q) % 8)
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[4 * n + q])
         tt(b, "multiply", cols["m"], cols["s"], cols["nb"])
         ts(b, cols["nb"], cols["nb"], "multiply", -1.0, engine=Engine.VECTOR)
         act(b, "identity", t["x"], t["xh"], scale=cols["s"], bias=cols["nb"])  # x^
         if 0 in outs:
-            _grad_input(b, t, cols, wrow, r, slot, d, wdt, outs[0], index, n)
+            _grad_input(b, t, cols, wrow, r, slot, d, wdt, outs[0], index, stores[n])
         if 1 in sums:
             gx = ap(row_tile(b, f"lnp{slot}", (P, d), wdt), r)  # grad_input's product, read
             tt(b, "multiply", t["g"], t["xh"], gx, engine=Engine.GPSIMD)
@@ -121,8 +123,9 @@ def _check_layer_norm(b, op, args, mask, shape) -> None:
         raise TraceError(f"{op}: grad_out and input differ in shape")
 
 
-def _grad_input(b, t, cols, wrow, r, slot, d, wdt, out, index, n) -> None:
-    """grad_input = rstd gw + x^ (-c rstd / D) + (-a rstd / D) for one block."""
+def _grad_input(b, t, cols, wrow, r, slot, d, wdt, out, index, queue: int) -> None:
+    """grad_input = rstd gw + x^ (-c rstd / D) + (-a rstd / D) for one block, stored on
+    `queue`."""
     P = b.tiles[t["g"].name].shape[0]
     gw = t["g"]
     if wrow is not None:
@@ -149,7 +152,7 @@ def _grad_input(b, t, cols, wrow, r, slot, d, wdt, out, index, n) -> None:
     )
     tt(b, "add", u, lin, o)
     dst = ap(out, *index)
-    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
+    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=queue)
 
 
 def _scaled(b, col, s, d: int, slot: int, k: str):
@@ -171,11 +174,11 @@ def _weight_row(b: KernelBuilder, cfg: ChipConfig, weight: str, d: int, wdt) -> 
     ones, row = b.tile("ones", "sbuf", (1, P), kind), b.tile("wchunk", "sbuf", (1, SPREAD), dt)
     out = b.tile("weight_rows", "sbuf", (P, d), wdt)
     b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
-    ps = b.psum("spread", (P, SPREAD), F32)
+    ps, loads = b.psum("spread", (P, SPREAD), F32), Queues(cfg).loads()
     for k, c0 in enumerate(range(0, d, SPREAD)):
         w = min(SPREAD, d - c0)
         src, dst = ap(weight, slice(c0, c0 + w)), ap(row, slice(None), slice(0, w))
-        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=k % 8)
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[k])
         acc = ap(ps, slice(None), slice(0, w))
         b.emit(Matmul, [ap(ones), dst], [acc], stationary=ap(ones), moving=dst, dst=acc)
         o = ap(out, slice(None), slice(c0, c0 + w))
@@ -195,6 +198,7 @@ class _ColumnSums:
             raise TraceError(f"column sums over {d} columns are not lowered yet")
         self.ones: dict[str, str] = {}
         self.acc = b.psum("colsum", (self.P, self.chunks), F32)
+        self.stores = Queues(cfg).stores()
 
     def _ones(self, dt) -> str:
         if dt.name not in self.ones:
@@ -223,7 +227,7 @@ class _ColumnSums:
         for j in range(self.chunks):
             w = min(P, self.d - j * P)
             src, dst = ap(sb, slice(0, w), slice(j, j + 1)), ap(out, slice(j * P, j * P + w))
-            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=8 + j % 8)
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[j])
         b.release(self.acc)
 
 
@@ -250,7 +254,8 @@ def lower_embedding_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
         raise TraceError(f"{op}: {nb} blocks of 128 tokens do not fit SBUF yet")
     iota = b.tile("vocab", "sbuf", (P, P), F32)
     b.emit(Iota, [], [ap(iota)], dst=ap(iota), start=0, step=1)
-    cols = _index_columns(b, args, blocks, P)
+    loads = Queues(cfg).loads()
+    cols = _index_columns(b, args, blocks, P, loads)
     banks = [b.psum("emb", (P, PS), F32) for _ in range(2)]
     for s0 in range(0, d, strip):
         sw = min(strip, d - s0)
@@ -260,7 +265,7 @@ def lower_embedding_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
             t = ap(gtile, slice(0, rows), slice(n * strip, n * strip + sw))
             full = index + (slice(None),) * (len(tg.shape) - 1 - len(index))
             src = ap(g, *full, slice(s0, s0 + sw))
-            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=n % 8)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
             grads.append(t)
         for vb, v0 in enumerate(range(0, v, P)):
             vw = min(P, v - v0)
@@ -275,8 +280,9 @@ def lower_embedding_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
     b.release(*banks)
 
 
-def _index_columns(b, args, blocks, P) -> list:
-    """Each token block's indices as an fp32 [rows, 1] column, padding_idx turned to -1."""
+def _index_columns(b, args, blocks, P, loads) -> list:
+    """Each token block's indices as an fp32 [rows, 1] column, padding_idx turned to -1
+    (loaded on the `loads` queues)."""
     idx, pad = args["indices"], args.get("padding_idx", -1)
     pad = None if pad is None or pad < 0 else float(pad)
     cols, ctile = [], row_tile(b, "ei", (P, len(blocks)), F32)
@@ -284,7 +290,7 @@ def _index_columns(b, args, blocks, P) -> list:
         r = slice(0, rows)
         raw = ap(row_tile(b, f"eiraw{n % 2}", (P, 1), b.tensors[idx].dtype), r)
         src = ap(idx, *index)
-        b.emit(DmaCopy, [src], [raw], src=src, dst=raw, queue=n % 8)
+        b.emit(DmaCopy, [src], [raw], src=src, dst=raw, queue=loads[n])
         col = ap(ctile, r, slice(n, n + 1))
         if pad is None:
             b.emit(TensorCopy, [raw], [col], src=raw, dst=col)
@@ -308,7 +314,7 @@ def _vocab_rows(b, cfg, out, grads, hots, vrange, srange, vb, banks) -> None:
     """out[v0:v0+vw, s0:s0+sw]: per chunk of 512 columns, the one-hots times the gradient
     blocks accumulated in a PSUM bank, copied out and stored."""
     (v0, vw), (s0, sw) = vrange, srange
-    P, PS = cfg.core.sbuf.partitions, _chunk(cfg)
+    P, PS, stores = cfg.core.sbuf.partitions, _chunk(cfg), Queues(cfg).stores()
     for k, c0 in enumerate(range(0, sw, PS)):
         cw = min(PS, sw - c0)
         acc = ap(banks[(vb + k) % 2], slice(0, vw), slice(0, cw))
@@ -324,4 +330,4 @@ def _vocab_rows(b, cfg, out, grads, hots, vrange, srange, vb, banks) -> None:
         else:
             b.emit(TensorCopy, [acc], [o], src=acc, dst=o, engine=Engine.SCALAR)
         dst = ap(out, slice(v0, v0 + vw), slice(s0 + c0, s0 + c0 + cw))
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + (vb + k) % 8)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[vb + k])

@@ -94,6 +94,8 @@ class _Loss:
         self.bufs = max(1, min(3, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // per))
         self.acc = self.r.tile("loss_acc", (self.P, 1)) if reduction != "none" else None
         self.nch = -(-self.c // self.cw)  # chunks a row
+        # the chunks' loads on the first half of the load queues, the picks' on the second
+        self.xq, self.pq = self.r.queues.loads(0, 1 / 2), self.r.queues.loads(1 / 2, 1)
 
     def col(self, key: str, i: int, rows: slice, dt=None, width: int = 1):
         return ap(self.r.tile(f"{key}{i % 3}", (self.P, width), dt), rows)
@@ -104,7 +106,7 @@ class _Loss:
         tt = b.tensors[self.target]
         tg = self.col("tg", i, rows, tt.dtype)
         src = ap(self.target, slice(r0, r0 + rows.stop))
-        b.emit(DmaCopy, [src], [tg], src=src, dst=tg, queue=4 + i % 4)
+        b.emit(DmaCopy, [src], [tg], src=src, dst=tg, queue=self.pq[i])
         if tt.dtype.is_float:
             ti = self.col("ti", i, rows, i32)
             b.emit(TensorCopy, [tg], [ti], src=tg, dst=ti)
@@ -114,7 +116,7 @@ class _Loss:
         b.emit(TensorTensor, [pos, tg], [pos], alu="add", src0=pos, src1=tg, dst=pos,
                engine=Engine.GPSIMD)  # fmt: skip
         pk, table = self.col("pick", i, rows, self.dt), ap(self.inp)
-        b.emit(DmaCopy, [table, pos], [pk], src=table, dst=pk, indices=pos, queue=4 + i % 4)
+        b.emit(DmaCopy, [table, pos], [pk], src=table, dst=pk, indices=pos, queue=self.pq[i])
 
     def first(self, item):
         """The block's pick (at its first chunk); load chunk k and take its max (VectorE)."""
@@ -127,7 +129,7 @@ class _Loss:
         w = min(self.cw, self.c - c0)
         x = ap(self.r.tile(f"x{slot}", (P, self.cw), self.dt), rows, slice(0, w))
         src = ap(self.inp, slice(r0, r0 + rb), slice(c0, c0 + w))
-        b.emit(DmaCopy, [src], [x], src=src, dst=x, queue=j % 4)
+        b.emit(DmaCopy, [src], [x], src=src, dst=x, queue=self.xq[j])
         mx = ap(self.r.tile(f"mx{slot}", (P, 1), self.low), rows)  # its own tile: a read of
         b.emit(TensorReduce, [x], [mx], alu="max", src=x, dst=mx)  # a tile waits for all writes
         return x, mx

@@ -21,6 +21,7 @@ from trnsim.kernels.backward import ts, tt
 from trnsim.kernels.broadcast import spread_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.queues import Queues
 from trnsim.kernels.softmax_backward import row_tile
 
 __all__ = ["lower_nll_loss_backward"]
@@ -61,18 +62,20 @@ def lower_nll_loss_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: di
             tw = spread_rows(b, cfg, args["total_weight"], 1)
             tt(b, "divide", ap(gscale), ap(tw), ap(gscale))
     wrow = spread_rows(b, cfg, weight, c) if weight is not None else None
+    qs = Queues(cfg)
     for n, (index, rows) in enumerate(row_blocks(shape, P, b.share(shape))):
-        scale = _row_scale(b, cfg, args, n, index, rows, gscale, wrow, iota)
-        _chunks(b, out, shape, index, n, rows, scale, iota, chunk)
+        scale = _row_scale(b, cfg, qs, args, n, index, rows, gscale, wrow, iota)
+        _chunks(b, qs.stores(), out, shape, index, n, rows, scale, iota, chunk)
 
 
-def _row_scale(b, cfg, args, n, index, rows, gscale, wrow, iota):
-    """(target column, -scale column) of a block of rows: both [rows, 1] fp32."""
+def _row_scale(b, cfg, qs: Queues, args, n, index, rows, gscale, wrow, iota):
+    """(target column, -scale column) of a block of rows: both [rows, 1] fp32 (the targets
+    loaded on the first half of the load queues, grad_output on the second)."""
     P, f32, slot, r = cfg.core.sbuf.partitions, dtype("float32"), n % 3, slice(0, rows)
     target = args["target"]
     tcol = ap(row_tile(b, f"tgt{slot}", (P, 1), b.tensors[target].dtype), r)
     src = ap(target, *index)
-    b.emit(DmaCopy, [src], [tcol], src=src, dst=tcol, queue=n % 4)
+    b.emit(DmaCopy, [src], [tcol], src=src, dst=tcol, queue=qs.loads(0, 1 / 2)[n])
     s = ap(row_tile(b, f"scale{slot}", (P, 1), f32), r)  # -(target != ignore_index)
     ignore = float(args.get("ignore_index", -100))
     ts(b, tcol, s, "not_equal", ignore, "multiply", -1.0, engine=Engine.VECTOR)
@@ -81,7 +84,7 @@ def _row_scale(b, cfg, args, n, index, rows, gscale, wrow, iota):
     else:  # reduction none: grad_output per row
         g = ap(row_tile(b, f"go{slot}", (P, 1), b.tensors[args["grad_output"]].dtype), r)
         gsrc = ap(args["grad_output"], *index)
-        b.emit(DmaCopy, [gsrc], [g], src=gsrc, dst=g, queue=4 + n % 4)
+        b.emit(DmaCopy, [gsrc], [g], src=gsrc, dst=g, queue=qs.loads(1 / 2, 1)[n])
         tt(b, "multiply", s, g, s)
     if wrow is not None:  # weight[target]: a one-hot over the classes times the spread weight
         c = b.tiles[wrow].shape[1]
@@ -101,8 +104,9 @@ def _row_scale(b, cfg, args, n, index, rows, gscale, wrow, iota):
     return tcol, s
 
 
-def _chunks(b, out, shape, index, n, rows, scale, iota, chunk):
-    """The block's rows of out, CHUNK classes at a time: (iota == target - c0) * -scale."""
+def _chunks(b, stores, out, shape, index, n, rows, scale, iota, chunk):
+    """The block's rows of out, CHUNK classes at a time: (iota == target - c0) * -scale,
+    stored on the `stores` queues."""
     tcol, s = scale
     P, f32, r = b.tiles[iota].shape[0], dtype("float32"), slice(0, rows)
     full = index + (slice(None),) * (len(shape) - 1 - len(index))
@@ -117,4 +121,4 @@ def _chunks(b, out, shape, index, n, rows, scale, iota, chunk):
         src = ap(iota, r, slice(0, w))
         ts(b, src, o, "equal", shifted, "multiply", s, engine=engine)
         dst = ap(out, *full, slice(c0, c0 + w)) if shape[:-1] else ap(out, slice(c0, c0 + w))
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + slot * 2 % 8)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[slot * 2])

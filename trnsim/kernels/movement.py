@@ -2,13 +2,14 @@
 
 Nothing is computed, so nothing passes through SBUF: each op is a few large HBM -> HBM copies
 (a DMA copies a view's elements in flat order into another view of as many elements; an
-HBM -> HBM copy uses all 16 engines, each byte crossing an engine once, where a load and a
-store through SBUF would cross twice). A copy is cut along its first dim into pieces of at least
-CHUNK bytes, spread over the DMA queues, so each piece's setup (~0.9 us) hides behind the
-data of the pieces before it (docs/model.md). The descriptors are the views' contiguous runs:
-a permute that leaves the last dim in place copies runs of that dim's length (honestly slow
-when it is short, docs/calibration.md); one that swaps the last two dims is a `transpose`
-(through SBUF, by DMA transpose); other permutes that move the last dim are not lowered yet.
+HBM -> HBM copy uses all the core's DMA engines, each byte crossing an engine once, where a load
+and a store through SBUF would cross twice). A copy is cut along its first dim into pieces of
+at least CHUNK bytes, spread over the load queues (`queues`), so each piece's setup (~0.9 us)
+hides behind the data of the pieces before it (docs/model.md). The descriptors are the views'
+contiguous runs: a permute that leaves the last dim in place copies runs of that dim's length
+(honestly slow when it is short, docs/calibration.md); one that swaps the last two dims is a
+`transpose` (through SBUF, by DMA transpose); other permutes that move the last dim are not
+lowered yet.
 
 With LNC 2 the pieces alternate between the two physical cores; such an op must then be
 alone with its tensors in its kernel (`kernels.ISOLATED`: no other op of the kernel may touch
@@ -24,20 +25,20 @@ from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.isa import DmaCopy
 from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.queues import Queues
 from trnsim.kernels.transpose import lower_transpose
 
 __all__ = ["lower_contiguous", "lower_permute", "lower_cat", "lower_split", "Mover", "CHUNK"]
 
 CHUNK = 1 << 20  # bytes per copy at least (when there are that many): setup hides behind data
-QUEUES = 8  # queues the copies rotate over
 
 
 class Mover:
-    """Emits an op's HBM -> HBM copies, numbering them: copy i goes to queue i % QUEUES and,
-    with LNC 2, to physical core i % cores (`b.part`)."""
+    """Emits an op's HBM -> HBM copies, numbering them: copy i goes to the i-th of the load
+    queues in turn and, with LNC 2, to physical core i % cores (`b.part`)."""
 
-    def __init__(self, b: KernelBuilder):
-        self.b, self.n = b, 0
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig):
+        self.b, self.n, self.queues = b, 0, Queues(cfg).loads()
 
     def copy(self, src: str, src_idx: list, dst: str, dst_idx: list) -> None:
         """Copy view `src[src_idx]` to `dst[dst_idx]`: per dim an int (the dim dropped) or a
@@ -70,7 +71,7 @@ class Mover:
         if n % cores != core:
             return
         sa, da = ap(src, *_index(s)), ap(dst, *_index(d))
-        self.b.emit(DmaCopy, [sa], [da], src=sa, dst=da, queue=n % QUEUES)
+        self.b.emit(DmaCopy, [sa], [da], src=sa, dst=da, queue=self.queues[n])
 
 
 def _index(idx: list) -> list:
@@ -88,7 +89,7 @@ def lower_contiguous(b: KernelBuilder, cfg: ChipConfig, x: str, out: str) -> Non
         raise TraceError(
             f"contiguous: x {list(tx.shape)} and out {list(to.shape)} differ; expected one shape"
         )
-    Mover(b).copy(x, _full(tx.shape), out, _full(to.shape))
+    Mover(b, cfg).copy(x, _full(tx.shape), out, _full(to.shape))
 
 
 def lower_permute(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dims: list) -> None:
@@ -108,7 +109,7 @@ def lower_permute(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dims: lis
             f"{to.dtype.name}; expected out {want} of x's dtype"
         )
     if nd < 2 or perm[-1] == nd - 1:
-        _permute_rows(b, x, out, perm)
+        _permute_rows(b, cfg, x, out, perm)
     elif perm == [*range(nd - 2), nd - 1, nd - 2]:
         part = b.part
         if part[1] > 1 and to.shape[-2] % cfg.core.sbuf.partitions:
@@ -127,13 +128,13 @@ def lower_permute(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dims: lis
         )
 
 
-def _permute_rows(b: KernelBuilder, x: str, out: str, perm: list[int]) -> None:
+def _permute_rows(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, perm: list[int]) -> None:
     """A permute that keeps the last dim: the out dims copied whole (`_whole`), one copy per
     index of the others."""
     to = b.tensors[out]
     keep = _whole(perm, list(to.shape))
     fixed = [j for j in range(len(perm)) if j not in keep]
-    m = Mover(b)
+    m = Mover(b, cfg)
     for combo in itertools.product(*(range(to.shape[j]) for j in fixed)):
         at = dict(zip(fixed, combo))
         d = [at[j] if j in at else (0, to.shape[j]) for j in range(len(perm))]
@@ -186,7 +187,7 @@ def lower_cat(b: KernelBuilder, cfg: ChipConfig, tensors: list, out: str, dim=0)
         raise TraceError(
             f"cat: the inputs' dim {dim} add up to {total}, out's is {to.shape[d]}; expected equal"
         )
-    m, off = Mover(b), 0
+    m, off = Mover(b, cfg), 0
     for name in tensors:
         shape = b.tensors[name].shape
         dst = _full(to.shape)
@@ -223,7 +224,7 @@ def lower_split(b: KernelBuilder, cfg: ChipConfig, x: str, size, outs: list, dim
             f"split: x {list(tx.shape)} split by {size!r} along dim {dim} gives {len(sizes)} "
             f"pieces; outs names {len(outs)}"
         )
-    m, off = Mover(b), 0
+    m, off = Mover(b, cfg), 0
     for name, n in zip(outs, sizes):
         want = list(tx.shape)
         want[d] = n

@@ -34,6 +34,7 @@ from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.broadcast import spread_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_groups
+from trnsim.kernels.queues import Queues, Stream
 
 __all__ = ["lower_norm"]
 
@@ -66,7 +67,8 @@ def lower_norm(
     k.per, blocks = row_groups(tx.shape, k.P, b.share(tx.shape), min(ROW_ELEMENTS, vmax) // d,
                                room // (BUFS * per_row))  # fmt: skip
     k.bufs, k.blocks = max(1, min(BUFS, room // (k.per * per_row))), len(blocks)
-    k.q = dma_queues(cfg, k.per * d * tx.dtype.itemsize)  # load (and store) queues
+    q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
+    k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
     k.spread = [(spread_rows(b, cfg, v, d), alu) for v, alu in
                 ((weight, "multiply"), (bias, "add")) if v is not None]  # fmt: skip
     k.c1, k.share = _plan(k)
@@ -105,7 +107,8 @@ class _Norm:
         self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
         self.xdt, self.odt = b.tensors[x].dtype, b.tensors[out].dtype
         self.bufs, self.spread, self.c1, self.share, self.blocks = 1, [], 0, 0, 0
-        self.per, self.q = 1, 1
+        self.per = 1
+        self.loads = self.stores = Stream(0, 1)  # the blocks' queues (`lower_norm`)
 
     def tile(self, key: str, n: int, shape, dt) -> str:
         return self.b.scratch_tile(f"norm.{key}{n % self.bufs}", key, shape, dt)
@@ -130,7 +133,7 @@ class _Norm:
         columns' sums on VectorE, all rows at once."""
         b, c1, p = self.b, self.c1, rows // self.per
         xa, src = self.row("x", n, p), ap(self.x, *index)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % self.q)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[n])
         junk = ap(self.tile("junk", 0, (self.P, self.d), self.xdt), slice(0, p))  # never read
         for j in range(self.per):
             xj, ss = self.row("x", n, p, j), self.col("ss", n, p, j)
@@ -170,7 +173,7 @@ class _Norm:
                 b.emit(TensorTensor, [oj, tt], [oj], alu=alu, src0=oj, src1=tt, dst=oj,
                        engine=Engine.VECTOR if vector else Engine.GPSIMD)  # fmt: skip
         o, dst = self.output(n, p), ap(self.out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % self.q)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[n])
 
     def stats(self, n: int, p: int):
         """(mean or None, rstd) as [p, per] tiles on VectorE: rstd = (ss / D - mean^2 + eps) ^

@@ -22,6 +22,7 @@ from trnsim.errors import TraceError
 from trnsim.isa import Ap, DmaCopy
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import flat_blocks
+from trnsim.kernels.queues import Queues
 
 __all__ = ["pointwise", "Block", "work_dtype"]
 
@@ -79,6 +80,8 @@ def pointwise(
         return
     big = (max(p for _, p, _ in blocks), max(f for _, _, f in blocks))
     active: list = []  # blocks whose body has steps left (IN_FLIGHT at most)
+    qs = Queues(cfg)
+    lq, sq = qs.loads(), qs.stores()
     for n, (index, p, f) in enumerate(blocks):
         r = (slice(0, p), slice(0, f))
 
@@ -92,38 +95,37 @@ def pointwise(
         for k, t in enumerate(loads):
             tiles[t] = buf(f"in{k}_", b.tensors[t].dtype)
             src = ap(t, *index)
-            b.emit(
-                DmaCopy, [src], [tiles[t]], src=src, dst=tiles[t], queue=(n * len(loads) + k) % 8
-            )
+            b.emit(DmaCopy, [src], [tiles[t]], src=src, dst=tiles[t], queue=lq[n * len(loads) + k])
         out_tiles = [buf(f"out{k}_", b.tensors[t].dtype) for k, t in enumerate(outs)]
         steps = body(Block([tiles[t] for t in inputs], out_tiles, n, buf))
         active.append((steps if isinstance(steps, Generator) else iter(()), out_tiles, index, n))
-        active = _advance(b, outs, active, IN_FLIGHT - 1)
-    _advance(b, outs, active, 0)
+        active = _advance(b, outs, sq, active, IN_FLIGHT - 1)
+    _advance(b, outs, sq, active, 0)
 
 
-def _advance(b: KernelBuilder, outs: list[str], active: list, keep: int) -> list:
+def _advance(b: KernelBuilder, outs: list[str], queues, active: list, keep: int) -> list:
     """One step of every block in flight (a body that is a generator yields between its
     steps, so that each engine alternates between blocks instead of waiting within one), then
-    more of the oldest until at most `keep` are left; a finished block is stored."""
+    more of the oldest until at most `keep` are left; a finished block is stored (on the
+    `queues` stream)."""
     still = []
     for item in active:
         if next(item[0], _DONE) is _DONE:
-            _store(b, outs, *item[1:])
+            _store(b, outs, queues, *item[1:])
         else:
             still.append(item)
     while len(still) > keep:
         item = still.pop(0)
         for _ in item[0]:
             pass
-        _store(b, outs, *item[1:])
+        _store(b, outs, queues, *item[1:])
     return still
 
 
-def _store(b: KernelBuilder, outs: list[str], out_tiles: list[Ap], index, n: int) -> None:
+def _store(b: KernelBuilder, outs: list[str], queues, out_tiles: list[Ap], index, n) -> None:
     for k, (t, o) in enumerate(zip(outs, out_tiles)):
         dst = ap(t, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + (n * len(outs) + k) % 8)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=queues[n * len(outs) + k])
 
 
 def _blocks(shape: tuple, P: int, free: int, share) -> list[tuple]:

@@ -41,6 +41,7 @@ from trnsim.isa import (
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.column_folds import BUFS, COLS, ByEngines, ByMatmul
 from trnsim.kernels.layout import _blocks, flat_blocks
+from trnsim.kernels.queues import Queues
 
 __all__ = ["lower_any", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
 
@@ -141,7 +142,7 @@ def lower_any(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, dim,
     if not any(red for red, _, _ in groups):  # nothing but size-1 dims reduced: a copy
         src, dst = ap(x), ap(out)
         if b.part[0] == 0:
-            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=0)
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=r.loads[0])
     elif len(groups) == 1:
         r.everything()
     elif groups[-1][0]:
@@ -159,6 +160,8 @@ class Reduce:
         self.alu, self.P, self.f32 = ALU[op], cfg.core.sbuf.partitions, dtype("float32")
         self.n = 0  # stores so far (buffer rotation, queues)
         self.q = 0  # loads so far (queues)
+        self.queues = Queues(cfg)
+        self.loads, self.stores = self.queues.loads(), self.queues.stores()
         self.q2 = -1  # load buffers handed out (`next_x`)
         self.rows: list[str] = []  # PSUM rows of column sums (`ByMatmul`)
         self.m = -1  # column blocks summed so far
@@ -175,7 +178,7 @@ class Reduce:
 
     def load_at(self, entries: list, dst) -> None:
         src = ap(self.x, *entries)
-        self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.q % 8)
+        self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads[self.q])
         self.q += 1
 
     def combine(self, acc, part) -> None:
@@ -194,7 +197,7 @@ class Reduce:
         for index, n, off in _runs(list(to.shape) or [1], lo, lo + rows, rows):
             dst = ap(self.out, *index) if to.shape else ap(self.out)
             part = ap(res.name, slice(off, off + n))
-            b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=8 + self.n % 8)
+            b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=self.stores[self.n])
         self.n += 1
 
     def store_row(self, row, cn: int, lo: int) -> None:
@@ -207,7 +210,7 @@ class Reduce:
         for index, n, off in _runs(list(to.shape) or [1], lo, lo + cn, cn):
             dst = ap(self.out, *index) if to.shape else ap(self.out)
             part = ap(res.name, slice(0, 1), slice(off, off + n))
-            b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=8 + self.n % 8)
+            b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=self.stores[self.n])
         self.n += 1
 
     def kept_rows(self, groups) -> None:
@@ -341,7 +344,7 @@ class Reduce:
             self.meet()
             other = ap(self.tile("peer", (self.P, 1)), slice(0, 1))
             src = ap(self.out, *[0] * len(b.tensors[self.out].shape))
-            b.emit(DmaCopy, [src], [other], src=src, dst=other, queue=0)
+            b.emit(DmaCopy, [src], [other], src=src, dst=other, queue=self.loads[0])
             self.combine(col, other)
             self.store(col, 1, 0)
 
@@ -364,12 +367,12 @@ class Reduce:
     def fold(self, blocks: list) -> tuple[str, int]:
         """`blocks` of x reduced into one [128, 1] accumulator: (the tile, its rows filled)."""
         b, P, tx = self.b, self.P, self.b.tensors[self.x]
-        acc = self.tile("acc", (P, 1))
+        acc, loads = self.tile("acc", (P, 1)), self.queues.loads(0, 1 / 2)
         for n, (index, p, f) in enumerate(blocks):
             t = ap(self.tile(f"x{n % BUFS}", (P, max(f for _, _, f in blocks)), tx.dtype),
                    slice(0, p), slice(0, f))  # fmt: skip
             src = ap(self.x, *index)
-            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=n % 4)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
             dst = ap(acc, slice(0, p)) if n == 0 else ap(self.tile(f"c{n % BUFS}", (P, 1)),
                                                           slice(0, p))  # fmt: skip
             b.emit(TensorReduce, [t], [dst], alu=self.alu, src=t, dst=dst)

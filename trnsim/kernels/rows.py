@@ -20,6 +20,7 @@ from trnsim.isa import (
 )
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import lower_any, on_last_dim
 
 __all__ = ["REDUCTIONS", "lower_reduction", "rows_fit"]
@@ -45,12 +46,13 @@ def lower_reduction(
             f"but out is {list(to.shape)}; expected out of shape {list(want)}"
         )
     d, bufs = _fits(cfg, op, tx)
-    P, f32 = cfg.core.sbuf.partitions, dtype("float32")
+    P, f32, qs = cfg.core.sbuf.partitions, dtype("float32"), Queues(cfg)
+    loads, stores = qs.loads(0, 1 / 2), qs.stores(0, 1 / 2)
     for n, (index, rows) in enumerate(row_blocks(tx.shape, P, b.share(tx.shape))):
         slot, r = n % bufs, slice(0, rows)
         xa = ap(_tile(b, f"x{slot}", (P, d), tx.dtype), r)
         src = ap(x, *index)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % 4)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=loads[n])
         col = ap(_tile(b, f"c{slot}", (P, 1), f32), r)
         b.emit(TensorReduce, [xa], [col], alu=REDUCTIONS[op], src=xa, dst=col)
         res = ap(_tile(b, f"r{slot}", (P, 1), to.dtype), r)
@@ -59,7 +61,7 @@ def lower_reduction(
         else:
             b.emit(TensorCopy, [col], [res], src=col, dst=res)
         dst = ap(out, *index)
-        b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=8 + n % 4)
+        b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=stores[n])
 
 
 def rows_fit(cfg: ChipConfig, tx) -> bool:

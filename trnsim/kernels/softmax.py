@@ -29,6 +29,7 @@ from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, 
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_groups
+from trnsim.kernels.queues import Queues, Stream
 
 __all__ = ["lower_softmax"]
 
@@ -73,7 +74,8 @@ def lower_softmax(
                              room // (BUFS * per_row))  # fmt: skip
     bufs = max(1, min(BUFS, room // (per * per_row)))
     k = _Kernel(b, x, out, tx.dtype, to.dtype, d, P, bufs, in_place, log)
-    k.per, k.q = per, dma_queues(cfg, per * d * tx.dtype.itemsize)  # load (and store) queues
+    q, qs = dma_queues(cfg, per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
+    k.per, k.loads, k.stores = per, qs.loads().take(q), qs.stores().take(q)
     skew = 1 if bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
     for n in range(len(blocks) + skew):
         if n < len(blocks):
@@ -89,7 +91,8 @@ class _Kernel:
     def __init__(self, b, x, out, xdt, odt, d, P, bufs, in_place, log):
         self.b, self.x, self.out, self.d, self.P, self.bufs = b, x, out, d, P, bufs
         self.xdt, self.odt, self.in_place, self.log = xdt, odt, in_place, log
-        self.f32, self.q, self.per = dtype("float32"), 1, 1
+        self.f32, self.per = dtype("float32"), 1
+        self.loads = self.stores = Stream(0, 1)  # the block's queues (`lower_softmax`)
 
     def tile(self, key: str, n: int, shape, dt) -> str:
         return self.b.scratch_tile(f"softmax.{key}{n % self.bufs}", key, shape, dt)
@@ -107,7 +110,7 @@ class _Kernel:
     def first(self, n: int, index: tuple, rows: int) -> None:
         b, p = self.b, rows // self.per
         xa, src = self.rows("x", n, p, self.xdt), ap(self.x, *index)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=n % self.q)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[n])
         m, nm = self.col("mx", n, p, dt=self.xdt), self.col("nmx", n, p)
         b.emit(TensorReduce, [xa], [m], alu="max", src=xa, dst=m)
         b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0,
@@ -141,4 +144,4 @@ class _Kernel:
             op = "add" if self.log else "multiply"
             b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, op0=op, operand0=cj)
         src, dst = self.rows(o, n, p, odt), ap(self.out, *index)
-        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=8 + n % self.q)
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[n])

@@ -19,6 +19,7 @@ from trnsim.kernels.backward import act, ts, tt
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.pointwise import work_dtype
+from trnsim.kernels.queues import Queues
 
 __all__ = ["lower_softmax_backward", "row_tile", "row_buffers"]
 
@@ -69,6 +70,8 @@ def lower_softmax_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dic
     per += to.dtype.itemsize if to.dtype != wdt else 0
     bufs = row_buffers(cfg, op, d, per)
     pending = None  # the previous block's last step, emitted after this block's first ones
+    qs = Queues(cfg)
+    loads, stores = qs.loads(), qs.stores()
     for n, (index, rows) in enumerate(row_blocks(tuple(tg.shape), P, b.share(to.shape))):
         slot, r = n % bufs, slice(0, rows)
         ga, ya = (
@@ -76,7 +79,7 @@ def lower_softmax_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dic
         )
         for k, (src_name, t) in enumerate(((g, ga), (y, ya))):
             src = ap(src_name, *index)
-            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=(2 * n + k) % 8)
+            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[2 * n + k])
         prod = ap(row_tile(b, f"p{slot}", (P, d), wdt), r)
         tt(b, "multiply", ga, ya, prod, engine=Engine.GPSIMD)
         s = ap(row_tile(b, f"s{slot}", (P, 1), wdt), r)  # bf16: VectorE's fast reduction
@@ -87,13 +90,13 @@ def lower_softmax_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dic
         if pending:
             _finish(b, *pending)
         o = t if to.dtype == wdt else ap(row_tile(b, f"o{slot}", (P, d), to.dtype), r)
-        pending = (t, ya, o, ap(out, *index), n)
+        pending = (t, ya, o, ap(out, *index), stores[n])
     if pending:
         _finish(b, *pending)
 
 
-def _finish(b: KernelBuilder, t, ya, o, dst, n: int) -> None:
-    """A block's last step, out = t * y, and its store: emitted after the next block's sum, so
-    VectorE sums block n + 1 while ScalarE forms block n's t."""
+def _finish(b: KernelBuilder, t, ya, o, dst, queue: int) -> None:
+    """A block's last step, out = t * y, and its store (on `queue`): emitted after the next
+    block's sum, so VectorE sums block n + 1 while ScalarE forms block n's t."""
     tt(b, "multiply", t, ya, o)
-    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=8 + n % 8)
+    b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=queue)
