@@ -173,8 +173,8 @@ class Execution:
         s, t = self.items[i]
         sysm = self.system
         nbytes = t.count * self.itemsize
-        uses, links, latency = sysm.move_uses(t.src, t.dsts)
-        sysm.count_move(t.src, t.dsts, links, nbytes)
+        uses, links, latency = sysm.move_uses(t.src, t.dsts, t.reduce)
+        sysm.count_move(t.src, t.dsts, links, nbytes, t.reduce)
         if self.buffers is not None:
             self._payload[i] = self.buffers[t.src][t.src_buf][
                 t.src_off : t.src_off + t.count

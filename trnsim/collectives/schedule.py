@@ -142,13 +142,13 @@ def split_regions(regions: Regions, parts: int) -> list[Regions]:
 
 
 def merge(regions) -> Regions:
-    """Sorted regions with adjacent ones joined."""
+    """Sorted regions with overlapping and adjacent ones joined."""
     out: list[list[int]] = []
     for lo, hi in sorted(regions):
         if hi <= lo:
             continue
-        if out and out[-1][1] == lo:
-            out[-1][1] = hi
+        if out and out[-1][1] >= lo:
+            out[-1][1] = max(out[-1][1], hi)
         else:
             out.append([lo, hi])
     return tuple((a, b) for a, b in out)

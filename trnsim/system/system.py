@@ -13,10 +13,12 @@ Each is one fluid flow:
 
 - move from rank s: s's DMA engines (the store rate, `dma.store_bandwidth`, spread evenly over
   the rank's `lnc x engines`), s's HBM stack (a read), every link of the route (1 byte a byte),
-  each destination's stack (a write; the payload lands in a scratch buffer there);
-- reduce at rank d of `m` inputs (the payload and, for KangaRing, the pair's other buffer): d's
-  engines at `cc.reduce_rate` of the store rate, d's stack for the scratch read, the
-  accumulator's read and write and the other inputs' reads.
+  and each destination's stack (a write) for a copy; the payload of a reduce is staged on the
+  receiving chip (the DMA's buffers), not written to HBM;
+- reduce at rank d: d's engines at `cc.reduce_rate` of the store rate, d's stack for the
+  accumulator's read and write, and the stacks of the `others` whose regions are added too.
+  So a ring reduce-scatter hop costs 3 HBM accesses (read, read, write) and KangaRing's 4 for a
+  pair where two ring hops take 6, the counts R-CC gives.
 
 Weighted sharing (R-OVL): an engine round-robins between its rings at packet boundaries, so a
 CC flow (64 KiB packets) gets `cc.packet_bytes / compute_packet_bytes` (16) times the share of a
@@ -176,10 +178,12 @@ class System:
 
     # -- flows ---------------------------------------------------------------------------------
 
-    def move_uses(self, src: int, dsts: tuple[int, ...]) -> tuple[tuple, tuple[int, ...], float]:
+    def move_uses(
+        self, src: int, dsts: tuple[int, ...], staged: bool = False
+    ) -> tuple[tuple, tuple[int, ...], float]:
         """(fluid uses per byte, link ids, latency s) of a move from rank `src` to `dsts`
-        (ranks of one chip). Cached."""
-        key = ("m", src, dsts)
+        (ranks of one chip); `staged`: the payload of a reduce, not written to HBM. Cached."""
+        key = ("m", src, dsts, staged)
         hit = self._uses.get(key)
         if hit is None:
             route = self.topology.route(self.chip_of(src), self.chip_of(dsts[0]))
@@ -191,7 +195,7 @@ class System:
                     uses[e] = uses.get(e, 0.0) + self._move_coef
                 s = self._stack(src)
                 uses[s] = uses.get(s, 0.0) + 1.0
-                for d in dsts:
+                for d in () if staged else dsts:
                     s = self._stack(d)
                     uses[s] = uses.get(s, 0.0) + 1.0
             hit = self._uses[key] = (tuple(sorted(uses.items())), route.links, route.latency)
@@ -207,7 +211,7 @@ class System:
                 for e in self._engines(dst):
                     uses[e] = uses.get(e, 0.0) + self._reduce_coef
                 s = self._stack(dst)
-                uses[s] = uses.get(s, 0.0) + 3.0  # scratch read, accumulator read and write
+                uses[s] = uses.get(s, 0.0) + 2.0  # the accumulator's read and write
                 for o in others:
                     s = self._stack(o)
                     uses[s] = uses.get(s, 0.0) + 1.0
@@ -228,18 +232,23 @@ class System:
         return flow
 
     def count_move(
-        self, src: int, dsts: tuple[int, ...], links: tuple[int, ...], nbytes: int
+        self,
+        src: int,
+        dsts: tuple[int, ...],
+        links: tuple[int, ...],
+        nbytes: int,
+        staged: bool = False,
     ) -> None:
         """Account a move's bytes on its links and HBM stacks."""
         for lid in links:
             self.link_bytes[lid] += nbytes
         self.hbm_read[self.chip_of(src)] += nbytes
-        for d in dsts:
+        for d in () if staged else dsts:
             self.hbm_written[self.chip_of(d)] += nbytes
 
     def count_reduce(self, dst: int, others: tuple[int, ...], nbytes: int) -> None:
         chip = self.chip_of(dst)
-        self.hbm_read[chip] += nbytes * (2 + len(others))
+        self.hbm_read[chip] += nbytes * (1 + len(others))
         self.hbm_written[chip] += nbytes
 
     def _sample(self) -> None:
