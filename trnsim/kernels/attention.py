@@ -60,10 +60,10 @@ def lower_attention(
     tq, tk, tv, to = (b.tensors[n] for n in (q, k, v, out))
     lead, (H, S, D) = tuple(tq.shape[:-3]), tq.shape[-3:]
     if len(tq.shape) < 3 or tk.shape != tv.shape or tuple(to.shape) != tuple(tq.shape):
-        raise TraceError(_shapes(tq, tk, tv, to))
+        raise TraceError(_shapes(tq, tk, tv, to, cfg.core.tensor.rows))
     Hkv, Skv, Dk = tk.shape[-3:]
     if tuple(tk.shape[:-3]) != lead or Dk != D or H % Hkv or D > cfg.core.tensor.rows:
-        raise TraceError(_shapes(tq, tk, tv, to))
+        raise TraceError(_shapes(tq, tk, tv, to, cfg.core.tensor.rows))
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     t = Tiles(b, cfg, D, tq.dtype, to.dtype)
     t.reserve()
@@ -88,11 +88,11 @@ def lower_attention(
     b.release(*t.psum)
 
 
-def _shapes(tq, tk, tv, to) -> str:
+def _shapes(tq, tk, tv, to, rows: int) -> str:
     return (
         f"scaled_dot_product_attention: q {list(tq.shape)}, k {list(tk.shape)}, "
         f"v {list(tv.shape)}, out {list(to.shape)}: expected q and out [..., H, S, D], k and v "
-        "[..., Hkv, Skv, D] with H a multiple of Hkv and D <= 128"
+        f"[..., Hkv, Skv, D] with H a multiple of Hkv and D <= {rows}"
     )
 
 

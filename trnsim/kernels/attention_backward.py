@@ -49,10 +49,11 @@ from trnsim.kernels.softmax_backward import row_tile
 
 __all__ = ["lower_attention_backward"]
 
-KB = 512  # keys per block: one PSUM bank of fp32 scores
 NEG = -3.4028234663852886e38
 F32 = dtype("float32")
-ACC_BYTES = 96 * 1024  # a partition's share of SBUF for the dk and dv accumulators
+# a partition's SBUF for the dk and dv accumulators: bytes, and at most this share of the
+# partition (for a config with a smaller SBUF)
+ACC_BYTES = (96 * 1024, 1 / 2)
 LANES = 2  # query blocks in flight: their steps alternate, so one's chain hides the other's
 _DONE = object()
 
@@ -69,6 +70,8 @@ class _Ctx:
         self.H, self.S, self.D = tq.shape[-3:]
         self.Hkv, self.Skv = b.tensors[self.k].shape[-3:-1]
         self.P, self.dt = cfg.core.tensor.rows, tq.dtype
+        # keys per block: one PSUM bank of fp32 scores (and a matmul's moving free size)
+        self.KB = min(cfg.core.psum.bank_bytes // 4, cfg.core.tensor.moving_free_max)
         self.causal = bool(args.get("is_causal"))
         sc = args.get("scale")
         self.scale = 1.0 / math.sqrt(self.D) if sc is None else float(sc)
@@ -102,10 +105,10 @@ def lower_attention_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
     # per lane: the scores, dP and dq (live across yields); shared: what one step writes
     # and reads back before it yields
     c.psum = {(k, lane): b.psum(k, shape, F32) for lane in range(LANES) for k, shape in (
-        ("s", (c.P, KB)), ("dp", (c.P, KB)), ("dq", (c.P, c.D)))}  # fmt: skip
+        ("s", (c.P, c.KB)), ("dp", (c.P, c.KB)), ("dq", (c.P, c.D)))}  # fmt: skip
     for k in ("kv0", "kv1"):
         c.psum[k, 0] = b.psum(k, (c.P, c.D), F32)
-    c.psum["dsT", 0] = b.psum("dsT", (c.P, KB // c.P * c.P), c.dt if c.dt.itemsize == 2 else F32)
+    c.psum["dsT", 0] = b.psum("dsT", (c.P, c.KB // c.P * c.P), c.dt if c.dt.itemsize == 2 else F32)
     nkc = math.ceil(c.Skv / c.P)
     for batch in _indices(lead):
         for kh in range(c.Hkv):
@@ -161,7 +164,8 @@ def _check(b, cfg, op, args) -> None:
         raise TraceError(
             f"{op}: q {list(tq.shape)}, k {list(tk.shape)}, v {list(tv.shape)}, grad_out "
             f"{list(tg.shape)}, out {out}: expected q, grad_out (and output) [..., H, S, D], k "
-            "and v [..., Hkv, Skv, D], H a multiple of Hkv, D <= 128, out [dq, dk, dv] of q's, "
+            f"and v [..., Hkv, Skv, D], H a multiple of Hkv, D <= {cfg.core.tensor.rows}, out "
+            "[dq, dk, dv] of q's, "
             "k's and v's shapes"
         )
     if len({t.dtype.name for t in (tq, tk, tv, tg)}) > 1 or tq.dtype.itemsize not in (2, 4):
@@ -169,7 +173,8 @@ def _check(b, cfg, op, args) -> None:
     if cfg.core.dma.transpose_hbm_rate <= 0:
         raise TraceError(f"{op}: needs the DMA transpose (NC-v3 and later); not lowered here")
     nkc = math.ceil(tk.shape[-2] / cfg.core.tensor.rows)
-    if 2 * nkc * tk.shape[-1] * 4 > ACC_BYTES:
+    most = min(ACC_BYTES[0], int(cfg.core.sbuf.partition_bytes * ACC_BYTES[1]))
+    if 2 * nkc * tk.shape[-1] * 4 > most:
         raise TraceError(f"{op}: {tk.shape[-2]} keys: dk and dv do not fit SBUF yet")
 
 
@@ -183,7 +188,7 @@ def _indices(lead):
 def _load(c: _Ctx, tensor: str, index, r0: int, rows: int, transpose: bool, kind: str):
     """tensor[*index, r0:r0 + rows, :] into a tile: [rows, D], or [D, rows] by DMA transpose."""
     D = c.D
-    shape = (c.P, KB) if transpose else (c.P, D)
+    shape = (c.P, c.KB) if transpose else (c.P, D)
     t = c.tile(kind, shape, c.b.tensors[tensor].dtype)
     src = ap(tensor, *index, slice(r0, r0 + rows), slice(None))
     dst = ap(t, slice(0, D), slice(0, rows)) if transpose else ap(t, slice(0, rows), slice(0, D))
@@ -200,7 +205,7 @@ def _scores(c: _Ctx, qT, kT, q0, qw, t0, kw):
     b.emit(Matmul, [qT, kT], [s], stationary=qT, moving=kT, dst=s)
     if not (c.causal and t0 + kw - 1 > q0):
         return s
-    m = ap(c.tile("smask", (c.P, KB), F32), slice(0, qw), slice(0, kw))
+    m = ap(c.tile("smask", (c.P, c.KB), F32), slice(0, qw), slice(0, kw))
     b.emit(TensorCopy, [s], [m], src=s, dst=m, engine=Engine.SCALAR)
     b.emit(AffineSelect, [m], [m], on_true=m, dst=m, on_false=NEG, cmp="greater_equal",
            start=q0 - t0, partition_step=1, step=-1)  # fmt: skip
@@ -209,7 +214,7 @@ def _scores(c: _Ctx, qT, kT, q0, qw, t0, kw):
 
 def _key_blocks(c: _Ctx, q0: int, qw: int):
     end = min(c.Skv, q0 + qw) if c.causal else c.Skv
-    return [(t0, min(KB, end - t0)) for t0 in range(0, end, KB)]
+    return [(t0, min(c.KB, end - t0)) for t0 in range(0, end, c.KB)]
 
 
 def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict):
@@ -232,7 +237,7 @@ def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict):
         b.emit(Memset, [], [delta], dst=delta, value=0.0)
         for t0, kw in _key_blocks(c, q0, qw):
             p, dp, _ = _p_dp(c, ki, qT, doT, nlse, q0, qw, t0, kw)
-            prod = ap(c.tile("prodk", (c.P, KB), F32), r, slice(0, kw))
+            prod = ap(c.tile("prodk", (c.P, c.KB), F32), r, slice(0, kw))
             tt(b, "multiply", p, dp, prod)
             part = ap(c.tile("part", (c.P, 1), F32), r)
             b.emit(TensorReduce, [prod], [part], alu="add", src=prod, dst=part)
@@ -242,8 +247,8 @@ def _query_block(c: _Ctx, qi, ki, q0: int, qw: int, accs: dict):
     first = True
     for t0, kw in _key_blocks(c, q0, qw):
         p, dp, kn = _p_dp(c, ki, qT, doT, nlse, q0, qw, t0, kw, natural=True)
-        ds = ap(c.tile("ds", (c.P, KB)), r, slice(0, kw))
-        tmp = ap(c.tile("dstmp", (c.P, KB)), r, slice(0, kw))
+        ds = ap(c.tile("ds", (c.P, c.KB)), r, slice(0, kw))
+        tmp = ap(c.tile("dstmp", (c.P, c.KB)), r, slice(0, kw))
         ts(b, dp, tmp, "subtract", delta, "multiply", c.scale, engine=Engine.VECTOR)
         tt(b, "multiply", tmp, p, ds, engine=Engine.GPSIMD)
         yield
@@ -267,7 +272,7 @@ def _neg_lse(c: _Ctx, qi, ki, qT, q0: int, qw: int):
         kT = _load(c, c.k, ki, t0, kw, True, "kT")
         s = _scores(c, qT, kT, q0, qw, t0, kw)
         old, new = nm[n % 2], nm[(n + 1) % 2]
-        junk = ap(c.tile("junk", (c.P, KB)), r, slice(0, kw))
+        junk = ap(c.tile("junk", (c.P, c.KB)), r, slice(0, kw))
         if c.cfg.core.scalar.reduce_max:  # ScalarE's copy with a max reduction: VectorE is busier
             b.emit(Activation, [s], [junk, cols["mx"]], func="copy", src=s, dst=junk,
                    reduce="max", reduce_dst=cols["mx"])  # fmt: skip
@@ -294,13 +299,13 @@ def _p_dp(c: _Ctx, ki, qT, doT, nlse, q0, qw, t0, kw, natural=False):
     kT = _load(c, c.k, ki, t0, kw, True, "kT")
     vT = _load(c, c.v, ki, t0, kw, True, "vT")
     s = _scores(c, qT, kT, q0, qw, t0, kw)
-    p = ap(c.tile("p", (c.P, KB)), r, slice(0, kw))
+    p = ap(c.tile("p", (c.P, c.KB)), r, slice(0, kw))
     act(b, "exp", s, p, scale=c.scale, bias=nlse)
     dp = ap(c.ps("dp"), r, slice(0, kw))
     b.emit(Matmul, [doT, vT], [dp], stationary=doT, moving=vT, dst=dp)
     kn = None
     if natural:
-        kt = c.tile("kn", (c.P, KB // c.P * c.D))
+        kt = c.tile("kn", (c.P, c.KB // c.P * c.D))
         kn = []
         for j, k0 in enumerate(range(0, kw, c.P)):
             cw = min(c.P, kw - k0)
@@ -317,7 +322,7 @@ def _products(c: _Ctx, tiles, dq, accs, qw: int, t0: int, kw: int, first: bool) 
     dv += P-chunk^T dO (PSUM, then added to the accumulators). Returns False (dq started)."""
     b, r, D = c.b, slice(0, qw), c.D
     p, ds, kn, qn, don = tiles
-    dsT = c.tile("dsT", (c.P, KB // c.P * c.P))
+    dsT = c.tile("dsT", (c.P, c.KB // c.P * c.P))
     for j, k0 in enumerate(range(0, kw, c.P)):
         cw = min(c.P, kw - k0)
         chunk = slice(k0, k0 + cw)

@@ -14,9 +14,8 @@ from trnsim.kernels.builder import ap
 if TYPE_CHECKING:
     from trnsim.kernels.reduce import Reduce
 
-__all__ = ["ByMatmul", "ByEngines", "COLS", "BUFS"]
+__all__ = ["ByMatmul", "ByEngines", "BUFS"]
 
-COLS = 512  # columns of an [R, K] block (one PSUM bank of fp32)
 BUFS = 3  # rotating buffers of a reduction's tiles
 
 
@@ -33,12 +32,12 @@ class ByMatmul:
             r.b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
         self.ones = r.b.scratch[key]
         if not r.rows:  # two PSUM rows in turn: one fills while the other is emptied
-            r.rows = [r.b.psum("rowsum", (1, COLS), r.f32) for _ in "ab"]
+            r.rows = [r.b.psum("rowsum", (1, r.cols), r.f32) for _ in "ab"]
         r.m += 1
         self.ps = ap(r.rows[r.m % 2], slice(0, 1), slice(0, cn))
 
     def target(self, rb: int) -> str:
-        return self.r.next_x(min(COLS, self.cn), self.dt)
+        return self.r.next_x(min(self.r.cols, self.cn), self.dt)
 
     def add(self, t: str, rb: int) -> None:
         mv, st = ap(t, slice(0, rb), slice(0, self.cn)), ap(self.ones, slice(0, rb))
@@ -58,14 +57,14 @@ class ByEngines:
         self.r, self.cn, self.k = r, cn, 0
         self.dt = r.low()
         slot = r.n % BUFS
-        self.acc = [r.tile(f"acc{slot}{h}", (r.P, min(COLS, cn)), self.dt) for h in "ab"]
+        self.acc = [r.tile(f"acc{slot}{h}", (r.P, min(r.cols, cn)), self.dt) for h in "ab"]
         self.filled = [0, 0]
         self.pending = None
 
     def target(self, rb: int) -> str:
         if self.k < 2:  # the first block of each accumulator lands in it
             return self.acc[self.k]
-        return self.r.next_x(min(COLS, self.cn), self.r.b.tensors[self.r.x].dtype)
+        return self.r.next_x(min(self.r.cols, self.cn), self.r.b.tensors[self.r.x].dtype)
 
     def add(self, t: str, rb: int) -> None:
         h = self.k % 2

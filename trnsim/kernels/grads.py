@@ -50,9 +50,10 @@ from trnsim.kernels.softmax_backward import row_buffers, row_tile
 __all__ = ["lower_layer_norm_backward", "lower_embedding_backward"]
 
 F32 = dtype("float32")
-SPREAD = 512  # weight elements spread over the partitions at a time (one PSUM bank of fp32)
-STRIP_BYTES = 96 * 1024  # a partition's share of SBUF for the gradient strip (embedding)
-HOTS = 64 * 1024  # a partition's share of SBUF for the two sets of one-hots (embedding)
+# a partition's SBUF for embedding's gradient strip and its two sets of one-hots: (bytes, and
+# at most this share of the partition, for a config with a smaller SBUF)
+STRIP_BYTES = (96 * 1024, 1 / 2)
+HOTS = (64 * 1024, 1 / 3)
 
 
 def lower_layer_norm_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dict) -> None:
@@ -72,7 +73,7 @@ def lower_layer_norm_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: 
     per = tg.dtype.itemsize + tx.dtype.itemsize + 2 * wdt.itemsize
     per += (wdt.itemsize if tx.dtype != wdt else 0) + (odt.itemsize if odt != wdt else 0)
     # the weight spread over the partitions (in the work dtype), and its chunk on the way
-    fixed = d * wdt.itemsize + SPREAD * 4 if weight else 0
+    fixed = d * wdt.itemsize + _chunk(cfg) * 4 if weight else 0
     fixed += (d * wdt.itemsize) if weight is None else 0  # rstd gw in a tile of its own
     bufs = row_buffers(cfg, op, d, per, fixed)
     wrow = _weight_row(b, cfg, weight, d, wdt) if weight is not None else None
@@ -167,16 +168,18 @@ def _scaled(b, col, s, d: int, slot: int, k: str):
 
 def _weight_row(b: KernelBuilder, cfg: ChipConfig, weight: str, d: int, wdt) -> str:
     """The weight on every partition, in the work dtype (VectorE's product with a 16-bit
-    gradient then runs at its 16-bit rate): SPREAD elements at a time into one partition,
-    spread by TensorE (a ones column times the chunk, K = 1), cast on the way out of PSUM."""
+    gradient then runs at its 16-bit rate): a PSUM bank's worth (`_chunk`) at a time into one
+    partition, spread by TensorE (a ones column times the chunk, K = 1), cast on the way out of
+    PSUM."""
     P, dt = cfg.core.sbuf.partitions, b.tensors[weight].dtype
     kind = dt if dt.name != "float32" else F32
-    ones, row = b.tile("ones", "sbuf", (1, P), kind), b.tile("wchunk", "sbuf", (1, SPREAD), dt)
+    spread = _chunk(cfg)
+    ones, row = b.tile("ones", "sbuf", (1, P), kind), b.tile("wchunk", "sbuf", (1, spread), dt)
     out = b.tile("weight_rows", "sbuf", (P, d), wdt)
     b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
-    ps, loads = b.psum("spread", (P, SPREAD), F32), Queues(cfg).loads()
-    for k, c0 in enumerate(range(0, d, SPREAD)):
-        w = min(SPREAD, d - c0)
+    ps, loads = b.psum("spread", (P, spread), F32), Queues(cfg).loads()
+    for k, c0 in enumerate(range(0, d, spread)):
+        w = min(spread, d - c0)
         src, dst = ap(weight, slice(c0, c0 + w)), ap(row, slice(None), slice(0, w))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[k])
         acc = ap(ps, slice(None), slice(0, w))
@@ -248,10 +251,11 @@ def lower_embedding_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
     P, PS = cfg.core.sbuf.partitions, _chunk(cfg)
     blocks = list(row_blocks(tuple(tg.shape), P))
     mdt = tg.dtype if tg.dtype.name != "float32" else F32  # the one-hot: the gradient's kind
-    strip = min(d, STRIP_BYTES // (len(blocks) * tg.dtype.itemsize) // PS * PS or d)
+    most, hots = _budget(cfg, STRIP_BYTES), _budget(cfg, HOTS)
+    strip = min(d, most // (len(blocks) * tg.dtype.itemsize) // PS * PS or d)
     nb = len(blocks)
-    if nb * strip * tg.dtype.itemsize > 2 * STRIP_BYTES or 2 * nb * P * mdt.itemsize > HOTS:
-        raise TraceError(f"{op}: {nb} blocks of 128 tokens do not fit SBUF yet")
+    if nb * strip * tg.dtype.itemsize > 2 * most or 2 * nb * P * mdt.itemsize > hots:
+        raise TraceError(f"{op}: {nb} blocks of {P} tokens do not fit SBUF yet")
     iota = b.tile("vocab", "sbuf", (P, P), F32)
     b.emit(Iota, [], [ap(iota)], dst=ap(iota), start=0, step=1)
     loads = Queues(cfg).loads()
@@ -302,6 +306,11 @@ def _index_columns(b, args, blocks, P, loads) -> list:
             ts(b, col, col, "add", -1.0, engine=Engine.VECTOR)
         cols.append(col)
     return cols
+
+
+def _budget(cfg: ChipConfig, budget: tuple[int, float]) -> int:
+    """Bytes of a partition's SBUF: `budget`'s bytes, or its share of the partition if less."""
+    return min(budget[0], int(cfg.core.sbuf.partition_bytes * budget[1]))
 
 
 def _chunk(cfg) -> int:

@@ -27,7 +27,9 @@ from trnsim.kernels.softmax_backward import row_tile
 __all__ = ["lower_nll_loss_backward"]
 
 CHUNK = 2048  # classes per chunk: 4 KiB of bf16 a partition per store
-WEIGHT_BYTES = 64 * 1024  # a class weight spread over the partitions at most (per partition)
+# a class weight spread over the partitions at most: bytes a partition, and at most this share
+# of the partition (for a config with a smaller SBUF)
+WEIGHT_BYTES = (64 * 1024, 1 / 3)
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum", "none": "none", "mean": "mean", "sum": "sum"}
 
 
@@ -49,7 +51,8 @@ def lower_nll_loss_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: di
     if reduction == "mean" and args.get("total_weight") is None:
         raise TraceError(f"{op}: reduction 'mean' needs total_weight (the forward's)")
     weight = args.get("weight")
-    if weight is not None and c * 4 > WEIGHT_BYTES:
+    most = min(WEIGHT_BYTES[0], int(cfg.core.sbuf.partition_bytes * WEIGHT_BYTES[1]))
+    if weight is not None and c * 4 > most:
         raise TraceError(f"{op}: a class weight over {c} classes is not lowered yet")
     P, f32 = cfg.core.sbuf.partitions, dtype("float32")
     chunk = min(CHUNK, c)

@@ -39,7 +39,7 @@ from trnsim.isa import (
     Transpose,
 )
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.column_folds import BUFS, COLS, ByEngines, ByMatmul
+from trnsim.kernels.column_folds import BUFS, ByEngines, ByMatmul
 from trnsim.kernels.layout import _blocks, flat_blocks
 from trnsim.kernels.queues import Queues
 
@@ -158,6 +158,8 @@ class Reduce:
     def __init__(self, b, cfg, op, x, out, scale):
         self.b, self.cfg, self.op, self.x, self.out, self.scale = b, cfg, op, x, out, scale
         self.alu, self.P, self.f32 = ALU[op], cfg.core.sbuf.partitions, dtype("float32")
+        # columns of an [R, K] block: one PSUM bank of fp32 (and a matmul's moving free size)
+        self.cols = min(cfg.core.psum.bank_bytes // 4, cfg.core.tensor.moving_free_max)
         self.n = 0  # stores so far (buffer rotation, queues)
         self.q = 0  # loads so far (queues)
         self.queues = Queues(cfg)
@@ -204,7 +206,7 @@ class Reduce:
         """Scale `row` ([1, cn] fp32, in PSUM) for mean, cast it, store it to out's flat [lo,
         lo + cn)."""
         b, to = self.b, self.b.tensors[self.out]
-        res = ap(self.tile(f"resrow{self.n % BUFS}", (1, COLS), to.dtype), slice(0, 1),
+        res = ap(self.tile(f"resrow{self.n % BUFS}", (1, self.cols), to.dtype), slice(0, 1),
                  slice(0, cn))  # fmt: skip
         b.emit(TensorScalar, [row], [res], src=row, dst=res, op0="multiply", operand0=self.scale)
         for index, n, off in _runs(list(to.shape) or [1], lo, lo + cn, cn):
@@ -248,7 +250,7 @@ class Reduce:
                 self.store(acc, kb, base + k0)
 
     def kept_cols(self, groups) -> None:
-        """[..., R, K]: blocks of R's rows by up to COLS of K's columns, loaded as they lie.
+        """[..., R, K]: blocks of R's rows by up to `cols` of K's columns, loaded as they lie.
         Sums: TensorE adds each block's partitions into PSUM (a ones column as the stationary
         operand, accumulating over the blocks). Max and min: the blocks folded elementwise into
         two accumulators (VectorE and GpSimd in turn, in x's dtype when 16-bit: exact), then
@@ -262,7 +264,7 @@ class Reduce:
         block = 0
         for okc in itertools.product(*(range(g[2]) for g in kept)):
             base = _flat(okc, [g[2] for g in kept]) * kn
-            for cidx, cn, coff in _runs(ksizes, 0, kn, COLS):
+            for cidx, cn, coff in _runs(ksizes, 0, kn, self.cols):
                 block += 1
                 if not self.mine(block - 1):
                     continue
