@@ -37,6 +37,7 @@ from trnsim.collectives.build import build
 from trnsim.collectives.context import Context
 from trnsim.collectives.run import REDUCE_OPS, Clock, Execution
 from trnsim.collectives.select import Settings, select
+from trnsim.config import SystemConfig
 from trnsim.dtypes import DType, to_dtype
 from trnsim.dtypes import dtype as lookup_dtype
 from trnsim.errors import DeadlockError, TrnsimError
@@ -133,12 +134,25 @@ class World:
 
     @classmethod
     def from_config(
-        cls, cfg, functional: bool = False, links_only: bool = False, link_bandwidth=None
-    ):
-        """A World on the system of a `SystemConfig` (`trnsim.config.load_system`)."""
-        from trnsim.system.build import system_from_config
-
-        system, settings = system_from_config(cfg, functional, links_only, link_bandwidth)
+        cls,
+        cfg: SystemConfig,
+        functional: bool = False,
+        links_only: bool = False,
+        link_bandwidth: dict[str, float] | None = None,
+    ) -> World:
+        """A World on the system of a `SystemConfig` (`trnsim.config.load_system`), with its
+        `collectives:` settings. `links_only`: DMA, HBM and reductions unbounded and no start
+        cost (the closed forms' configuration); `link_bandwidth`: links overridden by name."""
+        system = System.from_config(cfg, functional, links_only, link_bandwidth)
+        c = cfg.collectives
+        settings = Settings(
+            0.0 if links_only else c.start_cost,
+            c.rings,
+            c.mesh_max,
+            c.rdh_max,
+            c.algorithm,
+            c.slices,
+        )
         return cls(system, settings, cfg.chips_per_node)
 
     # -- posting -------------------------------------------------------------------------------

@@ -46,11 +46,11 @@ from dataclasses import dataclass
 import simpy
 
 from trnsim.chip import Chip
-from trnsim.config import ChipConfig
+from trnsim.config import ChipConfig, SystemConfig
 from trnsim.dma.fluid import Flow, FluidModel
 from trnsim.errors import TrnsimError
 from trnsim.report.recorder import Recorder
-from trnsim.system.topology import Topology
+from trnsim.system.topology import Efa, Level, Switch, Topology, Torus
 from trnsim.units import PS_PER_S
 
 STRICT_WEIGHT = 2.0**20
@@ -110,10 +110,10 @@ class System:
         env: simpy.Environment | None = None,
     ):
         lnc = chip.lnc if lnc is None else lnc
-        if ranks_per_chip < 1 or ranks_per_chip > chip.cores // lnc:
+        if ranks_per_chip < 1 or (chip.cores // lnc) % ranks_per_chip:
             raise TrnsimError(
                 f"ranks_per_chip {ranks_per_chip}: {chip.name} at lnc={lnc} has "
-                f"{chip.cores // lnc} logical cores"
+                f"{chip.cores // lnc} logical cores, which it must divide"
             )
         self.cfg, self.topology, self.lnc = chip, topology, lnc
         self.ranks_per_chip = ranks_per_chip
@@ -149,15 +149,54 @@ class System:
         self._reduce_coef = self._move_coef / self.cc.reduce_rate
         self._uses: dict[tuple, tuple] = {}
 
+    @classmethod
+    def from_config(
+        cls,
+        cfg: SystemConfig,
+        functional: bool = False,
+        links_only: bool = False,
+        link_bandwidth: dict[str, float] | None = None,
+        env: simpy.Environment | None = None,
+    ) -> System:
+        """The System of a `SystemConfig` (`trnsim.config.load_system`): its chips, topology
+        (torus or switch, one per node, nodes joined by EFA), lnc and ranks per chip."""
+        t = cfg.topology
+        efa = Efa(cfg.efa.bandwidth, cfg.efa.latency) if cfg.nodes > 1 else None
+        if t.kind == "torus":
+            z = t.z_link
+            topo: Topology = Torus(
+                t.dims,
+                (t.link.bandwidth, t.link.latency),
+                (z.bandwidth, z.latency) if z is not None else None,
+                cfg.nodes,
+                efa,
+            )
+        else:
+            levels = tuple(Level(lv.name, lv.chips, lv.bandwidth, lv.latency) for lv in t.levels)
+            topo = Switch(levels, cfg.nodes, efa)
+        return cls(
+            cfg.chip,
+            topo,
+            cfg.ranks_per_chip,
+            lnc=cfg.lnc,
+            functional=functional,
+            links_only=links_only,
+            link_bandwidth=link_bandwidth,
+            env=env,
+        )
+
     # -- ranks ---------------------------------------------------------------------------------
 
     def rank_place(self, rank: int) -> tuple[int, int]:
-        """(chip, logical core) of `rank`."""
+        """(chip, logical core) of `rank`: chip-major; a chip's ranks spread evenly over its
+        logical cores (all of them when ranks_per_chip is the chip's logical cores), as
+        `SystemConfig.rank_place`."""
         if not 0 <= rank < self.ranks:
             raise TrnsimError(
                 f"rank {rank} does not exist: the system has ranks 0..{self.ranks - 1}"
             )
-        return divmod(rank, self.ranks_per_chip)
+        chip, local = divmod(rank, self.ranks_per_chip)
+        return chip, local * (self.cfg.cores // self.lnc // self.ranks_per_chip)
 
     def chip_of(self, rank: int) -> int:
         return rank // self.ranks_per_chip
