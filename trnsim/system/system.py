@@ -21,11 +21,17 @@ Each is one fluid flow:
   pair where two ring hops take 6, the counts R-CC gives.
 
 Weighted sharing (R-OVL): an engine round-robins between its rings at packet boundaries, so a
-CC flow (64 KiB packets) gets `cc.packet_bytes / compute_packet_bytes` (16) times the share of a
-compute flow (4 KiB) on a resource both want; strict priority (Trn3) is a weight of 2^20. The
-fluid model is max-min fair; a flow of weight w is given work `bytes / w` and coefficients
-`coef * w`: it rises at the common level L while moving w * L bytes per ps, which is weighted
-max-min fairness without touching the filling.
+CC flow (64 KiB packets) gets `cc.packet_bytes / compute_packet_bytes` (16) times the engine
+time of a compute flow (4 KiB) on an engine both want; strict priority (Trn3) is a weight of
+2^20. Round-robin at packet boundaries shares an engine's *bytes* 16:1, whatever each packet
+costs the engine (a reduce's twice a copy's). The fluid model is max-min fair in work units,
+and a compute transfer's work is engine-ps at the load rate (`DmaSystem`: bytes on an engine /
+dma.engine_bandwidth), so a CC flow's work is counted in the same unit: its bytes per engine
+of its rank / engine_bandwidth (bytes in links-only mode, where no engine is used). A flow of
+weight w is given work `W / w` and coefficients `coef x w`: it rises at the common level L while
+doing w L units a ps, which is weighted max-min fairness without touching the filling. So a CC
+copy beside a compute load on one engine gets w r / (1 + w r) of the engine's time (r =
+engine_bandwidth / store_bandwidth, the relative cost of their bytes): 16/17 at one rate.
 
 Approximation: a CC flow is charged on one engine of each of its rank's physical cores (the
 first), standing for all of them (a CC flow spreads evenly over its rank's engines, so they
@@ -148,6 +154,9 @@ class System:
         self._move_coef = 1.0 / (engines * d.store_bandwidth / PS_PER_S)  # engine-ps per byte
         self._reduce_coef = self._move_coef / self.cc.reduce_rate
         self._uses: dict[tuple, tuple] = {}
+        self._scaled: dict[int, tuple] = {}
+        # a work unit: a ps of one engine of the rank loading (links only: a byte)
+        self._unit = 1.0 if links_only else 1.0 / (engines * d.engine_bandwidth / PS_PER_S)
 
     @classmethod
     def from_config(
@@ -266,7 +275,11 @@ class System:
         if not uses:
             return None
         w = self.weight
-        flow = Flow(key, nbytes / w, tuple([(r, c * w) for r, c in uses]), math.inf, on_done, data)
+        unit = self._unit
+        scaled = self._scaled.get(id(uses))
+        if scaled is None or scaled[0] is not uses:  # uses per work unit, weighted
+            scaled = self._scaled[id(uses)] = (uses, tuple([(r, c / unit * w) for r, c in uses]))
+        flow = Flow(key, nbytes * unit / w, scaled[1], math.inf, on_done, data)
         self.fluid.start(flow)
         return flow
 
