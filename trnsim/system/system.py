@@ -142,8 +142,10 @@ class System:
                 raise TrnsimError(f"link {link.name}: bandwidth must be > 0, got {bw}")
             self.link_rid.append(self.fluid.add_resource(bw / PS_PER_S, watched=False))
         if overrides:
-            name = next(iter(overrides))
-            topology.link_id(name)  # raises naming the form of link names
+            try:
+                topology.link_id(next(iter(overrides)))
+            except KeyError as e:  # the form of link names
+                raise TrnsimError(f"link_bandwidth: {e.args[0]}") from None
         self.link_bytes = [0.0] * len(topology.links)
         """Bytes that crossed each link (by link id) so far."""
         self.hbm_read = [0.0] * topology.chips
