@@ -8,7 +8,7 @@ inter-island one on what each rank exchanges between islands (S / ranks per isla
 all-reduce). `algorithm` (the config's, or a call's) other than "auto" forces one.
 
 Beyond the published thresholds (256 ranks on a Trn2 UltraServer), the same rule applies per
-level: the 4 instances are islands (their Z links are a third of the X/Y links' rate and a
+level: the 4 instances are islands (their Z links are half the X/Y links' assumed rate and a
 flat ring over 128 primaries would pay 254 hop latencies), so a 1 GiB all-reduce is
 hierarchical, KangaRing inside each instance (64 ranks) and RDH over the 4 instances.
 """
