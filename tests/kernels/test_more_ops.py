@@ -288,9 +288,9 @@ def _tensors(**shapes):
         ("cat", {"tensors": ["x", "nope"], "out": "o"}, {"x": (4, 6), "o": (4, 6)},
          r"cat: tensors names 'nope', which is not a tensor"),
         ("permute", {"x": "x", "out": "o", "dims": "01"}, {"x": (4, 6), "o": (4, 6)},
-         r"permute: dims is '01'; expected a list of integers"),
+         r"permute: dims: got '01'; expected a list of integers"),
         ("cat", {"tensors": "x", "out": "o"}, {"x": (4, 6), "o": (4, 6)},
-         r"cat: tensors is 'x'; expected a list of tensor names"),
+         r"cat: tensors: got 'x'; expected a non-empty list of tensor names"),
         ("split", {"x": "x", "split_size": [3, 2], "outs": ["y", "o"]},
          {"x": (4, 6), "y": (3, 6), "o": (2, 6)},
          r"split: split_size \[3, 2\]; expected a positive integer or a list of sizes adding "

@@ -120,7 +120,7 @@ def test_the_same_loop_replayed_as_a_graph():
 def test_a_kernel_of_ops_needs_its_tensors_bound():
     dev = Device(TRN2)
     k = KernelSpec("mlp", ops=[OpSpec("matmul", {"a": "x", "b": "w", "out": "h"})])
-    with pytest.raises(TrnsimError, match="launch mlp: matmul's a names 'x', which is not among"):
+    with pytest.raises(TrnsimError, match="launch mlp: matmul: a names 'x', which is not among"):
         dev.launch(k)
 
 

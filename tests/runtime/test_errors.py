@@ -75,7 +75,7 @@ def test_a_high_level_launch_missing_a_tensor_is_refused():
     dev = Device(TRN2)
     a, b = views(dev, (128, 128), (128, 512))
     mm = KernelSpec("mm", ops=[OpSpec("matmul", {"a": "a", "b": "b", "out": "c"})])
-    with pytest.raises(InvalidValueError, match=r"launch mm: matmul's out names 'c', which is "
+    with pytest.raises(InvalidValueError, match=r"launch mm: matmul: out names 'c', which is "
                        r"not among the launch's tensors \(a, b\)"):  # fmt: skip
         dev.launch(mm, {"a": a, "b": b})
 

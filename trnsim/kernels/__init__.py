@@ -10,9 +10,11 @@ binary ops (`elementwise.UNARY`, `BINARY`), `softmax` and `log_softmax`, reducti
 `masked_fill`, `scaled_dot_product_attention` (flash-style), data movement (`contiguous`,
 `permute`, `cat`, `split`), `embedding` (a gather DMA), `addmm`, `cross_entropy` and
 `nll_loss`; the backward ops of a training step and the optimizer's elementwise ops
-(`training`: `backward`, `softmax_backward`, `loss_backward`, `grads`, `attention_backward`,
-`optim`). An op without a lowering is a TraceError naming it. `lower_cores` splits the ops
-between the physical cores of an LNC 2 logical core.
+(`backward`, `softmax_backward`, `loss_backward`, `grads`, `attention_backward`, `optim`).
+Which module lowers an op, which tensors it touches and how the cores of an LNC 2 logical core
+share it are in the op's record (`trace.ops.OPS`); `lowerings` holds the adapters between the
+records and the modules. An op without a lowering is a TraceError naming it. `lower_cores`
+splits the ops between the physical cores of an LNC 2 logical core.
 """
 
 from __future__ import annotations
@@ -22,30 +24,13 @@ import math
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.gcpause import no_gc
-from trnsim.kernels.argmax import lower_argmax
-from trnsim.kernels.attention import lower_attention
 from trnsim.kernels.builder import KernelBuilder
-from trnsim.kernels.elementwise import (  # noqa: F401
-    BINARY,
-    UNARY,
-    lower_binary,
-    lower_unary,
-    lower_where,
-)
+from trnsim.kernels.elementwise import BINARY, UNARY  # noqa: F401
 from trnsim.kernels.fusion import chains, lower_chain
-from trnsim.kernels.gather import lower_embedding
-from trnsim.kernels.loss import lower_loss
-from trnsim.kernels.matmul import lower_matmul
-from trnsim.kernels.movement import lower_cat, lower_contiguous, lower_permute, lower_split
-from trnsim.kernels.norms import lower_norm
 from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
-from trnsim.kernels.rows import REDUCTIONS, lower_reduction, rows_fit
-from trnsim.kernels.softmax import lower_softmax
-from trnsim.kernels.training import FULL_READS as TRAINING_FULL_READS
-from trnsim.kernels.training import ONE_CORE, TRAINING_OPS, lower_training
-from trnsim.kernels.transpose import lower_transpose
-from trnsim.trace.ops import OPS
+from trnsim.kernels.rows import rows_fit
+from trnsim.trace.ops import OPS, problem
 from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
 
 __all__ = ["lower", "lower_cores", "lower_op", "reference", "OPS"]
@@ -78,45 +63,19 @@ def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: st
     return b.program()
 
 
-FULL_READS = {  # op -> arguments it reads whole on every core (the others: by the core's rows)
-    **{op: ("b",) for op in ("matmul", "mm", "bmm")},
-    "linear": ("weight", "bias"),
-    "transpose": ("x",),
-    "layer_norm": ("weight", "bias"),
-    "rms_norm": ("weight",),
-    "scaled_dot_product_attention": ("k", "v"),
-    "addmm": ("mat2", "input"),
-    **TRAINING_FULL_READS,
-}
-
-ALONE = ("permute", "contiguous", "cat", "split", "embedding", "cross_entropy", "nll_loss")
-"""Ops that share their work between physical cores otherwise than by out's rows (or leave it
-to one core): with LNC 2, no other op of the kernel may touch their tensors (`_check_split`)."""
-
-
 def isolated(op: OpSpec, tensors: dict[str, TensorSpec], cfg: ChipConfig) -> bool:
-    """Whether `op` is one of ALONE, a reduction over other dims than the last or over rows
-    too long for `rows` (`reduce.lower_any` shares its blocks otherwise), or an argmax over
-    another dim than the last."""
-    if op.op in ALONE:
+    """Whether `op` shares its work between physical cores otherwise than by rows (its record's
+    `split`: "alone"; "reduce_rows" over other dims than the last or over rows too long for
+    `rows`, which `reduce.lower_any` shares otherwise; "last_dim_rows" over another dim)."""
+    split = OPS[op.op].split
+    if split == "alone":
         return True
     x = op.args.get("x")
-    if op.op in REDUCTIONS and x in tensors:
+    if split in ("reduce_rows", "last_dim_rows") and x in tensors:
         tx = tensors[x]
-        return not (on_last_dim(op.args.get("dim", -1), len(tx.shape)) and rows_fit(cfg, tx))
-    if op.op == "argmax" and x in tensors:
-        return not on_last_dim(op.args.get("dim", -1), len(tensors[x].shape))
+        last = on_last_dim(op.args.get("dim", -1), len(tx.shape))
+        return not (last and (split == "last_dim_rows" or rows_fit(cfg, tx)))
     return False
-
-
-def accesses(op: OpSpec, tensors) -> list[tuple[str, str, str]]:
-    """(argument, tensor, "r" or "w") for each tensor `op` names."""
-    out = []
-    for k, v in op.args.items():
-        for name in v if isinstance(v, list) else [v]:
-            if isinstance(name, str) and name in tensors:
-                out.append((k, name, "w" if k in ("out", "outs") else "r"))
-    return out
 
 
 def lower_cores(
@@ -149,24 +108,25 @@ def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg, source:
         _check_alone(op, isolated(op, tensors, cfg), tensors, seen, alone, source)
         if isolated(op, tensors, cfg):
             continue
+        rec = OPS[op.op]
         out = op.args.get("out")
         outs = out if isinstance(out, list) else [out]  # several, or a list op: per item
-        r_outs = [
-            _rows(tensors[o].shape)
-            if op.op not in REDUCTIONS and op.op != "argmax"
-            else _rows(tensors[op.args["x"]].shape)
-            for o in outs
-        ]
-        if op.op in ONE_CORE:  # computed whole on the first core
+        by_x = rec.split in ("reduce_rows", "last_dim_rows")  # rows of the input reduced
+        r_outs = [_rows(tensors[op.args["x"] if by_x else o].shape) for o in outs]
+        if rec.split == "first_core":  # computed whole on the first core
             r_outs = [-1] * len(outs)
-        full = FULL_READS.get(op.op, ())
+        tensor_args = rec.tensor_args()
         for k, arg in op.args.items():
+            if k not in tensor_args:
+                continue
             items = arg if isinstance(arg, list) else [arg]
             for i, v in enumerate(items):
                 if k == "out" or not isinstance(v, str) or v not in rows_of:
                     continue
                 r_out = r_outs[min(i, len(r_outs) - 1)]
-                whole = k in full or (op.op in BINARY and tensors[v].shape != tensors[out].shape)
+                whole = k in rec.whole or (
+                    rec.broadcast_whole and tensors[v].shape != tensors[out].shape
+                )
                 if (whole and rows_of[v] != -1) or rows_of[v] != r_out:
                     where = f"{source}:{op.line}: " if source else ""
                     raise TraceError(
@@ -181,7 +141,7 @@ def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg, source:
 def _check_alone(op: OpSpec, mine: bool, tensors, seen: dict, alone: dict, source: str) -> None:
     """An isolated op (`mine`) may not conflict (one access a write) with any earlier op's
     access to its tensors, nor any op with an earlier isolated op's."""
-    for k, name, kind in accesses(op, tensors):
+    for k, name, kind in OPS[op.op].accesses(op.args, tensors):
         before = seen.get(name, set()) if mine else alone.get(name, set())
         if "w" in before or (kind == "w" and before):
             where = f"{source}:{op.line}: " if source else ""
@@ -191,7 +151,7 @@ def _check_alone(op: OpSpec, mine: bool, tensors, seen: dict, alone: dict, sourc
                 "cores (lnc 2) otherwise than by rows; cores synchronise only between "
                 "launches: put the op in a kernel of its own"
             )
-    for _, name, kind in accesses(op, tensors):
+    for _, name, kind in OPS[op.op].accesses(op.args, tensors):
         seen.setdefault(name, set()).add(kind)
         if mine:
             alone.setdefault(name, set()).add(kind)
@@ -202,129 +162,18 @@ def _rows(shape) -> int:
 
 
 def check_args(b: KernelBuilder, op: OpSpec) -> None:
-    """Raise TraceError for an op that is not in the table, a missing or unknown argument, or
-    a tensor argument naming no tensor."""
-    spec = OPS.get(op.op)
-    if spec is None:
-        raise TraceError(
-            f"op {op.op!r} has no lowering yet; expected one of {', '.join(sorted(OPS))}"
-        )
-    args = op.args
-    for key, kind in spec.items():
-        k = key.rstrip("?")
-        if k == key and k not in args:
-            raise TraceError(f"{op.op}: missing argument {k!r}; expected {', '.join(spec)}")
-        v = args.get(k)
-        if kind in ("tensor", "operand") and isinstance(v, str) and v not in b.tensors:
-            raise TraceError(f"{op.op}: {k} names {v!r}, which is not a tensor")
-        if kind == "tensors" and (not isinstance(v, list) or not v):
-            raise TraceError(f"{op.op}: {k} is {v!r}; expected a list of tensor names")
-        if kind in ("tensors", "operands") and isinstance(v, list):
-            for name in v:
-                if isinstance(name, str) and name not in b.tensors:
-                    raise TraceError(f"{op.op}: {k} names {name!r}, which is not a tensor")
-        if kind == "values" and not (
-            isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
-        ):
-            raise TraceError(f"{op.op}: {k} is {v!r}; expected a list of integers")
-    names = {k.rstrip("?") for k in spec}
-    extra = [k for k in args if k not in names]
-    if extra:
-        raise TraceError(f"{op.op}: unknown argument {extra[0]!r}; expected {', '.join(spec)}")
+    """Raise TraceError for an op that is not in the table, a missing, unknown or ill-typed
+    argument, or a tensor argument naming no tensor (`trace.ops.problem`: one wording)."""
+    found = problem(op.op, op.args, b.tensors)
+    if found is not None:
+        _, what, expected = found
+        raise TraceError(f"{what}; expected {expected}")
 
 
 def lower_op(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
-    """Emit one op into `b` (its arguments checked by `check_args`)."""
-    args = op.args
-    if op.op in ("matmul", "mm", "bmm"):
-        lower_matmul(b, cfg, args["a"], args["b"], args["out"])
-    elif op.op == "linear":  # out = x @ weight^T (+ bias, broadcast over the rows)
-        lower_matmul(b, cfg, args["x"], args["weight"], args["out"], b_transposed=True)
-        if args.get("bias") is not None:
-            b.barrier()  # the add reads what the matmul wrote: a generation of its own
-            lower_binary(b, cfg, "add", args["out"], args["bias"], args["out"])
-    elif op.op in UNARY:
-        lower_unary(b, cfg, op.op, args["x"], args["out"])
-    elif op.op in BINARY:
-        lower_binary(b, cfg, op.op, args["a"], args["b"], args["out"])
-    elif op.op == "where":
-        lower_where(b, cfg, args["condition"], args["a"], args["other"], args["out"])
-    elif op.op == "masked_fill":
-        lower_where(b, cfg, args["mask"], float(args["value"]), args["x"], args["out"])
-    elif op.op == "transpose":
-        lower_transpose(b, cfg, args["x"], args["out"], args.get("dim0", -2), args.get("dim1", -1))
-    elif op.op in REDUCTIONS:
-        lower_reduction(
-            b, cfg, op.op, args["x"], args["out"], args.get("dim", -1), args.get("keepdim", False)
-        )
-    elif op.op in ("layer_norm", "rms_norm"):
-        lower_norm(
-            b,
-            cfg,
-            op.op,
-            args["x"],
-            args["out"],
-            args.get("weight"),
-            args.get("bias"),
-            args.get("eps", 1e-5),
-        )
-    elif op.op in ALONE or op.op in ("argmax", "addmm"):
-        _lower_more(b, cfg, op)
-    elif op.op == "scaled_dot_product_attention":
-        lower_attention(
-            b,
-            cfg,
-            args["q"],
-            args["k"],
-            args["v"],
-            args["out"],
-            bool(args.get("is_causal")),
-            args.get("scale"),
-        )
-    elif op.op in TRAINING_OPS:  # backward and optimizer ops (kernels.training)
-        lower_training(b, cfg, op)
-    else:
-        lower_softmax(
-            b, cfg, args["x"], args["out"], args.get("dim", -1), log=op.op == "log_softmax"
-        )
-
-
-def _lower_more(b: KernelBuilder, cfg: ChipConfig, op: OpSpec) -> None:
-    """Movement, gathers, losses, argmax and addmm (one block, next to lower_op's)."""
-    a = op.args
-    if op.op == "contiguous":
-        lower_contiguous(b, cfg, a["x"], a["out"])
-    elif op.op == "permute":
-        lower_permute(b, cfg, a["x"], a["out"], a["dims"])
-    elif op.op == "cat":
-        lower_cat(b, cfg, a["tensors"], a["out"], a.get("dim", 0))
-    elif op.op == "split":
-        lower_split(b, cfg, a["x"], a["split_size"], a["outs"], a.get("dim", 0))
-    elif op.op == "embedding":
-        lower_embedding(b, cfg, a["weight"], a["indices"], a["out"])
-    elif op.op in ("cross_entropy", "nll_loss"):
-        lower_loss(b, cfg, op.op, a["input"], a["target"], a["out"], a.get("reduction", "mean"))
-    elif op.op == "argmax":
-        lower_argmax(b, cfg, a["x"], a["out"], a.get("dim", -1), a.get("keepdim", False))
-    else:  # addmm: out = beta * input + alpha * (mat1 @ mat2)
-        lower_addmm(b, cfg, a["input"], a["mat1"], a["mat2"], a["out"], a.get("beta", 1),
-                    a.get("alpha", 1))  # fmt: skip
-
-
-def lower_addmm(b: KernelBuilder, cfg: ChipConfig, inp, m1, m2, out, beta=1, alpha=1) -> None:
-    """The matmul into out, then out = beta * (out * alpha / beta + input): the scalings as
-    in-place `mul`s where alpha or beta is not 1, the input added by `add` (of out's shape, a
-    row [N] or a column [M, 1] broadcast); beta 0 leaves input out."""
-    for k, v in (("beta", beta), ("alpha", alpha)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TraceError(f"addmm: {k} {v!r}; expected a number")
-    lower_matmul(b, cfg, m1, m2, out)
-    scale = alpha / beta if beta else alpha
-    steps = [("mul", scale)] if scale != 1 else []
-    if beta:
-        steps.append(("add", inp))
-        if beta != 1:
-            steps.append(("mul", beta))
-    for name, v in steps:
-        b.barrier()  # each reads what the one before wrote: a generation of its own
-        lower_binary(b, cfg, name, out, float(v) if name == "mul" else v, out)
+    """Emit one op into `b` (its arguments checked by `check_args`) by its record's lowering;
+    an op computed whole on the first physical core ("first_core") only there."""
+    rec = OPS[op.op]
+    if rec.split == "first_core" and b.part[0] != 0:
+        return
+    rec.lowering_fn(b, cfg, op.op, op.args)

@@ -18,17 +18,11 @@ import numpy as np
 from trnsim.isa import Ap
 from trnsim.kernels.reference import reference, tolerance
 from trnsim.memory.init import initial_values
+from trnsim.trace.ops import OPS, OUTPUTS
 from trnsim.trace.program import Program
 
-__all__ = ["expected_outputs", "compare", "BF16_INSIDE"]
+__all__ = ["expected_outputs", "compare"]
 
-BF16_INSIDE = (
-    "scaled_dot_product_attention",
-    "scaled_dot_product_attention_backward",
-    "native_layer_norm_backward",  # x^ and the products in the 16-bit inputs' dtype
-    "_softmax_backward_data",
-)
-"""Ops whose kernels round to bf16 on the way (so their output is only that exact)."""
 
 
 def expected_outputs(
@@ -68,11 +62,10 @@ def expected_outputs(
                 break  # its values are the simulator's own: compare what came before it
             continue
         for i, op in enumerate(kernel.ops):
-            args = {k: v for k, v in op.args.items() if k not in ("out", "outs")}
+            rec = OPS[op.op]
+            args = {k: v for k, v in op.args.items() if k not in OUTPUTS}
             out = op.args["outs"] if "outs" in op.args else op.args["out"]
-            memory.read(
-                arrays, [n for v in args.values() for n in (v if isinstance(v, list) else [v])]
-            )
+            memory.read(arrays, rec.reads(op.args))
             value = reference(op.op, args, arrays)
             # several outputs (split's outs, a backward op's out list): a value each
             outs, values = (out, value) if isinstance(out, list) else ([out], [value])
@@ -124,7 +117,7 @@ def compare(expected: np.ndarray, got: np.ndarray, dtype_name: str, op: str = ""
     got = np.asarray(got, dtype=np.float64)
     err = np.abs(got - expected)
     rtol, atol = tolerance(dtype_name)
-    if op in BF16_INSIDE:
+    if op in OPS and OPS[op].rounds_bf16:  # the kernel rounds to bf16 on the way
         rtol, atol = (max(a, b) for a, b in zip((rtol, atol), tolerance("bfloat16")))
     scale = max(1.0, float(np.nanmax(np.abs(expected)))) if expected.size else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):

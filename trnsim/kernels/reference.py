@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from trnsim.kernels.reference_backward import BACKWARD_REFERENCES, backward_reference
+from trnsim.trace.ops import OPS
 
 __all__ = ["reference", "tolerance"]
 
@@ -72,60 +72,89 @@ def _log_softmax(x, dim):
 
 
 def reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """The expected `out` of op `op` with `args` (tensor names or numbers) on `arrays`; for
-    `split`, the list of its outputs."""
+    """The expected `out` of op `op` with `args` (tensor names or numbers) on `arrays` (for
+    `split` and the ops of several outputs, the list of them), by the op's record's reference
+    (`trace.ops.Op.reference`). KeyError for an op not in the table."""
+    return OPS[op].reference_fn(op, args, arrays)
 
+
+def _val(args, arrays):
     def val(k):
         v = args[k]
         return arrays[v].astype(np.float64) if isinstance(v, str) else float(v)
 
-    if op in ("matmul", "mm", "bmm"):
-        return np.matmul(val("a"), val("b"))
-    if op == "where":
-        return np.where(val("condition") != 0, val("a"), val("other"))
-    if op == "masked_fill":
-        return np.where(val("mask") != 0, float(args["value"]), val("x"))
-    if op == "transpose":
-        return np.swapaxes(val("x"), args.get("dim0", -2), args.get("dim1", -1))
-    if op == "linear":
-        y = np.matmul(val("x"), val("weight").T)
-        return y + val("bias") if args.get("bias") is not None else y
-    if op in _UNARY:
-        return _UNARY[op](val("x"))
-    if op in _BINARY:
-        return _BINARY[op](val("a"), val("b"))
-    if op == "softmax":
-        return _softmax(val("x"), args.get("dim", -1))
-    if op == "log_softmax":
-        return _log_softmax(val("x"), args.get("dim", -1))
-    if op in ("sum", "mean", "amax", "amin"):
-        f = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}[op]
-        return f(val("x"), axis=_axes(args.get("dim", -1)), keepdims=bool(args.get("keepdim")))
-    if op in _MORE:
-        return _MORE[op](args, val, arrays)
-    if op in ("layer_norm", "rms_norm"):
-        x = val("x")
-        eps = float(args.get("eps", 1e-5))
-        if op == "layer_norm":
-            x = x - x.mean(axis=-1, keepdims=True)
-        y = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
-        if args.get("weight") is not None:
-            y = y * val("weight")
-        if args.get("bias") is not None:
-            y = y + val("bias")
-        return y
-    if op == "scaled_dot_product_attention":
-        q, k, v = val("q"), val("k"), val("v")
-        group = q.shape[-3] // k.shape[-3]
-        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
-        scale = args.get("scale") or 1 / math.sqrt(q.shape[-1])
-        s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
-        if args.get("is_causal"):
-            s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
-        return np.matmul(_softmax(s, -1), v)
-    if op in BACKWARD_REFERENCES:  # the backward and optimizer ops
-        return backward_reference(op, args, arrays)
-    raise KeyError(op)
+    return val
+
+
+def matmul(op, args, arrays):
+    val = _val(args, arrays)
+    return np.matmul(val("a"), val("b"))
+
+
+def where(op, args, arrays):
+    val = _val(args, arrays)
+    return np.where(val("condition") != 0, val("a"), val("other"))
+
+
+def masked_fill(op, args, arrays):
+    val = _val(args, arrays)
+    return np.where(val("mask") != 0, float(args["value"]), val("x"))
+
+
+def transpose(op, args, arrays):
+    return np.swapaxes(_val(args, arrays)("x"), args.get("dim0", -2), args.get("dim1", -1))
+
+
+def linear(op, args, arrays):
+    val = _val(args, arrays)
+    y = np.matmul(val("x"), val("weight").T)
+    return y + val("bias") if args.get("bias") is not None else y
+
+
+def unary(op, args, arrays):
+    return _UNARY[op](_val(args, arrays)("x"))
+
+
+def binary(op, args, arrays):
+    val = _val(args, arrays)
+    return _BINARY[op](val("a"), val("b"))
+
+
+def softmax(op, args, arrays):
+    f = _log_softmax if op == "log_softmax" else _softmax
+    return f(_val(args, arrays)("x"), args.get("dim", -1))
+
+
+def reduction(op, args, arrays):
+    f = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}[op]
+    x = _val(args, arrays)("x")
+    return f(x, axis=_axes(args.get("dim", -1)), keepdims=bool(args.get("keepdim")))
+
+
+def norm(op, args, arrays):
+    val = _val(args, arrays)
+    x = val("x")
+    eps = float(args.get("eps", 1e-5))
+    if op == "layer_norm":
+        x = x - x.mean(axis=-1, keepdims=True)
+    y = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    if args.get("weight") is not None:
+        y = y * val("weight")
+    if args.get("bias") is not None:
+        y = y + val("bias")
+    return y
+
+
+def attention(op, args, arrays):
+    val = _val(args, arrays)
+    q, k, v = val("q"), val("k"), val("v")
+    group = q.shape[-3] // k.shape[-3]
+    k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    scale = args.get("scale") or 1 / math.sqrt(q.shape[-1])
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    if args.get("is_causal"):
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    return np.matmul(_softmax(s, -1), v)
 
 
 def _axes(dim):
@@ -133,49 +162,51 @@ def _axes(dim):
     return None if dim is None or dim == [] else tuple(dim) if isinstance(dim, list) else dim
 
 
-def _argmax(args, val, arrays):
-    x, dim = val("x"), args.get("dim", -1)
+def argmax(op, args, arrays):
+    x, dim = _val(args, arrays)("x"), args.get("dim", -1)
     i = np.argmax(x, axis=dim)
     return np.expand_dims(i, dim) if args.get("keepdim") else i
 
 
-def _split(args, val, arrays):
-    x, dim, size = val("x"), args.get("dim", 0), args["split_size"]
+def contiguous(op, args, arrays):
+    return _val(args, arrays)("x")
+
+
+def permute(op, args, arrays):
+    return np.transpose(_val(args, arrays)("x"), args["dims"])
+
+
+def cat(op, args, arrays):
+    parts = [arrays[n].astype(np.float64) for n in args["tensors"]]
+    return np.concatenate(parts, axis=args.get("dim", 0))
+
+
+def split(op, args, arrays):
+    x, dim, size = _val(args, arrays)("x"), args.get("dim", 0), args["split_size"]
     n = x.shape[dim]
     sizes = [min(size, n - a) for a in range(0, n, size)] if isinstance(size, int) else size
     return np.split(x, np.cumsum(sizes)[:-1], axis=dim)
 
 
-def _loss(op):
-    def f(args, val, arrays):
-        x, t = val("input"), val("target").astype(np.int64)
-        logp = _log_softmax(x, -1) if op == "cross_entropy" else x
-        loss = -logp[np.arange(len(t)), t]
-        red = args.get("reduction", "mean")
-        return loss if red == "none" else loss.sum() / (len(t) if red == "mean" else 1)
-
-    return f
+def embedding(op, args, arrays):
+    val = _val(args, arrays)
+    return val("weight")[val("indices").astype(np.int64)]
 
 
-def _addmm(args, val, arrays):
+def loss(op, args, arrays):
+    val = _val(args, arrays)
+    x, t = val("input"), val("target").astype(np.int64)
+    logp = _log_softmax(x, -1) if op == "cross_entropy" else x
+    loss = -logp[np.arange(len(t)), t]
+    red = args.get("reduction", "mean")
+    return loss if red == "none" else loss.sum() / (len(t) if red == "mean" else 1)
+
+
+def addmm(op, args, arrays):
+    val = _val(args, arrays)
     mm = np.matmul(val("mat1"), val("mat2"))
     beta, alpha = float(args.get("beta", 1)), float(args.get("alpha", 1))
     return alpha * mm + (beta * val("input") if beta else 0.0)
-
-
-_MORE = {  # op -> f(args, val, arrays)
-    "argmax": _argmax,
-    "contiguous": lambda args, val, arrays: val("x"),
-    "permute": lambda args, val, arrays: np.transpose(val("x"), args["dims"]),
-    "cat": lambda args, val, arrays: np.concatenate(
-        [arrays[n].astype(np.float64) for n in args["tensors"]], axis=args.get("dim", 0)
-    ),
-    "split": _split,
-    "embedding": lambda args, val, arrays: val("weight")[val("indices").astype(np.int64)],
-    "addmm": _addmm,
-    "cross_entropy": _loss("cross_entropy"),
-    "nll_loss": _loss("nll_loss"),
-}
 
 
 def tolerance(dtype_name: str) -> tuple[float, float]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["backward_reference", "BACKWARD_REFERENCES"]
+__all__ = ["backward_reference"]
 
 
 def _erf(x):
@@ -170,12 +170,3 @@ def _one(op: str, args: dict, val):
     if op == "lerp":
         return _lerp(val("x"), val("end"), float(args["weight"]))
     raise KeyError(op)
-
-
-BACKWARD_REFERENCES = frozenset(
-    """threshold_backward gelu_backward silu_backward sigmoid_backward tanh_backward
-    _softmax_backward_data native_layer_norm_backward embedding_dense_backward
-    nll_loss_backward scaled_dot_product_attention_backward addcdiv addcmul lerp _foreach_add
-    _foreach_mul _foreach_div _foreach_addcdiv _foreach_addcmul _foreach_lerp
-    _foreach_sqrt""".split()
-)

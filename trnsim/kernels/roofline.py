@@ -6,11 +6,13 @@ elementwise ops, `fusion.chains`, is one row named "add+gelu"), in the order who
 `KernelBuilder` tags each instruction with (`CoreProgram.op_of`). A row's bounds, over the
 `cores` physical cores of the logical core that runs it:
 
-- compute: the op's FLOPs (2 M N K for a matmul; for attention 2 x 2 x D per unmasked (query,
-  key) pair of every head; none for elementwise ops, norms, softmax, reductions) over the
-  cores' TensorE peak for its input dtype;
-- DMA: the bytes of each tensor it reads (once) at the cores' load bandwidth (engines x
-  engine_bandwidth each) plus those it writes (once) at their store bandwidth;
+- compute: the op's FLOPs (its record's: 2 M N K for a matmul, linear and addmm; for attention
+  2 x 2 x D per unmasked (query, key) pair of every head; none for elementwise ops, norms,
+  softmax, reductions) over the cores' TensorE peak for its input dtype;
+- DMA: the bytes of each tensor it reads (once; its record's `reads`, lists such as cat's
+  inputs and a foreach op's included) at the cores' load bandwidth (engines x
+  engine_bandwidth each) plus those it writes (once; split's outputs too) at their store
+  bandwidth;
 - HBM: all of those bytes through one HBM stack (the tensors' home stack), bandwidth / stacks.
 
 The roofline is the largest; `bound` names it ("compute", "dma" or "hbm"). Tensors a fused run
@@ -24,12 +26,10 @@ import math
 
 from trnsim.config import ChipConfig, peak_flops_per_core
 from trnsim.kernels.fusion import chains
+from trnsim.trace.ops import OPS
 from trnsim.trace.program import OpSpec, TensorSpec
 
 __all__ = ["op_rows", "op_flops"]
-
-MATMULS = ("matmul", "mm", "bmm")
-
 
 def op_rows(
     ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, cores: int
@@ -42,14 +42,12 @@ def op_rows(
 def _row(run: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, cores: int) -> dict:
     read, written = {}, {}  # tensor -> bytes, in first-touch order
     for op in run:
-        for k, v in op.args.items():
-            if not isinstance(v, str) or v not in tensors or k.startswith("out"):
-                continue
+        rec = OPS[op.op]
+        for v in rec.reads(op.args, tensors):
             if v not in written:  # a tensor the run wrote first stays on chip
                 read[v] = _bytes(tensors[v])
-        for k, v in op.args.items():
-            if k.startswith("out") and isinstance(v, str) and v in tensors:
-                written[v] = _bytes(tensors[v])
+        for v in rec.writes(op.args, tensors):
+            written[v] = _bytes(tensors[v])
     names = list(dict.fromkeys([*read, *written]))
     flops = sum(op_flops(op, tensors) for op in run)
     dtype = _input_dtype(run[0], tensors)
@@ -79,36 +77,17 @@ def _row(run: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, cor
 
 
 def op_flops(op: OpSpec, tensors: dict[str, TensorSpec]) -> int:
-    """TensorE FLOPs the op needs by its definition: 2 per multiply-add of a matmul (`linear`:
-    x [..., K] times weight^T [K, N]); attention's scores and P v, 2 x 2 x D per unmasked
-    (query, key) pair (causal: query i meets keys 0..i); 0 for every other op."""
-    a = op.args
-    if op.op in MATMULS:
-        x, out = tensors[a["a"]].shape, tensors[a["out"]].shape
-        return 2 * math.prod(out) * x[-1]
-    if op.op == "linear":
-        return 2 * math.prod(tensors[a["out"]].shape) * tensors[a["x"]].shape[-1]
-    if op.op == "scaled_dot_product_attention":
-        q, k = tensors[a["q"]].shape, tensors[a["k"]].shape
-        sq, sk, d = q[-2], k[-2], q[-1]
-        pairs = _causal_pairs(sq, sk) if a.get("is_causal") else sq * sk
-        return 2 * 2 * d * pairs * math.prod(q[:-2])
-    return 0
-
-
-def _causal_pairs(sq: int, sk: int) -> int:
-    """(query, key) pairs of a causal mask with query i seeing keys 0..i (PyTorch's
-    is_causal): sum over i < sq of min(i + 1, sk)."""
-    tri = min(sq, sk)
-    return tri * (tri + 1) // 2 + (sq - tri) * sk
+    """TensorE FLOPs the op needs by its definition (its record's `flops`: 2 per multiply-add
+    of a matmul, `linear`'s x [..., K] times weight^T [K, N], `addmm`'s mat1 @ mat2;
+    attention's scores and P v, 2 x 2 x D per unmasked (query, key) pair); 0 for every other
+    op."""
+    return OPS[op.op].op_flops(op.args, {k: t.shape for k, t in tensors.items()})
 
 
 def _input_dtype(op: OpSpec, tensors: dict[str, TensorSpec]) -> str:
-    for k in ("a", "x", "q"):
-        v = op.args.get(k)
-        if isinstance(v, str) and v in tensors:
-            return tensors[v].dtype.name
-    return ""
+    """The dtype of the op's first input tensor ("" if it reads none)."""
+    reads = OPS[op.op].reads(op.args, tensors)
+    return tensors[reads[0]].dtype.name if reads else ""
 
 
 def _peak(cfg: ChipConfig, dtype: str) -> float:

@@ -331,16 +331,16 @@ class Device:
 
 
 def _check_bound(kernel, specs: dict) -> None:
-    """Raise InvalidValueError when an op of `kernel` names a tensor the launch does not bind (OPS
-    gives which arguments name tensors)."""
+    """Raise InvalidValueError when an op of `kernel` names a tensor the launch does not bind
+    (its record says which arguments name tensors); an unknown op or argument is left to the
+    library's check, which names it."""
     for op in kernel.ops:
-        kinds = {k.rstrip("?"): kind for k, kind in OPS.get(op.op, {}).items()}
-        for key, arg in op.args.items():
-            if kinds.get(key) in (None, "value", "values"):
-                continue  # an unknown op or argument: the library's check names it
-            for n in arg if isinstance(arg, list) else [arg]:
-                if isinstance(n, str) and n not in specs:
-                    raise InvalidValueError(
-                        f"launch {kernel.name}: {op.op}'s {key} names {n!r}, which is not "
-                        f"among the launch's tensors ({', '.join(specs) or 'none'})"
-                    )
+        rec = OPS.get(op.op)
+        if rec is None:
+            continue
+        for key, n, _ in rec.accesses(op.args):
+            if n not in specs:
+                raise InvalidValueError(
+                    f"launch {kernel.name}: {op.op}: {key} names {n!r}, which is not among "
+                    f"the launch's tensors ({', '.join(specs) or 'none'})"
+                )

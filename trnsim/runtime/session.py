@@ -30,6 +30,7 @@ from trnsim.runtime.event import Event
 from trnsim.runtime.memory import TensorView
 from trnsim.runtime.reuse import ReuseConflict, ReuseState
 from trnsim.runtime.reuse import enabled as reuse_enabled
+from trnsim.trace.ops import OPS
 from trnsim.trace.program import Program
 
 
@@ -74,11 +75,9 @@ def home_cores(program: Program) -> dict[str, int]:
                 for v in ins.op_getter()(ins):
                     if type(v) is Ap:
                         seen[v.name] = None
-        for op in k.ops:
-            for arg in op.args.values():
-                for v in arg if isinstance(arg, list) else [arg]:  # cat's tensors, split's outs
-                    if isinstance(v, str) and v in program.tensors:
-                        seen[v] = None
+        for op in k.ops:  # cat's tensors, split's outs too
+            for _, v, _ in OPS[op.op].accesses(op.args, program.tensors):
+                seen[v] = None
         used[name] = list(seen)
     homes: dict[str, int] = {}
     core_of = {s.name: s.core for s in program.streams}

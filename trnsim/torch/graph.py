@@ -35,6 +35,7 @@ from trnsim.torch.aten import library_ops
 from trnsim.torch.listeners import Listener, OpRun
 from trnsim.torch.measure import spec
 from trnsim.torch.tensors import cpu_view
+from trnsim.trace.ops import OPS
 from trnsim.trace.program import OpSpec
 
 Tensor = torch.Tensor
@@ -264,12 +265,7 @@ def _estimated(item: Item) -> Kernel:
 
 
 def _reads(op: OpSpec) -> set:
-    names = set()
-    for k, v in op.args.items():
-        if k.startswith("out"):
-            continue
-        names |= set(v) if isinstance(v, list) else {v} if isinstance(v, str) else set()
-    return names
+    return set(OPS[op.op].reads(op.args))
 
 
 def _drop_dead(run: list[OpSpec], later: list[OpSpec], c: Collector, live: set):
@@ -307,10 +303,7 @@ def _measure(run: list[OpSpec], name: str, c: Collector, timer) -> Kernel | None
 
 
 def _names(op: OpSpec) -> list[str]:
-    out = []
-    for v in op.args.values():
-        out += [x for x in v if isinstance(x, str)] if isinstance(v, list) else [v]
-    return [x for x in out if isinstance(x, str)]
+    return [n for _, n, _ in OPS[op.op].accesses(op.args)]
 
 
 @dataclass

@@ -35,7 +35,6 @@ from trnsim.trace.ops import OPS
 from trnsim.trace.program import OpSpec
 
 Tensor = torch.Tensor
-TENSOR_ARGS = ("tensor", "tensors", "operand", "operands")
 _KEPT = "the recording is kept: rec.save(path) writes it to another file"
 
 
@@ -319,10 +318,4 @@ class Recording(TraceTensors, Listener):
 
 def _renamed(op: OpSpec, names: dict) -> dict:
     """An op's arguments with the library's tensor names replaced by the trace's."""
-    kinds = {k.rstrip("?"): v for k, v in OPS[op.op].items()}
-    out = {}
-    for k, v in op.args.items():
-        if kinds.get(k) in TENSOR_ARGS:
-            v = [names.get(x, x) for x in v] if isinstance(v, list) else names.get(v, v)
-        out[k] = v
-    return out
+    return OPS[op.op].renamed(op.args, names)

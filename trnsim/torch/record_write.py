@@ -104,13 +104,7 @@ def _kernel(entry: dict, names: dict) -> dict:
 
 
 def _args(op: str, args: dict, names: dict) -> dict:
-    kinds = {k.rstrip("?"): v for k, v in OPS[op].items()}
-    out = {}
-    for k, v in args.items():
-        if kinds.get(k) in TENSOR_ARGS:
-            v = [names.get(x, x) for x in v] if isinstance(v, list) else names.get(v, v)
-        out[k] = v
-    return out
+    return OPS[op].renamed(args, names)
 
 
 def _streams(rec, names: dict) -> list[dict]:

@@ -1,17 +1,32 @@
-"""The high-level ops a trace's `ops:` may name (PyTorch aten names and argument names): one
-table, checked when the trace loads (so that a misspelt op or argument is an error at its line)
-and used by the kernel library (`trnsim.kernels`), which lowers every op in it.
+"""The op table: every high-level op a trace's `ops:` may name (PyTorch's aten names and argument
+names), defined once.
+
+Each op is one `Op` record: its argument schema, which tensors it reads and writes
+(`Op.accesses`, lists included), where its lowering and its numpy reference live, its TensorE
+FLOPs, how an LNC 2 logical core's two physical cores share it (`split`, `whole`), and how
+closely `--check` compares it. Loading a trace validates an op against its record
+(`check_op`); the kernel library lowers it by the record (`trnsim.kernels`), and the races
+check, the roofline, `--check`, the runtime, the torch layer and the recorder ask the record
+which tensors it touches. Adding an op is its record, its lowering and its tests.
+
+The table is data at layer 1 (the trace loader needs it); the lowering and the reference are
+named by `module:function` in the kernel library (layer 5), which resolves them
+(`Op.lowering_fn`, `Op.reference_fn`): the table names them without importing upwards.
 """
 
 from __future__ import annotations
 
+import importlib
+import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from trnsim.inputs.validate import Loc, hint, one_of, show, unknown
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-__all__ = ["OPS", "UNARY", "BINARY", "REDUCTIONS", "check_op"]
+__all__ = ["OPS", "Op", "UNARY", "BINARY", "REDUCTIONS", "check_op", "problem", "SPLITS"]
 
 UNARY = (
     "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "sqrt", "rsqrt",
@@ -20,139 +35,150 @@ UNARY = (
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
 REDUCTIONS = ("sum", "mean", "amax", "amin")
 
-_X = {"x": "tensor", "out": "tensor"}
+TENSOR_KINDS = ("tensor", "tensors", "operand", "operands")
+OUTPUTS = ("out", "outs")  # the arguments an op writes; every other tensor argument it reads
 
-# op -> argument -> "tensor" (names a tensor of the trace), "operand" (a tensor or a number),
-# "tensors" (a non-empty list of tensor names), "operands" (a list of tensor names or numbers,
-# or one number), "value" (anything the lowering checks) or "values" (a list of integers);
-# optional arguments end in ?
-OPS: dict[str, dict[str, str]] = {
-    **{op: {"a": "tensor", "b": "tensor", "out": "tensor"} for op in ("matmul", "mm", "bmm")},
-    "linear": {"x": "tensor", "weight": "tensor", "bias?": "tensor", "out": "tensor"},
-    **{op: _X for op in UNARY},
-    **{op: {"a": "operand", "b": "operand", "out": "tensor"} for op in BINARY},
-    **{op: {**_X, "dim?": "value"} for op in ("softmax", "log_softmax")},
-    **{op: {**_X, "dim?": "value", "keepdim?": "value"} for op in REDUCTIONS},
-    "transpose": {**_X, "dim0?": "value", "dim1?": "value"},
-    "where": {"condition": "tensor", "a": "operand", "other": "operand", "out": "tensor"},
-    "masked_fill": {"x": "tensor", "mask": "tensor", "value": "value", "out": "tensor"},
-    "layer_norm": {**_X, "weight?": "tensor", "bias?": "tensor", "eps?": "value"},
-    "rms_norm": {**_X, "weight?": "tensor", "eps?": "value"},
-    "scaled_dot_product_attention": {
-        "q": "tensor",
-        "k": "tensor",
-        "v": "tensor",
-        "out": "tensor",
-        "is_causal?": "value",
-        "scale?": "value",
-    },  # fmt: skip
-    # data movement, gathers, losses (kernels/movement.py, gather.py, loss.py; rows.py: argmax)
-    "argmax": {**_X, "dim?": "value", "keepdim?": "value"},
-    "contiguous": _X,
-    "permute": {**_X, "dims": "values"},
-    "cat": {"tensors": "tensors", "out": "tensor", "dim?": "value"},
-    "split": {"x": "tensor", "split_size": "value", "outs": "tensors", "dim?": "value"},
-    "embedding": {"weight": "tensor", "indices": "tensor", "out": "tensor"},
-    "addmm": {
-        "input": "tensor",
-        "mat1": "tensor",
-        "mat2": "tensor",
-        "out": "tensor",
-        "beta?": "value",
-        "alpha?": "value",
-    },
-    **{
-        op: {"input": "tensor", "target": "tensor", "out": "tensor", "reduction?": "value"}
-        for op in ("cross_entropy", "nll_loss")
-    },
-    # -- the backward ops of a training step and the optimizer's elementwise ops (kernels.
-    # backward, kernels.optim); several outputs: `out` a list, in aten's order
-    **{op: {"grad_output": "tensor", "x": "tensor", "out": "tensor"} for op in ("silu_backward",)},
-    "threshold_backward": {"grad_output": "tensor", "x": "tensor", "threshold": "value",
-                           "out": "tensor"},
-    "gelu_backward": {"grad_output": "tensor", "x": "tensor", "approximate?": "value",
-                      "out": "tensor"},
-    **{op: {"grad_output": "tensor", "output": "tensor", "out": "tensor"}
-       for op in ("sigmoid_backward", "tanh_backward")},
-    "_softmax_backward_data": {"grad_output": "tensor", "output": "tensor", "dim?": "value",
-                               "input_dtype?": "value", "out": "tensor"},
-    "native_layer_norm_backward": {
-        "grad_out": "tensor", "input": "tensor", "normalized_shape?": "value", "mean": "tensor",
-        "rstd": "tensor", "weight?": "tensor", "bias?": "tensor", "output_mask?": "value",
-        "out": "tensors",
-    },
-    "embedding_dense_backward": {
-        "grad_output": "tensor", "indices": "tensor", "num_weights?": "value",
-        "padding_idx?": "value", "scale_grad_by_freq?": "value", "out": "tensor",
-    },
-    "nll_loss_backward": {
-        "grad_output": "tensor", "x": "tensor", "target": "tensor", "weight?": "tensor",
-        "reduction?": "value", "ignore_index?": "value", "total_weight?": "tensor",
-        "out": "tensor",
-    },
-    "scaled_dot_product_attention_backward": {
-        "grad_out": "tensor", "q": "tensor", "k": "tensor", "v": "tensor", "output?": "tensor",
-        "is_causal?": "value", "scale?": "value", "out": "tensors",
-    },
-    "addcdiv": {"x": "tensor", "tensor1": "tensor", "tensor2": "tensor", "value?": "value",
-                "out": "tensor"},
-    "addcmul": {"x": "tensor", "tensor1": "tensor", "tensor2": "tensor", "value?": "value",
-                "out": "tensor"},
-    "lerp": {"x": "tensor", "end": "tensor", "weight": "value", "out": "tensor"},
-    **{op: {"x": "tensors", "other": "operands", "alpha?": "value", "out": "tensors"}
-       for op in ("_foreach_add", "_foreach_mul", "_foreach_div")},
-    **{op: {"x": "tensors", "tensor1": "tensors", "tensor2": "tensors", "value?": "value",
-            "out": "tensors"} for op in ("_foreach_addcdiv", "_foreach_addcmul")},
-    "_foreach_lerp": {"x": "tensors", "tensors1": "tensors", "weight": "value",
-                      "out": "tensors"},
-    "_foreach_sqrt": {"x": "tensors", "out": "tensors"},
-}  # fmt: skip
+SPLITS = {
+    "rows": "each physical core computes its share of the output's rows (`layout.core_rows`)",
+    "reduce_rows": "by the input's rows when reducing over the last dim with rows that fit, "
+    "else alone",
+    "last_dim_rows": "by the input's rows over the last dim, else alone",
+    "first_core": "computed whole on the first physical core (its outputs sum over rows)",
+    "alone": "shares its work otherwise than by rows: no other op of the kernel may touch its "
+    "tensors",
+}
+"""How an op's work is shared between the physical cores of an LNC 2 logical core."""
 
 
-def check_op(op: str, args: dict, loc: Loc, args_loc: Loc) -> None:
-    """Fail at `loc` for an unknown op, at `args_loc` for a missing or unknown argument, or a
-    tensor operand that is not a name. Whether a name is a declared tensor is left to the
-    kernel library: the format's own examples name intermediates (`out: h`) and tensors that
-    are declared elsewhere."""
-    spec = OPS.get(op)
-    if spec is None:
-        loc.fail(unknown("op", op, OPS), one_of(sorted(OPS), limit=40))
-    names = {k.rstrip("?"): kind for k, kind in spec.items()}
+@dataclass(frozen=True)
+class Op:
+    """One op of the table. `args`: argument -> kind ("tensor" names a tensor of the trace,
+    "operand" a tensor or a number, "tensors" a non-empty list of tensor names, "operands" a
+    list of tensor names or numbers, or one number, "value" anything the lowering checks,
+    "values" a list of integers; optional arguments end in ?). `lowering` and `reference`:
+    `module:function` in `trnsim.kernels` (`f(b, cfg, op, args)`, `f(op, args, arrays)`).
+    `flops(args, shapes)`: TensorE FLOPs by definition (None: 0). `split`: a key of SPLITS;
+    `whole`: arguments every core reads whole; `broadcast_whole`: an operand of another shape
+    than `out` is read whole. `rounds_bf16`: the kernel rounds to bf16 on the way, so `--check`
+    compares at bf16's tolerance."""
+
+    args: dict[str, str]
+    lowering: str
+    reference: str
+    flops: Callable | None = None
+    split: str = "rows"
+    whole: tuple[str, ...] = ()
+    broadcast_whole: bool = False
+    rounds_bf16: bool = False
+    name: str = field(default="", compare=False)
+
+    @property
+    def kinds(self) -> dict[str, str]:
+        """argument (without ?) -> kind."""
+        return {k.rstrip("?"): v for k, v in self.args.items()}
+
+    def tensor_args(self) -> tuple[str, ...]:
+        """The arguments that name tensors (some may be numbers: operands)."""
+        return tuple(k for k, v in self.kinds.items() if v in TENSOR_KINDS)
+
+    def accesses(self, args: dict, tensors=None) -> list[tuple[str, str, str]]:
+        """(argument, tensor name, "r" or "w") for every tensor `args` name, lists included, in
+        argument order; only names in `tensors` when it is given."""
+        kinds = self.kinds
+        out = []
+        for k, v in args.items():
+            if kinds.get(k) not in TENSOR_KINDS:
+                continue
+            for name in v if isinstance(v, list) else [v]:
+                if isinstance(name, str) and (tensors is None or name in tensors):
+                    out.append((k, name, "w" if k in OUTPUTS else "r"))
+        return out
+
+    def renamed(self, args: dict, names: dict) -> dict:
+        """`args` with each tensor name replaced by `names`' (a recording's trace names)."""
+        tensor_args = self.tensor_args()
+        out = {}
+        for k, v in args.items():
+            if k in tensor_args:
+                v = [names.get(x, x) for x in v] if isinstance(v, list) else names.get(v, v)
+            out[k] = v
+        return out
+
+    def reads(self, args: dict, tensors=None) -> list[str]:
+        """The tensors the op reads (each once, in order)."""
+        return list(dict.fromkeys(n for _, n, rw in self.accesses(args, tensors) if rw == "r"))
+
+    def writes(self, args: dict, tensors=None) -> list[str]:
+        """The tensors the op writes (each once, in order)."""
+        return list(dict.fromkeys(n for _, n, rw in self.accesses(args, tensors) if rw == "w"))
+
+    def op_flops(self, args: dict, shapes: dict) -> int:
+        """TensorE FLOPs on tensors of `shapes` (name -> shape)."""
+        return int(self.flops(args, shapes)) if self.flops is not None else 0
+
+    @property
+    def lowering_fn(self) -> Callable:
+        return _resolve(self.lowering)
+
+    @property
+    def reference_fn(self) -> Callable:
+        return _resolve(self.reference)
+
+
+_RESOLVED: dict[str, Callable] = {}
+
+
+def _resolve(path: str) -> Callable:
+    fn = _RESOLVED.get(path)
+    if fn is None:
+        module, _, name = path.partition(":")
+        fn = _RESOLVED[path] = getattr(importlib.import_module(module), name)
+    return fn
+
+
+def problem(op: str, args: dict, tensors=None) -> tuple[str | None, str, str] | None:
+    """The first thing wrong with op `op` and its `args`, as (argument or None, what is wrong,
+    what was expected), or None. With `tensors` (names declared), a tensor argument must name
+    one of them. The one validator: the trace loader, the kernel library and the runtime word
+    their errors from it."""
+    rec = OPS.get(op)
+    if rec is None:
+        return None, unknown("op", op, OPS), one_of(sorted(OPS), limit=40)
+    spec, kinds = rec.args, rec.kinds
+    listing = f"{op}'s arguments: {', '.join(spec)} (? = optional)"
     for key in args:
-        if key not in names:
-            args_loc.fail(
-                f"{op}: unknown argument {show(key)}{hint(key, names)}",
-                f"{op}'s arguments: {', '.join(spec)} (? = optional)",
-            )
+        if key not in kinds:
+            return None, f"{op}: unknown argument {show(key)}{hint(key, kinds)}", listing
     for key in spec:
         if not key.endswith("?") and key not in args:
-            args_loc.fail(f"{op}: missing argument {key!r}", f"{op}'s arguments: {', '.join(spec)}")
+            return None, f"{op}: missing argument {key!r}", listing
     for key, value in args.items():
+        kind = kinds[key]
         name = isinstance(value, str) and IDENT.fullmatch(value)
-        if names[key] == "tensor" and not name:
-            args_loc.key(args, key).fail(f"{op}: {key}: got {show(value)}", "a tensor name")
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if names[key] == "operand" and not (name or number):
-            args_loc.key(args, key).fail(
-                f"{op}: {key}: got {show(value)}", "a tensor name or a number"
+        if kind == "tensor" and not name:
+            return key, f"{op}: {key}: got {show(value)}", "a tensor name"
+        if kind == "operand" and not (name or number):
+            return key, f"{op}: {key}: got {show(value)}", "a tensor name or a number"
+        if kind in ("tensors", "operands") and not _listed(value, kind):
+            expected = "a non-empty list of tensor names" + (
+                ", a list of numbers, or a number" if kind == "operands" else ""
             )
-        _check_list(op, key, names[key], value, args_loc.key(args, key))
-
-
-def _check_list(op: str, key: str, kind: str, value, loc: Loc) -> None:
-    """Fail at `loc` for a "tensors" argument that is not a non-empty list of names, an
-    "operands" one that is neither that, a list of numbers nor a number, or a "values" one that
-    is not a list of integers."""
-    if kind in ("tensors", "operands") and not _listed(value, kind):
-        expected = "a non-empty list of tensor names" + (
-            ", a list of numbers, or a number" if kind == "operands" else ""
-        )
-        loc.fail(f"{op}: {key}: got {show(value)}", expected)
-    items = value if isinstance(value, list) else None
-    if kind == "values" and not (
-        items is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in items)
-    ):
-        loc.fail(f"{op}: {key}: got {show(value)}", "a list of integers")
+            return key, f"{op}: {key}: got {show(value)}", expected
+        if kind == "values" and not (
+            isinstance(value, list)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
+            return key, f"{op}: {key}: got {show(value)}", "a list of integers"
+        if tensors is not None and kind in TENSOR_KINDS:
+            for n in value if isinstance(value, list) else [value]:
+                if isinstance(n, str) and n not in tensors:
+                    return (
+                        key,
+                        f"{op}: {key} names {n!r}, which is not a tensor",
+                        ("a tensor of the kernel: " + (", ".join(list(tensors)[:20]) or "none")),
+                    )
+    return None
 
 
 def _listed(value, kind: str) -> bool:
@@ -168,3 +194,163 @@ def _listed(value, kind: str) -> bool:
         return False
     names = all(isinstance(v, str) and IDENT.fullmatch(v) for v in value)
     return names or (kind == "operands" and all(number(v) for v in value))
+
+
+def check_op(op: str, args: dict, loc: Loc, args_loc: Loc) -> None:
+    """Fail at `loc` for an unknown op, at the argument's line for a bad argument, else at
+    `args_loc` (`problem`). Whether a name is a declared tensor is left to the kernel library:
+    the format's own examples name intermediates (`out: h`) and tensors declared elsewhere."""
+    found = problem(op, args)
+    if found is None:
+        return
+    key, what, expected = found
+    if op not in OPS:
+        loc.fail(what, expected)
+    (args_loc.key(args, key) if key is not None else args_loc).fail(what, expected)
+
+
+# -- FLOPs by definition ------------------------------------------------------------------------
+
+
+def _matmul_flops(a_arg: str):
+    """2 M N K: 2 per multiply-add, K the last dim of `a_arg`."""
+
+    def f(args, shapes):
+        return 2 * math.prod(shapes[args["out"]]) * shapes[args[a_arg]][-1]
+
+    return f
+
+
+def _attention_flops(args, shapes) -> int:
+    """scores and P v: 2 x 2 x D per unmasked (query, key) pair of every head (causal: query i
+    meets keys 0..i)."""
+    q, k = shapes[args["q"]], shapes[args["k"]]
+    sq, sk, d = q[-2], k[-2], q[-1]
+    if args.get("is_causal"):
+        tri = min(sq, sk)
+        pairs = tri * (tri + 1) // 2 + (sq - tri) * sk
+    else:
+        pairs = sq * sk
+    return 2 * 2 * d * pairs * math.prod(q[:-2])
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+_K = "trnsim.kernels.lowerings:"
+_R = "trnsim.kernels.reference:"
+_B = "trnsim.kernels.reference_backward:backward_reference"
+_X = {"x": "tensor", "out": "tensor"}
+
+
+def _table() -> dict[str, Op]:
+    t: dict[str, Op] = {}
+    for op in ("matmul", "mm", "bmm"):
+        t[op] = Op({"a": "tensor", "b": "tensor", "out": "tensor"}, _K + "matmul", _R + "matmul",
+                   _matmul_flops("a"), whole=("b",))  # fmt: skip
+    t["linear"] = Op({"x": "tensor", "weight": "tensor", "bias?": "tensor", "out": "tensor"},
+                     _K + "linear", _R + "linear", _matmul_flops("x"),
+                     whole=("weight", "bias"))  # fmt: skip
+    for op in UNARY:
+        t[op] = Op(_X, _K + "unary", _R + "unary")
+    for op in BINARY:
+        t[op] = Op({"a": "operand", "b": "operand", "out": "tensor"}, _K + "binary",
+                   _R + "binary", broadcast_whole=True)  # fmt: skip
+    for op in ("softmax", "log_softmax"):
+        t[op] = Op({**_X, "dim?": "value"}, _K + "softmax", _R + "softmax")
+    for op in REDUCTIONS:
+        t[op] = Op({**_X, "dim?": "value", "keepdim?": "value"}, _K + "reduction",
+                   _R + "reduction", split="reduce_rows")  # fmt: skip
+    t["transpose"] = Op({**_X, "dim0?": "value", "dim1?": "value"}, _K + "transpose",
+                        _R + "transpose", whole=("x",))  # fmt: skip
+    t["where"] = Op({"condition": "tensor", "a": "operand", "other": "operand", "out": "tensor"},
+                    _K + "where", _R + "where")  # fmt: skip
+    t["masked_fill"] = Op({"x": "tensor", "mask": "tensor", "value": "value", "out": "tensor"},
+                          _K + "masked_fill", _R + "masked_fill")  # fmt: skip
+    t["layer_norm"] = Op({**_X, "weight?": "tensor", "bias?": "tensor", "eps?": "value"},
+                         _K + "norm", _R + "norm", whole=("weight", "bias"))  # fmt: skip
+    t["rms_norm"] = Op({**_X, "weight?": "tensor", "eps?": "value"}, _K + "norm", _R + "norm",
+                       whole=("weight",))  # fmt: skip
+    t["scaled_dot_product_attention"] = Op(
+        {"q": "tensor", "k": "tensor", "v": "tensor", "out": "tensor", "is_causal?": "value",
+         "scale?": "value"},
+        _K + "attention", _R + "attention", _attention_flops, whole=("k", "v"), rounds_bf16=True,
+    )  # fmt: skip
+    # data movement, gathers, losses (kernels/movement.py, gather.py, loss.py; rows.py: argmax)
+    t["argmax"] = Op({**_X, "dim?": "value", "keepdim?": "value"}, _K + "argmax",
+                     _R + "argmax", split="last_dim_rows")  # fmt: skip
+    t["contiguous"] = Op(_X, _K + "contiguous", _R + "contiguous", split="alone")
+    t["permute"] = Op({**_X, "dims": "values"}, _K + "permute", _R + "permute", split="alone")
+    t["cat"] = Op({"tensors": "tensors", "out": "tensor", "dim?": "value"}, _K + "cat",
+                  _R + "cat", split="alone")  # fmt: skip
+    t["split"] = Op({"x": "tensor", "split_size": "value", "outs": "tensors", "dim?": "value"},
+                    _K + "split", _R + "split", split="alone")  # fmt: skip
+    t["embedding"] = Op({"weight": "tensor", "indices": "tensor", "out": "tensor"},
+                        _K + "embedding", _R + "embedding", split="alone")  # fmt: skip
+    t["addmm"] = Op({"input": "tensor", "mat1": "tensor", "mat2": "tensor", "out": "tensor",
+                     "beta?": "value", "alpha?": "value"},
+                    _K + "addmm", _R + "addmm", _matmul_flops("mat1"),
+                    whole=("mat2", "input"))  # fmt: skip
+    for op in ("cross_entropy", "nll_loss"):
+        t[op] = Op({"input": "tensor", "target": "tensor", "out": "tensor",
+                    "reduction?": "value"}, _K + "loss", _R + "loss", split="alone")  # fmt: skip
+    # -- the backward ops of a training step and the optimizer's elementwise ops (kernels.
+    # backward, kernels.optim); several outputs: `out` a list, in aten's order
+    ew = "trnsim.kernels.backward:lower_elementwise_backward"
+    t["silu_backward"] = Op({"grad_output": "tensor", "x": "tensor", "out": "tensor"}, ew, _B)
+    t["threshold_backward"] = Op({"grad_output": "tensor", "x": "tensor", "threshold": "value",
+                                  "out": "tensor"}, ew, _B)  # fmt: skip
+    t["gelu_backward"] = Op({"grad_output": "tensor", "x": "tensor", "approximate?": "value",
+                             "out": "tensor"}, ew, _B)  # fmt: skip
+    for op in ("sigmoid_backward", "tanh_backward"):
+        t[op] = Op({"grad_output": "tensor", "output": "tensor", "out": "tensor"}, ew, _B)
+    t["_softmax_backward_data"] = Op(
+        {"grad_output": "tensor", "output": "tensor", "dim?": "value", "input_dtype?": "value",
+         "out": "tensor"},
+        "trnsim.kernels.softmax_backward:lower_softmax_backward", _B, rounds_bf16=True,
+    )  # fmt: skip
+    t["native_layer_norm_backward"] = Op(
+        {"grad_out": "tensor", "input": "tensor", "normalized_shape?": "value", "mean": "tensor",
+         "rstd": "tensor", "weight?": "tensor", "bias?": "tensor", "output_mask?": "value",
+         "out": "tensors"},
+        "trnsim.kernels.grads:lower_layer_norm_backward", _B, split="first_core",
+        rounds_bf16=True,  # x^ and the products in the 16-bit inputs' dtype
+    )  # fmt: skip
+    t["embedding_dense_backward"] = Op(
+        {"grad_output": "tensor", "indices": "tensor", "num_weights?": "value",
+         "padding_idx?": "value", "scale_grad_by_freq?": "value", "out": "tensor"},
+        "trnsim.kernels.grads:lower_embedding_backward", _B, split="first_core",
+    )  # fmt: skip
+    t["nll_loss_backward"] = Op(
+        {"grad_output": "tensor", "x": "tensor", "target": "tensor", "weight?": "tensor",
+         "reduction?": "value", "ignore_index?": "value", "total_weight?": "tensor",
+         "out": "tensor"},
+        "trnsim.kernels.loss_backward:lower_nll_loss_backward", _B,
+        whole=("grad_output", "weight", "total_weight"),
+    )  # fmt: skip
+    t["scaled_dot_product_attention_backward"] = Op(
+        {"grad_out": "tensor", "q": "tensor", "k": "tensor", "v": "tensor", "output?": "tensor",
+         "is_causal?": "value", "scale?": "value", "out": "tensors"},
+        "trnsim.kernels.attention_backward:lower_attention_backward", _B, split="first_core",
+        rounds_bf16=True,
+    )  # fmt: skip
+    optim = "trnsim.kernels.optim:lower_optim"
+    for op in ("addcdiv", "addcmul"):
+        t[op] = Op({"x": "tensor", "tensor1": "tensor", "tensor2": "tensor", "value?": "value",
+                    "out": "tensor"}, optim, _B)  # fmt: skip
+    t["lerp"] = Op({"x": "tensor", "end": "tensor", "weight": "value", "out": "tensor"}, optim, _B)
+    for op in ("_foreach_add", "_foreach_mul", "_foreach_div"):
+        t[op] = Op({"x": "tensors", "other": "operands", "alpha?": "value", "out": "tensors"},
+                   optim, _B)  # fmt: skip
+    for op in ("_foreach_addcdiv", "_foreach_addcmul"):
+        t[op] = Op({"x": "tensors", "tensor1": "tensors", "tensor2": "tensors",
+                    "value?": "value", "out": "tensors"}, optim, _B)  # fmt: skip
+    t["_foreach_lerp"] = Op({"x": "tensors", "tensors1": "tensors", "weight": "value",
+                             "out": "tensors"}, optim, _B)  # fmt: skip
+    t["_foreach_sqrt"] = Op({"x": "tensors", "out": "tensors"}, optim, _B)
+    for name, rec in t.items():
+        object.__setattr__(rec, "name", name)
+        assert rec.split in SPLITS, name
+    return t
+
+
+OPS: dict[str, Op] = _table()

@@ -16,6 +16,7 @@ raises `RaceError` for the first (or returns warnings); `check_deadlocks` raises
 from __future__ import annotations
 
 from trnsim.isa import Ap
+from trnsim.trace.ops import OPS
 from trnsim.trace.program import Program
 from trnsim.trace.races.barriers import check_meeting, marks, ordered
 from trnsim.trace.races.clocks import launch_clocks
@@ -153,17 +154,14 @@ def _find(program: Program, library: bool, start: dict, orders: dict, races: Rac
 
 
 def _op_accesses(kernel, shapes: Shapes, src: str) -> dict:
-    """{Access: label} of a lowered kernel's ops: each tensor an op names, whole, written when
-    it is an output (`out`, `outs`)."""
+    """{Access: label} of a lowered kernel's ops: each tensor an op reads or writes (its
+    record's `accesses`), whole."""
     accs: dict = {}
     for op in kernel.ops:
-        for key, arg in op.args.items():
-            for name in arg if isinstance(arg, list) else [arg]:
-                if not isinstance(name, str) or name not in shapes.tensors:
-                    continue
-                a = shapes.access(Ap(name, (), name), {}, key in ("out", "outs"))
-                if a is not None:
-                    accs.setdefault(a, f"{src}:{op.line} kernel {kernel.name} op {op.op}")
+        for _, name, rw in OPS[op.op].accesses(op.args, shapes.tensors):
+            a = shapes.access(Ap(name, (), name), {}, rw == "w")
+            if a is not None:
+                accs.setdefault(a, f"{src}:{op.line} kernel {kernel.name} op {op.op}")
     return accs
 
 
