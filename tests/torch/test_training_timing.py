@@ -55,7 +55,7 @@ def step():
     class Spy(Listener):
         def op(self, run):
             args, kwargs, r = run.args, run.kwargs, run.result
-            est = t.measure.estimate(args, kwargs, r).duration_ps
+            est = t.measure.estimate(run.name, args, kwargs, r).duration_ps
             roof.setdefault(run.name, (est, _written(r, args)))
 
     before = {k: (s.count, s.device_ps, s.modelled) for k, s in t.stats.items()}

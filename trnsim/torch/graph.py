@@ -72,7 +72,7 @@ class Collector(Listener):
         self.keep.append((args, kwargs, r))
         self.fresh = [x for x in (r if isinstance(r, (list, tuple)) else [r])
                       if isinstance(x, Tensor)]  # fmt: skip
-        est = self.timer.measure.estimate(args, kwargs, r).duration_ps
+        est = self.timer.measure.estimate(name, args, kwargs, r).duration_ps
         base, _, overload = name.partition(".")
         try:
             lowered = library_ops(base, overload, args, kwargs, r)

@@ -316,7 +316,7 @@ def _convolution(input, weight, bias, stride, padding, dilation, transposed, out
     r = torch.ops.aten.convolution.default(
         *args, stride, padding, dilation, transposed, output_padding, groups
     )
-    timing_record("convolution_overrideable", args, {}, r)
+    timing_record("convolution_overrideable", (*args, transposed, groups), {}, r)
     return to_device(r)
 
 
@@ -329,7 +329,7 @@ def _convolution_backward(grad_output, input, weight, stride, padding, dilation,
         *args, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
         output_mask,
     )  # fmt: skip
-    timing_record("convolution_backward_overrideable", args, {}, grads)
+    timing_record("convolution_backward_overrideable", (*args, transposed, groups), {}, grads)
     return tuple(to_device(g) if g is not None else None for g in grads)
 
 

@@ -110,22 +110,48 @@ def op_key(name: str, args, kwargs) -> tuple:
     return (name, *signature(args), *(signature(kwargs.values()) if kwargs else ()))
 
 
-def roofline_figures(args, kwargs, r) -> tuple[int, int, str]:
-    """(FLOPs, bytes, the dtype whose peak bounds it) of the roofline estimate of an op: FLOPs
-    2 M N K for a matmul-like op (a convolution's by its weight), one per output element
-    otherwise; bytes: inputs + outputs; the dtype: the first input's."""
+# the matmul family: aten op (without overload) -> the argument whose last dim is K
+MATMULS = {"mm": 0, "bmm": 0, "matmul": 0, "linear": 0, "mv": 0, "dot": 0, "vdot": 0,
+           "addmm": 1, "baddbmm": 1, "addbmm": 1, "addmv": 1, "_addmm_activation": 1,
+           "_scaled_mm": 0, "_int_mm": 0}  # fmt: skip
+CONVOLUTIONS = ("convolution_overrideable", "convolution", "_convolution")
+CONVOLUTION_BACKWARDS = ("convolution_backward_overrideable", "convolution_backward")
+
+
+def roofline_figures(name: str, args, kwargs, r) -> tuple[int, int, str]:
+    """(FLOPs, bytes, the dtype whose peak bounds it) of the roofline estimate of aten op
+    `name`, decided by the op, never by its tensors' shapes: the matmul family 2 M N K; a
+    convolution 2 x (output elements) x (input channels per group x kernel elements) (a
+    transposed one by its input elements), its backward that per gradient it computes (the
+    bias's: one per output element); any other op one per output element. Bytes: inputs +
+    outputs; the dtype: the first input's."""
     ins = tensors_in(args) + tensors_in(kwargs.values())
     outs = results(r)
     nbytes = sum(t.numel() * t.element_size() for t in ins + outs)
     flops = sum(t.numel() for t in outs)
-    if len(ins) >= 2 and ins[0].dim() >= 2 and ins[1].dim() >= 2 and outs:
-        k = ins[0].shape[-1]
-        if ins[1].shape[-2] == k:  # matmul-like: 2 M N K
-            flops = 2 * outs[0].numel() * k
-        if ins[1].dim() >= 3 and ins[0].dim() == ins[1].dim():  # a convolution's weight
-            flops = 2 * max(t.numel() for t in outs) * math.prod(ins[1].shape[1:])
+    base = name.partition(".")[0]
+    if base in MATMULS and outs and len(ins) > MATMULS[base]:
+        flops = 2 * outs[0].numel() * ins[MATMULS[base]].shape[-1]
+        if base == "addbmm":  # the batch is summed into out: K per batch item
+            flops *= ins[1].shape[0]
+    elif base in CONVOLUTIONS and len(ins) >= 2 and outs:
+        flops = 2 * _conv_elements(args, ins[0], outs[0]) * math.prod(ins[1].shape[1:])
+    elif base in CONVOLUTION_BACKWARDS and len(ins) >= 3:
+        grad_out, x, w = ins[:3]
+        per = 2 * _conv_elements(args, x, grad_out) * math.prod(w.shape[1:])
+        grads = r if type(r) in (list, tuple) else [r]
+        flops = sum(per for g in grads[:2] if g is not None)
+        if len(grads) > 2 and grads[2] is not None:
+            flops += grad_out.numel()
     dt = _PEAK.get(ins[0].dtype if ins else torch.float32, "float32")
     return flops, nbytes, dt
+
+
+def _conv_elements(args, x: Tensor, out: Tensor) -> int:
+    """The elements a convolution's multiply-adds are counted over: its output's, or for a
+    transposed one (an argument `True` after the tensors) its input's."""
+    transposed = any(a is True for a in args if not isinstance(a, Tensor))
+    return (x if transposed else out).numel()
 
 
 def _empty(args, kwargs, r) -> bool:
@@ -191,10 +217,10 @@ class Measurements:
         self.memo[key] = m
         return m
 
-    def estimate(self, args, kwargs, r) -> Measurement:
-        """The roofline estimate of an op: max(FLOPs / peak, bytes / HBM bandwidth) of the
-        logical core."""
-        flops, nbytes, dt = roofline_figures(args, kwargs, r)
+    def estimate(self, name: str, args, kwargs, r) -> Measurement:
+        """The roofline estimate of aten op `name`: max(FLOPs / peak, bytes / HBM bandwidth) of
+        the logical core (`roofline_figures`: decided by the op, not by its shapes)."""
+        flops, nbytes, dt = roofline_figures(name, args, kwargs, r)
         peak = self.chip.devices[self.chip.index].peak_flops[dt]
         dur = seconds_to_ps(max(flops / peak, nbytes / self.hbm_bw))
         return Measurement(dur, False, flops, nbytes, dtype=dt)
@@ -240,7 +266,7 @@ class Measurements:
                 m = self.lowering(name, ops, specs, refuse_as=name)
                 if m is not None:
                     return m
-        return self.estimate(args, kwargs, r)
+        return self.estimate(name, args, kwargs, r)
 
     def _device_copy(self, src: Tensor, dst: Tensor, key: tuple) -> Measurement:
         lowered = None

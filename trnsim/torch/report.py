@@ -4,6 +4,7 @@ the kernel library modelled it or a roofline estimated it, copies, memory."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 from trnsim.report.perfetto import write_chrome_trace
@@ -12,6 +13,7 @@ from trnsim.torch.timing import timer
 from trnsim.units import fmt_bytes, fmt_time_ns
 
 TOP = 25  # ops shown in the text table (all are in `ops`)
+ESTIMATED_WARN = 0.10  # report() warns when estimated ops take more of the device time
 
 
 @dataclass
@@ -35,6 +37,25 @@ class Report:
     def estimated(self) -> int:
         return sum(o["estimated"] for o in self.ops.values())
 
+    @property
+    def estimated_share(self) -> float:
+        """The part of the ops' device time that roofline estimates account for."""
+        total = sum(o["device_ps"] for o in self.ops.values())
+        return sum(o["estimated_ps"] for o in self.ops.values()) / total if total else 0.0
+
+    def estimate_warning(self) -> str | None:
+        """Why the figures are less certain, when estimated ops exceed ESTIMATED_WARN of the
+        device time: the share and the largest estimated ops."""
+        share = self.estimated_share
+        if share <= ESTIMATED_WARN:
+            return None
+        top = sorted((o["estimated_ps"], n) for n, o in self.ops.items() if o["estimated_ps"])
+        names = ", ".join(n for _, n in reversed(top[-3:]))
+        return (
+            f"{share:.0%} of the ops' device time is roofline estimates, not the kernel "
+            f"library's lowerings (most: {names}); the step time is less certain"
+        )
+
     def __str__(self) -> str:
         total = sum(o["device_ps"] for o in self.ops.values()) or 1
         lines = [
@@ -52,6 +73,9 @@ class Report:
             "",
             f"{'op':<36} {'count':>7} {'device time':>12} {'share':>6}  timed by",
         ]
+        warning = self.estimate_warning()
+        if warning:
+            lines[-2:-2] = [f"warning: {warning}"]
         ranked = sorted(self.ops.items(), key=lambda kv: (-kv[1]["device_ps"], kv[0]))
         for name, o in ranked[:TOP]:
             how = (
@@ -81,7 +105,7 @@ def report(perfetto=None) -> Report:
     a = chip.allocator
     ops = {
         name: {"count": s.count, "device_ps": s.device_ps, "modelled": s.modelled,
-               "estimated": s.estimated}
+               "estimated": s.estimated, "estimated_ps": s.estimated_ps}
         for name, s in t.stats.items()
     }  # fmt: skip
     rep = Report(
@@ -102,4 +126,7 @@ def report(perfetto=None) -> Report:
     )
     if perfetto is not None:
         write_chrome_trace(dev.recorder, perfetto, chip.cfg.name)
+    warning = rep.estimate_warning()
+    if warning:
+        warnings.warn(f"torch.neuron.report: {warning}", stacklevel=2)
     return rep

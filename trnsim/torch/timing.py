@@ -43,12 +43,15 @@ class OpStats:
     device_ps: int = 0
     modelled: int = 0
     estimated: int = 0
+    estimated_ps: int = 0  # the device time of the estimated launches
 
     def add(self, duration_ps: int, modelled: bool) -> None:
         self.count += 1
         self.device_ps += duration_ps
         self.modelled += modelled
         self.estimated += not modelled
+        if not modelled:
+            self.estimated_ps += duration_ps
 
 
 class OpTimer:
