@@ -25,6 +25,9 @@ expanded program.
 Extension: `params:`, workload parameters used as `{expressions}` in string values, substituted
 into the raw document before anything else reads it; see `trnsim.trace.params`.
 
+Extension: `system:` (the system of chips the trace runs on), a stream's `rank:` and the
+`collective:` step; see `trnsim.trace.collective` and `trnsim.trace.ranks`.
+
 The parts: this module reads the document and its kernels; `buffers` the tensors and tiles,
 `instructions` one instruction and its operands, `repeat` a core's instruction list,
 `semaphores` the deadlock check, `schedule` the streams, timing and outputs.
@@ -95,6 +98,7 @@ TOP_KEYS = (
     "tiles",
     "timing",
     "params",
+    "system",
 )
 EXTRA = ("cores", "writes")  # beside ops: only
 KERNEL_KEYS = ("ops", "tiles", "instructions", "per_core", "estimate", "cores", "writes")
@@ -237,9 +241,13 @@ class _TraceParser:
             at["trnsim"].fail(f"unsupported format version {show(get['trnsim'])}", "1")
         prog = Program(source=self.source)
         prog.name = self._name(get, at)
-        prog.lines = {k: at[k].line for k in ("chip", "lnc", "mode") if k in get}
+        prog.lines = {k: at[k].line for k in ("chip", "lnc", "mode", "system") if k in get}
         if "chip" in get:
             prog.chip = want_str(get["chip"], at["chip"], "a chip name such as trn2")
+        if "system" in get:
+            prog.system = want_str(
+                get["system"], at["system"], "a system name such as trn2-48xl, or a YAML path"
+            )
         if "seed" in get:
             prog.seed = want_int(get["seed"], at["seed"], "an integer >= 0", minimum=0)
         if "mode" in get:

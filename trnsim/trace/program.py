@@ -93,21 +93,54 @@ class KernelSpec:
 
 
 @dataclass
+class CollectiveSpec:
+    """A stream's `collective:` step (docs/trace_extensions.md, "Collectives"): `op` on the
+    ranks of `group` (None: every rank of the system), over each rank's own copy of `tensor`
+    (the result in `out`, or in place when None) or, without a tensor, `nbytes` of `dtype`
+    (timing only). `nbytes` is the size the collectives engine takes (`World.post`): each
+    rank's whole vector of an all_reduce, the output of an all_gather, the input of a
+    reduce_scatter; None when it depends on the group's size (an out-of-place all_gather
+    without `out`, resolved when the trace is placed on a system). `root` (broadcast) and
+    `pairs` (permute) are ranks."""
+
+    op: str
+    group: tuple[int, ...] | None = None
+    tensor: str | None = None
+    out: str | None = None
+    nbytes: int | None = None
+    dtype: DType | None = None
+    reduce_op: str = "sum"
+    algorithm: str | None = None  # None: chosen by size (the system's `collectives:`)
+    root: int | None = None
+    pairs: tuple[tuple[int, int], ...] = ()
+    line: int = 0
+
+
+@dataclass
 class Step:
-    """One step of a stream: kind is copy | launch | record | wait | synchronize."""
+    """One step of a stream: kind is copy | launch | record | wait | synchronize |
+    collective."""
 
     kind: str
-    arg: Any = None  # copy: (src, dst) names; launch: kernel; record/wait: event name
+    # copy: (src, dst) names; launch: kernel; record/wait: event name; collective: its spec
+    arg: Any = None
     line: int = 0
     stream: str | None = None  # issued on this other stream (by this stream's host thread)
 
 
 @dataclass
 class StreamSpec:
+    """A stream: its steps, on logical core `core` of chip 0, or on rank `rank` of a system
+    (`rank:`; None when the trace does not say). Once placed on a system
+    (`trnsim.trace.ranks.place`), `rank` is set for every stream and `core` is its rank's
+    logical core on its chip."""
+
     name: str
     core: int  # logical NeuronCore
     steps: list[Step] = field(default_factory=list)
     line: int = 0
+    rank: int | None = None
+    lines: dict[str, int] = field(default_factory=dict, compare=False)  # core, rank: their lines
 
 
 @dataclass
@@ -125,5 +158,9 @@ class Program:
     streams: list[StreamSpec] = field(default_factory=list)
     timing: list[tuple[str, str]] = field(default_factory=list)
     source: str = "<program>"
-    # top-level key -> its line (chip, lnc, mode), for errors
+    system: str | None = None  # `system:` (a name or a path): run on that system's chips
+    # set by `trnsim.trace.ranks.place`: the system's ranks (streams and groups then hold
+    # ranks, and each rank has its own copy of every tensor); None for a single chip
+    ranks: int | None = None
+    # top-level key -> its line (chip, lnc, mode, system), for errors
     lines: dict[str, int] = field(default_factory=dict, compare=False)

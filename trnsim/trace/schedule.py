@@ -2,12 +2,14 @@
 pairs to report) and `outputs:` (tensors to hand back).
 
 Without `streams:` the trace loader makes one default stream that launches every kernel in
-order; stream and event names may be any string. Errors are `TraceError`s.
+order; stream and event names may be any string. A stream may name the rank of a system it runs
+on (`rank:`, instead of `core:`) and issue collectives (`collective:`, `trace.collective`).
+Errors are `TraceError`s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from trnsim.inputs.validate import (
@@ -24,30 +26,31 @@ from trnsim.inputs.validate import (
     want_str,
 )
 from trnsim.isa import Ap
+from trnsim.trace.collective import parse_collective
 from trnsim.trace.instructions import parse_ap
 from trnsim.trace.program import Step, StreamSpec
 
 __all__ = ["parse_streams", "parse_timing", "parse_outputs"]
 
-STEP_KINDS = ("record", "copy", "launch", "wait", "synchronize")
+STEP_KINDS = ("record", "copy", "launch", "wait", "synchronize", "collective")
 
 
 def parse_streams(
-    value: Any, loc: Loc, kernels: Collection[str], tensors: Collection[str]
+    value: Any, loc: Loc, kernels: Collection[str], tensors: Mapping[str, Any]
 ) -> list[StreamSpec]:
     """The `streams:` section at `loc`: each stream's steps launch one of `kernels`, copy
-    between `tensors`, record or wait for events (every event waited for must be recorded by
-    some stream), or synchronize."""
+    between `tensors` (name -> TensorSpec), record or wait for events (every event waited for
+    must be recorded by some stream), synchronize, or issue a collective."""
     items = want_list(value, loc, "a list of streams like - {name: s, core: 0, do: [...]}")
     streams, waits = [], []
     names = [e.get("name") for e in items if isinstance(e, dict)]
     for i, entry in enumerate(items):
         sloc = loc.item(items, i)
         entry = want_map(entry, sloc, "{name: ..., core: 0, do: [...]}")
-        check_keys(entry, sloc, ("name", "core", "do"))
+        check_keys(entry, sloc, ("name", "core", "rank", "do"))
         for key in ("name", "do"):
             if entry.get(key) is None:
-                sloc.fail(f"missing key {key!r}", "name:, do: and optionally core:")
+                sloc.fail(f"missing key {key!r}", "name:, do: and optionally core: or rank:")
         name = want_name(entry["name"], sloc.key(entry, "name"), "stream")
         if any(s.name == name for s in streams):
             sloc.key(entry, "name").fail(f"duplicate stream name {name!r}", "unique names")
@@ -56,9 +59,20 @@ def parse_streams(
             core = want_int(
                 entry["core"], sloc.key(entry, "core"), "a logical core index >= 0", minimum=0
             )
+        rank = None
+        if entry.get("rank") is not None:
+            rloc = sloc.key(entry, "rank")
+            rank = want_int(entry["rank"], rloc, "a rank of the system (an integer >= 0)", 0)
+            if entry.get("core") is not None:
+                rloc.fail(
+                    "both core: and rank:",
+                    "rank: (the rank's chip and logical core) or core: (a logical core of "
+                    "chip 0), not both",
+                )
         dloc = sloc.key(entry, "do")
         steps = want_list(entry["do"], dloc, "a list of steps")
-        spec = StreamSpec(name, core, line=sloc.line)
+        spec = StreamSpec(name, core, line=sloc.line, rank=rank)
+        spec.lines = {k: sloc.key(entry, k).line for k in ("core", "rank") if k in entry}
         for j, step in enumerate(steps):
             spec.steps.append(
                 _step(step, dloc.item(steps, j), kernels, tensors, waits, names, name)
@@ -78,14 +92,17 @@ def _step(
     step: Any,
     loc: Loc,
     kernels: Collection[str],
-    tensors: Collection[str],
+    tensors: Mapping[str, Any],
     waits: list,
     streams: Collection[str] = (),
     own: str = "",
 ) -> Step:
     if step == "synchronize":
         return Step("synchronize", None, loc.line)
-    expected = "record: ev, wait: ev, launch: kernel, copy: {src, dst}, or synchronize"
+    expected = (
+        "record: ev, wait: ev, launch: kernel, copy: {src, dst}, collective: {op, ...}, or "
+        "synchronize"
+    )
     other, named = None, isinstance(step, dict) and len(step) == 2 and "stream" in step
     if named:
         other = _other_stream(step, loc, streams, own)
@@ -110,6 +127,8 @@ def _step(
     elif kind == "launch":
         if not isinstance(arg, str) or arg not in kernels:
             kloc.fail(unknown("kernel", arg, kernels), one_of(kernels))
+    elif kind == "collective":
+        arg = parse_collective(arg, kloc, tensors)
     else:
         copy = want_map(arg, kloc, "{src: tensor, dst: tensor}")
         check_keys(copy, kloc, ("src", "dst"))
