@@ -366,16 +366,23 @@ def test_two_cores_share_the_isolated_ops_and_give_the_same_values(tmp_path):
          r"t.yaml:2: contiguous: out 'x' is used by another op"),
     ],
 )  # fmt: skip
-def test_an_isolated_op_with_lnc_2_is_refused_next_to_an_op_on_its_tensors(ops, match):
+def test_an_isolated_op_with_lnc_2_meets_the_other_core_next_to_an_op_on_its_tensors(ops, match):
+    """The cores meet at a core_barrier before the second op (values: `test_core_meetings`);
+    a chip without core_barrier refuses it, naming the op."""
+    from trnsim.isa import CoreBarrier
+
     tensors = _tensors(x=(256, 64), y=(256, 64), h=(256, 64), s=(64,))
     specs = [OpSpec(op, args, line=i + 1) for i, (op, args) in enumerate(ops)]
-    with pytest.raises(TraceError, match=match):
-        lower_cores(specs, tensors, load_chip("trn2"), 2, "t.yaml")
+    progs = lower_cores(specs, tensors, load_chip("trn2"), 2, "t.yaml")
+    assert [sum(type(i) is CoreBarrier for i in p.instructions) for p in progs] == [1, 1]
+    with pytest.raises(TraceError, match=match + ".*no core_barrier"):
+        lower_cores(specs, tensors, load_chip("trn2", ["core.core_barrier=false"]), 2, "t.yaml")
     lower_cores(specs, tensors, load_chip("trn2"), 1, "t.yaml")  # on one core it is fine
-    # two isolated ops that only read one tensor are fine
+    # two isolated ops that only read one tensor need no meeting
     both = [OpSpec("sum", {"x": "x", "out": "s", "dim": 0}), OpSpec("contiguous",
             {"x": "x", "out": "y"})]  # fmt: skip
-    lower_cores(both, tensors, load_chip("trn2"), 2, "t.yaml")
+    progs = lower_cores(both, tensors, load_chip("trn2"), 2, "t.yaml")
+    assert [sum(type(i) is CoreBarrier for i in p.instructions) for p in progs] == [0, 0]
 
 
 @pytest.mark.parametrize("chip", ["trn1", "trn3"])

@@ -403,7 +403,7 @@ def test_two_cores_split_the_rows_and_give_the_same_values():
     assert find_races(two.program) == []
 
 
-def test_a_whole_read_of_what_both_cores_wrote_is_refused():
+def test_a_whole_read_of_what_both_cores_wrote_needs_a_core_barrier():
     from trnsim.config import load_chip
     from trnsim.dtypes import dtype
     from trnsim.kernels import lower_cores
@@ -414,8 +414,10 @@ def test_a_whole_read_of_what_both_cores_wrote_is_refused():
         OpSpec("exp", {"x": "w", "out": "h"}, line=5),
         OpSpec("matmul", {"a": "x", "b": "h", "out": "y"}, line=6),
     ]
+    no_barrier = load_chip("trn2", ["core.core_barrier=false"])
     with pytest.raises(TraceError, match=r"t.yaml:6: matmul: b 'h' was written by an earlier op"):
-        lower_cores(ops, tensors, load_chip("trn2"), 2, "t.yaml")
+        lower_cores(ops, tensors, no_barrier, 2, "t.yaml")
+    lower_cores(ops, tensors, load_chip("trn2"), 2, "t.yaml")  # the cores meet before it
     lower_cores(ops, tensors, load_chip("trn2"), 1, "t.yaml")  # on one core it is fine
 
 

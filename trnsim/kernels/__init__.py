@@ -24,7 +24,8 @@ import math
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.gcpause import no_gc
-from trnsim.kernels.builder import KernelBuilder
+from trnsim.isa import CoreBarrier
+from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.elementwise import BINARY, UNARY  # noqa: F401
 from trnsim.kernels.fusion import chains, lower_chain
 from trnsim.kernels.reduce import on_last_dim
@@ -45,11 +46,19 @@ def lower(
     return _lower_into(KernelBuilder(tensors), ops, cfg, source)
 
 
-def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: str):
+def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: str,
+                meetings: dict | None = None):  # fmt: skip
     """The ops into `b`, runs of elementwise ops fused (`fusion`), each run or op a generation
-    of its tensors' accesses, its instructions tagged with its row (`roofline.op_rows`)."""
+    of its tensors' accesses, its instructions tagged with its row (`roofline.op_rows`). Before
+    the op of each index in `meetings` (LNC 2: `_meetings`), the two physical cores meet at a
+    `core_barrier` over the tensors it names."""
+    meetings = meetings or {}
+    first = 0
     for row, run in enumerate(chains(ops, b.tensors)):
         op = run[0]
+        if first in meetings:
+            _meet(b, meetings[first])
+        first += len(run)
         b.barrier()
         b.row = row
         try:
@@ -82,79 +91,115 @@ def lower_cores(
     ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, cores: int, source=""
 ) -> list[CoreProgram]:
     """`ops` split over the `cores` physical cores of a logical core: each computes its share
-    of every op's output rows (`layout.core_rows`), the same share for every op, so a core reads
-    back only rows it wrote itself. The cores do not synchronise between ops (inside one, a
-    lowering may meet at a `core_barrier`: `reduce.Reduce.everything`), so an op that
-    reads a whole tensor (a matmul's b, a norm's weight, attention's k and v, a broadcast
-    operand) written by an earlier op of the kernel, or that reads a tensor written with
-    another row split, is an error: such ops belong in a kernel of their own, launched after
-    (launches on a stream run one after another)."""
-    if cores > 1:
-        _check_split(ops, tensors, cfg, source)
+    of every op's output rows (`layout.core_rows`), the same share for every op, so a core
+    mostly reads back only rows it wrote itself. Where an op needs rows the other core wrote (a
+    whole read of a matmul's b, a norm's weight, attention's k and v, a broadcast operand,
+    written by an earlier op of the kernel; a tensor written with another row split; an op
+    that shares its work otherwise, `isolated`), the cores meet at a `core_barrier` before it
+    (`_meetings`; its cost is the config's `core.barrier_latency` plus the wait for the slower
+    core). Inside one op a lowering may meet too (`reduce.Reduce.everything`)."""
+    meetings = _meetings(ops, tensors, cfg, source) if cores > 1 else {}
     programs = []
     with no_gc():  # a lowering makes millions of objects and no cycles (`gcpause`)
         for c in range(cores):
             b = KernelBuilder(tensors)
             b.part = (c, cores)
-            programs.append(_lower_into(b, ops, cfg, source))
+            programs.append(_lower_into(b, ops, cfg, source, meetings))
     return programs
 
 
-def _check_split(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg, source: str) -> None:
-    rows_of = {}  # tensor -> the row count of the split its writer used (-1: one core's)
-    seen: dict[str, set] = {}  # tensor -> the kinds of access ("r", "w") of the ops so far
+def _meet(b: KernelBuilder, names: list[str]) -> None:
+    """Both cores meet at a `core_barrier` over `names` (the tensors the ops so far touched):
+    on each core the barrier waits for every earlier access to them, and every later access
+    waits for the barrier (an op boundary on each side), so what one core wrote before is
+    there for the other after."""
+    aps = [ap(n) for n in names]
+    b.barrier()
+    b.emit(CoreBarrier, aps, aps, data=aps[0])
+    b.barrier()
+
+
+def _meetings(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg, source: str) -> dict:
+    """{op index: tensors} of the ops before which the two physical cores must meet: an op that
+    needs rows of a tensor the other core wrote (a whole read of a row-split tensor, another
+    row split), or one whose work is shared otherwise than by rows (`isolated`) touching a
+    tensor another op of the kernel wrote, or read where it writes. The cores meet over every
+    tensor touched since their last meeting; after it, everything before is visible to both.
+    A chip without `core.core_barrier` cannot meet: the op is then an error naming it."""
+    meetings: dict[int, list[str]] = {}
+    rows_of: dict = {}  # tensor -> the row count of the split its writer used (-1: one core's)
+    seen: dict[str, set] = {}  # tensor -> the kinds of access ("r", "w") since the last meeting
     alone: dict[str, set] = {}  # the same, by isolated ops only
-    for op in ops:
-        _check_alone(op, isolated(op, tensors, cfg), tensors, seen, alone, source)
-        if isolated(op, tensors, cfg):
-            continue
-        rec = OPS[op.op]
-        out = op.args.get("out")
-        outs = out if isinstance(out, list) else [out]  # several, or a list op: per item
-        by_x = rec.split in ("reduce_rows", "last_dim_rows")  # rows of the input reduced
-        r_outs = [_rows(tensors[op.args["x"] if by_x else o].shape) for o in outs]
-        if rec.split == "first_core":  # computed whole on the first core
-            r_outs = [-1] * len(outs)
-        tensor_args = rec.tensor_args()
-        for k, arg in op.args.items():
-            if k not in tensor_args:
-                continue
-            items = arg if isinstance(arg, list) else [arg]
-            for i, v in enumerate(items):
-                if k == "out" or not isinstance(v, str) or v not in rows_of:
-                    continue
-                r_out = r_outs[min(i, len(r_outs) - 1)]
-                whole = k in rec.whole or (
-                    rec.broadcast_whole and tensors[v].shape != tensors[out].shape
+    for i, op in enumerate(ops):
+        mine = isolated(op, tensors, cfg)
+        why = _conflict(op, mine, tensors, seen, alone) or (
+            None if mine else _crossing(op, tensors, rows_of)
+        )
+        if why is not None:
+            if not cfg.core.core_barrier:
+                where = f"{source}:{op.line}: " if source else ""
+                raise TraceError(
+                    f"{where}{op.op}: {why}; {cfg.name} has no core_barrier to meet at between "
+                    "ops: put the op in a kernel of its own"
                 )
-                if (whole and rows_of[v] != -1) or rows_of[v] != r_out:
-                    where = f"{source}:{op.line}: " if source else ""
-                    raise TraceError(
-                        f"{where}{op.op}: {k} {v!r} was written by an earlier op of this kernel "
-                        "on both physical cores (lnc 2), and this op needs rows of it the other "
-                        "core wrote; cores synchronise only between launches: put the op in a "
-                        "kernel of its own"
-                    )
-        rows_of.update(zip(outs, r_outs))
+            meetings[i] = list(seen)
+            rows_of, seen, alone = {}, {}, {}
+        for _, name, kind in OPS[op.op].accesses(op.args, tensors):
+            seen.setdefault(name, set()).add(kind)
+            if mine:
+                alone.setdefault(name, set()).add(kind)
+        if not mine:
+            rows_of.update(_row_splits(op, tensors))
+    return meetings
 
 
-def _check_alone(op: OpSpec, mine: bool, tensors, seen: dict, alone: dict, source: str) -> None:
-    """An isolated op (`mine`) may not conflict (one access a write) with any earlier op's
-    access to its tensors, nor any op with an earlier isolated op's."""
+def _row_splits(op: OpSpec, tensors) -> dict:
+    """{output: the row count of the split the op writes it with (-1: whole on one core)}."""
+    rec = OPS[op.op]
+    out = op.args.get("out", op.args.get("outs"))
+    outs = out if isinstance(out, list) else [out]  # several, or a list op: per item
+    by_x = rec.split in ("reduce_rows", "last_dim_rows")  # rows of the input reduced
+    if rec.split == "first_core":  # computed whole on the first core
+        return dict.fromkeys(outs, -1)
+    return {o: _rows(tensors[op.args["x"] if by_x else o].shape) for o in outs}
+
+
+def _crossing(op: OpSpec, tensors, rows_of: dict) -> str | None:
+    """Why `op` needs rows of a tensor the other core wrote, or None."""
+    rec = OPS[op.op]
+    splits = _row_splits(op, tensors)
+    r_outs = list(splits.values())
+    out = op.args.get("out")
+    tensor_args = rec.tensor_args()
+    for k, arg in op.args.items():
+        if k not in tensor_args or k in ("out", "outs"):
+            continue
+        items = arg if isinstance(arg, list) else [arg]
+        for i, v in enumerate(items):
+            if not isinstance(v, str) or v not in rows_of:
+                continue
+            r_out = r_outs[min(i, len(r_outs) - 1)]
+            whole = k in rec.whole or (
+                rec.broadcast_whole and isinstance(out, str)
+                and tensors[v].shape != tensors[out].shape
+            )  # fmt: skip
+            if (whole and rows_of[v] != -1) or rows_of[v] != r_out:
+                return (f"{k} {v!r} was written by an earlier op of this kernel on both "
+                        "physical cores (lnc 2), and this op needs rows of it the other core "
+                        "wrote")  # fmt: skip
+    return None
+
+
+def _conflict(op: OpSpec, mine: bool, tensors, seen: dict, alone: dict) -> str | None:
+    """An isolated op (`mine`) conflicting (one access a write) with an earlier op's access to
+    its tensors, or any op with an earlier isolated op's: why, or None."""
     for k, name, kind in OPS[op.op].accesses(op.args, tensors):
         before = seen.get(name, set()) if mine else alone.get(name, set())
         if "w" in before or (kind == "w" and before):
-            where = f"{source}:{op.line}: " if source else ""
-            raise TraceError(
-                f"{where}{op.op}: {k} {name!r} is used by another op of this kernel, and "
-                f"{'this op' if mine else 'that op'} shares its work between the physical "
-                "cores (lnc 2) otherwise than by rows; cores synchronise only between "
-                "launches: put the op in a kernel of its own"
-            )
-    for _, name, kind in OPS[op.op].accesses(op.args, tensors):
-        seen.setdefault(name, set()).add(kind)
-        if mine:
-            alone.setdefault(name, set()).add(kind)
+            return (f"{k} {name!r} is used by another op of this kernel, and "
+                    f"{'this op' if mine else 'that op'} shares its work between the physical "
+                    "cores (lnc 2) otherwise than by rows")  # fmt: skip
+    return None
 
 
 def _rows(shape) -> int:
