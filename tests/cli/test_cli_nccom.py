@@ -269,6 +269,10 @@ def test_nccom_test_iteration_flags_are_accepted():
         (["allr", "-e", "8M", "--check"], "--check: -e 8M x 64 ranks is more than 256 MiB"),
         (["permute", "-r", "20", "-b", "1K", "-e", "1K"], "permute: the chips of ranks 0-19"),
         (["allr", "-r", "48", "--algorithm", "rdh", "-e", "1K"], "rdh cannot run all_reduce"),
+        (
+            ["permute", "--system", "trn3-ultraserver", "-e", "1K"],
+            "ranks 0-255 span 64 chips of a switched system",
+        ),
     ],
 )
 def test_errors_are_one_line_exit_2(args, message):

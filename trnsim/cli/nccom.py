@@ -197,7 +197,8 @@ def _algorithm(name: str | None) -> str | None:
     default="1K",
     show_default=True,
     metavar="SIZE",
-    help="The first size, a rank's buffer (see below).",
+    help="The first size of a rank's buffer: bytes, or K, M, G, T (binary, as nccom-test), "
+    "KiB, MiB, GiB (binary), KB, MB, GB (decimal).",
 )
 @click.option(
     "-e",
@@ -370,7 +371,7 @@ def nccom(
         _links(links, cfg),
         _delays(stragglers, n),
         links_only,
-    )
+    ).with_pairs()
     rows = []
     stream = not (as_json or as_csv)
     if stream:

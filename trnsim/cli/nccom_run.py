@@ -5,7 +5,7 @@ of every rank's values with numpy."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ml_dtypes
 import numpy as np
@@ -16,6 +16,7 @@ from trnsim.collectives.world import BUS_FACTOR
 from trnsim.config import SystemConfig
 from trnsim.dtypes import DType
 from trnsim.errors import TrnsimError
+from trnsim.system import Switch
 from trnsim.units import PS_PER_S
 
 CHECK_MAX_BYTES = 256 * 2**20
@@ -63,9 +64,20 @@ class Job:
     links: tuple[tuple[str, float], ...] = ()
     delays: tuple[float, ...] = ()
     links_only: bool = False
+    pairs: tuple[tuple[int, int], ...] = ()
 
     def world(self, functional: bool = False) -> World:
         return World.from_config(self.cfg, functional, self.links_only, dict(self.links) or None)
+
+    def with_pairs(self) -> Job:
+        """This job with its (source, target) pairs: every rank to the next for send_recv,
+        around a ring of the fabric for permute (`permute_pairs`); none for the other ops."""
+        n = self.ranks
+        if self.op == "send_recv":
+            return replace(self, pairs=tuple((i, (i + 1) % n) for i in range(n)))
+        if self.op == "permute":
+            return replace(self, pairs=permute_pairs(self.world(), n))
+        return self
 
 
 def measure(job: Job, size: int, check: bool = False) -> Row:
@@ -78,7 +90,7 @@ def measure(job: Job, size: int, check: bool = False) -> Row:
     xs = _inputs(job, count) if check else None
     delays = job.delays or (0.0,) * n
     if op == "send_recv":  # nccl-tests': every rank sends to the next, receives from the last
-        pairs = [(i, (i + 1) % n) for i in range(n)]
+        pairs = job.pairs
         handles = []
         for a, b in pairs:
             data = xs[a] if check else None
@@ -92,7 +104,7 @@ def measure(job: Job, size: int, check: bool = False) -> Row:
         got = dict(outputs) if check else None
         want = {b: xs[a] for a, b in pairs} if check else None
     else:
-        pairs = permute_pairs(w, n) if op == "permute" else ()
+        pairs = job.pairs
         ins = None
         if check and op == "all_gather":
             parts = chunk_units(count, n)
@@ -119,7 +131,14 @@ def permute_pairs(w: World, n: int) -> tuple[tuple[int, int], ...]:
     (a chip's ranks consecutive), as the runtime's permute requires."""
     per = w.system.ranks_per_chip
     chips = sorted({r // per for r in range(n)})
-    ring = chip_ring(w.system.topology, chips)
+    topo = w.system.topology
+    ring = chip_ring(topo, chips)
+    if ring is None and isinstance(topo, Switch):
+        raise TrnsimError(
+            f"permute: ranks 0-{n - 1} span {len(chips)} chips of a switched system, where "
+            f"the collectives engine's permute takes only pairs one link apart (a switch's route "
+            f"is two: up and down): use the ranks of one chip, -r {per} (docs/collectives.md)"
+        )
     if ring is None:
         raise TrnsimError(
             f"permute: the chips of ranks 0-{n - 1} ({len(chips)} chips) have no ring over "
