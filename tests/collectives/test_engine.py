@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.collectives.helpers import A, B, C, close, torus_world
+from tests.collectives.helpers import A, B, C, close, switch_world, torus_world
 from trnsim.errors import DeadlockError, TrnsimError
 
 S = 16 << 20
@@ -75,6 +75,14 @@ def test_permute_needs_direct_links():
         TrnsimError, match=r"permute pair \(0, 5\): chips 0 and 5 are not neighbours"
     ):
         w.collective("permute", range(16), 1024, pairs=((0, 5),))
+
+
+def test_permute_on_a_switch_takes_any_pairs_of_its_chips():
+    """A switched fabric joins every pair of chips through one switch: no ring of direct
+    links to find (a route's up and down ports were counted as two hops)."""
+    w = switch_world(8)
+    r = w.collective("permute", range(8), 1024, pairs=((0, 5), (5, 2), (2, 0)))
+    assert r.time_ps > 0
 
 
 def test_forcing_an_algorithm_that_cannot_run_says_why():

@@ -25,6 +25,7 @@ from trnsim.collectives.mesh import mesh1_all_reduce, rdh_applies
 from trnsim.collectives.ring import kangaring_applies
 from trnsim.collectives.schedule import Schedule, Steps, chunk_units
 from trnsim.errors import TrnsimError
+from trnsim.system.topology import Switch
 
 OPS = (
     "all_reduce",
@@ -188,6 +189,8 @@ def _check_pairs(pairs, members, ctx: Context) -> None:
     for s, d in pairs:
         if s not in members or d not in members:
             raise TrnsimError(f"permute pair ({s}, {d}) is not in the group")
+        if isinstance(ctx.topology, Switch):
+            continue  # a switched fabric joins every pair of its chips directly (one hop)
         route = ctx.topology.route(ctx.chip(s), ctx.chip(d))
         if len(route.links) > 1 and ctx.topology.unit_of(ctx.chip(s)) == ctx.topology.unit_of(
             ctx.chip(d)
