@@ -1,36 +1,53 @@
 """Fusion: a run of consecutive elementwise ops on tensors of one shape lowered as one kernel
 that keeps every intermediate on chip.
 
-`chains(ops, tensors)` groups an op list into runs: an elementwise op (`UNARY`, `BINARY` on
-tensors of out's shape or numbers, `where`/`masked_fill` are left alone) joins the run before it
-when its output has the run's shape. `lower_chain` walks the shape in flat blocks
-(`layout.flat_blocks`) and, per block: loads each tensor the first time the run reads it, applies
-the ops in order in SBUF (each result rounded to its output's dtype, as the device would store
-it), and stores each tensor the run writes once, with its final value. So `h = x @ w; h = h +
-b; h = gelu(h); y = h * 2` reads x, w, b once, never reads h back, and writes h and y once;
-unfused, the three elementwise ops would read 3 and write 3 tensors of that shape.
+`chains(ops, tensors)` groups an op list into runs: an elementwise op (`UNARY`, or `BINARY` on
+tensors of out's shape and at most one number; broadcasts, `where` and `masked_fill` are left
+alone) joins the run before it when its output has the run's shape. `lower_chain` walks the
+shape in flat blocks (`layout.flat_blocks`) and, per block: loads each tensor the first time
+the run reads it, applies the ops in order in SBUF (each result rounded to its output's dtype,
+as the device would store it), and stores each tensor the run writes once, with its final
+value. So `h = x @ w; h = h + b; h = gelu(h); y = h * 2` reads x, w, b once, never reads h
+back, and writes h and y once; unfused, the three elementwise ops would read 3 and write 3
+tensors of that shape.
+
+A tensor has one buffer per block, which each op writing it overwrites, so a value must be read
+before it is overwritten: an op whose result the run overwrites before any op reads it (and
+before the final store) computes nothing the run keeps, and is left out (`live`). Otherwise two
+engines would write one buffer with no read between them: the builder's "write over a write
+not yet read" (a race: which write lands last is not ordered).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from trnsim.config import ChipConfig
 from trnsim.isa import Activation, Ap, DmaCopy, TensorCopy, TensorScalar, TensorTensor
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.elementwise import BINARY, BUFS, FREE, UNARY, _largest
+from trnsim.kernels.elementwise import BINARY, BUFS, FREE, UNARY
 from trnsim.kernels.layout import flat_blocks
-from trnsim.kernels.queues import Queues
+from trnsim.kernels.queues import Queues, Stream
 from trnsim.trace.program import OpSpec, TensorSpec
 
-__all__ = ["chains", "lower_chain"]
+__all__ = ["chains", "lower_chain", "live"]
+
+
+def _inputs(op: OpSpec) -> list:
+    """The operands an elementwise op reads (tensor names or numbers), in order."""
+    return [op.args.get("x")] if op.op in UNARY else [op.args.get("a"), op.args.get("b")]
 
 
 def _fusable(op: OpSpec, tensors: dict[str, TensorSpec]) -> tuple | None:
-    """The shape of an elementwise op's output when every tensor it reads has that shape."""
+    """The shape of an elementwise op's output when every tensor it reads has that shape and it
+    reads at least one (an op of two numbers is refused by its own lowering)."""
     out = op.args.get("out")
     if op.op not in UNARY and op.op not in BINARY or out not in tensors:
         return None
     shape = tuple(tensors[out].shape)
-    ins = [op.args.get("x")] if op.op in UNARY else [op.args.get("a"), op.args.get("b")]
+    ins = _inputs(op)
+    if not any(isinstance(v, str) for v in ins):
+        return None
     for v in ins:
         if isinstance(v, str) and (v not in tensors or tuple(tensors[v].shape) != shape):
             return None
@@ -58,6 +75,21 @@ def chains(ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> list[list[OpSpe
     return out
 
 
+def live(ops: list[OpSpec]) -> list[OpSpec]:
+    """The ops of a run whose result is read by a later op of the run or is a tensor's final
+    value (stored), in order: the others' results are overwritten unread (module doc)."""
+    needed = {op.args["out"] for op in ops}  # the final values, stored
+    keep = []
+    for op in reversed(ops):
+        out = op.args["out"]
+        if out not in needed:
+            continue
+        needed.discard(out)
+        needed.update(v for v in _inputs(op) if isinstance(v, str))
+        keep.append(op)
+    return keep[::-1]
+
+
 def lower_chain(b: KernelBuilder, cfg: ChipConfig, ops: list[OpSpec]) -> None:
     """Emit a run of fusable ops (module doc) into `b` as one op: one generation of each
     tensor's accesses."""
@@ -65,46 +97,72 @@ def lower_chain(b: KernelBuilder, cfg: ChipConfig, ops: list[OpSpec]) -> None:
     blocks = flat_blocks(shape, cfg.core.sbuf.partitions, FREE, b.share(shape))
     big = _largest(blocks)
     written = list(dict.fromkeys(op.args["out"] for op in ops))
-    slots: dict[str, str] = {}  # tensor -> its buffer in this block
+    run = live(ops)
+    place = {v: k for k, v in enumerate(dict.fromkeys(v for op in run for v in _names(op)))}
     qs = Queues(cfg)
     loads, stores = qs.loads(), qs.stores()
     for n, (index, p, f) in enumerate(blocks):
-        r = (slice(0, p), slice(0, f))
-        slots.clear()
-        for op in ops:
-            _apply(b, op, n, big, r, index, slots, loads)
+        blk = _Block(b, n, big, place, (slice(0, p), slice(0, f)), index, loads)
+        for op in run:
+            _apply(blk, op)
         for k, name in enumerate(written):
-            t = ap(slots[name], *r)
-            dst = ap(name, *index)
+            t, dst = blk.value(name), ap(name, *index)
             b.emit(DmaCopy, [t], [dst], src=t, dst=dst, queue=stores[n * len(written) + k])
 
 
-def _apply(b: KernelBuilder, op: OpSpec, n: int, big, r, index, slots: dict, loads) -> None:
-    """One op of the run on block `n`: its inputs from the block's buffers (loaded the first
-    time, on the `loads` queues), its result into its output's buffer."""
+@dataclass
+class _Block:
+    """Block `n` of a run: where each tensor's value lives in SBUF (`held`), loaded from HBM
+    region `index` the first time an op reads it."""
 
-    def operand(v, k: int):
+    b: KernelBuilder
+    n: int
+    big: tuple[int, int]  # the buffers' shape: the largest block's
+    place: dict[str, int]  # tensor -> its place among the run's tensors
+    r: tuple[slice, slice]  # this block's part of a buffer
+    index: tuple
+    loads: Stream
+    held: dict[str, str] = field(default_factory=dict)  # tensor -> its buffer
+
+    def operand(self, v, k: int):
+        """Operand `v` (a tensor name or a number) as the `k`-th input of an instruction."""
         if not isinstance(v, str):
             return v
-        if v not in slots:  # first read in this block: from HBM
-            slots[v] = _slot(b, v, n, big)
-            t = ap(slots[v], *r)
-            src = ap(v, *index)
-            b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[2 * n + k])
-        return ap(slots[v], *r)
+        if v not in self.held:  # first read in this block: from HBM
+            t, src = ap(self.buffer(v), *self.r), ap(v, *self.index)
+            self.b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=self.loads[2 * self.n + k])
+        return self.value(v)
 
-    args, out = op.args, op.args["out"]
+    def value(self, name: str) -> Ap:
+        """Where `name`'s value is (an op's result goes to its tensor's own buffer: an in-place
+        op writes where it reads)."""
+        return ap(self.buffer(name), *self.r)
+
+    def buffer(self, name: str) -> str:
+        """Rotating buffer n % BUFS of the run's k-th tensor (of the blocks' shape, its dtype):
+        the k-th tensors of a kernel's runs share them, so runs over other tensors do not pile
+        buffers up in SBUF (the builder orders a buffer's reuse like any access)."""
+        if name not in self.held:
+            key = f"fuse{self.place[name]}:{self.n % BUFS}"
+            self.held[name] = self.b.scratch_tile(key, "f", self.big, self.b.tensors[name].dtype)
+        return self.held[name]
+
+
+def _apply(blk: _Block, op: OpSpec) -> None:
+    """One op of the run on one block: its inputs from the block's buffers, its result into its
+    output's buffer."""
+    b, args = blk.b, op.args
     if op.op in UNARY:
-        x = operand(args["x"], 0)
-        o = ap(_out_slot(b, out, n, big, slots), *r)
+        x = blk.operand(args["x"], 0)
+        o = blk.value(args["out"])
         if op.op == "copy":
             b.emit(TensorCopy, [x], [o], src=x, dst=o)
         else:
             scale = -1.0 if op.op == "neg" else 1.0
             b.emit(Activation, [x], [o], func=UNARY[op.op], src=x, dst=o, scale=scale)
         return
-    a, bb = operand(args["a"], 0), operand(args["b"], 1)
-    o = ap(_out_slot(b, out, n, big, slots), *r)
+    a, bb = blk.operand(args["a"], 0), blk.operand(args["b"], 1)
+    o = blk.value(args["out"])
     alu = BINARY[op.op]
     if isinstance(a, Ap) and isinstance(bb, Ap):
         b.emit(TensorTensor, [a, bb], [o], alu=alu, src0=a, src1=bb, dst=o)
@@ -114,17 +172,11 @@ def _apply(b: KernelBuilder, op: OpSpec, n: int, big, r, index, slots: dict, loa
         b.emit(TensorScalar, [bb], [o], src=bb, dst=o, op0=alu, operand0=float(a), reverse0=True)
 
 
-def _out_slot(b: KernelBuilder, name: str, n: int, big, slots: dict) -> str:
-    """The buffer the op writes `name` into: its own (an in-place op writes where it reads)."""
-    if name not in slots:
-        slots[name] = _slot(b, name, n, big)
-    return slots[name]
+def _names(op: OpSpec) -> list[str]:
+    """The tensors an elementwise op touches: its inputs, then its output."""
+    return [v for v in _inputs(op) if isinstance(v, str)] + [op.args["out"]]
 
 
-def _slot(b: KernelBuilder, name: str, n: int, big) -> str:
-    """Rotating buffer n % BUFS of tensor `name` (of the block shape `big`, its dtype)."""
-    dt = b.tensors[name].dtype
-    key = f"fuse:{name}:{n % BUFS}:{big}"
-    if key not in b.scratch:
-        b.scratch[key] = b.tile("f", "sbuf", big, dt)
-    return b.scratch[key]
+def _largest(blocks: list[tuple]) -> tuple[int, int]:
+    """The largest block's (partitions, free); (1, 1) for a core with no rows of the run."""
+    return max((p for _, p, _ in blocks), default=1), max((f for _, _, f in blocks), default=1)
