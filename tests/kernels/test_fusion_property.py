@@ -122,10 +122,10 @@ def _numpy(tensors: dict, initial: dict, ops: list) -> dict:
     vals = {n: np.zeros(s, np.float64) for n, (s, _) in tensors.items()}
     vals.update({n: v.astype(np.float64) for n, v in initial.items()})
     for op, args in ops:
-        with np.errstate(all="ignore"):
-            y = np.broadcast_to(reference(op, args, vals), vals[args["out"]].shape)
         dt = dtype(tensors[args["out"]][1])
-        vals[args["out"]] = to_dtype(y.astype(np.float32), dt).astype(np.float64)
+        with np.errstate(all="ignore"):  # inf and nan as the device makes them
+            y = np.broadcast_to(reference(op, args, vals), vals[args["out"]].shape)
+            vals[args["out"]] = to_dtype(y.astype(np.float32), dt).astype(np.float64)
     return vals
 
 
@@ -200,3 +200,34 @@ def test_a_value_overwritten_unread_is_not_computed(cores, tmp_path):
         np.testing.assert_array_equal(r.tensor(name), want[name].astype(r.tensor(name).dtype))
     assert not any(i.OP == "activation" for i in r.program.kernels["k0"].per_core[0].instructions)
     assert find_races(r.program) == []
+
+
+def test_runs_over_other_tensors_share_the_buffers_of_one_kernel():
+    """Two fused runs of 6 tensors each, [512, 2048] float32 (blocks of [128, 2048]: 8 KiB a
+    partition): 6 x 3 rotating buffers for both runs, 144 KiB of a partition's 224 KiB, where a
+    buffer per tensor made 288 KiB and the launch an SBUF overflow."""
+    from trnsim.kernels import lower
+
+    shape = (512, 2048)
+    names = [f"a{i}" for i in range(12)]
+    ops = []
+    for a in (names[:6], names[6:]):
+        ops += [OpSpec("add", {"a": a[0], "b": a[1], "out": a[2]}),
+                OpSpec("mul", {"a": a[2], "b": a[3], "out": a[4]}),
+                OpSpec("sub", {"a": a[4], "b": a[0], "out": a[5]})]  # fmt: skip
+    specs = _specs({n: (shape, "float32") for n in names})
+    assert [len(r) for r in chains(ops, specs)] == [3, 3]
+    prog = lower(ops, specs, CFG)
+    assert len(prog.tiles) == 18
+    assert sum(t.shape[1] * t.dtype.itemsize for t in prog.tiles.values()) == 144 * 1024
+
+
+def test_an_op_of_two_numbers_is_not_fused_and_is_refused_by_its_lowering():
+    from trnsim.errors import TraceError
+    from trnsim.kernels import lower
+
+    specs = _specs({"x": ((4, 8), "float32"), "t": ((4, 8), "float32")})
+    ops = [OpSpec("exp", {"x": "x", "out": "t"}), OpSpec("add", {"a": 1.0, "b": 2.0, "out": "t"})]
+    assert [len(r) for r in chains(ops, specs)] == [1, 1]
+    with pytest.raises(TraceError, match="both numbers"):
+        lower(ops, specs, CFG)
