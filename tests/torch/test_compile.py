@@ -288,6 +288,97 @@ def test_fusion_saves_the_hbm_traffic_between_elementwise_ops():
     assert eager - comp == pytest.approx(derived, rel=0.10)
 
 
+class SkipGelu(nn.Module):
+    """LayerNorm, Linear, gelu(h) + 0.5 * h, Linear, a residual (issue 26: the fused run
+    gelu+mul+add crashed the lowering, `AssertionError: lowering bug: tensor_scalar writes ...
+    over a write not yet read`: both dead intermediates were renamed to the add's output)."""
+
+    def __init__(self, d=32, h=64):
+        super().__init__()
+        self.ln, self.a, self.b = nn.LayerNorm(d), nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        h = self.a(self.ln(x))
+        return x + self.b(F.gelu(h) + 0.5 * h)
+
+
+def test_a_fused_run_reading_two_intermediates_at_once_compiles_and_matches_cpu():
+    """Forward and backward of SkipGelu compiled on neuron equal eager on the CPU; the gelu, the
+    multiply and the add are one lowered kernel (not estimated)."""
+    torch.manual_seed(0)
+    cpu = SkipGelu()
+    dev = copy.deepcopy(cpu).to("neuron")
+    compiled = torch.compile(dev, backend="neuron")
+    x = torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(3))
+    for _ in range(2):
+        cpu.zero_grad()
+        dev.zero_grad()
+        want = cpu(x)
+        (want * want).mean().backward()
+        before = _snapshot()
+        got = compiled(x.to("neuron"))
+        (got * got).mean().backward()
+        kernels = _deltas(before)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+        for (k, p), q in zip(dev.named_parameters(), cpu.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6, msg=k)
+    fused = "gelu.default+mul.Tensor+add.Tensor"
+    assert kernels[fused][0] == 1
+    assert timing.timer().stats[fused].estimated == 0
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize(
+    "run, kept",
+    [
+        # gelu(h) + 0.5 * h: the add reads both intermediates; one of them keeps its name
+        ([("gelu", "h", None, "g"), ("mul", "h", 0.5, "m"), ("add", "g", "m", "y")], {"m"}),
+        # gelu(x + u) * u: one intermediate at a time; both take y's name
+        ([("add", "x", "u", "s"), ("gelu", "s", None, "g"), ("mul", "g", "u", "y")], set()),
+        # y is read before the run writes it: nothing may take its name before that read
+        ([("exp", "x", None, "e"), ("add", "e", "y", "y")], {"e"}),
+        # an intermediate of another dtype keeps its name (the values would round otherwise)
+        ([("exp", "x", None, "b16"), ("mul", "b16", 2.0, "y")], {"b16"}),
+    ],
+)
+def test_dead_intermediates_take_the_last_outputs_name_where_values_do_not_overlap(run, kept):
+    """`graph._drop_dead` renames the intermediates no later op reads to the run's last output
+    where that keeps the run's values: evaluated op after op, the renamed run gives y the
+    values of the run."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from trnsim.dtypes import dtype
+    from trnsim.kernels import reference
+    from trnsim.trace.program import OpSpec, TensorSpec
+
+    def spec(op, a, b, out):
+        args = {"x": a} if b is None else {"a": a, "b": b}
+        return OpSpec(op, {**args, "out": out})
+
+    ops = [spec(*r) for r in run]
+    names = {v for op in ops for v in op.args.values() if isinstance(v, str)}
+    dts = {n: "bfloat16" if n == "b16" else "float32" for n in names}
+    c = SimpleNamespace(
+        specs={n: TensorSpec(n, (4, 8), dtype(dts[n])) for n in names},
+        storage={n: i for i, n in enumerate(sorted(names))},
+    )
+    renamed = graph._drop_dead(ops, [], c, live=set())
+    rng = np.random.default_rng(0)
+    start = {n: rng.standard_normal((4, 8)) for n in names}
+
+    def evaluate(ops):
+        vals = dict(start)
+        for op in ops:
+            vals[op.args["out"]] = reference(op.op, op.args, vals)
+        return vals
+
+    np.testing.assert_array_equal(evaluate(renamed)["y"], evaluate(ops)["y"])
+    written = {op.args["out"] for op in renamed}
+    assert written - {"y"} == kept
+
+
 def test_inside_a_profile_or_a_recording_a_compiled_graph_runs_op_by_op(tmp_path):
     """Each op of the graph is profiled and recorded with its own launch (docs/torch.md)."""
     torch.manual_seed(0)

@@ -18,7 +18,8 @@ kernels, as eager), captured rather than launched (`listeners.Listeners.capture`
 
 A fused run keeps its intermediates on chip (read from HBM never); one that no later op and no
 graph output reads is not written to HBM either (it is renamed to the run's last output, which
-the run then writes once).
+the run then writes once), unless its value is still needed while the last output's buffer
+holds another (`_drop_dead`).
 """
 
 from __future__ import annotations
@@ -269,25 +270,52 @@ def _reads(op: OpSpec) -> set:
 
 
 def _drop_dead(run: list[OpSpec], later: list[OpSpec], c: Collector, live: set):
-    """The run with each tensor it writes that nothing after it reads (no later op, no graph
-    output, by storage) renamed to the run's last output: the fused kernel never writes it."""
+    """The run with tensors it writes that nothing after it reads (no later op, no graph
+    output, by storage) renamed to the run's last output: the fused kernel never writes them.
+    The renamed tensors share the last output's buffer, so a dead tensor takes its name only
+    when it has the last output's dtype and none of them holds a value the run still reads at
+    any point of its own (`_spans`): in gelu(h) + 0.5 * h the add reads both the gelu's and
+    the multiply's results, so the multiply's keeps its name (and is written); renamed too, it
+    would overwrite the gelu's before the add reads it."""
     last = run[-1].args["out"]
     read_later = set().union(*(_reads(op) for op in later)) if later else set()
     storages = {c.storage[n] for n in read_later if n in c.storage} | live
-    dead = {
-        op.args["out"]
-        for op in run[:-1]
-        if op.args["out"] != last
-        and op.args["out"] not in read_later
-        and (c.storage[op.args["out"]] is None or c.storage[op.args["out"]] not in storages)
-    }
-    if not dead:
+    dead = [
+        n
+        for n in dict.fromkeys(op.args["out"] for op in run[:-1])
+        if n != last
+        and n not in read_later
+        and (c.storage[n] is None or c.storage[n] not in storages)
+    ]
+    spans = _spans(run, last)
+    taken = [spans[last]]
+    ren = {}
+    for n in sorted(dead, key=lambda n: spans[n][1]):  # the earliest end first: the most fit
+        start, end = spans[n]
+        same = c.specs[n].dtype == c.specs[last].dtype  # the values the run computes
+        if same and start >= 0 and not any(start <= e and s <= end for s, e in taken):
+            ren[n] = last
+            taken.append((start, end))
+    if not ren:
         return run
-    ren = {n: last for n in dead}
     return [
         OpSpec(op.op, {k: ren.get(v, v) if isinstance(v, str) else v for k, v in op.args.items()})
         for op in run
     ]
+
+
+def _spans(run: list[OpSpec], last: str) -> dict[str, tuple[int, int]]:
+    """Per tensor of the run, the points from its first access to its last (op i reads at 2 i
+    and writes at 2 i + 1); -1 for a tensor read before the run writes it (its value is from
+    before the run), the run's end for `last` (its final value is stored)."""
+    spans: dict[str, tuple[int, int]] = {}
+    for i, op in enumerate(run):
+        for _, n, kind in OPS[op.op].accesses(op.args):
+            at = 2 * i + (kind == "w")
+            start = spans[n][0] if n in spans else (at if kind == "w" else -1)
+            spans[n] = (start, at)
+    spans[last] = (spans[last][0], 2 * len(run))
+    return spans
 
 
 def _measure(run: list[OpSpec], name: str, c: Collector, timer) -> Kernel | None:
