@@ -11,7 +11,7 @@ DOC = (Path(__file__).resolve().parents[2] / "docs" / "runtime.md").read_text(en
 
 
 def test_the_example_runs_and_matches_the_formulas():
-    (code,) = re.findall(r"^```python\n(.*?)^```$", DOC, re.M | re.S)
+    code, _communicator = re.findall(r"^```python\n(.*?)^```$", DOC, re.M | re.S)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, "docs/runtime.md", "exec"), {})
@@ -21,3 +21,12 @@ def test_the_example_runs_and_matches_the_formulas():
         f"eager {eager / 1e6:.1f} us, graph {graph / 1e6:.1f} us",
         "(64, 1) 4096",
     ]
+
+
+def test_the_communicator_example_runs():
+    _, code = re.findall(r"^```python\n(.*?)^```$", DOC, re.M | re.S)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "docs/runtime.md", "exec"), {})
+    time_ps, algorithm, busbw = out.getvalue().split()
+    assert int(time_ps) > 10_000_000 and algorithm in ("mesh", "rdh") and float(busbw) > 0

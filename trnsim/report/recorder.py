@@ -95,6 +95,27 @@ class EstimateSpan(NamedTuple):
     dtype: str
 
 
+class CollectiveSpan(NamedTuple):
+    """One rank's part of a collective (a system's CC stream item): stream `stream` of rank
+    `rank` (on physical core `core`, its logical core's first) posted it at `start_ps`; it was
+    complete on every rank of its group of `ranks` at `end_ps`. `seq`: the rank's count of
+    collectives on that group before it; `nbytes` each rank's buffer (`World.post`'s size);
+    `label` names the call (a trace's file, line and op)."""
+
+    core: int
+    stream: str
+    rank: int
+    op: str
+    algorithm: str
+    ranks: int
+    nbytes: int
+    dtype: str
+    seq: int
+    start_ps: int
+    end_ps: int
+    label: str
+
+
 class HbmSample(NamedTuple):
     """From `ps` on, HBM stack `stack` moves `bytes_per_s` (until its next sample)."""
 
@@ -163,6 +184,7 @@ class Recorder:
         self.host_calls: list[HostCall] = []  # appended by the runtime's host threads
         self.launches: list[LaunchWindow] = []  # in the order they ended
         self.estimates: list[EstimateSpan] = []  # estimated ops, in the order they ended
+        self.collectives: list[CollectiveSpan] = []  # a system's collectives, as they ended
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -191,6 +213,10 @@ class Recorder:
     def estimate(self, span: EstimateSpan) -> None:
         """An estimated op ran (`EstimateSpan`)."""
         self.estimates.append(span)
+
+    def collective(self, span: CollectiveSpan) -> None:
+        """A rank's part of a collective completed (`CollectiveSpan`)."""
+        self.collectives.append(span)
 
     def hbm_traffic(self, read: int, written: int) -> None:
         """Count bytes read from and written to HBM."""

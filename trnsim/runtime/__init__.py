@@ -2,8 +2,11 @@
 `device` (a logical NeuronCore, memory calls, copies, launches), `memory` (buffers by bytes,
 strided views, statistics), `stream`, `event`, `graph`, `host` (the simulated host threads and
 their call costs), `context` (the chip the devices share), `errors` (of CUDA's kinds); and
-`session`, which runs a whole trace `Program` on this API, as `trnsim run` does."""
+`session`, which runs a whole trace `Program` on this API, as `trnsim run` does. On a system of
+chips: `multichip` (the chips on one clock, the collectives their streams run), `communicator`
+(ranks running collectives: `Communicator`, `Work`) and `system_run` (a trace on a system)."""
 
+from trnsim.runtime.communicator import Communicator, Work
 from trnsim.runtime.device import Device, devices
 from trnsim.runtime.errors import InvalidValueError, UseAfterFreeError
 from trnsim.runtime.event import Event
@@ -13,6 +16,7 @@ from trnsim.runtime.memory import DeviceBuffer, TensorView
 from trnsim.runtime.stream import Stream
 
 __all__ = [
+    "Communicator",
     "Device",
     "DeviceBuffer",
     "Event",
@@ -22,5 +26,6 @@ __all__ = [
     "Stream",
     "TensorView",
     "UseAfterFreeError",
+    "Work",
     "devices",
 ]

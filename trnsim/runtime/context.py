@@ -8,6 +8,11 @@ work completes (for `synchronize`), raising `DeadlockError` if nothing is left t
 An error inside the device (an item of a stream failing, or an exception out of the clock) is
 kept, not raised where it happened: the next synchronizing call raises it, once, and the device
 goes on (`fail`, `raise_errors`). CUDA's errors are sticky instead (docs/runtime.md says why).
+
+On a system of chips (`trnsim.runtime.multichip.SystemContext`) each chip has its context, made
+on the System's chip and clock; the first chip's context is the `root` of the others: the clock
+is run, errors kept and deadlocks reported there, for every chip (`busy` and `threads` are
+shared with it, and so is the host's main thread and the budget of this machine's memory).
 """
 
 from __future__ import annotations
@@ -47,19 +52,35 @@ class ChipContext:
         lnc: int | None = None,
         seed: int = 0,
         source: str = "",
+        system=None,
+        chip_index: int = 0,
     ):
+        """`system` (a `SystemContext`): this is chip `chip_index` of it (its Chip, clock and
+        recorder are the System's; `cfg`, `mode` and `lnc` must be the system's)."""
         if mode not in ("functional", "timing"):
             raise TrnsimError(f"mode '{mode}': expected functional or timing")
         self.cfg, self.mode, self.source = cfg, mode, source  # source: the trace, for errors
         self.functional = mode == "functional"
-        self.env = simpy.Environment()
-        self.recorder = Recorder()
-        self.chip = Chip(self.env, cfg, self.recorder, self.functional, lnc)
-        self.rng = np.random.default_rng(seed)
+        self.system, self.chip_index = system, chip_index
+        if system is None:
+            self.env = simpy.Environment()
+            self.recorder = Recorder()
+            self.chip = Chip(self.env, cfg, self.recorder, self.functional, lnc)
+            self.rng = np.random.default_rng(seed)
+        else:
+            self.env = system.env
+            self.chip = system.system.chips[chip_index]
+            self.recorder = self.chip.recorder
+            self.rng = np.random.default_rng((seed, chip_index))
+        root = system.root if system is not None and system.root is not None else None
+        self.root: ChipContext = root or self
         self.costs = HostCosts.from_config(cfg)
-        self.threads: list[HostThread] = []
-        self.host = self.thread("main")  # the thread making API calls now
-        self.busy: dict = {}  # streams with work, in the order they became busy
+        if root is None:
+            self.threads: list[HostThread] = []
+            self.host = self.thread("main")  # the thread making API calls now
+            self.busy: dict = {}  # streams with work, in the order they became busy
+        else:
+            self.threads, self.host, self.busy = root.threads, root.host, root.busy
         self.stream_count = 0
         self.launches: list[Launch] = []  # running now (for deadlock reports)
         self.kernel_tiles: dict[tuple[str, int], dict] = {}  # the last launch's tiles
@@ -81,8 +102,14 @@ class ChipContext:
         self.threads.append(t)
         return t
 
+    def peers(self) -> list[ChipContext]:
+        """The contexts of every chip on this clock: this one alone, or a system's chips."""
+        return [self] if self.system is None else self.system.contexts()
+
     def reserve_backing(self, nbytes: int, what: str) -> None:
         """Count `nbytes` of values held in this machine's RAM, within `max_backing_bytes`."""
+        if self.root is not self:
+            return self.root.reserve_backing(nbytes, what)
         if nbytes > self.max_backing_bytes - self.backed:
             raise TrnsimError(
                 f"{what} needs {fmt_bytes(nbytes)} of this machine's memory for its values, "
@@ -93,11 +120,17 @@ class ChipContext:
             )
         self.backed += nbytes
 
+    def release_backing(self, nbytes: int) -> None:
+        """`nbytes` of values no longer held (a buffer freed, an allocation that failed)."""
+        self.root.backed -= nbytes
+
     # -- running the clock ---------------------------------------------------------------------
 
     def advance_to(self, t_ps: int) -> None:
         """Run every device event at or before `t_ps` (never past it). Never raises: an error
         inside the device is kept for the next synchronizing call."""
+        if self.root is not self:
+            return self.root.advance_to(t_ps)
         env = self.env
         step, peek = env.step, env.peek
         while True:
@@ -115,6 +148,8 @@ class ChipContext:
         happens, then raise the first such error not raised yet (at once if there is one: the
         work after it waits for the next call). Raises DeadlockError, naming what is stuck, if
         nothing is left to run before `until`."""
+        if self.root is not self:
+            return self.root.run_until(until)
         if until is not None and not until.triggered and not self.errors:
             self._running = True
             self._runs += 1
@@ -160,6 +195,8 @@ class ChipContext:
 
     def run_all(self) -> None:
         """Run until every stream is idle (raising as `run_until` does)."""
+        if self.root is not self:
+            return self.root.run_all()
         while self.busy:
             self.run_until(next(iter(self.busy))._idle)
         self.raise_errors()
@@ -169,6 +206,8 @@ class ChipContext:
     def fail(self, error: Exception) -> None:
         """An item of a stream failed with `error` (the stream dropped it and goes on): kept
         for the next synchronizing call; a synchronizing run in progress stops here."""
+        if self.root is not self:
+            return self.root.fail(error)
         self.errors.append(error)
         if self._running:
             stop = self.env.event()
@@ -204,6 +243,8 @@ class ChipContext:
     def raise_errors(self) -> None:
         """Raise the first error inside the device not raised yet, once. The later ones are
         dropped (they mostly follow from it); a note on it counts them."""
+        if self.root is not self:
+            return self.root.raise_errors()
         if not self.errors:
             return
         first, *rest = self.errors
@@ -216,10 +257,13 @@ class ChipContext:
 
     def deadlock(self) -> DeadlockError:
         """The error for a run that cannot go on: the stuck engine and DMA queues, streams and
-        host threads, by name."""
-        extra = [f"{t.name} waits for {t.waiting}" for t in self.threads if t.waiting]
+        host threads, by name; on a system, first the collectives some rank never reached."""
+        if self.root is not self:
+            return self.root.deadlock()
+        extra = self.system.stuck() if self.system is not None else []
+        extra += [f"{t.name} waits for {t.waiting}" for t in self.threads if t.waiting]
         extra += [s.pending() for s in self.busy]
-        live = [la for la in self.launches if la.blocked]
+        live = [la for c in self.peers() for la in c.launches if la.blocked]
         return deadlock_error(live, extra)
 
     # -- the work of a launch or a copy, run by a stream ---------------------------------------
@@ -296,7 +340,9 @@ class ChipContext:
 
     def _core_shared(self, stream) -> bool:
         """Does another stream of `stream`'s logical core have work?"""
-        return any(s is not stream and s.core == stream.core for s in self.busy)
+        return any(
+            s is not stream and s.core == stream.core and s.ctx is stream.ctx for s in self.busy
+        )
 
     def run_copy(self, stream, s: Ref, d: Ref):
         """A copy on `stream`: host<->device over the host link, device->device by DMA."""

@@ -144,7 +144,7 @@ class Device:
             addr = hbm.allocate(nbytes, label, stack)
         except SimError as e:
             self.stats.ooms += 1
-            ctx.backed -= nbytes if ctx.functional else 0
+            ctx.release_backing(nbytes if ctx.functional else 0)
             raise OutOfMemoryError(f"out of device memory on {self.name}: {e}") from None
         buf = DeviceBuffer(self, addr, nbytes, hbm.size_of(addr), raw)
         self.stats.on_malloc(buf)
@@ -169,7 +169,7 @@ class Device:
         self.chip.hbm.free(buf.address)
         buf.freed = True
         if buf.raw is not None:
-            self.ctx.backed -= buf.nbytes
+            self.ctx.release_backing(buf.nbytes)
             buf.raw = None
         self.stats.on_free(buf)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -28,6 +29,7 @@ from trnsim.runtime.device import Device
 from trnsim.runtime.estimate import Estimated, Writes
 from trnsim.runtime.event import Event
 from trnsim.runtime.memory import TensorView
+from trnsim.runtime.multichip import CollectiveCall
 from trnsim.runtime.reuse import ReuseConflict, ReuseState
 from trnsim.runtime.reuse import enabled as reuse_enabled
 from trnsim.trace.ops import OPS
@@ -37,20 +39,30 @@ from trnsim.trace.program import Program
 @dataclass
 class RunResult:
     """What a run produced: the device of logical core 0 (its chip's clock and recorder), the
-    summary dict and the program's tensors, by name."""
+    summary dict and the program's tensors, by name. On a system: the device of the first
+    rank that ran, its tensors, every rank's (`ranks`: rank -> tensors) and the
+    `SystemContext` (`system`: its chips' recorders, its collectives)."""
 
     device: Device
     summary: dict
     program: Program
     tensors: dict[str, Buffer]
+    ranks: dict[int, dict[str, Buffer]] | None = None
+    system: object = None
 
     @property
     def total_ps(self) -> int:
         return self.device.env.now
 
-    def tensor(self, name: str) -> np.ndarray:
-        """A tensor's final values (functional mode)."""
-        arr = self.tensors[name].array
+    def tensor(self, name: str, rank: int | None = None) -> np.ndarray:
+        """A tensor's final values (functional mode); on a system, rank `rank`'s copy (default:
+        the first rank's)."""
+        tensors = self.tensors
+        if rank is not None:
+            if not self.ranks or rank not in self.ranks:
+                raise TrnsimError(f"tensor {name}: rank {rank} ran no stream of this run")
+            tensors = self.ranks[rank]
+        arr = tensors[name].array
         if arr is None:
             raise TrnsimError(f"tensor {name} has no values: the run was timing-only")
         return arr
@@ -99,6 +111,7 @@ def _devices(
     """The chip's devices, and the program's tensors allocated through them: each HBM tensor on
     its home core's stack, each host tensor a numpy array. Errors about the trace's `lnc:` or
     a tensor's allocation carry its line."""
+    single_chip(program)
     if lnc is None and program.lnc is not None and program.lnc not in cfg.lnc_allowed:
         raise TrnsimError(
             f"{program.source}:{program.lines.get('lnc', 0)}: lnc {program.lnc} is not "
@@ -116,13 +129,39 @@ def _devices(
                 f"{ctx.chip.lnc})"
             )
     homes = home_cores(program)
+    return devs, allocate_tensors(program, lambda name: devs[homes.get(name, 0)])
+
+
+def single_chip(program: Program) -> None:
+    """Raise a TrnsimError at the line of a `rank:` or a `collective:` step: on one chip (no
+    `system:`, no `--system`) there is no rank and no collective."""
+    hint = "system: NAME in the trace, or trnsim run --system NAME"
+    if program.system is not None:
+        hint = (f"a run on the trace's system ({program.system}): trnsim run, or "
+                f"trnsim.runtime.system_run.run_on_system")  # fmt: skip
+    for i, st in enumerate(program.streams):
+        if st.rank is not None:
+            raise TrnsimError(f"{program.source}:{st.lines.get('rank', st.line)}: streams[{i}]"
+                              f".rank: a rank needs a system of chips; expected {hint} (or "
+                              f"core: on one chip)")  # fmt: skip
+        for j, step in enumerate(st.steps):
+            if step.kind == "collective":
+                raise TrnsimError(f"{program.source}:{step.line}: streams[{i}].do[{j}]."
+                                  f"collective: a collective needs a system of chips; expected "
+                                  f"{hint}")  # fmt: skip
+
+
+def allocate_tensors(program: Program, device_of, rng=None) -> dict[str, Buffer]:
+    """The program's tensors, by name: each HBM tensor allocated on `device_of(name)`'s home
+    stack, each host tensor a numpy array, views bound to their tensors; random inits drawn
+    from `rng` (default: the device's chip's). Errors name the tensor's line."""
     tensors: dict[str, Buffer] = {}
     views: dict[str, TensorView] = {}
     for t in program.tensors.values():
         if t.view is not None:
             continue
         try:
-            buf = _allocate(t, devs[homes.get(t.name, 0)], tensors)
+            buf = _allocate(t, device_of(t.name), tensors, rng)
         except TrnsimError as e:
             raise type(e)(f"{program.source}:{t.line}: tensors.{t.name}: {e}") from None
         if buf is None:
@@ -139,7 +178,7 @@ def _devices(
             base = tensors[t.view]
             arr = base.array.reshape(t.shape) if base.array is not None else None
             tensors[t.name] = Buffer(t.name, base.memory, t.shape, t.dtype, arr, base.offset)
-    return devs, tensors
+    return tensors
 
 
 def _view(base: TensorView, t) -> TensorView:
@@ -150,22 +189,23 @@ def _view(base: TensorView, t) -> TensorView:
     return base.buffer.view(t.dtype, t.shape, t.strides, base.offset + t.offset * t.dtype.itemsize)
 
 
-def _allocate(t, dev: Device, tensors: dict[str, Buffer]):
+def _allocate(t, dev: Device, tensors: dict[str, Buffer], rng=None):
     """Tensor `t`: a host tensor goes into `tensors` (None is returned), an HBM tensor is
-    allocated on `dev` and its buffer returned."""
+    allocated on `dev` and its buffer returned; random values from `rng` (default the chip's)."""
     ctx = dev.ctx
+    rng = ctx.rng if rng is None else rng
     what = f"tensor {t.name}: {list(t.shape)} {t.dtype.name}"
     if t.on == "host":
         nbytes = math.prod(t.shape) * t.dtype.itemsize
         ctx.reserve_backing(nbytes, what)
-        arr = initial_values(t.init, t.shape, t.dtype, ctx.rng, f"tensor {t.name}")
+        arr = initial_values(t.init, t.shape, t.dtype, rng, f"tensor {t.name}")
         tensors[t.name] = Buffer(t.name, "host", t.shape, t.dtype, arr)
         return None
     return dev._malloc(
         math.prod(t.shape) * t.dtype.itemsize,
         what,
         t.name,
-        lambda t=t: initial_values(t.init, t.shape, t.dtype, ctx.rng, f"tensor {t.name}"),
+        lambda t=t: initial_values(t.init, t.shape, t.dtype, rng, f"tensor {t.name}"),
     )
 
 
@@ -266,16 +306,11 @@ def _run(
                 recorded[step.arg] = env.event()
     threads = []
     streams = {s.name: devs[s.core].stream(s.name) for s in program.streams}
-    estimates = {n: Estimated(k, ctx, tensors) for n, k in program.kernels.items() if k.estimate}
-    writes = {
-        n: Writes(k, k.writes, ctx, tensors)
-        for n, k in program.kernels.items()
-        if k.writes and ctx.functional
-    }
+    one = bind_program(program, ctx, tensors)
+    bound = dict.fromkeys(streams, one)
     for s in program.streams:
         thread = ctx.thread(f"stream {s.name}")
-        run = _host_thread(ctx, thread, streams, s, program, tensors, events, recorded,
-                           (estimates, writes))  # fmt: skip
+        run = _host_thread(ctx, thread, streams, s, program, bound, events, recorded)
         threads.append(env.process(run))
     ctx.run_until(env.all_of(threads))
     ctx.run_all()
@@ -296,6 +331,17 @@ def _run(
         if note:
             summary["check_note"] = note
     return RunResult(devs[0], summary, program, tensors)
+
+
+def bind_program(program: Program, ctx, tensors: dict, rank: int | None = None) -> Bound:
+    """The program's estimated ops and recorded writes bound to `tensors` on `ctx`'s chip."""
+    estimates = {n: Estimated(k, ctx, tensors) for n, k in program.kernels.items() if k.estimate}
+    writes = {
+        n: Writes(k, k.writes, ctx, tensors)
+        for n, k in program.kernels.items()
+        if k.writes and ctx.functional
+    }
+    return Bound(tensors, estimates, writes, rank)
 
 
 def lowered(program: Program, cfg: ChipConfig, lnc: int = 1) -> Program:
@@ -367,17 +413,29 @@ def _check(program: Program, tensors: dict, initial: dict | None) -> tuple[dict,
     }, None
 
 
-def _host_thread(ctx, thread, streams, spec, program, tensors, events, recorded, extras):
+class Bound(NamedTuple):
+    """What a stream's steps act on: its rank's tensors (name -> Buffer), estimated ops and
+    recorded writes (`estimate`), and its rank (None on one chip, where every stream shares
+    one set)."""
+
+    tensors: dict
+    estimates: dict
+    writes: dict
+    rank: int | None = None
+
+
+def _host_thread(ctx, thread, streams, spec, program, bound, events, recorded):
     """One trace stream as a host thread: its steps are API calls, in order, each at the
-    thread's clock, on its stream (or the stream a step names). `wait: e` blocks the thread
-    until some stream has recorded `e`, then calls `wait_event`; `synchronize` blocks it until
-    the stream is done. An estimate kernel is launched by its duration (`Estimated`); a
-    kernel's recorded `writes:` are written when it ends (`Writes`)."""
+    thread's clock, on its stream (or the stream a step names), with that stream's `Bound`
+    tensors (`bound`: stream name -> Bound). `wait: e` blocks the thread until some stream has
+    recorded `e`, then calls `wait_event`; `synchronize` blocks it until the stream is done. An
+    estimate kernel is launched by its duration (`Estimated`); a kernel's recorded `writes:`
+    are written when it ends (`Writes`); a collective is the stream's rank's part of it."""
     env = ctx.env
-    estimates, writes = extras
     for step in spec.steps:
         kind, arg = step.kind, step.arg
-        stream = streams[step.stream or spec.name]
+        name = step.stream or spec.name
+        stream, b = streams[name], bound[name]
         if kind == "synchronize":
             if stream._idle is not None:
                 thread.waiting = f"its stream {stream.name} to finish"
@@ -390,17 +448,17 @@ def _host_thread(ctx, thread, streams, spec, program, tensors, events, recorded,
             yield recorded[arg]
             thread.waiting = None
             thread.wait_until("wait for a record", env.now, arg)
-        ctx.host = thread
-        if kind == "launch" and arg in estimates:
-            e = estimates[arg]
+        stream.ctx.host = thread
+        if kind == "launch" and arg in b.estimates:
+            e = b.estimates[arg]
             stream.launch_timed(arg, e.duration_ps, e)
         elif kind == "launch":
-            stream.launch(program.kernels[arg], tensors)
-            if arg in writes:
-                stream.launch_host_func(writes[arg])
+            stream.launch(program.kernels[arg], b.tensors)
+            if arg in b.writes:
+                stream.launch_host_func(b.writes[arg])
         elif kind == "copy":
             src, dst = (
-                _operand(tensors, a, f"stream {spec.name}: copy {key}")
+                _operand(b.tensors, a, f"stream {spec.name}: copy {key}")
                 for a, key in zip(arg, ("src", "dst"))
             )
             stream.memcpy_async(dst, src)
@@ -408,10 +466,21 @@ def _host_thread(ctx, thread, streams, spec, program, tensors, events, recorded,
             stream.record_event(events[arg])
         elif kind == "wait":
             stream.wait_event(events[arg])
+        elif kind == "collective":
+            stream.collective(collective_call(arg, b, program.source))
         if thread.now > env.now:
             yield env.timeout(thread.now - env.now)
         if kind == "record" and not recorded[arg].triggered:
             recorded[arg].succeed()
+
+
+def collective_call(c, b: Bound, source: str) -> CollectiveCall:
+    """A trace's placed `collective:` step as its rank's call, on the rank's tensors."""
+    label = f"{source}:{c.line} {c.op}" + (f" {c.tensor}" if c.tensor else "")
+    src = b.tensors[c.tensor] if c.tensor else None
+    dst = b.tensors[c.out] if c.out else None
+    return CollectiveCall(b.rank, c.op, c.group, c.nbytes, c.dtype, c.reduce_op, c.algorithm,
+                          c.root or 0, c.pairs, src, dst, label)  # fmt: skip
 
 
 def _operand(tensors: dict[str, Buffer], a, where: str):

@@ -22,7 +22,7 @@ from trnsim.runtime.event import Event
 from trnsim.runtime.reuse import ReuseConflict
 
 LAUNCH, COPY, RECORD, WAIT, TIMED = "launch", "copy", "record", "wait", "timed"
-HOST_FUNC = "host_func"
+HOST_FUNC, COLLECTIVE = "host_func", "collective"
 
 
 class TimedKernel(NamedTuple):
@@ -110,7 +110,7 @@ class Stream:
         event = event or self.device.event()
         self._no_capture("record_event")
         ctx = self.ctx
-        if event.device.ctx is not ctx:
+        if event.device.ctx.root is not ctx.root:  # chips of one system share a clock
             raise TrnsimError(f"record_event on stream {self.name}: the event is of another chip")
         t = ctx.host.call("event.record", ctx.costs.event, event.name)
         self.push(RECORD, t, (event, event._new_record()))
@@ -129,11 +129,22 @@ class Stream:
         Waiting on an event never recorded is a no-op, as in CUDA."""
         self._no_capture("wait_event")
         ctx = self.ctx
-        if event.device.ctx is not ctx:
+        if event.device.ctx.root is not ctx.root:
             raise TrnsimError(f"wait_event on stream {self.name}: the event is of another chip")
         t = ctx.host.call("stream.wait_event", ctx.costs.event, event.name)
         if event._done is not None and not event._done.triggered:
             self.push(WAIT, t, (event._done, event.name))
+
+    def collective(self, call) -> None:
+        """Enqueue this stream's rank's part of a collective (`multichip.CollectiveCall`,
+        checked by `collectives.check_call`): when the stream reaches it, the rank posts it
+        on the system's World and the stream's later work waits until it is complete on every
+        rank of its group, without holding the logical core (a CC stream). Costs the host an
+        event's call; the system's start cost is paid on the device."""
+        self._no_capture("collective")
+        ctx = self.ctx
+        t = ctx.host.call("collective", ctx.costs.event, call.label or call.op)
+        self.push(COLLECTIVE, t, (call,))
 
     def wait_stream(self, other: Stream) -> None:
         """Make this stream's later work wait for all work enqueued on `other` so far."""
@@ -178,6 +189,7 @@ class Stream:
         kind, _, args = self._queue[0]
         what = args[0].name if kind == LAUNCH else f"{args[0]}->{args[1]}" if kind == COPY else ""
         what = args[0][1].name if kind == TIMED else what
+        what = args[0].op if kind == COLLECTIVE else what
         return f"stream {self.name} is in {kind} {what}".rstrip()
 
     def _drain(self):
@@ -200,6 +212,8 @@ class Stream:
                     args[0]._fire(args[1], env.now)
                 elif kind is HOST_FUNC:
                     args[0]()
+                elif kind is COLLECTIVE:
+                    yield from ctx.system.run_collective(self, *args)
                 elif not args[0].triggered:  # WAIT
                     self.blocked_on = f"event '{args[1]}'"
                     yield args[0]
