@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from trnsim.config import ChipConfig, peak_flops_per_core
-from trnsim.kernels.fusion import chains
+from trnsim.kernels.fusion import chains, live
 from trnsim.trace.ops import OPS
 from trnsim.trace.program import OpSpec, TensorSpec
 
@@ -41,7 +41,8 @@ def op_rows(
 
 def _row(run: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, cores: int) -> dict:
     read, written = {}, {}  # tensor -> bytes, in first-touch order
-    for op in run:
+    computed = live(run) if len(run) > 1 else run  # a fused run leaves out dead results
+    for op in computed:
         rec = OPS[op.op]
         for v in rec.reads(op.args, tensors):
             if v not in written:  # a tensor the run wrote first stays on chip
