@@ -302,6 +302,22 @@ EXAMPLES = {  # op -> (tensors name -> shape, args): a small example of every tr
 }  # fmt: skip
 
 
+# the activations' backward ops (tests/kernels/test_activations.py has their values)
+EXAMPLES |= {
+    op: ({"g": (4, 8), "x": (4, 8), "o": (4, 8)},
+         {"grad_output": "g", "x": "x", "out": "o", **extra})
+    for op, extra in (("leaky_relu_backward", {"negative_slope": 0.01}),
+                      ("hardswish_backward", {}), ("hardsigmoid_backward", {}),
+                      ("hardtanh_backward", {"min_val": -1.0, "max_val": 1.0}),
+                      ("softplus_backward", {"beta": 1.0, "threshold": 20.0}))
+}  # fmt: skip
+EXAMPLES["elu_backward"] = (
+    {"g": (4, 8), "x": (4, 8), "o": (4, 8)},
+    {"grad_output": "g", "alpha": 1.0, "scale": 1.0, "input_scale": 1.0, "is_result": False,
+     "self_or_result": "x", "out": "o"},
+)  # fmt: skip
+
+
 def test_every_training_op_of_the_trace_table_is_lowered():
     """Each backward and optimizer op of trnsim.trace.ops lowers on a small example and the
     trace checker accepts its arguments."""

@@ -328,6 +328,23 @@ CASES = {  # label -> (op, tensors name -> (shape, dtype, init), args but out)
     "_foreach_sqrt": _foreach("_foreach_sqrt", {"x": POS}),
 }
 
+# the activations with parameters and their backward ops (kernels.activations)
+CASES |= {
+    "leaky_relu": _x("leaky_relu", negative_slope=0.2),
+    "hardswish": _x("hardswish"),
+    "hardsigmoid": _x("hardsigmoid"),
+    "elu": _x("elu", alpha=1.5, scale=1.1),
+    "hardtanh": _x("hardtanh", min_val=0.0, max_val=6.0),
+    "softplus": _x("softplus", beta=2.0, threshold=1.0),
+    "leaky_relu_backward": _grad("leaky_relu_backward", "x", negative_slope=0.01),
+    "hardswish_backward": _grad("hardswish_backward", "x"),
+    "hardsigmoid_backward": _grad("hardsigmoid_backward", "x"),
+    "hardtanh_backward": _grad("hardtanh_backward", "x", min_val=0.0, max_val=6.0),
+    "softplus_backward": _grad("softplus_backward", "x", beta=1.0, threshold=20.0),
+    "elu_backward": _grad("elu_backward", "self_or_result", alpha=1.0, scale=1.0,
+                          input_scale=1.0, is_result=False),
+}  # fmt: skip
+
 CANNOT = {  # (label, chip) -> why the op is not lowered there
     ("linear", "trn1"): "a weight [N, K] is turned by DMA transpose, which NC-v2 lacks",
     ("scaled_dot_product_attention_backward", "trn1"): "needs the DMA transpose (NC-v3 and later)",

@@ -61,6 +61,31 @@ _BINARY = {
 }
 
 
+def _param(args, key, default):
+    v = args.get(key)
+    return float(default if v is None else v)
+
+
+def activation(op, args, arrays):
+    """The activations with parameters, as PyTorch's CPU kernels compute them."""
+    x = _val(args, arrays)("x")
+    if op == "leaky_relu":
+        return np.where(x > 0, x, x * _param(args, "negative_slope", 0.01))
+    if op in ("hardsigmoid", "hardswish"):
+        h = np.minimum(np.maximum(x + 3, 0), 6) / 6
+        return h if op == "hardsigmoid" else x * h
+    if op == "elu":
+        a, s, i = (_param(args, k, 1.0) for k in ("alpha", "scale", "input_scale"))
+        with np.errstate(over="ignore"):
+            return np.where(x > 0, s * x, s * a * np.expm1(i * np.minimum(x, 0)))
+    if op == "hardtanh":
+        return np.clip(x, _param(args, "min_val", -1.0), _param(args, "max_val", 1.0))
+    if op == "softplus":
+        beta, threshold = _param(args, "beta", 1.0), _param(args, "threshold", 20.0)
+        return np.where(x * beta > threshold, x, np.logaddexp(0, x * beta) / beta)
+    raise KeyError(op)
+
+
 def _softmax(x, dim):
     e = np.exp(x - x.max(axis=dim, keepdims=True))
     return e / e.sum(axis=dim, keepdims=True)

@@ -84,6 +84,40 @@ def _sdpa_backward(go, q, k, v, causal, scale):
     return [dq, fold(dk), fold(dv)]
 
 
+def _num(args, key, default=None) -> float:
+    v = args.get(key, default)
+    return float(default if v is None else v)
+
+
+def _elu_dx(val, args):
+    a, s, i = (_num(args, k, 1.0) for k in ("alpha", "scale", "input_scale"))
+    z = val("self_or_result")
+    if args.get("is_result"):
+        return np.where(z <= 0, i * (z + a * s), s)
+    with np.errstate(over="ignore"):
+        return np.where(z <= 0, i * a * s * np.exp(i * np.minimum(z, 0)), s)
+
+
+def _softplus_dx(val, args):
+    z = val("x") * _num(args, "beta", 1.0)
+    return np.where(z > _num(args, "threshold", 20.0), 1.0, _sigmoid(z))
+
+
+_ACTIVATIONS = {  # op -> f'(...) as PyTorch's CPU kernels take it
+    "leaky_relu_backward": lambda val, a: np.where(val("x") > 0, 1.0,
+                                                   _num(a, "negative_slope", 0.01)),
+    "hardsigmoid_backward": lambda val, a: np.where(np.abs(val("x")) < 3, 1 / 6, 0.0),
+    "hardswish_backward": lambda val, a: np.where(
+        val("x") <= -3, 0.0, np.where(val("x") < 3, val("x") / 3 + 0.5, 1.0)
+    ),
+    "hardtanh_backward": lambda val, a: np.where(
+        (val("x") <= _num(a, "min_val")) | (val("x") >= _num(a, "max_val")), 0.0, 1.0
+    ),
+    "elu_backward": _elu_dx,
+    "softplus_backward": _softplus_dx,
+}  # fmt: skip
+
+
 def backward_reference(op: str, args: dict[str, Any], arrays: dict[str, np.ndarray]):
     """The expected output (or list of outputs) of backward or optimizer op `op`."""
 
@@ -137,6 +171,8 @@ def _one(op: str, args: dict, val):
         return val("grad_output") * y * (1 - y)
     if op == "tanh_backward":
         return val("grad_output") * (1 - val("output") ** 2)
+    if op in _ACTIVATIONS:
+        return val("grad_output") * _ACTIVATIONS[op](val, args)
     if op == "_softmax_backward_data":
         g, y = val("grad_output"), val("output")
         return y * (g - (g * y).sum(axis=args.get("dim", -1), keepdims=True))

@@ -333,6 +333,30 @@ def _table() -> dict[str, Op]:
         "trnsim.kernels.attention_backward:lower_attention_backward", _B, split="first_core",
         rounds_bf16=True,
     )  # fmt: skip
+    # activations with parameters and their backward (kernels.activations, .activations_backward)
+    act = "trnsim.kernels.activations:lower_activation"
+    act_b = "trnsim.kernels.activations_backward:lower_activation_backward"
+    gx = {"grad_output": "tensor", "x": "tensor"}
+    t["leaky_relu"] = Op({**_X, "negative_slope?": "value"}, act, _R + "activation")
+    t["hardswish"] = Op(_X, act, _R + "activation")
+    t["hardsigmoid"] = Op(_X, act, _R + "activation")
+    t["elu"] = Op({**_X, "alpha?": "value", "scale?": "value", "input_scale?": "value"}, act,
+                  _R + "activation")  # fmt: skip
+    t["hardtanh"] = Op({**_X, "min_val?": "value", "max_val?": "value"}, act, _R + "activation")
+    t["softplus"] = Op({**_X, "beta?": "value", "threshold?": "value"}, act, _R + "activation")
+    t["leaky_relu_backward"] = Op({**gx, "negative_slope": "value", "self_is_result?": "value",
+                                   "out": "tensor"}, act_b, _B)  # fmt: skip
+    t["hardswish_backward"] = Op({**gx, "out": "tensor"}, act_b, _B)
+    t["hardsigmoid_backward"] = Op({**gx, "out": "tensor"}, act_b, _B)
+    t["hardtanh_backward"] = Op({**gx, "min_val": "value", "max_val": "value", "out": "tensor"},
+                                act_b, _B)  # fmt: skip
+    t["softplus_backward"] = Op({**gx, "beta": "value", "threshold": "value", "out": "tensor"},
+                                act_b, _B)  # fmt: skip
+    t["elu_backward"] = Op(
+        {"grad_output": "tensor", "alpha": "value", "scale": "value", "input_scale": "value",
+         "is_result": "value", "self_or_result": "tensor", "out": "tensor"},
+        act_b, _B,
+    )  # fmt: skip
     optim = "trnsim.kernels.optim:lower_optim"
     for op in ("addcdiv", "addcmul"):
         t[op] = Op({"x": "tensor", "tensor1": "tensor", "tensor2": "tensor", "value?": "value",
