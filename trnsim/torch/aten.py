@@ -234,6 +234,45 @@ def copy_ops(x: Tensor, out: Tensor):
     return _one("permute", {"x": "x", "out": "out", "dims": p[1]}, {"x": p[0], "out": out})
 
 
+# -- activations with parameters (kernels.activations), their backward ops -----------------
+
+ACTIVATIONS = {  # aten op -> its parameters after self, with aten's defaults
+    "leaky_relu": (("negative_slope", 0.01),), "hardswish": (), "hardsigmoid": (),
+    "elu": (("alpha", 1.0), ("scale", 1.0), ("input_scale", 1.0)),
+    "hardtanh": (("min_val", -1.0), ("max_val", 1.0)),
+    "softplus": (("beta", 1.0), ("threshold", 20.0)),
+}  # fmt: skip
+
+
+@_maps(*ACTIVATIONS)
+def _activation(name, ov, a, kw, out, r):
+    args = {"x": "x", "out": "out"}
+    for i, (k, default) in enumerate(ACTIVATIONS[name], start=1):
+        args[k] = _num(_arg(a, kw, i, k, default))
+    return _one(name, args, {"x": a[0], "out": out})
+
+
+@_maps(*(f"{n}_backward" for n in ACTIVATIONS if n != "elu"))
+def _activation_backward(name, ov, a, kw, out, r):
+    t = {"grad_output": a[0], "x": a[1], "out": out}
+    args = {k: k for k in t}
+    for i, (k, _) in enumerate(ACTIVATIONS[name[: -len("_backward")]], start=2):
+        args[k] = _num(_arg(a, kw, i, k))
+    if name == "leaky_relu_backward":
+        args["self_is_result"] = bool(_arg(a, kw, 3, "self_is_result", False))
+    return _one(name, args, t)
+
+
+@_maps("elu_backward")
+def _elu_backward(name, ov, a, kw, out, r):
+    t = {"grad_output": a[0], "self_or_result": a[5], "out": out}
+    args = {k: k for k in t}
+    for i, k in enumerate(("alpha", "scale", "input_scale"), start=1):
+        args[k] = _num(a[i])
+    args["is_result"] = bool(a[4])
+    return _one(name, args, t)
+
+
 # -- backward ops ----------------------------------------------------------------------------
 
 
