@@ -20,11 +20,13 @@ from trnsim.trace.ops import OPS
 from trnsim.trace.program import Program
 from trnsim.trace.races.barriers import check_meeting, marks, ordered
 from trnsim.trace.races.clocks import launch_clocks
+from trnsim.trace.races.collectives import meetings
 from trnsim.trace.races.found import Race, RaceError, conflicts
 from trnsim.trace.races.history import launch_races
 from trnsim.trace.races.launch import Launch
 from trnsim.trace.races.regions import Shapes, overlap
 from trnsim.trace.races.streams import stream_clocks, stream_order
+from trnsim.trace.ranks import stream_ranks
 
 __all__ = ["Race", "RaceError", "Races", "find_races", "check_races", "check_deadlocks"]
 
@@ -32,6 +34,7 @@ __all__ = ["Race", "RaceError", "Races", "find_races", "check_races", "check_dea
 def check_deadlocks(program: Program) -> None:
     """Raise DeadlockError when the streams' event waits can never all be met, or a launch of
     some kernel can never finish (`find_races` runs this check too)."""
+    meetings(program)  # ranks issuing a group's collectives in different orders
     stream_order(program)
     for k in program.kernels.values():
         for c, prog in enumerate(k.per_core):
@@ -88,7 +91,8 @@ def find_races(program: Program, library: bool = True, limit: int | None = None)
     as its ops' whole-tensor accesses, enough for races between streams (the library's own
     semaphores are its tests' concern: `tests/kernels` race-check its kernels), and far cheaper
     on large lowerings."""
-    start = stream_clocks(program, stream_order(program))
+    meet = meetings(program)
+    start = stream_clocks(program, stream_order(program, meet), meet)
     orders = _orders(program, library)  # every deadlock before any race
     races = Races(limit)
     try:
@@ -131,6 +135,8 @@ def _find(program: Program, library: bool, start: dict, orders: dict, races: Rac
                     if a is not None:
                         accs.setdefault(a, f"{src}:{step.line} stream {st.name} copy")
                 touched[(i, j)] = accs
+            elif step.kind == "collective" and program.ranks is not None:
+                touched[(i, j)] = _collective_accesses(step, shapes, f"{src}:{step.line}")
             elif step.kind == "launch":
                 kernel = program.kernels.get(step.arg)
                 if kernel is None or not kernel.low_level:
@@ -151,6 +157,20 @@ def _find(program: Program, library: bool, start: dict, orders: dict, races: Rac
                         races += conflicts(marked[a], marked[b], f"core{a}", f"core{b}", ordered)
                 touched[(i, j)] = {acc: lab for p in per for acc, lab in p.items()}
     _between_streams(program, touched, start, races)
+
+
+def _collective_accesses(step, shapes: Shapes, where: str) -> dict:
+    """{Access: label} of a collective step: its `tensor` read, its `out` (or, in place, its
+    `tensor`) written, whole; each rank's own copy (`_between_streams` compares one rank's)."""
+    c = step.arg
+    accs: dict = {}
+    label = f"{where} collective {c.op}"
+    for name, write in ((c.tensor, c.out is None), (c.out, True)):
+        if name is not None:
+            a = shapes.access(Ap(name, (), name), {}, write)
+            if a is not None:
+                accs[a] = label
+    return accs
 
 
 def _op_accesses(kernel, shapes: Shapes, src: str) -> dict:
@@ -176,6 +196,7 @@ def _between_streams(program: Program, touched: dict, start: dict, races: Races)
             by_buf.setdefault(acc.buf, []).append((acc.flat[0], acc.flat[1], key, acc, label))
     found: set = set()
     names = [st.name for st in program.streams]
+    ranks = stream_ranks(program)  # on a system each rank has its own copy of every tensor
     for buf, items in by_buf.items():
         if not any(x[3].write for x in items):
             continue
@@ -188,6 +209,7 @@ def _between_streams(program: Program, touched: dict, start: dict, races: Races)
                 (i1, j1), oacc = x[2], x[3]
                 if (
                     i1 == i2
+                    or ranks[i1] != ranks[i2]
                     or not (acc.write or oacc.write)
                     or start[(i2, j2)].get(i1, 0) > j1
                     or start[(i1, j1)].get(i2, 0) > j2
