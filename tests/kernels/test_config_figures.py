@@ -345,6 +345,18 @@ CASES |= {
                           input_scale=1.0, is_result=False),
 }  # fmt: skip
 
+# batch norm (kernels.batch_norm): training, with every input, and inference
+_BN = {"x": ((3, 64, 5, 6), F32, "normal"), "w": ((64,), F32, "normal"),
+       "b": ((64,), F32, "normal"), "rm": ((64,), F32, "normal"), "rv": ((64,), F32, POS),
+       "y": ((3, 64, 5, 6), F32, None), "sm": ((64,), F32, None), "si": ((64,), F32, None)}
+_BN_ARGS = {"input": "x", "weight": "w", "bias": "b", "running_mean": "rm", "running_var": "rv"}
+CASES |= {
+    "native_batch_norm": ("native_batch_norm", _BN, {**_BN_ARGS, "training": True,
+                                                     "out": ["y", "sm", "si", "rm", "rv"]}),
+    "native_batch_norm inference": ("native_batch_norm", _BN, {**_BN_ARGS, "training": False,
+                                                               "out": ["y"]}),
+}  # fmt: skip
+
 CANNOT = {  # (label, chip) -> why the op is not lowered there
     ("linear", "trn1"): "a weight [N, K] is turned by DMA transpose, which NC-v2 lacks",
     ("scaled_dot_product_attention_backward", "trn1"): "needs the DMA transpose (NC-v3 and later)",

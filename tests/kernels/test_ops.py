@@ -298,6 +298,11 @@ def test_every_op_of_the_trace_table_is_lowered():
             for op in ("cross_entropy", "nll_loss")
         },  # fmt: skip
     }
+    special["native_batch_norm"] = (
+        {"input": ((2, 4, 3, 3), f32), "y": ((2, 4, 3, 3), f32), "m": ((4,), f32),
+         "s": ((4,), f32)},
+        {"out": ["y", "m", "s"]},
+    )  # fmt: skip
     for op, rec in OPS.items():
         if rec.reference.endswith(":backward_reference"):
             continue  # tests/kernels/test_backward.py

@@ -86,6 +86,30 @@ def activation(op, args, arrays):
     raise KeyError(op)
 
 
+def batch_norm(op, args, arrays):
+    """native_batch_norm: [out, save_mean, save_invstd] and, given running statistics, them
+    updated (stored where `out` names them) in training; [out] in inference."""
+    val = _val(args, arrays)
+    x = val("input")
+    axes = (0, *range(2, x.ndim))
+
+    def channel(k, default):  # a [C] argument, shaped to broadcast over x
+        v = val(k) if args.get(k) is not None else np.full(x.shape[1], default)
+        return v.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+    w, b, eps = channel("weight", 1.0), channel("bias", 0.0), float(args.get("eps", 1e-5))
+    if not args.get("training", True):
+        mean, var = channel("running_mean", 0.0), channel("running_var", 1.0)
+        return [(x - mean) / np.sqrt(var + eps) * w + b]
+    mean, var = x.mean(axis=axes, keepdims=True), x.var(axis=axes, keepdims=True)
+    outs = [(x - mean) / np.sqrt(var + eps) * w + b, mean.ravel(), 1 / np.sqrt(var.ravel() + eps)]
+    if args.get("running_mean") is not None:  # (out names them when it updates them)
+        m, n = float(args.get("momentum", 0.1)), x.size // x.shape[1]
+        for k, stat in (("running_mean", mean), ("running_var", var * n / max(1, n - 1))):
+            outs.append((1 - m) * channel(k, 0.0).ravel() + m * stat.ravel())
+    return outs
+
+
 def _softmax(x, dim):
     e = np.exp(x - x.max(axis=dim, keepdims=True))
     return e / e.sum(axis=dim, keepdims=True)

@@ -104,6 +104,12 @@ class Spread:
             return (t.dtype.name, t.shape, t.memory, v.index)
         return v
 
+    def sync(self) -> None:
+        """A phase boundary: every engine waits for the slowest (what comes next depends on
+        all of it), so the next passes spread from even loads."""
+        top = max(self.load.values())
+        self.load = {e: top for e in self.load}
+
     def add(self, engine: Engine, ns: float) -> None:
         """Count `ns` of work emitted on `engine` outside `emit`."""
         self.load[engine] += ns

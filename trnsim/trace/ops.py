@@ -357,6 +357,13 @@ def _table() -> dict[str, Op]:
          "is_result": "value", "self_or_result": "tensor", "out": "tensor"},
         act_b, _B,
     )  # fmt: skip
+    # batch norm over [N, C, ...] (kernels.batch_norm): channels split between the cores
+    t["native_batch_norm"] = Op(
+        {"input": "tensor", "weight?": "tensor", "bias?": "tensor", "running_mean?": "tensor",
+         "running_var?": "tensor", "training?": "value", "momentum?": "value", "eps?": "value",
+         "out": "tensors"},
+        "trnsim.kernels.batch_norm:lower_batch_norm", _R + "batch_norm", split="alone",
+    )  # fmt: skip
     optim = "trnsim.kernels.optim:lower_optim"
     for op in ("addcdiv", "addcmul"):
         t[op] = Op({"x": "tensor", "tensor1": "tensor", "tensor2": "tensor", "value?": "value",
