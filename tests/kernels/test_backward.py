@@ -318,6 +318,14 @@ EXAMPLES["elu_backward"] = (
 )  # fmt: skip
 
 
+EXAMPLES["native_batch_norm_backward"] = (
+    {"g": (2, 4, 3, 3), "x": (2, 4, 3, 3), "w": (4,), "m": (4,), "s": (4,),
+     "o": (2, 4, 3, 3), "ow": (4,), "ob": (4,)},
+    {"grad_out": "g", "input": "x", "weight": "w", "save_mean": "m", "save_invstd": "s",
+     "train": True, "out": ["o", "ow", "ob"]},
+)  # fmt: skip
+
+
 def test_every_training_op_of_the_trace_table_is_lowered():
     """Each backward and optimizer op of trnsim.trace.ops lowers on a small example and the
     trace checker accepts its arguments."""

@@ -348,7 +348,7 @@ CASES |= {
 # batch norm (kernels.batch_norm): training, with every input, and inference
 _BN = {"x": ((3, 64, 5, 6), F32, "normal"), "w": ((64,), F32, "normal"),
        "b": ((64,), F32, "normal"), "rm": ((64,), F32, "normal"), "rv": ((64,), F32, POS),
-       "y": ((3, 64, 5, 6), F32, None), "sm": ((64,), F32, None), "si": ((64,), F32, None)}
+       "y": ((3, 64, 5, 6), F32, None), "sm": ((64,), F32, None), "si": ((64,), F32, None)}  # fmt: skip
 _BN_ARGS = {"input": "x", "weight": "w", "bias": "b", "running_mean": "rm", "running_var": "rv"}
 CASES |= {
     "native_batch_norm": ("native_batch_norm", _BN, {**_BN_ARGS, "training": True,
@@ -356,6 +356,15 @@ CASES |= {
     "native_batch_norm inference": ("native_batch_norm", _BN, {**_BN_ARGS, "training": False,
                                                                "out": ["y"]}),
 }  # fmt: skip
+
+_BNB = {"g": ((3, 64, 5, 6), F32, "normal"), "x": ((3, 64, 5, 6), F32, "normal"),
+        "w": ((64,), F32, "normal"), "m": ((64,), F32, "normal"), "s": ((64,), F32, POS),
+        "gi": ((3, 64, 5, 6), F32, None), "gw": ((64,), F32, None), "gb": ((64,), F32, None)}  # fmt: skip
+CASES["native_batch_norm_backward"] = (
+    "native_batch_norm_backward", _BNB,
+    {"grad_out": "g", "input": "x", "weight": "w", "save_mean": "m", "save_invstd": "s",
+     "train": True, "out": ["gi", "gw", "gb"]},
+)  # fmt: skip
 
 CANNOT = {  # (label, chip) -> why the op is not lowered there
     ("linear", "trn1"): "a weight [N, K] is turned by DMA transpose, which NC-v2 lacks",

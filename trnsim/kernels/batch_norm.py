@@ -8,7 +8,7 @@ holds piece j of channel c's plane (a DMA walks both sides in flat order). With 
 G = 2 and all 128 partitions, so all 16 DMA engines, take part (an engine serves 8
 partitions). The images of a block go to tiles of up to 2048 elements a partition, each of
 its own so the statistics of one overlap the loads of the next; when x's share of a partition
-fits (RESIDENT bytes) it stays in SBUF for the normalisation, else it is loaded again.
+fits (RESIDENT of it) it stays in SBUF for the normalisation, else it is loaded again.
 
 Statistics (`Stats`): VectorE's bn_stats per 512 elements (bn_stats_fmax), one bn_aggr per
 partition (mean, var over its N S / G elements); a channel's G partitions meet on TensorE
@@ -28,181 +28,26 @@ split between the physical cores of an LNC 2 logical core (each computes its cha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from trnsim.config import ChipConfig
-from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
-from trnsim.isa import Activation, AffineSelect, Ap, BnAggr, BnStats, DmaCopy, Matmul, Memset
-from trnsim.kernels.balance import dma_queues
+from trnsim.isa import Activation, Ap, BnAggr, BnStats, Memset
+from trnsim.kernels.batch_norm_layout import (
+    F32,
+    Block,
+    Channels,
+    Loader,
+    Plan,
+    col,
+    plan,
+    resident,
+)
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.queues import Queues
 from trnsim.kernels.spread import G, S, Spread, V
 
-__all__ = ["lower_batch_norm", "Plan", "Channels", "plan"]
+__all__ = ["lower_batch_norm", "Stats"]
 
-F32 = dtype("float32")
-TILE = 2048  # elements a partition of a tile of images at most
-RESIDENT = 96 * 1024  # bytes a partition may keep of the inputs between the two passes
-BUFS = 3  # rotating tiles when they do not stay
-
-
-@dataclass
-class Block:
-    """cb channels from c0 over P = cb G partitions, each a piece of f = S / G elements of
-    every image; `groups`: the images of each tile, (n0, n1)."""
-
-    c0: int
-    cb: int
-    G: int
-    f: int
-    groups: list[tuple[int, int]]
-
-    @property
-    def P(self) -> int:
-        return self.cb * self.G
-
-
-@dataclass
-class Plan:
-    N: int
-    C: int
-    S: int
-    blocks: list[Block]
-
-
-def plan(op: str, shape: tuple, cfg: ChipConfig, part: tuple[int, int]) -> Plan:
-    """The channel blocks of this physical core (`part` = (core, cores)) for x of `shape`."""
-    if len(shape) < 3:
-        raise TraceError(
-            f"{op}: input {list(shape)}: batch norm over [N, C] is not lowered yet; expected "
-            "[N, C, ...] with spatial dims"
-        )
-    N, C, S = shape[0], shape[1], math.prod(shape[2:])
-    P = cfg.core.sbuf.partitions
-    c, cores = part
-    lo, hi = C * c // cores, C * (c + 1) // cores
-    blocks = []
-    for c0 in range(lo, hi, P):
-        cb = min(P, hi - c0)
-        G = max(g for g in range(1, P // cb + 1) if S % g == 0)
-        f = S // G
-        if f > TILE * 4:
-            raise TraceError(
-                f"{op}: input {list(shape)}: planes of {S} elements over {G} partitions a "
-                f"channel ({f} a partition) are not lowered yet; expected at most {TILE * 4}"
-            )
-        nb = max(1, min(N, TILE // f))
-        blocks.append(Block(c0, cb, G, f, [(n, min(N, n + nb)) for n in range(0, N, nb)]))
-    return Plan(N, C, S, blocks)
-
-
-class Channels:
-    """A block's G partitions per channel meeting on TensorE (module doc)."""
-
-    def __init__(self, b: KernelBuilder, blk: Block):
-        self.b, self.blk = b, blk
-        if blk.G == 1:
-            return
-        P, cb, G = blk.P, blk.cb, blk.G
-        ones = b.scratch_tile("bn.ones", "bn_ones", (P, max(P, cb)), F32)
-        b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
-        self.B = b.tile("bn_b", "sbuf", (P, cb), F32)  # [p, c]: p // G == c
-        self.BT = b.tile("bn_bt", "sbuf", (cb, P), F32)  # [c, p]
-        for t, rows, cols, ps, st in ((self.B, P, cb, 1, -G), (self.BT, cb, P, -G, 1)):
-            src, dst = ap(ones, slice(0, rows), slice(0, cols)), ap(t)
-            b.emit(AffineSelect, [src], [dst], on_true=src, dst=dst, on_false=0.0,
-                   cmp="greater_equal", start=0, partition_step=ps, step=st)  # fmt: skip
-            b.emit(AffineSelect, [dst], [dst], on_true=dst, dst=dst, on_false=0.0,
-                   cmp="greater_equal", start=G - 1, partition_step=-ps, step=-st)  # fmt: skip
-
-    def sum(self, cols: Ap, n: int) -> Ap:
-        """Each channel's sum of `cols` ([P, n]) over its partitions: PSUM [cb, n]."""
-        if self.blk.G == 1:
-            return cols
-        ps = ap(self.b.psum("bn_sum", (self.blk.cb, n), F32), slice(None), slice(0, n))
-        b = ap(self.B)
-        self.b.emit(Matmul, [b, cols], [ps], stationary=b, moving=cols, dst=ps)
-        return ps
-
-    def spread(self, cols: Ap, n: int) -> Ap:
-        """Each channel's `cols` ([cb, n]) on its partitions: PSUM [P, n]."""
-        if self.blk.G == 1:
-            return cols
-        ps = ap(self.b.psum("bn_spread", (self.blk.P, n), F32), slice(None), slice(0, n))
-        bt = ap(self.BT)
-        self.b.emit(Matmul, [bt, cols], [ps], stationary=bt, moving=cols, dst=ps)
-        return ps
-
-    def release(self) -> None:
-        self.b.release(*(n for n in self.b.tiles if n.startswith(("bn_sum", "bn_spread"))))
-
-
-def col(t: str, k: int = 0, rows: int | None = None) -> Ap:
-    """Column k of tile t (its first `rows` partitions)."""
-    return ap(t, slice(0, rows), slice(k, k + 1))
-
-
-class Loader:
-    """The tiles of a block's images: loaded by one DMA per image, kept (resident: each block
-    its own, so the next block loads while this one computes) or rotating through BUFS
-    buffers. The DMAs go on as many queues as keep the engines busy with transfers of this
-    size (`balance.dma_queues`, twice: a block's images arrive about in order)."""
-
-    def __init__(self, b: KernelBuilder, cfg: ChipConfig, names: list[str], blk: Block, keep):
-        self.b, self.names, self.blk, self.keep = b, names, blk, keep
-        qs = Queues(cfg)
-        size = blk.f * max(b.tensors[n].dtype.itemsize for n in names)
-        n = 2 * dma_queues(cfg, size, qs.loads().count)
-        self.loads, self.stores = qs.loads().take(n), qs.stores().take(n)
-        self.width = max(n1 - n0 for n0, n1 in blk.groups) * blk.f
-
-    def tile(self, name: str, i: int, dt=None) -> str:
-        """Group i's tile of tensor `name` (or a scratch of dtype `dt`)."""
-        dt = dt or self.b.tensors[name].dtype
-        slot = f"{self.blk.c0}.{i}" if self.keep else i % BUFS
-        return self.b.scratch_tile(f"bn.{name}.{slot}", "bn_x", (self.blk.P, self.width), dt)
-
-    def load(self, i: int) -> dict[str, Ap]:
-        """Group i of every tensor loaded: name -> its tile's region."""
-        blk = self.blk
-        n0, n1 = blk.groups[i]
-        out = {}
-        for name in self.names:
-            t = self.tile(name, i)
-            for k, n in enumerate(range(n0, n1)):
-                src = ap(name, n, slice(blk.c0, blk.c0 + blk.cb))
-                dst = ap(t, slice(0, blk.P), slice(k * blk.f, (k + 1) * blk.f))
-                self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads.next())
-            out[name] = ap(t, slice(0, blk.P), slice(0, (n1 - n0) * blk.f))
-        return out
-
-    def store(self, i: int, t: Ap, out: str) -> None:
-        blk = self.blk
-        n0, n1 = blk.groups[i]
-        for k, n in enumerate(range(n0, n1)):
-            src = ap(t.name, slice(0, blk.P), slice(k * blk.f, (k + 1) * blk.f))
-            dst = ap(out, n, slice(blk.c0, blk.c0 + blk.cb))
-            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores.next())
-
-    def channel(self, name: str | None, into: Ap, default: float | None = None) -> None:
-        """Per-channel tensor `name` ([C]) of the block into column `into` ([cb, 1]); a
-        constant when absent."""
-        if name is None:
-            self.b.emit(Memset, [], [into], dst=into, value=default, engine=V)
-            return
-        src = ap(name, slice(self.blk.c0, self.blk.c0 + self.blk.cb))
-        self.b.emit(DmaCopy, [src], [into], src=src, dst=into, queue=self.loads.next())
-
-    def out_channel(self, name: str, src: Ap) -> None:
-        dst = ap(name, slice(self.blk.c0, self.blk.c0 + self.blk.cb))
-        self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores.next())
-
-
-def resident(b: KernelBuilder, p: Plan, names: list[str]) -> bool:
-    """Whether the tensors `names` of every block stay in SBUF between the passes."""
-    per = sum(b.tensors[n].dtype.itemsize for n in names) * p.N
-    return per * sum(blk.f for blk in p.blocks) <= RESIDENT
+RESIDENT = 0.45  # of a partition for x between the passes (trn2: 100 KiB)
 
 
 class Stats:
@@ -231,8 +76,19 @@ class Stats:
         n = math.ceil((hi - lo) / 512)
         chunk = ap(x.name, slice(0, P), slice(lo, min(hi, lo + 512)))
         v = n * sp.cost(BnStats, V, {"src": chunk, "dst": ap(self.st, slice(0, P), slice(0, 6))})
-        s = 2 * sp.cost(Activation, S, {"func": "square", "src": x, "dst": x, "scale": 1.0,
-                                        "bias": 0.0, "reduce": "add", "reduce_dst": col(self.st)})
+        s = 2 * sp.cost(
+            Activation,
+            S,
+            {
+                "func": "square",
+                "src": x,
+                "dst": x,
+                "scale": 1.0,
+                "bias": 0.0,
+                "reduce": "add",
+                "reduce_dst": col(self.st),
+            },
+        )
         if self.scalar and sp.load[S] + s < sp.load[V] + v:
             sp.add(S, s)
             self._scalar(x, hi - lo)
@@ -296,7 +152,7 @@ def lower_batch_norm(b: KernelBuilder, cfg: ChipConfig, op: str, args: dict) -> 
 def _block(b, cfg, op, sp: Spread, p: Plan, blk: Block, args, outs, training, eps, momentum):
     x = args["input"]
     ch = Channels(b, blk)
-    keep = training and resident(b, p, [x])
+    keep = training and resident(b, cfg, p, [x], RESIDENT)
     ld = Loader(b, cfg, [x], blk, keep)
     cb, P = blk.cb, blk.P
     prm = b.tile("bn_prm", "sbuf", (cb, 4), F32)  # weight, bias, running mean, running var

@@ -40,6 +40,29 @@ def _layer_norm_backward(g, x, mean, rstd, w, mask):
     return [o for o, m in zip(outs, mask) if m]
 
 
+def _batch_norm_backward(val, args):
+    """(grad_input, grad_weight, grad_bias) of batch norm over dim 1, as output_mask asks."""
+    g, x = val("grad_out"), val("input")
+    axes, shape = (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
+    w = val("weight") if args.get("weight") is not None else np.ones(x.shape[1])
+    if args.get("train", True):
+        mean, inv = val("save_mean"), val("save_invstd")
+    else:
+        mean = val("running_mean")
+        inv = 1 / np.sqrt(val("running_var") + float(args.get("eps", 1e-5)))
+    xhat = (x - mean.reshape(shape)) * inv.reshape(shape)
+    gb, gw = g.sum(axis=axes), (g * xhat).sum(axis=axes)
+    k = (w * inv).reshape(shape)
+    if args.get("train", True):
+        m = x.size // x.shape[1]
+        gi = k * (g - gb.reshape(shape) / m - xhat * gw.reshape(shape) / m)
+    else:
+        gi = k * g
+    has_w = args.get("weight") is not None
+    mask = args.get("output_mask") or [True, has_w, has_w]
+    return [o for o, keep in zip((gi, gw, gb), mask) if keep]
+
+
 def _nll_loss_backward(go, x, target, weight, reduction, ignore_index, total_weight):
     n, c = x.shape[0] if x.ndim > 1 else 1, x.shape[-1]
     t = target.reshape(-1).astype(np.int64)
@@ -181,6 +204,8 @@ def _one(op: str, args: dict, val):
         mask = args.get("output_mask") or [True, w is not None, args.get("bias") is not None]
         x = val("input")
         return _layer_norm_backward(val("grad_out"), x, val("mean"), val("rstd"), w, mask)
+    if op == "native_batch_norm_backward":
+        return _batch_norm_backward(val, args)
     if op == "embedding_dense_backward":
         g, idx = val("grad_output"), val("indices").astype(np.int64).reshape(-1)
         d = g.shape[-1]

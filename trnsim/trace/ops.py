@@ -364,6 +364,12 @@ def _table() -> dict[str, Op]:
          "out": "tensors"},
         "trnsim.kernels.batch_norm:lower_batch_norm", _R + "batch_norm", split="alone",
     )  # fmt: skip
+    t["native_batch_norm_backward"] = Op(
+        {"grad_out": "tensor", "input": "tensor", "weight?": "tensor", "running_mean?": "tensor",
+         "running_var?": "tensor", "save_mean?": "tensor", "save_invstd?": "tensor",
+         "train?": "value", "eps?": "value", "output_mask?": "value", "out": "tensors"},
+        "trnsim.kernels.batch_norm_backward:lower_batch_norm_backward", _B, split="alone",
+    )  # fmt: skip
     optim = "trnsim.kernels.optim:lower_optim"
     for op in ("addcdiv", "addcmul"):
         t[op] = Op({"x": "tensor", "tensor1": "tensor", "tensor2": "tensor", "value?": "value",
