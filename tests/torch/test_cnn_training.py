@@ -33,6 +33,7 @@ class CNN(nn.Module):
 MODELLED = [
     "leaky_relu.default", "leaky_relu_backward.default", "hardswish.default",
     "hardswish_backward.default", "elu.default", "elu_backward.default",
+    "native_batch_norm.default", "native_batch_norm_backward.default",
 ]  # fmt: skip
 
 

@@ -273,6 +273,53 @@ def _elu_backward(name, ov, a, kw, out, r):
     return _one(name, args, t)
 
 
+# -- batch norm (kernels.batch_norm) ----------------------------------------------------------
+
+
+@_maps("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training")
+def _batch_norm(name, ov, a, kw, out, r):
+    """(out, save_mean, save_invstd); in training the running statistics, when given, are
+    updated in place (the library's out names them too). In inference aten's save_mean and
+    save_invstd are empty: out alone."""
+    if name == "_native_batch_norm_legit_no_training":
+        a = [*a[:5], False, *a[5:]]  # (input, weight, bias, rm, rv, momentum, eps)
+    elif ov == "no_stats":
+        a = [*a[:3], None, None, *a[3:]]  # (input, weight, bias, training, momentum, eps)
+    x, w, bias, rm, rv, training, momentum, eps = a[:8]
+    t = {"input": x, "out": out}
+    args = {"input": "input", "training": bool(training), "momentum": _num(momentum),
+            "eps": _num(eps)}  # fmt: skip
+    for k, v in (("weight", w), ("bias", bias), ("running_mean", rm), ("running_var", rv)):
+        if v is not None:
+            t[k], args[k] = v, k
+    outs = ["out"]
+    if training:
+        t["save_mean"], t["save_invstd"] = r[1], r[2]
+        outs += ["save_mean", "save_invstd"]
+        if rm is not None and rv is not None:
+            outs += ["running_mean", "running_var"]
+    args["out"] = outs
+    return _one("native_batch_norm", args, t)
+
+
+@_maps("native_batch_norm_backward")
+def _batch_norm_backward(name, ov, a, kw, out, r):
+    g, x, w, rm, rv, sm, si, train, eps, mask = a[:10]
+    t = {"grad_out": g, "input": x}
+    args = {"grad_out": "grad_out", "input": "input", "train": bool(train), "eps": _num(eps)}
+    for k, v in (("weight", w), ("running_mean", rm), ("running_var", rv), ("save_mean", sm),
+                 ("save_invstd", si)):  # fmt: skip
+        if v is not None:
+            t[k], args[k] = v, k
+    outs = []
+    for k, v in zip(("grad_input", "grad_weight", "grad_bias"), r):
+        if v is not None:
+            t[k] = v
+            outs.append(k)
+    args.update(output_mask=[v is not None for v in r], out=outs)
+    return [OpSpec("native_batch_norm_backward", args)], t
+
+
 # -- backward ops ----------------------------------------------------------------------------
 
 
