@@ -27,15 +27,35 @@ from trnsim.config import load_chip
 from trnsim.errors import TrnsimError
 from trnsim.report.files import check_distinct, check_file, check_folder
 from trnsim.report.perfetto import write_chrome_trace
-from trnsim.report.profile import check_format, write_profile
+from trnsim.report.perfetto_system import write_system_trace
+from trnsim.report.profile import check_format, write_profile, write_system_profile
 from trnsim.report.provenance import provenance
-from trnsim.report.text import format_comparison, format_summary
+from trnsim.report.text import format_comparison, format_summary, format_system_summary
 from trnsim.runtime.session import check_fits, check_program, lowered, run_program, save_outputs
+from trnsim.runtime.system_run import (
+    check_fits_system,
+    check_program_system,
+    placed_and_lowered,
+    run_on_system,
+    system_of,
+)
+
+system_option = click.option(
+    "--system",
+    "system_name",
+    metavar="NAME|PATH",
+    default=None,
+    help="Run on a system of chips (docs/systems.md: trn2-48xl, trn2-ultraserver, ... or a "
+    "YAML path), each stream on its rank, collectives between them; overrides the trace's "
+    "`system:`. --set then takes the system's keys (--set nodes=2), the chip's as chip.KEY "
+    "(--set chip.hbm.bandwidth=4TB/s).",
+)
 
 
 @main.command(short_help="Simulate a trace and report its time, traffic and memory use.")
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @chip_option
+@system_option
 @set_option
 @param_option
 @mode_option
@@ -77,6 +97,7 @@ from trnsim.runtime.session import check_fits, check_program, lowered, run_progr
 def run(
     trace_file,
     chip,
+    system_name,
     overrides,
     params,
     mode,
@@ -102,10 +123,16 @@ def run(
       trnsim run traces/llama70b_layer_timing.yaml --json > summary.json
       trnsim run traces/softmax_rows.yaml --perfetto timeline.json --profile instrs.csv
       trnsim run traces/weight_stream.yaml --param batch=32
+      trnsim run traces/ddp_allreduce.yaml --system trn2-48xl --check
     """
-    _check_outputs(perfetto_file, profile_file, out_dir, [trace_file, chip])
+    _check_outputs(perfetto_file, profile_file, out_dir, [trace_file, chip, system_name])
     program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
     _check_outputs_of(program, perfetto_file, profile_file, out_dir)
+    system = _system_for(program, system_name, chip, overrides)
+    if system is not None:
+        outputs = (as_json, perfetto_file, profile_file, out_dir, quiet)
+        _run_system(program, system, mode, check, outputs, skip_races, allow_races)
+        return
     cfg = _chip_for(program, chip, overrides)
     check_fits(program, cfg)  # sizes first: nothing is lowered or allocated for a bomb
     with _race_check(program, cfg, allow_races, skip_races) as races:
@@ -142,6 +169,69 @@ def run(
     if failed:
         raise TrnsimError(
             f"--check: {len(failed)} op(s) differ from their numpy reference beyond the "
+            f"tolerance of their dtype: {', '.join(failed)}"
+        )
+
+
+def _system_for(program, name, chip, overrides):
+    """The SystemConfig of `--system` or the trace's `system:` (whose errors name its line),
+    or None for a run on one chip; `--chip` does not go with a system (its chip is the
+    system's: --set chip=NAME)."""
+    if name is None and program.system is None:
+        return None
+    if chip:
+        raise TrnsimError(
+            f"--chip {chip} with a system ({name or program.system}): the system's chip runs; "
+            f"expected --set chip={chip} to change it"
+        )
+    if name is not None:
+        return system_of(program, name, overrides)
+    try:
+        return system_of(program, None, overrides)
+    except TrnsimError as e:
+        if any(str(e).startswith(f"--set {o.split('=')[0]}") for o in overrides):
+            raise
+        line = program.lines.get("system", 0)
+        raise type(e)(f"{program.source}:{line}: system: {e}") from None
+
+
+def _run_system(program, system, mode, check, outputs, skip_races, allow_races) -> None:
+    """`run` on a system of chips: placed, checked (sizes, races and deadlocks, collectives
+    included), simulated; its summary, timeline (a process per chip), profile and outputs
+    (DIR/rank<r>/<name>.npy)."""
+    as_json, perfetto_file, profile_file, out_dir, quiet = outputs
+    check_fits_system(program, system)
+    if out_dir and (mode or program.mode) == "timing":
+        raise TrnsimError(
+            f"--out-dir {out_dir}: a timing-mode run computes no values to save; "
+            f"run with --mode functional"
+        )
+    if not skip_races:
+        for line in race_warnings(placed_and_lowered(program, system), allow_races):
+            echo(line, err=True)
+    result = run_on_system(program, system, mode, progress=_progress(quiet), check=check)
+    if _progress(quiet):
+        click.echo("\r" + " " * 70 + "\r", err=True, nl=False)
+    meta = provenance(system)
+    recorders = {int(c): result.system.context(int(c)).recorder for c in result.summary["chips"]}
+    if perfetto_file:
+        write_system_trace(recorders, perfetto_file, system.name, system.chip.name, meta)
+    if profile_file:
+        write_system_profile(recorders, profile_file, meta)
+    saved = save_outputs(result, out_dir) if out_dir else []
+    if as_json:
+        echo(json.dumps(result.summary, indent=2))
+    elif not quiet:
+        echo(format_system_summary(result.summary))
+        for label, path in (("timeline", perfetto_file), ("profile", profile_file)):
+            if path:
+                echo(f"{label:<16}{path}")
+        if out_dir:
+            echo(f"{'outputs':<16}{len(saved)} tensors saved in {out_dir} (a folder per rank)")
+    failed = [k for k, c in result.summary.get("check", {}).items() if not c["ok"]]
+    if failed:
+        raise TrnsimError(
+            f"--check: {len(failed)} collective(s) differ from numpy's result beyond the "
             f"tolerance of their dtype: {', '.join(failed)}"
         )
 
@@ -187,12 +277,20 @@ def _polling(show, check: Background):
 @main.command(short_help="Check a trace against a chip without simulating it.")
 @click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
 @chip_option
+@system_option
 @set_option
 @param_option
 @allow_races_option
 @files_options
 def validate(
-    trace_file, chip, overrides, params, allow_races, allow_outside_files, max_instructions
+    trace_file,
+    chip,
+    system_name,
+    overrides,
+    params,
+    allow_races,
+    allow_outside_files,
+    max_instructions,
 ) -> None:
     """Load and check TRACE without simulating it: the YAML, every key, operand and semaphore,
     and (against the chip) every instruction's shapes, memories and limits.
@@ -201,8 +299,18 @@ def validate(
     Example:
       trnsim validate traces/two_streams.yaml --chip trn3
       trnsim validate traces/weight_stream.yaml --param tiles=64
+      trnsim validate traces/ddp_allreduce.yaml --system trn2-48xl
     """
     program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
+    system = _system_for(program, system_name, chip, overrides)
+    if system is not None:
+        n = check_program_system(program, system)
+        _check_races(placed_and_lowered(program, system), allow_races)
+        echo(
+            f"{trace_file}: ok on {system.name}: kernels {len(program.kernels)}, instructions "
+            f"{n}, streams {len(program.streams)}"
+        )
+        return
     cfg = _chip_for(program, chip, overrides)
     n = check_program(program, cfg)
     _check_races(lowered(program, cfg, program.lnc or cfg.lnc), allow_races)

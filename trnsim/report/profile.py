@@ -69,11 +69,20 @@ def write_profile(rec: Recorder, path: str | Path, meta: dict | None = None) -> 
     """Write the table; the format follows the extension (.csv or .parquet). `meta` (the
     report's provenance: trnsim version, config hash) adds one column per key, the same value
     in every row. The file appears whole or not at all (`files.replacing`)."""
+    _write(path, COLUMNS, rows(rec), meta)
+
+
+def write_system_profile(recorders: dict, path: str | Path, meta: dict | None = None) -> None:
+    """`write_profile` of a system's chips (`recorders`: chip index -> its recorder): a first
+    column `chip`, the rows chip by chip."""
+    data = [(c, *r) for c, rec in sorted(recorders.items()) for r in rows(rec)]
+    _write(path, ("chip", *COLUMNS), data, meta)
+
+
+def _write(path, columns: tuple, data: list, meta: dict | None) -> None:
     fmt = check_format(path)
-    data = rows(rec)
-    columns = COLUMNS
     if meta:
-        columns = (*COLUMNS, *meta)
+        columns = (*columns, *meta)
         data = [(*r, *meta.values()) for r in data]
     if fmt == "parquet":
         import pyarrow as pa

@@ -101,6 +101,83 @@ def _format_ops(rows: list[dict]) -> list[str]:
     return out
 
 
+def format_system_summary(s: dict) -> str:
+    """The summary of a run on a system of chips (`report.system_summary`) as a table: the
+    times, a line per chip, a row per collective, the communication each rank's compute hid."""
+    ranks = s["ranks"]
+    out = [
+        f"trace {s['trace']!r} on {s['system']} ({s['chip']} chips, {s['mode']}), ranks "
+        + _ranks(ranks),
+        f"total time      {fmt_time_ns(s['total_time_ns'])} (host launch costs included)",
+        f"device time     {fmt_time_ns(s['device_time_ns'])} (first activity to last, any chip)",
+        "",
+    ]
+    for c, chip in s["chips"].items():
+        busiest = max(chip["engines"].items(), key=lambda kv: kv[1]["utilization"], default=None)
+        engine = f"busiest {busiest[0]} {busiest[1]['utilization']:.1%}" if busiest else "no engine"
+        h = chip["hbm"]
+        out.append(
+            f"{'chip ' + c:<16}device time {fmt_time_ns(chip['device_time_ns'])}, {engine}, HBM "
+            f"read {fmt_bytes(h['bytes_read'])}, written {fmt_bytes(h['bytes_written'])}, "
+            f"{chip['flops']:.4g} FLOP"
+        )
+    rows = s["collectives"]
+    if rows:
+        out += ["", f"{'collective':<34}{'ranks':>6}{'bytes':>11}  {'algorithm':<24}{'time':>11}"
+                f"{'algbw':>12}{'busbw':>12}{'links':>6}{'link util':>10}"]  # fmt: skip
+        for r in rows:
+            util = f"{r['link_utilization']:.1%}" if r["links"] else "-"
+            name = f"{r['label']} #{r['seq']}"
+            out.append(
+                f"{name[:33]:<34}{r['ranks']:>6}"
+                f"{fmt_bytes(r['bytes']):>11}  {r['algorithm'][:23]:<24}"
+                f"{fmt_time_ns(r['time_ns']):>11}{fmt_rate(r['algbw_bytes_per_s']):>12}"
+                f"{fmt_rate(r['busbw_bytes_per_s']):>12}{r['links']:>6}{util:>10}"
+            )
+        out.append("(time: first rank posting it to the last completing; link util: its busiest "
+                   "link's bytes over the link's rate x time)")  # fmt: skip
+    c = s["communication"]
+    if c["collective_ns"]:
+        out += [
+            "",
+            f"communication   {fmt_time_ns(c['collective_ns'])} of collectives over the ranks: "
+            f"{fmt_time_ns(c['overlapped_ns'])} overlapped by compute on their cores, "
+            f"{fmt_time_ns(c['exposed_ns'])} exposed ({c['exposed_fraction']:.1%})",
+        ]
+        per = list(c["ranks"].items())
+        for r, v in per[:16]:
+            out.append(
+                f"{'rank ' + r:<16}collectives {fmt_time_ns(v['collective_ns'])}, overlapped "
+                f"{fmt_time_ns(v['overlapped_ns'])}, exposed {fmt_time_ns(v['exposed_ns'])}"
+            )
+        if len(per) > 16:
+            out.append(f"{'':<16}... {len(per) - 16} more ranks (--json has them all)")
+    out.append("")
+    for name, t in s["timings"].items():
+        out.append(f"timing          {name}: {fmt_time_ns(t['ns'])}")
+    if s.get("check_note"):
+        out.append(f"check           nothing to compare: {s['check_note']}")
+    for name, c in s.get("check", {}).items():
+        out.append(
+            f"check           {name}: max abs err {c['max_abs_err']:.3g}, "
+            f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}"
+        )
+    out.append(f"model           trnsim {s['trnsim_version']}, config {s['config_hash']}")
+    return "\n".join(out)
+
+
+def _ranks(ranks: list[int]) -> str:
+    """`0-3, 8` for [0, 1, 2, 3, 8]."""
+    parts, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
 COMPARED = (
     ("total time", lambda s: s["total_time_ns"], fmt_time_ns),
     ("device time", lambda s: s["device_time_ns"], fmt_time_ns),

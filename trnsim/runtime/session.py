@@ -475,8 +475,10 @@ def _host_thread(ctx, thread, streams, spec, program, bound, events, recorded):
 
 
 def collective_call(c, b: Bound, source: str) -> CollectiveCall:
-    """A trace's placed `collective:` step as its rank's call, on the rank's tensors."""
-    label = f"{source}:{c.line} {c.op}" + (f" {c.tensor}" if c.tensor else "")
+    """A trace's placed `collective:` step as its rank's call, on the rank's tensors; its label
+    names the trace file (not its folder: reports stay the same wherever the file lies), the
+    line, the op and the tensor."""
+    label = f"{Path(source).name}:{c.line} {c.op}" + (f" {c.tensor}" if c.tensor else "")
     src = b.tensors[c.tensor] if c.tensor else None
     dst = b.tensors[c.out] if c.out else None
     return CollectiveCall(b.rank, c.op, c.group, c.nbytes, c.dtype, c.reduce_op, c.algorithm,
@@ -492,18 +494,26 @@ def _operand(tensors: dict[str, Buffer], a, where: str):
 
 
 def save_outputs(result: RunResult, out_dir: str | Path) -> list[Path]:
-    """Save the program's `outputs:` (all HBM tensors when none are listed) as .npy files.
+    """Save the program's `outputs:` (all HBM tensors when none are listed) as .npy files; on a
+    system, each rank's in a folder of its own (`DIR/rank3/y.npy`).
 
     numpy's .npy format has no bfloat16 or fp8 types (they would load as raw bytes), so those
     tensors are saved as float32, which holds each of their values exactly."""
+    if result.ranks is not None:
+        return [
+            p for r in sorted(result.ranks) for p in _save(result, Path(out_dir, f"rank{r}"), r)
+        ]
+    return _save(result, Path(out_dir), None)
+
+
+def _save(result: RunResult, out: Path, rank: int | None) -> list[Path]:
     prog = result.program
     names = prog.outputs or [n for n, t in prog.tensors.items() if t.on == "hbm"]
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for n in names:
         p = out / f"{n}.npy"
-        values = result.tensor(n)
+        values = result.tensor(n, rank)
         dt = prog.tensors[n].dtype
         if dt.is_float and dt.name not in ("float32", "float16"):
             values = values.astype(np.float32)

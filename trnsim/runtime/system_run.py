@@ -15,12 +15,10 @@ does on one chip (`session._host_thread`); a `collective:` step is the rank's pa
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import simpy
 
-from trnsim.config import SystemConfig, load_system
+from trnsim.config import SystemConfig
 from trnsim.gcpause import no_gc
 from trnsim.report.provenance import provenance
 from trnsim.report.summary import summarize
@@ -36,26 +34,47 @@ from trnsim.runtime.session import (
     lowered,
 )
 from trnsim.trace.program import Program
-from trnsim.trace.ranks import place
+from trnsim.trace.ranks import place, system_config
 
-__all__ = ["system_of", "run_on_system", "check_fits_system", "check_program_system"]
+__all__ = [
+    "system_of",
+    "run_on_system",
+    "check_fits_system",
+    "check_program_system",
+    "placed_and_lowered",
+]
 
 
 def system_of(program: Program, name: str | None = None, overrides=()) -> SystemConfig | None:
     """The system a run of `program` uses: `name` (`--system`) or the trace's `system:` (a path
-    relative to the trace's folder), with `overrides` (`--set`); None for one chip."""
-    name = name or program.system
-    if name is None:
-        return None
-    if name == program.system and (name.endswith((".yaml", ".yml")) or "/" in name):
-        base = Path(program.source).parent
-        name = str(base / name) if not Path(name).is_absolute() else name
-    return load_system(name, overrides)
+    relative to the trace's folder), with `overrides` (`--set`); None for one chip
+    (`trace.ranks.system_config`)."""
+    return system_config(program, name, overrides)
+
+
+def placed_and_lowered(program: Program, system: SystemConfig) -> Program:
+    """`program` placed on `system` (`trace.ranks.place`) with its ops lowered for the
+    system's chip: what the race and deadlock check reads (and the run lowers again: cached)."""
+    return lowered(_placed(program, system), system.chip, system.lnc)
+
+
+def _placed(program: Program, system: SystemConfig) -> Program:
+    """`place(program, system)`, the last one kept: the check and the run of `trnsim run` place
+    (and so lower) once."""
+    last = _PLACED.get("last")
+    if last is not None and last[0] is program and last[1] is system:
+        return last[2]
+    out = place(program, system)
+    _PLACED["last"] = (program, system, out)
+    return out
+
+
+_PLACED: dict[str, tuple] = {}
 
 
 def _setup(program: Program, system: SystemConfig, mode: str, check: bool = False):
     """(placed program, SystemContext, rank -> its tensors) for the ranks that run streams."""
-    placed = place(program, system)
+    placed = _placed(program, system)
     sctx = SystemContext(system, mode, program.seed, program.source, check)
     tensors = {}
     for r in sorted({s.rank for s in placed.streams}):

@@ -16,12 +16,33 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
-from trnsim.config import SystemConfig
+from trnsim.config import SystemConfig, load_system
 from trnsim.errors import TraceError
 from trnsim.trace.program import CollectiveSpec, Program, Step, StreamSpec
 
-__all__ = ["place", "stream_ranks"]
+__all__ = ["place", "stream_ranks", "system_config", "on_its_system"]
+
+
+def system_config(program: Program, name: str | None = None, overrides=()) -> SystemConfig | None:
+    """The system a run of `program` uses: `name` (`--system`) or the trace's `system:` (a path
+    relative to the trace's folder), with `overrides` (`--set`); None for one chip."""
+    name = name or program.system
+    if name is None:
+        return None
+    if name == program.system and (name.endswith((".yaml", ".yml")) or "/" in name):
+        if not Path(name).is_absolute():
+            name = str(Path(program.source).parent / name)
+    return load_system(name, overrides)
+
+
+def on_its_system(program: Program) -> Program:
+    """`program` placed on the system its `system:` names, if it names one and is not placed
+    yet (the race and deadlock check analyses a trace on its system); else `program`."""
+    if program.ranks is not None or program.system is None:
+        return program
+    return place(program, system_config(program))
 
 
 def place(program: Program, system: SystemConfig) -> Program:

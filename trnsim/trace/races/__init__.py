@@ -26,14 +26,16 @@ from trnsim.trace.races.history import launch_races
 from trnsim.trace.races.launch import Launch
 from trnsim.trace.races.regions import Shapes, overlap
 from trnsim.trace.races.streams import stream_clocks, stream_order
-from trnsim.trace.ranks import stream_ranks
+from trnsim.trace.ranks import on_its_system, stream_ranks
 
 __all__ = ["Race", "RaceError", "Races", "find_races", "check_races", "check_deadlocks"]
 
 
 def check_deadlocks(program: Program) -> None:
     """Raise DeadlockError when the streams' event waits can never all be met, or a launch of
-    some kernel can never finish (`find_races` runs this check too)."""
+    some kernel can never finish (`find_races` runs this check too). A program naming a
+    system (`system:`) is checked on it."""
+    program = on_its_system(program)
     meetings(program)  # ranks issuing a group's collectives in different orders
     stream_order(program)
     for k in program.kernels.values():
@@ -90,7 +92,9 @@ def find_races(program: Program, library: bool = True, limit: int | None = None)
     its `ops`) is analysed instruction by instruction only when `library`; otherwise it counts
     as its ops' whole-tensor accesses, enough for races between streams (the library's own
     semaphores are its tests' concern: `tests/kernels` race-check its kernels), and far cheaper
-    on large lowerings."""
+    on large lowerings. A program naming a system (`system:`) is analysed on it
+    (`trace.ranks.place`)."""
+    program = on_its_system(program)
     meet = meetings(program)
     start = stream_clocks(program, stream_order(program, meet), meet)
     orders = _orders(program, library)  # every deadlock before any race
