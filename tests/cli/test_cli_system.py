@@ -37,7 +37,7 @@ def test_run_text(tmp_path):
     out = ok("run", write(tmp_path)).stdout
     lines = out.splitlines()
     assert lines[0] == "trace 'pair' on trn2-48xl (trn2 chips, functional), ranks 0, 4"
-    assert any(ln.startswith("t.yaml:7 all_reduce g #0") and " 256 KiB " in ln for ln in lines)
+    assert any(ln.startswith("line 7 all_reduce g #0 ") and " 256 KiB " in ln for ln in lines)
     assert any(ln.startswith("chip 1 ") for ln in lines) and "communication " in out
     assert lines[-1].startswith("model           trnsim ")
 

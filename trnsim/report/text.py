@@ -127,7 +127,8 @@ def format_system_summary(s: dict) -> str:
                 f"{'algbw':>12}{'busbw':>12}{'links':>6}{'link util':>10}"]  # fmt: skip
         for r in rows:
             util = f"{r['link_utilization']:.1%}" if r["links"] else "-"
-            name = f"{r['label']} #{r['seq']}"
+            _, colon, rest = r["label"].partition(":")  # the file is the trace run
+            name = f"line {rest} #{r['seq']}" if colon else f"{r['label']} #{r['seq']}"
             out.append(
                 f"{name[:33]:<34}{r['ranks']:>6}"
                 f"{fmt_bytes(r['bytes']):>11}  {r['algorithm'][:23]:<24}"
