@@ -67,54 +67,97 @@ C = "t.yaml:11: streams[0].do[0].collective"
 ERRORS = [
     ("[all_reduce]", f"{C}: got a list; expected {{op: all_reduce"),
     ("{group: [0]}", f"{C}: missing key 'op'; expected op: one of all_reduce, all_gather"),
-    ("{op: allreduce, tensor: g}", f"{C}.op: unknown collective 'allreduce' (did you mean "
-     "'all_reduce'?); expected one of all_reduce"),  # fmt: skip
+    (
+        "{op: allreduce, tensor: g}",
+        f"{C}.op: unknown collective 'allreduce' (did you mean "
+        "'all_reduce'?); expected one of all_reduce",
+    ),  # fmt: skip
     ("{op: all_reduce, tensr: g}", f"{C}.tensr: unknown key 'tensr' (did you mean 'tensor'?)"),
     ("{op: all_reduce, group: [], tensor: g}", f"{C}.group: an empty group; expected a list"),
     ("{op: all_reduce, group: [0, 0], tensor: g}", f"{C}.group[1]: rank 0 is in the group twice"),
     ("{op: all_reduce, group: [0, -1], tensor: g}", f"{C}.group[1]: got -1; expected a rank"),
-    ("{op: all_reduce, group: every, tensor: g}", f"{C}.group: got 'every'; expected a list of "
-     "distinct ranks like [0, 1, 2, 3], or all"),  # fmt: skip
+    (
+        "{op: all_reduce, group: every, tensor: g}",
+        f"{C}.group: got 'every'; expected a list of distinct ranks like [0, 1, 2, 3], or all",
+    ),  # fmt: skip
     ("{op: all_reduce, group: [0, 1]}", f"{C}: missing key 'tensor' (or 'bytes')"),
     ("{op: all_reduce, tensor: gg}", f"{C}.tensor: unknown tensor 'gg' (did you mean 'g'?)"),
     ("{op: all_reduce, tensor: h}", f"{C}.tensor: tensor h is host memory; expected a device"),
     ("{op: all_reduce, tensor: g, bytes: 4096}", f"{C}.bytes: both tensor: and bytes:"),
-    ("{op: all_reduce, tensor: g, dtype: float32}", f"{C}.dtype: float32, but tensor g is "
-     "bfloat16; expected the tensor's dtype (bfloat16), or no dtype:"),  # fmt: skip
+    (
+        "{op: all_reduce, tensor: g, dtype: float32}",
+        f"{C}.dtype: float32, but tensor g is "
+        "bfloat16; expected the tensor's dtype (bfloat16), or no dtype:",
+    ),  # fmt: skip
     ("{op: all_reduce, bytes: 4096, dtype: float33}", f"{C}.dtype: unknown dtype 'float33'"),
-    ("{op: all_reduce, bytes: 4095}", f"{C}.bytes: got 4095; expected a size like 64MiB or "
-     "1048576: a whole number of float32 elements"),  # fmt: skip
+    (
+        "{op: all_reduce, bytes: 4095}",
+        f"{C}.bytes: got 4095; expected a size like 64MiB or "
+        "1048576: a whole number of float32 elements",
+    ),  # fmt: skip
     ("{op: all_reduce, bytes: 64Mb}", f"{C}.bytes: got '64Mb'; expected a size"),
     ("{op: all_reduce, out: g, bytes: 64}", f"{C}.out: out: without tensor:"),
-    ("{op: all_gather, tensor: g, reduce_op: sum}", f"{C}.reduce_op: all_gather reduces "
-     "nothing; expected reduce_op: only beside all_reduce and reduce_scatter"),  # fmt: skip
-    ("{op: all_reduce, tensor: g, reduce_op: avg}", f"{C}.reduce_op: got 'avg'; expected one of "
-     "sum, max, min, prod"),  # fmt: skip
-    ("{op: all_reduce, tensor: g, algorithm: rings}", f"{C}.algorithm: unknown algorithm "
-     "'rings' (did you mean 'ring'?)"),  # fmt: skip
-    ("{op: all_reduce, tensor: g, algorithm: 'hierarchical:ring'}", f"{C}.algorithm: unknown "
-     "pair 'ring' in 'hierarchical:ring'; expected hierarchical:INTRA+INTER"),  # fmt: skip
+    (
+        "{op: all_gather, tensor: g, reduce_op: sum}",
+        f"{C}.reduce_op: all_gather reduces "
+        "nothing; expected reduce_op: only beside all_reduce and reduce_scatter",
+    ),  # fmt: skip
+    (
+        "{op: all_reduce, tensor: g, reduce_op: avg}",
+        f"{C}.reduce_op: got 'avg'; expected one of sum, max, min, prod",
+    ),  # fmt: skip
+    (
+        "{op: all_reduce, tensor: g, algorithm: rings}",
+        f"{C}.algorithm: unknown algorithm 'rings' (did you mean 'ring'?)",
+    ),  # fmt: skip
+    (
+        "{op: all_reduce, tensor: g, algorithm: 'hierarchical:ring'}",
+        f"{C}.algorithm: unknown "
+        "pair 'ring' in 'hierarchical:ring'; expected hierarchical:INTRA+INTER",
+    ),  # fmt: skip
     ("{op: all_reduce, tensor: g, root: 0}", f"{C}.root: all_reduce has no root"),
-    ("{op: broadcast, group: [0, 1], tensor: g, root: 2}", f"{C}.root: rank 2 is not in the "
-     "group; expected one of 0, 1"),  # fmt: skip
+    (
+        "{op: broadcast, group: [0, 1], tensor: g, root: 2}",
+        f"{C}.root: rank 2 is not in the group; expected one of 0, 1",
+    ),  # fmt: skip
     ("{op: permute, tensor: g}", f"{C}: missing key 'pairs'"),
-    ("{op: permute, tensor: g, pairs: [[0, 1, 2]]}", f"{C}.pairs[0]: got a list; expected a "
-     "list of [source, target] rank pairs"),  # fmt: skip
-    ("{op: permute, tensor: g, pairs: [[0, 1], [0, 2]]}", f"{C}.pairs: a rank is a source "
-     "twice"),  # fmt: skip
-    ("{op: permute, group: [0, 1], tensor: g, pairs: [[0, 2]]}", f"{C}.pairs[0]: rank 2 is not "
-     "in the group"),  # fmt: skip
+    (
+        "{op: permute, tensor: g, pairs: [[0, 1, 2]]}",
+        f"{C}.pairs[0]: got a list; expected a list of [source, target] rank pairs",
+    ),  # fmt: skip
+    (
+        "{op: permute, tensor: g, pairs: [[0, 1], [0, 2]]}",
+        f"{C}.pairs: a rank is a source twice",
+    ),  # fmt: skip
+    (
+        "{op: permute, group: [0, 1], tensor: g, pairs: [[0, 2]]}",
+        f"{C}.pairs[0]: rank 2 is not in the group",
+    ),  # fmt: skip
     ("{op: all_reduce, tensor: g, pairs: [[0, 1]]}", f"{C}.pairs: all_reduce takes no pairs"),
-    ("{op: send_recv, tensor: g}", f"{C}.group: send_recv on every rank; expected a group of "
-     "two ranks: [source, target]"),  # fmt: skip
-    ("{op: all_reduce, tensor: g, out: f32}", f"{C}.out: tensor f32 is float32 but g is "
-     "bfloat16; expected an output of the input's dtype"),  # fmt: skip
-    ("{op: all_reduce, tensor: g, out: full}", f"{C}.out: tensor full has 65536 bytes, g 16384; "
-     "expected an output of the input's size for all_reduce"),  # fmt: skip
-    ("{op: all_gather, group: [0, 1], tensor: g, out: full}", f"{C}.out: tensor full has 65536 "
-     "bytes and g 16384 in a group of 2; expected an output of the input times"),  # fmt: skip
-    ("{op: reduce_scatter, tensor: g, out: full}", f"{C}.out: tensor g has 16384 bytes and full "
-     "65536; expected an output of the input over the group's size"),  # fmt: skip
+    (
+        "{op: send_recv, tensor: g}",
+        f"{C}.group: send_recv on every rank; expected a group of two ranks: [source, target]",
+    ),  # fmt: skip
+    (
+        "{op: all_reduce, tensor: g, out: f32}",
+        f"{C}.out: tensor f32 is float32 but g is "
+        "bfloat16; expected an output of the input's dtype",
+    ),  # fmt: skip
+    (
+        "{op: all_reduce, tensor: g, out: full}",
+        f"{C}.out: tensor full has 65536 bytes, g 16384; "
+        "expected an output of the input's size for all_reduce",
+    ),  # fmt: skip
+    (
+        "{op: all_gather, group: [0, 1], tensor: g, out: full}",
+        f"{C}.out: tensor full has 65536 "
+        "bytes and g 16384 in a group of 2; expected an output of the input times",
+    ),  # fmt: skip
+    (
+        "{op: reduce_scatter, tensor: g, out: full}",
+        f"{C}.out: tensor g has 16384 bytes and full "
+        "65536; expected an output of the input over the group's size",
+    ),  # fmt: skip
 ]
 
 
