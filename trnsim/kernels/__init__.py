@@ -25,6 +25,7 @@ from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.gcpause import no_gc
 from trnsim.isa import CoreBarrier
+from trnsim.kernels import flat_split
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.elementwise import BINARY, UNARY  # noqa: F401
 from trnsim.kernels.fusion import chains, lower_chain
@@ -103,7 +104,7 @@ def lower_cores(
     with no_gc():  # a lowering makes millions of objects and no cycles (`gcpause`)
         for c in range(cores):
             b = KernelBuilder(tensors)
-            b.part = (c, cores)
+            b.part = flat_split.part(c, cores, ops, tensors)  # its elementwise ops' shares too
             programs.append(_lower_into(b, ops, cfg, source, meetings))
     return programs
 

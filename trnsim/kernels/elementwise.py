@@ -3,11 +3,17 @@ one shape, a tensor and a number, or a tensor and a row ([D]) or column ([..., 1
 over it.
 
 The kernel: the tensors are walked in blocks of up to 128 x FREE elements (`layout.flat_blocks`:
-elementwise ops do not care which element sits on which partition, so every block uses all 128
-partitions when its size allows); each block is loaded (inputs on separate DMA queues), computed
-in place in SBUF (ScalarE for functions, VectorE for arithmetic; a number rides along as the
-instruction's immediate), and stored, through rotating buffers so the next block loads while this
-one computes and the last one stores.
+elementwise ops do not care which element sits on which partition, so whatever the rank and size
+every block fills all 128 partitions but a remainder); each block is loaded (inputs on separate
+DMA queues), computed in SBUF (ScalarE for functions, VectorE for arithmetic and `select`; a
+number rides along as the instruction's immediate) into the first input's buffer when the output
+has its dtype, and stored. DEPTH rotating buffers per operand keep that many blocks in flight, so
+the DMA moves the next blocks while an engine computes one and the completion of a transfer is
+not waited for by the next (with three buffers, one block's load, compute and store in turn left
+the DMA idle between them: 78% of the DMA bound for a 16 MiB bf16 `exp` at LNC 2, 86% with
+four). The buffers of every op of a kernel share SBUF, so one op's take at most SBUF_SHARE of a
+partition: with many operands (a `where` in fp32) blocks narrow below FREE rather than rotate
+fewer.
 """
 
 from __future__ import annotations
@@ -24,8 +30,11 @@ from trnsim.kernels.queues import Queues
 
 __all__ = ["UNARY", "BINARY", "lower_unary", "lower_binary", "lower_where", "FREE"]
 
-FREE = 2048  # elements per partition of a block: 4 KiB of bf16, where DMA runs at full rate
-BUFS = 3  # rotating buffers per operand
+FREE = 2048  # elements per partition of a block at most: 4 KiB of bf16, where DMA runs at full rate
+BUFS = 3  # rotating buffers per tensor of a fused run (`fusion`, whose runs hold up to 6 tensors)
+DEPTH = 4  # rotating buffers per operand of one op: blocks in flight (module doc)
+SBUF_SHARE = 0.25  # of a partition's bytes for one op's buffers: blocks narrow below FREE to keep
+# DEPTH (the buffers of every op of a kernel are in SBUF at once)
 
 UNARY = {  # op -> activation function of ScalarE
     "exp": "exp",
@@ -62,13 +71,13 @@ def lower_unary(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) ->
     """out = op(x) (module doc); out's dtype may differ from x's (the result is cast)."""
     tx, to = b.tensors[x], b.tensors[out]
     _same_shape(op, ("x", tx), ("out", to))
+    cast = to.dtype != tx.dtype
     qs = Queues(cfg)
     loads, stores = qs.loads(0, 1 / 2), qs.stores(0, 1 / 2)
-    blocks = flat_blocks(tx.shape, cfg.core.sbuf.partitions, FREE, b.share(to.shape))
-    big = _largest(blocks)
+    blocks, big = _plan(b, cfg, to.shape, [tx.dtype] + [to.dtype] * cast)
     for n, (index, p, f) in enumerate(blocks):
         xt = _buf(b, "x", n, big, tx.dtype)
-        ot = _buf(b, "o", n, big, to.dtype) if to.dtype != tx.dtype else xt
+        ot = _buf(b, "o", n, big, to.dtype) if cast else xt
         src, t = ap(x, *index), ap(xt, slice(0, p), slice(0, f))
         b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
         o = ap(ot, slice(0, p), slice(0, f))
@@ -95,8 +104,9 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
     _same_shape(op, ("a" if isinstance(a, str) else "b", b.tensors[names[0]]), ("out", to))
     alu, qs = BINARY[op], Queues(cfg)
     loads, stores = qs.loads(), qs.stores()
-    blocks = flat_blocks(to.shape, cfg.core.sbuf.partitions, FREE, b.share(to.shape))
-    big = _largest(blocks)
+    dts = [b.tensors[v].dtype for v in (a, bb) if isinstance(v, str)]
+    inplace = dts[0] == to.dtype  # the result overwrites the first tensor operand's block
+    blocks, big = _plan(b, cfg, to.shape, dts + [to.dtype] * (not inplace))
     for n, (index, p, f) in enumerate(blocks):
         tiles = []
         for k, v in enumerate((a, bb)):
@@ -107,8 +117,9 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
             src = ap(v, *index)
             b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[2 * n + k])
             tiles.append(t)
-        o = ap(_buf(b, "o", n, big, to.dtype), slice(0, p), slice(0, f))
         t0, t1 = tiles
+        first = t0 if isinstance(t0, Ap) else t1
+        o = first if inplace else ap(_buf(b, "o", n, big, to.dtype), slice(0, p), slice(0, f))
         if isinstance(t0, Ap):
             if isinstance(t1, Ap):
                 b.emit(TensorTensor, [t0, t1], [o], alu=alu, src0=t0, src1=t1, dst=o)
@@ -150,15 +161,15 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
     row = spread_rows(b, cfg, pname, d) if is_row else None
     for n, (index, rows) in enumerate(row_blocks(tuple(to.shape), P, b.share(to.shape))):
         r = slice(0, rows)
-        t = ap(_buf(b, "x", n, (P, d), b.tensors[fname].dtype), r)
+        t = ap(_buf(b, "x", n, (P, d), b.tensors[fname].dtype, BUFS), r)
         src = ap(fname, *index)
         b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
-        o = ap(_buf(b, "o", n, (P, d), to.dtype), r)
+        o = ap(_buf(b, "o", n, (P, d), to.dtype, BUFS), r)
         if is_row:
             s0, s1 = (t, ap(row, r)) if full[0] == "a" else (ap(row, r), t)
             b.emit(TensorTensor, [s0, s1], [o], alu=alu, src0=s0, src1=s1, dst=o)
         else:
-            c = ap(_buf(b, "c", n, (P, 1), b.tensors[pname].dtype), r)
+            c = ap(_buf(b, "c", n, (P, 1), b.tensors[pname].dtype, BUFS), r)
             csrc = ap(pname, *index)
             b.emit(DmaCopy, [csrc], [c], src=csrc, dst=c, queue=loads[n + loads.count // 2])
             b.emit(
@@ -175,16 +186,26 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
         b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
 
 
+def _plan(b: KernelBuilder, cfg: ChipConfig, shape, dtypes: list) -> tuple[list, tuple]:
+    """(blocks, tile shape): this core's flat blocks of `shape` (`layout.flat_blocks`), each at
+    most FREE elements a partition, fewer when DEPTH buffers of each of `dtypes` (the
+    operands that have a buffer) would take more than SBUF_SHARE of a partition; the tile
+    shape is the largest block's ((1, 1) for a core with no elements of the op)."""
+    per_elem = sum(dt.itemsize for dt in dtypes)
+    room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (DEPTH * per_elem)
+    blocks = flat_blocks(shape, cfg.core.sbuf.partitions, max(1, min(FREE, room)), b.share(shape))
+    return blocks, _largest(blocks)
+
+
 def _largest(blocks: list[tuple]) -> tuple[int, int]:
-    """The largest block's (partitions, free); (1, 1) for a core with no rows of the op (at
-    LNC 2 an output of 128 rows is all one core's)."""
+    """The largest block's (partitions, free); (1, 1) for none (`fusion` sizes its buffers so)."""
     return max((p for _, p, _ in blocks), default=1), max((f for _, _, f in blocks), default=1)
 
 
-def _buf(b: KernelBuilder, kind: str, n: int, shape: tuple[int, int], dt) -> str:
-    """Rotating buffer n % BUFS of `kind` (of `shape`: the largest block's), allocated at the
+def _buf(b: KernelBuilder, kind: str, n: int, shape: tuple[int, int], dt, depth=DEPTH) -> str:
+    """Rotating buffer n % depth of `kind` (of `shape`: the largest block's), allocated at the
     first use of its slot."""
-    return b.scratch_tile(f"{kind}{n % BUFS}", kind, shape, dt)
+    return b.scratch_tile(f"{kind}{n % depth}", kind, shape, dt)
 
 
 def _same_shape(op: str, *named) -> None:
@@ -212,14 +233,14 @@ def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str
         a, other = other, a
     qs = Queues(cfg)
     loads, stores = qs.loads(), qs.stores()
-    blocks = flat_blocks(to.shape, cfg.core.sbuf.partitions, FREE, b.share(to.shape))
-    big = _largest(blocks)
+    named = [(k, v) for k, v in (("c", cond), ("a", a), ("o", other)) if isinstance(v, str)]
+    inplace = b.tensors[a].dtype == to.dtype  # the result overwrites a's block
+    dts = [b.tensors[v].dtype for _, v in named] + [b.tensors[cond].dtype] * negate
+    blocks, big = _plan(b, cfg, to.shape, dts + [to.dtype] * (not inplace))
     for n, (index, p, f) in enumerate(blocks):
         r = (slice(0, p), slice(0, f))
         loaded = {}
-        for k, v in (("c", cond), ("a", a), ("o", other)):
-            if not isinstance(v, str):
-                continue
+        for k, v in named:
             t = ap(_buf(b, k, n, big, b.tensors[v].dtype), *r)
             src = ap(v, *index)
             b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[3 * n + len(loaded)])
@@ -230,7 +251,7 @@ def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str
             b.emit(TensorScalar, [pred], [flipped], src=pred, dst=flipped, op0="equal",
                    operand0=0.0)  # fmt: skip
             pred = flipped
-        o = ap(_buf(b, "o", n, big, to.dtype), *r)
+        o = loaded["a"] if inplace else ap(_buf(b, "o", n, big, to.dtype), *r)
         on_false = loaded.get("o", other if not isinstance(other, str) else None)
         on_false = float(on_false) if not isinstance(on_false, Ap) else on_false
         reads = [pred, loaded["a"]] + ([on_false] if isinstance(on_false, Ap) else [])

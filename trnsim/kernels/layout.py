@@ -1,10 +1,32 @@
 """How a lowering walks an HBM tensor in blocks that one DMA moves into one SBUF tile.
 
 DMA copies in flat element order and lets the two sides' shapes differ (the element counts must
-agree), so a block is any run of whole rows that one index expression of the tensor names: a
-slice of the first dim when the rows under one first index fit, else one first index and the
-blocks of the dims below it. Rows are all dims but the last; a row block lands in a tile of
-[rows, last dim] (row softmax, norms) or, for elementwise ops, of [128, elements / 128].
+agree), so a block is any part of a tensor that one index expression names (ints and slices),
+moved into a tile whose partitions take its elements in that order.
+
+Row blocks (`row_blocks`, `row_groups`): runs of whole rows (all dims but the last), a slice of
+the first dim when the rows under one first index fit, else one first index and the blocks of
+the dims below it; a block lands in a tile of [rows, last dim] (row softmax, norms).
+
+Flat blocks (`flat_blocks`, for elementwise ops, which do not care which element sits on which
+partition): whatever the rank, a tensor is walked as a flat run of elements laid out 128
+partitions wide, in blocks of [128, f] with f up to a free-size limit F (2048 elements: 4 to
+8 KiB a partition, where DMA runs at full rate), the few elements that do not fill 128
+partitions in a small tile of their own. A block must be one index expression, so the walk
+follows the dims: the items of a dim (the sub-arrays under one index) are grouped q at a time,
+q the fewest whose elements fill whole partitions, as many groups as fit [128, F], as evenly as
+the count allows ([4096, 4096] in blocks of 64 rows, [1048576, 16] of 16384 rows, a vector of
+2^24 in runs of 128 x 2048); when q items are more than a block, items go one to a partition,
+each cut in even runs of at most F ([4097, 4095]: 128 rows by 2048 and 2047 columns), unless
+there are fewer items than partitions and each is large ([16, 2^20]): then each item is walked
+on its own, and the pieces that fill fewer partitions are taken for several items at once;
+so is an item left over from the groups (the last row of [4097, 4095]) when that is cheaper.
+
+LNC 2: a core's share of the rows (`core_rows`, the same for every op of a kernel, so a core
+reads back only what it wrote) gives its flat elements, except where the rows split unevenly
+(a vector is one row; 128 rows are all one core's) and no op of the kernel but elementwise ones
+touches tensors of that shape (`flat_split`): those are cut in even flat shares
+(`flat_share`).
 """
 
 from __future__ import annotations
@@ -12,7 +34,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-__all__ = ["row_blocks", "row_groups", "flat_blocks", "core_rows"]
+__all__ = [
+    "row_blocks", "row_groups", "flat_blocks", "flat_share", "core_rows", "Share", "Part",
+]  # fmt: skip
 
 
 def row_blocks(
@@ -78,7 +102,31 @@ def _blocks(dims: tuple[int, ...], most: int, lo: int, hi: int) -> Iterator[tupl
             yield (last, *index), n
 
 
-def core_rows(shape: tuple[int, ...], part: tuple[int, int], align: int = 128) -> tuple[int, int]:
+class Part(tuple):
+    """Which physical core a program is, (core, cores), and `flat`: the shapes whose tensors
+    the kernel's elementwise ops share between the cores by flat elements (`flat_split`)."""
+
+    flat: frozenset
+
+    def __new__(cls, core: int, cores: int, flat=frozenset()) -> Part:
+        p = super().__new__(cls, (core, cores))
+        p.flat = frozenset(flat)
+        return p
+
+
+class Share(tuple):
+    """One physical core's share of an op's rows: the tuple (lo, hi) of flattened rows, and
+    the `part` it is for, which `flat_share` reads."""
+
+    part: tuple[int, int]
+
+    def __new__(cls, lo: int, hi: int, part: tuple[int, int]) -> Share:
+        share = super().__new__(cls, (lo, hi))
+        share.part = part
+        return share
+
+
+def core_rows(shape: tuple[int, ...], part: tuple[int, int], align: int = 128) -> Share:
     """The flattened rows (all dims but the last) physical core `c` of `n` computes, `part` =
     (c, n): contiguous shares, split at multiples of `align` rows, the same for every op of a
     kernel whose output has this many rows (so a core reads back only rows it wrote)."""
@@ -86,32 +134,149 @@ def core_rows(shape: tuple[int, ...], part: tuple[int, int], align: int = 128) -
     total = math.prod(shape[:-1])
     cut = [min(total, round(total * k / n / align) * align) for k in range(n + 1)]
     cut[-1] = total
-    return cut[c], max(cut[c], cut[c + 1])
+    return Share(cut[c], max(cut[c], cut[c + 1]), part)
+
+
+EVEN = 9 / 16  # the most of a tensor's rows one of two cores' shares may hold and count as even
+
+
+def flat_share(shape: tuple[int, ...], rows: tuple[int, int] | None) -> tuple[int, int]:
+    """The flat elements [lo, hi) of a tensor of `shape` that one core's elementwise op
+    computes, given its share of the rows (`core_rows`; None: one core computes all): its rows
+    times the row length, unless the row split is uneven (a vector is one row; 128 rows or
+    fewer are all one core's) and the kernel lets its elementwise ops share this shape by
+    elements (`Part.flat`, `flat_split`): then the elements are cut in even shares (`_cut`)."""
+    total = math.prod(shape)
+    if rows is None:
+        return 0, total
+    d = shape[-1] if shape else 1
+    part = getattr(rows, "part", None)
+    if part is None or tuple(shape) not in getattr(part, "flat", ()):
+        return rows[0] * d, rows[1] * d
+    n, nrows = part[1], total // d
+    if max(hi - lo for lo, hi in (core_rows(shape, (c, n)) for c in range(n))) <= EVEN * nrows:
+        return rows[0] * d, rows[1] * d
+    cuts = [0, *(_cut(shape, total * k // n) for k in range(1, n)), total]
+    return cuts[part[0]], cuts[part[0] + 1]
+
+
+def _cut(shape: tuple[int, ...], at: int) -> int:
+    """A flat position near `at` on the coarsest grid of `shape` that keeps it within 1/16 of
+    the tensor: whole items of the outer dims where it can, so each share is few blocks."""
+    total = math.prod(shape)
+    for k in range(len(shape)):
+        step = math.prod(shape[k + 1 :])
+        if k == len(shape) - 1:
+            step = 128 if total >= 128 * 16 else 1
+        c = min(total, round(at / step) * step)
+        if abs(c - at) * 16 <= total or step == 1:
+            return c
+    return at
 
 
 def flat_blocks(
     shape: tuple[int, ...], partitions: int, most_free: int, rows: tuple[int, int] | None = None
 ) -> list[tuple]:
-    """(index, partitions, free): blocks covering `shape` in order, each moved into a tile of
-    [partitions, free] (the block's elements in flat order). Whole rows are grouped into blocks
-    of `partitions * free` elements when every block divides evenly (elementwise ops use all
-    partitions whatever the shape); otherwise a block is up to `partitions` rows, one per
-    partition, and a row longer than `most_free` is cut into column chunks."""
+    """(index, partitions, free): blocks covering a core's elements of `shape` (`flat_share` of
+    `rows`; all of them when None), each a [partitions, free] tile's worth that one DMA moves:
+    `index` selects the block (ints and slices, for `builder.ap`; the tile takes its elements in
+    the index's flat order). Elementwise ops do not care which element sits on which partition,
+    so whatever the rank and size, blocks fill all partitions with up to `most_free` elements
+    each (module doc, "Flat blocks"); every element is in exactly one block."""
     if not shape:
         return [((), 1, 1)]
     if 0 in shape:
         return []  # no element: nothing to move
-    d = shape[-1]
-    if d <= most_free:
-        flat = list(row_blocks(shape, max(1, partitions * most_free // d), rows))
-        if all((r * d) % partitions == 0 for _, r in flat):
-            return [(index, partitions, r * d // partitions) for index, r in flat]
-    out = []
-    for index, n in row_blocks(shape, partitions, rows):
-        if d <= most_free:
-            out.append((index, n, d))
-            continue
-        full = index + (slice(None),) * (len(shape) - 1 - len(index))
-        for c in range(0, d, most_free):
-            out.append(((*full, slice(c, min(c + most_free, d))), n, min(most_free, d - c)))
-    return out
+    lo, hi = flat_share(tuple(shape), rows)
+    if lo >= hi:
+        return []
+    return list(_flat(tuple(shape), lo, hi, partitions, most_free))
+
+
+def _flat(dims: tuple[int, ...], lo: int, hi: int, P: int, F: int) -> Iterator[tuple]:
+    """The blocks of elements [lo, hi) (0 <= lo < hi <= prod(dims)) of an array of `dims`: the
+    part items of dims[0] at either end each on their own, the whole items between by
+    `_items`."""
+    if not dims:
+        yield (), 1, 1
+        return
+    inner = math.prod(dims[1:])
+    first, last = lo // inner, (hi - 1) // inner  # the items the range touches
+    if first == last and (lo % inner or hi - lo < inner):  # inside one item
+        for index, p, f in _flat(dims[1:], lo - first * inner, hi - first * inner, P, F):
+            yield (first, *index), p, f
+        return
+    full_lo = first + (lo % inner != 0)
+    full_hi = last + (hi % inner == 0)  # items [full_lo, full_hi) are whole
+    if full_lo > first:
+        for index, p, f in _flat(dims[1:], lo - first * inner, inner, P, F):
+            yield (first, *index), p, f
+    yield from _items(dims, full_lo, full_hi, P, F)
+    if full_hi <= last:
+        for index, p, f in _flat(dims[1:], 0, hi - last * inner, P, F):
+            yield (last, *index), p, f
+
+
+def _items(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tuple]:
+    """The blocks of whole items [a, b) of dims[0] (module doc, "Flat blocks")."""
+    inner = math.prod(dims[1:])
+    q = P // math.gcd(inner, P)  # items whose elements fill whole partitions
+    if q * inner <= P * F:  # groups of q items, as even as can be, into [P, f] tiles
+        groups, most = (b - a) // q, P * F // (q * inner)
+        if groups:
+            per = -(-groups // -(-groups // most)) * q
+            for i in range(a, a + groups * q, per):
+                k = min(per, a + groups * q - i)
+                yield (slice(i, i + k),), P, k * inner // P
+        a += groups * q
+    else:  # items one to a partition, P at a time
+        yield from _on_partitions(dims, a, a + (b - a) // P * P, P, F)
+        a += (b - a) // P * P
+    yield from _few(dims, a, b, P, F)
+
+
+def _few(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tuple]:
+    """The blocks of whole items [a, b) of dims[0], fewer than fill P partitions: each item
+    walked on its own (and a piece that fills fewer partitions taken for several items at
+    once) when that takes fewer element-steps per partition, counting an instruction's fixed
+    cost as 256 (VectorE's 144 cycles and a DMA's setup); else one item to a partition."""
+    inner, r = math.prod(dims[1:]), b - a
+    if r <= 0:
+        return
+    if r * (inner // P + 256) >= inner:
+        yield from _on_partitions(dims, a, b, P, F)
+        return
+    for index, p, f in _flat(dims[1:], 0, inner, P, F):
+        k = max(1, P // p)
+        for i in range(a, b, k):
+            j = min(b, i + k)
+            yield ((i, *index), p, f) if k == 1 else ((slice(i, j), *index), p * (j - i), f)
+
+
+def _on_partitions(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tuple]:
+    """Items [a, b) of dims[0] one to a partition, up to P at a time, each in even pieces of
+    at most F elements (`_pieces`)."""
+    if a >= b:
+        return
+    pieces = _pieces(dims[1:], F)
+    for i in range(a, b, P):
+        p = min(P, b - i)
+        for index, f in pieces:
+            yield (slice(i, i + p), *index), p, f
+
+
+def _pieces(dims: tuple[int, ...], most: int) -> list[tuple[tuple, int]]:
+    """(index, elements): one item of `dims` cut in order into runs of at most `most` elements
+    that one index names, as even as the item's dims allow."""
+    n = math.prod(dims)
+    if n <= most:
+        return [((), n)]
+    inner = math.prod(dims[1:])
+    if inner > most:
+        return [((i, *ix), m) for i in range(dims[0]) for ix, m in _pieces(dims[1:], most)]
+    per = most // inner
+    per = -(-dims[0] // -(-dims[0] // per))  # the same count of sub-items in every run
+    return [
+        ((slice(i, min(i + per, dims[0])),), (min(i + per, dims[0]) - i) * inner)
+        for i in range(0, dims[0], per)
+    ]

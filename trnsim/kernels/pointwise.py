@@ -1,14 +1,15 @@
-"""A kernel of several inputs and outputs of one shape computed element by element: the frame
-the backward ops' and the optimizer's elementwise kernels share.
+"""A kernel of several inputs and outputs of one shape computed element by element: the frame the
+backward ops' and the optimizer's elementwise kernels share.
 
-`pointwise(b, cfg, inputs, outs, body)` walks the outputs' shape in flat blocks of up to
-128 x FREE elements (`layout.flat_blocks`: every block uses all partitions when its size
-allows); per block each input is loaded once (inputs on separate DMA queues), `body` emits the
-compute on the block's SBUF tiles, and each output is stored, through rotating buffers so the
-next block loads while this one computes and the last one stores. A body that is a generator
-emits its compute in steps, and two blocks' steps alternate, so that an engine does not wait
-for another inside one block. The block size shrinks when the buffers (inputs, outputs and the
-body's temporaries, BUFS of each) would not fit the kernel's share of SBUF.
+`pointwise(b, cfg, inputs, outs, body)` walks the outputs' shape in flat blocks of up to 128 x
+FREE elements (`layout.flat_blocks`: every block fills all partitions whatever the rank and
+size, an optimizer's 1-D parameters as a matrix's rows, and at LNC 2 each core takes its share
+of the elements); per block each input is loaded once (inputs on separate DMA queues), `body`
+emits the compute on the block's SBUF tiles, and each output is stored, through rotating buffers
+so the next block loads while this one computes and the last one stores. A body that is a
+generator emits its compute in steps, and two blocks' steps alternate, so that an engine does
+not wait for another inside one block. The block size shrinks when the buffers (inputs, outputs
+and the body's temporaries, BUFS of each) would not fit the kernel's share of SBUF.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def pointwise(
     per_elem = sum(b.tensors[t].dtype.itemsize for t in [*loads, *outs]) + 4 * temps
     P = cfg.core.sbuf.partitions
     free = min(FREE, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (BUFS * per_elem))
-    blocks = _blocks(shape, P, free, b.share(shape))
-    if not blocks:  # a core with none of the rows (LNC 2: a vector is one row, on one core)
+    blocks = flat_blocks(shape, P, free, b.share(shape))
+    if not blocks:  # a core with none of the elements (LNC 2: a short vector is one core's)
         return
     big = (max(p for _, p, _ in blocks), max(f for _, _, f in blocks))
     active: list = []  # blocks whose body has steps left (IN_FLIGHT at most)
@@ -126,21 +127,3 @@ def _store(b: KernelBuilder, outs: list[str], queues, out_tiles: list[Ap], index
     for k, (t, o) in enumerate(zip(outs, out_tiles)):
         dst = ap(t, *index)
         b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=queues[n * len(outs) + k])
-
-
-def _blocks(shape: tuple, P: int, free: int, share) -> list[tuple]:
-    """`layout.flat_blocks`, except for a vector (an optimizer's flat parameters): its runs of
-    P x free consecutive elements fill all partitions (DMA copies in flat order), the last
-    under P elements on one partition. A vector is one row: one core computes it."""
-    if len(shape) != 1 or shape[0] <= free:
-        return flat_blocks(shape, P, free, share)
-    if share is not None and share[0] == share[1]:
-        return []
-    n, o, out = shape[0], 0, []
-    while n - o >= P:
-        f = min(free, (n - o) // P)
-        out.append(((slice(o, o + P * f),), P, f))
-        o += P * f
-    if o < n:
-        out.append(((slice(o, n),), 1, n - o))
-    return out

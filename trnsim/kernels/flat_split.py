@@ -1,0 +1,56 @@
+"""Which tensors of an LNC 2 kernel the elementwise ops may share between the two physical
+cores by flat elements instead of by rows.
+
+Every op of a kernel gives each physical core its share of the rows of the tensors it
+computes, `layout.core_rows`, a function of the row count alone, so that a core reads back
+only rows it wrote itself and the cores need not meet between ops. Rows are cut at multiples
+of 128 (a matmul's cores each stream all of B, so a share under 128 rows is not worth it): a
+tensor of 128 rows or fewer, a vector (one row) above all, is then all one core's. Elementwise
+ops do not care which element is where, so they could cut the elements evenly instead
+(`layout.flat_share`), but only if no other op of the kernel touches those elements by rows:
+a matmul that wrote a [16, 2^20] tensor on one core, read by an elementwise op on both, would
+race. `flat_shapes` lists the shapes whose every tensor is touched only by the ops of FLAT
+(elementwise ops on operands of one shape and numbers: `elementwise`, `fusion`, the backward
+ops of `backward` and the optimizer's of `optim`, all walking `layout.flat_blocks`) and none
+of which is a view or viewed (another name for the same memory). A shape is a coarser key than
+a tensor, and an op outside FLAT excludes every shape it touches, so what is not known to be
+safe keeps the rows.
+"""
+
+from __future__ import annotations
+
+from trnsim.kernels.backward import ELEMENTWISE_BACKWARD
+from trnsim.kernels.elementwise import BINARY, UNARY
+from trnsim.kernels.layout import Part
+from trnsim.kernels.optim import OPTIM
+from trnsim.trace.ops import OPS
+from trnsim.trace.program import OpSpec, TensorSpec
+
+__all__ = ["FLAT", "flat_shapes", "part"]
+
+FLAT = frozenset({*UNARY, *BINARY, "where", "masked_fill", *ELEMENTWISE_BACKWARD, *OPTIM})
+
+
+def flat_shapes(ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> frozenset:
+    """The shapes whose tensors the kernel's ops may share by flat elements (module doc)."""
+    flat, rows = set(), set()
+    aliased = {n for n, t in tensors.items() if t.view is not None}
+    aliased |= {t.view for t in tensors.values() if t.view is not None}
+    for op in ops:
+        rec = OPS.get(op.op)
+        if rec is None:
+            continue  # an unknown op is refused when it is lowered
+        names = [n for _, n, _ in rec.accesses(op.args, tensors)]
+        shapes = {tuple(tensors[n].shape) for n in names}
+        if op.op not in FLAT or (op.op in BINARY and len(shapes) > 1):
+            rows |= shapes  # a broadcast reads its row or column whole, out by rows
+            continue
+        for n in names:
+            (rows if n in aliased else flat).add(tuple(tensors[n].shape))
+    return frozenset(flat - rows)
+
+
+def part(core: int, cores: int, ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> Part:
+    """Physical core `core` of `cores` for `KernelBuilder.part`, carrying the kernel's
+    `flat_shapes` for `layout.flat_share`."""
+    return Part(core, cores, flat_shapes(ops, tensors) if cores > 1 else frozenset())
