@@ -326,6 +326,17 @@ EXAMPLES["native_batch_norm_backward"] = (
 )  # fmt: skip
 
 
+EXAMPLES["max_pool2d_with_indices_backward"] = (
+    {"g": (1, 2, 4, 4), "t": (1, 2, 4, 4), "o": (1, 2, 8, 8)},
+    {"grad_output": "g", "indices": "t", "input_size": [1, 2, 8, 8], "kernel_size": 2,
+     "out": "o"},
+)  # fmt: skip
+EXAMPLES["avg_pool2d_backward"] = (
+    {"g": (1, 2, 4, 4), "o": (1, 2, 8, 8)},
+    {"grad_output": "g", "input_size": [1, 2, 8, 8], "kernel_size": 2, "out": "o"},
+)  # fmt: skip
+
+
 def test_every_training_op_of_the_trace_table_is_lowered():
     """Each backward and optimizer op of trnsim.trace.ops lowers on a small example and the
     trace checker accepts its arguments."""

@@ -366,6 +366,28 @@ CASES["native_batch_norm_backward"] = (
      "train": True, "out": ["gi", "gw", "gb"]},
 )  # fmt: skip
 
+# 2-D pooling (kernels.pooling, .pooling_backward): kernel 3 stride 2 padding 1, [3, 64, 9, 9]
+_PW = {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]}
+_PS, _PO = (3, 64, 9, 9), (3, 64, 5, 5)
+CASES |= {
+    "max_pool2d_with_indices": (
+        "max_pool2d_with_indices",
+        {"x": (_PS, F32, "normal"), "o": (_PO, F32, None), "i": (_PO, I32, None)},
+        {"x": "x", **_PW, "out": ["o", "i"]}),
+    "avg_pool2d": ("avg_pool2d", {"x": (_PS, F32, "normal"), "out": (_PO, F32, None)},
+                   {"x": "x", **_PW, "count_include_pad": False}),
+    "max_pool2d_with_indices_backward": (
+        "max_pool2d_with_indices_backward",
+        {"g": (_PO, F32, "normal"), "i": (_PO, I32, ("values", lambda g, s: (  # the center
+            np.broadcast_to(np.arange(25).reshape(5, 5) // 5 * 18
+                            + np.arange(25).reshape(5, 5) % 5 * 2, s)))),
+         "out": (_PS, F32, None)},
+        {"grad_output": "g", "indices": "i", "input_size": list(_PS), **_PW}),
+    "avg_pool2d_backward": ("avg_pool2d_backward",
+                            {"g": (_PO, F32, "normal"), "out": (_PS, F32, None)},
+                            {"grad_output": "g", "input_size": list(_PS), **_PW}),
+}  # fmt: skip
+
 CANNOT = {  # (label, chip) -> why the op is not lowered there
     ("linear", "trn1"): "a weight [N, K] is turned by DMA transpose, which NC-v2 lacks",
     ("scaled_dot_product_attention_backward", "trn1"): "needs the DMA transpose (NC-v3 and later)",

@@ -303,6 +303,13 @@ def test_every_op_of_the_trace_table_is_lowered():
          "s": ((4,), f32)},
         {"out": ["y", "m", "s"]},
     )  # fmt: skip
+    special["max_pool2d_with_indices"] = (
+        {"x": ((1, 2, 8, 8), f32), "o": ((1, 2, 4, 4), f32), "i": ((1, 2, 4, 4), i32)},
+        {"kernel_size": 2, "out": ["o", "i"]},
+    )  # fmt: skip
+    special["avg_pool2d"] = (
+        {"x": ((1, 2, 8, 8), f32), "out": ((1, 2, 4, 4), f32)}, {"kernel_size": 2},
+    )  # fmt: skip
     for op, rec in OPS.items():
         if rec.reference.endswith(":backward_reference"):
             continue  # tests/kernels/test_backward.py

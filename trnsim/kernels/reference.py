@@ -110,6 +110,40 @@ def batch_norm(op, args, arrays):
     return outs
 
 
+def pool(op, args, arrays):
+    """max_pool2d_with_indices ([out, indices], the first maximum in row-major order) or
+    avg_pool2d, over windows of x's last two dims (dilation 1, ceil_mode false)."""
+    from trnsim.kernels.pooling import window
+
+    x = _val(args, arrays)("x")
+    win = window(op, args, x.shape)
+    (kh, kw), (sh, sw), (ph, pw) = win.k, win.s, win.p
+    H, W = x.shape[2:]
+    Ho, Wo = win.out(H, W)
+    pad = -np.inf if op == "max_pool2d_with_indices" else 0.0
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=pad)
+    pos = np.pad(np.arange(H * W).reshape(H, W), ((ph, ph), (pw, pw)), constant_values=-1)
+    valid = np.pad(np.ones((H, W)), ((ph, ph), (pw, pw)))
+    wins, where, count = [], [], []
+    for a in range(kh):
+        for c in range(kw):
+            rows, cols = slice(a, a + sh * (Ho - 1) + 1, sh), slice(c, c + sw * (Wo - 1) + 1, sw)
+            wins.append(xp[:, :, rows, cols])
+            where.append(pos[rows, cols])
+            count.append(valid[rows, cols])
+    wins = np.stack(wins)
+    if op == "max_pool2d_with_indices":
+        first = np.argmax(wins, axis=0)[None]  # the first maximum, taps in row-major order
+        where = np.broadcast_to(np.stack(where)[:, None, None], wins.shape)
+        return [wins.max(axis=0), np.take_along_axis(where, first, 0)[0]]
+    total = wins.sum(axis=0)
+    if args.get("divisor_override") is not None:
+        return total / float(args["divisor_override"])
+    if args.get("count_include_pad", True):
+        return total / (kh * kw)
+    return total / np.sum(count, axis=0)
+
+
 def _softmax(x, dim):
     e = np.exp(x - x.max(axis=dim, keepdims=True))
     return e / e.sum(axis=dim, keepdims=True)

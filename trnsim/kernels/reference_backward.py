@@ -63,6 +63,37 @@ def _batch_norm_backward(val, args):
     return [o for o, keep in zip((gi, gw, gb), mask) if keep]
 
 
+def _pool_backward(op, args, val):
+    """grad_input of 2-D pooling, of shape input_size."""
+    from trnsim.kernels.pooling import window
+
+    g = val("grad_output")
+    N, C, Ho, Wo = g.shape
+    H, W = args["input_size"][2:]
+    win = window(op, args, (N, C, H, W))
+    (kh, kw), (sh, sw), (ph, pw) = win.k, win.s, win.p
+    out = np.zeros((N, C, H * W))
+    if op == "max_pool2d_with_indices_backward":
+        idx = val("indices").astype(np.int64).reshape(N * C, -1)
+        flat = out.reshape(N * C, -1)
+        for p in range(N * C):
+            np.add.at(flat[p], idx[p], g.reshape(N * C, -1)[p])
+        return out.reshape(N, C, H, W)
+    out = np.zeros((N, C, H + 2 * ph, W + 2 * pw))
+    div = args.get("divisor_override")
+    for i in range(Ho):
+        for j in range(Wo):
+            r, c = i * sh, j * sw
+            if div is not None:
+                d = float(div)
+            elif args.get("count_include_pad", True):
+                d = kh * kw
+            else:
+                d = (min(r + kh, H + ph) - max(r, ph)) * (min(c + kw, W + pw) - max(c, pw))
+            out[:, :, r : r + kh, c : c + kw] += g[:, :, i : i + 1, j : j + 1] / d
+    return out[:, :, ph : ph + H, pw : pw + W]
+
+
 def _nll_loss_backward(go, x, target, weight, reduction, ignore_index, total_weight):
     n, c = x.shape[0] if x.ndim > 1 else 1, x.shape[-1]
     t = target.reshape(-1).astype(np.int64)
@@ -206,6 +237,8 @@ def _one(op: str, args: dict, val):
         return _layer_norm_backward(val("grad_out"), x, val("mean"), val("rstd"), w, mask)
     if op == "native_batch_norm_backward":
         return _batch_norm_backward(val, args)
+    if op in ("max_pool2d_with_indices_backward", "avg_pool2d_backward"):
+        return _pool_backward(op, args, val)
     if op == "embedding_dense_backward":
         g, idx = val("grad_output"), val("indices").astype(np.int64).reshape(-1)
         d = g.shape[-1]

@@ -370,6 +370,27 @@ def _table() -> dict[str, Op]:
          "train?": "value", "eps?": "value", "output_mask?": "value", "out": "tensors"},
         "trnsim.kernels.batch_norm_backward:lower_batch_norm_backward", _B, split="alone",
     )  # fmt: skip
+    # 2-D pooling (kernels.pooling, .pooling_backward): blocks of planes between the cores
+    pool = {"kernel_size": "value", "stride?": "value", "padding?": "value"}
+    t["max_pool2d_with_indices"] = Op(
+        {"x": "tensor", **pool, "dilation?": "value", "ceil_mode?": "value", "out": "tensors"},
+        "trnsim.kernels.pooling:lower_pool", _R + "pool", split="alone",
+    )  # fmt: skip
+    t["avg_pool2d"] = Op(
+        {**_X, **pool, "ceil_mode?": "value", "count_include_pad?": "value",
+         "divisor_override?": "value"},
+        "trnsim.kernels.pooling:lower_pool", _R + "pool", split="alone",
+    )  # fmt: skip
+    t["max_pool2d_with_indices_backward"] = Op(
+        {"grad_output": "tensor", "input_size": "values", **pool, "dilation?": "value",
+         "ceil_mode?": "value", "indices": "tensor", "out": "tensor"},
+        "trnsim.kernels.pooling_backward:lower_pool_backward", _B, split="alone",
+    )  # fmt: skip
+    t["avg_pool2d_backward"] = Op(
+        {"grad_output": "tensor", "input_size": "values", **pool, "ceil_mode?": "value",
+         "count_include_pad?": "value", "divisor_override?": "value", "out": "tensor"},
+        "trnsim.kernels.pooling_backward:lower_pool_backward", _B, split="alone",
+    )  # fmt: skip
     optim = "trnsim.kernels.optim:lower_optim"
     for op in ("addcdiv", "addcmul"):
         t[op] = Op({"x": "tensor", "tensor1": "tensor", "tensor2": "tensor", "value?": "value",
