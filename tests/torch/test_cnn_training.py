@@ -34,6 +34,8 @@ MODELLED = [
     "leaky_relu.default", "leaky_relu_backward.default", "hardswish.default",
     "hardswish_backward.default", "elu.default", "elu_backward.default",
     "native_batch_norm.default", "native_batch_norm_backward.default",
+    "max_pool2d_with_indices.default", "max_pool2d_with_indices_backward.default",
+    "avg_pool2d.default", "avg_pool2d_backward.default",
 ]  # fmt: skip
 
 

@@ -320,6 +320,49 @@ def _batch_norm_backward(name, ov, a, kw, out, r):
     return [OpSpec("native_batch_norm_backward", args)], t
 
 
+# -- 2-D pooling (kernels.pooling) -----------------------------------------------------------
+
+
+def _window(a, kw, first: int, names: tuple) -> dict:
+    """The pooling arguments `names` from position `first` (aten's defaults when absent)."""
+    defaults = {"stride": [], "padding": 0, "dilation": 1, "ceil_mode": False,
+                "count_include_pad": True, "divisor_override": None}  # fmt: skip
+    out = {}
+    for i, k in enumerate(names, start=first):
+        v = _arg(a, kw, i, k, defaults.get(k))
+        if v is not None:
+            out[k] = list(v) if isinstance(v, (list, tuple)) else v
+    return out
+
+
+_MAX = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
+_AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
+
+
+@_maps("max_pool2d_with_indices")
+def _max_pool(name, ov, a, kw, out, r):
+    t = {"x": a[0], "out": r[0], "indices": r[1]}
+    return _one(name, {"x": "x", **_window(a, kw, 1, _MAX), "out": ["out", "indices"]}, t)
+
+
+@_maps("avg_pool2d")
+def _avg_pool(name, ov, a, kw, out, r):
+    return _one(name, {"x": "x", **_window(a, kw, 1, _AVG), "out": "out"},
+                {"x": a[0], "out": out})  # fmt: skip
+
+
+@_maps("max_pool2d_with_indices_backward", "avg_pool2d_backward")
+def _pool_backward(name, ov, a, kw, out, r):
+    """aten passes the forward's input; the library takes its shape (input_size)."""
+    t = {"grad_output": a[0], "out": out}
+    names = _MAX if name.startswith("max") else _AVG
+    args = {"grad_output": "grad_output", "input_size": list(a[1].shape),
+            **_window(a, kw, 2, names), "out": "out"}  # fmt: skip
+    if name.startswith("max"):
+        t["indices"], args["indices"] = _arg(a, kw, 7, "indices"), "indices"
+    return _one(name, args, t)
+
+
 # -- backward ops ----------------------------------------------------------------------------
 
 
