@@ -132,10 +132,10 @@ def timed(tensors, op, args, chip="trn2"):
 
 
 # the fraction of the roofline each reaches on one trn2 core at [32, 64, 32, 32], less a
-# margin: kernel 2 stride 2, backward 69% (max) and 67% (avg) in fp32, 58% and 57% in bf16;
-# forward 62% and 71%, 41% and 47%. Kernel 3 stride 2 padding 1 is bound by VectorE and
+# margin: kernel 2 stride 2, backward 70% (max) and 68% (avg) in fp32, 60% and 55% in bf16;
+# forward 66% and 76%, 43% and 51%. Kernel 3 stride 2 padding 1 is bound by VectorE and
 # GpSimd: its backward takes 9 taps of (a mask and a product) and 5 adds where windows
-# overlap (23% max, 35% avg in fp32), its forward two merges of (compare, max, select) per
+# overlap (23% max, 33% avg in fp32), its forward two merges of (compare, max, select) per
 # axis (28%); one `tensor_tensor` is 2 cycles an fp32 element on either engine
 REACHED = {
     ("max_pool2d_with_indices_backward", 2, "float32"): 0.63,
