@@ -143,3 +143,14 @@ def test_report_warns_exactly_when_estimates_dominate():
     warned = [w for w in caught if "roofline estimates" in str(w.message)]
     assert rep.ops["cumsum.default"]["estimated_ps"] > 0
     assert bool(warned) == (rep.estimated_share > 0.1)
+
+
+def test_inference_batch_norm_is_modelled_though_its_saved_statistics_are_empty():
+    """aten's inference batch norm returns empty save_mean / save_invstd: the op is still
+    lowered (an empty first result, or an empty input, is what leaves nothing to lower)."""
+    bn = nn.BatchNorm2d(16).to("neuron").eval()
+    x = torch.randn(4, 16, 8, 8, device="neuron")
+    runs = _ops(lambda: bn(x))
+    (run,) = [r for r in runs if "batch_norm" in r.name]
+    assert run.measurement.modelled, timing.timer().refused.get(run.name)
+    torch.testing.assert_close(bn(x).cpu(), bn.cpu()(x.cpu()))

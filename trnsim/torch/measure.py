@@ -155,8 +155,12 @@ def _conv_elements(args, x: Tensor, out: Tensor) -> int:
 
 
 def _empty(args, kwargs, r) -> bool:
-    """Whether any tensor of the op (argument or result) has no elements."""
-    return any(t.numel() == 0 for t in tensors_in(args) + tensors_in(kwargs.values()) + results(r))
+    """Whether any tensor the op reads, or its (first) result, has no elements: nothing to
+    lower. A later result may be empty by design (batch_norm's saved statistics in inference
+    mode)."""
+    outs = results(r)
+    ins = tensors_in(args) + tensors_in(kwargs.values())
+    return any(t.numel() == 0 for t in ins) or bool(outs and outs[0].numel() == 0)
 
 
 class Measurements:
