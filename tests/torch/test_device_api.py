@@ -164,7 +164,14 @@ def test_the_report_counts_modelled_and_estimated_ops():
     assert rep.ops["exp.default"]["modelled"] >= 1
     assert rep.ops["cumsum.default"]["estimated"] == (before.estimated if before else 0) + 1
     text = str(rep)
-    assert "modelled by the kernel library" in text and "roofline (estimated)" in text
+    assert f"{rep.modelled} modelled by the kernel library, {rep.estimated} estimated" in text
+    # each op row shown says how it was timed (the table shows the 25 longest ops so far)
+    for name, o in rep.ops.items():
+        row = next((line for line in text.splitlines() if line.startswith(f"{name} ")), None)
+        if row is not None:
+            how = ("kernel library" if not o["estimated"] else
+                   "roofline (estimated)" if not o["modelled"] else "both")  # fmt: skip
+            assert row.endswith(how), row
     assert rep.device_ps == state.get().devices[0].env.now
 
 
