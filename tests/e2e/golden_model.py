@@ -176,14 +176,17 @@ def assert_engines(g: dict, busy: dict[str, tuple], device_ps: int) -> None:
         assert row["utilization"] == ratio(got / device_ps), track
 
 
-def assert_flops(g: dict, cfg, flops: int, device_ps, compute_cores: int = 1) -> None:
-    """bf16 FLOPs, FLOP/s over the device time, and the fraction of the computing cores' peak
-    (none without FLOPs)."""
+def assert_flops(g: dict, cfg, flops: int, device_ps, compute_cores: int = 1, fp32: int = 0):
+    """FLOPs (`fp32` of them on fp32 operands, the others bf16), FLOP/s over the device time,
+    and the fraction of the computing cores' peak (none without FLOPs)."""
     seconds = Fraction(device_ps) / PS
     assert g["flops"] == flops
-    assert g["flops_by_dtype"] == ({"bfloat16": flops} if flops else {})
+    by = {"bfloat16": flops - fp32, "float32": fp32}
+    assert g["flops_by_dtype"] == {k: v for k, v in by.items() if v}
     assert g["flops_per_s"] == ratio(flops / seconds)
     if not flops:
         assert g["peak_fraction"] is None
         return
-    assert g["peak_fraction"] == ratio(flops / peak_per_core(cfg) / (seconds * compute_cores))
+    at_peak = Fraction(flops - fp32) / peak_per_core(cfg) + Fraction(fp32) / (
+        peak_per_core(cfg) * Fraction(cfg.core.tensor.fp32_rate))  # fmt: skip
+    assert g["peak_fraction"] == ratio(at_peak / (seconds * compute_cores))

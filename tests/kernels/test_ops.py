@@ -348,20 +348,24 @@ def test_every_op_of_the_trace_table_is_lowered():
 
 @pytest.mark.parametrize("op", ["softmax", "layer_norm", "rms_norm"])
 def test_rows_longer_than_one_vector_instruction_are_refused(op):
-    """(A reduction over such rows is lowered: `reduce.lower_any` chunks them.)"""
+    """Rows longer than a partition's SBUF takes go in pieces over the partitions when they are
+    a multiple of 128 (`row_pieces`); others are refused, naming the reason. (A reduction over
+    such rows is lowered: `reduce.lower_any` chunks them.)"""
     from trnsim.config import load_chip
     from trnsim.dtypes import dtype
     from trnsim.trace.program import TensorSpec
 
     cfg = load_chip("trn2")
-    d = cfg.core.vector.dve_max_free_elements * 2
-    out = (2, d)
-    tensors = {
-        "x": TensorSpec("x", (2, d), dtype("bfloat16")),
-        "out": TensorSpec("out", out, dtype("bfloat16")),
-    }
-    with pytest.raises(TraceError, match=f"rows of {d} elements do not fit"):
-        lower([OpSpec(op, {"x": "x", "out": "out"})], tensors, cfg)
+    for d, refused in ((cfg.core.vector.dve_max_free_elements * 2, False), (65537, True)):
+        tensors = {
+            "x": TensorSpec("x", (2, d), dtype("bfloat16")),
+            "out": TensorSpec("out", (2, d), dtype("bfloat16")),
+        }
+        if refused:
+            with pytest.raises(TraceError, match=f"rows of {d} elements do not fit"):
+                lower([OpSpec(op, {"x": "x", "out": "out"})], tensors, cfg)
+        else:
+            assert lower([OpSpec(op, {"x": "x", "out": "out"})], tensors, cfg).instructions
 
 
 def _run_cores(tensors, ops, cores, chip="trn2"):

@@ -1,25 +1,32 @@
 """`layer_norm` and `rms_norm` over the last dim.
 
-Per block of rows (`per` rows to each of up to 128 partitions, the whole row in the free dim:
-short rows go several to a partition, up to ROW_ELEMENTS, `layout.row_groups`), the passes over
-the rows are spread so that no engine makes many:
-- ScalarE: the row sum of x^2 (`activation square` with its `add` reduction) and, for
-  layer_norm, the row sum of x over the first c1 columns (`activation copy`, `add`), row by row;
-- VectorE: the row sums of the other columns (one `tensor_reduce add` for the block), the mean
-  and rstd = (sum(x^2) / D - mean^2 + eps) ^ -0.5 ([rows per partition] columns, once per
-  block), and the normalisation as one `tensor_scalar` per row ((x - mean) * rstd, or x *
-  rstd; four elements a cycle for 16-bit data), in place;
-- * weight and + bias (`tensor_tensor`, in place) on VectorE for a share of the blocks, on
-  GpSimd for the others (whole blocks: the builder orders a tile's accesses tile by tile, so
-  two engines on two halves of one tile would wait for each other).
-c1 and the share are chosen (`_plan`) to even out the three engines' time per block as their
-own cost models give it (`balance.cost_ns`), so the split follows each chip's clocks and fast
-modes. ScalarE never waits for another engine (rstd as its one `rsqrt` would make it wait for
-VectorE's mean). The weight and bias ([D]) are loaded once into one partition and spread to
-all 128 by TensorE (`broadcast.spread_rows`). Blocks rotate through up to BUFS buffers
-(within BUFFER_SHARE of SBUF), and the two stages (load and row sums; statistics,
-normalisation, weight and bias, store) are emitted one block apart, so VectorE and ScalarE take
-the next block's sums while the previous one is finished.
+Rows that fit a partition (`norm_rows`; longer rows: `norm_pieces`) go in blocks of [p, per,
+D]: `per` rows to each of up to 128 partitions (short rows several to a partition, up to
+ROW_ELEMENTS, `layout.row_groups`). A block's columns are cut in one or two **lanes**, each
+loaded into a tile of its own and normalised, weighted, biased and stored on engines of its
+own (`norm_plan.Lane`), so the two lanes' engines never wait for each other (the builder orders
+a tile's accesses tile by tile). Per block, in three stages emitted a block apart (so each
+engine turns to the next block instead of waiting for another engine's part of this one):
+
+1. load; **shift** (layer_norm into an fp32 output): each row minus its first element, in
+   place (exact when they are close), so the mean the normalisation subtracts is that of small
+   numbers: a row of mean 10^4 and spread 1 keeps 7 digits instead of 3 (an fp32 mean of 10^4
+   is only good to 5e-4); **statistics**: VectorE's `bn_stats` over chunks of up to 512 of
+   the columns from c on (count, mean and M2 of the even and the odd columns: no E[x^2] -
+   E[x]^2, so no cancellation at any mean); ScalarE the first c columns (layer_norm: their
+   mean by an `activation` with its add reduction, then their M2 about that mean by a `square`
+   with its reduction, a triple of their own; rms_norm: the sum of their squares);
+2. `bn_aggr` of each row's triples (its mean and variance; a row of one chunk, several to a
+   partition, combines its two halves for the whole block at once instead, `_Norm.halves`);
+   rstd = (var + eps) ^ -0.5 (rms_norm: of mean(x^2) = var + mean^2 and ScalarE's part); each
+   lane's **normalisation** (x - mean) * rstd per row: a VectorE or GpSimd `tensor_scalar`, or
+   a ScalarE `activation` with rstd as its scale and -mean * rstd as its bias;
+3. each lane's **weight and bias**: `tensor_tensor`s per row on VectorE or GpSimd (weight and
+   bias spread over the partitions once, `norm_affine.spread`), or the bias added by TensorE
+   into PSUM and copied out by ScalarE (`norm_affine.PeBias`); store.
+
+`norm_plan.plan` chooses c, the lanes and the shift's engines. Blocks rotate through up to BUFS
+buffers within BUFFER_SHARE of SBUF.
 """
 
 from __future__ import annotations
@@ -29,20 +36,39 @@ import math
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
-from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
-from trnsim.kernels.balance import cost_ns, dma_queues
-from trnsim.kernels.broadcast import spread_rows
+from trnsim.isa import (
+    Activation,
+    BnAggr,
+    BnStats,
+    DmaCopy,
+    Memset,
+    TensorCopy,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import row_groups
-from trnsim.kernels.queues import Queues, Stream
+from trnsim.kernels.layout import row_blocks, row_groups
+from trnsim.kernels.norm_affine import PeBias, spread
+from trnsim.kernels.norm_plan import Lane, plan
+from trnsim.kernels.queues import Queues
+from trnsim.kernels.row_pieces import Groups
+from trnsim.kernels.row_pieces import layout as pieces_layout
+from trnsim.kernels.row_plan import G, S, Spread, V, runs
 
-__all__ = ["lower_norm"]
+__all__ = ["lower_norm", "norm_rows"]
 
 BUFS = 6
-SBUF_SHARE = 0.75  # rows that need more than this for one buffer are refused
+SBUF_SHARE = 0.75  # rows that need more than this for one buffer go to `norm_pieces`
 BUFFER_SHARE = 0.45  # what the rotating buffers may take
+LONG_ROW, LONG_SHARE = 8192, 0.6  # rows this long: two lanes, and this share of SBUF
 ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partition
-STEPS = 32  # the splits tried: multiples of 1 / STEPS of a row's columns or of the blocks
+PE_BUFS = 4  # TensorE adds the bias only when this many buffers of x fit beside its own
+F_BUFS = 2  # buffers of TensorE's copies out (the bias added on TensorE)
+PIECE_BYTES = 4096  # a piece tile's bytes a partition (512 KiB tiles: many, so loads overlap)
+MAX_PIECE_BYTES = 32768  # a row of 2^20 fp32 in one tile (its 128 pieces)
+PIECE_ROWS = 2048  # rows this long go in pieces when a core has no more rows than partitions
+# (one block, which nothing would overlap)
 
 
 def lower_norm(
@@ -58,215 +84,448 @@ def lower_norm(
             raise TraceError(
                 f"{op}: {k} {v} has shape {list(b.tensors[v].shape)}; expected [{d}] (x's last dim)"
             )
-    affine = [v for v in (weight, bias) if v is not None]
+    affine = [(v, alu) for v, alu in ((weight, "multiply"), (bias, "add")) if v is not None]
+    share = b.share(tx.shape)
+    rows = (share[1] - share[0]) if share is not None else math.prod(tx.shape[:-1])
+    affine_bytes = sum(b.tensors[v].dtype.itemsize for v, _ in affine)
+    if not norm_rows(cfg, tx, to, affine_bytes) or (rows <= cfg.core.sbuf.partitions and
+                                                     d >= PIECE_ROWS):  # fmt: skip
+        lay = _piece_layout(cfg, tx, d)
+        if lay is not None and lay.t == 1:
+            _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay)
+            return
+        if not norm_rows(cfg, tx, to, affine_bytes):
+            raise TraceError(
+                f"{op}: rows of {d} elements do not fit a partition's SBUF, and are not a "
+                f"multiple of {cfg.core.sbuf.partitions} up to {cfg.core.sbuf.partitions} "
+                f"pieces of {PIECE_BYTES // tx.dtype.itemsize} (to cut over the partitions); "
+                "not lowered yet"
+            )
     k = _Norm(b, cfg, op, x, out, d, float(eps))
-    budget, per_row = _fits(cfg, op, tx, to, sum(b.tensors[v].dtype.itemsize for v in affine))
-    vmax = cfg.core.vector.dve_max_free_elements
-    # buffers within BUFFER_SHARE of SBUF (the kernel's other ops keep their own tiles)
-    room = min(budget, int(cfg.core.sbuf.partition_bytes * BUFFER_SHARE))
-    k.per, blocks = row_groups(tx.shape, k.P, b.share(tx.shape), min(ROW_ELEMENTS, vmax) // d,
-                               room // (BUFS * per_row))  # fmt: skip
-    k.bufs, k.blocks = max(1, min(BUFS, room // (k.per * per_row))), len(blocks)
+    k.weight, k.bias = weight, bias
+    # other ops keep their tiles; rows of LONG_ROW or more take more (a kernel has room for few
+    # such ops), and only they go in two lanes (whose tiles no other norm shares)
+    share_ = LONG_SHARE if d >= LONG_ROW else BUFFER_SHARE
+    room = int(cfg.core.sbuf.partition_bytes * share_)
+    # a block's x (and its output when the dtypes differ) rotate through `bufs` buffers;
+    # TensorE's copies out (the bias on TensorE) through F_BUFS, only if PE_BUFS of the
+    # others still fit (x lives until TensorE reads it, two stages after its load)
+    base = d * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
+    f = F_BUFS * d * to.dtype.itemsize
+    k.pe_ok = bias is not None and to.dtype == tx.dtype and to.dtype.itemsize == 2 and (
+        (room - f) // base >= PE_BUFS)  # fmt: skip
+    room -= f if k.pe_ok else 0
+    k.per, blocks = row_groups(tx.shape, k.P, b.share(tx.shape), max(1, ROW_ELEMENTS // d),
+                               max(1, room // (BUFS * base)))  # fmt: skip
+    k.bufs, k.blocks = max(1, min(BUFS, room // (k.per * base))), len(blocks)
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
     k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
-    k.spread = [(spread_rows(b, cfg, v, d), alu) for v, alu in
-                ((weight, "multiply"), (bias, "add")) if v is not None]  # fmt: skip
-    k.c1, k.share = _plan(k)
-    skew = 1 if k.bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
-    for n in range(len(blocks) + skew):
+    # planned for the whole tensor's layout, as one core would lower it: the choices that
+    # change the values' rounding (ScalarE's statistics, the halves) are then the same
+    # however an LNC 2 logical core's cores share the rows
+    per, k.per = k.per, row_groups(tx.shape, k.P, None, max(1, ROW_ELEMENTS // d),
+                                   max(1, room // (BUFS * base)))[0]  # fmt: skip
+    k.plan_per = k.per
+    plan(k)
+    k.per = per
+    spreads = [v for v in (weight, bias) if v is not None and not (v == bias and k.pe_bias)]
+    k.spread = lambda: k.rows.update(zip(spreads, spread(b, cfg, spreads, d, k.loads)))
+    if k.pe_bias:
+        k.pe = PeBias(b, cfg, bias, d, to.dtype)
+    _emit(k, blocks)
+    if k.pe_bias:
+        k.pe.done()
+
+
+def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay) -> None:
+    """Rows in pieces over the partitions (`row_pieces`): a tile holds g rows of k pieces of f
+    elements, one a partition; each partition's statistics as a row's of f elements above
+    (one lane, the bias not on TensorE), then combined over the row's k partitions on TensorE
+    (`row_pieces.Groups`); the shift's first element spread over the row's partitions the same
+    way; weight and bias loaded in the pieces' pattern."""
+    tx, to = b.tensors[x], b.tensors[out]
+    k = _Norm(b, cfg, op, x, out, lay.f, eps)
+    k.weight, k.bias, k.pieces = weight, bias, lay
+    k.groups = Groups(b, cfg, lay.k)
+    room = int(cfg.core.sbuf.partition_bytes * BUFFER_SHARE) - lay.f * sum(
+        b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)  # fmt: skip
+    base = lay.f * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
+    share = b.share(tx.shape)
+    rows = (share[0], share[1]) if share is not None else (0, math.prod(tx.shape[:-1]))
+    blocks = list(row_blocks(tx.shape, lay.g, rows))
+    k.bufs, k.blocks = max(1, min(BUFS, room // base)), len(blocks)
+    q, qs = dma_queues(cfg, lay.f * tx.dtype.itemsize), Queues(cfg)
+    k.loads, k.stores = qs.loads().take(max(2, q)), qs.stores().take(max(2, q))
+    plan(k)
+    k.rows = {v: _piece_rows(b, cfg, v, lay) for v in (weight, bias) if v is not None}
+    _emit(k, blocks)
+    k.groups.done()
+
+
+def _piece_layout(cfg: ChipConfig, tx, d: int):
+    """Rows of d in pieces (`row_pieces.layout`) of PIECE_BYTES a partition, or of one 128th
+    of the row when that is longer (a row in one tile), up to MAX_PIECE_BYTES."""
+    P, isz = cfg.core.sbuf.partitions, tx.dtype.itemsize
+    most = max(PIECE_BYTES // isz, -(-d // P))
+    return pieces_layout(d, most, P) if most * isz <= MAX_PIECE_BYTES else None
+
+
+def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay) -> str:
+    """[128, f]: tensor `name` ([d]) in the pieces' pattern (partition r k + i holds piece i),
+    loaded once per row of the tile (g DMAs of the whole tensor)."""
+    P, t = cfg.core.sbuf.partitions, b.tensors[name]
+    rows = b.scratch_tile(f"norm.pieces.{name}.{lay.k}", f"{name}_pieces", (P, lay.f), t.dtype)
+    loads = Queues(cfg).loads(1 / 2, 1)
+    for r in range(lay.g):
+        src, dst = ap(name), ap(rows, slice(r * lay.k, (r + 1) * lay.k))
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[r])
+    return rows
+
+
+def _emit(k, blocks) -> None:
+    """The blocks' three stages, stages 2 and 3 a block and two behind stage 1."""
+    if not blocks:
+        return
+    lag = (min(1, k.bufs - 1), min(2, k.bufs - 1))
+    for n in range(len(blocks) + lag[1]):
         if n < len(blocks):
-            k.sums(n, *blocks[n])
-        if n >= skew:
-            k.normalize(n - skew, *blocks[n - skew])
+            k.first(n, *blocks[n])
+        if n == 0:  # the weight and bias after block 0's load (in its op's span, not before);
+            k.spread()  # block 0's stage 2 at once: nothing else waits on the engines yet
+            k.second(0, *blocks[0])
+        for stage, late in zip((k.second, k.third), lag):
+            m = n - late
+            if 0 <= m < len(blocks) and not (stage == k.second and m == 0):
+                stage(m, *blocks[m])
 
 
-def _fits(cfg: ChipConfig, op: str, tx, to, affine_bytes: int) -> tuple[int, int]:
-    """(bytes, bytes per row): SBUF a partition has for its rows' buffers (ScalarE's scratch
-    row and the spread weight and bias set aside), and what each row takes (x, and the output
-    when its dtype differs). Refuses rows that do not fit one buffer or one VectorE
-    instruction."""
-    d = tx.shape[-1]
-    fixed = d * (tx.dtype.itemsize + affine_bytes)
-    budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - fixed
-    per_row = d * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
-    if budget < per_row or d > cfg.core.vector.dve_max_free_elements:
-        raise TraceError(
-            f"{op}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
-            f"instruction ({cfg.core.vector.dve_max_free_elements} elements); rows this long "
-            "are not lowered yet"
-        )
-    return budget, per_row
+def norm_rows(cfg: ChipConfig, tx, to, affine_bytes: int) -> bool:
+    """Whether rows of x fit the row kernel: one row a partition, its output, the spread weight
+    and bias and ScalarE's scratch within SBUF_SHARE of a partition."""
+    d = tx.shape[-1] if tx.shape else 1
+    need = d * (2 * tx.dtype.itemsize + to.dtype.itemsize + affine_bytes)
+    return need <= cfg.core.sbuf.partition_bytes * SBUF_SHARE
 
 
 class _Norm:
-    """One norm's tiles and its two stages per block: `sums` and `normalize`. A block is
-    [p, per, D]: `per` rows to each of p partitions."""
+    """One norm's tiles, its plan (`norm_plan.plan`) and its three stages per block (`first`,
+    `second`, `third`). A block is [p, per, D]: `per` rows to each of p partitions; lane i's
+    columns of it are tile x{i} ([p, per, hi - lo])."""
 
     def __init__(self, b, cfg, op, x, out, d, eps):
         self.b, self.cfg, self.op, self.x, self.out, self.d, self.eps = b, cfg, op, x, out, d, eps
         self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
         self.xdt, self.odt = b.tensors[x].dtype, b.tensors[out].dtype
-        self.bufs, self.spread, self.c1, self.share, self.blocks = 1, [], 0, 0, 0
-        self.per = 1
-        self.loads = self.stores = Stream(0, 1)  # the blocks' queues (`lower_norm`)
+        self.layer = op == "layer_norm"
+        # module doc; in place, so x's own dtype must hold the shifted values exactly
+        self.shift = self.layer and self.odt.itemsize >= 4 and self.xdt.itemsize >= 4
+        self.bn = cfg.core.vector.bn_stats_max_free
+        self.most = cfg.core.vector.dve_max_free_elements
+        self.per, self.bufs, self.blocks, self.c = 1, 1, 0, 0
+        self.plan_per = 1  # the rows a partition of the layout `_plan` costs
+        self.long_row = LONG_ROW
+        self.weight = self.bias = None
+        self.lanes: list[Lane] = []
+        self.rows: dict[str, str] = {}  # weight and bias spread over the partitions
+        self.pe_ok = self.pe_bias = False  # TensorE may add (adds) the bias
+        self.shifts = Spread({V: 1.0})
+        self.spread = lambda: None  # emits the weight and bias spread (`lower_norm`)
+        self.pieces = None  # a `row_pieces.PieceLayout`: rows in pieces, d the piece
+        self.groups = None
 
-    def tile(self, key: str, n: int, shape, dt) -> str:
-        return self.b.scratch_tile(f"norm.{key}{n % self.bufs}", key, shape, dt)
+    # -- tiles ---------------------------------------------------------------------------------
 
-    def row(self, key: str, n: int, p: int, j=None, cols=(0, None), dt=None):
-        """Block n's rows of `key` ([p, per, D]), or its row slot j ([p, D]), over `cols`."""
-        t = self.tile(key, n, (self.P, self.per, self.d), dt or self.xdt)
+    def tile(self, key: str, n: int, shape, dt=None) -> str:
+        slot = n % (min(F_BUFS, self.bufs) if key.startswith("f") else self.bufs)
+        return self.b.scratch_tile(f"norm.{key}{slot}", key, shape, dt or self.f32)
+
+    def lane_tile(self, kind: str, n: int, i: int, p: int, j=None, cols=(0, None)):
+        """Lane i's tile `kind` (x: its columns of x; o: its output, x's own when the dtypes
+        agree; f: TensorE's copies out) in block n: [p, per, w], or slot j's [p, w]."""
+        lane = self.lanes[i]
+        if kind == "o" and self.odt == self.xdt:
+            kind = "x"
+        dt = self.xdt if kind == "x" else self.odt
+        t = self.tile(f"{kind}{i}.{lane.lo}.", n, (self.P, self.per, lane.hi - lane.lo), dt)
         return ap(t, slice(0, p), slice(None) if j is None else j, slice(*cols))
 
+    def lane_cols(self, lo: int, hi: int):
+        """(lane, lane-local lo, hi) of the lanes' columns covering [lo, hi)."""
+        for i, lane in enumerate(self.lanes):
+            a, z = max(lo, lane.lo), min(hi, lane.hi)
+            if a < z:
+                yield i, a - lane.lo, z - lane.lo
+
     def col(self, key: str, n: int, p: int, j=None):
-        """Block n's [p, per] statistics `key`, or slot j's [p, 1] column."""
-        t = self.tile(key, n, (self.P, self.per), self.f32)
+        """Block n's [p, per] column tile `key`, or its slot j ([p, 1])."""
+        t = self.tile(key, n, (self.P, self.per))
         return ap(t, slice(0, p), slice(None) if j is None else slice(j, j + 1))
 
-    def output(self, n: int, p: int, j=None):
-        """The block's output tile: x's own (in place) when the dtypes agree."""
-        key = "x" if self.odt == self.xdt else "o"
-        return self.row(key, n, p, j, dt=self.odt)
+    @property
+    def chunks(self) -> list[tuple[int, int, int]]:
+        """VectorE's bn_stats chunks: (lane, lo, hi) of up to bn_stats' limit, from c on."""
+        return [(i, lo + a, lo + z) for i, lo, hi in self.lane_cols(self.c, self.d)
+                for a, z in runs(hi - lo, self.bn)]  # fmt: skip
 
-    def sums(self, n: int, index: tuple, rows: int) -> None:
-        """Load; sum of x^2 (and of x's first c1 columns) on ScalarE, row by row, the other
-        columns' sums on VectorE, all rows at once."""
-        b, c1, p = self.b, self.c1, rows // self.per
-        xa, src = self.row("x", n, p), ap(self.x, *index)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[n])
-        junk = ap(self.tile("junk", 0, (self.P, self.d), self.xdt), slice(0, p))  # never read
-        for j in range(self.per):
-            xj, ss = self.row("x", n, p, j), self.col("ss", n, p, j)
-            b.emit(Activation, [xj], [junk, ss], func="square", src=xj, dst=junk, reduce="add",
-                   reduce_dst=ss)  # fmt: skip
-            if self.op == "layer_norm" and c1:
-                xs, js = self.row("x", n, p, j, (0, c1)), ap(junk.name, slice(0, p), slice(0, c1))
-                s1 = self.col("s1", n, p, j)
-                b.emit(Activation, [xs], [js, s1], func="copy", src=xs, dst=js, reduce="add",
-                       reduce_dst=s1)  # fmt: skip
-        if self.op == "layer_norm" and c1 < self.d:
-            xv, s2 = self.row("x", n, p, None, (c1, None)), self.col("s2", n, p)
-            b.emit(TensorReduce, [xv], [s2], alu="add", src=xv, dst=s2)
+    @property
+    def spieces(self) -> list[tuple[int, int, int]]:
+        """ScalarE's pieces of the first c columns, one per lane they touch."""
+        return list(self.lane_cols(0, self.c))
 
-    def normalize(self, n: int, index: tuple, rows: int) -> None:
-        """The statistics, (x - mean) * rstd, * weight and + bias, store."""
-        b, p = self.b, rows // self.per
-        m, rstd = self.stats(n, p)
-        # VectorE's share of the blocks, spread evenly counting from the last block (rounded to
-        # the nearest: from half the blocks on, the last is VectorE's, which is done sooner)
-        last = self.blocks - 1 - n
-        vector = ((2 * last + 2) * self.share + STEPS) // (2 * STEPS) > (
-            (2 * last * self.share + STEPS) // (2 * STEPS)
-        )
+    @property
+    def width(self) -> int:
+        """A row's statistics: six per bn_stats chunk, a triple per ScalarE piece."""
+        return 6 * len(self.chunks) + (3 * len(self.spieces) if self.layer else 0)
+
+    def stat(self, n: int, p: int, j=None, cols=(0, None)):
+        """Block n's statistics ([p, per, width]), or slot j's ([p, width]), over cols."""
+        t = self.tile(f"st{self.c}.{self.width}.", n, (self.P, self.per, max(1, self.width)))
+        return ap(t, slice(0, p), slice(None) if j is None else j, slice(*cols))
+
+    def agg(self, n: int, p: int, k: int, j=None):
+        """Block n's mean (k = 0) or variance (k = 1): [p, per], or slot j's [p, 1]."""
+        t = self.tile("ag", n, (self.P, self.per, 2))
+        if j is None:
+            return ap(t, slice(0, p), slice(None), k)
+        return ap(t, slice(0, p), j, slice(k, k + 1))
+
+    @property
+    def halves(self) -> bool:
+        """A row of one bn_stats chunk, several to a partition: its halves are combined for
+        the whole block at once (`_halves`) instead of a `bn_aggr` per row."""
+        return len(self.chunks) == 1 and not self.c and self.plan_per >= 4 and self.d > 1
+
+    # -- stage 1: load, shift, statistics ------------------------------------------------------
+
+    def parts(self, rows: int) -> int:
+        """The partitions a block of `rows` rows takes."""
+        return rows * self.pieces.k if self.pieces else rows // self.per
+
+    def first(self, n: int, index: tuple, rows: int) -> None:
+        b, p = self.b, self.parts(rows)
+        full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
+        for i, lane in enumerate(self.lanes):
+            xa = self.lane_tile("x", n, i, p)
+            src = (
+                ap(self.x, *index)
+                if len(self.lanes) == 1
+                else ap(self.x, *full, slice(lane.lo, lane.hi))
+            )
+            b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[len(self.lanes) * n + i])
+        if self.shift:
+            self.shifted(n, p, self.shifts())
         for j in range(self.per):
-            xj, oj, rj = self.row("x", n, p, j), self.output(n, p, j), self.col("rstd", n, p, j)
-            if m is not None:
-                mj = self.col("m", n, p, j)
-                b.emit(TensorScalar, [xj, mj, rj], [oj], src=xj, dst=oj, op0="subtract",
-                       operand0=mj, op1="multiply", operand1=rj)  # fmt: skip
+            for q, (i, lo, hi) in enumerate(self.chunks):
+                xs, st = (
+                    self.lane_tile("x", n, i, p, j, (lo, hi)),
+                    self.stat(n, p, j, (6 * q, 6 * q + 6)),
+                )
+                b.emit(BnStats, [xs], [st], src=xs, dst=st)
+        if self.c:
+            self.scalar_stats(n, p)
+
+    def scalar_stats(self, n: int, p: int) -> None:
+        """ScalarE's statistics of the first c columns, piece by piece (one per lane): layer_norm
+        the mean and then the M2 about it, into tile sa (its own: VectorE writes the others);
+        rms_norm the sum of squares / D, into ss{piece}."""
+        b, junk = self.b, ap(self.tile("junk", 0, (self.P, self.c), self.xdt), slice(0, p))
+        pieces = self.spieces
+        sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.per, 2 * len(pieces)))
+        for q, (i, lo, hi) in enumerate(pieces):
+            jk = ap(junk.name, slice(0, p), slice(0, hi - lo))
+            for j in range(self.per):
+                xs = self.lane_tile("x", n, i, p, j, (lo, hi))
+                if not self.layer:
+                    ss = self.col(f"ss{q}.", n, p, j)
+                    b.emit(Activation, [xs], [jk, ss], func="square", src=xs, dst=jk,
+                           scale=1 / math.sqrt(self.d), reduce="add", reduce_dst=ss)  # fmt: skip
+                    continue
+                m = ap(sa, slice(0, p), j, slice(2 * q, 2 * q + 1))
+                b.emit(Activation, [xs], [jk, m], func="copy", src=xs, dst=jk,
+                       scale=1.0 / (hi - lo), reduce="add", reduce_dst=m)  # fmt: skip
+            if not self.layer:
+                continue
+            for j in range(self.per):  # their M2 about it: (m - x)^2
+                xs = self.lane_tile("x", n, i, p, j, (lo, hi))
+                m = ap(sa, slice(0, p), j, slice(2 * q, 2 * q + 1))
+                m2 = ap(sa, slice(0, p), j, slice(2 * q + 1, 2 * q + 2))
+                b.emit(Activation, [xs, m], [jk, m2], func="square", src=xs, dst=jk, scale=-1.0,
+                       bias=m, reduce="add", reduce_dst=m2)  # fmt: skip
+
+    def shifted(self, n: int, p: int, e) -> None:
+        """x minus each row's first element, in place, on engine e."""
+        b, nx = self.b, self.col("nx", n, p)
+        first = ap(self.lane_tile("x", n, 0, p).name, slice(0, p), slice(None), 0)
+        if self.pieces:  # the row's first element is its first partition's
+            f32 = self.col("x0", n, p)
+            b.emit(TensorCopy, [first], [f32], src=first, dst=f32, engine=G)
+            first = self.groups.firsts(f32, p)
+            e = e if e != G else V  # (GpSimd reads no PSUM)
+        b.emit(TensorScalar, [first], [nx], src=first, dst=nx, op0="multiply", operand0=-1.0,
+               engine=e)  # fmt: skip
+        for i in range(len(self.lanes)):
+            for j in range(self.per):
+                xj, c = self.lane_tile("x", n, i, p, j), self.col("nx", n, p, j)
+                if e == S:
+                    b.emit(Activation, [xj, c], [xj], func="copy", src=xj, dst=xj, bias=c)
+                else:
+                    b.emit(TensorScalar, [xj, c], [xj], src=xj, dst=xj, op0="add", operand0=c,
+                           engine=e)  # fmt: skip
+
+    # -- stage 2: mean and rstd, normalisation -------------------------------------------------
+
+    def second(self, n: int, index: tuple, rows: int) -> None:
+        b, p, c = self.b, self.parts(rows), self.c
+        if c and self.layer:  # ScalarE's triples: count (once per buffer), mean and M2
+            pieces = self.spieces
+            sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.per, 2 * len(pieces)))
+            for q, (_, lo, hi) in enumerate(pieces):
+                a = 6 * len(self.chunks) + 3 * q
+                if n < self.bufs:
+                    cnt = self.stat(n, self.P, None, (a, a + 1))
+                    b.emit(Memset, [], [cnt], dst=cnt, value=float(hi - lo))
+                src, st = ap(sa, slice(0, p), slice(None), slice(2 * q, 2 * q + 2)), self.stat(
+                    n, p, None, (a + 1, a + 3))  # fmt: skip
+                b.emit(TensorCopy, [src], [st], src=src, dst=st)
+        rs, mean, var = self.col("rs", n, p), self.agg(n, p, 0), self.agg(n, p, 1)
+        if self.layer or c < self.d:
+            if self.halves:
+                self._halves(n, p)
             else:
-                b.emit(TensorScalar, [xj, rj], [oj], src=xj, dst=oj, op0="multiply", operand0=rj)
-        for j in range(self.per):
-            oj = self.output(n, p, j)
-            for t, alu in self.spread:  # in place: o * weight, + bias
-                tt = ap(t, slice(0, p))
-                b.emit(TensorTensor, [oj, tt], [oj], alu=alu, src0=oj, src1=tt, dst=oj,
-                       engine=Engine.VECTOR if vector else Engine.GPSIMD)  # fmt: skip
-        o, dst = self.output(n, p), ap(self.out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[n])
+                for j in range(self.per):
+                    st, ag = self.stat(n, p, j), ap(self.tile("ag", n, (self.P, self.per, 2)),
+                                                    slice(0, p), j)  # fmt: skip
+                    b.emit(BnAggr, [st], [ag], src=st, dst=ag)
+        if self.pieces and self.layer:  # the row's mean and variance over its partitions
+            self.combine(n, p, mean, var)
+        if self.layer:
+            self.alu(rs, var, ("add", self.eps), ("pow", -0.5))
+        else:  # mean(x^2) = ScalarE's sums / D + (D - c) / D (var + mean^2) of VectorE's part
+            ms = self.col("ms", n, p)
+            parts = [self.col(f"ss{q}.", n, p) for q in range(len(self.spieces))]
+            if c < self.d:
+                self.alu(ms, mean, ("multiply", mean), ("add", var))
+                self.alu(ms, ms, ("multiply", (self.d - c) / self.d))
+            else:
+                ms = parts.pop(0)
+            for part in parts:
+                self.alu(self.col("ms", n, p), ms, ("add", part))
+                ms = self.col("ms", n, p)
+            if self.pieces:  # the row's mean of x^2 over its partitions
+                total = self.groups.sums(ms, p)
+                ms = self.col("ms", n, p)
+                self.alu(ms, total, ("multiply", 1.0 / self.pieces.k))
+            self.alu(rs, ms, ("add", self.eps), ("pow", -0.5))
+        if self.layer:  # the normalisation's bias, -mean * rstd
+            self.alu(self.col("nb", n, p), mean, ("multiply", rs), ("multiply", -1.0))
+        for i in range(len(self.lanes)):
+            for j in range(self.per):
+                self.normalized(n, p, i, j)
 
-    def stats(self, n: int, p: int):
-        """(mean or None, rstd) as [p, per] tiles on VectorE: rstd = (ss / D - mean^2 + eps) ^
-        -0.5 (ScalarE, which could take it as one `rsqrt`, would then wait for VectorE)."""
-        ss, v, rstd = self.col("ss", n, p), self.col("v", n, p), self.col("rstd", n, p)
-        m = None
-        if self.op == "layer_norm":
-            m, c = self.col("m", n, p), self.col("c", n, p)
-            parts = [self.col(k, n, p) for k, has in (("s1", self.c1), ("s2", self.c1 < self.d))
-                     if has]  # fmt: skip
-            self.alu(
-                m,
-                parts[0],
-                *((("add", parts[1]),) if parts[1:] else ()),
-                ("multiply", 1.0 / self.d),
-            )  # fmt: skip  (s1 + s2) / D
-            self.alu(c, m, ("multiply", m), ("subtract", self.eps, True))  # eps - m^2
-            self.alu(v, ss, ("multiply", 1.0 / self.d), ("add", c))
+    def normalized(self, n: int, p: int, i: int, j: int) -> None:
+        """Lane i of row slot j: x * rstd + (-mean * rstd) (rms_norm: x * rstd), the same
+        operations in the same order on every engine, so the values do not depend on which
+        engine the plan picks (nor on how a logical core's rows are shared)."""
+        b, e = self.b, self.lanes[i].norm
+        xj, oj = self.lane_tile("x", n, i, p, j), self.lane_tile("o", n, i, p, j)
+        rj = self.col("rs", n, p, j)
+        bj = self.col("nb", n, p, j) if self.layer else 0.0
+        if e == S:
+            b.emit(Activation, [xj, rj] + ([bj] if self.layer else []), [oj], func="copy",
+                   src=xj, dst=oj, scale=rj, bias=bj)  # fmt: skip
+        elif self.layer:
+            b.emit(TensorScalar, [xj, rj, bj], [oj], src=xj, dst=oj, op0="multiply", operand0=rj,
+                   op1="add", operand1=bj, engine=e)  # fmt: skip
         else:
-            self.alu(v, ss, ("multiply", 1.0 / self.d), ("add", self.eps))
-        self.alu(rstd, v, ("pow", -0.5))
-        return m, rstd
+            b.emit(TensorScalar, [xj, rj], [oj], src=xj, dst=oj, op0="multiply", operand0=rj,
+                   engine=e)  # fmt: skip
+
+    def combine(self, n: int, p: int, mean, var) -> None:
+        """mean, var ([p, 1]: each partition's piece's) := its row's, over the row's k
+        partitions (equal counts): the mean of the means, the mean of var + (mean - row's)^2."""
+        k, gr = self.pieces.k, self.groups
+        rm, d = self.col("rm", n, p), self.col("dm", n, p)
+        self.alu(rm, gr.sums(mean, p), ("multiply", 1.0 / k))
+        self.alu(d, mean, ("subtract", rm))
+        self.alu(d, d, ("multiply", d))
+        self.alu(d, d, ("add", var))
+        self.alu(var, gr.sums(d, p), ("multiply", 1.0 / k))
+        self.alu(mean, rm, ("add", 0.0))
+
+    # -- stage 3: weight and bias, store -------------------------------------------------------
+
+    def third(self, n: int, index: tuple, rows: int) -> None:
+        b, p = self.b, self.parts(rows)
+        full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
+        for i, lane in enumerate(self.lanes):
+            w, out = lane.hi - lane.lo, "o"
+            for v, alu, e in ((self.weight, "multiply", lane.weight),
+                              (self.bias, "add", lane.bias)):  # fmt: skip
+                if v is None:
+                    continue
+                if alu == "add" and e == S:  # TensorE into PSUM, ScalarE's copy into tile f
+                    for j in range(self.per):
+                        self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile(
+                            "f", n, i, p, j), lane.lo, w, p)  # fmt: skip
+                    out = "f"
+                    continue
+                for j in range(self.per):  # in place: o * weight, + bias
+                    for lo, hi in runs(w, self.most):
+                        o = self.lane_tile("o", n, i, p, j, (lo, hi))
+                        t = ap(self.rows[v], slice(0, p), slice(lane.lo + lo, lane.lo + hi))
+                        b.emit(TensorTensor, [o, t], [o], alu=alu, src0=o, src1=t, dst=o,
+                               engine=e)  # fmt: skip
+            o = self.lane_tile(out, n, i, p)
+            dst = (
+                ap(self.out, *index)
+                if len(self.lanes) == 1
+                else ap(self.out, *full, slice(lane.lo, lane.hi))
+            )
+            b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[len(self.lanes) * n + i])
+
+    # -- [p, per] steps ------------------------------------------------------------------------
+
+    def _halves(self, n: int, p: int) -> None:
+        """The block's mean and variance from bn_stats' even and odd halves of each row
+        (counts ne, no): mean = mo + (me - mo) ne / D, var = (M2e + M2o) / D + (me - mo)^2
+        ne no / D^2."""
+        d, ne = self.d, (self.d + 1) // 2
+        f = [ap(self.stat(n, p).name, slice(0, p), slice(None), i) for i in range(6)]
+        dm, q = self.col("dm", n, p), self.col("q", n, p)
+        mean, var = self.agg(n, p, 0), self.agg(n, p, 1)
+        self.alu(dm, f[1], ("subtract", f[4]))
+        self.alu(q, dm, ("multiply", ne / d))
+        self.alu(mean, q, ("add", f[4]))
+        self.alu(q, dm, ("multiply", dm))
+        self.alu(q, q, ("multiply", ne * (d - ne) / d / d))
+        self.alu(var, f[2], ("add", f[5]))
+        self.alu(var, var, ("multiply", 1.0 / d), ("add", q))
 
     def alu(self, dst, src, *ops) -> None:
-        """dst = src op0 x0 op1 x1 ... on VectorE, each x a number or a [p, per] tile: in
-        `tensor_scalar`s of up to two ops (a tile operand as its per-partition column when a
-        partition holds one row), else a `tensor_tensor` for each tile operand."""
+        """dst = src op0 x0 op1 x1 ... on VectorE, each x a number or a [p, per] operand: in
+        `tensor_scalar`s of up to two ops (an operand as its per-partition column when a
+        partition holds one row), else a `tensor_tensor` for each operand."""
         b, pending = self.b, []
 
         def flush(a):
             fields = {}
-            for i, (op, x, *rev) in enumerate(pending):
-                fields |= {f"op{i}": op, f"operand{i}": x, f"reverse{i}": bool(rev)}
-            reads = [a] + [x for _, x, *_ in pending if not isinstance(x, float)]
+            for i, (op, x) in enumerate(pending):
+                fields |= {f"op{i}": op, f"operand{i}": x}
+            reads = [a] + [x for _, x in pending if not isinstance(x, float)]
             b.emit(TensorScalar, reads, [dst], src=a, dst=dst, **fields)
             pending.clear()
             return dst
 
         a = src
-        for op, x, *rev in ops:
+        for op, x in ops:
             if isinstance(x, float) or self.per == 1:
-                pending.append((op, x, *rev))
+                pending.append((op, x))
                 if len(pending) == 2:
                     a = flush(a)
                 continue
             if pending:
                 a = flush(a)
-            s0, s1 = (x, a) if rev else (a, x)
-            b.emit(TensorTensor, [s0, s1], [dst], alu=op, src0=s0, src1=s1, dst=dst)
+            b.emit(TensorTensor, [a, x], [dst], alu=op, src0=a, src1=x, dst=dst)
             a = dst
         if pending:
             flush(a)
-
-
-def _plan(k: _Norm) -> tuple[int, int]:
-    """(c1, share): the columns whose row sum ScalarE takes (layer_norm; VectorE the rest), and
-    how many STEPS-ths of the blocks VectorE multiplies by the weight and adds the bias to
-    (GpSimd the rest), evening out the engines' estimated time per block of 128 x per rows
-    (their cost models, `balance.cost_ns`; a row slot's instructions times per)."""
-    b, cfg, d, P, per = k.b, k.cfg, k.d, k.P, k.per
-    x, o, col = k.row("x", 0, P, 0), k.output(0, P, 0), k.col("ss", 0, P, 0)
-
-    def cost(cls, cols=(0, d), engine=None, **fields) -> float:
-        """per x the cost of one row slot's instruction over `cols`."""
-        if cols[0] == cols[1]:
-            return 0.0
-        cut = {f: ap(v.name, *(slice(*i) if isinstance(i, tuple) else i for i in v.index[:-1]),
-                     slice(*cols)) for f, v in fields.items()
-               if hasattr(v, "name") and v.name != col.name}  # fmt: skip
-        return per * cost_ns(b, cfg, cls, engine, **{**fields, **cut})
-
-    scalar = cost(Activation, func="square", src=x, dst=x, reduce="add", reduce_dst=col)
-    small = cost_ns(b, cfg, TensorScalar, after=True, src=col, dst=col, op0="multiply",
-                    operand0=1.0)  # fmt: skip
-    vector = cost(TensorScalar, src=x, dst=o, op0="multiply", operand0=col) + 2 * small
-    c1s = [0]
-    if k.op == "layer_norm":
-        vector += (2 if per == 1 else 5) * small  # the mean and eps - mean^2 (`_Norm.stats`)
-        c1s = sorted({min(d, math.ceil(d * i / STEPS)) for i in range(STEPS + 1)})
-    sums = {
-        c: (cost(Activation, (0, c), func="copy", src=x, dst=x, reduce="add", reduce_dst=col),
-            cost(TensorReduce, (c, d), alu="add", src=x, dst=col) if k.op == "layer_norm" else 0)
-        for c in c1s
-    }  # fmt: skip
-    # each reads the result of the one before it on its engine (the first on GpSimd waits for
-    # VectorE's normalisation instead)
-    aff = {e: sum(cost(TensorTensor, engine=e, waits=e == Engine.GPSIMD and not i,
-                       after=e == Engine.VECTOR or i > 0, alu=alu, src0=o,
-                       src1=ap(t, slice(0, P), slice(None)), dst=o)
-                  for i, (t, alu) in enumerate(k.spread))
-           for e in (Engine.VECTOR, Engine.GPSIMD)}  # fmt: skip
-    return min(
-        ((max(scalar + sums[c][0], vector + sums[c][1] + aff[Engine.VECTOR] * i / STEPS,
-              aff[Engine.GPSIMD] * (STEPS - i) / STEPS), c, i)
-         for c in c1s for i in range(STEPS + 1)),
-    )[1:]  # fmt: skip

@@ -1,42 +1,55 @@
-"""Row-wise reductions over the last dim: `sum`, `mean`, `amax`, `amin` (`layer_norm` and
-`rms_norm` are in `norms`).
+"""Reductions over the last dim: `sum`, `mean`, `amax`, `amin` (`layer_norm` and `rms_norm` are
+in `norms`, other dims in `reduce`).
 
-Each walks x in blocks of up to 128 rows (one row per partition, the whole row in the free dim;
-`layout.row_blocks`), rotating BUFS buffers so loads, engines and stores overlap:
-- a reduction is one VectorE `tensor_reduce` to a [rows, 1] column (`mean` scales it on the
-  way), stored to out's matching rows;
+**Rows that fit a partition** (`rows_fit`) go in blocks of [p, per, D] (short rows several to a
+partition, up to ROW_ELEMENTS, `layout.row_groups`): one VectorE `tensor_reduce` over the last
+axis gives the block's [p, per] results at once (into out's dtype when 16-bit: a bf16 sum or
+max at two elements a cycle, the sum rounded once), `mean` scales them, and one DMA stores
+them (a partition's rows are consecutive in out). Blocks rotate through BUFS buffers and load
+on as many queues as hide the next transfer's setup (`balance.dma_queues`).
+
+**Longer rows, or fewer rows than partitions** (`rows_pieces`): in pieces over the partitions
+(`row_pieces`), each partition's partial sum (VectorE's `tensor_reduce`, or ScalarE's
+`activation` with its add reduction, by tiles in turn as their cost models even them out) or
+max, then the k partials of each row on TensorE: a sum by one matmul (E^T as the stationary
+operand), a max or min by a transpose and one `tensor_reduce` over [rows, k]. Such a
+reduction shares its rows evenly between the cores of an LNC 2 logical core (it is isolated:
+`kernels.isolated`, `rows_fit` false).
 """
 
 from __future__ import annotations
 
+import math
+
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
-from trnsim.isa import (
-    DmaCopy,
-    TensorCopy,
-    TensorReduce,
-    TensorScalar,
-)
+from trnsim.isa import DmaCopy, TensorCopy, TensorReduce, TensorScalar
+from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.layout import row_groups
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import lower_any, on_last_dim
+from trnsim.kernels.row_pieces import layout as pieces_layout
 
 __all__ = ["REDUCTIONS", "lower_reduction", "rows_fit"]
 
-BUFS = 3
-SBUF_SHARE = 0.75
+BUFS = 4
+BUFFER_SHARE = 0.3  # what the rotating buffers may take
+ROW_ELEMENTS = 2048  # short rows are grouped up to this many elements a partition (1 MiB
+# blocks of fp32: many, so the first load and the last reduction are short)
+PIECE_BYTES = 4096  # a piece tile's bytes a partition (`rows_pieces`: small, so the last tile's
+# reduction after the last load is short)
 REDUCTIONS = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 
 
 def lower_reduction(
     b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, dim=-1, keepdim=False
 ) -> None:
-    """out = op(x, dim, keepdim): over the last dim here (rows that fit), over other dims
-    (or rows too long) in `reduce.lower_any`."""
+    """out = op(x, dim, keepdim): over the last dim here (rows that fit, or in pieces), over
+    other dims in `reduce.lower_any`."""
     tx, to = b.tensors[x], b.tensors[out]
-    if not tx.shape or not on_last_dim(dim, len(tx.shape)) or not rows_fit(cfg, tx):
+    if not tx.shape or not on_last_dim(dim, len(tx.shape)):
         lower_any(b, cfg, op, x, out, dim, keepdim)
         return
     want = tuple(tx.shape[:-1]) + ((1,) if keepdim else ())
@@ -45,48 +58,85 @@ def lower_reduction(
             f"{op}: x {list(tx.shape)} reduced over its last dim gives {list(want)}, "
             f"but out is {list(to.shape)}; expected out of shape {list(want)}"
         )
-    d, bufs = _fits(cfg, op, tx)
-    P, f32, qs = cfg.core.sbuf.partitions, dtype("float32"), Queues(cfg)
-    loads, stores = qs.loads(0, 1 / 2), qs.stores(0, 1 / 2)
-    for n, (index, rows) in enumerate(row_blocks(tx.shape, P, b.share(tx.shape))):
-        slot, r = n % bufs, slice(0, rows)
-        xa = ap(_tile(b, f"x{slot}", (P, d), tx.dtype), r)
-        src = ap(x, *index)
-        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=loads[n])
-        col = ap(_tile(b, f"c{slot}", (P, 1), f32), r)
-        b.emit(TensorReduce, [xa], [col], alu=REDUCTIONS[op], src=xa, dst=col)
-        res = ap(_tile(b, f"r{slot}", (P, 1), to.dtype), r)
-        if op == "mean":
-            b.emit(TensorScalar, [col], [res], src=col, dst=res, op0="multiply", operand0=1.0 / d)
-        else:
-            b.emit(TensorCopy, [col], [res], src=col, dst=res)
-        dst = ap(out, *index)
-        b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=stores[n])
+    if not rows_fit(cfg, tx):
+        lay = _pieces(cfg, tx)
+        if lay is None:
+            lower_any(b, cfg, op, x, out, dim, keepdim)
+            return
+        from trnsim.kernels.rows_pieces import lower_reduction_pieces
+
+        lower_reduction_pieces(b, cfg, op, x, out, lay, PIECE_BYTES // tx.dtype.itemsize)
+        return
+    _packed(b, cfg, op, x, out)
 
 
 def rows_fit(cfg: ChipConfig, tx) -> bool:
-    """Whether x's rows fit the row kernels (`_fits`)."""
-    try:
-        _fits(cfg, "", tx)
-    except TraceError:
+    """Whether x's rows go one or more to a partition (else in pieces, or by
+    `reduce.lower_any`): rows that fit one VectorE instruction and a buffer, and, when they
+    are long (PIECE_BYTES or more), enough of them to fill the partitions."""
+    if not tx.shape:
+        return True
+    d, rows = tx.shape[-1], math.prod(tx.shape[:-1])
+    room = int(cfg.core.sbuf.partition_bytes * BUFFER_SHARE)
+    if d > cfg.core.vector.dve_max_free_elements or d * tx.dtype.itemsize * 2 > room:
         return False
-    return True
+    long = d * tx.dtype.itemsize >= PIECE_BYTES and d % cfg.core.sbuf.partitions == 0
+    return not (long and rows < 2 * cfg.core.sbuf.partitions)
 
 
-def _fits(cfg: ChipConfig, op: str, tx) -> tuple[int, int]:
-    """(D, buffers): the row length and how many blocks rotate (up to BUFS, fewer for long
-    rows: each needs x and the output; the spread weight and bias are fixed)."""
-    d = tx.shape[-1]
-    budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - 8 * d
-    bufs = min(BUFS, budget // (d * (tx.dtype.itemsize + 4)))
-    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
-        raise TraceError(
-            f"{op}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
-            f"instruction ({cfg.core.vector.dve_max_free_elements} elements); rows this long "
-            "are not lowered yet"
-        )
-    return d, bufs
+def _pieces(cfg: ChipConfig, tx):
+    return pieces_layout(tx.shape[-1], PIECE_BYTES // tx.dtype.itemsize,
+                         cfg.core.sbuf.partitions)  # fmt: skip
 
 
-def _tile(b: KernelBuilder, key: str, shape: tuple[int, int], dt) -> str:
-    return b.scratch_tile(f"rows.{key}", key.rstrip("0123456789"), shape, dt)
+def _packed(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) -> None:
+    """Rows one or more to a partition (module doc); a row longer than ROW_ELEMENTS in column
+    chunks of its own tiles, their partials reduced once more."""
+    tx, to = b.tensors[x], b.tensors[out]
+    d, P, f32 = tx.shape[-1], cfg.core.sbuf.partitions, dtype("float32")
+    room = int(cfg.core.sbuf.partition_bytes * BUFFER_SHARE)
+    per, blocks = row_groups(tx.shape, P, b.share(tx.shape), max(1, ROW_ELEMENTS // d),
+                             max(1, room // (BUFS * d * tx.dtype.itemsize)))  # fmt: skip
+    chunks = [(0, d)] if per > 1 or d <= ROW_ELEMENTS else _runs(d, ROW_ELEMENTS)
+    w = max(hi - lo for lo, hi in chunks)
+    bufs = max(1, min(BUFS * len(chunks), room // (per * w * tx.dtype.itemsize)))
+    q, qs = dma_queues(cfg, per * w * tx.dtype.itemsize), Queues(cfg)
+    loads, stores = qs.loads().take(q), qs.stores(0, 1 / 2)
+    # into out's dtype straight from the reduction when it is 16-bit (bf16 sums and maxima at
+    # two elements a cycle, rounded once; a mean's sum then scaled in place, rounded again, as
+    # are the chunks' partial sums: within a unit or two in the last place); else fp32, cast
+    direct = to.dtype.itemsize == 2 and to.dtype.is_float
+    nd = len(tx.shape)
+    n = 0
+    for m, (index, rows) in enumerate(blocks):
+        p = rows // per
+        full = tuple(index) + (slice(None),) * (nd - 1 - len(index))
+        res = ap(b.scratch_tile(f"rows.r{m % BUFS}", "r", (P, per), to.dtype), slice(0, p))
+        acc = res if direct else ap(b.scratch_tile(f"rows.c{m % BUFS}", "c", (P, per), f32),
+                                    slice(0, p))  # fmt: skip
+        if len(chunks) > 1:
+            pdt = to.dtype if direct else f32
+            parts = ap(b.scratch_tile(f"rows.p{m % BUFS}", "p", (P, len(chunks)), pdt),
+                       slice(0, p))  # fmt: skip
+        for i, (lo, hi) in enumerate(chunks):
+            xa = ap(b.scratch_tile(f"rows.x{n % bufs}", "x", (P, per, w), tx.dtype), slice(0, p),
+                    slice(None), slice(0, hi - lo))  # fmt: skip
+            src = ap(x, *index) if len(chunks) == 1 else ap(x, *full, slice(lo, hi))
+            b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=loads[n])
+            n += 1
+            dst = acc if len(chunks) == 1 else ap(parts.name, slice(0, p), slice(i, i + 1))
+            b.emit(TensorReduce, [xa], [dst], alu=REDUCTIONS[op], src=xa, dst=dst)
+        if len(chunks) > 1:
+            b.emit(TensorReduce, [parts], [acc], alu=REDUCTIONS[op], src=parts, dst=acc)
+        if op == "mean":
+            b.emit(TensorScalar, [acc], [res], src=acc, dst=res, op0="multiply", operand0=1.0 / d)
+        elif not direct:
+            b.emit(TensorCopy, [acc], [res], src=acc, dst=res)
+        dst = ap(out, *index) if b.tensors[out].shape else ap(out)
+        b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=stores[m])
+
+
+def _runs(n: int, most: int) -> list[tuple[int, int]]:
+    k = -(-n // most)
+    cuts = [n * i // k for i in range(k + 1)]
+    return list(zip(cuts, cuts[1:]))

@@ -22,6 +22,8 @@ Rows longer than what fits one partition's share of SBUF are refused (not lowere
 
 from __future__ import annotations
 
+import math
+
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
@@ -30,6 +32,8 @@ from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_groups
 from trnsim.kernels.queues import Queues, Stream
+from trnsim.kernels.row_pieces import layout as pieces_layout
+from trnsim.kernels.softmax_pieces import lower_softmax_pieces
 
 __all__ = ["lower_softmax"]
 
@@ -38,6 +42,19 @@ ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partiti
 SBUF_SHARE = 0.75  # rows that need more than this for one buffer are refused
 BUFFER_SHARE = 0.3  # what the rotating buffers may take
 GPSIMD = Engine.GPSIMD
+PIECE_BYTES = 8192  # a piece tile's bytes a partition (1 MiB tiles: many, so loads overlap)
+PIECE_SHARE = 0.45  # what piece tiles may take (a row of 2^20 fp32 and the next one)
+PIECE_ROWS = 2048  # rows this long go in pieces (`softmax_pieces`) when a core has fewer rows
+# than partitions (a row a partition would leave partitions idle)
+
+
+def _pieces(cfg: ChipConfig, tx, d: int):
+    """(layout, room): rows of d in pieces of PIECE_BYTES a partition (`row_pieces.layout`),
+    and the bytes of a partition their tiles may take (PIECE_SHARE of it, less a scratch
+    tile)."""
+    f = max(1, PIECE_BYTES // tx.dtype.itemsize)
+    room = int(cfg.core.sbuf.partition_bytes * PIECE_SHARE) - f * tx.dtype.itemsize
+    return pieces_layout(d, f, cfg.core.sbuf.partitions), room
 
 
 def lower_softmax(
@@ -59,11 +76,18 @@ def lower_softmax(
     budget = int(sbuf * SBUF_SHARE) - (d * tx.dtype.itemsize if log else 0)
     bufs = min(BUFS, budget // per_row)
     vmax = cfg.core.vector.dve_max_free_elements
+    share = b.share(to.shape)
+    rows = (share[1] - share[0]) if share is not None else math.prod(tx.shape[:-1])
+    long = bufs < 1 or d > vmax or (rows < cfg.core.sbuf.partitions and d >= PIECE_ROWS)
+    lay, room = _pieces(cfg, tx, d) if long else (None, 0)
+    if lay is not None:
+        lower_softmax_pieces(b, cfg, x, out, lay, log, room)
+        return
     if bufs < 1 or d > vmax:
         raise TraceError(
             f"{name}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
-            f"instruction ({vmax} elements); rows this long "
-            "are not lowered yet"
+            f"instruction ({vmax} elements), and are not a multiple of "
+            f"{cfg.core.sbuf.partitions} (to cut in pieces over the partitions); not lowered yet"
         )
     P, share = cfg.core.sbuf.partitions, b.share(to.shape)
     # rows per partition: short rows go several to a partition, so each instruction and

@@ -1,0 +1,115 @@
+"""A norm's weight and bias: spread over the partitions for the engines' `tensor_tensor`s
+(`spread`), or the bias added by TensorE into PSUM (`PeBias`)."""
+
+from __future__ import annotations
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.isa import Activation, AffineSelect, Ap, DmaCopy, Matmul, Memset, TensorCopy
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.queues import Queues
+from trnsim.kernels.row_plan import G, V, runs
+
+__all__ = ["spread", "PeBias", "SPREAD_BANKS", "PE_TILES"]
+
+SPREAD_BANKS = 2  # PSUM banks the weight and bias are spread through, in turn
+PE_TILES = 2  # PSUM banks the bias is added in by TensorE, in turn (a kernel's matmul may hold
+# the others)
+
+
+def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=None) -> list[str]:
+    """[128, d] tiles: each tensor of `names` ([d]) on every partition: loaded into one
+    partition (on `loads`, a `queues.Stream`, after what it carries already: a norm's first
+    block), multiplied by a ones row on TensorE (K = 1) into PSUM, copied out by VectorE and
+    ScalarE in turn (emitted after a norm's first block's statistics: the engines have little
+    else to do until the first block is loaded)."""
+    P, f32 = cfg.core.sbuf.partitions, dtype("float32")
+    new = names  # the tile shared by every norm of the kernel spreading it, filled each time
+    tiles = [b.scratch_tile(f"norm.rows.{n}", f"{n}_rows", (P, d), b.tensors[n].dtype)
+             for n in names]  # fmt: skip
+    step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+    chunks = [(t, n, lo, hi) for t, n in zip(tiles, names) for lo, hi in runs(d, step)
+              if n in new]  # fmt: skip
+    ps = [b.psum("spread", (P, step), f32) for _ in range(min(SPREAD_BANKS, len(chunks)))]
+    loads, rows = loads or Queues(cfg).loads(1 / 2, 1), {}
+    for i, n in enumerate(new):
+        row = b.tile("row", "sbuf", (1, d), b.tensors[n].dtype)
+        src, dst = ap(n), ap(row)
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[i + 1])
+        rows[n] = (row, ones(b, b.tensors[n].dtype, P))
+    for i, (t, n, lo, hi) in enumerate(chunks):
+        row, one = rows[n]
+        acc = ap(ps[i % len(ps)], slice(None), slice(0, hi - lo))
+        mv = ap(row, slice(None), slice(lo, hi))
+        b.emit(Matmul, [ap(one), mv], [acc], stationary=ap(one), moving=mv, dst=acc)
+        o = ap(t, slice(None), slice(lo, hi))
+        if i % 2:
+            b.emit(Activation, [acc], [o], func="copy", src=acc, dst=o)
+        else:
+            b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
+    b.release(*ps)
+    return tiles
+
+
+def ones(b: KernelBuilder, dt, P: int) -> str:
+    """A [1, P] row of ones of dtype dt, made once per kernel."""
+    key = f"norm.ones.{dt.name}"
+    new = key not in b.scratch
+    t = b.scratch_tile(key, "ones", (1, P), dt)
+    if new:
+        b.emit(Memset, [], [ap(t)], dst=ap(t), value=1.0, engine=V)
+    return t
+
+
+class PeBias:
+    """The bias added by TensorE: per chunk of up to a PSUM bank's columns, a ones row times
+    the bias row (K = 1) and the identity times the lane's values accumulate into PSUM, and
+    ScalarE copies the sum out (its 1.2 GHz pass instead of a `tensor_tensor` at two cycles an
+    element on GpSimd, or a VectorE pass)."""
+
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig, bias: str, d: int, odt):
+        P, self.b, self.P = cfg.core.sbuf.partitions, b, cfg.core.sbuf.partitions
+        dt = b.tensors[bias].dtype
+        self.step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+        self.row = b.tile("bias_row", "sbuf", (1, d), dt)
+        self.ones = ones(b, dt, P)
+        self.ident = b.tile("ident", "sbuf", (P, P), odt)
+        a = ap(self.ident)
+        b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+        b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal", start=0,
+               partition_step=1, step=-1, engine=G)  # fmt: skip
+        src, dst = ap(bias), ap(self.row)
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=Queues(cfg).loads(1 / 2, 1)[1])
+        self.ps: list[str] = []  # taken at the first add (after `spread` released its own)
+        self.turn = 0
+
+    def add(self, o: Ap, f: Ap, lo: int, w: int, p: int) -> None:
+        """f = o + bias[lo:lo + w] (o, f: [p, w] views of SBUF tiles, the last index a range
+        starting at 0), per PSUM bank: the matmul pair, then ScalarE's copy out."""
+        b = self.b
+        if not self.ps:
+            f32 = dtype("float32")
+            self.ps = [b.psum("bias", (self.P, self.step), f32) for _ in range(PE_TILES)]
+        for c0 in range(0, w, self.step):
+            c1 = min(w, c0 + self.step)
+            acc = ap(self.ps[self.turn % PE_TILES], slice(0, p), slice(0, c1 - c0))
+            self.turn += 1
+            one, row = (
+                ap(self.ones, slice(None), slice(0, p)),
+                ap(self.row, slice(None), slice(lo + c0, lo + c1)),
+            )
+            b.emit(Matmul, [one, row], [acc], stationary=one, moving=row, dst=acc)
+            part, ident = _cols(o, c0, c1), ap(self.ident, slice(0, p), slice(0, p))
+            b.emit(Matmul, [ident, part], [acc], stationary=ident, moving=part, dst=acc,
+                   accumulate=True)  # fmt: skip
+            out = _cols(f, c0, c1)
+            b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
+
+    def done(self) -> None:
+        self.b.release(*self.ps)
+
+
+def _cols(a: Ap, lo: int, hi: int) -> Ap:
+    """Operand `a` over columns [lo, hi) of its last index (a range from its start)."""
+    start = a.index[-1][0] or 0
+    return Ap(a.name, a.index[:-1] + ((start + lo, start + hi, None),))

@@ -1,0 +1,216 @@
+"""How a norm (`norms`) spreads its passes: c, the columns whose statistics ScalarE takes; the
+lanes, column ranges each normalised, weighted and biased on engines of their own; and the
+shares of the blocks whose shift each engine takes (fp32 outputs). `plan` picks the choice
+that evens out the engines' time per block, each instruction costed by its engine's own model
+(`balance.cost_ns`) on tiles of a builder of its own, so the split follows each chip's clocks
+and fast modes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trnsim.dtypes import dtype
+from trnsim.isa import (
+    Activation,
+    Ap,
+    BnAggr,
+    BnStats,
+    Engine,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.kernels.balance import cost_ns
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.row_plan import G, S, Spread, V, runs, slots_ns
+
+__all__ = ["Lane", "plan", "LANE_RUN", "LANES"]
+
+LANE_RUN = 512  # bytes a lane's columns of a row must take at least (its own DMAs' runs)
+LANES = 16  # two lanes split the row at multiples of 1/LANES
+T = Engine.TENSOR
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Columns [lo, hi) of the rows, normalised on `norm`, multiplied by the weight on
+    `weight` and the bias added on `bias` (VectorE or GpSimd; ScalarE: by TensorE into PSUM,
+    copied out by ScalarE)."""
+
+    lo: int
+    hi: int
+    norm: Engine
+    weight: Engine = V
+    bias: Engine = V
+
+
+def plan(k) -> None:
+    """Set k.c, k.lanes, k.shifts (a `Spread`), k.pe_bias and k.planned (ns per block) for
+    norm k (a `norms._Norm`)."""
+    d = k.d
+    cs = _Costs(k)
+    cands = sorted({min(d, round(d * i / 32)) for i in range(33)})
+    stats = np.array([cs.stats(c) for c in cands])
+    lanes = _lane_options(k, cs)
+    lane_ns = np.array([t for _, t in lanes])
+    if k.shift:
+        shifts = [{V: a / 4, S: s / 4, G: (4 - a - s) / 4} for a in range(5)
+                  for s in range(5 - a)]  # fmt: skip
+    else:
+        shifts = [{V: 1.0}]
+    shift_ns = np.array(
+        [
+            cs.on(V, 0.0)
+            + sum((cs.on(e, f * cs.shift(e)) for e, f in sh.items() if k.shift), cs.on(V, 0.0))
+            for sh in shifts
+        ]
+    )
+    total = stats[:, None, None, :] + lane_ns[None, :, None, :] + shift_ns[None, None, :, :]
+    worst = total.max(axis=-1)
+    i, j, h = np.unravel_index(int(np.argmin(worst)), worst.shape)
+    k.c, k.lanes = cands[i], list(lanes[j][0])
+    k.shifts = Spread(shifts[h], k.blocks)
+    k.pe_bias = k.bias is not None and any(lane.bias == S for lane in k.lanes)
+    k.planned = float(worst[i, j, h])
+
+
+def _lane_options(k, cs: _Costs) -> list[tuple[tuple[Lane, ...], np.ndarray]]:
+    """(lanes, (V, S, G, TensorE) ns per block): one lane of each choice of engines, or two
+    lanes split at 1/LANES of the row, each lane's columns of a row at least LANE_RUN bytes
+    (they are their own DMAs). TensorE takes the bias only where `k.pe_ok`."""
+    d, out = k.d, []
+    biases = (V, G) + ((S,) if k.pe_ok else ())
+    engines = [(e, w, a) for e in (V, S, G) for w in ((V, G) if k.weight else (V,))
+               for a in (biases if k.bias else (V,))]  # fmt: skip
+    for e in engines:
+        out.append(((Lane(0, d, *e),), cs.lane(d, *e)))
+    run = max(1, LANE_RUN // min(k.xdt.itemsize, k.odt.itemsize))
+    if k.pieces or k.d < k.long_row:  # one lane: a tile is one DMA of whole rows; and a lane's
+        return out  # tiles are its own, other norms of the kernel share only one lane's
+    for h in sorted({round(d * i / LANES) for i in range(1, LANES)}):
+        if min(h, d - h) < run:
+            continue
+        for ia, ea in enumerate(engines):
+            for eb in engines[ia + 1 :]:
+                out.append(((Lane(0, h, *ea), Lane(h, d, *eb)),
+                            cs.lane(h, *ea) + cs.lane(d - h, *eb)))  # fmt: skip
+    return out
+
+
+class _Costs:
+    """A norm's instructions costed on tiles of a builder of their own (`balance.cost_ns`),
+    per block (a row slot's instruction times `per`), as (V, S, G, TensorE) ns."""
+
+    def __init__(self, k):
+        self.k, self.b, self.cfg = k, KernelBuilder({}), k.cfg
+        P, d = k.P, k.d
+        self.x = self.tile((P, d), k.xdt)
+        self.o = self.tile((P, d), k.odt)
+        self.col = ap(self.tile((P, 1)))
+        self.tab = ap(self.tile((P, k.per)))
+        self.cache: dict = {}
+
+    def tile(self, shape, dt=None) -> str:
+        return self.b.tile("t", "sbuf", shape, dt or dtype("float32"))
+
+    def slots(self, cls, engine, **fields) -> float:
+        return slots_ns(self.b, self.cfg, self.k.per, cls, engine, **fields)
+
+    def cols(self, t: str, lo: int, hi: int) -> Ap:
+        return ap(t, slice(None), slice(lo, hi))
+
+    def small(self, n: int) -> float:
+        """n dependent [p, per] steps on VectorE."""
+        return n * cost_ns(self.b, self.cfg, TensorScalar, V, after=True, src=self.tab,
+                           dst=self.tab, op0="add", operand0=1.0)  # fmt: skip
+
+    @staticmethod
+    def on(e: Engine, ns: float) -> np.ndarray:
+        return np.array([ns if e == x else 0.0 for x in (V, S, G, T)])
+
+    def stats(self, c: int) -> np.ndarray:
+        """The statistics with ScalarE on the first c columns, and the [p, per] steps."""
+        k, b, cfg = self.k, self.b, self.cfg
+        chunks = runs(k.d - c, k.bn) * k.per
+        v = sum(
+            cost_ns(
+                b,
+                cfg,
+                BnStats,
+                V,
+                waits=not i,
+                src=self.cols(self.x, lo, hi),
+                dst=ap(self.tile((k.P, 6))),
+            )
+            for i, (lo, hi) in enumerate(chunks)
+        )
+        nch = len(runs(k.d - c, k.bn))
+        steps = (4 if c else 3) if k.layer else 4  # rstd, -mean * rstd, ScalarE's triple
+        if k.layer or c < k.d:
+            if nch == 1 and not c and k.per >= 4 and k.d > 1:
+                steps += 7
+            else:
+                width = 6 * nch + (3 if c and k.layer else 0)
+                v += self.slots(BnAggr, V, src=ap(self.tile((k.P, width))),
+                                dst=ap(self.tile((k.P, 2))))  # fmt: skip
+        s = 0.0
+        if c:
+            js = ap(self.tile((k.P, c), k.xdt))
+            one = self.slots(Activation, S, func="square", src=self.cols(self.x, 0, c), dst=js,
+                             reduce="add", reduce_dst=self.col)  # fmt: skip
+            s = 2 * one if k.layer else one
+        return self.on(V, v + self.small(steps)) + self.on(S, s)
+
+    def lane(self, w: int, norm: Engine, weight: Engine, bias: Engine) -> np.ndarray:
+        """A lane of w columns normalised on `norm`, weighted on `weight`, biased on `bias`
+        (S: by TensorE, copied out by ScalarE)."""
+        key = (w, norm, weight, bias)
+        if key in self.cache:
+            return self.cache[key]
+        k, x, o = self.k, self.cols(self.x, 0, w), self.cols(self.o, 0, w)
+        if norm == S:
+            t = self.slots(Activation, S, func="copy", src=x, dst=o, scale=self.col,
+                           bias=self.col)  # fmt: skip
+        else:
+            t = self.slots(TensorScalar, norm, src=x, dst=o, op0="subtract", operand0=self.col,
+                           op1="multiply", operand1=self.col)  # fmt: skip
+        ns = self.on(norm, t)
+        for v, e in ((k.weight, weight), (k.bias, bias)):
+            if v is None:
+                continue
+            if v is k.bias and e == S:
+                ns = ns + self.pe(w)
+                continue
+            wt = self.cols(self.o, 0, min(w, k.most))
+            ns = ns + self.on(e, len(runs(w, k.most)) * self.slots(
+                TensorTensor, e, alu="add", src0=wt, src1=wt, dst=wt))  # fmt: skip
+        self.cache[key] = ns
+        return ns
+
+    def pe(self, w: int) -> np.ndarray:
+        """The bias of a lane of w columns added by TensorE, copied out by ScalarE."""
+        k, t = self.k, self.cfg.core.tensor
+        step = min(t.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
+        ps = self.tile((k.P, step))
+        copy = sum(
+            self.slots(
+                Activation,
+                S,
+                func="copy",
+                src=ap(ps, slice(None), slice(0, hi - lo)),
+                dst=self.cols(self.o, 0, hi - lo),
+            )
+            for lo, hi in runs(w, step)
+        )
+        rate = t.fp32_rate if k.b.tensors[k.bias].dtype.itemsize == 4 else 1.0
+        cycles = k.per * sum(2 * t.load_stationary_cycles + (hi - lo) * (1 + 1 / rate)
+                             for lo, hi in runs(w, step))  # fmt: skip
+        return self.on(S, copy) + self.on(T, cycles * 1e9 / t.clock_hz)
+
+    def shift(self, e: Engine) -> float:
+        """The shift of a whole block on engine e."""
+        x = self.cols(self.x, 0, self.k.d)
+        if e == S:
+            return self.slots(Activation, S, func="copy", src=x, dst=x, bias=self.col)
+        return self.slots(TensorScalar, e, src=x, dst=x, op0="add", operand0=self.col)
