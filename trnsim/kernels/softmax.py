@@ -28,7 +28,7 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
-from trnsim.kernels.balance import dma_queues
+from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_groups
 from trnsim.kernels.queues import Queues, Stream
@@ -42,6 +42,7 @@ ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partiti
 SBUF_SHARE = 0.75  # rows that need more than this for one buffer are refused
 BUFFER_SHARE = 0.3  # what the rotating buffers may take
 GPSIMD = Engine.GPSIMD
+TINY_ROW = 256  # rows this short: exp to fp32 scratch, sums split, the scale on GpSimd
 PIECE_BYTES = 8192  # a piece tile's bytes a partition (1 MiB tiles: many, so loads overlap)
 PIECE_SHARE = 0.45  # what piece tiles may take (a row of 2^20 fp32 and the next one)
 PIECE_ROWS = 2048  # rows this long go in pieces (`softmax_pieces`) when a core has fewer rows
@@ -100,6 +101,8 @@ def lower_softmax(
     k = _Kernel(b, x, out, tx.dtype, to.dtype, d, P, bufs, in_place, log)
     q, qs = dma_queues(cfg, per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
     k.per, k.loads, k.stores = per, qs.loads().take(q), qs.stores().take(q)
+    if d <= TINY_ROW:
+        k.tiny, k.js = True, _split(b, cfg, k)
     skew = 1 if bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
     for n in range(len(blocks) + skew):
         if n < len(blocks):
@@ -117,6 +120,7 @@ class _Kernel:
         self.xdt, self.odt, self.in_place, self.log = xdt, odt, in_place, log
         self.f32, self.per = dtype("float32"), 1
         self.loads = self.stores = Stream(0, 1)  # the block's queues (`lower_softmax`)
+        self.tiny, self.js = False, 0  # short rows (`second_tiny`), ScalarE's sums' rows
 
     def tile(self, key: str, n: int, shape, dt) -> str:
         return self.b.scratch_tile(f"softmax.{key}{n % self.bufs}", key, shape, dt)
@@ -141,6 +145,9 @@ class _Kernel:
                engine=GPSIMD)  # fmt: skip
 
     def second(self, n: int, index: tuple, rows: int) -> None:
+        if self.tiny:
+            self.second_tiny(n, index, rows)
+            return
         b, p, x, o = self.b, rows // self.per, "x", "x" if self.in_place else "o"
         odt = self.xdt if self.in_place else self.odt
         for j in range(self.per):  # exp(x - max) with the row sum, row slot by row slot
@@ -169,3 +176,66 @@ class _Kernel:
             b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, op0=op, operand0=cj)
         src, dst = self.rows(o, n, p, odt), ap(self.out, *index)
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[n])
+
+    def second_tiny(self, n: int, index: tuple, rows: int) -> None:
+        """Short rows, whose row-by-row instructions cost an engine's fixed minimum more than
+        their elements: exp(x - max) into an fp32 scratch block (ScalarE, row by row), the
+        sums of the first `js` rows slots by ScalarE's reduction and of the others by one
+        VectorE `tensor_reduce` for the block (the same fp32 values summed either way), the
+        scale or shift by GpSimd, row by row."""
+        b, p, P, per = self.b, rows // self.per, self.P, self.per
+        e = ap(self.b.scratch_tile(f"softmax.e32{n % 2}", "e32", (P, per, self.d), self.f32),
+               slice(0, p))  # fmt: skip
+        for j in range(per):
+            xj, nm = self.rows("x", n, p, self.xdt, j), self.col("nmx", n, p, j)
+            ej = ap(e.name, slice(0, p), j)
+            if j < self.js:
+                s = self.col("sum", n, p, j)
+                b.emit(Activation, [xj, nm], [ej, s], func="exp", src=xj, dst=ej, bias=nm,
+                       reduce="add", reduce_dst=s)  # fmt: skip
+            else:
+                b.emit(Activation, [xj, nm], [ej], func="exp", src=xj, dst=ej, bias=nm)
+        if self.js < per:
+            rest = ap(e.name, slice(0, p), slice(self.js, per))
+            s = ap(self.col("sum", n, p).name, slice(0, p), slice(self.js, per))
+            b.emit(TensorReduce, [rest], [s], alu="add", src=rest, dst=s)
+        s, nm, c = self.col("sum", n, p), self.col("nmx", n, p), self.col("c", n, p)
+        if self.log:
+            ls = self.col("ls", n, p)
+            b.emit(Activation, [s], [ls], func="log", src=s, dst=ls)
+            b.emit(TensorTensor, [nm, ls], [c], alu="subtract", src0=nm, src1=ls, dst=c,
+                   engine=GPSIMD)  # fmt: skip
+        else:
+            b.emit(TensorScalar, [s], [c], src=s, dst=c, op0="divide", operand0=1.0,
+                   reverse0=True, engine=GPSIMD)  # fmt: skip
+        o, odt = ("x", self.xdt) if self.in_place else ("o", self.odt)
+        for j in range(per):  # e * (1 / sum), or x - (max + log(sum)), on GpSimd
+            src = self.rows("x", n, p, self.xdt, j) if self.log else ap(e.name, slice(0, p), j)
+            oj, cj = self.rows(o, n, p, odt, j), self.col("c", n, p, j)
+            b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, engine=GPSIMD,
+                   op0="add" if self.log else "multiply", operand0=cj)  # fmt: skip
+        src, dst = self.rows(o, n, p, odt), ap(self.out, *index)
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[n])
+
+
+def _split(b: KernelBuilder, cfg: ChipConfig, k: _Kernel) -> int:
+    """The row slots whose sums ScalarE takes (the rest: one VectorE reduction), evening out
+    the two engines' time per block as their cost models give it (`balance.cost_ns`)."""
+    c = KernelBuilder({})
+    P, per, d = k.P, k.per, k.d
+    x = ap(c.tile("x", "sbuf", (P, d), k.xdt))
+    e = c.tile("e", "sbuf", (P, per, d), dtype("float32"))
+    col = ap(c.tile("c", "sbuf", (P, 1), dtype("float32")))
+    with_sum = cost_ns(c, cfg, Activation, waits=False, func="exp", src=x, dst=x, bias=col,
+                       reduce="add", reduce_dst=col)  # fmt: skip
+    plain = cost_ns(c, cfg, Activation, waits=False, func="exp", src=x, dst=x, bias=col)
+    vmax = cost_ns(
+        c, cfg, TensorReduce, alu="max", src=ap(c.tile("xb", "sbuf", (P, per * d), k.xdt)), dst=col
+    )
+
+    def worst(js: int) -> float:
+        rest = ap(e, slice(None), slice(js, per)) if js < per else None
+        v = vmax + (cost_ns(c, cfg, TensorReduce, alu="add", src=rest, dst=col) if rest else 0)
+        return max(js * with_sum + (per - js) * plain, v)
+
+    return min(range(per + 1), key=lambda js: (worst(js), -js))
