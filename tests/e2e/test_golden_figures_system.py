@@ -15,7 +15,7 @@ a collective, links of B = 256 GB/s and A = 1.5 us a hop, start cost C = 10 us:
   near exchanges (c0+x, c1-x, c2+x, c3-x) carry 1.5 S each, the others S. Links only it would
   take C + 2 (2A + S/2/B) + 2 (A + S/4/B) = C + 6A + 1.5 S/B; the DMA engines and HBM (the
   reductions at cc.reduce_rate) make it longer: bounded here, and equal to the engine's own
-  time run alone in tests/e2e/test_system_run.py.
+  time run alone in tests/e2e/test_bundled_system_trace.py.
 """
 
 from __future__ import annotations

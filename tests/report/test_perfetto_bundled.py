@@ -21,7 +21,7 @@ from trnsim.trace import load
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 HEAVY = "llama70b_layer_timing"
-SMALL = sorted(  # on one chip (a trace naming a system: tests/e2e/test_system_run.py)
+SMALL = sorted(  # on one chip (a trace naming a system: tests/e2e/test_bundled_system_trace.py)
     p.stem for p in TRACES.glob("*.yaml") if not p.stem.startswith("llama") and not load(p).system
 )
 
