@@ -58,7 +58,8 @@ def test_ops_recorded_with_host_time_and_the_launch_device_span():
     t = timer()
     for ev in prof.events():
         assert ev.host_ps == _launch_ps()  # each op is one launch call on the host
-        assert ev.device_ps == t.measure.memo[ev.key].duration_ps == ev.measured_ps  # the measured duration
+        measured = t.measure.memo[ev.key].duration_ps  # the measured duration
+        assert ev.device_ps == measured == ev.measured_ps
         assert ev.start_ps >= ev.host_end  # the work starts after its launch call
     mm = prof.events()[0]
     assert mm.shapes == [[128, 256], [256, 64]] and mm.dtypes == ["float32", "float32"]
@@ -83,7 +84,9 @@ def test_key_averages_totals_are_the_sums_of_the_op_spans():
     for ev in prof.events()[:4]:
         r = avg[ev.name]
         assert r.count == n
-        assert r.device_ps == n * t.measure.memo[ev.key].duration_ps  # n launches of the measured duration
+        assert (
+            r.device_ps == n * t.measure.memo[ev.key].duration_ps
+        )  # n launches of the measured duration
         assert r.host_ps == n * _launch_ps()
         assert (r.modelled, r.estimated) == ((n, 0) if ev.modelled else (0, n))
     trace = json.loads(json.dumps(_trace(prof)))

@@ -24,7 +24,6 @@ from trnsim.trace.program import Program
 __all__ = ["expected_outputs", "compare"]
 
 
-
 def expected_outputs(
     program: Program, initial: dict[str, np.ndarray], dtypes: dict[str, Any]
 ) -> tuple[dict[str, tuple[str, np.ndarray]], str | None]:

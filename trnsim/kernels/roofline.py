@@ -31,6 +31,7 @@ from trnsim.trace.program import OpSpec, TensorSpec
 
 __all__ = ["op_rows", "op_flops"]
 
+
 def op_rows(
     ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg: ChipConfig, cores: int
 ) -> list[dict]:
