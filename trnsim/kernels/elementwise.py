@@ -23,10 +23,11 @@ import math
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.isa import Activation, Ap, DmaCopy, Select, TensorCopy, TensorScalar, TensorTensor
-from trnsim.kernels.broadcast import spread_rows
+from trnsim.kernels.balance import dma_queues
+from trnsim.kernels.broadcast import lower_broadcast
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import flat_blocks, row_blocks
-from trnsim.kernels.queues import Queues
+from trnsim.kernels.layout import flat_blocks
+from trnsim.kernels.queues import Queues, Stream
 
 __all__ = ["UNARY", "BINARY", "lower_unary", "lower_binary", "lower_where", "FREE"]
 
@@ -72,9 +73,8 @@ def lower_unary(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) ->
     tx, to = b.tensors[x], b.tensors[out]
     _same_shape(op, ("x", tx), ("out", to))
     cast = to.dtype != tx.dtype
-    qs = Queues(cfg)
-    loads, stores = qs.loads(0, 1 / 2), qs.stores(0, 1 / 2)
     blocks, big = _plan(b, cfg, to.shape, [tx.dtype] + [to.dtype] * cast)
+    loads, stores = _queues(cfg, 1, big, tx.dtype)
     for n, (index, p, f) in enumerate(blocks):
         xt = _buf(b, "x", n, big, tx.dtype)
         ot = _buf(b, "o", n, big, to.dtype) if cast else xt
@@ -102,11 +102,11 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
         return
     _same_shape(op, *[(k, b.tensors[v]) for k, v in (("a", a), ("b", bb)) if isinstance(v, str)])
     _same_shape(op, ("a" if isinstance(a, str) else "b", b.tensors[names[0]]), ("out", to))
-    alu, qs = BINARY[op], Queues(cfg)
-    loads, stores = qs.loads(), qs.stores()
+    alu = BINARY[op]
     dts = [b.tensors[v].dtype for v in (a, bb) if isinstance(v, str)]
     inplace = dts[0] == to.dtype  # the result overwrites the first tensor operand's block
     blocks, big = _plan(b, cfg, to.shape, dts + [to.dtype] * (not inplace))
+    loads, stores = _queues(cfg, 2, big, *dts)
     for n, (index, p, f) in enumerate(blocks):
         tiles = []
         for k, v in enumerate((a, bb)):
@@ -120,24 +120,19 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
         t0, t1 = tiles
         first = t0 if isinstance(t0, Ap) else t1
         o = first if inplace else ap(_buf(b, "o", n, big, to.dtype), slice(0, p), slice(0, f))
-        if isinstance(t0, Ap):
-            if isinstance(t1, Ap):
-                b.emit(TensorTensor, [t0, t1], [o], alu=alu, src0=t0, src1=t1, dst=o)
-            else:
-                b.emit(TensorScalar, [t0], [o], src=t0, dst=o, op0=alu, operand0=float(t1))
-        else:  # number <op> tensor: the immediate goes first
-            b.emit(
-                TensorScalar, [t1], [o], src=t1, dst=o, op0=alu, operand0=float(t0), reverse0=True
-            )
+        if isinstance(t0, Ap) and isinstance(t1, Ap):
+            b.emit(TensorTensor, [t0, t1], [o], alu=alu, src0=t0, src1=t1, dst=o)
+        else:  # a number rides along as the immediate (first when it is a: reversed)
+            t, v = (t0, t1) if isinstance(t0, Ap) else (t1, t0)
+            b.emit(TensorScalar, [t], [o], src=t, dst=o, op0=alu, operand0=float(v),
+                   reverse0=t is t1)  # fmt: skip
         dst = ap(out, *index)
         b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
 
 
 def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out: str) -> None:
     """out = a <op> b where one of them has out's shape and the other is a row ([D], or
-    [1, ..., D]: spread over the partitions once, `broadcast.spread_rows`, then `tensor_tensor`
-    per block) or a column (out's shape with a last dim of 1: loaded per block, then
-    `tensor_scalar` by it). Blocks are rows of out, one per partition."""
+    [1, ..., D]) or a column (out's shape with a last dim of 1): `broadcast.lower_broadcast`."""
     to = b.tensors[out]
     shapes = {k: tuple(b.tensors[v].shape) for k, v in (("a", a), ("b", bb))}
     full = [k for k in ("a", "b") if shapes[k] == tuple(to.shape)]
@@ -152,38 +147,8 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
             "broadcast is not lowered yet; expected one operand of out's shape and the other "
             "of its last dim [D] or of out's shape with a last dim of 1"
         )
-    if d * 8 * BUFS > cfg.core.sbuf.partition_bytes // 2:
-        raise TraceError(f"{op}: broadcast rows of {d} elements are not lowered yet")
     names = {"a": a, "b": bb}
-    fname, pname = names[full[0]], names[other]
-    alu, P, qs = BINARY[op], cfg.core.sbuf.partitions, Queues(cfg)
-    loads, stores = qs.loads(), qs.stores()
-    row = spread_rows(b, cfg, pname, d) if is_row else None
-    for n, (index, rows) in enumerate(row_blocks(tuple(to.shape), P, b.share(to.shape))):
-        r = slice(0, rows)
-        t = ap(_buf(b, "x", n, (P, d), b.tensors[fname].dtype, BUFS), r)
-        src = ap(fname, *index)
-        b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
-        o = ap(_buf(b, "o", n, (P, d), to.dtype, BUFS), r)
-        if is_row:
-            s0, s1 = (t, ap(row, r)) if full[0] == "a" else (ap(row, r), t)
-            b.emit(TensorTensor, [s0, s1], [o], alu=alu, src0=s0, src1=s1, dst=o)
-        else:
-            c = ap(_buf(b, "c", n, (P, 1), b.tensors[pname].dtype, BUFS), r)
-            csrc = ap(pname, *index)
-            b.emit(DmaCopy, [csrc], [c], src=csrc, dst=c, queue=loads[n + loads.count // 2])
-            b.emit(
-                TensorScalar,
-                [t, c],
-                [o],
-                src=t,
-                dst=o,
-                op0=alu,
-                operand0=c,
-                reverse0=full[0] == "b",
-            )
-        dst = ap(out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
+    lower_broadcast(b, cfg, BINARY[op], names[full[0]], names[other], out, other == "a", is_row)
 
 
 def _plan(b: KernelBuilder, cfg: ChipConfig, shape, dtypes: list) -> tuple[list, tuple]:
@@ -195,6 +160,17 @@ def _plan(b: KernelBuilder, cfg: ChipConfig, shape, dtypes: list) -> tuple[list,
     room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (DEPTH * per_elem)
     blocks = flat_blocks(shape, cfg.core.sbuf.partitions, max(1, min(FREE, room)), b.share(shape))
     return blocks, _largest(blocks)
+
+
+def _queues(cfg: ChipConfig, inputs: int, big: tuple, *dts) -> tuple[Stream, Stream]:
+    """(loads, stores): as many queues per input, and for the stores, as keep a stream of
+    blocks of `big` moving (`balance.dma_queues`: one for blocks of 4 KiB a partition or
+    more, each transfer then moving at the engines' full rate in turn, so the first block
+    arrives first instead of all DEPTH together); block n's input k on load queue
+    inputs x n + k."""
+    n = dma_queues(cfg, big[1] * max(dt.itemsize for dt in dts))
+    qs = Queues(cfg)
+    return qs.loads().take(inputs * n), qs.stores().take(n)
 
 
 def _largest(blocks: list[tuple]) -> tuple[int, int]:
@@ -231,12 +207,11 @@ def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str
     negate = not isinstance(a, str)  # select(pred, on_true: tile, on_false: tile or number)
     if negate:
         a, other = other, a
-    qs = Queues(cfg)
-    loads, stores = qs.loads(), qs.stores()
     named = [(k, v) for k, v in (("c", cond), ("a", a), ("o", other)) if isinstance(v, str)]
     inplace = b.tensors[a].dtype == to.dtype  # the result overwrites a's block
     dts = [b.tensors[v].dtype for _, v in named] + [b.tensors[cond].dtype] * negate
     blocks, big = _plan(b, cfg, to.shape, dts + [to.dtype] * (not inplace))
+    loads, stores = _queues(cfg, 3, big, *dts)
     for n, (index, p, f) in enumerate(blocks):
         r = (slice(0, p), slice(0, f))
         loaded = {}

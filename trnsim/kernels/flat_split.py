@@ -1,20 +1,21 @@
-"""Which tensors of an LNC 2 kernel the elementwise ops may share between the two physical
-cores by flat elements instead of by rows.
+"""Which tensors of an LNC 2 kernel the elementwise ops may share between the two physical cores by
+flat elements instead of by rows.
 
-Every op of a kernel gives each physical core its share of the rows of the tensors it
-computes, `layout.core_rows`, a function of the row count alone, so that a core reads back
-only rows it wrote itself and the cores need not meet between ops. Rows are cut at multiples
-of 128 (a matmul's cores each stream all of B, so a share under 128 rows is not worth it): a
-tensor of 128 rows or fewer, a vector (one row) above all, is then all one core's. Elementwise
-ops do not care which element is where, so they could cut the elements evenly instead
-(`layout.flat_share`), but only if no other op of the kernel touches those elements by rows:
-a matmul that wrote a [16, 2^20] tensor on one core, read by an elementwise op on both, would
-race. `flat_shapes` lists the shapes whose every tensor is touched only by the ops of FLAT
-(elementwise ops on operands of one shape and numbers: `elementwise`, `fusion`, the backward
-ops of `backward` and the optimizer's of `optim`, all walking `layout.flat_blocks`) and none
-of which is a view or viewed (another name for the same memory). A shape is a coarser key than
-a tensor, and an op outside FLAT excludes every shape it touches, so what is not known to be
-safe keeps the rows.
+Every op of a kernel gives each physical core its share of the rows of the tensors it computes,
+`layout.core_rows`, a function of the row count alone, so that a core reads back only rows it
+wrote itself and the cores need not meet between ops. Rows are cut at multiples of 128 (a
+matmul's cores each stream all of B, so a share under 128 rows is not worth it): a tensor of 128
+rows or fewer, a vector (one row) above all, is then all one core's. Elementwise ops do not care
+which element is where, so they could cut the elements evenly instead (`layout.flat_share`), but
+only if no other op of the kernel touches those elements by rows: a matmul that wrote a [16,
+2^20] tensor on one core, read by an elementwise op on both, would race. `flat_shapes` lists the
+shapes whose every tensor is touched only by the ops of FLAT (elementwise ops on operands of one
+shape and numbers: `elementwise`, `fusion`, the backward ops of `backward` and the optimizer's
+of `optim`, all walking `layout.flat_blocks`) and none of which is a view or viewed (another
+name for the same memory); a broadcast (`add` of a tensor and a row or column) counts for out's
+shape (`broadcast` walks any flat share), never for its row or column, which it reads whole. A
+shape is a coarser key than a tensor, and an op outside FLAT excludes every shape it touches, so
+what is not known to be safe keeps the rows.
 """
 
 from __future__ import annotations
@@ -41,12 +42,18 @@ def flat_shapes(ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> frozenset:
         if rec is None:
             continue  # an unknown op is refused when it is lowered
         names = [n for _, n, _ in rec.accesses(op.args, tensors)]
-        shapes = {tuple(tensors[n].shape) for n in names}
-        if op.op not in FLAT or (op.op in BINARY and len(shapes) > 1):
-            rows |= shapes  # a broadcast reads its row or column whole, out by rows
+        if op.op not in FLAT:
+            rows.update(tuple(tensors[n].shape) for n in names)
             continue
+        out = op.args.get("out")
+        shape = tuple(tensors[out].shape) if isinstance(out, str) and out in tensors else None
+        bcast = op.op in BINARY and len({tuple(tensors[n].shape) for n in names}) > 1
         for n in names:
-            (rows if n in aliased else flat).add(tuple(tensors[n].shape))
+            s = tuple(tensors[n].shape)
+            if n in aliased or (bcast and s != shape):
+                rows.add(s)  # a broadcast's row or column, read whole
+            else:
+                flat.add(s)
     return frozenset(flat - rows)
 
 

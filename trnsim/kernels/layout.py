@@ -35,7 +35,8 @@ import math
 from collections.abc import Iterator
 
 __all__ = [
-    "row_blocks", "row_groups", "flat_blocks", "flat_share", "core_rows", "Share", "Part",
+    "row_blocks", "row_groups", "flat_blocks", "flat_walk", "flat_share", "flat_cuts",
+    "core_rows", "Share", "Part",
 ]  # fmt: skip
 
 
@@ -153,11 +154,21 @@ def flat_share(shape: tuple[int, ...], rows: tuple[int, int] | None) -> tuple[in
     part = getattr(rows, "part", None)
     if part is None or tuple(shape) not in getattr(part, "flat", ()):
         return rows[0] * d, rows[1] * d
-    n, nrows = part[1], total // d
-    if max(hi - lo for lo, hi in (core_rows(shape, (c, n)) for c in range(n))) <= EVEN * nrows:
+    cuts = flat_cuts(shape, part[1])
+    if cuts is None:
         return rows[0] * d, rows[1] * d
-    cuts = [0, *(_cut(shape, total * k // n) for k in range(1, n)), total]
     return cuts[part[0]], cuts[part[0] + 1]
+
+
+def flat_cuts(shape: tuple[int, ...], n: int) -> list[int] | None:
+    """Where `flat_share` cuts a tensor of `shape` between `n` cores when its elementwise ops
+    may share it by elements: None when the row split is even enough (at most EVEN of the rows
+    on a core of two), else n + 1 flat positions from 0 to the size (`_cut`)."""
+    total = math.prod(shape)
+    nrows = total // (shape[-1] if shape else 1)
+    if max(hi - lo for lo, hi in (core_rows(shape, (c, n)) for c in range(n))) <= EVEN * nrows:
+        return None
+    return [0, *(_cut(shape, total * k // n) for k in range(1, n)), total]
 
 
 def _cut(shape: tuple[int, ...], at: int) -> int:
@@ -191,6 +202,12 @@ def flat_blocks(
     if lo >= hi:
         return []
     return list(_flat(tuple(shape), lo, hi, partitions, most_free))
+
+
+def flat_walk(dims: tuple[int, ...], lo: int, hi: int, partitions: int, most_free: int) -> list:
+    """`flat_blocks`' blocks of the elements [lo, hi) of an array of `dims` (whose elements may
+    be rows of a larger tensor: `broadcast` groups rows so)."""
+    return list(_flat(tuple(dims), lo, hi, partitions, most_free)) if lo < hi else []
 
 
 def _flat(dims: tuple[int, ...], lo: int, hi: int, P: int, F: int) -> Iterator[tuple]:

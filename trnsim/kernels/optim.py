@@ -21,6 +21,7 @@ from trnsim.isa import Engine
 from trnsim.kernels.backward import act, ts, tt
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.pointwise import F32, Block, pointwise
+from trnsim.kernels.spread import Spread
 
 __all__ = ["OPTIM", "lower_optim"]
 
@@ -61,19 +62,20 @@ def lower_optim(b: KernelBuilder, cfg: ChipConfig, op: str, args: dict) -> None:
 def _one(b: KernelBuilder, cfg: ChipConfig, op: str, a: dict) -> None:
     """addcdiv, addcmul or lerp on one tensor."""
     x, out = a["x"], a["out"]
+    sp = Spread(b, cfg)
     if op == "lerp":
         w = float(a["weight"])
 
         def lerp(k: Block) -> None:
             xa, ea = k.ins
             d = k.tmp("d", F32)
-            tt(b, "subtract", ea, xa, d)  # end - x
+            sp.tt("subtract", ea, xa, d)  # end - x
             if w < 0.5:
-                ts(b, d, d, "multiply", w)
-                tt(b, "add", xa, d, k.outs[0])
+                sp.ts(d, d, "multiply", w)
+                sp.tt("add", xa, d, k.outs[0])
             else:
-                ts(b, d, d, "multiply", 1.0 - w)
-                tt(b, "subtract", ea, d, k.outs[0])
+                sp.ts(d, d, "multiply", 1.0 - w)
+                sp.tt("subtract", ea, d, k.outs[0])
 
         pointwise(b, cfg, op, [x, a["end"]], [out], lerp)
         return
@@ -83,10 +85,10 @@ def _one(b: KernelBuilder, cfg: ChipConfig, op: str, a: dict) -> None:
     def addc(k: Block) -> None:
         xa, t1, t2 = k.ins
         q = k.tmp("q", F32)
-        tt(b, alu, t1, t2, q)
+        sp.tt(alu, t1, t2, q)
         if value != 1.0:
-            ts(b, q, q, "multiply", value)
-        tt(b, "add", xa, q, k.outs[0])
+            sp.ts(q, q, "multiply", value)
+        sp.tt("add", xa, q, k.outs[0])
 
     pointwise(b, cfg, op, [x, a["tensor1"], a["tensor2"]], [out], addc)
 

@@ -21,6 +21,7 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import DType, dtype
 from trnsim.errors import TraceError
 from trnsim.isa import Ap, DmaCopy
+from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import flat_blocks
 from trnsim.kernels.queues import Queues
@@ -81,8 +82,11 @@ def pointwise(
         return
     big = (max(p for _, p, _ in blocks), max(f for _, _, f in blocks))
     active: list = []  # blocks whose body has steps left (IN_FLIGHT at most)
+    # as many queues per tensor as keep its blocks moving (one for blocks of 4 KiB a
+    # partition or more: each transfer at the engines' full rate in turn, `elementwise`)
+    nq = dma_queues(cfg, big[1] * max(b.tensors[t].dtype.itemsize for t in [*loads, *outs]))
     qs = Queues(cfg)
-    lq, sq = qs.loads(), qs.stores()
+    lq, sq = qs.loads().take(len(loads) * nq), qs.stores().take(len(outs) * nq)
     for n, (index, p, f) in enumerate(blocks):
         r = (slice(0, p), slice(0, f))
 
