@@ -4,6 +4,7 @@
     python benchmarks/bench_kernels.py --chip trn3  # another chip
     python benchmarks/bench_kernels.py --small      # smaller shapes, a few seconds in all
     python benchmarks/bench_kernels.py --only backward  # the rows whose label has this
+    python benchmarks/bench_kernels.py --rows       # the row ops over rows of 64 to 2^20
 
 For each op, on one physical core (or both cores of an LNC 2 logical core, where the label says
 so): the simulated time, its two bounds (FLOPs / the cores' TensorE peak for the input
@@ -262,12 +263,63 @@ def run_case(chip: str, tensors: dict, args: dict, lnc: int = 1):
     return cfg, specs, result, time.perf_counter() - start
 
 
+ROW_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "sum", "mean", "amax", "argmax",
+           "cross_entropy")  # fmt: skip
+
+
+def row_family(chip: str, total: int = 16 << 20) -> None:
+    """The row ops over rows of 64 to 2^20 elements, `total` bytes of x each, fp32 and bf16, at
+    the chip's default LNC, printed as a table: the simulated time, the roofline (the DMA and
+    HBM bounds), the engine-throughput bound (`kernels.row_bounds`) and the fraction of the
+    larger reached (the acceptance of issue 26, tests/kernels/test_rows_families.py)."""
+    from trnsim.kernels.row_bounds import engine_bound_ns
+
+    cfg = load_chip(chip)
+    print(f"| op | dtype | row | simulated | roofline | engines | reached |\n{'|---' * 7}|")
+    for op in ROW_OPS:
+        for dt in (F32, BF16):
+            for d in (64, 512, 4096, 65536, 1 << 20):
+                isz = dtype(dt).itemsize
+                rows = total // isz // d
+                x = ((rows, d), dt)
+                args = {"op": op, "x": "x", "out": "out"}
+                tensors = {"x": x, "out": x}
+                if op == "layer_norm":
+                    tensors |= {"w": ((d,), dt), "b": ((d,), dt)}
+                    args |= {"weight": "w", "bias": "b"}
+                elif op == "rms_norm":
+                    tensors["w"], args["weight"] = ((d,), dt), "w"
+                elif op == "cross_entropy":
+                    tensors = {"x": x, "t": ((rows,), "int32"), "out": ((1,), F32)}
+                    args = {"op": op, "input": "x", "target": "t", "out": "out"}
+                elif op not in ("softmax", "log_softmax"):
+                    tensors["out"] = ((rows,), "int32" if op == "argmax" else dt)
+                    args["dim"] = -1
+                try:
+                    _, _, result, _ = run_case(chip, tensors, args, cfg.lnc)
+                except Exception as e:  # an op this checkout does not lower
+                    print(f"| {op} | {dt} | {d} | {str(e).split(': ')[-1][:60]} | | | |")
+                    continue
+                row = result.summary["ops"][0]
+                eng = 0.0
+                if op not in ("argmax", "cross_entropy"):
+                    eng = engine_bound_ns(cfg, op, d, isz, rows / cfg.lnc, d < 65536)
+                bound = max(row["roofline_ns"], eng)
+                print(f"| {op} | {dt} | {d} | {row['time_ns'] / 1e3:.1f} us | "
+                      f"{row['roofline_ns'] / 1e3:.1f} us | {eng / 1e3:.1f} us | "
+                      f"{bound / row['time_ns']:.0%} |")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--chip", default="trn2")
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--only", default="", help="run only the ops whose label contains this")
+    ap.add_argument("--rows", action="store_true", help="the row ops over rows of 64 to 2^20")
     a = ap.parse_args()
+    if a.rows:
+        row_family(a.chip)
+        return
     print(
         f"{'op':<34}{'sim time':>12}{'compute':>12}{'DMA':>12}  bound{'reached':>9}"
         f"{'instrs':>9}{'wall':>8}"

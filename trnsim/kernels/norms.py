@@ -63,7 +63,7 @@ SBUF_SHARE = 0.75  # rows that need more than this for one buffer go to `norm_pi
 BUFFER_SHARE = 0.45  # what the rotating buffers may take
 LONG_ROW, LONG_SHARE = 8192, 0.6  # rows this long: two lanes, and this share of SBUF
 ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partition
-PE_BUFS = 4  # TensorE adds the bias only when this many buffers of x fit beside its own
+PE_BUFS = 5  # TensorE adds the bias only when this many buffers of x fit beside its own
 F_BUFS = 2  # buffers of TensorE's copies out (the bias added on TensorE)
 PIECE_BYTES = 4096  # a piece tile's bytes a partition (512 KiB tiles: many, so loads overlap)
 MAX_PIECE_BYTES = 32768  # a row of 2^20 fp32 in one tile (its 128 pieces)
@@ -183,17 +183,20 @@ def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay) -> str:
 
 
 def _emit(k, blocks) -> None:
-    """The blocks' three stages, stages 2 and 3 a block and two behind stage 1."""
+    """The blocks' stages: 2 a block behind stage 1, 3 two, 4 (TensorE's bias) three, as the
+    buffers allow, so each engine's queue holds work of different blocks, none waiting on
+    another engine's part of the same block."""
     if not blocks:
         return
-    lag = (min(1, k.bufs - 1), min(2, k.bufs - 1))
-    for n in range(len(blocks) + lag[1]):
+    lag = (min(1, k.bufs - 1), min(2, k.bufs - 1), max(min(2, k.bufs - 1), min(3, k.bufs - 2)))
+    stages = (k.second, k.third, k.fourth)
+    for n in range(len(blocks) + max(lag)):
         if n < len(blocks):
             k.first(n, *blocks[n])
         if n == 0:  # the weight and bias after block 0's load (in its op's span, not before);
             k.spread()  # block 0's stage 2 at once: nothing else waits on the engines yet
             k.second(0, *blocks[0])
-        for stage, late in zip((k.second, k.third), lag):
+        for stage, late in zip(stages, lag):
             m = n - late
             if 0 <= m < len(blocks) and not (stage == k.second and m == 0):
                 stage(m, *blocks[m])
@@ -455,19 +458,14 @@ class _Norm:
     # -- stage 3: weight and bias, store -------------------------------------------------------
 
     def third(self, n: int, index: tuple, rows: int) -> None:
+        """Each lane's weight and (on VectorE or GpSimd) bias, in place; the lanes without
+        TensorE's bias stored."""
         b, p = self.b, self.parts(rows)
-        full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
         for i, lane in enumerate(self.lanes):
-            w, out = lane.hi - lane.lo, "o"
+            w = lane.hi - lane.lo
             for v, alu, e in ((self.weight, "multiply", lane.weight),
                               (self.bias, "add", lane.bias)):  # fmt: skip
-                if v is None:
-                    continue
-                if alu == "add" and e == S:  # TensorE into PSUM, ScalarE's copy into tile f
-                    for j in range(self.per):
-                        self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile(
-                            "f", n, i, p, j), lane.lo, w, p)  # fmt: skip
-                    out = "f"
+                if v is None or (alu == "add" and e == S):
                     continue
                 for j in range(self.per):  # in place: o * weight, + bias
                     for lo, hi in runs(w, self.most):
@@ -475,13 +473,34 @@ class _Norm:
                         t = ap(self.rows[v], slice(0, p), slice(lane.lo + lo, lane.lo + hi))
                         b.emit(TensorTensor, [o, t], [o], alu=alu, src0=o, src1=t, dst=o,
                                engine=e)  # fmt: skip
-            o = self.lane_tile(out, n, i, p)
-            dst = (
-                ap(self.out, *index)
-                if len(self.lanes) == 1
-                else ap(self.out, *full, slice(lane.lo, lane.hi))
-            )
-            b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[len(self.lanes) * n + i])
+            if not self.pe_lane(lane):
+                self.store(n, index, p, i, self.lane_tile("o", n, i, p))
+
+    def fourth(self, n: int, index: tuple, rows: int) -> None:
+        """The lanes whose bias TensorE adds (into PSUM, ScalarE copying the sums into tile
+        f), stored: a block after their weight, so ScalarE does not wait for it."""
+        p = self.parts(rows)
+        for i, lane in enumerate(self.lanes):
+            if self.pe_lane(lane):
+                for j in range(self.per):
+                    self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile("f", n, i, p, j),
+                                lane.lo, lane.hi - lane.lo, p)  # fmt: skip
+                self.store(n, index, p, i, self.lane_tile("f", n, i, p))
+
+    def pe_lane(self, lane: Lane) -> bool:
+        """Whether TensorE adds lane's bias."""
+        return self.bias is not None and lane.bias == S
+
+    def store(self, n: int, index: tuple, p: int, i: int, o) -> None:
+        """Lane i's output of block n to out."""
+        b, lane = self.b, self.lanes[i]
+        full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
+        dst = (
+            ap(self.out, *index)
+            if len(self.lanes) == 1
+            else ap(self.out, *full, slice(lane.lo, lane.hi))
+        )
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[len(self.lanes) * n + i])
 
     # -- [p, per] steps ------------------------------------------------------------------------
 

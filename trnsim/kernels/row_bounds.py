@@ -1,0 +1,86 @@
+"""The engine-throughput bound of the row ops (softmax, log_softmax, layer_norm, rms_norm, sum,
+mean, amax, amin), as docs/kernels.md derives it: each pass over a row costs an engine its
+cycles per element (ScalarE's `activation` one, VectorE's `tensor_scalar` a quarter for 16-bit
+data, its `tensor_tensor` one for 16-bit data else two, GpSimd's `tensor_tensor` two, ...), a
+pass that goes row by row (a per-row scalar operand) at least the engine's MIN_II cycles per
+row, plus ScalarE's accumulator read where it reduces; the passes are shared between the
+engines that can take them in the proportions that make the busiest engine's time smallest (a
+small linear program, solved here by a grid). The bound is that time for a core's rows at the
+engines' clocks: what no lowering built from these passes can beat. With the DMA bound (each
+tensor's bytes once, at the DMA's rates; twice for x where a row exceeds SBUF and the op needs
+a second pass: softmax and the norms), it gives the roofline a row op is held to."""
+
+from __future__ import annotations
+
+import itertools
+
+from trnsim.config import ChipConfig
+
+__all__ = ["engine_bound_ns", "passes"]
+
+V, S, G, T = "vector", "scalar", "gpsimd", "tensor"
+
+
+def passes(cfg: ChipConfig, op: str, d: int, itemsize: int, per_row: bool) -> list[dict]:
+    """The passes over one row of d elements of `itemsize` bytes, each {engine: cycles} of
+    that engine's clock (the options it can go to); `per_row`: passes with a per-row operand
+    go one instruction a row (short rows packed several to a partition), else one for many
+    rows (rows in pieces over the partitions: per-partition operands)."""
+    c = cfg.core
+    vmin, smin, gmin = c.vector.min_ii_cycles, c.scalar.min_ii_cycles, c.gpsimd.min_ii_cycles
+    half = itemsize == 2
+    fast_ts = c.vector.copy_fast_factor if half and c.vector.perf_mode else 1
+    tt_v = d if half else 2 * d  # VectorE tensor_tensor: one element a cycle for 16-bit data
+
+    def row(n: float, floor: int) -> float:  # a per-row instruction
+        return max(floor, n) if per_row else n
+
+    scale = {V: row(d / fast_ts, vmin), S: row(d, smin), G: row(d, gmin)}
+    red = c.scalar.reduce_cycles
+    if op in ("softmax", "log_softmax"):
+        return [
+            {V: d / 2 if half else d, S: row(d, smin)},  # the row max
+            {S: row(d, smin)},  # exp(x - max)
+            {S: red if per_row else 0.0, V: d},  # its sum: ScalarE's reduction, or VectorE
+            scale,  # e / sum, or x - log(sum) - max
+        ]
+    if op in ("layer_norm", "rms_norm"):
+        bn = c.vector.bn_stats_max_free
+        chunks = -(-d // bn)
+        aggr = max(vmin, 13 * 2 * chunks) if per_row else 13 * 2 * chunks
+        stats = (
+            {V: d + aggr, S: 2 * (row(d, smin) + red)}
+            if op == "layer_norm"
+            else {V: d + aggr, S: row(d, smin) + red}
+        )
+        out = [stats, scale, {V: tt_v, G: 2 * d}]  # statistics, normalisation, weight
+        if op == "layer_norm":  # bias: VectorE, GpSimd, or TensorE with ScalarE copying out
+            out.append({V: tt_v, G: 2 * d, S: d if half else 1e18})
+        return out
+    if op in ("sum", "mean", "amax", "amin"):
+        fast = half  # 16-bit in and out (the bench's cases): two elements a cycle
+        return [{V: d / 2 if fast else d, S: row(d, smin) + (red if per_row else 0.0)}]
+    raise ValueError(f"no passes for {op}")
+
+
+def engine_bound_ns(cfg: ChipConfig, op: str, d: int, itemsize: int, rows: int,
+                    per_row: bool, steps: int = 4) -> float:  # fmt: skip
+    """The engine-throughput bound of `rows` rows of d elements on one core (module doc): the
+    passes shared over their engines in multiples of 1 / steps, the busiest engine's time."""
+    c = cfg.core
+    clock = {V: c.vector.clock_hz, S: c.scalar.clock_hz, G: c.gpsimd.clock_hz}
+    rows_per_partition = rows / c.sbuf.partitions
+    options = []
+    for p in passes(cfg, op, d, itemsize, per_row):
+        engines = list(p)
+        shares = [s for s in itertools.product(range(steps + 1), repeat=len(engines))
+                  if sum(s) == steps]  # fmt: skip
+        options.append([{e: p[e] * k / steps for e, k in zip(engines, s)} for s in shares])
+    best = float("inf")
+    for choice in itertools.product(*options):
+        busy = {e: 0.0 for e in clock}
+        for part in choice:
+            for e, cycles in part.items():
+                busy[e] += cycles / clock[e]
+        best = min(best, max(busy.values()))
+    return best * rows_per_partition * 1e9
