@@ -5,6 +5,7 @@
     python benchmarks/bench_kernels.py --small      # smaller shapes, a few seconds in all
     python benchmarks/bench_kernels.py --only backward  # the rows whose label has this
     python benchmarks/bench_kernels.py --rows       # the row ops over rows of 64 to 2^20
+    python benchmarks/bench_kernels.py --shapes     # x * 2 on 64 MiB in shapes of the same bytes
 
 For each op, on one physical core (or both cores of an LNC 2 logical core, where the label says
 so): the simulated time, its two bounds (FLOPs / the cores' TensorE peak for the input
@@ -310,15 +311,42 @@ def row_family(chip: str, total: int = 16 << 20) -> None:
                       f"{bound / row['time_ns']:.0%} |")  # fmt: skip
 
 
+SHAPES = [(4096, 4096), (16, 1 << 20), (1 << 24,), (1 << 20, 16), (4097, 4095),
+          (16, 1024, 1024), (4, 8, 4096, 128), ((1 << 24) - 1,)]  # fmt: skip
+
+
+def shape_family(chip: str) -> None:
+    """`x * 2` on 64 MiB of fp32 in shapes holding the same bytes (1-D, 2-D wide and skinny,
+    sizes not a multiple of 128, 3-D, 4-D; issue 26, item 1), at the chip's default LNC and on
+    one core, printed as a table: the simulated time and the fraction of the DMA bound reached
+    (docs/kernels.md, "Elementwise layouts"; tests/kernels/test_shape_families.py)."""
+    cfg = load_chip(chip)
+    lncs = sorted({cfg.lnc, 1}, reverse=True)
+    print("| shape | " + " | ".join(f"LNC {n}" for n in lncs) + f" |\n{'|---' * (1 + len(lncs))}|")
+    for shape in SHAPES:
+        cells = []
+        for lnc in lncs:
+            tensors = {"x": (shape, F32), "out": (shape, F32)}
+            args = {"op": "mul", "a": "x", "b": 2.0, "out": "out"}
+            row = run_case(chip, tensors, args, lnc)[2].summary["ops"][0]
+            t = row["time_ns"]
+            cells.append(f"{t / 1e3:,.1f} us ({row['dma_bound_ns'] / t:.0%} of DMA)")
+        print(f"| {list(shape)} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--chip", default="trn2")
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--only", default="", help="run only the ops whose label contains this")
     ap.add_argument("--rows", action="store_true", help="the row ops over rows of 64 to 2^20")
+    ap.add_argument("--shapes", action="store_true", help="x * 2 on 64 MiB in every shape")
     a = ap.parse_args()
     if a.rows:
         row_family(a.chip)
+        return
+    if a.shapes:
+        shape_family(a.chip)
         return
     print(
         f"{'op':<34}{'sim time':>12}{'compute':>12}{'DMA':>12}  bound{'reached':>9}"
