@@ -33,7 +33,6 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
     ("softmax", "bfloat16", 64): "ScalarE's exp, one instruction a row, binds (71%)",
     ("log_softmax", "bfloat16", 64): "ScalarE's exp and GpSimd's shift, row by row (63%)",
     ("rms_norm", "bfloat16", 64): "row by row: ScalarE's sums of squares bind (62%)",
-    ("rms_norm", "float32", 4096): "4 blocks a core: the first load and last store (77%)",
     **{
         ("layer_norm", dt, d): "the engines' chain of passes does not overlap enough (45-59%)"
         for dt in ("float32", "bfloat16")

@@ -19,10 +19,10 @@ PE_TILES = 2  # PSUM banks the bias is added in by TensorE, in turn (a kernel's 
 
 def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=None) -> list[str]:
     """[128, d] tiles: each tensor of `names` ([d]) on every partition: loaded into one
-    partition (on `loads`, a `queues.Stream`, after what it carries already: a norm's first
-    block), multiplied by a ones row on TensorE (K = 1) into PSUM, copied out by VectorE and
-    ScalarE in turn (emitted after a norm's first block's statistics: the engines have little
-    else to do until the first block is loaded)."""
+    partition (on `loads`, a `queues.Stream`: a norm's own, so the load waits behind the previous
+    op's loads on it), multiplied by a ones row on TensorE (K = 1) into PSUM, copied out by
+    VectorE and ScalarE in turn (emitted before a norm's blocks: the engines have nothing else
+    to do until the first block is loaded)."""
     P, f32 = cfg.core.sbuf.partitions, dtype("float32")
     new = names  # the tile shared by every norm of the kernel spreading it, filled each time
     tiles = [b.scratch_tile(f"norm.rows.{n}", f"{n}_rows", (P, d), b.tensors[n].dtype)
@@ -35,7 +35,7 @@ def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=No
     for i, n in enumerate(new):
         row = b.tile("row", "sbuf", (1, d), b.tensors[n].dtype)
         src, dst = ap(n), ap(row)
-        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[i + 1])
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[i])
         rows[n] = (row, ones(b, b.tensors[n].dtype, P))
     for i, (t, n, lo, hi) in enumerate(chunks):
         row, one = rows[n]

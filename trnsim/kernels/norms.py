@@ -190,11 +190,11 @@ def _emit(k, blocks) -> None:
         return
     lag = (min(1, k.bufs - 1), min(2, k.bufs - 1), max(min(2, k.bufs - 1), min(3, k.bufs - 2)))
     stages = (k.second, k.third, k.fourth)
+    k.spread()  # the engines have nothing else to do until the first block is loaded
     for n in range(len(blocks) + max(lag)):
         if n < len(blocks):
             k.first(n, *blocks[n])
-        if n == 0:  # the weight and bias after block 0's load (in its op's span, not before);
-            k.spread()  # block 0's stage 2 at once: nothing else waits on the engines yet
+        if n == 0:  # block 0's stage 2 at once: nothing else waits on the engines yet
             k.second(0, *blocks[0])
         for stage, late in zip(stages, lag):
             m = n - late
