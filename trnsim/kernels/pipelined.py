@@ -27,7 +27,7 @@ from trnsim.errors import TraceError
 from trnsim.isa import Ap, DmaCopy
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import flat_blocks
-from trnsim.kernels.pointwise import Block
+from trnsim.kernels.pointwise import Block, _advance  # its blocks in flight, stored in turn
 from trnsim.kernels.queues import Queues
 
 __all__ = ["pipelined"]
@@ -35,7 +35,6 @@ __all__ = ["pipelined"]
 FREE = 1024  # elements per partition of a block at most: a short pipeline's fill and drain
 # cost less than with pointwise's 2048, and the engines' fixed costs stay below a seventh
 SBUF_SHARE = 0.6  # of a partition's bytes for this kernel's buffers
-_DONE = object()
 
 
 def pipelined(
@@ -83,26 +82,3 @@ def pipelined(
         active.append((steps, out_tiles, index, n))
         active = _advance(b, outs, sq, active, depth - 1)
     _advance(b, outs, sq, active, 0)
-
-
-def _advance(b: KernelBuilder, outs: list[str], queues, active: list, keep: int) -> list:
-    """One step of every block in flight, oldest first, then the oldest to their end until at
-    most `keep` are left; a finished block is stored."""
-    still = []
-    for item in active:
-        if next(item[0], _DONE) is _DONE:
-            _store(b, outs, queues, *item[1:])
-        else:
-            still.append(item)
-    while len(still) > keep:
-        item = still.pop(0)
-        for _ in item[0]:
-            pass
-        _store(b, outs, queues, *item[1:])
-    return still
-
-
-def _store(b: KernelBuilder, outs: list[str], queues, out_tiles: list[Ap], index, n) -> None:
-    for k, (t, o) in enumerate(zip(outs, out_tiles)):
-        dst = ap(t, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=queues[n * len(outs) + k])
