@@ -115,3 +115,17 @@ def test_errors(tmp_path):
         f"error: {one}:6: streams[0].rank: a rank needs a system of chips; expected system: "
         f"NAME in the trace, or trnsim run --system NAME (or core: on one chip)",
     )
+
+
+def test_compare_says_to_sweep_a_system(tmp_path):
+    t = write(tmp_path)
+    assert_one_line_error(
+        invoke("compare", t, "--chip", "trn2"),
+        f"error: {t}:3: system: trn2-48xl: compare runs a trace on one chip per column, not on "
+        f"a system of chips; expected trnsim sweep {t} --grid KEY=V1,V2",
+    )
+    assert_one_line_error(
+        invoke("compare", t, "--chip", "trn2", "--system", "trn2-48xl"),
+        f"error: compare --system trn2-48xl: compare runs a trace on one chip per column; "
+        f"expected trnsim sweep {t} --system trn2-48xl --grid KEY=V1,V2",
+    )

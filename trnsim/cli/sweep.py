@@ -35,12 +35,25 @@ from trnsim.sweep.plot import plot as plot_table
     "the chip: each trace names.",
 )
 @click.option(
+    "--system",
+    "systems",
+    metavar="NAME|PATH",
+    multiple=True,
+    help="Run every point on a system of chips (trn2-48xl, ... or a YAML path; repeat for "
+    "several), each trace's streams on their ranks, as trnsim run --system does; --grid and "
+    "--set then take the system's keys (topology.link.bandwidth, nodes, "
+    "collectives.algorithm), the chip's as chip.KEY (--set chip=NAME swaps it). A trace "
+    "naming a system: "
+    "runs on it without --system. Not with --chip.",
+)
+@click.option(
     "--grid",
     "grid",
     metavar="KEY=V1,V2,...",
     multiple=True,
     help="Sweep a chip config key over values with their units, e.g. --grid "
-    "hbm.bandwidth=1TB/s,2TB/s,4TB/s, or a trace param, e.g. --grid "
+    "hbm.bandwidth=1TB/s,2TB/s,4TB/s, a system key on a system (--grid "
+    "topology.link.bandwidth=64GB/s,128GB/s), or a trace param, e.g. --grid "
     "param.batch=8,64. Repeat it: the sweep runs every combination.",
 )
 @click.option(
@@ -48,8 +61,8 @@ from trnsim.sweep.plot import plot as plot_table
     "overrides",
     metavar="KEY=VALUE",
     multiple=True,
-    help="Set a chip config key (or param.NAME) for every point, e.g. --set "
-    "core.sbuf.partition_bytes=448KiB (repeatable).",
+    help="Set a chip config key (a system key on a system, or param.NAME) for every point, "
+    "e.g. --set core.sbuf.partition_bytes=448KiB (repeatable).",
 )
 @param_option
 @mode_option
@@ -97,6 +110,7 @@ def sweep(
     ctx: click.Context,
     traces,
     chips,
+    systems,
     grid,
     overrides,
     params,
@@ -115,6 +129,13 @@ def sweep(
     mean and max, memory peaks), an error column (a failed point never stops the sweep), and
     the mode, settings, trace and config hashes and trnsim version that identify it.
 
+    On a system of chips (--system, or a trace's system:) the grid's keys are the system
+    file's (topology.link.bandwidth, topology.levels.NAME.bandwidth, efa.bandwidth, nodes,
+    collectives.algorithm, ...; the chip's as chip.KEY), the table gains a system column and
+    the communication figures (collectives, collective_ns, overlapped_ns, exposed_ns,
+    exposed_fraction, link_bytes, link_utilization_max, busbw_max_bytes_per_s), and the chip
+    figures add up the system's chips (docs/systems.md, "Sweeps").
+
     More than 10,000 points to run: the sweep times its first points (kept in the table) and
     asks, with the estimated time, whether to run the rest; --yes runs them without asking.
 
@@ -130,6 +151,8 @@ def sweep(
       trnsim sweep traces/weight_stream.yaml --grid param.batch=8,32,128 \\
           --grid core.sbuf.partition_bytes=224KiB,448KiB --workers 2 --out batch.parquet
       trnsim sweep traces/*.yaml --chip trn2 --mode timing --scheduler tcp://10.0.0.5:8786
+      trnsim sweep traces/ddp_allreduce.yaml --system trn2-48xl \\
+          --grid topology.link.bandwidth=32GB/s,64GB/s,128GB/s --grid chip.hbm.bandwidth=2TB/s,4TB/s
     """
     if out:
         check_file("--out", out)
@@ -151,6 +174,7 @@ def sweep(
             "max_instructions": max_instructions,
         },
         confirm=None if yes else _ask(progress, workers, scheduler),
+        systems=list(systems),
     )
     if progress:
         _clear_progress()

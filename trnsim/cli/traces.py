@@ -331,16 +331,33 @@ def validate(
     help="A column: a chip to run on, optionally with its own overrides after commas (repeat: "
     "--chip trn2 --chip trn2,hbm.bandwidth=4TB/s --chip trn3).",
 )
+@click.option(
+    "--system",
+    "system_name",
+    metavar="NAME|PATH",
+    default=None,
+    hidden=True,
+    help="Not supported: compare runs one chip per column (systems: trnsim sweep --system).",
+)
 @set_option
 @param_option
 @mode_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
 @files_options
 def compare(
-    trace_file, chips, overrides, params, mode, as_json, allow_outside_files, max_instructions
+    trace_file,
+    chips,
+    system_name,
+    overrides,
+    params,
+    mode,
+    as_json,
+    allow_outside_files,
+    max_instructions,
 ) -> None:
     """Run TRACE on several chips and show the results side by side, with ratios to the first
-    column that ran.
+    column that ran. A trace on a system of chips (system:) is compared with trnsim sweep
+    --grid over the system's keys instead.
 
     Each column is labelled by its --chip (a config file by its name, overrides appended); a
     column that cannot run (an lnc the chip does not support, a tile that does not fit) shows
@@ -351,7 +368,19 @@ def compare(
       trnsim compare traces/gemm_double_buffered.yaml --chip trn2 --chip trn3
       trnsim compare traces/weight_stream.yaml --chip trn2 --chip trn2,hbm.bandwidth=4TB/s
     """
+    if system_name is not None:
+        raise TrnsimError(
+            f"compare --system {system_name}: compare runs a trace on one chip per column; "
+            f"expected trnsim sweep {trace_file} --system {system_name} --grid KEY=V1,V2 to "
+            f"compare a system's settings side by side"
+        )
     program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
+    if program.system is not None:
+        raise TrnsimError(
+            f"{program.source}:{program.lines.get('system', 0)}: system: {program.system}: "
+            f"compare runs a trace on one chip per column, not on a system of chips; expected "
+            f"trnsim sweep {trace_file} --grid KEY=V1,V2 to compare the system's settings"
+        )
     columns = _columns(chips, overrides)
     results = {}
     for label, cfg in columns.items():

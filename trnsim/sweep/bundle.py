@@ -48,8 +48,8 @@ class TraceBundle:
         max_instructions: int = MAX_INSTRUCTIONS,
     ) -> tuple[TraceBundle, dict]:
         """The bundle of the trace at `path`, and for each params set (keyed by its sorted
-        items) the trace's (chip, mode), or the TrnsimError its document raises. A trace that
-        cannot be read raises TrnsimError.
+        items) the trace's (chip, mode, system: its `system:` or None), or the TrnsimError
+        its document raises. A trace that cannot be read raises TrnsimError.
 
         Only the document is read here (YAML, params, the init files it names), not the whole
         trace: the workers check everything else when they load it."""
@@ -73,9 +73,11 @@ class TraceBundle:
                 found[key] = e
                 continue
             top = doc if isinstance(doc, dict) else {}
+            system = top.get("system")
             found[key] = (
                 str(top.get("chip") or Program.chip),
                 str(top.get("mode") or Program.mode),
+                str(system) if system is not None else None,
             )
             for name in init_files(doc):
                 if Path(name).is_absolute():

@@ -15,8 +15,8 @@ from trnsim.trace.params import parse_param_args
 __all__ = ["PARAM", "Axis", "parse_grid", "settings", "plain"]
 
 PARAM = "param."
-"""Grid and --set keys with this prefix set one of the trace's params; the others are chip
-config keys."""
+"""Grid and --set keys with this prefix set one of the trace's params; the others are config
+keys: the chip's, or on a system of chips the system's (the chip's as chip.KEY)."""
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,13 @@ def parse_grid(specs: Sequence[str] | Mapping[str, Sequence[Any]]) -> list[Axis]
             pairs.append((key, _split(values)))
             where[key] = f"--grid {text}"
     axes: list[Axis] = []
-    reserved = table.columns([])
+    reserved = table.columns([], system=True)
     for key, values in pairs:
         if key in reserved:
             raise TrnsimError(
                 f"{where[key]}: {key} is a column of the table; expected a chip "
-                "config key like hbm.bandwidth or a param like param.batch"
+                "config key like hbm.bandwidth, a system key like topology.link.bandwidth "
+                "(with --system) or a param like param.batch"
             )
         if any(a.key == key for a in axes):
             raise TrnsimError(

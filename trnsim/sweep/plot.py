@@ -87,9 +87,10 @@ def figure(
                 f"{path}: {option} {name}: no such column{hint(name, cols)}; "
                 f"expected one of {', '.join(cols)}"
             )
-    if y not in table.FIGURES:
+    figures = [c for c in cols if c in table.FIGURES or c in table.SYSTEM_FIGURES]
+    if y not in figures:
         raise TrnsimError(
-            f"--y {y}: not a figure of the table; expected one of {', '.join(table.FIGURES)}"
+            f"--y {y}: not a figure of the table; expected one of {', '.join(figures)}"
         )
     good = [r for r in rows if not r.get("error") and r.get(y) is not None and r.get(x) is not None]
     if not good:
@@ -97,7 +98,8 @@ def figure(
             f"{path}: no row has a value of {y} and {x} without an error; "
             "expected a table with at least one point that ran"
         )
-    ids = ["trace", "chip", *cols[2 : cols.index(table.FIGURES[0])], "set", "mode"]
+    ids = ["trace", *(["system"] if "system" in cols else []), "chip"]
+    ids += [*table.grid_keys(cols), "set", "mode"]
     split = ([hue] if hue and hue != x else []) + [
         c for c in ids if c not in (x, hue) and len({r.get(c) for r in good}) > 1
     ]

@@ -7,16 +7,19 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trnsim import __version__
-from trnsim.config import ChipConfig, load_chip
+from trnsim.config import ChipConfig, SystemConfig, load_chip, load_system
+from trnsim.config.load import SYSTEMS, resolve
 from trnsim.errors import TrnsimError
 from trnsim.report.provenance import config_hash
 from trnsim.sweep import table
 from trnsim.sweep.bundle import TraceBundle
 from trnsim.sweep.grid import PARAM, Axis
 from trnsim.sweep.worker import one_line
+from trnsim.trace.ranks import trace_system
 
 __all__ = ["Point", "config_hash", "points", "resume"]
 
@@ -25,7 +28,7 @@ __all__ = ["Point", "config_hash", "points", "resume"]
 class Point:
     row: dict
     key: tuple
-    task: tuple | None = None  # (bundle, params, config, mode) when it runs
+    task: tuple | None = None  # (bundle, params, chip or system config, mode) when it runs
     old: dict | None = field(default=None)  # its row in the table resumed, when done there
     done: bool = False  # its row is complete: figures or an error
 
@@ -37,10 +40,16 @@ def points(
     fixed: list[tuple],
     mode: str | None,
     loading: Mapping[str, Any] | None = None,
+    systems: Sequence[str] = (),
 ) -> list[Point]:
-    """Every point in grid order (traces, then chips, then each axis's values, the last axis
-    fastest), each with its row's identifying columns and its task, or its error. `loading`
-    holds the trace loader's options (`allow_outside_files`, `max_instructions`)."""
+    """Every point in grid order (traces, then chips or systems, then each axis's values, the
+    last axis fastest), each with its row's identifying columns and its task, or its error.
+    `loading` holds the trace loader's options (`allow_outside_files`, `max_instructions`).
+
+    A point runs on one chip (a `ChipConfig`: the grid's and --set's config keys are the
+    chip's) or on a system of chips (a `SystemConfig`: they are the system file's keys, the
+    chip's as chip.KEY, as `trnsim run --system --set` takes them): on each of `systems` when
+    given (`chips` must then be empty), else on the system its trace names (`system:`)."""
     fixed_params = {k[len(PARAM) :]: v for k, v in fixed if k.startswith(PARAM)}
     fixed_cfg = [f"{k}={v}" for k, v in fixed if not k.startswith(PARAM)]
     set_text = " ".join(f"{k}={v}" for k, v in fixed)
@@ -50,8 +59,9 @@ def points(
         swept = {a.key[len(PARAM) :]: v for a, v in zip(axes, values) if a.key.startswith(PARAM)}
         return {**fixed_params, **swept}
 
-    configs: dict[tuple, ChipConfig | TrnsimError] = {}
+    configs: dict[tuple, ChipConfig | SystemConfig | TrnsimError] = {}
     out = []
+    targets = [(None, s) for s in systems] or [(c, None) for c in chips or [None]]
     for trace in traces:
         try:
             bundle, found = TraceBundle.read(
@@ -60,7 +70,7 @@ def points(
         except TrnsimError as e:
             bundle, found = None, {}
             unreadable = one_line(e)
-        for chip_given, values in itertools.product(chips or [None], combos):
+        for (chip_given, system_given), values in itertools.product(targets, combos):
             params = params_of(values)
             doc = found.get(tuple(sorted(params.items())))
             error = (
@@ -68,28 +78,28 @@ def points(
                 if bundle is None
                 else (one_line(doc) if isinstance(doc, TrnsimError) else None)
             )
+            system = system_given or (doc[2] if not error else None)
+            if system and chip_given:
+                error = (
+                    f"--chip {chip_given} with a trace naming system: {system}: the system's "
+                    f"chip runs; expected --system {system} (and --set chip=NAME to change it)"
+                )
             chip = chip_given or (doc[0] if not error else "")
             point_mode = mode or (doc[1] if not error else "")
             swept = [f"{a.key}={v}" for a, v in zip(axes, values) if not a.key.startswith(PARAM)]
             overrides = fixed_cfg + swept
             cfg = None
-            if chip and (chip_given or not error):
-                ck = (chip, tuple(overrides))
-                if ck not in configs:
-                    try:
-                        configs[ck] = load_chip(chip, overrides)
-                    except TrnsimError as e:
-                        configs[ck] = e
-                if isinstance(configs[ck], TrnsimError):
-                    msg = one_line(configs[ck])
-                    for text in swept:  # the config names every override --set
-                        msg = msg.replace(f"--set {text}", f"--grid {text}")
-                    error = error or msg
-                else:
-                    cfg = configs[ck]
-            row = dict.fromkeys(table.columns([a.key for a in axes]))
+            if system and not error:
+                name = system if system_given else trace_system(system, trace)
+                cfg, error = _config(configs, "system", name, overrides, swept)
+                chip = cfg.chip.name if cfg is not None else ""
+            elif chip and (chip_given or not error):
+                cfg, msg = _config(configs, "chip", chip, overrides, swept)
+                error = error or msg
+            row = dict.fromkeys(table.columns([a.key for a in axes], system=True))
             row |= {
                 "trace": trace,
+                "system": system or "",
                 "chip": chip,
                 **{a.key: v for a, v in zip(axes, values)},
                 "error": error,
@@ -104,10 +114,39 @@ def points(
     return out
 
 
+def _config(configs: dict, kind: str, name: str, overrides: list[str], swept: list[str]):
+    """(config, None) or (None, its one-line error) of chip or system `name` with
+    `overrides`, built once (`configs` caches them). In an error the overrides swept are
+    named `--grid`; an unknown key's names the config file too."""
+    ck = (kind, name, tuple(overrides))
+    if ck not in configs:
+        try:
+            load = load_system if kind == "system" else load_chip
+            configs[ck] = load(name, overrides)
+        except TrnsimError as e:
+            configs[ck] = e
+    got = configs[ck]
+    if not isinstance(got, TrnsimError):
+        return got, None
+    msg = one_line(got)
+    for text in swept:  # the config names every override --set
+        msg = msg.replace(f"--set {text}", f"--grid {text}")
+    if kind == "system" and ": unknown key '" in msg:
+        try:
+            path = resolve(name, None, "", SYSTEMS)
+        except TrnsimError:
+            path = name
+        head, _, tail = msg.partition(": unknown key '")
+        key, _, rest = tail.partition("'")
+        msg = f"{head}: unknown key '{key}' in system {Path(name).stem} ({path}){rest}"
+    return None, msg
+
+
 def _key(row: dict, axes: Sequence[Axis]) -> tuple:
     """What identifies a point (see the module's doc)."""
     return (
         row["trace_hash"],
+        row.get("system") or "",
         row["chip"],
         *[row[a.key] for a in axes],
         row["set"],
@@ -136,7 +175,7 @@ def resume(out, cols: list[str], points: list[Point]) -> list[dict]:
             f"({what or 'another order'}); expected a table of a sweep with the "
             "same --grid keys, or a new --out file"
         )
-    axes = [Axis(c, ()) for c in cols[2 : cols.index(table.FIGURES[0])]]
+    axes = [Axis(c, ()) for c in table.grid_keys(cols)]
     by_key = {
         _key({**r, **{c: _str(r.get(c)) for c in table.TAIL if c != "error"}}, axes): r
         for r in old_rows
@@ -152,7 +191,11 @@ def resume(out, cols: list[str], points: list[Point]) -> list[dict]:
         ):
             p.old = {
                 **old,
-                **{c: p.row[c] for c in p.row if c not in table.FIGURES and c != "error"},
+                **{
+                    c: p.row[c]
+                    for c in p.row
+                    if c not in table.FIGURES and c not in table.SYSTEM_FIGURES and c != "error"
+                },
             }
     return [r for k, r in by_key.items() if k not in mine]
 

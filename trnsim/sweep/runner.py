@@ -72,6 +72,7 @@ def run_sweep(
     loading: Mapping[str, Any] | None = None,
     confirm: estimate.Confirm | None = None,
     confirm_above: int | None = None,
+    systems: Sequence[str] = (),
 ) -> SweepResult:
     """Run every point of traces x chips x grid values and return the table (see the module's
     doc). `chips` defaults to each trace's own chip; `sets` (`KEY=VALUE`) and `params`
@@ -79,8 +80,18 @@ def run_sweep(
     processes; `scheduler` (`tcp://host:port`) submits to a running Dask cluster instead.
     `loading` holds the trace loader's options (`allow_outside_files`, `max_instructions`).
     `confirm` is asked before running more than `confirm_above` points (default
-    `estimate.CONFIRM_ABOVE`); without it nothing is asked."""
+    `estimate.CONFIRM_ABOVE`); without it nothing is asked. `systems` (names or paths) runs
+    every point on each of those systems of chips instead of one chip (`chips` must be empty):
+    the config keys of `grid` and `sets` are then the system's (`topology.link.bandwidth`),
+    the chip's as `chip.KEY`; a trace naming a `system:` runs on it without `systems`. A
+    table with a point on a system has a `system` column and the system figures."""
     _check_options(traces, workers, scheduler, mode)
+    systems = list(dict.fromkeys(systems))
+    if systems and chips:
+        raise TrnsimError(
+            f"--chip {chips[0]} with --system {systems[0]}: the system's chip runs; expected "
+            f"--set chip={chips[0]} to choose it"
+        )
     axes = parse_grid(grid)
     fixed = settings(sets, params)
     for axis in axes:
@@ -89,10 +100,19 @@ def run_sweep(
                 f"--grid {axis.key}: also set with --set or --param; expected "
                 "each key in one of them"
             )
-    cols = table.columns([a.key for a in axes])
     every = points(
-        list(dict.fromkeys(traces)), list(dict.fromkeys(chips)), axes, fixed, mode, loading
+        list(dict.fromkeys(traces)),
+        list(dict.fromkeys(chips)),
+        axes,
+        fixed,
+        mode,
+        loading,
+        systems,
     )
+    on_systems = bool(systems) or any(p.row["system"] for p in every)
+    cols = table.columns([a.key for a in axes], system=on_systems)
+    for p in every:  # a sweep on one chip has no system columns
+        p.row = {c: p.row[c] for c in cols}
     others = resume(out, cols, every) if out and Path(out).exists() else []
     sweep = _Sweep(every, others, cols, out, progress)
     tasks = [(i, p.task) for i, p in enumerate(sweep.runs)]

@@ -12,6 +12,12 @@ cores that ran instructions), so chips with different core counts share columns:
 `tensor_util_mean` is the mean utilization of every `core*.tensor` engine, `tensor_util_max`
 the largest. DMA queues are summed (`dma_bytes`, `dma_transfers`).
 
+A sweep with points on a system of chips (`trnsim sweep --system`, or a trace naming a
+`system:`) has a `system` column before `chip` (the system's name; empty for a point on one
+chip) and the SYSTEM_FIGURES after the figures. A system point's chip figures add up its chips:
+flops, HBM and DMA bytes summed (the rates over the system's device time), utilization over
+every engine of every chip that ran, memory peaks and `peak_fraction` the largest chip's.
+
 Floats are written as Python's shortest round-trip text, so a table read back holds the very
 values written: a sweep's table is the same bytes however it ran.
 """
@@ -57,17 +63,43 @@ FIGURES = (
     "hbm_peak_bytes",
 )
 """The figures of a row, in column order."""
+SYSTEM_FIGURES = (
+    "collectives",
+    "collective_ns",
+    "overlapped_ns",
+    "exposed_ns",
+    "exposed_fraction",
+    "link_bytes",
+    "link_utilization_max",
+    "busbw_max_bytes_per_s",
+)
+"""The figures of a point on a system (the run's `communication` and `collectives`): the
+collectives completed, the ranks' communication time, the part of it compute hid and the rest
+(docs/trace_format.md, "Exposed and overlapped"), the bytes every link carried, the busiest
+link's utilisation over any collective, the largest bus bandwidth."""
+INT_SYSTEM_FIGURES = ("collectives",)
 TAIL = ("error", "mode", "set", "trace_hash", "config_hash", "trnsim_version")
 """The columns after the figures."""
 
 
-def columns(grid_keys: Sequence[str]) -> list[str]:
-    """Every column of a sweep table with these grid keys, in order."""
+def columns(grid_keys: Sequence[str], system: bool = False) -> list[str]:
+    """Every column of a sweep table with these grid keys, in order (`system`: a sweep with
+    points on a system of chips)."""
+    if system:
+        return ["trace", "system", "chip", *grid_keys, *FIGURES, *SYSTEM_FIGURES, *TAIL]
     return ["trace", "chip", *grid_keys, *FIGURES, *TAIL]
 
 
+def grid_keys(cols: Sequence[str]) -> list[str]:
+    """The grid keys of a table's columns: those between `chip` and the figures."""
+    return list(cols[cols.index("chip") + 1 : cols.index(FIGURES[0])])
+
+
 def figures(summary: dict) -> dict[str, int | float]:
-    """The FIGURES of a run summary (`trnsim.report.summary.summarize`'s dict)."""
+    """The FIGURES of a run summary (`trnsim.report.summary.summarize`'s dict), and the
+    SYSTEM_FIGURES too for a run on a system (`report.system_summary.summarize_system`'s)."""
+    if "collectives" in summary:
+        return _system_figures(summary)
     hbm, memory = summary["hbm"], summary["memory"]
     out: dict[str, int | float] = {
         "total_time_ns": summary["total_time_ns"],
@@ -94,10 +126,50 @@ def figures(summary: dict) -> dict[str, int | float]:
     return out
 
 
+def _system_figures(summary: dict) -> dict[str, int | float]:
+    """A system run's figures (see the module's doc): its chips' added up, then its own."""
+    chips = [figures(s) for s in summary["chips"].values()]
+    device_s = summary["device_time_ns"] * 1e-9
+    out: dict[str, int | float] = {
+        "total_time_ns": summary["total_time_ns"],
+        "device_time_ns": summary["device_time_ns"],
+    }
+    for key in ("flops", "hbm_bytes_read", "hbm_bytes_written", "dma_bytes", "dma_transfers"):
+        out[key] = sum(c[key] for c in chips)
+    out["flops_per_s"] = out["flops"] / device_s if device_s else 0.0
+    moved = out["hbm_bytes_read"] + out["hbm_bytes_written"]
+    out["hbm_bandwidth_bytes_per_s"] = moved / device_s if device_s else 0.0
+    fractions = [c["peak_fraction"] for c in chips if c["peak_fraction"] is not None]
+    out["peak_fraction"] = max(fractions) if fractions else None  # None: no FLOPs, as one chip's
+    for kind in ENGINE_KINDS:
+        utils = [
+            e["utilization"]
+            for s in summary["chips"].values()
+            for name, e in s["engines"].items()
+            if name.rpartition(".")[2] == kind
+        ]
+        out[f"{kind}_util_mean"] = sum(utils) / len(utils) if utils else 0.0
+        out[f"{kind}_util_max"] = max(utils, default=0.0)
+    for key in ("sbuf_peak_bytes", "psum_peak_bytes", "hbm_peak_bytes"):
+        out[key] = max((c[key] for c in chips), default=0)
+    comm, rows = summary["communication"], summary["collectives"]
+    out |= {
+        "collectives": len(rows),
+        "collective_ns": comm["collective_ns"],
+        "overlapped_ns": comm["overlapped_ns"],
+        "exposed_ns": comm["exposed_ns"],
+        "exposed_fraction": comm["exposed_fraction"],
+        "link_bytes": float(sum(summary["links"].values())),
+        "link_utilization_max": max((r["link_utilization"] for r in rows), default=0.0),
+        "busbw_max_bytes_per_s": max((r["busbw_bytes_per_s"] for r in rows), default=0.0),
+    }
+    return out
+
+
 def _kind(column: str) -> str:
-    if column in INT_FIGURES:
+    if column in INT_FIGURES or column in INT_SYSTEM_FIGURES:
         return "int"
-    if column in FIGURES:
+    if column in FIGURES or column in SYSTEM_FIGURES:
         return "float"
     return "str"
 

@@ -22,7 +22,7 @@ from trnsim.config import SystemConfig, load_system
 from trnsim.errors import TraceError
 from trnsim.trace.program import CollectiveSpec, Program, Step, StreamSpec
 
-__all__ = ["place", "stream_ranks", "system_config", "on_its_system"]
+__all__ = ["place", "stream_ranks", "system_config", "on_its_system", "trace_system"]
 
 
 def system_config(program: Program, name: str | None = None, overrides=()) -> SystemConfig | None:
@@ -31,10 +31,17 @@ def system_config(program: Program, name: str | None = None, overrides=()) -> Sy
     name = name or program.system
     if name is None:
         return None
-    if name == program.system and (name.endswith((".yaml", ".yml")) or "/" in name):
-        if not Path(name).is_absolute():
-            name = str(Path(program.source).parent / name)
+    if name == program.system:
+        name = trace_system(name, program.source)
     return load_system(name, overrides)
+
+
+def trace_system(name: str, source: str) -> str:
+    """A trace's `system:` as `load_system` takes it: a path (it contains `/` or ends with
+    .yaml) relative to the folder of the trace at `source`; a bundled name as it is."""
+    if (name.endswith((".yaml", ".yml")) or "/" in name) and not Path(name).is_absolute():
+        return str(Path(source).parent / name)
+    return name
 
 
 def on_its_system(program: Program) -> Program:
