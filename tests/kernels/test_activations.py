@@ -68,7 +68,9 @@ def _torch(a: np.ndarray, dt: str):
 def _edges(shape, dt):
     """Normal values with PyTorch's boundaries written into the first elements."""
     x = np.random.default_rng(7).normal(0, 3, shape).astype(np.float32).reshape(-1)
-    edge = [-3.0, 3.0, 0.0, -1.0, 1.0, 6.0, -3.015625, 3.015625, 20.0, 0.5, -0.5, 1e-30]
+    # the 16-bit neighbours of -3 and 3, and values far out
+    edge = [-3.0, 3.0, 0.0, -1.0, 1.0, 6.0, -3.015625, 3.015625, 20.0, 0.5, -0.5, 1e-30,
+            -2.984375, 2.984375, -1e30, 1e30]  # fmt: skip
     x[: min(len(edge), x.size)] = edge[: x.size]
     return x.reshape(shape)
 
@@ -169,9 +171,9 @@ BIG = (8, 64, 64, 64)
 # fp32, sixteen blocks), less a margin: 97% (fp32) and 82-94% (bf16) forward, 96-98% and
 # 87-95% backward; the library's relu reaches 88% and 76% here, gelu_backward 92% and 84%.
 # hardswish_backward in bf16 is bound by VectorE and GpSimd, not the DMA: its factor has two
-# jumps (at x = -3 and 3), each a tensor_tensor min or max with a mask, then the product with
-# the gradient: three tensor_tensor and two tensor_scalar passes, 2.5 ns a partition's element
-# at best over the two engines where the DMA moves it in 2.0 (61% here, 69% at [32, 64, 64, 64])
+# jumps (at x = -3 and 3), a min with a mask and a product with another (ScalarE's), then the
+# product with the gradient: three tensor_tensor and one tensor_scalar pass, 2.4 ns a
+# partition's element at best over the two engines where the DMA moves it in 2.0 (70% here)
 REACHED = {
     ("leaky_relu", "float32"): 0.9, ("hardswish", "float32"): 0.9,
     ("hardsigmoid", "float32"): 0.9, ("elu", "float32"): 0.9, ("hardtanh", "float32"): 0.9,
@@ -182,7 +184,7 @@ REACHED = {
     ("leaky_relu_backward", "float32"): 0.9, ("hardswish_backward", "float32"): 0.78,
     ("hardsigmoid_backward", "float32"): 0.9, ("hardtanh_backward", "float32"): 0.9,
     ("elu_backward", "float32"): 0.9, ("softplus_backward", "float32"): 0.9,
-    ("leaky_relu_backward", "bfloat16"): 0.88, ("hardswish_backward", "bfloat16"): 0.58,
+    ("leaky_relu_backward", "bfloat16"): 0.88, ("hardswish_backward", "bfloat16"): 0.68,
     ("hardsigmoid_backward", "bfloat16"): 0.88, ("hardtanh_backward", "bfloat16"): 0.8,
     ("elu_backward", "bfloat16"): 0.88, ("softplus_backward", "bfloat16"): 0.88,
 }  # fmt: skip
@@ -205,10 +207,8 @@ def test_forward_time_against_the_roofline(op, dt):
     ("softplus_backward", {"beta": 1.0, "threshold": 20.0}),
 ])  # fmt: skip
 def test_backward_time_against_the_roofline(op, args, dt):
-    """Each within 1.5x of its roofline (issue 25) but hardswish_backward in bf16 (REACHED),
-    most near it."""
+    """Each within 1.5x of its roofline (issue 25), most near it."""
     t = {"g": (BIG, dt, "normal"), "x": (BIG, dt, "normal"), "out": (BIG, dt, None)}
     xk = "self_or_result" if op == "elu_backward" else "x"
     ns, roof = timed(t, op, {"grad_output": "g", xk: "x", **args})
-    least = REACHED[op, dt] if (op, dt) == ("hardswish_backward", "bfloat16") else 1 / 1.5
-    assert roof / ns >= max(REACHED[op, dt], least) and ns >= roof
+    assert roof / ns >= max(REACHED[op, dt], 1 / 1.5) and ns >= roof

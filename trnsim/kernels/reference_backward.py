@@ -17,7 +17,8 @@ def _erf(x):
 
 
 def _sigmoid(x):
-    return 1 / (1 + np.exp(-x))
+    with np.errstate(over="ignore"):  # e^-x overflows to inf for x << 0: the sigmoid is 0
+        return 1 / (1 + np.exp(-x))
 
 
 def _gelu_dx(x, approximate):
