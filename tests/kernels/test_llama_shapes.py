@@ -36,11 +36,9 @@ def test_decode_attention_folds_a_group_of_query_heads_into_queries():
     assert r.summary["logical_cores"] == {"0": ["core0", "core1"]}
 
 
-def test_an_op_of_128_rows_runs_on_one_core_of_two():
-    """At LNC 2 an output of 128 rows is one core's share; the other has no block (a row op:
-    an elementwise op alone in its kernel shares such a tensor by elements, test_shape_families)."""
+def _softmax_cores(shape) -> set:
     r, _ = run_ops(
-        {"x": ((128, 1024), "float32"), "out": ((128, 1024), "float32")},
+        {"x": (shape, "float32"), "out": (shape, "float32")},
         [("softmax", {"x": "x", "out": "out"})],
         lnc=2,
         mode="functional",
@@ -48,5 +46,17 @@ def test_an_op_of_128_rows_runs_on_one_core_of_two():
     x = r.tensor("x")
     e = np.exp(x - x.max(-1, keepdims=True))
     np.testing.assert_allclose(r.tensor("out"), e / e.sum(-1, keepdims=True), rtol=1e-5)
-    cores = {e.split(".")[0] for e, x in r.summary["engines"].items() if x["instructions"]}
-    assert len(cores) == 1
+    return {e.split(".")[0] for e, x in r.summary["engines"].items() if x["instructions"]}
+
+
+def test_an_op_of_128_short_rows_runs_on_one_core_of_two():
+    """At LNC 2 an output of 128 rows that fit (`rows.rows_fit`) is one core's share; the other
+    has no block (a row op: an elementwise op alone in its kernel shares such a tensor by
+    elements, test_shape_families)."""
+    assert len(_softmax_cores((128, 512))) == 1
+
+
+def test_an_op_of_128_long_rows_is_split_evenly():
+    """Rows of 4 KiB or more, fewer than 256: the row op is isolated and its rows cut evenly
+    (`rows.core_share`), so both cores work."""
+    assert _softmax_cores((128, 1024)) == {"core0", "core1"}

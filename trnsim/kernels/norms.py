@@ -55,6 +55,7 @@ from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_pieces import Groups
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.row_plan import G, S, Spread, V, runs
+from trnsim.kernels.rows import core_share
 
 __all__ = ["lower_norm", "norm_rows"]
 
@@ -85,14 +86,14 @@ def lower_norm(
                 f"{op}: {k} {v} has shape {list(b.tensors[v].shape)}; expected [{d}] (x's last dim)"
             )
     affine = [(v, alu) for v, alu in ((weight, "multiply"), (bias, "add")) if v is not None]
-    share = b.share(tx.shape)
-    rows = (share[1] - share[0]) if share is not None else math.prod(tx.shape[:-1])
+    share = core_share(b, cfg, tx)  # rows that do not fit: split evenly (isolated)
+    rows = share[1] - share[0]
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v, _ in affine)
     if not norm_rows(cfg, tx, to, affine_bytes) or (rows <= cfg.core.sbuf.partitions and
                                                      d >= PIECE_ROWS):  # fmt: skip
         lay = _piece_layout(cfg, tx, d)
         if lay is not None and lay.t == 1:
-            _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay)
+            _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay, share)
             return
         if not norm_rows(cfg, tx, to, affine_bytes):
             raise TraceError(
@@ -115,7 +116,7 @@ def lower_norm(
     k.pe_ok = bias is not None and to.dtype == tx.dtype and to.dtype.itemsize == 2 and (
         (room - f) // base >= PE_BUFS)  # fmt: skip
     room -= f if k.pe_ok else 0
-    k.per, blocks = row_groups(tx.shape, k.P, b.share(tx.shape), max(1, ROW_ELEMENTS // d),
+    k.per, blocks = row_groups(tx.shape, k.P, share, max(1, ROW_ELEMENTS // d),
                                max(1, room // (BUFS * base)))  # fmt: skip
     k.bufs, k.blocks = max(1, min(BUFS, room // (k.per * base))), len(blocks)
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
@@ -137,7 +138,7 @@ def lower_norm(
         k.pe.done()
 
 
-def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay) -> None:
+def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows) -> None:
     """Rows in pieces over the partitions (`row_pieces`): a tile holds g rows of k pieces of f
     elements, one a partition; each partition's statistics as a row's of f elements above
     (one lane, the bias not on TensorE), then combined over the row's k partitions on TensorE
@@ -150,8 +151,6 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay) -> None:
     room = int(cfg.core.sbuf.partition_bytes * BUFFER_SHARE) - lay.f * sum(
         b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)  # fmt: skip
     base = lay.f * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
-    share = b.share(tx.shape)
-    rows = (share[0], share[1]) if share is not None else (0, math.prod(tx.shape[:-1]))
     blocks = list(row_blocks(tx.shape, lay.g, rows))
     k.bufs, k.blocks = max(1, min(BUFS, room // base)), len(blocks)
     q, qs = dma_queues(cfg, lay.f * tx.dtype.itemsize), Queues(cfg)

@@ -32,7 +32,7 @@ from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import lower_any, on_last_dim
 from trnsim.kernels.row_pieces import layout as pieces_layout
 
-__all__ = ["REDUCTIONS", "lower_reduction", "rows_fit"]
+__all__ = ["REDUCTIONS", "lower_reduction", "rows_fit", "core_share"]
 
 BUFS = 4
 BUFFER_SHARE = 0.3  # what the rotating buffers may take
@@ -82,6 +82,23 @@ def rows_fit(cfg: ChipConfig, tx) -> bool:
         return False
     long = d * tx.dtype.itemsize >= PIECE_BYTES and d % cfg.core.sbuf.partitions == 0
     return not (long and rows < 2 * cfg.core.sbuf.partitions)
+
+
+def core_share(b: KernelBuilder, cfg: ChipConfig, tx) -> tuple[int, int]:
+    """The flattened rows of x that this physical core computes in a row op split by
+    "reduce_rows" (`trace.ops.SPLITS`: the reductions, softmax, log_softmax and the norms over
+    the last dim): `layout.core_rows`' share (cut at multiples of 128 rows, the same for every
+    op of the kernel) when x's rows fit (`rows_fit`); else the op is isolated
+    (`kernels.isolated`) and its rows are cut evenly between the cores (a few long rows in
+    pieces, all on one core under `core_rows`, then keep both cores busy)."""
+    total = math.prod(tx.shape[:-1]) if tx.shape else 1
+    c, n = b.part
+    if n == 1:
+        return 0, total
+    if rows_fit(cfg, tx):
+        lo, hi = b.share(tx.shape)
+        return lo, hi
+    return total * c // n, total * (c + 1) // n
 
 
 def _pieces(cfg: ChipConfig, tx):

@@ -22,8 +22,6 @@ Rows longer than what fits one partition's share of SBUF are refused (not lowere
 
 from __future__ import annotations
 
-import math
-
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
@@ -33,6 +31,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_groups
 from trnsim.kernels.queues import Queues, Stream
 from trnsim.kernels.row_pieces import layout as pieces_layout
+from trnsim.kernels.rows import core_share
 from trnsim.kernels.softmax_pieces import lower_softmax_pieces
 
 __all__ = ["lower_softmax"]
@@ -77,12 +76,12 @@ def lower_softmax(
     budget = int(sbuf * SBUF_SHARE) - (d * tx.dtype.itemsize if log else 0)
     bufs = min(BUFS, budget // per_row)
     vmax = cfg.core.vector.dve_max_free_elements
-    share = b.share(to.shape)
-    rows = (share[1] - share[0]) if share is not None else math.prod(tx.shape[:-1])
+    share = core_share(b, cfg, tx)  # rows that do not fit: split evenly (isolated)
+    rows = share[1] - share[0]
     long = bufs < 1 or d > vmax or (rows < cfg.core.sbuf.partitions and d >= PIECE_ROWS)
     lay, room = _pieces(cfg, tx, d) if long else (None, 0)
     if lay is not None:
-        lower_softmax_pieces(b, cfg, x, out, lay, log, room)
+        lower_softmax_pieces(b, cfg, x, out, lay, log, room, share)
         return
     if bufs < 1 or d > vmax:
         raise TraceError(
@@ -90,7 +89,7 @@ def lower_softmax(
             f"instruction ({vmax} elements), and are not a multiple of "
             f"{cfg.core.sbuf.partitions} (to cut in pieces over the partitions); not lowered yet"
         )
-    P, share = cfg.core.sbuf.partitions, b.share(to.shape)
+    P = cfg.core.sbuf.partitions
     # rows per partition: short rows go several to a partition, so each instruction and
     # transfer does more (the [rows, 1] steps take a whole block's rows at once)
     # buffers within BUFFER_SHARE of SBUF (the kernel's other ops keep their own tiles)

@@ -16,8 +16,6 @@ second pass writes exp(x - M - log S) by one ScalarE `activation` (softmax) or x
 
 from __future__ import annotations
 
-import math
-
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.isa import (
@@ -42,13 +40,11 @@ BUFS = 6  # groups resident at most (loads run this many groups ahead of the sto
 
 
 def lower_softmax_pieces(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, lay: PieceLayout,
-                         log: bool, room: int) -> None:  # fmt: skip
-    """out = softmax(x) (or log_softmax) over rows laid out as `lay`, its tiles within `room`
-    bytes of a partition (module doc)."""
+                         log: bool, room: int, rows: tuple[int, int]) -> None:  # fmt: skip
+    """out = softmax(x) (or log_softmax) over rows [lo, hi) (this core's) laid out as `lay`,
+    its tiles within `room` bytes of a partition (module doc)."""
     k = _Pieces(b, cfg, x, out, lay, log, room)
     tx = b.tensors[x]
-    share = b.share(tx.shape)
-    rows = (share[0], share[1]) if share is not None else (0, math.prod(tx.shape[:-1]))
     if lay.t == 1:  # groups of up to g whole rows, each one index expression of x
         groups = [(index, n) for index, n in row_blocks(tx.shape, lay.g, rows)]
     else:

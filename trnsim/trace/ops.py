@@ -40,8 +40,8 @@ OUTPUTS = ("out", "outs")  # the arguments an op writes; every other tensor argu
 
 SPLITS = {
     "rows": "each physical core computes its share of the output's rows (`layout.core_rows`)",
-    "reduce_rows": "by the input's rows when reducing over the last dim with rows that fit, "
-    "else alone",
+    "reduce_rows": "by the input's rows over the last dim when they fit (`kernels.rows.rows_fit`: "
+    "reductions, softmax, the norms), else alone, the rows cut evenly (`rows.core_share`)",
     "last_dim_rows": "by the input's rows over the last dim, else alone",
     "first_core": "computed whole on the first physical core (its outputs sum over rows)",
     "alone": "shares its work otherwise than by rows: no other op of the kernel may touch its "
@@ -256,7 +256,7 @@ def _table() -> dict[str, Op]:
         t[op] = Op({"a": "operand", "b": "operand", "out": "tensor"}, _K + "binary",
                    _R + "binary", broadcast_whole=True)  # fmt: skip
     for op in ("softmax", "log_softmax"):
-        t[op] = Op({**_X, "dim?": "value"}, _K + "softmax", _R + "softmax")
+        t[op] = Op({**_X, "dim?": "value"}, _K + "softmax", _R + "softmax", split="reduce_rows")
     for op in REDUCTIONS:
         t[op] = Op({**_X, "dim?": "value", "keepdim?": "value"}, _K + "reduction",
                    _R + "reduction", split="reduce_rows")  # fmt: skip
@@ -267,9 +267,10 @@ def _table() -> dict[str, Op]:
     t["masked_fill"] = Op({"x": "tensor", "mask": "tensor", "value": "value", "out": "tensor"},
                           _K + "masked_fill", _R + "masked_fill")  # fmt: skip
     t["layer_norm"] = Op({**_X, "weight?": "tensor", "bias?": "tensor", "eps?": "value"},
-                         _K + "norm", _R + "norm", whole=("weight", "bias"))  # fmt: skip
+                         _K + "norm", _R + "norm", whole=("weight", "bias"),
+                         split="reduce_rows")  # fmt: skip
     t["rms_norm"] = Op({**_X, "weight?": "tensor", "eps?": "value"}, _K + "norm", _R + "norm",
-                       whole=("weight",))  # fmt: skip
+                       whole=("weight",), split="reduce_rows")  # fmt: skip
     t["scaled_dot_product_attention"] = Op(
         {"q": "tensor", "k": "tensor", "v": "tensor", "out": "tensor", "is_causal?": "value",
          "scale?": "value"},
