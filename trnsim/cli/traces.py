@@ -39,6 +39,8 @@ from trnsim.runtime.system_run import (
     run_on_system,
     system_of,
 )
+from trnsim.trace import rank_files
+from trnsim.trace.ranks import place
 
 system_option = click.option(
     "--system",
@@ -53,7 +55,9 @@ system_option = click.option(
 
 
 @main.command(short_help="Simulate a trace and report its time, traffic and memory use.")
-@click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.argument(
+    "trace_files", metavar="TRACE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
+)
 @chip_option
 @system_option
 @set_option
@@ -95,7 +99,7 @@ system_option = click.option(
 @allow_races_option
 @files_options
 def run(
-    trace_file,
+    trace_files,
     chip,
     system_name,
     overrides,
@@ -116,6 +120,11 @@ def run(
     time, engine utilization, DMA and HBM traffic, FLOP/s against the chip's peak, and memory
     high-water marks. Races and deadlocks are checked first (docs/races.md).
 
+    Several TRACE files run together on a system of chips (--system, or the files' system:),
+    one file per rank: each names its rank at the top (rank: 3), and its streams, events and
+    kernels are that rank's; collectives match across the files as across the streams of one
+    trace (docs/trace_extensions.md, "A trace per rank").
+
     \b
     Examples:
       trnsim run traces/gemm_double_buffered.yaml
@@ -124,11 +133,12 @@ def run(
       trnsim run traces/softmax_rows.yaml --perfetto timeline.json --profile instrs.csv
       trnsim run traces/weight_stream.yaml --param batch=32
       trnsim run traces/ddp_allreduce.yaml --system trn2-48xl --check
+      trnsim run traces/ranks/rank*.yaml --check
     """
-    _check_outputs(perfetto_file, profile_file, out_dir, [trace_file, chip, system_name])
-    program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
+    _check_outputs(perfetto_file, profile_file, out_dir, [*trace_files, chip, system_name])
+    program, system = _load_traces(trace_files, params, allow_outside_files, max_instructions,
+                                   system_name, chip, overrides)  # fmt: skip
     _check_outputs_of(program, perfetto_file, profile_file, out_dir)
-    system = _system_for(program, system_name, chip, overrides)
     if system is not None:
         outputs = (as_json, perfetto_file, profile_file, out_dir, quiet)
         _run_system(program, system, mode, check, outputs, skip_races, allow_races)
@@ -171,6 +181,27 @@ def run(
             f"--check: {len(failed)} op(s) differ from their numpy reference beyond the "
             f"tolerance of their dtype: {', '.join(failed)}"
         )
+
+
+def _load_traces(files, params, allow_outside, most, system_name, chip, overrides):
+    """(program, its SystemConfig or None): one trace file as it is; several, one per rank
+    (`trace.rank_files`), each loaded and placed on the system alone (errors name its file),
+    then merged and their collectives checked against each other."""
+    if len(files) == 1:
+        program = _load_trace(files[0], params, allow_outside, most)
+        return program, _system_for(program, system_name, chip, overrides)
+    programs = [_load_trace(f, params, allow_outside, most) for f in files]
+    merged, sources = rank_files.merge(programs, system_name)
+    if merged.system is None:
+        raise TrnsimError(
+            f"{len(files)} trace files: a trace per rank runs on a system of chips; expected "
+            f"--system NAME (or system: NAME in the files)"
+        )
+    system = _system_for(merged, system_name, chip, overrides)
+    for p in programs:
+        place(p, system)
+    rank_files.check_collectives(place(merged, system), sources)
+    return merged, system
 
 
 def _system_for(program, name, chip, overrides):
@@ -275,7 +306,9 @@ def _polling(show, check: Background):
 
 
 @main.command(short_help="Check a trace against a chip without simulating it.")
-@click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.argument(
+    "trace_files", metavar="TRACE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
+)
 @chip_option
 @system_option
 @set_option
@@ -283,7 +316,7 @@ def _polling(show, check: Background):
 @allow_races_option
 @files_options
 def validate(
-    trace_file,
+    trace_files,
     chip,
     system_name,
     overrides,
@@ -293,7 +326,8 @@ def validate(
     max_instructions,
 ) -> None:
     """Load and check TRACE without simulating it: the YAML, every key, operand and semaphore,
-    and (against the chip) every instruction's shapes, memories and limits.
+    and (against the chip) every instruction's shapes, memories and limits. Several TRACE
+    files are a trace per rank, as for trnsim run.
 
     \b
     Example:
@@ -301,8 +335,9 @@ def validate(
       trnsim validate traces/weight_stream.yaml --param tiles=64
       trnsim validate traces/ddp_allreduce.yaml --system trn2-48xl
     """
-    program = _load_trace(trace_file, params, allow_outside_files, max_instructions)
-    system = _system_for(program, system_name, chip, overrides)
+    program, system = _load_traces(trace_files, params, allow_outside_files,
+                                   max_instructions, system_name, chip, overrides)  # fmt: skip
+    trace_file = " ".join(trace_files)
     if system is not None:
         n = check_program_system(program, system)
         _check_races(placed_and_lowered(program, system), allow_races)

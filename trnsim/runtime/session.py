@@ -478,7 +478,9 @@ def collective_call(c, b: Bound, source: str) -> CollectiveCall:
     """A trace's placed `collective:` step as its rank's call, on the rank's tensors; its label
     names the trace file (not its folder: reports stay the same wherever the file lies), the
     line, the op and the tensor."""
-    label = f"{Path(source).name}:{c.line} {c.op}" + (f" {c.tensor}" if c.tensor else "")
+    label = f"{Path(c.source or source).name}:{c.line} {c.op}" + (
+        f" {c.tensor}" if c.tensor else ""
+    )
     src = b.tensors[c.tensor] if c.tensor else None
     dst = b.tensors[c.out] if c.out else None
     return CollectiveCall(b.rank, c.op, c.group, c.nbytes, c.dtype, c.reduce_op, c.algorithm,

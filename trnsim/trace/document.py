@@ -25,8 +25,10 @@ expanded program.
 Extension: `params:`, workload parameters used as `{expressions}` in string values, substituted
 into the raw document before anything else reads it; see `trnsim.trace.params`.
 
-Extension: `system:` (the system of chips the trace runs on), a stream's `rank:` and the
-`collective:` step; see `trnsim.trace.collective` and `trnsim.trace.ranks`.
+Extension: `system:` (the system of chips the trace runs on), `rank:` (the trace is that
+rank's program: a file of `trnsim run --system S rank0.yaml rank1.yaml ...`), a stream's
+`rank:` and the `collective:` step; see `trnsim.trace.collective`, `trnsim.trace.ranks` and
+`trnsim.trace.rank_files`.
 
 The parts: this module reads the document and its kernels; `buffers` the tensors and tiles,
 `instructions` one instruction and its operands, `repeat` a core's instruction list,
@@ -99,6 +101,7 @@ TOP_KEYS = (
     "timing",
     "params",
     "system",
+    "rank",
 )
 EXTRA = ("cores", "writes")  # beside ops: only
 KERNEL_KEYS = ("ops", "tiles", "instructions", "per_core", "estimate", "cores", "writes")
@@ -241,7 +244,9 @@ class _TraceParser:
             at["trnsim"].fail(f"unsupported format version {show(get['trnsim'])}", "1")
         prog = Program(source=self.source)
         prog.name = self._name(get, at)
-        prog.lines = {k: at[k].line for k in ("chip", "lnc", "mode", "system") if k in get}
+        prog.lines = {
+            k: at[k].line for k in ("chip", "lnc", "mode", "system", "rank", "seed") if k in get
+        }
         if "chip" in get:
             prog.chip = want_str(get["chip"], at["chip"], "a chip name such as trn2")
         if "system" in get:
@@ -264,12 +269,30 @@ class _TraceParser:
         else:
             steps = [Step("launch", name) for name in prog.kernels]
             prog.streams = [StreamSpec("default", 0, steps)]
+        if "rank" in get:
+            prog.rank = want_int(get["rank"], at["rank"], "a rank of the system (an integer >= 0)",
+                                 minimum=0)  # fmt: skip
+            self._on_rank(prog)
         recorded = {s.arg for st in prog.streams for s in st.steps if s.kind == "record"}
         if "timing" in get:
             prog.timing = parse_timing(get["timing"], at["timing"], recorded)
         if "outputs" in get:
             prog.outputs = parse_outputs(get["outputs"], at["outputs"], self.tensors)
         return prog
+
+    def _on_rank(self, prog: Program) -> None:
+        """A trace that is one rank's program (top-level `rank:`): each stream on that rank; a
+        stream's own `rank:` must be it."""
+        r, line = prog.rank, prog.lines["rank"]
+        for i, st in enumerate(prog.streams):
+            if st.rank is None:
+                st.rank = r
+                st.lines["rank"] = line
+            elif st.rank != r:
+                Loc(self.source, st.lines.get("rank", st.line), f"streams[{i}].rank").fail(
+                    f"rank {st.rank}, but the trace is rank {r}'s (rank: {r} at line {line})",
+                    f"no rank: in the stream, or rank: {r}",
+                )
 
     def _name(self, get: dict, at: dict) -> str:
         if "name" not in get:

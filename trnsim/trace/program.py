@@ -38,6 +38,11 @@ class TileSpec:
     dtype: DType
     init: Any = None
     line: int = 0
+    # placed by the kernel library by liveness (`memory.onchip.place_live`): the byte offset in
+    # each partition, and the op steps [first, last] the tile lives over (tiles of disjoint
+    # steps may share bytes); None: placed one after another, live for the whole launch
+    offset: int | None = None
+    live: tuple[int, int] | None = None
 
 
 @dataclass
@@ -101,7 +106,7 @@ class CollectiveSpec:
     rank's whole vector of an all_reduce, the output of an all_gather, the input of a
     reduce_scatter; None when it depends on the group's size (an out-of-place all_gather
     without `out`, resolved when the trace is placed on a system). `root` (broadcast) and
-    `pairs` (permute) are ranks."""
+    `pairs` (permute) are ranks; `counts` (all_to_allv) element counts between them."""
 
     op: str
     group: tuple[int, ...] | None = None
@@ -114,6 +119,9 @@ class CollectiveSpec:
     root: int | None = None
     pairs: tuple[tuple[int, int], ...] = ()
     line: int = 0
+    # all_to_allv: counts[i][j] elements from the group's i-th rank to its j-th
+    counts: tuple[tuple[int, ...], ...] = ()
+    source: str | None = None  # the file it was written in, when not the program's (rank files)
 
 
 @dataclass
@@ -159,6 +167,7 @@ class Program:
     timing: list[tuple[str, str]] = field(default_factory=list)
     source: str = "<program>"
     system: str | None = None  # `system:` (a name or a path): run on that system's chips
+    rank: int | None = None  # `rank:`: the trace is this rank's program (each stream on it)
     # set by `trnsim.trace.ranks.place`: the system's ranks (streams and groups then hold
     # ranks, and each rank has its own copy of every tensor); None for a single chip
     ranks: int | None = None
