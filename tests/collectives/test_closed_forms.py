@@ -102,3 +102,23 @@ def test_two_collectives_sharing_a_link_get_half_each():
     w.run()
     for h in handles:
         assert close(h.result.time_ps, C + A + S / (B / 2))
+
+
+@pytest.mark.parametrize(
+    "counts, load",
+    [
+        ([[0, 1, 0], [0, 0, 0], [0, 0, 0]], 1),  # one flow
+        ([[0, 1, 1], [0, 0, 0], [0, 0, 0]], 2),  # rank 0's port up carries two
+        ([[0, 1, 0], [0, 0, 0], [0, 1, 0]], 2),  # rank 1's port down receives two
+        ([[5, 4, 2], [1, 0, 0], [0, 4, 0]], 8),  # uneven: rank 1 receives 4 + 4 (its own 5 local)
+    ],
+)
+def test_all_to_allv_on_one_switch_level(counts, load):
+    """all_to_allv, one direct step: C + A + (the busiest port's bytes) / B, a port being a
+    chip's way up (its row, off the diagonal) or down (its column) the switch."""
+    x = 3 << 20  # elements of bf16 a unit of `counts`
+    w = switch_world(3)
+    r = w.collective("all_to_allv", range(3), 0, "bfloat16",
+                     counts=[[c * x for c in row] for row in counts])  # fmt: skip
+    assert r.algorithm == "direct"
+    assert close(r.time_ps, C + A + load * x * 2 / B)

@@ -377,9 +377,11 @@ def output_of(sched, buffers, rank) -> np.ndarray:
 
 
 def _desc(sig) -> str:
-    op, nbytes, dt, reduce_op, alg, *_ = sig
-    return f"{op} of {nbytes} bytes of {dt}" + (
-        f" ({reduce_op})" if op in ("all_reduce", "reduce_scatter") else ""
+    op, nbytes, dt, reduce_op, alg, *_, counts = sig
+    return (
+        f"{op} of {nbytes} bytes of {dt}"
+        + (f" ({reduce_op})" if op in ("all_reduce", "reduce_scatter") else "")
+        + (f" counts {[list(row) for row in counts]}" if counts else "")
     )
 
 

@@ -3,7 +3,8 @@
 The reference is computed in float64 from the inputs as the ranks stored them (read when each
 rank posted the collective): the reduction (sum, max, min, prod) over the ranks in group order
 for all_reduce and reduce_scatter (the rank's unit of it), the inputs concatenated in group
-order for all_gather, the j-th units of every rank for rank j of an all_to_all, the root's input
+order for all_gather, the j-th units of every rank for rank j of an all_to_all (of an all_to_allv:
+the `counts[i][j]` elements each rank i sends it, packed in group order), the root's input
 for a broadcast, the source's for the target of a send_recv or a permute. Data that is only
 moved must come out exactly as it went in (up to the tolerance of its dtype); a reduction is
 rounded to the dtype once per hop by the DMA (docs/collectives.md, "Values"), so its tolerance
@@ -39,6 +40,13 @@ def expected(call, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     if op == "all_to_all":
         units = chunk_units(xs[0].size, n)
         return {r: np.concatenate([x[lo:hi] for x in xs]) for r, ((lo, hi),) in zip(group, units)}
+    if op == "all_to_allv":  # rank j: what each rank i sends it, packed in group order
+        c = call.counts
+        start = [[sum(row[:j]) for j in range(n)] for row in c]
+        return {
+            r: np.concatenate([xs[i][start[i][j] : start[i][j] + c[i][j]] for i in range(n)])
+            for j, r in enumerate(group)
+        }
     if op == "broadcast":
         return dict.fromkeys(group, xs[group.index(call.root)])
     if op == "send_recv":

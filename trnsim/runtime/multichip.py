@@ -40,7 +40,7 @@ from trnsim.system.system import System
 
 __all__ = ["SystemContext", "CollectiveCall", "CollectiveRecord"]
 
-COPIES = ("all_gather", "all_to_all", "broadcast", "send_recv", "permute")
+COPIES = ("all_gather", "all_to_all", "all_to_allv", "broadcast", "send_recv", "permute")
 
 
 class CollectiveCall(NamedTuple):
@@ -48,7 +48,10 @@ class CollectiveCall(NamedTuple):
     (`nbytes` is each rank's buffer as `World.post` takes it), the rank's input `src` and
     output `dst` in device memory (None: no values; `dst` None with a `src`: in place), and a
     `label` naming it in reports and errors (a trace's file, line and op); `sink`, a list the
-    collective's `Result` is appended to when it completes (a `Communicator`'s `Work`)."""
+    collective's `Result` is appended to when it completes (a `Communicator`'s `Work`);
+    `counts`, an all_to_allv's matrix (`nbytes`: its largest row, in bytes: the rank sends
+    its row packed at the start of `src` and receives its column packed at the start of
+    `dst`, in group order)."""
 
     rank: int
     op: str
@@ -63,6 +66,7 @@ class CollectiveCall(NamedTuple):
     dst: Buffer | None = None
     label: str = ""
     sink: list | None = None  # receives the `Result` when the collective completes
+    counts: tuple[tuple[int, ...], ...] = ()  # all_to_allv: elements from group rank i to j
 
 
 @dataclass
@@ -204,6 +208,11 @@ class SystemContext:
             not call.pairs or not all(r in group for p in call.pairs for r in p)
         ):
             raise InvalidValueError(f"{what}: expected pairs of ranks of the group")
+        if call.op == "all_to_allv" and (
+            len(call.counts) != len(group) or any(len(row) != len(group) for row in call.counts)
+        ):
+            raise InvalidValueError(f"{what}: expected counts, a {len(group)} x {len(group)} "
+                                    f"matrix of element counts")  # fmt: skip
 
     def run_collective(self, stream, call: CollectiveCall):
         """The stream item of `call` (`Stream.collective`): posted now, on `call.rank`; the
@@ -215,7 +224,7 @@ class SystemContext:
         data = self._input(call) if self.functional and call.src is not None else None
         h = self.world.post(call.rank, call.op, call.group, call.nbytes, call.dtype.name,
                             call.reduce_op, call.algorithm, data=data, root=call.root,
-                            pairs=call.pairs)  # fmt: skip
+                            pairs=call.pairs, counts=call.counts)  # fmt: skip
         self._seq[seq_key] = seq + 1
         key = (call.group, seq)
         p = self._posted.get(key)
@@ -263,6 +272,9 @@ class SystemContext:
             return
         out = res.outputs[i]
         dst = (call.dst if call.dst is not None else call.src).array.reshape(-1)
+        if call.op == "all_to_allv":  # its column, packed at the start of out
+            received = sum(row[i] for row in call.counts)
+            out, dst = out[:received], dst[:received]
         if call.op == "reduce_scatter" and call.dst is None:  # in place: the rank's unit
             n = call.nbytes // call.dtype.itemsize
             ((lo, hi),) = chunk_units(n, len(call.group))[i]
@@ -285,7 +297,7 @@ class SystemContext:
         w = self.world
         alg = select(call.op, call.group, call.nbytes, w.ctx, w.settings, call.algorithm)
         sched = build(call.op, call.group, call.nbytes // call.dtype.itemsize, w.ctx, alg,
-                      call.root, call.pairs)  # fmt: skip
+                      call.root, call.pairs, tuple(map(tuple, call.counts)))  # fmt: skip
         topo = self.system.topology
         chip = self.system.chip_of
         out: dict[str, float] = {}

@@ -484,7 +484,7 @@ def collective_call(c, b: Bound, source: str) -> CollectiveCall:
     src = b.tensors[c.tensor] if c.tensor else None
     dst = b.tensors[c.out] if c.out else None
     return CollectiveCall(b.rank, c.op, c.group, c.nbytes, c.dtype, c.reduce_op, c.algorithm,
-                          c.root or 0, c.pairs, src, dst, label)  # fmt: skip
+                          c.root or 0, c.pairs, src, dst, label, counts=c.counts)  # fmt: skip
 
 
 def _operand(tensors: dict[str, Buffer], a, where: str):

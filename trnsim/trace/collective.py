@@ -4,12 +4,14 @@ stream's rank issues on a group of ranks (docs/trace_extensions.md, "Collectives
     - collective: {op: all_reduce, group: [0, 1, 2, 3], tensor: g}
     - collective: {op: all_gather, tensor: shard, out: full}           # group: every rank
     - collective: {op: all_reduce, bytes: 64MiB, dtype: bfloat16}      # no values: timing
+    - collective: {op: all_to_allv, group: [0, 1], counts: [[1, 3], [2, 0]], tensor: s, out: r}
 
 Checked here, with one-line errors at the key: the op, the group (distinct ranks, or `all`),
 a tensor of the trace (in HBM, not strided) or a size, the dtype, the reduce op, the algorithm,
-`root:` (broadcast) and `pairs:` (permute), and the sizes of `tensor` and `out` against each
-other. What depends on the system (that the ranks exist, that the stream's rank is in the
-group, a group of `all`) is checked when the trace is placed on one (`trace.ranks`).
+`root:` (broadcast), `pairs:` (permute) and `counts:` (all_to_allv), and the sizes of `tensor`
+and `out` against each other. What depends on the system (that the ranks exist, that the
+stream's rank is in the group, a group of `all`) is checked when the trace is placed on one
+(`trace.ranks`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ OPS = (
     "all_gather",
     "reduce_scatter",
     "all_to_all",
+    "all_to_allv",
     "broadcast",
     "send_recv",
     "permute",
@@ -50,7 +53,7 @@ REDUCING = ("all_reduce", "reduce_scatter")
 ALGORITHMS = ("auto", "ring", "mesh", "mesh1", "rdh", "kangaring", "hierarchical", "direct")
 REDUCE_OPS = ("sum", "max", "min", "prod")
 KEYS = ("op", "group", "tensor", "out", "bytes", "dtype", "reduce_op", "algorithm", "root",
-        "pairs")  # fmt: skip
+        "pairs", "counts")  # fmt: skip
 EXPECTED = "{op: all_reduce, group: [0, 1], tensor: g} (or bytes: 64MiB instead of a tensor)"
 
 
@@ -80,8 +83,67 @@ def parse_collective(arg: Any, loc: Loc, tensors: Mapping[str, TensorSpec]) -> C
     if "algorithm" in get:
         spec.algorithm = _algorithm(get["algorithm"], at["algorithm"])
     _root_and_pairs(spec, get, at, loc)
+    if op == "all_to_allv" or "counts" in get:
+        _counts(spec, get, at, loc, tensors)
+        return spec
     _data(spec, get, at, loc, tensors)
     return spec
+
+
+def _counts(spec, get: dict, at: dict, loc: Loc, tensors: Mapping[str, TensorSpec]) -> None:
+    """all_to_allv: `counts` (an n x n matrix of element counts, row i what the group's i-th
+    rank sends to each, in group order), `tensor` and `out` (values) or neither (timing);
+    the size the engine takes: the largest row, in bytes (the same on every rank)."""
+    if spec.op != "all_to_allv":
+        at["counts"].fail(f"{spec.op} takes no counts", "counts: only beside all_to_allv")
+    expected = (
+        "a square matrix of element counts, [[c00, c01], [c10, c11]]: row i what the group's "
+        "i-th rank sends to each rank of the group, in group order"
+    )
+    if "counts" not in get:
+        loc.fail("missing key 'counts'", f"counts: {expected}")
+    rows = want_list(get["counts"], at["counts"], expected)
+    n = len(rows)
+    if not n or (spec.group is not None and n != len(spec.group)):
+        size = "every rank of the system" if spec.group is None else len(spec.group)
+        at["counts"].fail(f"{n} rows for a group of {size}", expected)
+    counts = []
+    for i, row in enumerate(rows):
+        iloc = at["counts"].item(rows, i)
+        if not isinstance(row, list) or len(row) != n or not all(is_int(c) and c >= 0
+                                                                  for c in row):  # fmt: skip
+            what = f"has {len(row)} counts" if isinstance(row, list) else f"is {show(row)}"
+            if isinstance(row, list) and len(row) == n:
+                what = "has a count that is not an integer >= 0"
+            iloc.fail(f"row {i} {what}", f"{n} counts >= 0 ({expected})")
+        counts.append(tuple(row))
+    if not any(sum(row) for row in counts):
+        at["counts"].fail("every count is 0", "an all_to_allv that moves some elements")
+    spec.counts = tuple(counts)
+    if "bytes" in get:
+        at["bytes"].fail("bytes: beside all_to_allv", "counts: alone (its sizes), with tensor: "
+                         "and out: for values")  # fmt: skip
+    if "dtype" in get:
+        name = get["dtype"]
+        if not isinstance(name, str) or name not in DTYPES:
+            at["dtype"].fail(unknown("dtype", name, DTYPES), one_of(DTYPES))
+        spec.dtype = DTYPES[name]
+    if "tensor" in get or "out" in get:
+        if "tensor" not in get or "out" not in get:
+            key = "out" if "tensor" in get else "tensor"
+            loc.fail(f"missing key '{key}'", "tensor: (what the rank sends) and out: (what it "
+                     "receives) beside all_to_allv, or neither (timing)")  # fmt: skip
+        t = _tensor(get["tensor"], at["tensor"], tensors)
+        o = _tensor(get["out"], at["out"], tensors)
+        if spec.dtype is not None and spec.dtype != t.dtype:
+            at["dtype"].fail(f"{spec.dtype.name}, but tensor {t.name} is {t.dtype.name}",
+                             f"the tensor's dtype ({t.dtype.name}), or no dtype:")  # fmt: skip
+        if o.dtype != t.dtype:
+            at["out"].fail(f"tensor {o.name} is {o.dtype.name} but {t.name} is "
+                           f"{t.dtype.name}", "an output of the input's dtype")  # fmt: skip
+        spec.tensor, spec.out, spec.dtype = t.name, o.name, t.dtype
+    spec.dtype = spec.dtype or DTYPES["float32"]
+    spec.nbytes = max(sum(row) for row in counts) * spec.dtype.itemsize
 
 
 def _group(value: Any, loc: Loc) -> tuple[int, ...] | None:

@@ -131,6 +131,8 @@ def _step(step: Step, where: str, rank: int, system: SystemConfig, tensors) -> S
             if r not in group:
                 raise TraceError(f"{where}.pairs: rank {r} is not in the group "
                                  f"{_brief(group)}; expected ranks of the group")  # fmt: skip
+    if c.op == "all_to_allv":
+        _counts(c, where, rank, group, tensors)
     if c.op in ("all_gather", "reduce_scatter") and c.out is not None:
         small, big = (c.tensor, c.out) if c.op == "all_gather" else (c.out, c.tensor)
         s, b = _size(tensors[small]), _size(tensors[big])
@@ -140,6 +142,28 @@ def _step(step: Step, where: str, rank: int, system: SystemConfig, tensors) -> S
                 f"{len(group)}; expected {big} of {len(group)} x {small}'s size"
             )
     return replace(step, arg=replace(c, group=tuple(group), root=root))
+
+
+def _counts(c: CollectiveSpec, where: str, rank: int, group, tensors) -> None:
+    """all_to_allv's counts on the placed group: n x n, and the rank's row (what it sends) and
+    column (what it receives) within its `tensor` and `out`."""
+    n = len(group)
+    if len(c.counts) != n:
+        raise TraceError(f"{where}.counts: {len(c.counts)} rows for a group of {n} ranks; "
+                         f"expected an {n} x {n} matrix of element counts")  # fmt: skip
+    if c.tensor is None:
+        return
+    i = group.index(rank)
+    send, recv = sum(c.counts[i]), sum(row[i] for row in c.counts)
+    for key, name, need, what in (("tensor", c.tensor, send, "sends"),
+                                  ("out", c.out, recv, "receives")):  # fmt: skip
+        have = math.prod(tensors[name].shape)
+        if have < need:
+            raise TraceError(
+                f"{where}.{key}: rank {rank} {what} {need} elements (counts "
+                f"{'row' if key == 'tensor' else 'column'} {i}) but tensor {name} holds "
+                f"{have}; expected a tensor of at least {need} elements"
+            )
 
 
 def _size(t) -> int:
