@@ -132,14 +132,15 @@ def timed(tensors, op, args, chip="trn2"):
     ]
 
 
-# on one trn2 core at [32, 64, 32, 32]: the forward in training 77% (fp32) and 60% (bf16) of
-# its roofline, inference 91% and 83%. What stops training: the statistics of every image come
+# on one trn2 core at [32, 64, 32, 32]: the forward in training 77% (fp32, 54.84 us; 54.92
+# before the shift of its statistics and the training's tiles of 1024) and 62% (bf16, 34.08
+# us; 60%, 35.29 before) of its roofline, inference 91% and 83%. What stops training: the statistics of every image come
 # before the first output (the loads' 22.8 us and the stores' 19.5 us cannot overlap, as the
 # roofline's sum assumes they need not), the tail of bn_stats after the last load, and the
 # channels' combination (bn_aggr, three matmuls, a dozen [P, 1] steps: 4 us); in bf16
 # VectorE's bn_stats (an element a cycle) are slower than the DMA brings bf16 in, and take
 # ScalarE's help (sums and sums of squares) for part of the tiles
-FORWARD = {("float32", True): 0.7, ("bfloat16", True): 0.55, ("float32", False): 0.85,
+FORWARD = {("float32", True): 0.77, ("bfloat16", True): 0.6, ("float32", False): 0.85,
            ("bfloat16", False): 0.75}  # fmt: skip
 
 
@@ -224,3 +225,38 @@ def test_backward_time_within_2x_of_the_roofline(dt, train):
     ns, roof = timed(_backward_tensors(shape, dt), "native_batch_norm_backward",
                      _backward_args(train))  # fmt: skip
     assert roof / ns >= BACKWARD[dt, train] and ns >= roof
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+@pytest.mark.parametrize("shape", [(4, 64, 8, 8), (3, 200, 5, 7), (2, 3, 10)])
+@pytest.mark.parametrize("mean", [0.0, 1e3, 1e4])
+def test_training_checks_at_high_channel_means(mean, shape, lnc, tmp_path):
+    """fp32 channels of mean 0, 10^3 and 10^4 (spread 1): `--check` holds for y, save_mean and
+    save_invstd (the statistics of shifted values, kernels/batch_norm.py; without the shift
+    invstd was 7e-5 off and y 4e-3 off at 10^4), y within a few units in 2^-23 of values of
+    order 1, on one core and on both of an LNC 2 logical core."""
+    from trnsim.runtime.session import run_program
+    from trnsim.trace.program import KernelSpec, Program, Step, StreamSpec
+
+    rng = np.random.default_rng(0)
+    C = shape[1]
+    arrays = {"x": (rng.standard_normal(shape) + mean).astype(np.float32),
+              "w": rng.standard_normal(C).astype(np.float32),
+              "b": rng.standard_normal(C).astype(np.float32)}  # fmt: skip
+    specs = {}
+    for name, a in arrays.items():
+        np.save(tmp_path / f"{name}.npy", a)
+        specs[name] = TensorSpec(name, a.shape, dtype("float32"),
+                                 ("file", str(tmp_path / f"{name}.npy")))  # fmt: skip
+    specs |= {"y": TensorSpec("y", shape, dtype("float32"), None),
+              "sm": TensorSpec("sm", (C,), dtype("float32"), None),
+              "si": TensorSpec("si", (C,), dtype("float32"), None)}  # fmt: skip
+    args = {"input": "x", "weight": "w", "bias": "b", "training": True, "eps": 1e-5,
+            "out": ["y", "sm", "si"]}  # fmt: skip
+    prog = Program("bn", "trn2", 0, "functional", lnc, [], specs,
+                   {"k": KernelSpec("k", ops=[OpSpec("native_batch_norm", args, 1)])},
+                   [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+    got = run_program(prog, load_chip("trn2"), "functional", check=True).summary["check"]
+    assert len(got) == 3 and all(c["ok"] for c in got.values()), got
+    (y,) = [c for k, c in got.items() if k.endswith(" y")]
+    assert y["max_abs_err"] < 1e-5

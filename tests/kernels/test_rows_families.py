@@ -85,7 +85,7 @@ def test_row_ops_reach_80_percent_of_their_bound(op, dt, d):
     assert bound / row["time_ns"] >= 0.8, (row["time_ns"], row["roofline_ns"], engines)
 
 
-def _check(op: str, mean: float, tmp_path, shape=(256, 1024)) -> dict:
+def _check(op: str, mean: float, tmp_path, shape=(256, 1024), lnc: int = 1) -> dict:
     """--check's comparison of `op` on fp32 rows of `mean` (spread 1), weight and bias fp32."""
     rng = np.random.default_rng(0)
     arrays = {
@@ -102,7 +102,7 @@ def _check(op: str, mean: float, tmp_path, shape=(256, 1024)) -> dict:
     args = {"x": "x", "out": "out", "weight": "w", "eps": 1e-5}
     if op == "layer_norm":
         args["bias"] = "b"
-    prog = Program("hm", "trn2", 0, "functional", 1, [], specs,
+    prog = Program("hm", "trn2", 0, "functional", lnc, [], specs,
                    {"k": KernelSpec("k", ops=[OpSpec(op, args, 1)])},
                    [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
     return run_program(prog, load_chip("trn2"), "functional", check=True).summary["check"]
@@ -114,6 +114,16 @@ def test_norms_check_at_high_means(op, mean, tmp_path):
     (got,) = _check(op, mean, tmp_path).values()
     assert got["ok"], got
     assert got["max_abs_err"] < 1e-5  # the normalised values are O(1): a few units in 2^-23
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_norms_in_pieces_check_at_mean_1e4(op, tmp_path):
+    """Rows in pieces (the shift's first element spread over a row's partitions on TensorE),
+    split evenly between the cores at LNC 2."""
+    for lnc in (1, 2):
+        (got,) = _check(op, 1e4, tmp_path, (4, 65536), lnc).values()
+        assert got["ok"], got
+        assert got["max_abs_err"] < 1e-5
 
 
 @pytest.mark.parametrize("op", ["softmax", "layer_norm", "rms_norm", "sum", "amax", "argmax"])

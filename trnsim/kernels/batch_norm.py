@@ -21,6 +21,16 @@ statistics, momentum-weighted with the unbiased variance, are stored from these 
 columns); (a, s) are spread over the partitions and y = x a + s is one `tensor_scalar` per
 tile, on ScalarE, VectorE or GpSimd (`spread`), as the stores go out.
 
+fp32 training: the statistics are of shifted values. Each channel's first element x[0, c, 0,
+...] (one small DMA, spread over the channel's partitions on TensorE) is subtracted from every
+tile as it arrives (in place; exact when the values are close), so bn_stats' chunk means and
+Chan's combination work on small numbers and y = x' a + s' (s' = bias - mean' a, mean' the
+shifted mean) cancels nothing: at a channel mean of 10^4, bn_stats' fp32 chunk means are only
+good to 5e-4, which gave invstd 7e-5 off and y 4e-3 off (`--check` failed at 10^3 and 10^4).
+save_mean and the running mean are mean' + the shift. A tile loaded again for y is shifted
+again. Training groups its images in tiles of TRAIN_TILE (half of inference's), so the last
+tile's shift and statistics, which nothing overlaps, are short.
+
 Inference (training false): a and s from the running statistics, one pass. The channels are
 split between the physical cores of an LNC 2 logical core (each computes its channels whole).
 """
@@ -31,9 +41,10 @@ import math
 
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
-from trnsim.isa import Activation, Ap, BnAggr, BnStats, Memset
+from trnsim.isa import Activation, Ap, BnAggr, BnStats, DmaCopy, Memset
 from trnsim.kernels.batch_norm_layout import (
     F32,
+    TILE,
     Block,
     Channels,
     Loader,
@@ -48,6 +59,7 @@ from trnsim.kernels.spread import G, S, Spread, V
 __all__ = ["lower_batch_norm", "Stats"]
 
 RESIDENT = 0.45  # of a partition for x between the passes (trn2: 100 KiB)
+TRAIN_TILE = TILE // 2  # elements a partition of a tile of images in training
 
 
 class Stats:
@@ -133,7 +145,10 @@ def lower_batch_norm(b: KernelBuilder, cfg: ChipConfig, op: str, args: dict) -> 
     training = bool(args.get("training", True))
     eps = float(args.get("eps", 1e-5))
     momentum = float(args.get("momentum", 0.1))
-    p = plan(op, tuple(b.tensors[x].shape), cfg, b.part)
+    # training: smaller tiles, so the statistics (and the fp32 shift) of the last one, which
+    # nothing overlaps, are short
+    tile = TRAIN_TILE if training else TILE
+    p = plan(op, tuple(b.tensors[x].shape), cfg, b.part, tile)
     rm, rv = args.get("running_mean"), args.get("running_var")
     want = 3 if training else 1
     if len(outs) not in (want, want + 2 * (training and rm is not None)) or (
@@ -161,8 +176,10 @@ def _block(b, cfg, op, sp: Spread, p: Plan, blk: Block, args, outs, training, ep
     if args.get("running_mean") is not None:
         ld.channel(args["running_mean"], col(prm, 2))
         ld.channel(args["running_var"], col(prm, 3))
-    stt = b.tile("bn_stat", "sbuf", (cb, 3), F32)  # mean, var, invstd
+    stt = b.tile("bn_stat", "sbuf", (cb, 4), F32)  # mean, var, invstd, the shifted mean
     tiles = {}
+    # fp32 statistics of shifted values (module doc): each channel minus its first element
+    nsh = _shift(b, ld, ch, blk, x, sp) if training and b.tensors[x].dtype.itemsize >= 4 else None
     if training:
         try:
             acc = Stats(b, cfg, sp, blk, x)
@@ -173,12 +190,18 @@ def _block(b, cfg, op, sp: Spread, p: Plan, blk: Block, args, outs, training, ep
             ) from None
         for i in range(len(blk.groups)):
             tiles[i] = ld.load(i)[x]
+            if nsh is not None:
+                sp.ts(tiles[i], tiles[i], "add", nsh)
             acc.add(tiles[i])
         mv = acc.aggregate()
         _channel_stats(b, sp, ch, blk, mv, stt)
         mean, var = col(stt, 0), col(stt, 1)
     else:
         mean, var = col(prm, 2), col(prm, 3)
+    shifted = mean  # the mean of the values y's pass reads (shifted ones: x minus the shift)
+    if nsh is not None:  # the channel's mean: the shifted values' plus the shift
+        mean = col(stt, 3)
+        sp.ts(shifted, mean, "add", col(ld.shift, 0, cb), engines=(V,))
     inv = col(stt, 2)
     sp.ts(var, inv, "add", eps, "pow", -0.5, engines=(V,))
     if training:
@@ -187,7 +210,7 @@ def _block(b, cfg, op, sp: Spread, p: Plan, blk: Block, args, outs, training, ep
     cf = b.tile("bn_cf", "sbuf", (cb, 2), F32)  # a, s
     a, s = col(cf, 0), col(cf, 1)
     sp.tt("multiply", inv, col(prm, 0), a)
-    sp.tt("multiply", mean, a, s)
+    sp.tt("multiply", shifted, a, s)
     sp.tt("subtract", col(prm, 1), s, s)
     if training and len(outs) == 5:
         _running(b, sp, ld, prm, mean, var, outs, momentum, p.N * p.S)
@@ -200,10 +223,24 @@ def _block(b, cfg, op, sp: Spread, p: Plan, blk: Block, args, outs, training, ep
     sp.sync()
     for i in range(len(blk.groups)):
         t = tiles[i] if keep else ld.load(i)[x]
+        if nsh is not None and not keep:  # loaded again: shifted again
+            sp.ts(t, t, "add", nsh)
         y = t if odt == b.tensors[x].dtype else ap(ld.tile(out, i, odt), *_slices(t))
         sp.ts(t, y, "multiply", col(coef, 0, P), "add", col(coef, 1, P))
         ld.store(i, y, out)
     ch.release()
+
+
+def _shift(b, ld: Loader, ch: Channels, blk: Block, x: str, sp: Spread) -> Ap:
+    """[P, 1]: minus each partition's channel's first element x[0, c, 0, ...], loaded by one
+    DMA into ld.shift ([cb, 1]) and spread over the channel's partitions on TensorE."""
+    ld.shift = b.tile("bn_shift", "sbuf", (blk.cb, 1), F32)
+    nd = len(b.tensors[x].shape)
+    src, dst = ap(x, 0, slice(blk.c0, blk.c0 + blk.cb), *([0] * (nd - 2))), ap(ld.shift)
+    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=ld.loads.next())
+    nsh = ap(b.tile("bn_nshift", "sbuf", (blk.P, 1), F32))
+    sp.ts(ch.spread(ap(ld.shift), 1), nsh, "multiply", -1.0, engines=(V,))
+    return nsh
 
 
 def _slices(a: Ap) -> tuple:

@@ -52,8 +52,9 @@ class Plan:
     blocks: list[Block]
 
 
-def plan(op: str, shape: tuple, cfg: ChipConfig, part: tuple[int, int]) -> Plan:
-    """The channel blocks of this physical core (`part` = (core, cores)) for x of `shape`."""
+def plan(op: str, shape: tuple, cfg: ChipConfig, part: tuple[int, int], tile: int = TILE) -> Plan:
+    """The channel blocks of this physical core (`part` = (core, cores)) for x of `shape`, the
+    images grouped into tiles of up to `tile` elements a partition."""
     if len(shape) < 3:
         raise TraceError(
             f"{op}: input {list(shape)}: batch norm over [N, C] is not lowered yet; expected "
@@ -73,7 +74,7 @@ def plan(op: str, shape: tuple, cfg: ChipConfig, part: tuple[int, int]) -> Plan:
                 f"{op}: input {list(shape)}: planes of {S} elements over {G} partitions a "
                 f"channel ({f} a partition) are not lowered yet; expected at most {TILE * 4}"
             )
-        nb = max(1, min(N, TILE // f))
+        nb = max(1, min(N, tile // f))
         blocks.append(Block(c0, cb, G, f, [(n, min(N, n + nb)) for n in range(0, N, nb)]))
     return Plan(N, C, S, blocks)
 
