@@ -23,11 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trnsim.config import ChipConfig
-from trnsim.isa import Activation, Ap, DmaCopy, TensorCopy, TensorScalar, TensorTensor
+from trnsim.isa import Ap, DmaCopy, TensorCopy, TensorScalar
+from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.elementwise import BINARY, BUFS, FREE, UNARY
 from trnsim.kernels.layout import flat_blocks
 from trnsim.kernels.queues import Queues, Stream
+from trnsim.kernels.spread import Spread
 from trnsim.trace.program import OpSpec, TensorSpec
 
 __all__ = ["chains", "lower_chain", "live"]
@@ -99,15 +101,29 @@ def lower_chain(b: KernelBuilder, cfg: ChipConfig, ops: list[OpSpec]) -> None:
     written = list(dict.fromkeys(op.args["out"] for op in ops))
     run = live(ops)
     place = {v: k for k, v in enumerate(dict.fromkeys(v for op in run for v in _names(op)))}
+    loaded = _loaded(run)
+    widest = max(b.tensors[v].dtype.itemsize for v in place)
+    per = dma_queues(cfg, big[1] * widest)  # queues per stream, as eager elementwise ops take
     qs = Queues(cfg)
-    loads, stores = qs.loads(), qs.stores()
+    loads = qs.loads().take(max(1, len(loaded)) * per)
+    stores = qs.stores().take(len(written) * per)
+    sp = Spread(b, cfg)
     for n, (index, p, f) in enumerate(blocks):
-        blk = _Block(b, n, big, place, (slice(0, p), slice(0, f)), index, loads)
+        blk = _Block(b, n, big, place, (slice(0, p), slice(0, f)), index, loads, loaded)
         for op in run:
-            _apply(blk, op)
+            _apply(sp, blk, op)
         for k, name in enumerate(written):
             t, dst = blk.value(name), ap(name, *index)
             b.emit(DmaCopy, [t], [dst], src=t, dst=dst, queue=stores[n * len(written) + k])
+
+
+def _loaded(run: list[OpSpec]) -> list[str]:
+    """The tensors a run loads from HBM in each block: those it reads before writing them."""
+    written, loaded = set(), []
+    for op in run:
+        loaded += [v for v in _inputs(op) if isinstance(v, str) and v not in written]
+        written.add(op.args["out"])
+    return list(dict.fromkeys(loaded))
 
 
 @dataclass
@@ -122,15 +138,18 @@ class _Block:
     r: tuple[slice, slice]  # this block's part of a buffer
     index: tuple
     loads: Stream
+    loaded: list[str]  # the tensors the run loads in each block (`_loaded`), in order
     held: dict[str, str] = field(default_factory=dict)  # tensor -> its buffer
 
-    def operand(self, v, k: int):
-        """Operand `v` (a tensor name or a number) as the `k`-th input of an instruction."""
+    def operand(self, v):
+        """Operand `v` (a tensor name or a number) of an instruction: block n's k-th load goes
+        on load queue len(loaded) x n + k, as an eager op's inputs do."""
         if not isinstance(v, str):
             return v
         if v not in self.held:  # first read in this block: from HBM
             t, src = ap(self.buffer(v), *self.r), ap(v, *self.index)
-            self.b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=self.loads[2 * self.n + k])
+            q = self.loads[len(self.loaded) * self.n + self.loaded.index(v)]
+            self.b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=q)
         return self.value(v)
 
     def value(self, name: str) -> Ap:
@@ -148,24 +167,23 @@ class _Block:
         return self.held[name]
 
 
-def _apply(blk: _Block, op: OpSpec) -> None:
+def _apply(sp: Spread, blk: _Block, op: OpSpec) -> None:
     """One op of the run on one block: its inputs from the block's buffers, its result into its
-    output's buffer."""
+    output's buffer; arithmetic on whichever of VectorE and GpSimd finishes it first (`spread`)."""
     b, args = blk.b, op.args
     if op.op in UNARY:
-        x = blk.operand(args["x"], 0)
+        x = blk.operand(args["x"])
         o = blk.value(args["out"])
         if op.op == "copy":
             b.emit(TensorCopy, [x], [o], src=x, dst=o)
         else:
-            scale = -1.0 if op.op == "neg" else 1.0
-            b.emit(Activation, [x], [o], func=UNARY[op.op], src=x, dst=o, scale=scale)
+            sp.act(UNARY[op.op], x, o, scale=-1.0 if op.op == "neg" else 1.0)
         return
-    a, bb = blk.operand(args["a"], 0), blk.operand(args["b"], 1)
+    a, bb = blk.operand(args["a"]), blk.operand(args["b"])
     o = blk.value(args["out"])
     alu = BINARY[op.op]
     if isinstance(a, Ap) and isinstance(bb, Ap):
-        b.emit(TensorTensor, [a, bb], [o], alu=alu, src0=a, src1=bb, dst=o)
+        sp.tt(alu, a, bb, o)
     elif isinstance(a, Ap):
         b.emit(TensorScalar, [a], [o], src=a, dst=o, op0=alu, operand0=float(bb))
     else:
