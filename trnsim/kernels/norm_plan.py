@@ -29,6 +29,8 @@ __all__ = ["Lane", "plan", "LANE_RUN", "LANES"]
 
 LANE_RUN = 512  # bytes a lane's columns of a row must take at least (its own DMAs' runs)
 LANES = 16  # two lanes split the row at multiples of 1/LANES
+MIX = 8  # two choices of engines mixed over the blocks in multiples of 1/MIX
+MIX_GAIN = 0.95  # ... when that gives a block's busiest engine this much of its time at most
 T = Engine.TENSOR
 
 
@@ -46,8 +48,9 @@ class Lane:
 
 
 def plan(k) -> None:
-    """Set k.c, k.lanes, k.shifts (a `Spread`), k.pe_bias and k.planned (ns per block) for
-    norm k (a `norms._Norm`)."""
+    """Set k.c, k.lanes (the first block's), k.block_lanes (each block's: one or two choices
+    of engines, mixed over the blocks), k.shifts (a `Spread`), k.pe_bias and k.planned (ns per
+    block) for norm k (a `norms._Norm`)."""
     d = k.d
     cs = _Costs(k)
     cands = sorted({min(d, round(d * i / 32)) for i in range(33)})
@@ -66,12 +69,27 @@ def plan(k) -> None:
             for sh in shifts
         ]
     )
-    total = stats[:, None, None, :] + lane_ns[None, :, None, :] + shift_ns[None, None, :, :]
+    # a mix of two single-lane choices, a share w of the blocks on the second (MIX steps):
+    # each pass on one engine for a block, the blocks' engines spread so the shares even out
+    single = [n for n, (ls, _) in enumerate(lanes) if len(ls) == 1]
+    mixes = [(j, j, 0.0) for j in range(len(lanes))]
+    if k.blocks > 1 and not k.shift:  # (with fp32 layer_norm's shift, spread over the blocks
+        # too, the mixes the costs favour ran slower: rows of 64, 12%; of 64K, 5%)
+        mixes += [(a, c, w / MIX) for n, a in enumerate(single) for c in single[n + 1 :]
+                  for w in range(1, MIX)]  # fmt: skip
+    mixed = np.array([(1 - w) * lane_ns[a] + w * lane_ns[c] for a, c, w in mixes])
+    total = stats[:, None, None, :] + mixed[None, :, None, :] + shift_ns[None, None, :, :]
     worst = total.max(axis=-1)
+    pure = len(lanes)  # a mix only where it gains MIX_GAIN over the best single choice
+    worst[:, pure:, :] = np.where(worst[:, pure:, :] < MIX_GAIN * worst[:, :pure, :].min(),
+                                  worst[:, pure:, :], np.inf)  # fmt: skip
     i, j, h = np.unravel_index(int(np.argmin(worst)), worst.shape)
-    k.c, k.lanes = cands[i], list(lanes[j][0])
+    a, c, w = mixes[j]
+    k.c, k.lanes = cands[i], list(lanes[a][0])
+    sets = [list(lanes[a][0]), list(lanes[c][0])]
+    k.block_lanes = [sets[o] for o in Spread({0: 1 - w, 1: w}, k.blocks).order]
     k.shifts = Spread(shifts[h], k.blocks)
-    k.pe_bias = k.bias is not None and any(lane.bias == S for lane in k.lanes)
+    k.pe_bias = k.bias is not None and any(lane.bias == S for ls in sets for lane in ls)
     k.planned = float(worst[i, j, h])
 
 

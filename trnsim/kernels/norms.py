@@ -25,7 +25,9 @@ engine turns to the next block instead of waiting for another engine's part of t
    bias spread over the partitions once, `norm_affine.spread`), or the bias added by TensorE
    into PSUM and copied out by ScalarE (`norm_affine.PeBias`); store.
 
-`norm_plan.plan` chooses c, the lanes and the shift's engines. Blocks rotate through up to BUFS
+`norm_plan.plan` chooses c, the lanes and the shift's engines; over many blocks it may mix two
+choices of the lane's engines (a share of the blocks each, `_Norm.at`), so that a pass one
+engine would take whole (rms_norm's weight on GpSimd, two cycles an element) is shared. Blocks rotate through up to BUFS
 buffers within BUFFER_SHARE of SBUF.
 """
 
@@ -129,7 +131,9 @@ def lower_norm(
     k.plan_per = k.per
     plan(k)
     k.per = per
-    spreads = [v for v in (weight, bias) if v is not None and not (v == bias and k.pe_bias)]
+    # the weight, and the bias unless TensorE adds it in every block
+    on_pe = all(lane.bias == S for ls in k.block_lanes for lane in ls)
+    spreads = [v for v in (weight, bias) if v is not None and not (v == bias and on_pe)]
     k.spread = lambda: k.rows.update(zip(spreads, spread(b, cfg, spreads, d, k.loads)))
     if k.pe_bias:
         k.pe = PeBias(b, cfg, bias, d, to.dtype)
@@ -227,13 +231,19 @@ class _Norm:
         self.plan_per = 1  # the rows a partition of the layout `_plan` costs
         self.long_row = LONG_ROW
         self.weight = self.bias = None
-        self.lanes: list[Lane] = []
+        self.lanes: list[Lane] = []  # the current block's (`at`)
+        self.block_lanes: list[list[Lane]] = []  # each block's
         self.rows: dict[str, str] = {}  # weight and bias spread over the partitions
         self.pe_ok = self.pe_bias = False  # TensorE may add (adds) the bias
         self.shifts = Spread({V: 1.0})
         self.spread = lambda: None  # emits the weight and bias spread (`lower_norm`)
         self.pieces = None  # a `row_pieces.PieceLayout`: rows in pieces, d the piece
         self.groups = None
+
+    def at(self, n: int) -> None:
+        """Block n's lanes (the plan may mix two choices of engines over the blocks)."""
+        if self.block_lanes:
+            self.lanes = self.block_lanes[min(n, len(self.block_lanes) - 1)]
 
     # -- tiles ---------------------------------------------------------------------------------
 
@@ -304,6 +314,7 @@ class _Norm:
         return rows * self.pieces.k if self.pieces else rows // self.per
 
     def first(self, n: int, index: tuple, rows: int) -> None:
+        self.at(n)
         b, p = self.b, self.parts(rows)
         full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
         for i, lane in enumerate(self.lanes):
@@ -377,6 +388,7 @@ class _Norm:
     # -- stage 2: mean and rstd, normalisation -------------------------------------------------
 
     def second(self, n: int, index: tuple, rows: int) -> None:
+        self.at(n)
         b, p, c = self.b, self.parts(rows), self.c
         if c and self.layer:  # ScalarE's triples: count (once per buffer), mean and M2
             pieces = self.spieces
@@ -459,6 +471,7 @@ class _Norm:
     def third(self, n: int, index: tuple, rows: int) -> None:
         """Each lane's weight and (on VectorE or GpSimd) bias, in place; the lanes without
         TensorE's bias stored."""
+        self.at(n)
         b, p = self.b, self.parts(rows)
         for i, lane in enumerate(self.lanes):
             w = lane.hi - lane.lo
@@ -478,6 +491,7 @@ class _Norm:
     def fourth(self, n: int, index: tuple, rows: int) -> None:
         """The lanes whose bias TensorE adds (into PSUM, ScalarE copying the sums into tile
         f), stored: a block after their weight, so ScalarE does not wait for it."""
+        self.at(n)
         p = self.parts(rows)
         for i, lane in enumerate(self.lanes):
             if self.pe_lane(lane):

@@ -138,10 +138,10 @@ class Groups:
         if self._sum is None:
             b, P = self.b, self.P
             s = b.tile("grp_sum", "sbuf", (P, P), self.f32)
-            ps = self._ps((P, P))
+            ps = ap(self._ps((P, P)), slice(0, P), slice(0, P))  # (a larger tile reused)
             e = ap(self.e)
-            b.emit(Matmul, [e, e], [ap(ps)], stationary=e, moving=e, dst=ap(ps))
-            b.emit(TensorCopy, [ap(ps)], [ap(s)], src=ap(ps), dst=ap(s))
+            b.emit(Matmul, [e, e], [ps], stationary=e, moving=e, dst=ps)
+            b.emit(TensorCopy, [ps], [ap(s)], src=ps, dst=ap(s))
             self._sum = s
         return self._sum
 
@@ -184,9 +184,9 @@ class Groups:
             b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
                    start=0, step=1, partition_step=-k, engine=_G)  # fmt: skip
             first = b.tile("grp_first", "sbuf", (P, P), self.f32)
-            ps, e = self._ps((P, P)), ap(self.e)
-            b.emit(Matmul, [a, e], [ap(ps)], stationary=a, moving=e, dst=ap(ps))
-            b.emit(TensorCopy, [ap(ps)], [ap(first)], src=ap(ps), dst=ap(first))
+            ps, e = ap(self._ps((P, P)), slice(0, P), slice(0, P)), ap(self.e)
+            b.emit(Matmul, [a, e], [ps], stationary=a, moving=e, dst=ps)
+            b.emit(TensorCopy, [ps], [ap(first)], src=ps, dst=ap(first))
             self._first = first
         ps = ap(self._ps((self.P, 1)), slice(0, p), slice(0, 1))
         st = ap(self._first, slice(0, p), slice(0, p))
