@@ -9,7 +9,9 @@ the run reads it, applies the ops in order in SBUF (each result rounded to its o
 as the device would store it), and stores each tensor the run writes once, with its final
 value. So `h = x @ w; h = h + b; h = gelu(h); y = h * 2` reads x, w, b once, never reads h
 back, and writes h and y once; unfused, the three elementwise ops would read 3 and write 3
-tensors of that shape.
+tensors of that shape. The transfers take the queues an eager op's would (`_loaded`: one
+stream per tensor loaded, one per tensor stored, each `balance.dma_queues` wide) and the
+arithmetic of two tensors goes to VectorE or GpSimd, whichever finishes it first (`spread`).
 
 A tensor has one buffer per block, which each op writing it overwrites, so a value must be read
 before it is overwritten: an op whose result the run overwrites before any op reads it (and
