@@ -38,7 +38,16 @@ def register() -> None:
         return
     if private.backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
-    from trnsim.torch import autocast, hooks, kernels, module, profiler, timing, wrappers
+    from trnsim.torch import (
+        autocast,
+        distributed,
+        hooks,
+        kernels,
+        module,
+        profiler,
+        timing,
+        wrappers,
+    )
 
     torch.utils.generate_methods_for_privateuse1_backend()
     module.profiler = profiler  # torch.neuron.profiler
@@ -49,6 +58,7 @@ def register() -> None:
     autocast.register()
     hooks.install()
     wrappers.install(module)
+    distributed.register()  # the process-group backend "neuron" (docs/distributed.md)
     torch.serialization.register_package(5, _tag, _deserialize)
     _done = True
 

@@ -1,5 +1,7 @@
 """The simulated chip behind the `neuron` device: chosen once (`configure`, or the TRNSIM_CHIP
-and TRNSIM_LNC environment variables), made on first use, shared by every tensor and op.
+and TRNSIM_LNC environment variables), made on first use, shared by every tensor and op. In a
+torch.distributed job, a system of chips (`configure(system=...)` or TRNSIM_SYSTEM) times the
+collectives; the rank's chip is then the system's (docs/distributed.md).
 
 Device indices name the logical NeuronCores this process drives (`trnsim.runtime.devices`), all
 on one clock and one HBM: in a plain process every core of the chip, in a rank of a
@@ -26,8 +28,10 @@ DEFAULT_CHIP = "trn2"
 class Chip:
     """The runtime devices of the chip, the allocator, the current core and its streams."""
 
-    def __init__(self, chip: str, lnc: int | None, timing: str = "replay"):
-        self.chip_name, self.devices = chip, devices(chip, "functional", lnc)
+    def __init__(self, chip, lnc: int | None, timing: str = "replay", system=None):
+        name = chip if isinstance(chip, str) else chip.name
+        self.chip_name, self.devices = name, devices(chip, "functional", lnc)
+        self.system = system  # the SystemConfig timing collectives (None: one chip)
         self.timing = timing  # "replay": a lowering's measured time; "simulate": each launch
         self.cfg = self.devices[0].cfg
         self.lnc = self.devices[0].chip.lnc
@@ -91,16 +95,29 @@ _chip: Chip | None = None
 TIMINGS = ("replay", "simulate")
 
 
-def configure(chip: str | None = None, lnc: int | None = None, timing: str = "replay") -> None:
+def configure(chip: str | None = None, lnc: int | None = None, timing: str = "replay",
+              system: str | None = None) -> None:  # fmt: skip
     """Choose the simulated chip (a config name such as "trn2" or "trn3", or a YAML path) and
     its logical-core size before the first use of the `neuron` device. `timing`: "replay" (an
     op's lowering is simulated once, then launched by its duration: fast) or "simulate" (every
     launch of a lowered op runs its program on the chip, timing-only: kernels of concurrent
-    streams and cores then share HBM and DMA; about 0.3 ms of this machine per op). Raises
-    RuntimeError after the first use with other settings."""
+    streams and cores then share HBM and DMA; about 0.3 ms of this machine per op). `system`:
+    a system of chips (a name such as "trn2-48xl", or a YAML path) whose model times the
+    collectives of a torch.distributed job (docs/distributed.md); the chip and lnc are then
+    the system's (`chip`, `lnc` must agree or be None). Raises RuntimeError after the first use
+    with other settings."""
     if timing not in TIMINGS:
         raise ValueError(f"timing={timing!r}: expected one of {', '.join(TIMINGS)}")
-    want = {"chip": chip or DEFAULT_CHIP, "lnc": lnc, "timing": timing}
+    if system is not None:
+        cfg = system_config(system)
+        if chip is not None and chip != cfg.chip.name:
+            raise ValueError(f"configure(chip={chip!r}, system={system!r}): the system's chips "
+                             f"are {cfg.chip.name}; give one or the other")  # fmt: skip
+        if lnc is not None and lnc != cfg.lnc:
+            raise ValueError(f"configure(lnc={lnc}, system={system!r}): the system's lnc is "
+                             f"{cfg.lnc}")  # fmt: skip
+        chip, lnc = cfg.chip.name, cfg.lnc
+    want = {"chip": chip or DEFAULT_CHIP, "lnc": lnc, "timing": timing, "system": system}
     if _chip is not None and want != _settings:
         raise RuntimeError(
             f"trnsim.torch.configure({want['chip']!r}, lnc={lnc}): the neuron device is already "
@@ -118,10 +135,33 @@ def get() -> Chip:
             if lnc is not None and not lnc.isdigit():
                 raise RuntimeError(f"TRNSIM_LNC={lnc!r}: expected a whole number (1 or 2)")
             timing = os.environ.get("TRNSIM_TIMING") or "replay"
-            configure(os.environ.get("TRNSIM_CHIP") or DEFAULT_CHIP, int(lnc) if lnc else None,
-                      timing)  # fmt: skip
-        _chip = Chip(_settings["chip"], _settings["lnc"], _settings["timing"])
+            system = os.environ.get("TRNSIM_SYSTEM") or None
+            chip = os.environ.get("TRNSIM_CHIP") or (None if system else DEFAULT_CHIP)
+            configure(chip, int(lnc) if lnc else None, timing, system)
+        system = _settings.get("system")
+        cfg = system_config(system) if system else None
+        _chip = Chip(cfg.chip if cfg else _settings["chip"], _settings["lnc"],
+                     _settings["timing"], cfg)  # fmt: skip
     return _chip
+
+
+_systems: dict = {}
+
+
+def system_config(name: str):
+    """The `SystemConfig` called `name` (loaded once); a one-line RuntimeError naming the
+    bundled systems when there is none."""
+    cfg = _systems.get(name)
+    if cfg is None:
+        from trnsim.config import load_system
+        from trnsim.errors import TrnsimError
+
+        try:
+            cfg = _systems[name] = load_system(name)
+        except (TrnsimError, OSError) as e:
+            raise RuntimeError(f"trnsim system {name!r} (configure(system=...) or "
+                               f"TRNSIM_SYSTEM): {e}") from None  # fmt: skip
+    return cfg
 
 
 def started() -> bool:

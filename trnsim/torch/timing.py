@@ -5,7 +5,9 @@ Each aten op (and copy) the kernels run reaches `OpTimer`: it asks the measureme
 current stream by that duration (`Stream.launch_timed`: host launch cost included, the logical
 core held as by any kernel; in `timing="simulate"` the lowered program itself, timing-only),
 keeps the per-op statistics for the report, and tells the chip's listeners
-(`listeners.Listeners`: the profiler, a recording). While a compiled graph captures
+(`listeners.Listeners`: the profiler, a recording). An op or copy that reads or writes a tensor
+a collective still in flight writes (`after`: torch.distributed's backend, `distributed`) first
+makes its stream wait for the collective's end. While a compiled graph captures
 (`Listeners.capture`), ops go to the capturing listener instead and nothing launches. Views,
 metadata ops and scalar reads launch nothing.
 """
@@ -66,6 +68,8 @@ class OpTimer:
         self.stats: dict[str, OpStats] = {}
         self.copies = OpStats()
         self.copy_bytes = 0
+        # storage address -> the runtime event ending a collective in flight that writes it
+        self.after: dict[int, object] = {}
 
     @property
     def refused(self) -> dict[str, str]:
@@ -95,6 +99,8 @@ class OpTimer:
         start = host.now
         key, m = self.measure.op(name, args, kwargs, r)
         stream = self.stream()
+        if self.after:
+            self._depend(stream, args, kwargs.values())
         kernel = self._launch(stream, name, m, False)
         self.count(name, m.duration_ps, m.modelled)
         if listeners:
@@ -120,6 +126,8 @@ class OpTimer:
             self.copies.estimated += not m.modelled
         self.copies.device_ps += m.duration_ps
         stream = self.stream()
+        if self.after:
+            self._depend(stream, (src, dst))
         # the host pays a copy call for a host copy, as memcpy_async does
         kernel = self._launch(stream, "copy", m, src.is_cpu or dst.is_cpu)
         if dst.is_cpu:
@@ -129,6 +137,19 @@ class OpTimer:
             listeners.copy(run)
             if dst.is_cpu:
                 listeners.synchronize(stream)
+
+    def _depend(self, stream, *arg_lists) -> None:
+        """`stream` waits for the collectives in flight that write a tensor among `arg_lists`
+        (the op's CPU views or device tensors: one storage address)."""
+        after = self.after
+        for args in arg_lists:
+            for a in args:
+                ts = (a,) if isinstance(a, Tensor) else a if type(a) in (list, tuple) else ()
+                for t in ts:
+                    if isinstance(t, Tensor):
+                        ev = after.pop(t.untyped_storage().data_ptr(), None)
+                        if ev is not None:
+                            stream.wait_event(ev)
 
     def _launch(self, stream, name: str, m, host_copy: bool):
         if m.kernel is not None and self.simulate:
