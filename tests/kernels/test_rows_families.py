@@ -22,31 +22,43 @@ TOTAL = 16 << 20  # bytes of x
 LENGTHS = (64, 512, 4096, 65536, 1 << 20)
 OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "sum", "mean", "amax")
 
-PIECES = (
-    "rows in pieces (split evenly between the cores since the op is isolated): the weight and "
-    "bias loaded in the pieces' pattern, a DMA of the whole weight for every row of a tile on "
-    "a few partitions, hold up the first tile; {}"
-)
+PIECES = "rows in pieces (split evenly between the cores, the op isolated): {}"
 CHAIN = (
     "the blocks' chains of passes across engines (fp32: the shift, the statistics, the "
     "combination on TensorE, the normalisation, weight and bias) do not overlap enough: a "
     "tile's store frees its buffer for the next load only after the chain ({})"
+)
+SEGMENTS = (
+    "{} a core, each one tile of 2 or 4 MiB (loaded one after another on one queue): the "
+    "norms do not take segments yet, so a row's chain of passes starts only when all of it "
+    "is in, and nothing overlaps the last row's ({})"
+)
+ROW_BY_ROW = (
+    "ScalarE's {}, one instruction a row slot (512 a core), each at least MIN_II (64 cycles) "
+    "plus, where it sums, the accumulator read, and the first of a block its fixed cost: "
+    "ScalarE {}; smaller blocks (fewer rows a partition) were slower"
 )
 SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
     ("layer_norm", "float32", 65536): PIECES.format(
         CHAIN.format("46%: GpSimd's weight and bias, 59 us busy of 103, bind")
     ),
     ("layer_norm", "bfloat16", 65536): PIECES.format(CHAIN.format("48%")),
-    ("layer_norm", "float32", 1 << 20): PIECES.format(
-        "31%: two rows a core, each one tile of 4 MiB, which nothing overlaps: the norms do "
-        "not take segments yet"
+    ("layer_norm", "float32", 1 << 20): PIECES.format(SEGMENTS.format("two rows", "33%")),
+    ("layer_norm", "bfloat16", 1 << 20): PIECES.format(SEGMENTS.format("four rows", "46%")),
+    ("rms_norm", "float32", 1 << 20): PIECES.format(SEGMENTS.format("two rows", "65%")),
+    ("rms_norm", "bfloat16", 1 << 20): PIECES.format(
+        SEGMENTS.format(
+            "four rows",
+            "79%: the last row's chain (ScalarE's statistics 7 us, "
+            "the normalisation, VectorE's weight 8.7 us, the store 6.6 us) after "
+            "its load",
+        )
     ),
-    ("layer_norm", "bfloat16", 1 << 20): PIECES.format("44%: four rows a core, a tile each"),
-    ("rms_norm", "float32", 1 << 20): PIECES.format("59%: two rows a core, a tile of 4 MiB each"),
-    ("rms_norm", "bfloat16", 1 << 20): PIECES.format("71%: four rows a core, a tile each"),
-    ("softmax", "bfloat16", 64): "ScalarE's exp, one instruction a row, binds (71%)",
-    ("log_softmax", "bfloat16", 64): "ScalarE's exp and GpSimd's shift, row by row (63%)",
-    ("rms_norm", "bfloat16", 64): "row by row: ScalarE's sums of squares bind (61%)",
+    ("softmax", "bfloat16", 64): ROW_BY_ROW.format("exp", "47 us busy of 65.5 (71%)"),
+    ("log_softmax", "bfloat16", 64): ROW_BY_ROW.format("exp", "48 us busy of 73.7 (63%)"),
+    ("rms_norm", "bfloat16", 64): ROW_BY_ROW.format(
+        "sum of squares", "55 us busy of 75.4, as is GpSimd's weight (61%)"
+    ),
     ("layer_norm", "float32", 64): "32 rows a partition, eight blocks a core: "
     + CHAIN.format("57%"),
     ("layer_norm", "bfloat16", 64): "ScalarE binds (49%): 98 us busy of 124, copying out of "

@@ -73,6 +73,7 @@ PE_BUFS = 5  # TensorE adds the bias only when this many buffers of x fit beside
 F_BUFS = 2  # buffers of TensorE's copies out (the bias added on TensorE)
 PIECE_BYTES = 4096  # a piece tile's bytes a partition (512 KiB tiles: many, so loads overlap)
 MAX_PIECE_BYTES = 32768  # a row of 2^20 fp32 in one tile (its 128 pieces)
+BIG_PIECES = 16384  # piece tiles this large a partition (2 MiB and more) load one at a time
 PIECE_ROWS = 2048  # rows this long go in pieces when a core has no more rows than partitions
 # (one block, which nothing would overlap)
 
@@ -162,9 +163,17 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows) -> None:
     blocks = list(row_blocks(tx.shape, lay.g, rows))
     k.bufs, k.blocks = max(1, min(BUFS, room // base)), len(blocks)
     q, qs = dma_queues(cfg, lay.f * tx.dtype.itemsize), Queues(cfg)
-    k.loads, k.stores = qs.loads().take(max(2, q)), qs.stores().take(max(2, q))
+    # large tiles (rows of 2^20: a few a core): loaded one after another
+    # on one queue, the weight and bias behind the first, so the first tile arrives first
+    # instead of sharing the engines with the others (and its engines start sooner)
+    big = lay.t == 1 and lay.f * tx.dtype.itemsize >= BIG_PIECES
+    n = 1 if big else max(2, q)
+    k.loads, k.stores = qs.loads().take(n), qs.stores().take(n)
     plan(k)
-    k.rows = {v: _piece_rows(b, cfg, v, lay) for v in (weight, bias) if v is not None}
+    affine = [v for v in (weight, bias) if v is not None]
+    queues = k.loads if big else Queues(cfg).loads(1 / 2, 1)
+    k.spread = lambda: k.rows.update({v: _piece_rows(b, cfg, v, lay, queues) for v in affine})
+    k.spread_first = big
     _emit(k, blocks)
     k.groups.done()
 
@@ -177,12 +186,11 @@ def _piece_layout(cfg: ChipConfig, tx, d: int):
     return pieces_layout(d, most, P) if most * isz <= MAX_PIECE_BYTES else None
 
 
-def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay) -> str:
+def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads) -> str:
     """[128, f]: tensor `name` ([d]) in the pieces' pattern (partition r k + i holds piece i),
-    loaded once per row of the tile (g DMAs of the whole tensor)."""
+    loaded once per row of the tile (g DMAs of the whole tensor, on the stream `loads`)."""
     P, t = cfg.core.sbuf.partitions, b.tensors[name]
     rows = b.scratch_tile(f"norm.pieces.{name}.{lay.k}", f"{name}_pieces", (P, lay.f), t.dtype)
-    loads = Queues(cfg).loads(1 / 2, 1)
     for r in range(lay.g):
         src, dst = ap(name), ap(rows, slice(r * lay.k, (r + 1) * lay.k))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[r])
@@ -197,10 +205,13 @@ def _emit(k, blocks) -> None:
         return
     lag = (min(1, k.bufs - 1), min(2, k.bufs - 1), max(min(2, k.bufs - 1), min(3, k.bufs - 2)))
     stages = (k.second, k.third, k.fourth)
-    k.spread()  # the engines have nothing else to do until the first block is loaded
+    if not k.spread_first:
+        k.spread()  # the engines have nothing else to do until the first block is loaded
     for n in range(len(blocks) + max(lag)):
         if n < len(blocks):
             k.first(n, *blocks[n])
+        if n == 0 and k.spread_first:  # its loads behind the first block's (`_lower_pieces`)
+            k.spread()
         if n == 0:  # block 0's stage 2 at once: nothing else waits on the engines yet
             k.second(0, *blocks[0])
         for stage, late in zip(stages, lag):
@@ -241,6 +252,7 @@ class _Norm:
         self.pe_ok = self.pe_bias = False  # TensorE may add (adds) the bias
         self.shifts = Spread({V: 1.0})
         self.spread = lambda: None  # emits the weight and bias spread (`lower_norm`)
+        self.spread_first = False  # ... after the first block's stage 1
         self.pieces = None  # a `row_pieces.PieceLayout`: rows in pieces, d the piece
         self.groups = None
 
