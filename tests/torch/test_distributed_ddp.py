@@ -1,0 +1,76 @@
+"""An unmodified DDP script under torchrun (2 rank processes) on neuron: `neuron` exists
+through the `torch.backends` entry point (TRNSIM_TORCH_AUTOLOAD=1), the default backend is
+trnsim's; the parameters equal the same script's on CPU with gloo, bit for bit, on both ranks,
+and a single-process run on the whole batch within SGD's rounding (docs/distributed.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).with_name("ddp_mlp.py")
+
+
+def _torchrun(tmp_path: Path, device: str) -> list[dict]:
+    out = tmp_path / device
+    out.mkdir()
+    env = {**os.environ, "DEVICE": device, "OUT": str(out), "TRNSIM_TORCH_AUTOLOAD": "1",
+           "TRNSIM_SYSTEM": "trn2-48xl", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           "2", str(SCRIPT)]  # fmt: skip
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return [torch.load(out / f"rank{r}.pt") for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ddp")
+    return {d: _torchrun(tmp, d) for d in ("cpu", "neuron")}
+
+
+def test_ddp_on_neuron_equals_ddp_on_cpu_with_gloo(runs):
+    for r in range(2):
+        assert runs["neuron"][r]["losses"] == runs["cpu"][r]["losses"]
+        for a, b in zip(runs["neuron"][r]["params"], runs["cpu"][r]["params"]):
+            assert torch.equal(a, b)
+
+
+def test_ranks_agree_bit_for_bit(runs):
+    for a, b in zip(runs["neuron"][0]["params"], runs["neuron"][1]["params"]):
+        assert torch.equal(a, b)
+
+
+def _single_process() -> list:
+    """The same MLP trained in one process on both ranks' batches (the mean over 16 samples is
+    the average of the ranks' gradients): its parameters."""
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gens = [torch.Generator().manual_seed(1 + r) for r in range(2)]
+    for _ in range(3):
+        xs, ys = zip(*[(torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g))
+                       for g in gens])  # fmt: skip
+        loss = ((model(torch.cat(xs)) - torch.cat(ys)) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return [p.detach() for p in model.parameters()]
+
+
+def test_ddp_matches_single_process_training(runs):
+    for a, b in zip(runs["neuron"][0]["params"], _single_process()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+
+
+def test_steps_are_timed_and_equal_on_both_ranks(runs):
+    t0, t1 = runs["neuron"][0]["times"], runs["neuron"][1]["times"]
+    assert len(t0) == 3 and all(t > 0 for t in t0)
+    assert t0 == t1
