@@ -5,7 +5,8 @@ issues in order (its transfers complete in any order); semaphore waits order wha
 interleaving of the signals guarantees (`clocks`). Between launches and host copies, streams
 are in order and events order streams (`streams`). Two accesses to overlapping regions
 (`regions`), at least one a write, neither ordered before the other, are a race (`history`
-within a launch, `found.conflicts` between unordered launches and copies). A launch (`launch`)
+within a launch, `found.conflicts` between unordered launches and copies); tiles the kernel
+library placed over one another's bytes are compared by address (`reuse`). A launch (`launch`)
 or a stream schedule that can never finish is a deadlock. Nothing here simulates.
 
 `find_races(program)` returns the races (`Race`, with a one-line `message`); `check_races`
@@ -25,6 +26,7 @@ from trnsim.trace.races.found import Race, RaceError, conflicts
 from trnsim.trace.races.history import launch_races
 from trnsim.trace.races.launch import Launch
 from trnsim.trace.races.regions import Shapes, overlap
+from trnsim.trace.races.reuse import reuse_races
 from trnsim.trace.races.streams import stream_clocks, stream_order
 from trnsim.trace.ranks import on_its_system, stream_ranks
 
@@ -82,6 +84,7 @@ def _analyse(la: Launch, order: list, shapes: Shapes, races: Races, cores: int):
     races go into `races`."""
     clocks = launch_clocks(la, order)
     accs = launch_races(la, order, clocks, shapes, races)
+    reuse_races(la, clocks, races)
     return accs, marks(la, clocks, shapes) if cores > 1 else {}
 
 

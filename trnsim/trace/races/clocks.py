@@ -40,10 +40,12 @@ class _Sem:
     """The signals of one semaphore, per signalling line (an engine queue, or a DMA queue's
     transfers of one direction: both complete in order), keyed (queue, direction):
     (position, increment, instruction) in queue order, their positions and the running sums
-    of their increments."""
+    of their increments; per queue that waits on it, the positions of its waits and the
+    running maximum of the values they wait for (`gates`)."""
 
-    def __init__(self, by_line: dict[tuple, list]):
+    def __init__(self, by_line: dict[tuple, list], gates: dict | None = None):
         self.by_line = by_line
+        self.gates = gates or {}
         self.places = {q: [x[0] for x in lst] for q, lst in by_line.items()}
         self.sums = {}
         for q, lst in by_line.items():
@@ -58,18 +60,29 @@ class _Sem:
         # reaches v, whatever else may precede the waiter
         self.only = next(iter(by_line)) if len(by_line) == 1 else None
 
-    def available(self, qk: int, p: int, heads: list | None) -> dict[tuple, int]:
+    def available(self, qk: int, p: int, heads: list | None, v: int = 0) -> dict[tuple, int]:
         """Per signalling line, how many of its signals may issue before the waiter at
-        position p of queue qk (`heads`: what may issue before it; None: everything)."""
+        position p of queue qk (`heads`: what may issue before it; None: everything) and may
+        help reach `v`: a signal its queue gives only after one of its instructions waited for
+        the semaphore to reach v or more (a queue issues in order) comes when v is reached
+        already (a tile whose bytes and semaphores a later op's tile takes: that tile's first
+        accesses wait for the old one's last counts, `kernels.liveness`)."""
         out = {}
+        gates = self.gates
         for line, places in self.places.items():
             q = line[0]
             if q == qk:
-                out[line] = bisect_left(places, p)
+                n = bisect_left(places, p)
             elif heads is not None:
-                out[line] = bisect_right(places, heads[q])
+                n = bisect_right(places, heads[q])
             else:
-                out[line] = len(places)
+                n = len(places)
+            gate = gates.get(q) if v else None
+            if gate is not None:
+                i = bisect_left(gate[1], v)
+                if i < len(gate[0]):
+                    n = min(n, bisect_left(places, gate[0][i]))
+            out[line] = n
         return out
 
     def slack(self, avail: dict[int, int], v: int) -> int:
@@ -90,6 +103,7 @@ def launch_clocks(la: Launch, order: list[Instr]) -> Clocks:
     """The clocks of every instruction of `la`, computed along `order` (a topological one)."""
     nq, isdma, pos, tiles = len(la.queues), la.isdma, la.pos, la.prog.tiles
     by_sem: dict[str, dict[tuple, list]] = {}
+    gates: dict[str, dict[int, tuple]] = {}  # sem -> queue -> (wait positions, running max)
     comp: dict[tuple, int] = {}  # (DMA queue, direction) -> its component
     count: dict[tuple, int] = {}
     ranks: dict[int, list] = {}
@@ -103,7 +117,14 @@ def launch_clocks(la: Launch, order: list[Instr]) -> Clocks:
             ranks[id(ins)] = [(c, n)]
         for s, n in ins.signal:
             by_sem.setdefault(s, {}).setdefault(line, []).append((p, n, ins))
-    sems = {s: _Sem(by) for s, by in by_sem.items()}
+        for s, v in ins.wait:
+            g = gates.setdefault(s, {}).get(qk)
+            if g is None:
+                gates[s][qk] = ([p], [v])
+            elif v > g[1][-1]:
+                g[0].append(p)
+                g[1].append(v)
+    sems = {s: _Sem(by, gates.get(s)) for s, by in by_sem.items()}
     heads = la.may_precede(_needing_bounds(la, sems))
     width = nq + len(comp)
     at: dict[int, list] = {}
@@ -120,7 +141,7 @@ def launch_clocks(la: Launch, order: list[Instr]) -> Clocks:
                     j = bisect_left(sem.sums[line], v) - 1
                     _join_done(k, sem.by_line[line][j][2], at, done, ranks)
                     continue
-                avail = sem.available(qk, p, heads.get(id(ins)))
+                avail = sem.available(qk, p, heads.get(id(ins)), v)
                 _join_required(k, sem, avail, sem.slack(avail, v), at, done, ranks)
         at[id(ins)] = k
         if isdma[qk]:
