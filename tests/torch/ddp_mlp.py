@@ -1,5 +1,5 @@
 """An ordinary DDP script (no trnsim in it): an MLP, 3 SGD steps, on DEVICE (cpu: gloo;
-neuron: the backend init_process_group() picks). Writes each rank's parameters, losses and
+neuron: the backend init_process_group() picks); WRAP=fsdp2: FSDP2's fully_shard instead. Writes each rank's parameters, losses and
 step times to OUT/rank<R>.pt. Run by test_distributed_ddp under torchrun."""
 
 import os
@@ -14,7 +14,15 @@ dist.init_process_group("gloo" if dev == "cpu" else None)
 rank = dist.get_rank()
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(dev)
-ddp = DDP(model)
+if os.environ.get("WRAP") == "fsdp2":
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    ddp = fully_shard(model)
+else:
+    ddp = DDP(model)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 g = torch.Generator().manual_seed(1 + rank)
 losses, times = [], []
@@ -33,7 +41,7 @@ for _ in range(3):
         end.synchronize()
         times.append(start.elapsed_time(end))
     losses.append(loss.item())
-params = [p.detach().cpu() for p in model.parameters()]
+params = [getattr(p, "full_tensor", p.detach)().detach().cpu() for p in model.parameters()]
 torch.save({"params": params, "losses": losses, "times": times},
            os.path.join(os.environ["OUT"], f"rank{rank}.pt"))  # fmt: skip
 dist.destroy_process_group()

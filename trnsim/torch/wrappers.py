@@ -10,7 +10,13 @@ case and calls the original for every other device (docs/torch.md, "CUDA habits"
 - `torch.random.fork_rng` for neuron without its warning about initialising every device (all
   logical cores draw from the one CPU generator);
 - inductor (torch.compile's default backend), which cannot compile for neuron: a clear error
-  naming `backend="neuron"` instead of a KeyError deep in its code generation.
+  naming `backend="neuron"` instead of a KeyError deep in its code generation;
+- FSDP2's `free_storage` / `alloc_storage` (`fsdp_storage`, replaced when FSDP2's module is
+  imported, by a finder on `sys.meta_path`: importing it here would cost seconds): they
+  `resize_` a storage, which a device defined in Python cannot serve (NotImplementedError,
+  resizePrivateUse1Bytes); for neuron the unsharded parameter's bytes are kept (FSDP2
+  overwrites them after each all-gather), so values are right but `memory_allocated()` does
+  not show them freed yet.
 
 No other module of the shim assigns to torch's objects (a test checks).
 """
@@ -37,6 +43,7 @@ def install(module) -> None:
     _accelerator(module)
     _fork_rng()
     _inductor()
+    fsdp_storage()
     _done = True
 
 
@@ -214,3 +221,62 @@ def _on_neuron(gm, inputs) -> bool:
         if isinstance(v, torch.Tensor) and v.device.type == "neuron":
             return True
     return False
+
+
+# -- FSDP2 ---------------------------------------------------------------------------------------
+
+_FSDP = "torch.distributed.fsdp._fully_shard._fsdp_param"
+
+
+def fsdp_storage() -> None:
+    """FSDP2's storage free/regrow for neuron tensors (see the module docstring): now if FSDP2
+    is imported, else when it is."""
+    import sys
+
+    mod = sys.modules.get(_FSDP)
+    if mod is not None:
+        _fsdp_patch(mod)
+    elif not any(isinstance(f, _FsdpFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _FsdpFinder())
+
+
+class _FsdpFinder:
+    """Patches FSDP2's module right after it is first imported."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _FSDP:
+            return None
+        import importlib.util
+        import sys
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module) -> None:
+            run(module)
+            _fsdp_patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _fsdp_patch(mod) -> None:
+    if getattr(mod.free_storage, "_neuron", False):
+        return
+    free, alloc = mod.free_storage, mod.alloc_storage
+
+    @functools.wraps(free)
+    def free_storage(tensor) -> None:
+        if tensor.device.type != "neuron":
+            free(tensor)
+
+    @functools.wraps(alloc)
+    def alloc_storage(tensor) -> None:
+        if tensor.device.type != "neuron":
+            alloc(tensor)
+
+    free_storage._neuron = True
+    mod.free_storage, mod.alloc_storage = free_storage, alloc_storage
