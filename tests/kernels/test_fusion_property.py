@@ -202,10 +202,11 @@ def test_a_value_overwritten_unread_is_not_computed(cores, tmp_path):
     assert find_races(r.program) == []
 
 
-def test_runs_over_other_tensors_share_the_buffers_of_one_kernel():
+def test_runs_over_other_tensors_share_the_bytes_of_one_kernel():
     """Two fused runs of 6 tensors each, [512, 2048] float32 (blocks of [128, 2048]: 8 KiB a
-    partition): 6 x 3 rotating buffers for both runs, 144 KiB of a partition's 224 KiB, where a
-    buffer per tensor made 288 KiB and the launch an SBUF overflow."""
+    partition): 6 x 3 rotating buffers for each run, live over its own op step only, so 144 KiB
+    of a partition's 224 KiB are live at once, where buffers kept for the whole kernel made 288
+    KiB and the launch an SBUF overflow (the tiles placed by liveness: `kernels.liveness`)."""
     from trnsim.kernels import lower
 
     shape = (512, 2048)
@@ -218,8 +219,12 @@ def test_runs_over_other_tensors_share_the_buffers_of_one_kernel():
     specs = _specs({n: (shape, "float32") for n in names})
     assert [len(r) for r in chains(ops, specs)] == [3, 3]
     prog = lower(ops, specs, CFG)
-    assert len(prog.tiles) == 18
-    assert sum(t.shape[1] * t.dtype.itemsize for t in prog.tiles.values()) == 144 * 1024
+    assert sorted(t.live for t in prog.tiles.values()) == [(0, 0)] * 18 + [(1, 1)] * 18
+    for step in (0, 1):
+        live = [t for t in prog.tiles.values() if t.live == (step, step)]
+        assert sum(t.shape[1] * t.dtype.itemsize for t in live) == 144 * 1024
+    top = max(t.offset + t.shape[1] * t.dtype.itemsize for t in prog.tiles.values())
+    assert top <= CFG.core.sbuf.partition_bytes
 
 
 def test_an_op_of_two_numbers_is_not_fused_and_is_refused_by_its_lowering():

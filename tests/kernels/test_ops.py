@@ -525,7 +525,7 @@ def test_a_run_of_elementwise_ops_is_fused_and_keeps_its_intermediates_on_chip()
 
 def test_transposes_keep_32_blocks_in_flight_on_half_the_queues_each_way():
     """Loads on queues 0-7, stores on 8-15 (trn2: 16 queues), through 32 buffers as wide as
-    x's rows (up to 512), shared by the kernel's transposes of the same width."""
+    x's rows (up to 512), each transpose's own (live over its op step: `kernels.liveness`)."""
     from trnsim.config import load_chip
     from trnsim.dtypes import dtype
     from trnsim.trace.program import TensorSpec
@@ -542,7 +542,9 @@ def test_transposes_keep_32_blocks_in_flight_on_half_the_queues_each_way():
     }
     ops = [OpSpec("transpose", {"x": "x", "out": "y"}), OpSpec("transpose", {"x": "u", "out": "v"})]
     prog = lower(ops, specs, load_chip("trn2"))
-    assert [t.shape for t in prog.tiles.values()] == [(128, 128)] * 32
+    assert [(t.shape, t.live) for t in prog.tiles.values()] == (
+        [((128, 128), (0, 0))] * 32 + [((128, 128), (1, 1))] * 32
+    )
     copies = [i for i in prog.instructions if i.OP == "dma_copy"]
     loads = [i.queue for i in copies if i.transpose]
     stores = [i.queue for i in copies if not i.transpose]

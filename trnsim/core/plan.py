@@ -25,7 +25,7 @@ from trnsim.errors import SimError
 from trnsim.isa import Ap, CoreBarrier, Engine, Instr
 from trnsim.memory.buffer import Buffer, Ref, bind
 from trnsim.memory.init import initial_values
-from trnsim.memory.onchip import place_tiles
+from trnsim.memory.onchip import in_use, place_tiles
 from trnsim.report.tracks import dma_track, engine_track
 from trnsim.sync import Semaphores
 from trnsim.trace.instructions import with_fields
@@ -76,8 +76,9 @@ class Launch:
     first_barrier: int = 0  # the number of its first one on the core's link (`CoreLink.begin`)
 
     def tile_bytes(self, memory: str) -> int:
-        """Bytes of this launch's tiles in `memory` (sbuf or psum), for high-water marks."""
-        return sum(b.nbytes for b in self.tiles.values() if b.memory == memory)
+        """The most bytes of `memory` (sbuf or psum) this launch's tiles hold at once (tiles
+        placed by liveness share bytes: `onchip.in_use`), for high-water marks."""
+        return in_use(self.tiles.values(), memory)
 
 
 class Planner:
@@ -158,6 +159,7 @@ class Planner:
                     for t in specs
                 ],
                 self.cfg.core,
+                {t.name: t.offset for t in specs if t.offset is not None},
             )
         except SimError as e:  # at the line of the tile that does not fit
             if not e.line and getattr(e, "tile", None) in prog.tiles:
@@ -171,7 +173,7 @@ class Planner:
                 else None
             )
             tiles[t.name] = Buffer(
-                t.name, t.memory, t.shape, t.dtype, arr, offsets[t.name], self.index
+                t.name, t.memory, t.shape, t.dtype, arr, offsets[t.name], self.index, t.live
             )
         names: dict[str, int] = {}
         for ins in prog.instructions:

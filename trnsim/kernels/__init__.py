@@ -50,9 +50,10 @@ def lower(
 def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: str,
                 meetings: dict | None = None):  # fmt: skip
     """The ops into `b`, runs of elementwise ops fused (`fusion`), each run or op a generation
-    of its tensors' accesses, its instructions tagged with its row (`roofline.op_rows`). Before
-    the op of each index in `meetings` (LNC 2: `_meetings`), the two physical cores meet at a
-    `core_barrier` over the tensors it names."""
+    of its tensors' accesses and an op step of its own tiles (`KernelBuilder.begin`), its
+    instructions tagged with its row (`roofline.op_rows`); the tiles placed by liveness
+    (`liveness`). Before the op of each index in `meetings` (LNC 2: `_meetings`), the two
+    physical cores meet at a `core_barrier` over the tensors it names."""
     meetings = meetings or {}
     first = 0
     for row, run in enumerate(chains(ops, b.tensors)):
@@ -61,7 +62,7 @@ def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: st
             _meet(b, meetings[first])
         first += len(run)
         b.barrier()
-        b.row = row
+        b.begin(row)
         try:
             for op in run:
                 check_args(b, op)
@@ -70,7 +71,7 @@ def _lower_into(b: KernelBuilder, ops: list[OpSpec], cfg: ChipConfig, source: st
         except TraceError as e:
             where = f"{source}:{op.line}: " if source else f"line {op.line}: " if op.line else ""
             raise TraceError(f"{where}{e}") from None
-    return b.program()
+    return b.program(cfg.core)
 
 
 def isolated(op: OpSpec, tensors: dict[str, TensorSpec], cfg: ChipConfig) -> bool:
@@ -131,10 +132,11 @@ def _meetings(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg, source: st
     rows_of: dict = {}  # tensor -> the row count of the split its writer used (-1: one core's)
     seen: dict[str, set] = {}  # tensor -> the kinds of access ("r", "w") since the last meeting
     alone: dict[str, set] = {}  # the same, by isolated ops only
+    base = _bases(tensors)  # a view's accesses are its base tensor's (one memory)
     for i, op in enumerate(ops):
         mine = isolated(op, tensors, cfg)
-        why = _conflict(op, mine, tensors, seen, alone) or (
-            None if mine else _crossing(op, tensors, rows_of)
+        why = _conflict(op, mine, tensors, seen, alone, base) or (
+            None if mine else _crossing(op, tensors, rows_of, base)
         )
         if why is not None:
             if not cfg.core.core_barrier:
@@ -146,12 +148,24 @@ def _meetings(ops: list[OpSpec], tensors: dict[str, TensorSpec], cfg, source: st
             meetings[i] = list(seen)
             rows_of, seen, alone = {}, {}, {}
         for _, name, kind in OPS[op.op].accesses(op.args, tensors):
-            seen.setdefault(name, set()).add(kind)
+            seen.setdefault(base[name], set()).add(kind)
             if mine:
-                alone.setdefault(name, set()).add(kind)
+                alone.setdefault(base[name], set()).add(kind)
         if not mine:
-            rows_of.update(_row_splits(op, tensors))
+            for o, r in _row_splits(op, tensors).items():  # written through a view: -2
+                rows_of[base[o]] = r if base[o] == o else -2
     return meetings
+
+
+def _bases(tensors: dict[str, TensorSpec]) -> dict[str, str]:
+    """{tensor: the tensor whose memory it is (itself, or the base of its views)}."""
+    out = {}
+    for n in tensors:
+        b = n
+        while tensors[b].view is not None and tensors[b].view in tensors:
+            b = tensors[b].view
+        out[n] = b
+    return out
 
 
 def _row_splits(op: OpSpec, tensors) -> dict:
@@ -165,8 +179,9 @@ def _row_splits(op: OpSpec, tensors) -> dict:
     return {o: _rows(tensors[op.args["x"] if by_x else o].shape) for o in outs}
 
 
-def _crossing(op: OpSpec, tensors, rows_of: dict) -> str | None:
-    """Why `op` needs rows of a tensor the other core wrote, or None."""
+def _crossing(op: OpSpec, tensors, rows_of: dict, base: dict) -> str | None:
+    """Why `op` needs rows of a tensor the other core wrote (or of its memory through another
+    view of it), or None."""
     rec = OPS[op.op]
     splits = _row_splits(op, tensors)
     r_outs = list(splits.values())
@@ -177,8 +192,12 @@ def _crossing(op: OpSpec, tensors, rows_of: dict) -> str | None:
             continue
         items = arg if isinstance(arg, list) else [arg]
         for i, v in enumerate(items):
-            if not isinstance(v, str) or v not in rows_of:
+            if not isinstance(v, str) or base.get(v, v) not in rows_of:
                 continue
+            if base[v] != v or rows_of[base[v]] == -2:
+                return (f"{k} {v!r} shares its memory with a tensor an earlier op of this "
+                        "kernel wrote on both physical cores (lnc 2), through a view whose rows "
+                        "are not that op's")  # fmt: skip
             r_out = r_outs[min(i, len(r_outs) - 1)]
             whole = k in rec.whole or (
                 rec.broadcast_whole and isinstance(out, str)
@@ -191,10 +210,11 @@ def _crossing(op: OpSpec, tensors, rows_of: dict) -> str | None:
     return None
 
 
-def _conflict(op: OpSpec, mine: bool, tensors, seen: dict, alone: dict) -> str | None:
+def _conflict(op: OpSpec, mine: bool, tensors, seen: dict, alone: dict, base) -> str | None:
     """An isolated op (`mine`) conflicting (one access a write) with an earlier op's access to
     its tensors, or any op with an earlier isolated op's: why, or None."""
     for k, name, kind in OPS[op.op].accesses(op.args, tensors):
+        name = base[name]
         before = seen.get(name, set()) if mine else alone.get(name, set())
         if "w" in before or (kind == "w" and before):
             return (f"{k} {name!r} is used by another op of this kernel, and "

@@ -17,15 +17,18 @@ and signals that order it, so no lowering writes a semaphore by hand:
   waited for as much (queues issue in order), or every write (read) still to wait for runs on
   the same compute engine, which runs its instructions one after another.
 - HBM tensors are ordered between ops, not inside one: `barrier()` marks each op's start, and
-  the ops that touch a tensor are its generations. Every access of generation g waits for all
-  the accesses (reads and writes) of generation g - 1, and counts itself in the other of two
-  alternating sets of counters (`w.<t>.<g % 2>`, `r.<t>.<g % 2>`): an op's own accesses never
-  add to the counts it waits for (so an op that reads and writes a tensor in place cannot let
-  its own early stores stand for the earlier op's), and generation g + 1, which waits for all of
-  g, cannot complete before g's waits are met. Generations are thus ordered one after another,
-  and the race check (docs/races.md) sees every count met exactly. Inside an op the lowering's
-  dataflow orders its HBM accesses (a block is loaded, computed, then stored; blocks are
-  disjoint), which lets the loads of one block overlap the stores of another.
+  the ops that touch a tensor (or a view of it: one memory) are its generations. Every access
+  of generation g waits for all the accesses (reads and writes) of generation g - 1, and
+  counts itself in the other of two alternating sets of counters (`w.<t>.<g % 2>`,
+  `r.<t>.<g % 2>`): an op's own accesses never add to the counts it waits for (so an op that
+  reads and writes a tensor in place cannot let its own early stores stand for the earlier
+  op's), and generation g + 1, which waits for all of g, cannot complete before g's waits are
+  met. Generations are thus ordered one after another, and the race check (docs/races.md) sees
+  every count met exactly. Inside an op the lowering's dataflow orders its HBM accesses (a
+  block is loaded, computed, then stored; blocks are disjoint), which lets the loads of one
+  block overlap the stores of another.
+- Each op step (`begin`) has tiles of its own; the program's tiles are placed by liveness and
+  its semaphores recycled where the core has too few (`liveness`).
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from trnsim.config import CoreConfig
 from trnsim.dtypes import DType
 from trnsim.isa import Ap, Engine, Instr
 from trnsim.kernels.layout import core_rows
+from trnsim.kernels.liveness import finish
 from trnsim.trace.instructions import new_instruction
 from trnsim.trace.program import CoreProgram, TensorSpec, TileSpec
 
@@ -120,6 +125,8 @@ class _Buffer:
     last_read: dict[Any, int] = field(default_factory=dict)
     unread: dict[Any, _Unread] = field(default_factory=dict)  # queue -> its writes since the
     # last read
+    first: int = -1  # the op step (`KernelBuilder.row`) it was made in
+    last: int = -1  # the op step of its last access
 
 
 @dataclass
@@ -137,6 +144,8 @@ class _Tensor:
     floor_w: int = 0  # the other set's totals when this generation began
     floor_r: int = 0
     sems: dict = field(default_factory=dict)  # (kind, set) -> "<kind>.<tensor>.<set>"
+    first: int = -1  # the op steps (`KernelBuilder.row`) of its first and last generation
+    last: int = -1
 
 
 class KernelBuilder:
@@ -148,7 +157,12 @@ class KernelBuilder:
         self.tiles: dict[str, TileSpec] = {}
         self.instructions: list[Instr] = []
         self._bufs: dict[str, _Buffer] = {}  # tiles
-        self._tensors: dict[str, _Tensor] = {n: _Tensor() for n in tensors}
+        self._tensors: dict[str, _Tensor] = {}  # a view shares its base's: one memory
+        for n in tensors:
+            base = n
+            while tensors[base].view is not None and tensors[base].view in tensors:
+                base = tensors[base].view
+            self._tensors[n] = self._tensors.setdefault(base, _Tensor())
         self._op = 0
         self._waited: dict[Any, dict[str, int]] = defaultdict(dict)  # queue -> sem -> value
         self._dma: dict[int, tuple[str, int]] = {}  # DMA queue number -> its key (`_dma_queue`)
@@ -171,6 +185,7 @@ class KernelBuilder:
                 break
         self.tiles[name] = TileSpec(name, memory, tuple(shape), dtype)
         self._bufs[name] = _Buffer(tuple(shape), (f"r.{name}", f"w.{name}"))
+        self._bufs[name].first = self._bufs[name].last = self.row
         return name
 
     def scratch_tile(self, key: str, base: str, shape, dtype: DType) -> str:
@@ -198,6 +213,15 @@ class KernelBuilder:
     def release(self, *names: str) -> None:
         """PSUM tiles of an op that ended, for `psum` to hand to the next ops."""
         self._free_psum.extend(n for n in names if self.tiles[n].memory == "psum")
+
+    def begin(self, row: int) -> None:
+        """The start of op step `row` (an op, or a fused run of them): the instructions emitted
+        from now on belong to it, and its tiles are its own: scratch tiles (`scratch_tile`,
+        `scratch`) and released PSUM tiles are no longer handed out by name, so each op's tiles
+        live only over the ops that use them and `program` places them by liveness."""
+        self.row = row
+        self.scratch.clear()
+        self._free_psum.clear()
 
     def share(self, shape: tuple[int, ...]) -> tuple[int, int] | None:
         """The flattened rows of an op's output of `shape` this core computes (`layout.
@@ -278,6 +302,9 @@ class KernelBuilder:
         t = self._tensors[name]
         if t.op != self._op:  # the first access of this op: a new generation
             t.gen, t.op = t.gen + 1, self._op
+            if t.first < 0:
+                t.first = self.row
+            t.last = self.row
             prev = (t.gen - 1) % 2
             t.floor_w, t.floor_r = t.writes[prev], t.reads[prev]
         prev = (t.gen - 1) % 2
@@ -299,9 +326,11 @@ class KernelBuilder:
             buf.reads += 1
             buf.last_read[queue] = buf.reads
             buf.unread.clear()
+            buf.last = self.row
             return buf.sems[0]
         buf.writes += 1
         buf.last_write[queue] = buf.writes
+        buf.last = self.row
         written = buf.unread.get(queue)
         if written is None:
             written = buf.unread[queue] = _Unread(buf.shape)
@@ -321,7 +350,11 @@ class KernelBuilder:
             return  # what is left to wait for ran on this compute engine, one after another
         waits[sem] = n
 
-    def program(self) -> CoreProgram:
+    def program(self, core: CoreConfig | None = None) -> CoreProgram:
         """The program built; its `op_of` tags each instruction with the op row it was emitted
-        for (the per-op report aggregates the instructions' spans by it)."""
+        for (the per-op report aggregates the instructions' spans by it). Given the `core`,
+        the tiles of a program of several op steps are placed by liveness and their
+        semaphores recycled (`liveness.finish`)."""
+        if core is not None:
+            finish(self, core)
         return CoreProgram(dict(self.tiles), list(self.instructions), tuple(self._rows))

@@ -33,6 +33,7 @@ class Buffer:
     array: np.ndarray | None = None
     offset: int = 0
     core: int = 0
+    live: tuple[int, int] | None = None  # a tile's op steps [first, last]; None: the launch
 
     @property
     def nbytes(self) -> int:

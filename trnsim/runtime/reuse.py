@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from trnsim.memory.onchip import in_use
 from trnsim.report.recorder import Timeline
 
 
@@ -152,8 +153,7 @@ class ReuseState:
 
 def rec_bytes(ctx, kernel, core, memory: str) -> int:
     """Bytes of `memory` the tiles of `kernel`'s last launch on `core` take."""
-    tiles = ctx.kernel_tiles[(kernel.name, core.index)]
-    return sum(b.nbytes for b in tiles.values() if b.memory == memory)
+    return in_use(ctx.kernel_tiles[(kernel.name, core.index)].values(), memory)
 
 
 def _warmth(core, now: int, relative: bool = False):
