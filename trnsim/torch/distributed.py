@@ -539,7 +539,10 @@ class _Timed:
         """The current neuron stream waits for the collective's end."""
         chip = state.get()
         ops = _ops(chip)
-        ops.stream().wait_event(self.event)
+        stream = ops.stream()
+        stream.wait_event(self.event)
+        if chip.listeners:
+            chip.listeners.wait_event(stream, self.event)
         for p in self.ptrs:
             if ops.after.get(p) is self.event:
                 del ops.after[p]
@@ -654,7 +657,9 @@ class _Timer:
         info = {"group": g._name, "ranks": group, "world_op": world_op, "nbytes": nbytes,
                 "dtype": dtype, "algorithm": res["algorithm"], "arrival_ps": start,
                 "start_ps": a0 + res["start"], "end_ps": end, "busbw": res["busbw"],
-                "time_ps": res["time"], "seq": span.seq}  # fmt: skip
+                "time_ps": res["time"], "seq": span.seq, "reduce_op": red, "root": root,
+                "counts": counts, "event": ev, "exact_reduce": kind in REDUCE, "call": op}  # fmt: skip
+        ops.collective(info)  # the report's rows and steps (trnsim.torch.report)
         if chip.listeners:
             chip.listeners.collective(op, cc, tensors, info)
         return _Timed(self, ev, ptrs)
