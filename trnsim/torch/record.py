@@ -53,7 +53,8 @@ class Recording(TraceTensors, Listener):
     `summary` the recorded run's figures once written."""
 
     def __init__(self, path, values: bool = False, names: dict | None = None):
-        self.path, self.values = Path(path), values
+        self.rank = _rank()
+        self.path, self.values = _rank_path(Path(path), self.rank), values
         self.names = names or {}
         self.summary: dict = {}
 
@@ -179,6 +180,50 @@ class Recording(TraceTensors, Listener):
         """The host waited for stream `rt` (None: every stream)."""
         for s in [rt] if rt is not None else list(self.streams):
             self._step(s, {"synchronize": None})
+
+    def collective(self, op: str, rt, tensors, info: dict) -> None:
+        """A collective of torch.distributed's backend on CC stream `rt`: the CC stream waits
+        for what the issuing stream (the current one) enqueued before it, then a `collective:`
+        step, then the record of the event the issuing stream's later wait names."""
+        issuing = timer().stream()
+        if issuing is not rt:
+            name = f"ev{len(self.event_names)}"
+            self.event_names[-len(self.event_names) - 1] = (None, name)  # no torch event
+            self._step(issuing, {"record": name})
+            self.recorded.add(name)
+            self._step(rt, {"wait": name})
+        self._step(rt, {"collective": self._collective(op, rt, tensors, info)})
+        done = self._event(info["event"])
+        self._step(rt, {"record": done})
+        self.recorded.add(done)
+        self.summary["collectives"] = self.summary.get("collectives", 0) + 1
+
+    def _collective(self, op: str, rt, tensors, info: dict) -> dict:
+        """The `collective:` step (docs/trace_extensions.md): the World's op on the group's
+        system ranks; with values, the tensor itself where the trace's op computes what the
+        backend did (an in-place all_reduce by sum, max, min or prod; a broadcast), else its
+        size and dtype (timing: the replay leaves the tensors as they were)."""
+        wop = info["world_op"]
+        c: dict = {"op": wop, "group": list(info["ranks"])}
+        if info.get("counts"):
+            c["counts"] = [list(r) for r in info["counts"]]
+            c["dtype"] = info["dtype"]
+            return c
+        if wop in ("all_reduce", "reduce_scatter"):
+            c["reduce_op"] = info.get("reduce_op", "sum")
+        if wop == "broadcast":
+            c["root"] = info.get("root", c["group"][0])
+        exact = op in ("allreduce", "broadcast") and len(tensors) == 1 and (
+            op == "broadcast" or info.get("exact_reduce", True))
+        t = tensors[0] if tensors else None
+        if (self.values and exact and isinstance(t, Tensor) and t.is_contiguous()
+                and t.numel() * t.element_size() == info["nbytes"]
+                and DTYPES.get(t.dtype) == info["dtype"]):  # fmt: skip
+            c["tensor"] = self.tensor(t, self.stream(rt))
+            return c
+        c["bytes"] = info["nbytes"]
+        c["dtype"] = info["dtype"]
+        return c
 
     def event_synchronize(self, ev) -> None:
         """The host waited for an event: for the stream it was last recorded on."""
@@ -314,6 +359,25 @@ class Recording(TraceTensors, Listener):
             raise OutputError(e.path, f"{e.reason}; {_KEPT}", named) from e
         except OSError as e:
             raise OutputError(e.filename or self.path, f"{e.strerror or e}; {_KEPT}", named) from e
+
+
+def _rank() -> int | None:
+    """This process's rank in a torch.distributed job (None outside one)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return None
+
+
+def _rank_path(path: Path, rank: int | None) -> Path:
+    """The trace of rank `rank`: `{rank}` in the path replaced by it, else `_rank<R>` before
+    the suffix (run.yaml -> run_rank3.yaml); the path as given outside a job."""
+    if rank is None:
+        return path
+    if "{rank}" in str(path):
+        return Path(str(path).replace("{rank}", str(rank)))
+    return path.with_name(f"{path.stem}_rank{rank}{path.suffix}")
 
 
 def _renamed(op: OpSpec, names: dict) -> dict:

@@ -24,7 +24,14 @@ def write(rec) -> None:
         "chip": rec.chip.cfg.name,
         "lnc": rec.chip.lnc,
         "mode": "functional" if rec.values else "timing",
-        "tensors": {names.get(n, n): e for n, e in rec.tensors.items()},
+    }
+    if rec.rank is not None:  # one rank's program of a torch.distributed job
+        system = _system(rec.chip)
+        if system is not None:
+            doc["system"] = system
+        doc["rank"] = rec.rank
+    doc |= {
+        "tensors": {names.get(n, n): _entry(e, names) for n, e in rec.tensors.items()},
         "kernels": {k: _kernel(e, names) for k, e in rec.kernels.items()},
         "streams": _streams(rec, names),
     }
@@ -75,7 +82,9 @@ def _yaml(doc: dict) -> str:
 
 
 def _names(rec) -> dict[str, str]:
-    """Internal tensor name -> the name the user gave it (unique; internal names otherwise)."""
+    """Internal tensor name -> the name the user gave it (unique; internal names otherwise);
+    a rank's recording with values prefixes every name with `r<R>_` (the files of a job share
+    names, and their values differ)."""
     out, used = {}, set(rec.tensors)
     for internal, wanted in rec.rename.items():
         name, i = wanted, 1
@@ -85,7 +94,27 @@ def _names(rec) -> dict[str, str]:
         out[internal] = name
     for name, target in rec.alias.items():
         out[name] = out.get(target, target)
+    if rec.rank is not None and rec.values:
+        prefix = f"r{rec.rank}_"
+        out = {n: prefix + out.get(n, n) for n in {*rec.tensors, *out}}
     return out
+
+
+def _entry(entry: dict, names: dict) -> dict:
+    if "view" in entry:
+        return {**entry, "view": names.get(entry["view"], entry["view"])}
+    return entry
+
+
+def _system(chip) -> str | None:
+    """The name of the system timing the job's collectives (as the shim was configured, or the
+    chip's default system)."""
+    from trnsim.torch import state
+    from trnsim.torch.distributed import DEFAULT_SYSTEMS
+
+    if chip.system is not None:
+        return state._settings.get("system") or chip.system.name
+    return DEFAULT_SYSTEMS.get((chip.cfg.name, chip.lnc))
 
 
 def _kernel(entry: dict, names: dict) -> dict:
@@ -115,6 +144,9 @@ def _streams(rec, names: dict) -> list[dict]:
         step = dict(step)
         if "copy" in step:
             step["copy"] = {k: names.get(v, v) for k, v in step["copy"].items()}
+        if "tensor" in step.get("collective", {}):
+            c = step["collective"] = dict(step["collective"])
+            c["tensor"] = names.get(c["tensor"], c["tensor"])
         if stream != HOST_STREAM:
             step["stream"] = stream
         do.append("synchronize" if step == {"synchronize": None} else step)

@@ -70,6 +70,18 @@ class OpTimer:
         self.copy_bytes = 0
         # storage address -> the runtime event ending a collective in flight that writes it
         self.after: dict[int, object] = {}
+        # the timed collectives (torch.distributed's backend: the `info` listeners are told)
+        self.collectives: list[dict] = []
+        self.steps = None  # report.StepLog: launches and optimizer steps, from the first one
+
+    def collective(self, info: dict) -> None:
+        """torch.distributed's backend timed a collective (`info`: what listeners are told):
+        kept for the report, whose per-step log starts with the job's first collective."""
+        self.collectives.append(info)
+        if self.steps is None:
+            from trnsim.torch.report import StepLog
+
+            self.steps = StepLog(self.chip, info["arrival_ps"])
 
     @property
     def refused(self) -> dict[str, str]:
@@ -150,6 +162,8 @@ class OpTimer:
                         ev = after.pop(t.untyped_storage().data_ptr(), None)
                         if ev is not None:
                             stream.wait_event(ev)
+                            if self.listeners:
+                                self.listeners.wait_event(stream, ev)
 
     def _launch(self, stream, name: str, m, host_copy: bool):
         if m.kernel is not None and self.simulate:

@@ -7,7 +7,8 @@ stream's rank issues on a group of ranks (docs/trace_extensions.md, "Collectives
     - collective: {op: all_to_allv, group: [0, 1], counts: [[1, 3], [2, 0]], tensor: s, out: r}
 
 Checked here, with one-line errors at the key: the op, the group (distinct ranks, or `all`),
-a tensor of the trace (in HBM, not strided) or a size, the dtype, the reduce op, the algorithm,
+a tensor of the trace (in HBM, contiguous: a strided view only with dense strides, as a
+recording writes torch's tensors) or a size, the dtype, the reduce op, the algorithm,
 `root:` (broadcast), `pairs:` (permute) and `counts:` (all_to_allv), and the sizes of `tensor`
 and `out` against each other. What depends on the system (that the ranks exist, that the
 stream's rank is in the group, a group of `all`) is checked when the trace is placed on one
@@ -290,9 +291,15 @@ def _tensor(value: Any, loc: Loc, tensors: Mapping[str, TensorSpec]) -> TensorSp
     t = tensors[value]
     if t.on != "hbm":
         loc.fail(f"tensor {value} is host memory", "a device (HBM) tensor")
-    if t.strides is not None:
+    if t.strides is not None and tuple(t.strides) != _contiguous(t.shape):
         loc.fail(f"tensor {value} is a strided view", "a contiguous tensor or view")
     return t
+
+
+def _contiguous(shape) -> tuple[int, ...]:
+    """The strides of a dense row-major tensor of `shape` (a view with these strides and any
+    offset is contiguous memory: a recorded torch tensor is written so)."""
+    return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
 
 
 def _bytes(value: Any, loc: Loc, dtype) -> int:
