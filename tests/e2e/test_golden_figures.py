@@ -64,6 +64,7 @@ def test_every_golden_has_its_figures_derived():
         "mlp_ops",
         "attention_ops",
         "llama70b_prefill_ops",
+        "llama70b_prefill_one_kernel",
         "llama70b_decode_ops",
         "ddp_allreduce",  # on a system: test_golden_figures_system.py
     }

@@ -233,6 +233,29 @@ def test_llama70b_prefill_ops(name):
         assert rows[(k, "linear")]["fraction"] > 0.95
 
 
+@by_name("llama70b_prefill_one_kernel")
+def test_llama70b_prefill_one_kernel(name):
+    """The prefill layer as one kernel of its 19 ops (traces/llama70b_prefill_one_kernel.yaml,
+    issue 27): each op row's FLOPs, bytes and bounds as the 12 kernels' (the same ops, every
+    row in kernel `layer`), the same FLOPs and HBM bytes in all, and a device time no more
+    than 5% over the 12 kernels' (its header: 25.640 ms against 25.649 ms)."""
+    g, cfg = golden(name)
+    g12, _ = golden("llama70b_prefill_ops")
+    assert g["mode"] == "timing" and g["lnc"] == cfg.lnc == 2
+    device = round(g["device_time_ns"] * 1000)
+    want = [("layer", *w[1:]) for w in llama_rows(2048, None)]
+    assert [(r["kernel"], r["op"]) for r in g["ops"]] == [w[:2] for w in want]
+    for row, (_k, _op, flops, read, written) in zip(g["ops"], want):
+        assert_op_row(row, cfg, cfg.lnc, flops, read, written, device)
+        assert row["fraction"] <= 1
+    assert g["flops"] == g12["flops"] and g["hbm"]["bytes_read"] == g12["hbm"]["bytes_read"]
+    assert g["hbm"]["bytes_written"] == g12["hbm"]["bytes_written"]
+    assert g["device_time_ns"] <= 1.05 * g12["device_time_ns"]
+    assert round(device / 1e7) == 2564
+    launch = seconds_ps(cfg.host_link.launch_overhead)  # one launch
+    assert round(g["total_time_ns"] * 1000) == device + launch
+
+
 @by_name("llama70b_decode_ops")
 def test_llama70b_decode_ops(name):
     """Each op row's FLOPs, bytes and bounds by hand (traces/llama70b_decode_ops.yaml); every
