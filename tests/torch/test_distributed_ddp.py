@@ -82,7 +82,7 @@ def test_steps_are_timed_and_equal_on_both_ranks(runs):
 def test_fsdp2_on_neuron_equals_fsdp2_on_cpu_with_gloo(tmp_path):
     """FSDP2 (fully_shard per Linear and on the model; AVG reduce-scatters): the same script's
     parameters as on CPU with gloo, bit for bit, and single-process training within 1e-7.
-    (Its unsharded parameters' bytes are kept between uses: memory figures not yet right.)"""
+    (Its memory figures: test_distributed_parallel.)"""
     mine, ref = _torchrun(tmp_path, "neuron", "fsdp2"), _torchrun(tmp_path, "cpu", "fsdp2")
     for r in range(2):
         assert mine[r]["losses"] == ref[r]["losses"]

@@ -6,6 +6,13 @@ what the shim holds from the runtime, `allocated` what live tensors use; `empty_
 the pooled blocks back. Each block keeps the runtime's host copy of its bytes (`raw`, functional
 mode) and CPU tensors over them, so an op reads and writes device memory without copying.
 
+A live block can be emptied and regrown under its storage (`free_bytes`, `regrow`), as
+`UntypedStorage.resize_(0)` / `resize_(n)` do on a GPU (FSDP2 frees its unsharded parameters so,
+`trnsim.torch.wrappers`): the block's device memory goes back to the runtime and counts as freed,
+and comes back (a new device buffer, counted as allocated) before the storage is used again.
+The storage keeps its host address (a storage's data pointer cannot move), so the block keeps
+its host bytes meanwhile: device memory is freed, this machine's RAM is not.
+
 A storage's data_ptr() is the host address of its block's bytes, not the device address
 (`buf.address`): PyTorch's native code reads a storage's pointer directly (`byteswap`, DLPack,
 ...), and a made-up address there would take the process down with a SIGSEGV.
@@ -64,7 +71,9 @@ class CachingAllocator:
         self.device = device  # a trnsim.runtime.Device
         self.listeners = listeners  # told of each block handed out (a recording names it)
         self.pools: dict[int, list[Block]] = {}
-        self.blocks: dict[int, Block] = {}  # host data_ptr -> every block held (live or pooled)
+        # host data_ptr -> every block held (live, pooled, or emptied: `free_bytes`)
+        self.blocks: dict[int, Block] = {}
+        self.emptied: set[int] = set()  # host data_ptrs of blocks without device memory
         self.allocated = self.allocated_peak = self.reserved = self.reserved_peak = 0
         self.count = self.count_peak = self.count_total = self.ooms = 0
         self.allocated_total = self.freed_total = self.segments_total = 0
@@ -92,25 +101,74 @@ class CachingAllocator:
         blk = self.blocks.get(address)
         if blk is None:
             return
+        if address in self.emptied:  # already counted as freed; its device memory is gone
+            self.emptied.discard(address)
+            del self.blocks[address]
+            return
         self.pools.setdefault(blk.size, []).append(blk)
         self.allocated -= blk.size
         self.freed_total += blk.size
         self.count -= 1
 
-    def _new(self, size: int, nbytes: int) -> Block:
+    def free_bytes(self, address: int) -> bool:
+        """Give the device memory of the live block of storage `address` back to the runtime,
+        keeping the block (and its host bytes) for `regrow`: `resize_(0)` of a storage. False
+        if `address` is not a live block of this allocator."""
+        blk = self.blocks.get(address)
+        if blk is None or address in self.emptied:
+            return False
+        self.device.free(blk.buf)
+        blk.buf = None
+        self.emptied.add(address)
+        self.allocated -= blk.size
+        self.freed_total += blk.size
+        self.count -= 1
+        self.reserved -= blk.size
+        self.reserved_freed += blk.size
+        return True
+
+    def regrow(self, address: int) -> bool:
+        """New device memory under the emptied block of storage `address` (its host bytes
+        become the runtime buffer's): `resize_(n)` after `resize_(0)`, counted and told to the
+        listeners as an allocation. False if the block was not emptied."""
+        if address not in self.emptied:
+            return False
+        blk = self.blocks[address]
+        raw = blk.base.numpy()
+        blk.buf = self._malloc(blk.size, blk.size, lambda: raw)
+        self.emptied.discard(address)
+        self.reserved += blk.size
+        self.reserved_total += blk.size
+        self.segments_total += 1
+        self.reserved_peak = max(self.reserved_peak, self.reserved)
+        self.allocated += blk.size
+        self.allocated_total += blk.size
+        self.count += 1
+        self.count_total += 1
+        self.allocated_peak = max(self.allocated_peak, self.allocated)
+        self.count_peak = max(self.count_peak, self.count)
+        if self.listeners:
+            self.listeners.alloc(blk, blk.size)
+        return True
+
+    def _malloc(self, size: int, nbytes: int, values=None):
+        """A runtime buffer of `size` bytes (its bytes `values()` when given), emptying the
+        pools once if the device is full; torch.OutOfMemoryError if it stays full."""
         for attempt in (0, 1):
             if size <= self.device.memory - self.reserved:
                 try:
-                    buf = self.device.malloc(size)
-                    break
+                    if values is None:
+                        return self.device.malloc(size)
+                    return self.device._malloc(size, f"malloc of {size} bytes", values=values)
                 except TrnsimError:
                     pass
             if attempt == 0:
                 self.empty_cache()
-        else:
-            self.ooms += 1
-            raise torch.OutOfMemoryError(self._oom_message(nbytes))
-        blk = Block(buf)
+        self.ooms += 1
+        raise torch.OutOfMemoryError(self._oom_message(nbytes))
+
+    def _new(self, size: int, nbytes: int) -> Block:
+        blk = Block(self._malloc(size, nbytes))
         self.blocks[blk.address] = blk
         self.reserved += size
         self.reserved_total += size
@@ -154,8 +212,8 @@ class CachingAllocator:
              self.reserved_freed),
             ("allocation", self.count, self.count_peak, self.count_total,
              self.count_total - self.count),
-            ("segment", len(self.blocks), len(self.blocks), self.segments_total,
-             self.segments_total - len(self.blocks)),
+            ("segment", len(self.blocks) - len(self.emptied), len(self.blocks),
+             self.segments_total, self.segments_total - len(self.blocks) + len(self.emptied)),
         ):  # fmt: skip
             out[f"{key}.all.current"] = cur
             out[f"{key}.all.peak"] = peak

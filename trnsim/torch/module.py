@@ -250,7 +250,7 @@ def reset_accumulated_memory_stats(device=None) -> None:
     figures kept."""
     a = _alloc(device)
     a.allocated_total = a.freed_total = a.reserved_total = a.reserved_freed = 0
-    a.count_total, a.segments_total = a.count, len(a.blocks)
+    a.count_total, a.segments_total = a.count, len(a.blocks) - len(a.emptied)
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
@@ -283,6 +283,8 @@ def memory_snapshot() -> list[dict]:
     pooled = {id(b) for pool in a.pools.values() for b in pool}
     out = []
     for blk in sorted(a.blocks.values(), key=lambda b: b.address):
+        if blk.address in a.emptied:  # no device memory (FSDP2's freed parameters)
+            continue
         live = id(blk) not in pooled
         used = blk.size if live else 0
         out.append({

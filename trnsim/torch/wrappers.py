@@ -14,9 +14,10 @@ case and calls the original for every other device (docs/torch.md, "CUDA habits"
 - FSDP2's `free_storage` / `alloc_storage` (`fsdp_storage`, replaced when FSDP2's module is
   imported, by a finder on `sys.meta_path`: importing it here would cost seconds): they
   `resize_` a storage, which a device defined in Python cannot serve (NotImplementedError,
-  resizePrivateUse1Bytes); for neuron the unsharded parameter's bytes are kept (FSDP2
-  overwrites them after each all-gather), so values are right but `memory_allocated()` does
-  not show them freed yet.
+  resizePrivateUse1Bytes); for neuron the shim's allocator frees the storage's device memory
+  and regrows it (`CachingAllocator.free_bytes` / `regrow`), so `memory_allocated()` shows the
+  unsharded parameters freed after forward and back before use, as on a GPU. The storage keeps
+  its size (FSDP2 asks `size()` only inside the two functions) and its host bytes.
 
 No other module of the shim assigns to torch's objects (a test checks).
 """
@@ -28,6 +29,7 @@ import functools
 import torch
 from typing_extensions import deprecated
 
+from trnsim.torch import state
 from trnsim.torch.kernels import _check_device, new_storage
 from trnsim.torch.private import current_accelerator, storage_new
 
@@ -271,12 +273,14 @@ def _fsdp_patch(mod) -> None:
     @functools.wraps(free)
     def free_storage(tensor) -> None:
         if tensor.device.type != "neuron":
-            free(tensor)
+            return free(tensor)
+        state.get().allocator.free_bytes(tensor.untyped_storage().data_ptr())
 
     @functools.wraps(alloc)
     def alloc_storage(tensor) -> None:
         if tensor.device.type != "neuron":
-            alloc(tensor)
+            return alloc(tensor)
+        state.get().allocator.regrow(tensor.untyped_storage().data_ptr())
 
     free_storage._neuron = True
     mod.free_storage, mod.alloc_storage = free_storage, alloc_storage

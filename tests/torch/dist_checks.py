@@ -1,0 +1,269 @@
+"""Distributed checks run under torchrun on neuron, several per spawn (test_distributed_parallel):
+each check builds the same model or tensors on neuron (the default backend, trnsim's) and on
+the CPU over a gloo group in the same process, so "equal to CPU/gloo" needs no second spawn.
+CHECKS names the checks (comma-separated); each rank writes {check: what it saw} to
+OUT/rank<R>.pt. Only torch APIs in the checks; trnsim is imported for its listener (which CC
+stream each collective ran on) and the allocator's figures.
+
+- fsdp_memory: FSDP2 with reshard_after_forward True and False, memory_allocated() around each
+  Linear's reshard, after forward and in backward;
+- mixed_precision: FSDP2 with MixedPrecisionPolicy(bf16 params, fp32 reduce), 2 steps;
+- dtensor: distribute_tensor and redistributions on init_device_mesh("neuron", (2,));
+- tp: parallelize_module(ColwiseParallel, RowwiseParallel) on a Linear pair, forward/backward;
+- compile_ddp: torch.compile(DDP(model), backend="neuron") against eager DDP, 3 SGD steps;
+- funcol: a compiled function calling functional collectives against eager;
+- mesh2d (4 ranks): FSDP x TP on init_device_mesh("neuron", (2, 2)), one step.
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+import trnsim.torch  # noqa: F401  (neuron, and its backend)
+from trnsim.torch import state
+from trnsim.torch.listeners import Listener
+
+dist.init_process_group()
+rank, world = dist.get_rank(), dist.get_world_size()
+streams: list = []  # (op, CC stream name, group name) of each timed collective
+
+
+class _Seen(Listener):
+    def collective(self, op, stream, tensors, info):
+        streams.append((op, stream.name, info["group"]))
+
+
+state.get().listeners.add(_Seen())
+gloo = dist.new_group(backend="gloo")
+cpu_mesh = DeviceMesh.from_group(gloo, "cpu")
+
+
+def mlp(dev, d_in=16, hidden=32, d_out=16, bias=True):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(d_in, hidden, bias=bias), nn.ReLU(),
+                         nn.Linear(hidden, d_out, bias=bias)).to(dev)  # fmt: skip
+
+
+def batch(seed, *shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def full(t):
+    """A parameter or gradient as a CPU tensor of its full value (DTensor or not)."""
+    t = t.full_tensor() if hasattr(t, "full_tensor") else t
+    return t.detach().cpu()
+
+
+# -- FSDP2 --------------------------------------------------------------------------------------
+
+
+def _watch(model, log: dict) -> None:
+    """memory_allocated() into `log` around each Linear's post-forward reshard and at its
+    output's gradient."""
+    mem = torch.neuron.memory_allocated
+    for i in (0, 2):
+        # prepend: before FSDP2's own post-forward (which reshards); after it otherwise
+        model[i].register_forward_hook(lambda m, a, o, i=i: log.__setitem__(f"fwd{i}", mem()),
+                                       prepend=True)  # fmt: skip
+
+        def after(m, a, o, i=i):
+            log[f"resharded{i}"] = mem()
+            # runs after FSDP2's pre-backward hook on the output (which unshards)
+            o.register_hook(lambda g: log.__setitem__(f"bwd{i}", mem()))
+
+        model[i].register_forward_hook(after)
+
+
+def fsdp_memory() -> dict:
+    from torch.distributed.fsdp import fully_shard
+
+    mem = torch.neuron.memory_allocated
+    out = {}
+    for raf in (True, False):
+        model = mlp("neuron", 64, 64, 64)
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, reshard_after_forward=raf)
+        fully_shard(model)
+        log = out[raf] = {}
+        _watch(model, log)
+        x = batch(1 + rank, 8, 64).to("neuron")
+        torch.neuron.synchronize()
+        log["start"] = mem()
+        y = model(x)
+        log["after_forward"] = mem()
+        y.sum().backward()
+        log["after_backward"] = mem()
+        del model, x, y
+    return out
+
+
+def _fsdp_steps(dev, mesh, mp_policy, steps=2):
+    from torch.distributed.fsdp import fully_shard
+
+    model = mlp(dev)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh, mp_policy=mp_policy)
+    fully_shard(model, mesh=mesh, mp_policy=mp_policy)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses, grads = [], []
+    for s in range(steps):
+        x = batch(10 * s + rank, 8, 16).to(dev)
+        loss = model(x).float().pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        grads.append([full(p.grad) for p in model.parameters()])
+        opt.step()
+        losses.append(loss.item())
+    return {"losses": losses, "grads": grads, "params": [full(p) for p in model.parameters()],
+            "dtypes": [str(p.dtype) for p in model.parameters()]}  # fmt: skip
+
+
+def mixed_precision() -> dict:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mesh = init_device_mesh("neuron", (world,))
+    return {"neuron": _fsdp_steps("neuron", mesh, mp), "cpu": _fsdp_steps("cpu", cpu_mesh, mp)}
+
+
+# -- DTensor and tensor parallel ----------------------------------------------------------------
+
+
+def _redistributions(mesh) -> dict:
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+    dev = mesh.device_type
+    t = batch(7, 6, 4).to(dev)
+    out = {}
+    s0 = distribute_tensor(t, mesh, [Shard(0)])
+    out["shard0_local"] = s0.to_local()
+    out["shard_to_replicate"] = s0.redistribute(mesh, [Replicate()]).to_local()
+    r = distribute_tensor(t, mesh, [Replicate()])
+    out["replicate_to_shard1"] = r.redistribute(mesh, [Shard(1)]).to_local()
+    out["shard0_to_shard1"] = s0.redistribute(mesh, [Shard(1)]).to_local()
+    p = DTensor.from_local(batch(20 + rank, 4, 3).to(dev), mesh, [Partial()])
+    out["partial_to_replicate"] = p.redistribute(mesh, [Replicate()]).to_local()
+    out["partial_to_shard0"] = p.redistribute(mesh, [Shard(0)]).to_local()
+    out["full_tensor"] = s0.full_tensor()
+    out["matmul"] = (s0 @ r.T.redistribute(mesh, [Replicate()])).full_tensor()
+    return {k: v.cpu() for k, v in out.items()}
+
+
+def dtensor() -> dict:
+    mesh = init_device_mesh("neuron", (2,))
+    return {"neuron": _redistributions(mesh), "cpu": _redistributions(cpu_mesh),
+            "input": batch(7, 6, 4)}  # fmt: skip
+
+
+def _tp(mesh) -> dict:
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    dev = mesh.device_type
+    model = mlp(dev)
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = batch(3, 8, 16).to(dev)  # the same batch on every rank
+    y = model(x)
+    y.pow(2).sum().backward()
+    return {"y": y.detach().cpu(), "grads": [full(p.grad) for p in model.parameters()],
+            "local_shapes": [tuple(p.to_local().shape) for p in model.parameters()]}  # fmt: skip
+
+
+def tp() -> dict:
+    mesh = init_device_mesh("neuron", (2,))
+    return {"neuron": _tp(mesh), "cpu": _tp(cpu_mesh)}
+
+
+# -- torch.compile --------------------------------------------------------------------------------
+
+
+def _ddp_steps(compiled: bool) -> dict:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(mlp("neuron"))
+    run = torch.compile(model, backend="neuron") if compiled else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for s in range(3):
+        x = batch(10 * s + rank, 8, 16).to("neuron")
+        loss = run(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"losses": losses, "params": [full(p) for p in model.parameters()]}
+
+
+def compile_ddp() -> dict:
+    n = len(streams)
+    eager = _ddp_steps(False)
+    eager_collectives = len(streams) - n
+    n = len(streams)
+    compiled = _ddp_steps(True)
+    return {"eager": eager, "compiled": compiled, "eager_collectives": eager_collectives,
+            "compiled_collectives": len(streams) - n}  # fmt: skip
+
+
+def funcol() -> dict:
+    import torch.distributed._functional_collectives as fc
+
+    group = dist.group.WORLD
+
+    def f(x):
+        y = fc.all_reduce(x * 2, "sum", group)
+        z = fc.all_gather_tensor(y + 1, 0, group)
+        return fc.reduce_scatter_tensor(z.relu(), "sum", 0, group) - 1
+
+    x = batch(5 + rank, 4, 3).to("neuron")
+    n = len(streams)
+    eager = f(x).cpu()
+    k = len(streams) - n
+    compiled = torch.compile(f, backend="neuron")(x).cpu()
+    return {"eager": eager, "compiled": compiled, "eager_collectives": k,
+            "compiled_collectives": len(streams) - n - k}  # fmt: skip
+
+
+# -- 2-D mesh --------------------------------------------------------------------------------------
+
+
+def mesh2d() -> dict:
+    """FSDP over "dp" (2) x TP over "tp" (2): a Linear pair, one SGD step; the batch of dp rank
+    d is batch(100 + d) on both of its TP ranks."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
+    model = mlp("neuron")
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    d = mesh["dp"].get_local_rank()
+    n = len(streams)
+    x = batch(100 + d, 8, 16).to("neuron")
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    groups = {name: mesh[name].get_group().group_name for name in ("dp", "tp")}
+    return {"loss": loss.item(), "params": [full(p) for p in model.parameters()],
+            "streams": streams[n:], "groups": groups, "dp_rank": d}  # fmt: skip
+
+
+CHECKS = {f.__name__: f for f in (fsdp_memory, mixed_precision, dtensor, tp, compile_ddp, funcol,
+                                  mesh2d)}  # fmt: skip
+seen = {}
+for name in os.environ["CHECKS"].split(","):
+    seen[name] = CHECKS[name]()
+torch.save(seen, os.path.join(os.environ["OUT"], f"rank{rank}.pt"))
+dist.destroy_process_group()

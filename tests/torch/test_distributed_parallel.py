@@ -1,0 +1,140 @@
+"""FSDP2's memory and mixed precision, DTensor, tensor parallelism, torch.compile with DDP and
+functional collectives, and a 2-D mesh on neuron, under torchrun: one spawn of 2 rank
+processes runs the 1-D checks, one of 4 the 2-D mesh (tests/torch/dist_checks.py; its CPU
+references run in the same processes over a gloo group). Live lockstep path
+(docs/distributed.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).with_name("dist_checks.py")
+CHECKS_2 = ("fsdp_memory", "mixed_precision")
+
+
+def _torchrun(tmp: Path, nproc: int, checks) -> list[dict]:
+    env = {**os.environ, "OUT": str(tmp), "CHECKS": ",".join(checks),
+           "TRNSIM_SYSTEM": "trn2-48xl", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           str(nproc), str(SCRIPT)]  # fmt: skip
+    # the timeout guards against a hang only
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return [torch.load(tmp / f"rank{r}.pt", weights_only=False) for r in range(nproc)]
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    return _torchrun(tmp_path_factory.mktemp("two"), 2, CHECKS_2)
+
+
+# -- FSDP2 memory ---------------------------------------------------------------------------------
+
+# a Linear(64, 64) unsharded: its 64 x 64 fp32 weight, 16 KiB, and its 64 fp32 biases, 256 bytes
+# in a 512-byte block (the allocator's smallest)
+LINEAR_BYTES = 64 * 64 * 4 + 512
+
+
+def test_fsdp2_frees_each_linears_parameters_at_its_reshard(two):
+    """reshard_after_forward=True: memory_allocated() drops by the Linear's unsharded bytes at
+    its post-forward reshard; with False it does not move there."""
+    for seen in two:
+        on, off = seen["fsdp_memory"][True], seen["fsdp_memory"][False]
+        for i in (0, 2):
+            assert on[f"fwd{i}"] - on[f"resharded{i}"] == LINEAR_BYTES
+            assert off[f"fwd{i}"] == off[f"resharded{i}"]
+
+
+def test_fsdp2_memory_after_forward_is_lower_by_the_parameters(two):
+    """After forward, both Linears' unsharded parameters (33,792 bytes) are freed: the same
+    forward without resharding holds exactly that much more (activations are the same)."""
+    for seen in two:
+        on, off = seen["fsdp_memory"][True], seen["fsdp_memory"][False]
+        grew = {raf: log["after_forward"] - log["start"] for raf, log in ((True, on), (False, off))}
+        assert grew[False] - grew[True] == 2 * LINEAR_BYTES
+        assert on["after_forward"] < on["fwd2"]
+
+
+def test_fsdp2_regrows_parameters_before_backward_uses_them(two):
+    """In backward, at each Linear's output gradient (after FSDP2's pre-backward all-gather),
+    memory is what it is when nothing was freed: the parameters are back."""
+    for seen in two:
+        on, off = seen["fsdp_memory"][True], seen["fsdp_memory"][False]
+        for key in ("bwd2", "bwd0", "after_backward"):
+            assert on[key] - on["start"] == off[key] - off["start"], key
+        assert on["bwd2"] - on["after_forward"] >= LINEAR_BYTES
+
+
+def test_fsdp2_mixed_precision_equals_cpu_with_gloo(two):
+    """MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), 2 SGD steps: losses,
+    gradients (fp32, reduce-scattered in fp32) and parameters equal the CPU/gloo run's bit for
+    bit; the sharded parameters stay fp32."""
+    for seen in two:
+        mine, ref = seen["mixed_precision"]["neuron"], seen["mixed_precision"]["cpu"]
+        assert mine["losses"] == ref["losses"]
+        assert mine["dtypes"] == ["torch.float32"] * 4
+        for gm, gr in zip(mine["grads"], ref["grads"]):
+            for a, b in zip(gm, gr):
+                assert a.dtype == torch.float32 and torch.equal(a, b)
+        for a, b in zip(mine["params"], ref["params"]):
+            assert torch.equal(a, b)
+
+
+def _mixed_precision_single_device() -> list:
+    """The same 2 steps in one process doing FSDP2's casts: bf16 copies of the parameters for
+    each rank's batch, their gradients to fp32, averaged over the ranks, SGD on fp32."""
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+    params = list(model.parameters())
+    for s in range(2):
+        grads = []
+        for r in range(2):
+            low = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+            low.load_state_dict(model.state_dict())
+            low = low.to(torch.bfloat16)
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(10 * s + r))
+            low(x.to(torch.bfloat16)).float().pow(2).mean().backward()
+            grads.append([p.grad.float() for p in low.parameters()])
+        with torch.no_grad():
+            for p, g0, g1 in zip(params, *grads):
+                p -= 0.1 * (g0 + g1) / 2
+    return [p.detach() for p in params]
+
+
+def test_fsdp2_mixed_precision_matches_a_single_device_run(two):
+    """At bf16's tolerance (gradients computed in bf16)."""
+    for a, b in zip(two[0]["mixed_precision"]["neuron"]["params"],
+                    _mixed_precision_single_device()):  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=1.6e-2, atol=1e-3)
+
+
+def test_a_storage_emptied_and_regrown_counts_as_freed_and_allocated():
+    """The allocator's side of FSDP2's resize_(0) / resize_(n) (one process): the block's device
+    memory is given back (allocated and reserved drop by its 512-byte block) and comes back;
+    a storage that dies while emptied frees nothing twice."""
+    import trnsim.torch  # noqa: F401
+    from trnsim.torch import state
+
+    x = torch.arange(100.0, device="neuron")  # 400 bytes: a 512-byte block
+    a = state.get().allocator
+    ptr = x.untyped_storage().data_ptr()
+    used, held = torch.neuron.memory_allocated(), torch.neuron.memory_reserved()
+    assert a.free_bytes(ptr) and not a.free_bytes(ptr)
+    mem = torch.neuron.memory_allocated, torch.neuron.memory_reserved
+    assert (mem[0](), mem[1]()) == (used - 512, held - 512)
+    assert all(b["address"] != ptr for b in torch.neuron.memory_snapshot())
+    assert a.regrow(ptr) and not a.regrow(ptr)
+    assert (mem[0](), mem[1]()) == (used, held)
+    x.fill_(2.0)
+    assert x.sum().item() == 200.0
+    a.free_bytes(ptr)
+    del x
+    assert torch.neuron.memory_allocated() == used - 512 and ptr not in a.blocks
