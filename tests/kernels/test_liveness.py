@@ -199,3 +199,18 @@ def test_the_race_check_passes_a_multi_op_kernel_reusing_bytes_and_semaphores(tm
         p.write_text(MULTI.format(lnc=lnc))
         program = lowered(load_trace(p), cfg, lnc)
         assert find_races(program, library=True) == []
+
+
+def test_the_perfetto_trace_shows_sbuf_in_use_over_time():
+    """A counter track per core and memory: a and b in use from their loads (160 KiB a
+    partition), b done after its store (96 KiB), then a's store ends as c's load starts (c
+    waits for it: 128 KiB), and nothing once c is stored."""
+    from trnsim.report.perfetto import chrome_trace
+
+    _, program = _kernel([[("a", 96, ()), ("b", 64, ())], [("c", 128, ())]])
+    r = run_program(program, CFG, "timing")
+    events = chrome_trace(r.device.recorder)["traceEvents"]
+    track = [e for e in events if e["ph"] == "C" and e["name"] == "SBUF bytes a partition"]
+    assert [e["args"]["bytes"] // KIB for e in track] == [160, 96, 128, 0]
+    assert {e["pid"] for e in track} == {0}
+    assert track == sorted(track, key=lambda e: e["ts"])

@@ -5,7 +5,9 @@ their thread ids, order and names), one complete event ("ph": "X") per span; bel
 one row per DMA engine that moved data (as Neuron Explorer's DMA rows), with one event per
 transfer's data phase on it (`Recorder.dma_moves`); a process "host" with a row per simulated
 host thread (the Python caller, or each stream of a trace) showing its device-API calls and their
-cost; and a process "HBM" with one counter track per stack giving its bandwidth.
+cost; and a process "HBM" with one counter track per stack giving its bandwidth. A kernel whose
+tiles were placed by liveness adds counter tracks of its SBUF and PSUM bytes a partition in use
+to each core (`tile_track`).
 The format wants one thread's slices to nest, and a queue's transfers in flight (or those
 sharing a DMA engine) overlap: each row is dealt onto display lanes (`lanes.assign`; one for a
 row without overlaps), threads "dma q3", "dma q3 #2", ... sorted together, each of which nests.
@@ -22,6 +24,7 @@ from pathlib import Path
 from trnsim.report.files import replacing
 from trnsim.report.lanes import assign
 from trnsim.report.recorder import Recorder
+from trnsim.report.tile_track import tile_counters
 from trnsim.report.tracks import (
     display_name,
     dma_engine_id,
@@ -141,6 +144,7 @@ def chrome_trace(rec: Recorder, chip: str = "") -> dict:
     events += moves
     events += _host_events(rec)
     events += _hbm(rec)
+    events += tile_counters(rec)
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
 

@@ -185,6 +185,9 @@ class Recorder:
         self.launches: list[LaunchWindow] = []  # in the order they ended
         self.estimates: list[EstimateSpan] = []  # estimated ops, in the order they ended
         self.collectives: list[CollectiveSpan] = []  # a system's collectives, as they ended
+        # (kernel, core) -> its core program, for kernels whose tiles were placed by liveness
+        # (`tile_track`)
+        self.tile_programs: dict[tuple[str, int], object] = {}
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -209,6 +212,10 @@ class Recorder:
     def launch(self, kernel: str, cores: tuple[int, ...], start_ps: int, end_ps: int) -> None:
         """A launch of `kernel` ran on `cores` from `start_ps` to `end_ps`."""
         self.launches.append(LaunchWindow(kernel, tuple(cores), start_ps, end_ps))
+
+    def tiles(self, kernel: str, core: int, program) -> None:
+        """`kernel`'s tiles on `core` (its `CoreProgram`) were placed by liveness."""
+        self.tile_programs.setdefault((kernel, core), program)
 
     def estimate(self, span: EstimateSpan) -> None:
         """An estimated op ran (`EstimateSpan`)."""

@@ -299,11 +299,13 @@ class ChipContext:
             core.prepare(kernel.name, prog, tensors, self.rng, self.source, timing_only)
             for core, prog in zip(cores, kernel.per_core)
         ]
-        for la in launches:
+        for la, prog in zip(launches, kernel.per_core):
             self.launches.append(la)
             self.kernel_tiles[(kernel.name, la.core)] = la.tiles
             for memory in ("sbuf", "psum"):
                 self.recorder.peak(memory, la.tile_bytes(memory))
+            if any(t.live for t in prog.tiles.values()):  # SBUF and PSUM in use over time
+                self.recorder.tiles(kernel.name, la.core, prog)
         start = env.now
         try:
             yield env.all_of([core.start(la) for core, la in zip(cores, launches)])
