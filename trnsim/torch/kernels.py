@@ -177,7 +177,16 @@ def make_kernel(op, plan: Plan, timer):
             r = packet(*cargs, **ckw)
         else:
             r = call(*cargs, **ckw)
-        timer(name, cargs, ckw, r)
+        if temps and all(kwargs[k].shape == t.shape for k, t in temps.items()):
+            # the outs written first, then the timer told of them, not of the CPU temporaries
+            # (a recording replays the op into the out tensor itself: DDP's bucket)
+            for k, tmp in temps.items():
+                _write_out(kwargs[k], tmp)
+            swap = {id(t): kwargs[k] for k, t in temps.items()}
+            timer(name, cargs, {k: swap.get(id(v), v) for k, v in ckw.items()}, _swapped(r, swap))
+            temps = None
+        else:
+            timer(name, cargs, ckw, r)
         if new_tensor and not on_cpu and type(r) is Tensor:
             return to_device(r)
         if temps:
@@ -224,6 +233,13 @@ def _result(ret, r, args, kwargs):
     if type(base) in (list, tuple):
         return _new(r)
     return _view_of(base, r)
+
+
+def _swapped(r, swap: dict):
+    """Result `r` with the CPU temporaries of `out=` arguments replaced by the outs."""
+    if type(r) in (list, tuple):
+        return type(r)(swap.get(id(x), x) for x in r)
+    return swap.get(id(r), r)
 
 
 def _write_out(dst: Tensor, values: Tensor) -> None:

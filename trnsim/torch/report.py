@@ -299,7 +299,8 @@ def _system_trace(chip, t, path) -> None:
 
     rec = Recorder()
     rec.host_calls = list(dev.recorder.host_calls)
-    rec.collectives = [c._replace(core=place(c.core)) for c in dev.recorder.collectives]
+    rec.collectives = [c._replace(core=place(c.core), stream=c.stream.removeprefix("cc "))
+                       for c in dev.recorder.collectives]  # fmt: skip
     trace = system_trace({index: rec}, chip.cfg.name)
     events = trace["traceEvents"]
     log = t.steps
