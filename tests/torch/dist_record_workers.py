@@ -9,7 +9,6 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-
 from dist_workers import init
 
 BATCH, WIDTH = 64, 256
@@ -19,8 +18,9 @@ def ddp_recorded(rank: int, size: int, store_path: str, out: str) -> None:
     """Two warm-up steps (DDP rebuilds its buckets after the first), then two steps recorded to
     `out/ddp_rank<R>.yaml` with values, between timing events; then the report."""
     init(rank, size, store_path)
-    import trnsim.torch
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import trnsim.torch
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(WIDTH, 2 * WIDTH), nn.ReLU(), nn.Linear(2 * WIDTH, WIDTH))

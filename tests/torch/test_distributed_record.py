@@ -9,7 +9,6 @@ own timing of the same collective, not against typed numbers."""
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest

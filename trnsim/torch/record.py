@@ -10,6 +10,11 @@ bytes and time); host<->device copies as `copy:` steps from or to host tensors; 
 events and the host's waits, issued in order by one host thread (a step's `stream:`), as
 PyTorch's one thread issues them. Identical kernels are written once.
 
+In a torch.distributed job each rank writes its own trace (the rank in its path, `rank:` and
+`system:` at the top), each collective of the backend a `collective:` step on the group's CC
+stream after a wait for what the issuing stream enqueued (docs/distributed.md, "Record and
+replay").
+
 With `values=True` the values are kept beside the trace (`<stem>_values/*.npy`): the bytes of
 every block at the start, what each host copy sent, what each estimated op left (`writes:`),
 so that a functional replay computes what PyTorch did.
@@ -213,8 +218,11 @@ class Recording(TraceTensors, Listener):
             c["reduce_op"] = info.get("reduce_op", "sum")
         if wop == "broadcast":
             c["root"] = info.get("root", c["group"][0])
-        exact = op in ("allreduce", "broadcast") and len(tensors) == 1 and (
-            op == "broadcast" or info.get("exact_reduce", True))
+        exact = (
+            op in ("allreduce", "broadcast")
+            and len(tensors) == 1
+            and (op == "broadcast" or info.get("exact_reduce", True))
+        )
         t = tensors[0] if tensors else None
         if (self.values and exact and isinstance(t, Tensor) and t.is_contiguous()
                 and t.numel() * t.element_size() == info["nbytes"]

@@ -14,8 +14,6 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
-import torch
-
 from trnsim.report.perfetto import write_chrome_trace
 from trnsim.report.system_summary import _overlap, _union
 from trnsim.torch import state
@@ -202,7 +200,7 @@ class StepLog(Listener):
         start = self.start_ps
         compute = _union((a, b) for a, b, _, _ in self.windows)
         comm = _union((r["start_ps"], r["end_ps"]) for r in rows)
-        for i, ev in enumerate(self.ends):
+        for ev in self.ends:
             end = ev.time_ps
             if end is None or end <= start:
                 continue
@@ -313,7 +311,8 @@ def _system_trace(chip, t, path) -> None:
             if ev.time_ps is not None and ev.time_ps > prev:
                 core = place(phys[chip.index][0])
                 rows.setdefault((core, STEPS_ROW), []).append(
-                    (prev, ev.time_ps, f"step {i + 1}", {}))
+                    (prev, ev.time_ps, f"step {i + 1}", {})
+                )
                 prev = ev.time_ps
     for (core, row), spans in sorted(rows.items()):
         lanes = assign([(a, b) for a, b, _, _ in spans])
