@@ -185,11 +185,19 @@ def tp() -> dict:
 # -- torch.compile --------------------------------------------------------------------------------
 
 
-def _ddp_steps(compiled: bool) -> dict:
+def _ddp_steps(compiled: str) -> dict:
+    """3 SGD steps of DDP(mlp): eager, torch.compile(DDP(model)) ("outer") or
+    DDP(torch.compile(model)) ("inner"), backend "neuron"."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    model = DDP(mlp("neuron"))
-    run = torch.compile(model, backend="neuron") if compiled else model
+    inner = mlp("neuron")
+    n, graphs = len(streams), _graphs()
+    if compiled == "inner":
+        model = run = DDP(torch.compile(inner, backend="neuron"))
+    else:
+        model = run = DDP(inner)
+        if compiled == "outer":
+            run = torch.compile(model, backend="neuron")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for s in range(3):
@@ -199,17 +207,19 @@ def _ddp_steps(compiled: bool) -> dict:
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return {"losses": losses, "params": [full(p) for p in model.parameters()]}
+    return {"losses": losses, "params": [full(p) for p in model.parameters()],
+            "collectives": len(streams) - n, "graphs": _graphs() - graphs}  # fmt: skip
 
 
 def compile_ddp() -> dict:
-    n = len(streams)
-    eager = _ddp_steps(False)
-    eager_collectives = len(streams) - n
-    n = len(streams)
-    compiled = _ddp_steps(True)
-    return {"eager": eager, "compiled": compiled, "eager_collectives": eager_collectives,
-            "compiled_collectives": len(streams) - n}  # fmt: skip
+    return {how: _ddp_steps(how) for how in ("eager", "outer", "inner")}
+
+
+def _graphs() -> int:
+    """Graphs the "neuron" backend compiled so far in this process (Dynamo's count)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
 
 
 def funcol() -> dict:
@@ -226,9 +236,10 @@ def funcol() -> dict:
     n = len(streams)
     eager = f(x).cpu()
     k = len(streams) - n
-    compiled = torch.compile(f, backend="neuron")(x).cpu()
+    graphs = _graphs()
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)(x).cpu()
     return {"eager": eager, "compiled": compiled, "eager_collectives": k,
-            "compiled_collectives": len(streams) - n - k}  # fmt: skip
+            "compiled_collectives": len(streams) - n - k, "graphs": _graphs() - graphs}  # fmt: skip
 
 
 # -- 2-D mesh --------------------------------------------------------------------------------------

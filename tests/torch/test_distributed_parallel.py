@@ -15,7 +15,7 @@ import pytest
 import torch
 
 SCRIPT = Path(__file__).with_name("dist_checks.py")
-CHECKS_2 = ("fsdp_memory", "mixed_precision")
+CHECKS_2 = ("fsdp_memory", "mixed_precision", "dtensor", "tp")
 
 
 def _torchrun(tmp: Path, nproc: int, checks) -> list[dict]:
@@ -32,6 +32,11 @@ def _torchrun(tmp: Path, nproc: int, checks) -> list[dict]:
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
     return _torchrun(tmp_path_factory.mktemp("two"), 2, CHECKS_2)
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    return _torchrun(tmp_path_factory.mktemp("four"), 4, ("mesh2d",))
 
 
 # -- FSDP2 memory ---------------------------------------------------------------------------------
@@ -114,6 +119,101 @@ def test_fsdp2_mixed_precision_matches_a_single_device_run(two):
     for a, b in zip(two[0]["mixed_precision"]["neuron"]["params"],
                     _mixed_precision_single_device()):  # fmt: skip
         torch.testing.assert_close(a, b, rtol=1.6e-2, atol=1e-3)
+
+
+# -- DTensor, tensor parallel ------------------------------------------------------------------
+
+
+def test_dtensor_redistributions_equal_cpu_with_gloo_and_the_tensor(two):
+    """distribute_tensor on init_device_mesh("neuron", (2,)), Shard(0) -> Replicate,
+    Replicate -> Shard(1), Shard(0) -> Shard(1), Partial -> Replicate and -> Shard(0),
+    full_tensor, a matmul of DTensors: each rank's local tensors equal the CPU/gloo mesh's bit
+    for bit, and the values are the tensor's own (exact: nothing is summed but Partial's)."""
+    for r, seen in enumerate(two):
+        mine, ref, t = seen["dtensor"]["neuron"], seen["dtensor"]["cpu"], seen["dtensor"]["input"]
+        assert mine.keys() == ref.keys()
+        for k in mine:
+            assert torch.equal(mine[k], ref[k]), (r, k)
+        assert torch.equal(mine["shard0_local"], t.chunk(2, 0)[r])
+        assert torch.equal(mine["shard_to_replicate"], t)
+        assert torch.equal(mine["replicate_to_shard1"], t.chunk(2, 1)[r])
+        assert torch.equal(mine["shard0_to_shard1"], t.chunk(2, 1)[r])
+        assert torch.equal(mine["full_tensor"], t)
+        partial = sum(torch.randn(4, 3, generator=torch.Generator().manual_seed(20 + q))
+                      for q in range(2))  # fmt: skip
+        assert torch.equal(mine["partial_to_replicate"], partial)
+        assert torch.equal(mine["partial_to_shard0"], partial.chunk(2, 0)[r])
+
+
+def _mlp():
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+
+
+def test_tensor_parallel_linear_pair_equals_cpu_with_gloo(two):
+    """parallelize_module(ColwiseParallel on the first Linear, RowwiseParallel on the second)
+    on init_device_mesh("neuron", (2,)): output and full gradients equal the CPU/gloo run's bit
+    for bit; each rank holds half of each weight."""
+    for seen in two:
+        mine, ref = seen["tp"]["neuron"], seen["tp"]["cpu"]
+        assert torch.equal(mine["y"], ref["y"])
+        for a, b in zip(mine["grads"], ref["grads"]):
+            assert torch.equal(a, b)
+        assert mine["local_shapes"] == [(16, 16), (16,), (16, 16), (16,)]
+
+
+def test_tensor_parallel_matches_a_single_device_run(two):
+    """Within 1e-6 (the second Linear's sum is split over the ranks, then all-reduced)."""
+    model = _mlp()
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+    y = model(x)
+    y.pow(2).sum().backward()
+    mine = two[0]["tp"]["neuron"]
+    torch.testing.assert_close(mine["y"], y.detach(), rtol=1e-6, atol=1e-6)
+    for a, p in zip(mine["grads"], model.parameters()):
+        torch.testing.assert_close(a, p.grad, rtol=1e-6, atol=1e-5)
+
+
+# -- 2-D mesh --------------------------------------------------------------------------------------
+
+
+def test_2d_mesh_runs_its_dims_on_two_cc_streams(four):
+    """FSDP over "dp" x TP over "tp" on init_device_mesh("neuron", (2, 2)): each rank's TP
+    collectives (all-gather, all-reduce) run on its TP group's CC stream and FSDP's (all-gather,
+    reduce-scatter) on its DP group's: two streams, one per dim."""
+    for rank, seen in enumerate(four):
+        m = seen["mesh2d"]
+        dp, tp = m["groups"]["dp"], m["groups"]["tp"]
+        assert dp != tp
+        by_group = {}
+        for op, stream, group in m["streams"]:
+            assert stream == f"cc {group}"
+            by_group.setdefault(group, set()).add(op)
+        assert set(by_group) == {dp, tp}
+        assert {"_allgather_base", "_reduce_scatter_base"} <= by_group[dp]
+        assert "allreduce" in by_group[tp]
+        assert m["dp_rank"] == rank // 2
+
+
+def test_2d_mesh_matches_a_single_device_run(four):
+    """One SGD step of the mean over the two DP ranks' batches: ranks of a DP index report its
+    batch's loss, every rank the same parameters, within 1e-6 of one device's."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    xs = [torch.randn(8, 16, generator=torch.Generator().manual_seed(100 + d)) for d in range(2)]
+    losses = [model(x).pow(2).mean() for x in xs]
+    (sum(losses) / 2).backward()
+    opt.step()
+    for rank, seen in enumerate(four):
+        m = seen["mesh2d"]
+        assert m["loss"] == pytest.approx(losses[rank // 2].item(), rel=1e-6)
+        for a, p in zip(m["params"], model.parameters()):
+            torch.testing.assert_close(a, p.detach(), rtol=1e-6, atol=1e-6)
+
+
+# -- the allocator -------------------------------------------------------------------------------
 
 
 def test_a_storage_emptied_and_regrown_counts_as_freed_and_allocated():
