@@ -15,7 +15,7 @@ import pytest
 import torch
 
 SCRIPT = Path(__file__).with_name("dist_checks.py")
-CHECKS_2 = ("fsdp_memory", "mixed_precision", "dtensor", "tp")
+CHECKS_2 = ("fsdp_memory", "mixed_precision", "dtensor", "tp", "compile_ddp", "funcol")
 
 
 def _torchrun(tmp: Path, nproc: int, checks) -> list[dict]:
@@ -174,6 +174,36 @@ def test_tensor_parallel_matches_a_single_device_run(two):
     torch.testing.assert_close(mine["y"], y.detach(), rtol=1e-6, atol=1e-6)
     for a, p in zip(mine["grads"], model.parameters()):
         torch.testing.assert_close(a, p.grad, rtol=1e-6, atol=1e-5)
+
+
+# -- torch.compile --------------------------------------------------------------------------------
+
+
+def test_compiled_ddp_equals_eager_ddp(two):
+    """3 SGD steps: torch.compile(DDP(model), backend="neuron") and DDP(torch.compile(model,
+    backend="neuron")) give eager DDP's losses and parameters bit for bit, with as many timed
+    collectives (DDP's all-reduces stay in its reducer, outside the graph). The second compiles
+    the model's graph; the first compiles none: in torch 2.13 Dynamo breaks the graph in DDP's
+    forward and runs the model eagerly, on CPU with gloo too."""
+    for seen in two:
+        c = seen["compile_ddp"]
+        for how in ("outer", "inner"):
+            assert c[how]["losses"] == c["eager"]["losses"], how
+            for a, b in zip(c[how]["params"], c["eager"]["params"]):
+                assert torch.equal(a, b), how
+            assert c[how]["collectives"] == c["eager"]["collectives"] > 3
+        assert c["inner"]["graphs"] == 1 and c["outer"]["graphs"] == 0
+
+
+def test_compiled_functional_collectives_equal_eager(two):
+    """all_reduce, all_gather_tensor and reduce_scatter_tensor of
+    torch.distributed._functional_collectives in one graph (fullgraph=True): equal to eager,
+    each collective timed."""
+    for seen in two:
+        f = seen["funcol"]
+        assert torch.equal(f["compiled"], f["eager"])
+        assert f["eager_collectives"] == f["compiled_collectives"] == 3
+        assert f["graphs"] == 1
 
 
 # -- 2-D mesh --------------------------------------------------------------------------------------
