@@ -16,8 +16,9 @@ import torch
 SCRIPT = Path(__file__).with_name("ddp_mlp.py")
 
 
-def _torchrun(tmp_path: Path, device: str, wrap: str = "ddp") -> list[dict]:
-    out = tmp_path / f"{device}-{wrap}"
+def _torchrun(tmp_path: Path, device: str, wrap: str = "ddp,fsdp2") -> list[dict]:
+    """Each rank's {wrapper: what it saw}: DDP, then FSDP2, in one spawn."""
+    out = tmp_path / device
     out.mkdir()
     # (the CPU run without neuron: FSDP2 would take the registered accelerator for its mesh)
     autoload = "1" if device == "neuron" else "0"
@@ -39,13 +40,14 @@ def runs(tmp_path_factory):
 
 def test_ddp_on_neuron_equals_ddp_on_cpu_with_gloo(runs):
     for r in range(2):
-        assert runs["neuron"][r]["losses"] == runs["cpu"][r]["losses"]
-        for a, b in zip(runs["neuron"][r]["params"], runs["cpu"][r]["params"]):
+        mine, ref = runs["neuron"][r]["ddp"], runs["cpu"][r]["ddp"]
+        assert mine["losses"] == ref["losses"]
+        for a, b in zip(mine["params"], ref["params"]):
             assert torch.equal(a, b)
 
 
 def test_ranks_agree_bit_for_bit(runs):
-    for a, b in zip(runs["neuron"][0]["params"], runs["neuron"][1]["params"]):
+    for a, b in zip(runs["neuron"][0]["ddp"]["params"], runs["neuron"][1]["ddp"]["params"]):
         assert torch.equal(a, b)
 
 
@@ -69,24 +71,24 @@ def _single_process() -> list:
 
 
 def test_ddp_matches_single_process_training(runs):
-    for a, b in zip(runs["neuron"][0]["params"], _single_process()):
+    for a, b in zip(runs["neuron"][0]["ddp"]["params"], _single_process()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
 
 
 def test_steps_are_timed_and_equal_on_both_ranks(runs):
-    t0, t1 = runs["neuron"][0]["times"], runs["neuron"][1]["times"]
+    t0, t1 = runs["neuron"][0]["ddp"]["times"], runs["neuron"][1]["ddp"]["times"]
     assert len(t0) == 3 and all(t > 0 for t in t0)
     assert t0 == t1
 
 
-def test_fsdp2_on_neuron_equals_fsdp2_on_cpu_with_gloo(tmp_path):
+def test_fsdp2_on_neuron_equals_fsdp2_on_cpu_with_gloo(runs):
     """FSDP2 (fully_shard per Linear and on the model; AVG reduce-scatters): the same script's
     parameters as on CPU with gloo, bit for bit, and single-process training within 1e-7.
     (Its memory figures: test_distributed_parallel.)"""
-    mine, ref = _torchrun(tmp_path, "neuron", "fsdp2"), _torchrun(tmp_path, "cpu", "fsdp2")
     for r in range(2):
-        assert mine[r]["losses"] == ref[r]["losses"]
-        for a, b in zip(mine[r]["params"], ref[r]["params"]):
+        mine, ref = runs["neuron"][r]["fsdp2"], runs["cpu"][r]["fsdp2"]
+        assert mine["losses"] == ref["losses"]
+        for a, b in zip(mine["params"], ref["params"]):
             assert torch.equal(a, b)
-    for a, b in zip(mine[0]["params"], _single_process()):
+    for a, b in zip(runs["neuron"][0]["fsdp2"]["params"], _single_process()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
