@@ -18,6 +18,10 @@ case and calls the original for every other device (docs/torch.md, "CUDA habits"
   and regrows it (`CachingAllocator.free_bytes` / `regrow`), so `memory_allocated()` shows the
   unsharded parameters freed after forward and back before use, as on a GPU. The storage keeps
   its size (FSDP2 asks `size()` only inside the two functions) and its host bytes.
+- Dynamo's skip list (`torch._dynamo.trace_rules`, not a function replaced: trnsim added to it
+  when Dynamo is first imported, by the same finder): torch.compile with any backend, not only
+  "neuron", must not trace the shim's Python (the process group's methods, which DDP's forward
+  calls: Dynamo fails on them as opaque objects).
 
 No other module of the shim assigns to torch's objects (a test checks).
 """
@@ -46,6 +50,7 @@ def install(module) -> None:
     _fork_rng()
     _inductor()
     fsdp_storage()
+    after_import("torch._dynamo.trace_rules", lambda mod: mod.add("trnsim"))
     _done = True
 
 
@@ -233,20 +238,29 @@ _FSDP = "torch.distributed.fsdp._fully_shard._fsdp_param"
 def fsdp_storage() -> None:
     """FSDP2's storage free/regrow for neuron tensors (see the module docstring): now if FSDP2
     is imported, else when it is."""
+    after_import(_FSDP, _fsdp_patch)
+
+
+def after_import(name: str, fn) -> None:
+    """`fn(module)` for module `name`: now if it is imported, else right after its first
+    import (a finder on `sys.meta_path`, which removes itself)."""
     import sys
 
-    mod = sys.modules.get(_FSDP)
+    mod = sys.modules.get(name)
     if mod is not None:
-        _fsdp_patch(mod)
-    elif not any(isinstance(f, _FsdpFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _FsdpFinder())
+        fn(mod)
+    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, fn))
 
 
-class _FsdpFinder:
-    """Patches FSDP2's module right after it is first imported."""
+class _AfterImport:
+    """Runs `fn(module)` right after module `name` is first imported."""
+
+    def __init__(self, name: str, fn):
+        self.name, self.fn = name, fn
 
     def find_spec(self, name, path, target=None):
-        if name != _FSDP:
+        if name != self.name:
             return None
         import importlib.util
         import sys
@@ -255,11 +269,11 @@ class _FsdpFinder:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
-        run = spec.loader.exec_module
+        run, fn = spec.loader.exec_module, self.fn
 
         def exec_module(module) -> None:
             run(module)
-            _fsdp_patch(module)
+            fn(module)
 
         spec.loader.exec_module = exec_module
         return spec
