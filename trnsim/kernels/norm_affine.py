@@ -67,19 +67,25 @@ class PeBias:
     ScalarE copies the sum out (its 1.2 GHz pass instead of a `tensor_tensor` at two cycles an
     element on GpSimd, or a VectorE pass)."""
 
-    def __init__(self, b: KernelBuilder, cfg: ChipConfig, bias: str, d: int, odt):
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig, bias: str, d: int, odt,
+                 pieces: bool = False):  # fmt: skip
         P, self.b, self.P = cfg.core.sbuf.partitions, b, cfg.core.sbuf.partitions
         dt = b.tensors[bias].dtype
         self.step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
-        self.row = b.tile("bias_row", "sbuf", (1, d), dt)
-        self.ones = ones(b, dt, P)
         self.ident = b.tile("ident", "sbuf", (P, P), odt)
         a = ap(self.ident)
         b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
         b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal", start=0,
                partition_step=1, step=-1, engine=G)  # fmt: skip
-        src, dst = ap(bias), ap(self.row)
-        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=Queues(cfg).loads(1 / 2, 1)[1])
+        # rows in pieces (`pieces`): the bias differs from partition to partition, its tile in
+        # the pieces' pattern (`pieces_row`, set by the norm) added by the identity
+        self.pieces, self.pieces_row = pieces, None
+        if not pieces:
+            self.row = b.tile("bias_row", "sbuf", (1, d), dt)
+            self.ones = ones(b, dt, P)
+            src, dst = ap(bias), ap(self.row)
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst,
+                   queue=Queues(cfg).loads(1 / 2, 1)[1])  # fmt: skip
         self.ps: list[str] = []  # taken at the first add (after `spread` released its own)
         self.turn = 0
 
@@ -94,10 +100,14 @@ class PeBias:
             c1 = min(w, c0 + self.step)
             acc = ap(self.ps[self.turn % PE_TILES], slice(0, p), slice(0, c1 - c0))
             self.turn += 1
-            one, row = (
-                ap(self.ones, slice(None), slice(0, p)),
-                ap(self.row, slice(None), slice(lo + c0, lo + c1)),
-            )
+            if self.pieces:  # the identity times the bias' pieces
+                one = ap(self.ident, slice(0, p), slice(0, p))
+                row = ap(self.pieces_row, slice(0, p), slice(lo + c0, lo + c1))
+            else:
+                one, row = (
+                    ap(self.ones, slice(None), slice(0, p)),
+                    ap(self.row, slice(None), slice(lo + c0, lo + c1)),
+                )
             b.emit(Matmul, [one, row], [acc], stationary=one, moving=row, dst=acc)
             part, ident = _cols(o, c0, c1), ap(self.ident, slice(0, p), slice(0, p))
             b.emit(Matmul, [ident, part], [acc], stationary=ident, moving=part, dst=acc,

@@ -76,6 +76,12 @@ MAX_PIECE_BYTES = 32768  # a row of 2^20 fp32 in one tile (its 128 pieces)
 BIG_PIECES = 16384  # piece tiles this large a partition (2 MiB and more) load one at a time
 PIECE_ROWS = 2048  # rows this long go in pieces when a core has no more rows than partitions
 # (one block, which nothing would overlap)
+SEG_BYTES = 4096  # a row whose pieces would take BIG_PIECES a partition or more goes in segments
+# of 128 pieces of this many bytes, each a tile of its own (`_lower_pieces`)
+SEG_STORES = 1  # store queues of a row in segments (its last row's stores, after its
+# statistics, are what nothing overlaps)
+SEG_LAG = (0, 0, 0)  # a row in segments (without TensorE's bias): its stages emitted together
+SEG_SHARE = 0.6  # what a row in segments' buffers (and the weight and bias) may take of SBUF
 
 
 def lower_norm(
@@ -98,7 +104,7 @@ def lower_norm(
     if not norm_rows(cfg, tx, to, affine_bytes) or (rows <= cfg.core.sbuf.partitions and
                                                      d >= PIECE_ROWS):  # fmt: skip
         lay = _piece_layout(cfg, tx, d)
-        if lay is not None and lay.t == 1:
+        if lay is not None:
             _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay, share)
             return
         if not norm_rows(cfg, tx, to, affine_bytes):
@@ -152,45 +158,95 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows) -> None:
     elements, one a partition; each partition's statistics as a row's of f elements above
     (one lane, the bias not on TensorE), then combined over the row's k partitions on TensorE
     (`row_pieces.Groups`); the shift's first element spread over the row's partitions the same
-    way; weight and bias loaded in the pieces' pattern."""
+    way; weight and bias loaded in the pieces' pattern.
+
+    A row whose pieces would take BIG_PIECES a partition or more (rows of 2^20) is t segments
+    of 128 pieces of f (`lay.t` > 1), each a tile of its own and a lane of the row's t f
+    columns a partition (`_segments`): a segment's statistics start as soon as it is in, its
+    normalisation, weight and bias once the row's statistics are, and its store right after,
+    so the engines and the stores work on one segment while the next loads (one tile a row:
+    nothing started before the whole row was in). The row stays resident; its partitions'
+    statistics over all its segments are combined as above."""
     tx, to = b.tensors[x], b.tensors[out]
-    k = _Norm(b, cfg, op, x, out, lay.f, eps)
+    seg = lay.t > 1
+    width = lay.f * lay.t  # a row's elements on each partition
+    k = _Norm(b, cfg, op, x, out, width, eps)
     k.weight, k.bias, k.pieces = weight, bias, lay
     k.groups = Groups(b, cfg, lay.k)
-    room = int(cfg.core.sbuf.partition_bytes * BUFFER_SHARE) - lay.f * sum(
+    room = int(cfg.core.sbuf.partition_bytes * (SEG_SHARE if seg else BUFFER_SHARE)) - width * sum(
         b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)  # fmt: skip
-    base = lay.f * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
+    base = width * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
+    # a row in segments may have its bias added by TensorE (16-bit: the identity times the
+    # bias' pieces and times the values into PSUM, ScalarE copying out), as rows that fit do
+    k.pe_ok = seg and bias is not None and to.dtype == tx.dtype and to.dtype.itemsize == 2
+    room -= F_BUFS * width * to.dtype.itemsize if k.pe_ok else 0
     blocks = list(row_blocks(tx.shape, lay.g, rows))
     k.bufs, k.blocks = max(1, min(BUFS, room // base)), len(blocks)
     q, qs = dma_queues(cfg, lay.f * tx.dtype.itemsize), Queues(cfg)
     # large tiles (rows of 2^20: a few a core): loaded one after another
     # on one queue, the weight and bias behind the first, so the first tile arrives first
     # instead of sharing the engines with the others (and its engines start sooner)
-    big = lay.t == 1 and lay.f * tx.dtype.itemsize >= BIG_PIECES
+    big = width * tx.dtype.itemsize >= BIG_PIECES
     n = 1 if big else max(2, q)
-    k.loads, k.stores = qs.loads().take(n), qs.stores().take(n)
+    k.loads, k.stores = qs.loads().take(n), qs.stores().take(SEG_STORES if seg else n)
+    if seg:  # the plan's choices of engines mixed over the segments (one lane each)
+        k.blocks *= lay.t
     plan(k)
+    if seg:
+        k.blocks //= lay.t
+        order = [ls[0] for ls in k.block_lanes] or [k.lanes[0]]
+        order += [order[-1]] * (k.blocks * lay.t - len(order))
+        k.block_lanes = [[Lane(s * lay.f, (s + 1) * lay.f, *_engines(order[m * lay.t + s]))
+                          for s in range(lay.t)] for m in range(k.blocks)]  # fmt: skip
+        k.lanes = k.block_lanes[0]
     affine = [v for v in (weight, bias) if v is not None]
     queues = k.loads if big else Queues(cfg).loads(1 / 2, 1)
-    k.spread = lambda: k.rows.update({v: _piece_rows(b, cfg, v, lay, queues) for v in affine})
-    k.spread_first = big
+    if k.pe_bias:
+        k.pe = PeBias(b, cfg, bias, width, to.dtype, pieces=True)
+
+    def spread():
+        k.rows.update({v: _piece_rows(b, cfg, v, lay, queues) for v in affine})
+        if k.pe_bias:
+            k.pe.pieces_row = k.rows[bias]
+
+    k.spread, k.spread_first = spread, big
+    if k.interleave:  # each row's stages at once (`_emit`): its segments follow its loads
+        k.lag = SEG_LAG
     _emit(k, blocks)
     k.groups.done()
+    if k.pe_bias:
+        k.pe.done()
+
+
+def _engines(lane: Lane) -> tuple:
+    return lane.norm, lane.weight, lane.bias
 
 
 def _piece_layout(cfg: ChipConfig, tx, d: int):
     """Rows of d in pieces (`row_pieces.layout`) of PIECE_BYTES a partition, or of one 128th
-    of the row when that is longer (a row in one tile), up to MAX_PIECE_BYTES."""
+    of the row when that is longer (a row in one tile), up to MAX_PIECE_BYTES; a row whose
+    pieces would take BIG_PIECES or more in segments of 128 pieces of SEG_BYTES."""
     P, isz = cfg.core.sbuf.partitions, tx.dtype.itemsize
     most = max(PIECE_BYTES // isz, -(-d // P))
+    if most * isz >= BIG_PIECES:
+        most = SEG_BYTES // isz
     return pieces_layout(d, most, P) if most * isz <= MAX_PIECE_BYTES else None
 
 
 def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads) -> str:
-    """[128, f]: tensor `name` ([d]) in the pieces' pattern (partition r k + i holds piece i),
-    loaded once per row of the tile (g DMAs of the whole tensor, on the stream `loads`)."""
+    """[128, t f]: tensor `name` ([d]) in the pieces' pattern (partition r k + i holds piece
+    i; segment s's pieces in columns [s f, (s + 1) f)), loaded once per row of the tile (g DMAs
+    of the whole tensor), or once per segment, on the stream `loads`."""
     P, t = cfg.core.sbuf.partitions, b.tensors[name]
-    rows = b.scratch_tile(f"norm.pieces.{name}.{lay.k}", f"{name}_pieces", (P, lay.f), t.dtype)
+    rows = b.scratch_tile(f"norm.pieces.{name}.{lay.k}", f"{name}_pieces", (P, lay.f * lay.t),
+                          t.dtype)  # fmt: skip
+    if lay.t > 1:
+        n = P * lay.f
+        for s in range(lay.t):
+            src = ap(name, slice(s * n, (s + 1) * n))
+            dst = ap(rows, slice(None), slice(s * lay.f, (s + 1) * lay.f))
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[s])
+        return rows
     for r in range(lay.g):
         src, dst = ap(name), ap(rows, slice(r * lay.k, (r + 1) * lay.k))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[r])
@@ -204,6 +260,8 @@ def _emit(k, blocks) -> None:
     if not blocks:
         return
     lag = (min(1, k.bufs - 1), min(2, k.bufs - 1), max(min(2, k.bufs - 1), min(3, k.bufs - 2)))
+    if k.lag is not None:
+        lag = k.lag
     stages = (k.second, k.third, k.fourth)
     if not k.spread_first:
         k.spread()  # the engines have nothing else to do until the first block is loaded
@@ -255,6 +313,7 @@ class _Norm:
         self.spread_first = False  # ... after the first block's stage 1
         self.pieces = None  # a `row_pieces.PieceLayout`: rows in pieces, d the piece
         self.groups = None
+        self.lag = None  # the stages' lags behind stage 1, in blocks (`_emit`), if set
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks)."""
@@ -276,6 +335,25 @@ class _Norm:
         dt = self.xdt if kind == "x" else self.odt
         t = self.tile(f"{kind}{i}.{lane.lo}.", n, (self.P, self.per, lane.hi - lane.lo), dt)
         return ap(t, slice(0, p), slice(None) if j is None else j, slice(*cols))
+
+    @property
+    def segments(self) -> bool:
+        """Whether the rows are in segments (`_lower_pieces`): one lane each."""
+        return bool(self.pieces and self.pieces.t > 1)
+
+    @property
+    def interleave(self) -> bool:
+        """Segments each normalised, weighted and biased in turn (not each pass over all the
+        row's segments first), so the first store goes soonest; not with TensorE's bias, whose
+        copies out on ScalarE then wait behind the next segment's normalisation."""
+        return self.segments and not self.pe_bias
+
+    def xcols(self, lane: Lane) -> tuple[int, int]:
+        """Lane's columns of x's rows: its own, or, a segment of a row in pieces (columns [s f,
+        (s + 1) f) of each partition), the row's [s 128 f, (s + 1) 128 f)."""
+        if self.pieces and self.pieces.t > 1:
+            return lane.lo * self.P, lane.hi * self.P
+        return lane.lo, lane.hi
 
     def lane_cols(self, lo: int, hi: int):
         """(lane, lane-local lo, hi) of the lanes' columns covering [lo, hi)."""
@@ -327,7 +405,7 @@ class _Norm:
 
     def parts(self, rows: int) -> int:
         """The partitions a block of `rows` rows takes."""
-        return rows * self.pieces.k if self.pieces else rows // self.per
+        return rows * min(self.pieces.k, self.P) if self.pieces else rows // self.per
 
     def first(self, n: int, index: tuple, rows: int) -> None:
         self.at(n)
@@ -338,7 +416,7 @@ class _Norm:
             src = (
                 ap(self.x, *index)
                 if len(self.lanes) == 1
-                else ap(self.x, *full, slice(lane.lo, lane.hi))
+                else ap(self.x, *full, slice(*self.xcols(lane)))
             )
             b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[len(self.lanes) * n + i])
         if self.shift:
@@ -357,8 +435,10 @@ class _Norm:
         """ScalarE's statistics of the first c columns, piece by piece (one per lane): layer_norm
         the mean and then the M2 about it, into tile sa (its own: VectorE writes the others);
         rms_norm the sum of squares / D, into ss{piece}."""
-        b, junk = self.b, ap(self.tile("junk", 0, (self.P, self.c), self.xdt), slice(0, p))
         pieces = self.spieces
+        seg = self.pieces and self.pieces.t > 1  # a scratch of a segment's width, else c's
+        most = max(hi - lo for _, lo, hi in pieces) if seg else self.c
+        b, junk = self.b, ap(self.tile("junk", 0, (self.P, most), self.xdt), slice(0, p))
         sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.per, 2 * len(pieces)))
         for q, (i, lo, hi) in enumerate(pieces):
             jk = ap(junk.name, slice(0, p), slice(0, hi - lo))
@@ -444,13 +524,14 @@ class _Norm:
             if self.pieces:  # the row's mean of x^2 over its partitions
                 total = self.groups.sums(ms, p)
                 ms = self.col("ms", n, p)
-                self.alu(ms, total, ("multiply", 1.0 / self.pieces.k))
+                self.alu(ms, total, ("multiply", 1.0 / min(self.pieces.k, self.P)))
             self.alu(rs, ms, ("add", self.eps), ("pow", -0.5))
         if self.layer:  # the normalisation's bias, -mean * rstd
             self.alu(self.col("nb", n, p), mean, ("multiply", rs), ("multiply", -1.0))
-        for i in range(len(self.lanes)):
-            for j in range(self.per):
-                self.normalized(n, p, i, j)
+        if not self.interleave:  # (else each normalised with its weight, `third`)
+            for i in range(len(self.lanes)):
+                for j in range(self.per):
+                    self.normalized(n, p, i, j)
 
     def normalized(self, n: int, p: int, i: int, j: int) -> None:
         """Lane i of row slot j: x * rstd + (-mean * rstd) (rms_norm: x * rstd), the same
@@ -473,7 +554,7 @@ class _Norm:
     def combine(self, n: int, p: int, mean, var) -> None:
         """mean, var ([p, 1]: each partition's piece's) := its row's, over the row's k
         partitions (equal counts): the mean of the means, the mean of var + (mean - row's)^2."""
-        k, gr = self.pieces.k, self.groups
+        k, gr = min(self.pieces.k, self.P), self.groups
         rm, d = self.col("rm", n, p), self.col("dm", n, p)
         self.alu(rm, gr.sums(mean, p), ("multiply", 1.0 / k))
         self.alu(d, mean, ("subtract", rm))
@@ -491,6 +572,8 @@ class _Norm:
         b, p = self.b, self.parts(rows)
         for i, lane in enumerate(self.lanes):
             w = lane.hi - lane.lo
+            if self.interleave:  # a segment's passes one after another: its store goes soonest
+                self.normalized(n, p, i, 0)
             for v, alu, e in ((self.weight, "multiply", lane.weight),
                               (self.bias, "add", lane.bias)):  # fmt: skip
                 if v is None or (alu == "add" and e == S):
@@ -527,7 +610,7 @@ class _Norm:
         dst = (
             ap(self.out, *index)
             if len(self.lanes) == 1
-            else ap(self.out, *full, slice(lane.lo, lane.hi))
+            else ap(self.out, *full, slice(*self.xcols(lane)))
         )
         b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[len(self.lanes) * n + i])
 
