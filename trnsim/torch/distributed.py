@@ -658,7 +658,8 @@ class _Timer:
                 "dtype": dtype, "algorithm": res["algorithm"], "arrival_ps": start,
                 "start_ps": a0 + res["start"], "end_ps": end, "busbw": res["busbw"],
                 "time_ps": res["time"], "seq": span.seq, "reduce_op": red, "root": root,
-                "counts": counts, "event": ev, "exact_reduce": kind in REDUCE, "call": op}  # fmt: skip
+                "counts": counts, "event": ev, "exact_reduce": kind in REDUCE,
+                "call": op}  # fmt: skip
         ops.collective(info)  # the report's rows and steps (trnsim.torch.report)
         if chip.listeners:
             chip.listeners.collective(op, cc, tensors, info)
