@@ -10,7 +10,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, V, runs
 
-__all__ = ["spread", "PeBias", "SPREAD_BANKS", "PE_TILES"]
+__all__ = ["spread", "PeBias", "pe_group", "SPREAD_BANKS", "PE_TILES"]
 
 SPREAD_BANKS = 2  # PSUM banks the weight and bias are spread through, in turn
 PE_TILES = 2  # PSUM banks the bias is added in by TensorE, in turn (a kernel's matmul may hold
@@ -61,17 +61,30 @@ def ones(b: KernelBuilder, dt, P: int) -> str:
     return t
 
 
+def pe_group(cfg: ChipConfig, d: int, per: int) -> int:
+    """Row slots of d whose bias TensorE adds at once (`PeBias`): as many as a PSUM bank's
+    fp32 columns hold, at most `per`."""
+    step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+    return max(1, min(per, step // d))
+
+
 class PeBias:
     """The bias added by TensorE: per chunk of up to a PSUM bank's columns, a ones row times
     the bias row (K = 1) and the identity times the lane's values accumulate into PSUM, and
     ScalarE copies the sum out (its 1.2 GHz pass instead of a `tensor_tensor` at two cycles an
-    element on GpSimd, or a VectorE pass)."""
+    element on GpSimd, or a VectorE pass).
+
+    Short rows (`group` > 1: up to a bank's columns of them) go `group` row slots at a time: the
+    bias row is loaded `group` times side by side, so one pair of matmuls and one ScalarE copy
+    serve them all (rows of 64 bf16: 8 slots an instruction instead of one; ScalarE was busy
+    98 us of 124 copying out slot by slot)."""
 
     def __init__(self, b: KernelBuilder, cfg: ChipConfig, bias: str, d: int, odt,
-                 pieces: bool = False):  # fmt: skip
+                 pieces: bool = False, group: int = 1):  # fmt: skip
         P, self.b, self.P = cfg.core.sbuf.partitions, b, cfg.core.sbuf.partitions
         dt = b.tensors[bias].dtype
         self.step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+        self.group, self.d = (group, d) if not pieces else (1, d)
         self.ident = b.tile("ident", "sbuf", (P, P), odt)
         a = ap(self.ident)
         b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
@@ -84,8 +97,13 @@ class PeBias:
             self.row = b.tile("bias_row", "sbuf", (1, d), dt)
             self.ones = ones(b, dt, P)
             src, dst = ap(bias), ap(self.row)
-            b.emit(DmaCopy, [src], [dst], src=src, dst=dst,
-                   queue=Queues(cfg).loads(1 / 2, 1)[1])  # fmt: skip
+            queue = Queues(cfg).loads(1 / 2, 1)[1]
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queue)
+            if self.group > 1:  # the row side by side, `group` times
+                self.rows = b.tile("bias_rows", "sbuf", (1, self.group, d), dt)
+                for r in range(self.group):
+                    dst = ap(self.rows, slice(None), r)
+                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queue)
         self.ps: list[str] = []  # taken at the first add (after `spread` released its own)
         self.turn = 0
 
@@ -114,6 +132,24 @@ class PeBias:
                    accumulate=True)  # fmt: skip
             out = _cols(f, c0, c1)
             b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
+
+    def add_slots(self, o: Ap, f: Ap, r: int, p: int) -> None:
+        """f = o + bias for r row slots at once (o, f: [p, r, d] views of whole rows, r at most
+        `group`): one matmul pair into a PSUM bank ([p, r d]), one ScalarE copy out."""
+        b, d = self.b, self.d
+        if not self.ps:
+            f32 = dtype("float32")
+            self.ps = [b.psum("bias", (self.P, self.step), f32) for _ in range(PE_TILES)]
+        acc = ap(self.ps[self.turn % PE_TILES], slice(0, p), slice(0, r * d))
+        self.turn += 1
+        one, row = (
+            ap(self.ones, slice(None), slice(0, p)),
+            ap(self.rows, slice(None), slice(0, r), slice(None)),
+        )
+        b.emit(Matmul, [one, row], [acc], stationary=one, moving=row, dst=acc)
+        ident = ap(self.ident, slice(0, p), slice(0, p))
+        b.emit(Matmul, [ident, o], [acc], stationary=ident, moving=o, dst=acc, accumulate=True)
+        b.emit(Activation, [acc], [f], func="copy", src=acc, dst=f)
 
     def done(self) -> None:
         self.b.release(*self.ps)

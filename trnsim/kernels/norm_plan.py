@@ -23,6 +23,7 @@ from trnsim.isa import (
 )
 from trnsim.kernels.balance import cost_ns
 from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.norm_affine import pe_group
 from trnsim.kernels.row_plan import G, S, Spread, V, runs, slots_ns
 
 __all__ = ["Lane", "plan", "LANE_RUN", "LANES"]
@@ -211,6 +212,17 @@ class _Costs:
         k, t = self.k, self.cfg.core.tensor
         step = min(t.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
         ps = self.tile((k.P, step))
+        rate = t.fp32_rate if k.b.tensors[k.bias].dtype.itemsize == 4 else 1.0
+        g = 1 if k.pieces or w != k.d else pe_group(self.cfg, w, k.per)
+        if g > 1:  # `g` row slots a pair of matmuls and a copy (`PeBias.add_slots`)
+            n, last = divmod(k.per, g)
+            sizes = [g] * n + ([last] if last else [])
+            copy = sum(cost_ns(self.b, self.cfg, Activation, S, waits=not i, func="copy",
+                               src=ap(ps, slice(None), slice(0, r * w)),
+                               dst=ap(self.tile((k.P, r * w), k.odt)))
+                       for i, r in enumerate(sizes))  # fmt: skip
+            cycles = sum(2 * t.load_stationary_cycles + r * w * (1 + 1 / rate) for r in sizes)
+            return self.on(S, copy) + self.on(T, cycles * 1e9 / t.clock_hz)
         copy = sum(
             self.slots(
                 Activation,
@@ -221,7 +233,6 @@ class _Costs:
             )
             for lo, hi in runs(w, step)
         )
-        rate = t.fp32_rate if k.b.tensors[k.bias].dtype.itemsize == 4 else 1.0
         cycles = k.per * sum(2 * t.load_stationary_cycles + (hi - lo) * (1 + 1 / rate)
                              for lo, hi in runs(w, step))  # fmt: skip
         return self.on(S, copy) + self.on(T, cycles * 1e9 / t.clock_hz)

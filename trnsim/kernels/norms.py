@@ -51,7 +51,7 @@ from trnsim.isa import (
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks, row_groups
-from trnsim.kernels.norm_affine import PeBias, spread
+from trnsim.kernels.norm_affine import PeBias, pe_group, spread
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_pieces import Groups
@@ -147,7 +147,7 @@ def lower_norm(
     spreads = [v for v in (weight, bias) if v is not None and not (v == bias and on_pe)]
     k.spread = lambda: k.rows.update(zip(spreads, spread(b, cfg, spreads, d, k.loads)))
     if k.pe_bias:
-        k.pe = PeBias(b, cfg, bias, d, to.dtype)
+        k.pe = PeBias(b, cfg, bias, d, to.dtype, group=pe_group(cfg, d, k.per))
     _emit(k, blocks)
     if k.pe_bias:
         k.pe.done()
@@ -593,7 +593,17 @@ class _Norm:
         self.at(n)
         p = self.parts(rows)
         for i, lane in enumerate(self.lanes):
-            if self.pe_lane(lane):
+            if self.pe_lane(lane) and self.pe.group > 1 and lane.hi - lane.lo == self.d:
+                for j in range(0, self.per, self.pe.group):  # `group` row slots at a time
+                    js = slice(j, min(self.per, j + self.pe.group))
+                    self.pe.add_slots(
+                        self.lane_tile("o", n, i, p, js),
+                        self.lane_tile("f", n, i, p, js),
+                        js.stop - j,
+                        p,
+                    )
+                self.store(n, index, p, i, self.lane_tile("f", n, i, p))
+            elif self.pe_lane(lane):
                 for j in range(self.per):
                     self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile("f", n, i, p, j),
                                 lane.lo, lane.hi - lane.lo, p)  # fmt: skip
