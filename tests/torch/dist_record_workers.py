@@ -11,6 +11,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from dist_workers import init
 
+from trnsim.torch.listeners import Listener
+
 BATCH, WIDTH = 64, 256
 
 
@@ -64,4 +66,89 @@ def ddp_recorded(rank: int, size: int, store_path: str, out: str) -> None:
         "text": str(report),
     }
     torch.save(seen, os.path.join(out, f"rank{rank}.pt"))
+    torch.save(ddp_timed(rank, size), os.path.join(out, f"rank{rank}_timing.pt"))
     dist.destroy_process_group()
+
+
+class _Windows(Listener):
+    """The logical core's launches (kernels and copies): (start, end, name) in ps."""
+
+    def __init__(self):
+        self.got: list[tuple[int, int, str]] = []
+
+    def launched(self, stream, kernel, start_ps: int, end_ps: int) -> None:
+        self.got.append((start_ps, end_ps, getattr(kernel, "name", "")))
+
+    def between(self, lo: int, hi: int) -> list[tuple[int, int, str]]:
+        return [w for w in self.got if lo <= w[0] < hi]
+
+
+T_BATCH, T_WIDTH = 2048, 256
+
+
+def ddp_timed(rank: int, size: int) -> dict:
+    """The timing acceptance's pieces (test_distributed_record): a step of a bias-free MLP
+    (Linear 256x256, ReLU, Linear 256x256, batch 2048: device-bound, the host runs ahead)
+    trained plainly (the same script without DDP: its compute alone), the reducer's own ops
+    alone (each gradient multiplied by 1/size into a flat bucket, copied back: what DDP's
+    reducer does with one bucket), then with DDP (its 512 KiB of gradients: one bucket); the
+    second step of each between events, the launch windows, and the report."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import trnsim.torch
+
+    chip = trnsim.torch.state.get()
+    log = _Windows()
+    chip.listeners.add(log)
+    g = torch.Generator().manual_seed(1 + rank)
+
+    def model_opt():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(T_WIDTH, T_WIDTH, bias=False), nn.ReLU(),
+                              nn.Linear(T_WIDTH, T_WIDTH, bias=False)).to("neuron")  # fmt: skip
+        return model
+
+    def steps(model) -> tuple[list[int], list]:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+        def step():
+            x = torch.randn(T_BATCH, T_WIDTH, generator=g).to("neuron")
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        step()  # (DDP rebuilds its buckets after the first)
+        evs = [torch.neuron.Event(enable_timing=True) for _ in range(3)]
+        evs[0].record()
+        for e in evs[1:]:
+            step()
+            e.record()
+        evs[-1].synchronize()
+        ts = [e.rt.time_ps for e in evs]
+        return ts, log.between(ts[1], ts[2])
+
+    plain = model_opt()
+    seen = {}
+    seen["plain_events"], seen["plain_windows"] = steps(plain)
+    # the reducer's ops alone, on the plain model's gradients
+    grads = [p.grad for p in plain.parameters()]
+    bucket = torch.empty(sum(t.numel() for t in grads), device="neuron")
+    views, o = [], 0
+    for t in grads:
+        views.append(bucket[o : o + t.numel()].view_as(t))
+        o += t.numel()
+    torch.neuron.synchronize()
+    lo = chip.devices[0].env.now
+    for t, v in zip(grads, views):
+        torch.mul(t, 1 / size, out=v)
+    for t, v in zip(grads, views):
+        t.copy_(v)
+    torch.neuron.synchronize()
+    seen["hook_windows"] = log.between(lo, chip.devices[0].env.now + 1)
+    model = model_opt()
+    ddp = DDP(model)
+    seen["ddp_events"], seen["ddp_windows"] = steps(ddp)
+    seen["buckets"] = len(ddp.reducer._get_zeros_like_grad_buckets())
+    seen["report"] = torch.neuron.report()
+    return seen

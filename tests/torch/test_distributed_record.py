@@ -178,3 +178,65 @@ def test_report_perfetto_has_the_collectives_on_their_cc_stream(job):
             e = by_start[span[9]]
             assert e["name"] == "all_reduce" and round(e["dur"] * 1e6) == span[10] - span[9]
         assert trace["otherData"]["rank"] == r
+
+
+# -- the timing acceptance, derived by hand (the live lockstep path) ---------------------------
+
+
+@pytest.fixture(scope="module")
+def timed(job):
+    """The same rank processes, after the recording: a device-bound bias-free MLP's second step
+    trained plainly, the reducer's ops alone, and the same with DDP (dist_record_workers.
+    ddp_timed)."""
+    out, _ = job
+    return [torch.load(out / f"rank{r}_timing.pt", weights_only=False) for r in range(SIZE)]
+
+
+def _span(events) -> int:
+    return events[2] - events[1]
+
+
+def test_ddp_step_is_compute_plus_all_reduce_plus_the_hook_s_ops(timed):
+    """Live (lockstep) path, 2 ranks on trn2-48xl (logical cores 0 and 1 of chip 0), DDP with
+    one 512 KiB bucket. The model is device-bound (the host runs ahead: the plain step's launch
+    windows fill it), and the bucket is ready only once backward is done, so by hand:
+        DDP step = plain step (the same script without DDP: its compute alone)
+                 + the bucket's all_reduce as a World of the system times it (both ranks
+                   arriving together: nothing overlaps it, the copies back wait for it)
+                 + the reducer's own device ops (a mul into the bucket per gradient, a copy
+                   back per gradient), each measured alone.
+    Each piece comes from the model, not from typed numbers; equal to the picosecond."""
+    w = World.from_config(load_system(SYSTEM))
+    for seen in timed:
+        assert seen["buckets"] == 1
+        plain = _span(seen["plain_events"])
+        assert plain == sum(b - a for a, b, _ in seen["plain_windows"])  # device-bound
+        hook = seen["hook_windows"]
+        assert sorted(n for _, _, n in hook) == ["copy", "copy", "mul.out", "mul.out"]
+        nbytes = 2 * 256 * 256 * 4  # the two weights' gradients, float32
+        ar = w.collective("all_reduce", range(SIZE), nbytes, "float32").time_ps
+        assert _span(seen["ddp_events"]) == plain + ar + sum(b - a for a, b, _ in hook)
+        # the extra launches are the reducer's ops, with the durations they have alone
+        extra = list(seen["ddp_windows"])
+        for _, _, name in seen["plain_windows"]:
+            extra.remove(next(x for x in extra if x[2] == name))
+        assert sorted((n, b - a) for a, b, n in extra) == sorted((n, b - a) for a, b, n in hook)
+
+
+def test_ddp_step_report_splits_it_as_derived(timed):
+    """torch.neuron.report()'s row of that step: time as above, compute = the plain step's
+    compute + the reducer's ops, communication = the all_reduce, all of it exposed (one bucket,
+    reduced after backward: nothing left to overlap it), no idle time (device-bound)."""
+    w = World.from_config(load_system(SYSTEM))
+    ar = w.collective("all_reduce", range(SIZE), 2 * 256 * 256 * 4, "float32")
+    for seen in timed:
+        (step,) = [s for s in seen["report"].steps if s["end_ps"] == seen["ddp_events"][2]]
+        assert step["start_ps"] == seen["ddp_events"][1]
+        hook = sum(b - a for a, b, _ in seen["hook_windows"])
+        assert step["time_ps"] == _span(seen["ddp_events"])
+        assert step["compute_ps"] == _span(seen["plain_events"]) + hook
+        assert step["communication_ps"] == step["exposed_ps"] == ar.time_ps
+        assert step["overlapped_ps"] == 0 and step["idle_ps"] == 0
+        (row,) = step["collectives"]
+        assert (row["op"], row["bytes"], row["algorithm"]) == ("all_reduce", 2 * 256 * 256 * 4,
+                                                               ar.algorithm)  # fmt: skip
