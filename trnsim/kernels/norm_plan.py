@@ -63,24 +63,37 @@ def plan(k) -> None:
                   for s in range(5 - a)]  # fmt: skip
     else:
         shifts = [{V: 1.0}]
+    # the shift of the columns from c on (ScalarE's statistics shift the first c, `_Norm.folded`;
+    # not a row's segments, whose rows of 2^20 ran slower so: 62 -> 61%)
     shift_ns = np.array(
         [
-            cs.on(V, 0.0)
-            + sum((cs.on(e, f * cs.shift(e)) for e, f in sh.items() if k.shift), cs.on(V, 0.0))
-            for sh in shifts
+            [
+                sum(
+                    (
+                        cs.on(e, f * cs.shift(e, d - c * (not k.segments)))
+                        for e, f in sh.items()
+                        if k.shift
+                    ),
+                    cs.on(V, 0.0),
+                )
+                for sh in shifts
+            ]
+            for c in cands
         ]
     )
     # a mix of two single-lane choices, a share w of the blocks on the second (MIX steps):
     # each pass on one engine for a block, the blocks' engines spread so the shares even out
     single = [n for n, (ls, _) in enumerate(lanes) if len(ls) == 1]
     mixes = [(j, j, 0.0) for j in range(len(lanes))]
-    if k.blocks > 1 and not k.shift:  # (with fp32 layer_norm's shift, spread over the blocks
-        # too, the mixes the costs favour ran slower: rows of 64, 12%; of 64K, 5%)
+    if k.blocks > 1:  # (not with a pass of fp32 layer_norm's shift, spread over the blocks
+        # too: the mixes the costs favour ran slower, rows of 64 by 12%, of 64K by 5%; below)
         mixes += [(a, c, w / MIX) for n, a in enumerate(single) for c in single[n + 1 :]
                   for w in range(1, MIX)]  # fmt: skip
     mixed = np.array([(1 - w) * lane_ns[a] + w * lane_ns[c] for a, c, w in mixes])
-    total = stats[:, None, None, :] + mixed[None, :, None, :] + shift_ns[None, None, :, :]
+    total = stats[:, None, None, :] + mixed[None, :, None, :] + shift_ns[:, None, :, :]
     worst = total.max(axis=-1)
+    if k.shift:  # mixes only where ScalarE's statistics shift every column (`_Norm.folded`)
+        worst[np.array(cands) < d if not k.segments else slice(None), len(lanes) :, :] = np.inf
     pure = len(lanes)  # a mix only where it gains MIX_GAIN over the best single choice
     worst[:, pure:, :] = np.where(worst[:, pure:, :] < MIX_GAIN * worst[:, :pure, :].min(),
                                   worst[:, pure:, :], np.inf)  # fmt: skip
@@ -166,6 +179,7 @@ class _Costs:
         )
         nch = len(runs(k.d - c, k.bn))
         steps = (4 if c else 3) if k.layer else 4  # rstd, -mean * rstd, ScalarE's triple
+        steps += 1 if k.shift and c and not k.segments else 0  # (`_Norm.folded`: scaled apart)
         if k.layer or c < k.d:
             if nch == 1 and not c and k.per >= 4 and k.d > 1:
                 steps += 7
@@ -237,9 +251,11 @@ class _Costs:
                              for lo, hi in runs(w, step))  # fmt: skip
         return self.on(S, copy) + self.on(T, cycles * 1e9 / t.clock_hz)
 
-    def shift(self, e: Engine) -> float:
-        """The shift of a whole block on engine e."""
-        x = self.cols(self.x, 0, self.k.d)
+    def shift(self, e: Engine, w: int) -> float:
+        """The shift of a block's w columns of each row on engine e."""
+        if w <= 0:
+            return 0.0
+        x = self.cols(self.x, 0, w)
         if e == S:
             return self.slots(Activation, S, func="copy", src=x, dst=x, bias=self.col)
         return self.slots(TensorScalar, e, src=x, dst=x, op0="add", operand0=self.col)

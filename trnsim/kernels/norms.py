@@ -450,19 +450,35 @@ class _Norm:
                            scale=1 / math.sqrt(self.d), reduce="add", reduce_dst=ss)  # fmt: skip
                     continue
                 m = ap(sa, slice(0, p), j, slice(2 * q, 2 * q + 1))
+                if self.folded:  # x - x0 in place, and its sum S
+                    nx = self.col("nx", n, p, j)
+                    b.emit(Activation, [xs, nx], [xs, m], func="copy", src=xs, dst=xs, bias=nx,
+                           reduce="add", reduce_dst=m)  # fmt: skip
+                    continue
                 b.emit(Activation, [xs], [jk, m], func="copy", src=xs, dst=jk,
                        scale=1.0 / (hi - lo), reduce="add", reduce_dst=m)  # fmt: skip
             if not self.layer:
                 continue
-            for j in range(self.per):  # their M2 about it: (m - x)^2
+            # their M2 about the mean m: (m - x)^2; folded, (S - n x)^2 = n^2 (m - x)^2
+            scale = -float(hi - lo) if self.folded else -1.0
+            for j in range(self.per):
                 xs = self.lane_tile("x", n, i, p, j, (lo, hi))
                 m = ap(sa, slice(0, p), j, slice(2 * q, 2 * q + 1))
                 m2 = ap(sa, slice(0, p), j, slice(2 * q + 1, 2 * q + 2))
-                b.emit(Activation, [xs, m], [jk, m2], func="square", src=xs, dst=jk, scale=-1.0,
+                b.emit(Activation, [xs, m], [jk, m2], func="square", src=xs, dst=jk, scale=scale,
                        bias=m, reduce="add", reduce_dst=m2)  # fmt: skip
 
+    @property
+    def folded(self) -> bool:
+        """Whether ScalarE's first statistics pass shifts its c columns (`scalar_stats`), the
+        shift pass then only over the columns from c on."""
+        return self.shift and self.c > 0 and not self.segments
+
     def shifted(self, n: int, p: int, e) -> None:
-        """x minus each row's first element, in place, on engine e."""
+        """x minus each row's first element, in place, on engine e (its first c columns by
+        ScalarE's statistics, `folded`; their -x0 on ScalarE when it has them all)."""
+        if self.folded and self.c >= self.d:
+            e = S
         b, nx = self.b, self.col("nx", n, p)
         first = ap(self.lane_tile("x", n, 0, p).name, slice(0, p), slice(None), 0)
         if self.pieces:  # the row's first element is its first partition's
@@ -472,9 +488,9 @@ class _Norm:
             e = e if e != G else V  # (GpSimd reads no PSUM)
         b.emit(TensorScalar, [first], [nx], src=first, dst=nx, op0="multiply", operand0=-1.0,
                engine=e)  # fmt: skip
-        for i in range(len(self.lanes)):
+        for i, lo, hi in self.lane_cols(self.c if self.folded else 0, self.d):
             for j in range(self.per):
-                xj, c = self.lane_tile("x", n, i, p, j), self.col("nx", n, p, j)
+                xj, c = self.lane_tile("x", n, i, p, j, (lo, hi)), self.col("nx", n, p, j)
                 if e == S:
                     b.emit(Activation, [xj, c], [xj], func="copy", src=xj, dst=xj, bias=c)
                 else:
@@ -494,6 +510,13 @@ class _Norm:
                 if n < self.bufs:
                     cnt = self.stat(n, self.P, None, (a, a + 1))
                     b.emit(Memset, [], [cnt], dst=cnt, value=float(hi - lo))
+                if self.folded:  # S / n and n^2 M2 / n^2
+                    for u, f in ((0, 1.0 / (hi - lo)), (1, 1.0 / (hi - lo) ** 2)):
+                        src = ap(sa, slice(0, p), slice(None), 2 * q + u)
+                        st = ap(self.stat(n, p).name, slice(0, p), slice(None), a + 1 + u)
+                        b.emit(TensorScalar, [src], [st], src=src, dst=st, op0="multiply",
+                               operand0=f)  # fmt: skip
+                    continue
                 src, st = ap(sa, slice(0, p), slice(None), slice(2 * q, 2 * q + 2)), self.stat(
                     n, p, None, (a + 1, a + 3))  # fmt: skip
                 b.emit(TensorCopy, [src], [st], src=src, dst=st)
