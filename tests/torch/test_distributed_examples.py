@@ -1,0 +1,41 @@
+"""examples/ddp.py as a user runs it: `torchrun --standalone --nproc-per-node 2` with
+TRNSIM_TORCH_AUTOLOAD=1 and TRNSIM_SYSTEM (the script never imports trnsim), small sizes by
+its flags: it exits 0 and rank 0 prints finite figures per step (docs/distributed.md,
+"Examples")."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ddp.py"
+NUM = r"([0-9][0-9,.]*)"
+
+
+def test_examples_ddp_runs_under_torchrun_and_prints_finite_figures(tmp_path):
+    env = {**os.environ, "TRNSIM_TORCH_AUTOLOAD": "1", "TRNSIM_SYSTEM": "trn2-48xl",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           "2", str(SCRIPT), "--steps", "2", "--batch", "2", "--context", "16", "--width", "64",
+           "--layers", "1", "--base-ms", "1"]  # fmt: skip
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    steps = re.findall(rf"DDP step (\d): loss {NUM}, {NUM} ms simulated, {NUM} tokens/s "
+                       rf"\(2 ranks\), MFU {NUM}%, scaling efficiency {NUM}%", p.stdout)  # fmt: skip
+    assert [s[0] for s in steps] == ["0", "1"], p.stdout
+    for s in steps:
+        vals = [float(v.replace(",", "")) for v in s[1:]]
+        assert all(math.isfinite(v) and v > 0 for v in vals), s
+    assert "DDP: " in p.stdout and "2 ranks on trn2-48xl" in p.stdout
+    table = p.stdout.split("collectives\n", 1)[1].strip().splitlines()
+    assert len(table) == 2
+    for line in table:
+        _, time, compute, comm, exposed, overlapped, idle, n = (float(v) for v in line.split())
+        assert all(math.isfinite(v) for v in (time, compute, comm, exposed, overlapped, idle))
+        assert time > 0 and compute > 0 and comm > 0 and n >= 1
+        assert abs(exposed + overlapped - comm) < 0.15  # (printed to 0.1 us)
+        assert abs(compute + exposed + idle - time) < 0.2
