@@ -69,6 +69,9 @@ ROW_BYTES = 8192  # short rows are grouped up to this many bytes a partition (40
 # 2048 fp32 elements: fp32 blocks of 1 MiB, twice as many as with 4096 elements, which fill and
 # drain the chain of passes sooner: rows of 512 and 64, layer_norm 51 -> 56% and 53 -> 57%,
 # rms_norm 83 -> 95% and 86 -> 94%)
+LAYER_ROW_BYTES = 4096  # layer_norm's (blocks of 512 KiB: its longer chain of passes fills and
+# drains sooner; trn2 LNC 2, 16 MiB, rows of 64 bf16 69 -> 71%, fp32 57 -> 58%, of 512 bf16
+# 59 -> 63%, fp32 69 -> 70%; rms_norm's ran slower so: fp32 rows of 64 94 -> 90%)
 PE_BUFS = 5  # TensorE adds the bias only when this many buffers of x fit beside its own
 F_BUFS = 2  # buffers of TensorE's copies out (the bias added on TensorE)
 PIECE_BYTES = 4096  # a piece tile's bytes a partition (512 KiB tiles: many, so loads overlap)
@@ -128,7 +131,7 @@ def lower_norm(
     k.pe_ok = bias is not None and to.dtype == tx.dtype and to.dtype.itemsize == 2 and (
         (room - f) // base >= PE_BUFS)  # fmt: skip
     room -= f if k.pe_ok else 0
-    group = max(1, ROW_BYTES // tx.dtype.itemsize // d)
+    group = max(1, (LAYER_ROW_BYTES if k.layer else ROW_BYTES) // tx.dtype.itemsize // d)
     k.per, blocks = row_groups(tx.shape, k.P, share, group,
                                max(1, room // (BUFS * base)))  # fmt: skip
     k.bufs, k.blocks = max(1, min(BUFS, room // (k.per * base))), len(blocks)
