@@ -24,7 +24,8 @@ OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "sum", "mean", "amax"
 
 PIECES = "rows in pieces (split evenly between the cores, the op isolated): {}"
 CHAIN = (
-    "the blocks' chains of passes across engines (fp32: the shift, the statistics, the "
+    "the blocks' chains of passes across engines (fp32: the shift, or its remainder past "
+    "ScalarE's statistics' columns, the statistics, the "
     "combination on TensorE, the normalisation, weight and bias) do not overlap enough: a "
     "tile's store frees its buffer for the next load only after the chain ({})"
 )
@@ -39,9 +40,13 @@ ROW_BY_ROW = (
 )
 SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
     ("layer_norm", "float32", 65536): PIECES.format(
-        CHAIN.format("46%: GpSimd's weight and bias, 59 us busy of 103, bind")
+        CHAIN.format(
+            "50%: 94 us, GpSimd 49 us busy and ScalarE 48 (the shift folded into its statistics)"
+        )
     ),
-    ("layer_norm", "bfloat16", 65536): PIECES.format(CHAIN.format("48%")),
+    ("layer_norm", "bfloat16", 65536): PIECES.format(
+        CHAIN.format("48%: 98 us, GpSimd 63 us busy, ScalarE and VectorE 60-61")
+    ),
     ("layer_norm", "float32", 1 << 20): PIECES.format(
         SEGMENTS.format(
             "two rows",
@@ -63,14 +68,35 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
     ("rms_norm", "bfloat16", 64): ROW_BY_ROW.format(
         "sum of squares", "55 us busy of 75.4, as is GpSimd's weight (61%)"
     ),
-    ("layer_norm", "float32", 64): "32 rows a partition, eight blocks a core: "
-    + CHAIN.format("57%"),
-    ("layer_norm", "bfloat16", 64): "ScalarE binds (49%): 98 us busy of 124, copying out of "
-    "PSUM the rows TensorE added the bias to, row slot by row slot",
-    ("layer_norm", "float32", 512): "eight blocks a core: " + CHAIN.format("56%"),
-    ("layer_norm", "bfloat16", 512): "eight blocks a core: " + CHAIN.format("59%"),
-    ("layer_norm", "float32", 4096): "four blocks a core: " + CHAIN.format("48%"),
-    ("layer_norm", "bfloat16", 4096): "eight blocks a core: " + CHAIN.format("61%"),
+    ("layer_norm", "float32", 64): "16 rows a partition, 16 blocks a core: "
+    + CHAIN.format(
+        "58%: 79 us, ScalarE 62 us busy (the statistics, shifting as they go, two "
+        "instructions a row slot of 64 cycles at least), GpSimd 60 (normalisation, weight and "
+        "bias of 12 blocks in 16)"
+    ),
+    ("layer_norm", "bfloat16", 64): "32 rows a partition, 16 blocks a core: "
+    + CHAIN.format(
+        "71%: 86 us against the engine bound's 61, ScalarE 61 us busy (the "
+        "normalisation a row slot at a time; TensorE's bias copied out 8 row slots "
+        "at once), GpSimd 56, VectorE 52"
+    ),
+    ("layer_norm", "float32", 512): "16 blocks a core: "
+    + CHAIN.format(
+        "70%: 66 us, ScalarE 49 us busy (the statistics, shifting as they go, and "
+        "the normalisation), GpSimd 46"
+    ),
+    ("layer_norm", "bfloat16", 512): "16 blocks a core: "
+    + CHAIN.format(
+        "63%: 73 us, ScalarE 65 us busy (its share of the statistics, TensorE's "
+        "bias copied out), GpSimd 56"
+    ),
+    ("layer_norm", "float32", 4096): "four blocks a core: "
+    + CHAIN.format(
+        "53%: 87 us, the last block's chain after the loads end at 36 us; GpSimd "
+        "41 us busy, ScalarE 39"
+    ),
+    ("layer_norm", "bfloat16", 4096): "eight blocks a core: "
+    + CHAIN.format("61%: 76 us, ScalarE 53 us busy, GpSimd 52"),
 }
 
 
