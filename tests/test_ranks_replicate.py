@@ -1,0 +1,74 @@
+"""`trnsim ranks replicate` (trnsim.trace.replicate; docs/distributed.md, "Many ranks from a
+few"): rank files for more ranks from recorded ones, replayed by `trnsim run --system`, and its
+one-line errors naming the file and key."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from click.testing import CliRunner
+
+from trnsim.cli import main
+
+
+def _rank_file(tmp, rank: int, group, op="all_reduce", prefix=True) -> str:
+    p = f"r{rank}_" if prefix else ""
+    doc = {"trnsim": 1, "name": f"job_rank{rank}", "system": "trn2-48xl", "rank": rank,
+           "mode": "timing",
+           "tensors": {f"{p}x": {"shape": [256, 256], "dtype": "bfloat16"},
+                       f"{p}y": {"shape": [256, 256], "dtype": "bfloat16"}},
+           "kernels": {"mm": {"ops": [{"matmul": {"a": f"{p}x", "b": f"{p}x", "out": f"{p}y"}}]}},
+           "streams": [{"name": "main", "do": [
+               {"record": "start"}, {"launch": "mm"},
+               {"collective": {"op": op, "group": group, "tensor": f"{p}y"}},
+               {"record": "done"}]}],
+           "timing": [{"from": "start", "to": "done"}]}  # fmt: skip
+    path = tmp / f"job_rank{rank}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_replicate_then_run_times_every_rank(tmp_path):
+    files = [_rank_file(tmp_path, r, [0, 1]) for r in (0, 1)]
+    r = _cli("ranks", "replicate", *files, "--ranks", "0-7", "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    written = sorted((tmp_path / "out").glob("*.yaml"))
+    assert len(written) == 8
+    doc = yaml.safe_load((tmp_path / "out" / "job_rank5.yaml").read_text())
+    assert doc["rank"] == 5 and doc["name"] == "job_rank5"
+    assert set(doc["tensors"]) == {"r5_x", "r5_y"}
+    (step,) = [s for s in doc["streams"][0]["do"] if "collective" in s]
+    assert step["collective"]["group"] == list(range(8)) and step["collective"]["tensor"] == "r5_y"
+    r = _cli("run", "--system", "trn2-48xl", *written, "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    (c,) = got["collectives"]
+    assert c["ranks"] == 8 and c["bytes"] == 256 * 256 * 2
+    assert len(got["timings"]) == 8
+
+
+def test_replicate_errors_name_the_file_and_key(tmp_path):
+    a = _rank_file(tmp_path, 0, [0, 1])
+    r = _cli("ranks", "replicate", a, "--ranks", "0-3", "-o", tmp_path / "o1")
+    assert r.exit_code != 0
+    assert "job_rank0.yaml: streams[0].do[2].collective.group: [0, 1] names rank(s) [1], which " \
+        "have no file given" in r.output  # fmt: skip
+    files = [_rank_file(tmp_path, r, [0], prefix=False) for r in (0, 1)]
+    r = _cli("ranks", "replicate", *files, "--ranks", "0-3", "-o", tmp_path / "o2")
+    assert "group: [0] is part of the recorded ranks [0, 1]" in r.output
+    files = [_rank_file(tmp_path, r, [0, 1], op="all_gather") for r in (0, 1)]
+    r = _cli("ranks", "replicate", *files, "--ranks", "0-3", "-o", tmp_path / "o3")
+    assert "collective.op: all_gather's per-rank sizes depend on the group's size" in r.output
+    files = [_rank_file(tmp_path, r, [0, 1]) for r in (0, 1)]
+    r = _cli("ranks", "replicate", *files, "--ranks", "0-2", "-o", tmp_path / "o4")
+    assert "3 ranks is not a multiple of the 2 recorded ranks [0, 1]" in r.output
+    r = _cli("ranks", "replicate", *files, "--ranks", "4-1", "-o", tmp_path / "o5")
+    assert "--ranks 4-1: '4-1' is not a rank or a range" in r.output
+    assert not any((tmp_path / f"o{i}").exists() for i in range(1, 6))
+    r = _cli("ranks", "replicate", "--help")
+    assert r.exit_code == 0 and "mod |W|" in r.output

@@ -1,0 +1,192 @@
+"""Rank files for a larger system from recorded ones: `trnsim ranks replicate` (docs/distributed.md,
+"Many ranks from a few").
+
+A torch.distributed job whose ranks of a role all run the same program (DDP: every rank) can
+be recorded with a few processes and replayed on many ranks: the recorded files (ranks W, each
+file's `rank:`) stand for the target ranks T, |T| a multiple of |W|, the i-th target rank
+taking the file of W's (i mod |W|)-th rank. Each written file is its source with:
+
+- `rank:` (top level and any stream's) the target rank, `name:` and the file name with it;
+- each collective's `group:` over every recorded rank (W, in sorted order) becoming T, and a
+  broadcast's `root` the rank at the same place of T;
+- tensor names prefixed `r<src>_` (a recording with values) renamed `r<dst>_`, and values files
+  (`init: {file: ...}`) and a `system:` path kept pointing at the source's files.
+
+What cannot be replicated is a one-line error naming the file and key: a group naming a rank
+with no file given, a group over part of the recorded ranks (a sub-group's replicas are not
+defined by the files: record the roles' ranks), a collective whose per-rank sizes depend on
+the group's size (all_gather, reduce_scatter, all_to_all, all_to_allv: record at the target
+size), send_recv and permute (rank pairs), |T| not a multiple of |W|.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from trnsim.errors import TrnsimError
+
+__all__ = ["parse_ranks", "replicate"]
+
+# collectives whose per-rank bytes do not depend on the group's size
+SIZE_FREE = ("all_reduce", "broadcast")
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def parse_ranks(spec: str) -> list[int]:
+    """'0-63' or '0,2,4-7' -> the ranks, ascending and distinct."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m or (m[2] is not None and int(m[2]) < int(m[1])):
+            raise TrnsimError(f"--ranks {spec}: '{part}' is not a rank or a range a-b (a <= b); "
+                              "expected e.g. 0-63 or 0,2,4-7")  # fmt: skip
+        out.update(range(int(m[1]), int(m[2] if m[2] is not None else m[1]) + 1))
+    return sorted(out)
+
+
+def replicate(files: list[str | Path], ranks: list[int], out: str | Path) -> list[Path]:
+    """Write a rank file per rank of `ranks` into folder `out` from the recorded `files`
+    (module docstring); returns the paths written, in rank order."""
+    sources = [_load(Path(f)) for f in files]
+    by_rank: dict[int, tuple[Path, dict]] = {}
+    for path, doc in sources:
+        r = doc.get("rank")
+        if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+            raise TrnsimError(f"{path}: rank: {'missing' if r is None else repr(r)}; expected "
+                              "the rank a recording writes at the top (rank: 0)")  # fmt: skip
+        if r in by_rank:
+            raise TrnsimError(f"{path}: rank: {r} is also {by_rank[r][0]}'s; expected one file "
+                              "per recorded rank")  # fmt: skip
+        by_rank[r] = (path, doc)
+    world = sorted(by_rank)
+    if len(ranks) % len(world):
+        raise TrnsimError(f"--ranks: {len(ranks)} ranks is not a multiple of the {len(world)} "
+                          f"recorded ranks {world} (target rank i takes the file of recorded "
+                          f"rank i mod {len(world)})")  # fmt: skip
+    for path, doc in by_rank.values():  # every error before anything is written
+        _collectives(path, doc, world, ranks)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise TrnsimError(f"-o {out}: is a file; expected a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for i, dst in enumerate(ranks):
+        path, doc = by_rank[world[i % len(world)]]
+        name, new = _copy(path, doc, dst, world, ranks, out)
+        target = out / f"{name}{path.suffix if path.suffix in ('.yaml', '.yml') else '.yaml'}"
+        text = yaml.dump(new, Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=None)
+        target.write_text(text)
+        written.append(target)
+    return written
+
+
+def _load(path: Path) -> tuple[Path, dict]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TrnsimError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        doc = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        raise TrnsimError(f"{path}: not YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("streams"), list):
+        raise TrnsimError(f"{path}: not a trace (no streams:); expected a recorded rank file")
+    return path, doc
+
+
+def _steps(doc: dict):
+    """(key path, step) of each step of each stream, nested do: lists included."""
+
+    def walk(items, where):
+        for j, s in enumerate(items if isinstance(items, list) else []):
+            if isinstance(s, dict):
+                yield f"{where}[{j}]", s
+                for k in ("do", "body"):
+                    if isinstance(s.get(k), list):
+                        yield from walk(s[k], f"{where}[{j}].{k}")
+
+    for i, st in enumerate(doc["streams"]):
+        if isinstance(st, dict):
+            yield from walk(st.get("do"), f"streams[{i}].do")
+
+
+def _collectives(path: Path, doc: dict, world: list[int], ranks: list[int]) -> None:
+    """Check that every collective of the file can be replicated (module docstring)."""
+    for where, s in _steps(doc):
+        c = s.get("collective")
+        if not isinstance(c, dict):
+            continue
+        key = f"{path}: {where}.collective"
+        op, group = c.get("op"), c.get("group", "all")
+        if op not in SIZE_FREE:
+            raise TrnsimError(f"{key}.op: {op}'s per-rank sizes depend on the group's size, so "
+                              f"a replica of it at {len(ranks)} ranks is not this recording's; "
+                              "only all_reduce and broadcast replicate (record at the target "
+                              "size instead)")  # fmt: skip
+        if group == "all":
+            continue
+        if not isinstance(group, list):
+            raise TrnsimError(f"{key}.group: {group!r}; expected a list of ranks")
+        missing = sorted(set(group) - set(world))
+        if missing:
+            raise TrnsimError(f"{key}.group: {group} names rank(s) {missing}, which have no file "
+                              f"given (files for ranks {world}); give every rank of the "
+                              "recorded job")  # fmt: skip
+        if sorted(group) != world:
+            raise TrnsimError(f"{key}.group: {group} is part of the recorded ranks {world}: only "
+                              "collectives over every recorded rank replicate (a sub-group's "
+                              "replicas are not defined by the files)")  # fmt: skip
+        if group != world:
+            raise TrnsimError(f"{key}.group: {group} is not in rank order {world}; the replica's "
+                              "group order would be undefined")  # fmt: skip
+
+
+def _copy(path: Path, doc: dict, dst: int, world, ranks, out: Path) -> tuple[str, dict]:
+    src = doc["rank"]
+    old = f"r{src}_"
+    tensors = doc.get("tensors") or {}
+    names = {n: f"r{dst}_{n[len(old) :]}" for n in tensors if n.startswith(old)}
+    if names and len(names) != len(tensors):
+        names = {}  # (not a recording's prefixes: every name or none)
+    place = {r: ranks[i] for i, r in enumerate(world)}
+    base = path.parent
+
+    def walk(x, parent_key=None):
+        if isinstance(x, dict):
+            y = {}
+            for k, v in x.items():
+                k2 = names.get(k, k) if parent_key in ("tensors", "outputs") else k
+                if k == "collective" and isinstance(v, dict):
+                    v = dict(v)
+                    if isinstance(v.get("group"), list):
+                        v["group"] = list(ranks)
+                    if v.get("root") in place:
+                        v["root"] = place[v["root"]]
+                elif k == "rank" and v == src:
+                    v = dst
+                elif k == "file" and isinstance(v, str) and not os.path.isabs(v):
+                    v = os.path.relpath(base / v, out)
+                y[k2] = walk(v, k)
+            return y
+        if isinstance(x, list):
+            return [walk(v, parent_key) for v in x]
+        if isinstance(x, str):
+            return names.get(x, x)
+        return x
+
+    new = walk(doc)
+    sysname = doc.get("system")
+    if isinstance(sysname, str) and sysname.endswith((".yaml", ".yml")) and not \
+            os.path.isabs(sysname):  # fmt: skip
+        new["system"] = os.path.relpath(base / sysname, out)
+    stem = path.stem
+    tag = f"rank{src}"
+    name = stem[: stem.rindex(tag)] + f"rank{dst}" + stem[stem.rindex(tag) + len(tag):] \
+        if tag in stem else f"{stem}_rank{dst}"  # fmt: skip
+    new["name"] = name
+    return name, new
