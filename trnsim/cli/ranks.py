@@ -9,7 +9,7 @@ from trnsim.cli.app import echo, main
 from trnsim.trace.replicate import parse_ranks, replicate
 
 
-@main.group(short_help="Rank files of a torch.distributed recording (replicate to more ranks).")
+@main.group(short_help="Rank files of a torch.distributed recording: replicate.")
 def ranks() -> None:
     """Work on the rank files a torch.distributed job records (one trace per rank,
     `trnsim.torch.record`; docs/distributed.md, "Record and replay").
