@@ -72,3 +72,48 @@ def test_replicate_errors_name_the_file_and_key(tmp_path):
     assert not any((tmp_path / f"o{i}").exists() for i in range(1, 6))
     r = _cli("ranks", "replicate", "--help")
     assert r.exit_code == 0 and "mod |W|" in r.output
+
+
+def _timing_file(tmp, rank: int) -> str:
+    """A timing recording's rank file (no r<R>_ names): three kernels, an all_reduce."""
+    t = {"shape": [256, 256], "dtype": "bfloat16"}
+    doc = {"trnsim": 1, "name": f"job_rank{rank}", "system": "trn2-48xl", "rank": rank,
+           "mode": "timing", "tensors": {"x": t, "w": t, "y": t, "z": t},
+           "kernels": {"mm": {"ops": [{"matmul": {"a": "x", "b": "w", "out": "y"}}]},
+                       "sm": {"ops": [{"softmax": {"x": "y", "dim": -1, "out": "z"}}]},
+                       "mm2": {"ops": [{"matmul": {"a": "z", "b": "w", "out": "x"}}]}},
+           "streams": [{"name": "main", "do": [
+               {"record": "start"}, {"launch": "mm"}, {"launch": "sm"},
+               {"collective": {"op": "all_reduce", "group": [0, 1], "bytes": 1 << 20,
+                               "dtype": "float32"}},
+               {"launch": "mm2"}, {"record": "done"}]}],
+           "timing": [{"from": "start", "to": "done"}]}  # fmt: skip
+    path = tmp / f"job_rank{rank}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def test_replay_lowers_each_kernel_once_with_the_same_report(tmp_path, monkeypatch):
+    """The 8 replicas' kernels (the same ops on the same tensors) are lowered once, not per
+    rank (`session.SHARE_LOWERINGS`), and the report is the one of lowering each on its own,
+    to the byte."""
+    from trnsim.runtime import session
+
+    files = [_timing_file(tmp_path, r) for r in (0, 1)]
+    r = _cli("ranks", "replicate", *files, "--ranks", "0-7", "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    written = sorted((tmp_path / "out").glob("*.yaml"))
+    calls = []
+    lower_cores = session.lower_cores
+    monkeypatch.setattr(session, "lower_cores", lambda *a: calls.append(1) or lower_cores(*a))
+    reports = {}
+    for share in (True, False):
+        monkeypatch.setattr(session, "SHARE_LOWERINGS", share)
+        calls.clear()
+        r = _cli("run", "--system", "trn2-48xl", *written, "--json")
+        assert r.exit_code == 0, r.output
+        reports[share] = (r.stdout, len(calls))
+    assert reports[True][1] == 3 and reports[False][1] == 24
+    assert reports[True][0] == reports[False][0]
+    got = json.loads(reports[True][0])
+    assert len(got["timings"]) == 8 and got["collectives"][0]["ranks"] == 8

@@ -7,6 +7,7 @@ This is what `trnsim run` does, as a library call: `run_program(load("x.yaml"), 
 from __future__ import annotations
 
 import math
+from copy import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -356,12 +357,19 @@ def lowered(program: Program, cfg: ChipConfig, lnc: int = 1) -> Program:
     if last is not None and last[0] == key:
         return last[1]  # `trnsim run` lowers for its race check, then to run: once
     kernels = {}
+    done: dict[tuple, list] = {}  # the kernels' content -> its lowering, in this program
     for name, k in program.kernels.items():
         if k.low_level or k.estimate:
             kernels[name] = k
         else:
             n = min(lnc, k.cores or lnc)  # `cores:` a recorded op too small to split ran on
-            cores = lower_cores(k.ops, program.tensors, cfg, n, program.source)
+            content = (n, tuple((op.op, repr(op.args), op.line) for op in k.ops))
+            cores = done.get(content) if SHARE_LOWERINGS else None
+            if cores is None:
+                cores = done[content] = lower_cores(k.ops, program.tensors, cfg, n,
+                                                    program.source)  # fmt: skip
+            else:  # the same ops on the same tensors: the same programs (a rank file's copies)
+                cores = [copy(p) for p in cores]  # objects of its own (`Core.prepare`'s cache)
             kernels[name] = replace(k, per_core=cores)  # its ops, cores and writes kept
     out = replace(program, kernels=kernels)
     _LOWERED["last"] = (key, out, program, cfg)  # program and cfg kept: their ids stay theirs
@@ -369,6 +377,13 @@ def lowered(program: Program, cfg: ChipConfig, lnc: int = 1) -> Program:
 
 
 _LOWERED: dict[str, tuple] = {}  # the last lowering: (key, lowered program, program, config)
+
+# Kernels of one program whose ops are the same (op, arguments and line: the copies of a kernel
+# in the rank files of `trnsim ranks replicate`, merged into one program over the same tensors)
+# are lowered once (`lowered`); the others get copies of its CoreProgram objects. A 64-rank
+# replay of a DDP step lowers its 241 kernels once instead of 64 times (docs/distributed.md).
+# False lowers every kernel on its own (tests compare the two).
+SHARE_LOWERINGS = True
 
 
 def _fingerprint(program: Program) -> tuple:
