@@ -107,6 +107,11 @@ def clean(text: str, keep: str = "\n") -> str:
     """`text` safe to show on a terminal: every control or format character but those in `keep`
     (ESC, the bidirectional overrides such as U+202E) escaped as Python writes it (`\\x1b`,
     `\\u202e`), so a name in a trace can neither recolour the terminal nor reorder what it shows."""
+    plain = text
+    for c in keep:
+        plain = plain.replace(c, "")
+    if plain.isprintable():  # the usual case, at C speed (a 64-rank --json summary: 16 MB)
+        return text
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
