@@ -123,8 +123,9 @@ def test_a_large_tensor_of_any_shape_is_blocks_of_all_partitions(shape):
 
 
 def test_a_kernel_shares_by_elements_only_shapes_no_other_op_touches():
-    """`flat_shapes`: a vector added to itself, yes; a tensor a matmul reads (by rows) or a
-    view, not; a broadcast's out and full operand, not its row."""
+    """`flat_shapes`: a vector added to itself, yes; a tensor a matmul reads (by rows), a view
+    touched under another name too or with strides that are not row-major, not; a broadcast's
+    out and full operand, not its row."""
     t = {
         "v": TensorSpec("v", (5000,), dtype(F32)),
         "w": TensorSpec("w", (5000,), dtype(F32)),
@@ -142,7 +143,34 @@ def test_a_kernel_shares_by_elements_only_shapes_no_other_op_touches():
     assert flat_shapes(ops, t) == {(5000,), (16, 40000)}
     assert flat_shapes([*ops, OpSpec("matmul", {"a": "h", "b": "m", "out": "o"})], t) == {(5000,)}
     assert flat_shapes([OpSpec("mul", {"a": "r", "b": "q", "out": "q"})], t) == {(3, 40000)}
-    assert flat_shapes([OpSpec("exp", {"x": "pv", "out": "pv"})], t) == set()  # a view
+    # a view is its own memory unless the kernel touches it under another name too
+    assert flat_shapes([OpSpec("exp", {"x": "pv", "out": "pv"})], t) == {(120000,)}
+    both = [OpSpec("exp", {"x": "pv", "out": "pv"}), OpSpec("exp", {"x": "p", "out": "p"})]
+    assert flat_shapes(both, t) == set()  # one memory, two names: none is shared by elements
+    t["pw"] = TensorSpec("pw", (120000,), dtype(F32), view="p", strides=(1,), offset=0)
+    t["pt"] = TensorSpec("pt", (30000, 4), dtype(F32), view="p", strides=(1, 30000), offset=0)
+    assert flat_shapes([OpSpec("add", {"a": "pv", "b": "pw", "out": "pv"})], t) == set()
+    assert flat_shapes([OpSpec("exp", {"x": "pt", "out": "pt"})], t) == set()  # not row-major
+
+
+def test_a_recordings_views_of_blocks_lower_as_plain_tensors():
+    """A torch recording writes each tensor as a view of its storage block (`t: {view: m, ...}`);
+    an elementwise kernel on them is shared by elements between the LNC 2 cores as the live
+    run's measurement on plain tensors is (a [128] vector: 64 elements each, not all on one
+    core): the replay's AdamW ops and copies take the live run's time."""
+    f32, bf16, u8 = dtype("float32"), dtype("bfloat16"), dtype("uint8")
+    plain = {"x": TensorSpec("x", (128,), f32), "y": TensorSpec("y", (128,), bf16)}
+    viewed = {
+        "mx": TensorSpec("mx", (512,), u8),
+        "my": TensorSpec("my", (512,), u8),
+        "x": TensorSpec("x", (128,), f32, view="mx", strides=(1,), offset=0),
+        "y": TensorSpec("y", (128,), bf16, view="my", strides=(1,), offset=0),
+    }
+    ops = [OpSpec("copy", {"x": "x", "out": "y"})]
+    cfg = load_chip("trn2")
+    got = [[str(i) for i in p.instructions] for p in lower_cores(ops, viewed, cfg, 2)]
+    assert got == [[str(i) for i in p.instructions] for p in lower_cores(ops, plain, cfg, 2)]
+    assert all(got) and "index=((64, 128, None),)" in " ".join(got[1])  # core 1: y[64:128]
 
 
 def test_a_matmul_reading_an_elementwise_result_keeps_the_row_split():

@@ -11,11 +11,12 @@ only if no other op of the kernel touches those elements by rows: a matmul that 
 2^20] tensor on one core, read by an elementwise op on both, would race. `flat_shapes` lists the
 shapes whose every tensor is touched only by the ops of FLAT (elementwise ops on operands of one
 shape and numbers: `elementwise`, `fusion`, the backward ops of `backward` and the optimizer's
-of `optim`, all walking `layout.flat_blocks`) and none of which is a view or viewed (another
-name for the same memory); a broadcast (`add` of a tensor and a row or column) counts for out's
-shape (`broadcast` walks any flat share), never for its row or column, which it reads whole. A
-shape is a coarser key than a tensor, and an op outside FLAT excludes every shape it touches, so
-what is not known to be safe keeps the rows.
+of `optim`, all walking `layout.flat_blocks`) and none of which the kernel touches under
+another name too (a view and its base, two views of one base: `_aliased`) or is a view with
+other strides than dense row-major ones; a broadcast (`add` of a tensor and a row or column)
+counts for out's shape (`broadcast` walks any flat share), never for its row or column, which
+it reads whole. A shape is a coarser key than a tensor, and an op outside FLAT excludes every
+shape it touches, so what is not known to be safe keeps the rows.
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ FLAT = frozenset({*UNARY, *BINARY, "where", "masked_fill", *ELEMENTWISE_BACKWARD
 def flat_shapes(ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> frozenset:
     """The shapes whose tensors the kernel's ops may share by flat elements (module doc)."""
     flat, rows = set(), set()
-    aliased = {n for n, t in tensors.items() if t.view is not None}
-    aliased |= {t.view for t in tensors.values() if t.view is not None}
+    aliased = _aliased(ops, tensors)
     for op in ops:
         rec = OPS.get(op.op)
         if rec is None:
@@ -55,6 +55,39 @@ def flat_shapes(ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> frozenset:
             else:
                 flat.add(s)
     return frozenset(flat - rows)
+
+
+def _aliased(ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> set[str]:
+    """The tensors the kernel's ops touch under another name too (a view and its base, two views
+    of one base: one memory that another name may split otherwise), and the views whose strides
+    are not a dense row-major layout. A view the kernel touches by no other name (a recording's
+    tensor, a view of its storage block) is memory of its own to the kernel, as a tensor is."""
+    touched: dict[str, None] = {}
+    for op in ops:
+        rec = OPS.get(op.op)
+        if rec is not None:
+            touched.update((n, None) for _, n, _ in rec.accesses(op.args, tensors))
+    names: dict[str, set] = {}  # the base memory (a tensor that is no view) -> names touched
+    out = set()
+    for n in touched:
+        t = tensors[n]
+        if t.strides is not None and tuple(t.strides) != _dense(t.shape):
+            out.add(n)
+        base, seen = n, set()
+        while tensors[base].view is not None and base not in seen and tensors[base].view in tensors:
+            seen.add(base)
+            base = tensors[base].view
+        names.setdefault(base, set()).add(n)
+    return out | {n for group in names.values() if len(group) > 1 for n in group}
+
+
+def _dense(shape) -> tuple[int, ...]:
+    """A row-major tensor's strides, in elements."""
+    strides, step = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
 
 
 def part(core: int, cores: int, ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> Part:
