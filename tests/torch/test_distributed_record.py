@@ -95,18 +95,16 @@ def test_replay_gives_the_live_collectives(job, replay):
 
 
 def test_replay_gives_each_rank_the_live_step_times(job, replay):
-    """Per rank, the replay's times from the first event to the end of each step: the second
-    step's time is the live one to the picosecond; the first differs by the recording's own
-    start (3.6 ns here, well under test_record's 1%: a single-process recording of the same
-    program replays with the same offset, so it is not the collectives')."""
+    """Per rank, the replay's times from the first event to the end of each step are the live
+    ones to the picosecond (the recording's tensors, views of their storage blocks, lower as
+    the live run's measurement of the same ops on plain tensors: `kernels.flat_split`)."""
     _, ranks = job
     timings = replay["timings"]
     for r, seen in enumerate(ranks):
         ends = sorted(v["ns"] * 1000 for k, v in timings.items() if k.startswith(f"r{r}."))
         live = seen["times_ps"]
         assert len(ends) == 2
-        assert round(ends[1] - ends[0]) == live[1] - live[0]
-        assert abs(ends[0] - live[0]) < 1e-4 * live[0]
+        assert [round(e) for e in ends] == live[:2]
 
 
 def test_replay_values_check_and_equal_the_live_weights(job, replay):
