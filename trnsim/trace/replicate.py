@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from trnsim.errors import TrnsimError
+from trnsim.report.files import replacing
 
 __all__ = ["parse_ranks", "replicate"]
 
@@ -80,7 +81,8 @@ def replicate(files: list[str | Path], ranks: list[int], out: str | Path) -> lis
         name, new = _copy(path, doc, dst, world, ranks, out)
         target = out / f"{name}{path.suffix if path.suffix in ('.yaml', '.yml') else '.yaml'}"
         text = yaml.dump(new, Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=None)
-        target.write_text(text)
+        with replacing(target) as fh:  # never a half-written rank file
+            fh.write(text)
         written.append(target)
     return written
 
