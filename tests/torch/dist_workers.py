@@ -179,10 +179,38 @@ def _timing(rank: int, size: int) -> dict:
     s.record()
     w = dist.all_reduce(x, async_op=True)
     y = a @ a
+    m = ev()
+    m.record()  # the compute stream's end, before it waits for the collective
     w.wait()
     e.record()
     e.synchronize()
     out["async_ms"] = s.elapsed_time(e)
+    # picoseconds (the exact tests): the same async pair, then beside a small matmul (the
+    # collective longer than the compute), each compute measured alone in this process
+    ps = lambda s, e: e.rt.time_ps - s.rt.time_ps  # noqa: E731
+    out["ps"] = ps_ = {"event_cost": chip.device.ctx.costs.event}
+    ps_["sync"], ps_["mm"] = round(out["sync_ms"] * 1e9), round(out["mm_ms"] * 1e9)
+    ps_["async"], ps_["async_compute"] = ps(s, e), ps(s, m)
+    b = torch.ones(128, 128, device="neuron")
+    torch.neuron.synchronize()
+    s.record()
+    y = b @ b
+    e.record()
+    e.synchronize()
+    ps_["small"] = ps(s, e)
+    s.record()
+    w = dist.all_reduce(x, async_op=True)
+    y = b @ b
+    m.record()
+    w.wait()
+    e.record()
+    e.synchronize()
+    ps_["async_small"], ps_["async_small_compute"] = ps(s, e), ps(s, m)
+    s.record()  # the straggler's extra compute alone (both ranks: their clocks stay together)
+    y = a @ a @ a @ a
+    e.record()
+    e.synchronize()
+    ps_["extra"] = ps(s, e)
     s.record()
     if rank == 1:  # a straggler: three matmuls more before the collective
         y = a @ a @ a @ a
@@ -190,6 +218,7 @@ def _timing(rank: int, size: int) -> dict:
     e.record()
     e.synchronize()
     out["straggler_ms"] = s.elapsed_time(e)
+    ps_["straggler"], ps_["straggler_start"] = ps(s, e), s.rt.time_ps
     del y
     out["infos"] = infos
     return out

@@ -112,6 +112,47 @@ def test_a_straggler_delays_the_others_at_the_collective(ranks):
     assert ranks[0]["straggler_ms"] > ranks[0]["sync_ms"]
 
 
+def test_an_async_all_reduce_beside_compute_takes_the_longer_of_the_two_exactly(ranks):
+    """Derived by hand, to the picosecond (live lockstep, ranks 0 and 1 arriving together): an
+    async all_reduce of 4 MiB, then a matmul on the same rank's compute stream, `work.wait()`,
+    an event. The model's fixed cost of the collective is its host call (`lockstep.arrive`:
+    an event's cost, `costs.event`) before the matmul's launch; the World's time includes the
+    system's start cost. So, with T the World's time for the collective alone:
+        the collective alone (sync, measured)   = T + costs.event
+        the compute stream's end (before wait)  = compute alone + costs.event  (not delayed
+                                                  by the collective: only by its host call)
+        the whole (after wait)                  = max(compute alone + costs.event,
+                                                      the collective alone)
+    once with a 512x512 matmul (longer than the collective) and once with a 128x128 one
+    (shorter): both sides of the max. Each compute is measured alone in the same process."""
+    t = _world_ps("all_reduce", 4 << 20).time_ps
+    for seen in ranks:
+        p = seen["ps"]
+        c = p["event_cost"]
+        assert p["sync"] == t + c
+        cases = [(p["mm"], p["async_compute"], p["async"]),
+                 (p["small"], p["async_small_compute"], p["async_small"])]  # fmt: skip
+        for compute, stream_end, both in cases:
+            assert stream_end == compute + c
+            assert both == max(compute + c, p["sync"])
+        assert p["mm"] > p["sync"] > p["small"]  # one case on each side
+
+
+def test_a_straggler_s_extra_compute_adds_to_everyone_s_collective_exactly(ranks):
+    """Derived by hand, to the picosecond: both ranks record an event at the same moment
+    (their clocks meet at every collective and they ran the same ops since), rank 1 then runs
+    three matmuls (D: the same chain measured alone in this process) before a synchronous
+    all_reduce of 4 MiB. Rank 1 arrives D after the start (the chain's device end: the host's
+    launches and the collective's call come before it); a 2-rank World's all_reduce ends the
+    time alone (T) after its last arrival. So each rank's event pair around it takes D + T: rank
+    0 waits the whole of D at the collective."""
+    t = _world_ps("all_reduce", 4 << 20).time_ps
+    assert ranks[0]["ps"]["straggler_start"] == ranks[1]["ps"]["straggler_start"]
+    for seen in ranks:
+        p = seen["ps"]
+        assert p["straggler"] == p["extra"] + t
+
+
 def test_collectives_are_on_the_groups_cc_stream(ranks):
     streams = {name for seen in ranks for _, name, _ in seen["infos"]}
     assert streams == {"cc 0"}, streams
