@@ -158,8 +158,20 @@ class _Kernel:
                 else self.rows(o, n, p, odt, j)  # fmt: skip
             b.emit(Activation, [xa, nm], [e, s], func="exp", src=xa, dst=e, bias=nm,
                    reduce="add", reduce_dst=s)  # fmt: skip
-        s, nm = self.col("sum", n, p), self.col("nmx", n, p)
-        c = self.col("c", n, p)  # 1 / sum, or -(max + log(sum))
+        self.factor(n, p)
+        for j in range(self.per):  # e * (1 / sum), or x - (max + log(sum))
+            src = self.rows(x if self.log else o, n, p, self.xdt if self.log else odt, j)
+            oj, cj = self.rows(o, n, p, odt, j), self.col("c", n, p, j)
+            op = "add" if self.log else "multiply"
+            b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, op0=op, operand0=cj)
+        src, dst = self.rows(o, n, p, odt), ap(self.out, *index)
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[n])
+
+    def factor(self, n: int, p: int) -> None:
+        """Column c, the rows' factor from their sums and negated maxima: 1 / sum, or
+        -(max + log(sum)) for log_softmax (ScalarE's log, the rest on GpSimd)."""
+        b = self.b
+        s, nm, c = self.col("sum", n, p), self.col("nmx", n, p), self.col("c", n, p)
         if self.log:
             ls = self.col("ls", n, p)
             b.emit(Activation, [s], [ls], func="log", src=s, dst=ls)
@@ -168,13 +180,6 @@ class _Kernel:
         else:
             b.emit(TensorScalar, [s], [c], src=s, dst=c, op0="divide", operand0=1.0,
                    reverse0=True, engine=GPSIMD)  # fmt: skip
-        for j in range(self.per):  # e * (1 / sum), or x - (max + log(sum))
-            src = self.rows(x if self.log else o, n, p, self.xdt if self.log else odt, j)
-            oj, cj = self.rows(o, n, p, odt, j), self.col("c", n, p, j)
-            op = "add" if self.log else "multiply"
-            b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, op0=op, operand0=cj)
-        src, dst = self.rows(o, n, p, odt), ap(self.out, *index)
-        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[n])
 
     def second_tiny(self, n: int, index: tuple, rows: int) -> None:
         """Short rows, whose row-by-row instructions cost an engine's fixed minimum more than
@@ -198,15 +203,7 @@ class _Kernel:
             rest = ap(e.name, slice(0, p), slice(self.js, per))
             s = ap(self.col("sum", n, p).name, slice(0, p), slice(self.js, per))
             b.emit(TensorReduce, [rest], [s], alu="add", src=rest, dst=s)
-        s, nm, c = self.col("sum", n, p), self.col("nmx", n, p), self.col("c", n, p)
-        if self.log:
-            ls = self.col("ls", n, p)
-            b.emit(Activation, [s], [ls], func="log", src=s, dst=ls)
-            b.emit(TensorTensor, [nm, ls], [c], alu="subtract", src0=nm, src1=ls, dst=c,
-                   engine=GPSIMD)  # fmt: skip
-        else:
-            b.emit(TensorScalar, [s], [c], src=s, dst=c, op0="divide", operand0=1.0,
-                   reverse0=True, engine=GPSIMD)  # fmt: skip
+        self.factor(n, p)
         o, odt = ("x", self.xdt) if self.in_place else ("o", self.odt)
         for j in range(per):  # e * (1 / sum), or x - (max + log(sum)), on GpSimd
             src = self.rows("x", n, p, self.xdt, j) if self.log else ap(e.name, slice(0, p), j)

@@ -58,15 +58,7 @@ def format_summary(s: dict) -> str:
         f"memory peaks    SBUF {fmt_bytes(m['sbuf_peak_bytes'])}, PSUM "
         f"{fmt_bytes(m['psum_peak_bytes'])}, HBM {fmt_bytes(m['hbm_peak_bytes'])}"
     )
-    for name, t in s["timings"].items():
-        out.append(f"timing          {name}: {fmt_time_ns(t['ns'])}")
-    if s.get("check_note"):
-        out.append(f"check           nothing to compare: {s['check_note']}")
-    for name, c in s.get("check", {}).items():
-        out.append(
-            f"check           {name}: max abs err {c['max_abs_err']:.3g}, "
-            f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}"
-        )
+    out += _timings_and_checks(s)
     if s.get("ops"):
         out += ["", *_format_ops(s["ops"])]
     if s["top_instructions"]:
@@ -82,6 +74,19 @@ def format_summary(s: dict) -> str:
         out.append("(busy: time with at least one running, overlapping transfers counted once)")
     out.append(f"model           trnsim {s['trnsim_version']}, config {s['config_hash']}")
     return "\n".join(out)
+
+
+def _timings_and_checks(s: dict) -> list[str]:
+    """The timing and --check lines of a summary, one chip's or a system's."""
+    out = [f"timing          {name}: {fmt_time_ns(t['ns'])}" for name, t in s["timings"].items()]
+    if s.get("check_note"):
+        out.append(f"check           nothing to compare: {s['check_note']}")
+    for name, c in s.get("check", {}).items():
+        out.append(
+            f"check           {name}: max abs err {c['max_abs_err']:.3g}, "
+            f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}"
+        )
+    return out
 
 
 def _format_ops(rows: list[dict]) -> list[str]:
@@ -154,15 +159,7 @@ def format_system_summary(s: dict) -> str:
         if len(per) > 16:
             out.append(f"{'':<16}... {len(per) - 16} more ranks (--json has them all)")
     out.append("")
-    for name, t in s["timings"].items():
-        out.append(f"timing          {name}: {fmt_time_ns(t['ns'])}")
-    if s.get("check_note"):
-        out.append(f"check           nothing to compare: {s['check_note']}")
-    for name, c in s.get("check", {}).items():
-        out.append(
-            f"check           {name}: max abs err {c['max_abs_err']:.3g}, "
-            f"max rel err {c['max_rel_err']:.3g} {'ok' if c['ok'] else 'FAIL'}"
-        )
+    out += _timings_and_checks(s)
     out.append(f"model           trnsim {s['trnsim_version']}, config {s['config_hash']}")
     return "\n".join(out)
 
