@@ -11,6 +11,8 @@ stream each collective ran on) and the allocator's figures.
 - dtensor: distribute_tensor and redistributions on init_device_mesh("neuron", (2,));
 - tp: parallelize_module(ColwiseParallel, RowwiseParallel) on a Linear pair, forward/backward;
 - compile_ddp: torch.compile(DDP(model), backend="neuron") against eager DDP, 3 SGD steps;
+- compile_fsdp: FSDP2 over Linears each compiled (torch.compile per block, then fully_shard,
+  as torchtitan does) against eager FSDP2, 3 SGD steps; and torch.compile of the root;
 - funcol: a compiled function calling functional collectives against eager;
 - mesh2d (4 ranks): FSDP x TP on init_device_mesh("neuron", (2, 2)), one step.
 """
@@ -216,6 +218,38 @@ def compile_ddp() -> dict:
     return {how: _ddp_steps(how) for how in ("eager", "outer_eager", "outer", "inner")}
 
 
+def _fsdp_compiled_steps(how: str) -> dict:
+    """3 SGD steps of FSDP2 over mlp's Linears and the root: "eager"; "blocks": each Linear
+    compiled (backend "neuron") before fully_shard wraps it; "root": torch.compile of the
+    fully_shard root."""
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("neuron", (world,))
+    model = mlp("neuron")
+    for i, layer in enumerate(model):
+        if isinstance(layer, nn.Linear):
+            if how == "blocks":
+                layer = model[i] = torch.compile(layer, backend="neuron")
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    run = torch.compile(model, backend="neuron") if how == "root" else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    n, graphs, losses = len(streams), _graphs(), []
+    for s in range(3):
+        x = batch(10 * s + rank, 8, 16).to("neuron")
+        loss = run(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"losses": losses, "params": [full(p) for p in model.parameters()],
+            "collectives": len(streams) - n, "graphs": _graphs() - graphs}  # fmt: skip
+
+
+def compile_fsdp() -> dict:
+    return {how: _fsdp_compiled_steps(how) for how in ("eager", "blocks", "root")}
+
+
 def _graphs() -> int:
     """Graphs the "neuron" backend compiled so far in this process (Dynamo's count)."""
     from torch._dynamo.utils import counters
@@ -272,8 +306,8 @@ def mesh2d() -> dict:
             "streams": streams[n:], "groups": groups, "dp_rank": d}  # fmt: skip
 
 
-CHECKS = {f.__name__: f for f in (fsdp_memory, mixed_precision, dtensor, tp, compile_ddp, funcol,
-                                  mesh2d)}  # fmt: skip
+CHECKS = {f.__name__: f for f in (fsdp_memory, mixed_precision, dtensor, tp, compile_ddp,
+                                  compile_fsdp, funcol, mesh2d)}  # fmt: skip
 seen = {}
 for name in os.environ["CHECKS"].split(","):
     seen[name] = CHECKS[name]()
