@@ -15,8 +15,15 @@ import pytest
 import torch
 
 SCRIPT = Path(__file__).with_name("dist_checks.py")
-CHECKS_2 = ("fsdp_memory", "mixed_precision", "dtensor", "tp", "compile_ddp", "compile_fsdp",
-            "funcol")
+CHECKS_2 = (
+    "fsdp_memory",
+    "mixed_precision",
+    "dtensor",
+    "tp",
+    "compile_ddp",
+    "compile_fsdp",
+    "funcol",
+)
 
 
 def _torchrun(tmp: Path, nproc: int, checks) -> list[dict]:
