@@ -84,6 +84,7 @@ class _Windows(Listener):
 
 
 T_BATCH, T_WIDTH = 2048, 256
+TWO_CHIPS = ("ranks_per_chip=1", "collectives.algorithm=ring")
 
 
 def ddp_timed(rank: int, size: int) -> dict:
@@ -91,8 +92,9 @@ def ddp_timed(rank: int, size: int) -> dict:
     (Linear 256x256, ReLU, Linear 256x256, batch 2048: device-bound, the host runs ahead)
     trained plainly (the same script without DDP: its compute alone), the reducer's own ops
     alone (each gradient multiplied by 1/size into a flat bucket, copied back: what DDP's
-    reducer does with one bucket), then with DDP (its 512 KiB of gradients: one bucket); the
-    second step of each between events, the launch windows, and the report."""
+    reducer does with one bucket), then with DDP (its 512 KiB of gradients: one bucket), on
+    chip 0 and then one rank per chip (`TWO_CHIPS`); the second step of each between events,
+    the launch windows, and the reports."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import trnsim.torch
@@ -151,4 +153,18 @@ def ddp_timed(rank: int, size: int) -> dict:
     seen["ddp_events"], seen["ddp_windows"] = steps(ddp)
     seen["buckets"] = len(ddp.reducer._get_zeros_like_grad_buckets())
     seen["report"] = torch.neuron.report()
+    # the same DDP step with one rank per chip (ranks 0 and 1 on chips 0 and 1, a ring forced:
+    # test_distributed_record says why): the system the job was configured with, with the
+    # overrides of TRNSIM_SYSTEM_SET="ranks_per_chip=1 collectives.algorithm=ring". The chip
+    # and LNC are the same, so only the collectives' timing changes (a rank's compute is its
+    # own process's, wherever the system places it); swapped here to reuse these processes.
+    saved = chip.system
+    chip.system = trnsim.torch.state.system_config(saved.name, TWO_CHIPS)
+    try:
+        model = model_opt()
+        ddp = DDP(model)
+        seen["ring_events"], seen["ring_windows"] = steps(ddp)
+        seen["ring_report"] = torch.neuron.report()
+    finally:
+        chip.system = saved
     return seen

@@ -26,6 +26,7 @@ from trnsim.config import load_system  # noqa: E402
 
 SIZE = 2
 SYSTEM = "trn2-48xl"
+T = dist_record_workers.T_WIDTH
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +239,54 @@ def test_ddp_step_report_splits_it_as_derived(timed):
         (row,) = step["collectives"]
         assert (row["op"], row["bytes"], row["algorithm"]) == ("all_reduce", 2 * 256 * 256 * 4,
                                                                ar.algorithm)  # fmt: skip
+
+
+def test_ddp_step_on_a_two_chip_ring_is_compute_plus_the_ring_s_closed_form_plus_the_hook(timed):
+    """Live (lockstep) path, the same 2 rank processes and the same step, one rank per chip:
+    trn2-48xl with TRNSIM_SYSTEM_SET's overrides `ranks_per_chip=1 collectives.algorithm=ring`
+    (rank 0 on chip 0, rank 1 on chip 1, x neighbours of the 4x4 torus). What the World picks
+    unforced: a Mesh (the bucket's 512 KiB is below `collectives.mesh_max`, 1 MB, R-CC's
+    published selection; RDH from 1 MB, Ring only beyond `rdh_max`, as KangaRing cannot pair
+    one rank a chip), hence the override. The torus has one ring through 2 chips (c0+x and
+    c1-x: the other way round passes chips 2 and 3), so k = 1.
+    The ring all-reduce of S bytes on N = 2 ranks, by hand from the system config (link L,
+    hop latency A, start cost C, an HBM stack's bandwidth h, the rank's engines moving at
+    n s and reducing at n s rr, `slices` = 2): reduce-scatter, one step: each rank sends its
+    other half S/2 in 2 slices of q = S/4 on one DMA ring, at L (the link binds: L < n s, h);
+    a slice is delivered A after its last byte, then added into the receiver's buffer at h/2
+    (2 accesses of its stack: HBM binds, h/2 < n s rr). Slice 1's move ends (2q/L) before
+    slice 0 arrives (q/L + A: A > q/L), and a reduction (q/(h/2)) ends before the next slice
+    arrives (q/L apart: L < h/2), so nothing shares a resource: RS = 2q/L + A + q/(h/2).
+    All-gather, one step: each sends its reduced half S/2, at L (each stack reads S/2 and
+    writes S/2 at L: 2L < h), delivered A later. So
+        AR = C + (S/(2L) + A + S/(2h)) + (S/(2L) + A) = C + 2A + S/L + S/(2h)
+    and, as on one chip, the DDP step = the plain step + AR + the reducer's own ops."""
+    cfg = load_system(SYSTEM, dist_record_workers.TWO_CHIPS)
+    assert [cfg.rank_place(r) for r in range(SIZE)] == [(0, 0), (1, 0)]
+    nbytes = 2 * T * T * 4  # the two weights' gradients, float32: one bucket
+    unforced = load_system(SYSTEM, ["ranks_per_chip=1"])
+    assert World.from_config(unforced).collective("all_reduce", range(SIZE), nbytes).algorithm \
+        == "mesh" and nbytes < unforced.collectives.mesh_max  # fmt: skip
+    link, dma, hbm = cfg.topology.link, cfg.chip.core.dma, cfg.chip.hbm
+    L, A, C = link.bandwidth, link.latency, cfg.collectives.start_cost  # noqa: N806
+    h = hbm.bandwidth / hbm.stacks
+    ns = cfg.lnc * dma.engines * dma.store_bandwidth
+    rr = cfg.chip.cc.reduce_rate
+    q = nbytes / 4
+    assert cfg.collectives.slices == 2 and L < min(ns, h / 2) and A > q / L and h / 2 < ns * rr
+    formula_ps = (C + 2 * A + nbytes / L + nbytes / (2 * h)) * 1e12
+    ar = World.from_config(cfg).collective("all_reduce", range(SIZE), nbytes, "float32")
+    assert (ar.algorithm, ar.rings) == ("ring", 1)
+    assert abs(ar.time_ps - formula_ps) <= 2  # the fluid model's ps rounding
+    for seen in timed:
+        plain = _span(seen["plain_events"])
+        hook = sum(b - a for a, b, _ in seen["hook_windows"])
+        step = _span(seen["ring_events"])
+        assert step == plain + ar.time_ps + hook
+        assert abs(step - (plain + formula_ps + hook)) <= 2
+        (row,) = [s for s in seen["ring_report"].steps if s["end_ps"] == seen["ring_events"][2]]
+        assert row["communication_ps"] == row["exposed_ps"] == ar.time_ps
+        assert row["overlapped_ps"] == 0 and row["idle_ps"] == 0
+        (c,) = row["collectives"]
+        assert (c["op"], c["bytes"], c["algorithm"], c["group"]) == (
+            "all_reduce", nbytes, "ring", [0, 1])  # fmt: skip

@@ -672,16 +672,17 @@ _TIMES: dict = {}
 
 def _world_time(cfg, op, group, nbytes, dtype, reduce_op, root, counts, delays) -> dict:
     """A World of system `cfg` (one a process) times `op` on `group` with ranks `delays` ps
-    late: each rank's end and the start, relative to the earliest arrival; memoised."""
-    key = (cfg.name, op, group, nbytes, dtype, reduce_op, root, counts, delays)
+    late: each rank's end and the start, relative to the earliest arrival; memoised (by the
+    config itself: a system and the same with overrides share a name)."""
+    key = (id(cfg), op, group, nbytes, dtype, reduce_op, root, counts, delays)
     out = _TIMES.get(key)
     if out is not None:
         return out
     from trnsim.collectives import World
 
-    w = _WORLDS.get(cfg.name)
+    w = _WORLDS.get(id(cfg))
     if w is None:
-        w = _WORLDS[cfg.name] = World.from_config(cfg)
+        w = _WORLDS[id(cfg)] = World.from_config(cfg)  # (state's cache keeps cfg alive)
     t0 = w.env.now
     res = w.collective(op, group, nbytes, dtype, reduce_op, None, [d / 1e12 for d in delays],
                        root=root, counts=counts)  # fmt: skip

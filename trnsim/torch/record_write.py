@@ -113,6 +113,14 @@ def _system(chip) -> str | None:
     from trnsim.torch.distributed import DEFAULT_SYSTEMS
 
     if chip.system is not None:
+        sets = state._settings.get("system_set")
+        if sets:  # the trace names the system; its overrides are the replay's to give
+            import warnings
+
+            given = " ".join(f"--set {s}" for s in sets)
+            name = state._settings["system"]
+            warnings.warn(f"trnsim.torch.record: the system was configured with overrides; "
+                          f"replay with --system {name} {given}", stacklevel=4)  # fmt: skip
         return state._settings.get("system") or chip.system.name
     return DEFAULT_SYSTEMS.get((chip.cfg.name, chip.lnc))
 

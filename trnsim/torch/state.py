@@ -14,6 +14,7 @@ the chip's cores, so where a tensor lives does not change its values).
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 
@@ -96,7 +97,7 @@ TIMINGS = ("replay", "simulate")
 
 
 def configure(chip: str | None = None, lnc: int | None = None, timing: str = "replay",
-              system: str | None = None) -> None:  # fmt: skip
+              system: str | None = None, system_set=()) -> None:  # fmt: skip
     """Choose the simulated chip (a config name such as "trn2" or "trn3", or a YAML path) and
     its logical-core size before the first use of the `neuron` device. `timing`: "replay" (an
     op's lowering is simulated once, then launched by its duration: fast) or "simulate" (every
@@ -104,12 +105,22 @@ def configure(chip: str | None = None, lnc: int | None = None, timing: str = "re
     streams and cores then share HBM and DMA; about 0.3 ms of this machine per op). `system`:
     a system of chips (a name such as "trn2-48xl", or a YAML path) whose model times the
     collectives of a torch.distributed job (docs/distributed.md); the chip and lnc are then
-    the system's (`chip`, `lnc` must agree or be None). Raises RuntimeError after the first use
-    with other settings."""
+    the system's (`chip`, `lnc` must agree or be None). `system_set`: overrides of the
+    system's keys, `key.path=value` strings as `trnsim systems show --set` takes them
+    (["ranks_per_chip=1", "topology.link.bandwidth=128GB/s"]; a string is split as
+    TRNSIM_SYSTEM_SET is, `split_sets`); without `system`, they apply to the chip's default
+    system. Raises RuntimeError after the first use with other settings, and a one-line
+    RuntimeError naming a bad key."""
     if timing not in TIMINGS:
         raise ValueError(f"timing={timing!r}: expected one of {', '.join(TIMINGS)}")
+    sets = tuple(split_sets(system_set) if isinstance(system_set, str) else system_set)
+    if sets and system is None:
+        system = default_system(chip or DEFAULT_CHIP, lnc)
+        if system is None:
+            raise ValueError(f"configure(system_set={list(sets)}): chip {chip or DEFAULT_CHIP} "
+                             f"(lnc={lnc}) has no default system; give system=...")  # fmt: skip
     if system is not None:
-        cfg = system_config(system)
+        cfg = system_config(system, sets, _source)
         if chip is not None and chip != cfg.chip.name:
             raise ValueError(f"configure(chip={chip!r}, system={system!r}): the system's chips "
                              f"are {cfg.chip.name}; give one or the other")  # fmt: skip
@@ -117,7 +128,8 @@ def configure(chip: str | None = None, lnc: int | None = None, timing: str = "re
             raise ValueError(f"configure(lnc={lnc}, system={system!r}): the system's lnc is "
                              f"{cfg.lnc}")  # fmt: skip
         chip, lnc = cfg.chip.name, cfg.lnc
-    want = {"chip": chip or DEFAULT_CHIP, "lnc": lnc, "timing": timing, "system": system}
+    want = {"chip": chip or DEFAULT_CHIP, "lnc": lnc, "timing": timing, "system": system,
+            "system_set": sets}  # fmt: skip
     if _chip is not None and want != _settings:
         raise RuntimeError(
             f"trnsim.torch.configure({want['chip']!r}, lnc={lnc}): the neuron device is already "
@@ -136,31 +148,70 @@ def get() -> Chip:
                 raise RuntimeError(f"TRNSIM_LNC={lnc!r}: expected a whole number (1 or 2)")
             timing = os.environ.get("TRNSIM_TIMING") or "replay"
             system = os.environ.get("TRNSIM_SYSTEM") or None
+            sets = split_sets(os.environ.get("TRNSIM_SYSTEM_SET") or "")
             chip = os.environ.get("TRNSIM_CHIP") or (None if system else DEFAULT_CHIP)
-            configure(chip, int(lnc) if lnc else None, timing, system)
+            global _source
+            _source = ENV_SOURCE
+            try:
+                configure(chip, int(lnc) if lnc else None, timing, system, sets)
+            finally:
+                _source = CALL_SOURCE
         system = _settings.get("system")
-        cfg = system_config(system) if system else None
+        cfg = system_config(system, _settings["system_set"]) if system else None
         _chip = Chip(cfg.chip if cfg else _settings["chip"], _settings["lnc"],
                      _settings["timing"], cfg)  # fmt: skip
     return _chip
 
 
 _systems: dict = {}
+CALL_SOURCE = ("configure(system=...)", "configure(system_set=...)")
+ENV_SOURCE = ("TRNSIM_SYSTEM", "TRNSIM_SYSTEM_SET")
+_source = CALL_SOURCE  # who chose the system and its overrides, for errors
+# an item of TRNSIM_SYSTEM_SET starts at a word followed by "=" (a key path): items are
+# separated by whitespace, and a value may hold spaces (topology.dims=[4, 2])
+_ITEM = re.compile(r"\s+(?=[A-Za-z_][\w.]*=)")
 
 
-def system_config(name: str):
-    """The `SystemConfig` called `name` (loaded once); a one-line RuntimeError naming the
-    bundled systems when there is none."""
-    cfg = _systems.get(name)
+def split_sets(text: str) -> list[str]:
+    """TRNSIM_SYSTEM_SET's items: "ranks_per_chip=1 topology.link.bandwidth=128GB/s" ->
+    ["ranks_per_chip=1", "topology.link.bandwidth=128GB/s"]. Whitespace separates items;
+    a new item starts only at `key.path=`, so "topology.dims=[4, 2] nodes=2" is two."""
+    text = text.strip()
+    return _ITEM.split(text) if text else []
+
+
+def default_system(chip: str, lnc: int | None) -> str | None:
+    """The system timing collectives when none is configured: the chip's (trn2 at LNC 2 ->
+    trn2-48xl, ...), or None."""
+    from trnsim.torch.distributed import DEFAULT_SYSTEMS
+
+    if lnc is None:
+        from trnsim.config import load_chip
+
+        try:
+            lnc = load_chip(chip).lnc
+        except Exception:  # noqa: BLE001 - a bad chip is reported where the chip is made
+            return None
+    return DEFAULT_SYSTEMS.get((chip, lnc))
+
+
+def system_config(name: str, overrides=(), source: tuple[str, str] = CALL_SOURCE):
+    """The `SystemConfig` called `name` with `overrides` (`key.path=value` strings) applied
+    (loaded once); a one-line RuntimeError naming the bad system or key and where it came
+    from (`source`: what named the system, what gave the overrides)."""
+    key = (name, tuple(overrides))
+    cfg = _systems.get(key)
     if cfg is None:
         from trnsim.config import load_system
         from trnsim.errors import TrnsimError
 
         try:
-            cfg = _systems[name] = load_system(name)
+            cfg = _systems[key] = load_system(name, key[1])
         except (TrnsimError, OSError) as e:
-            raise RuntimeError(f"trnsim system {name!r} (configure(system=...) or "
-                               f"TRNSIM_SYSTEM): {e}") from None  # fmt: skip
+            msg = str(e)
+            if msg.startswith("--set "):  # an override's error: `--set key=value: ...`
+                raise RuntimeError(f"{source[1]}: {msg[6:]} (system {name})") from None
+            raise RuntimeError(f"trnsim system {name!r} ({source[0]}): {msg}") from None
     return cfg
 
 
