@@ -31,20 +31,19 @@ from trnsim.isa import (
     TensorTensor,
     Transpose,
 )
-from trnsim.kernels.argmax_pieces import lower_argmax_pieces
+from trnsim.kernels.argmax_chunks import chunk, lower_argmax_chunks, piece_layout
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import Reduce, _runs, _unravel, staggered
-from trnsim.kernels.row_pieces import layout as pieces_layout
+from trnsim.kernels.rows import core_share, rows_fit
 
 __all__ = ["lower_argmax"]
 
 BUFS = 3
 SBUF_SHARE = 0.75
-PIECE_ELEMENTS = 4096  # rows in pieces (`argmax_pieces`): this many elements a partition
-MAX_PIECE = 8192  # ... up to this many (a row of 2^20 in one tile)
-PIECE_ROWS = 2048  # rows this long go in pieces when a core has fewer rows than partitions
+CHUNK_ROWS = 1024  # rows this long (and fitting a partition) go by chunk maxima, a row a
+# partition (`argmax_chunks`); shorter ones by the passes below, several rows a partition
 
 
 def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, keepdim=False):
@@ -69,18 +68,21 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
     per_row = d * (tx.dtype.itemsize + 4)  # x, and the candidates (fp32: exact indices)
     fixed = d * (4 + 2)  # the iota, the scratch of ScalarE's results
     bufs = min(BUFS, (int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - fixed) // per_row)
-    share = b.share(tx.shape)
-    rows = (share[1] - share[0]) if share is not None else math.prod(tx.shape[:-1])
-    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements or (rows < P and d >= PIECE_ROWS):
-        lay = pieces_layout(d, max(PIECE_ELEMENTS, -(-d // P)), P)
-        if lay is not None and lay.t == 1 and lay.f <= MAX_PIECE:
-            lower_argmax_pieces(b, cfg, x, out, lay)
+    share = core_share(b, cfg, tx)  # rows that do not fit: split evenly (isolated)
+    if rows_fit(cfg, tx):
+        if d >= CHUNK_ROWS and chunk(d) is not None:
+            lower_argmax_chunks(b, cfg, x, out, share, None)
+            return
+    else:
+        lay = piece_layout(d, tx.dtype.itemsize, P)
+        if lay is not None:
+            lower_argmax_chunks(b, cfg, x, out, share, lay)
             return
     if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
         raise TraceError(
             f"argmax: rows of {d} elements do not fit a partition's SBUF or one VectorE "
-            f"instruction ({cfg.core.vector.dve_max_free_elements} elements), nor {P} pieces "
-            f"of up to {MAX_PIECE} (a multiple of {P}); not lowered yet"
+            f"instruction ({cfg.core.vector.dve_max_free_elements} elements), nor pieces over "
+            f"the {P} partitions (a multiple of {P}); not lowered yet"
         )
     on_scalar = cfg.core.scalar.reduce_max
     qs = Queues(cfg)
@@ -122,7 +124,7 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
         dst = ap(out, *index)
         b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=stores[n])
 
-    blocks = enumerate(row_blocks(tx.shape, P, b.share(tx.shape)))
+    blocks = enumerate(row_blocks(tx.shape, P, share))
     staggered(blocks, first, second, bufs - 1)
 
 

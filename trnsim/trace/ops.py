@@ -278,7 +278,7 @@ def _table() -> dict[str, Op]:
     )  # fmt: skip
     # data movement, gathers, losses (kernels/movement.py, gather.py, loss.py; rows.py: argmax)
     t["argmax"] = Op({**_X, "dim?": "value", "keepdim?": "value"}, _K + "argmax",
-                     _R + "argmax", split="last_dim_rows")  # fmt: skip
+                     _R + "argmax", split="reduce_rows")  # fmt: skip
     t["contiguous"] = Op(_X, _K + "contiguous", _R + "contiguous", split="alone")
     t["permute"] = Op({**_X, "dims": "values"}, _K + "permute", _R + "permute", split="alone")
     t["cat"] = Op({"tensors": "tensors", "out": "tensor", "dim?": "value"}, _K + "cat",

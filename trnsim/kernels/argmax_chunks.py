@@ -1,0 +1,316 @@
+"""`argmax` over the last dim by chunk maxima and a gather: one pass over x instead of four.
+
+A tile is [p, L]: partition q holds L consecutive elements of one row (a whole row's column
+span in `rows` mode, k = 1; a piece of it over k partitions in `pieces` mode, `row_pieces`), at
+offset off_q in its row. Per tile:
+- the maxima of its chunks of C elements (VectorE, one `tensor_reduce` over the innermost axis
+  of [p, L / C, C], in x's dtype when it is 16-bit: exact, at two elements a cycle): the only
+  pass over the whole tile;
+- the partition's max m (ScalarE's max reduction of the chunk maxima) and its first chunk c
+  whose max is m: (cm != m) x BIG + chunk index (GpSimd), its minimum (ScalarE, the max of
+  the negation);
+- that chunk gathered again from HBM (`dma_copy` with `indices`: q L / C + c, rows of C of
+  the tile's region of x), and the first index l in it equal to m as above, on C elements;
+- the partition's index off_q + C c + l.
+A group (128 rows in `rows` mode, g rows of k pieces, or one row of t segments) keeps each
+partition's (m, index) per tile in columns; at its end each partition takes the max over its
+tiles and the first index where it is reached, the k pieces of a row meet on TensorE
+(`row_pieces.Groups`: the row's max, each piece's index where its max is the row's, else BIG,
+and the row's smallest), and the indices are cast and stored. Ties give the first index, as
+PyTorch. The tiles are staggered (`reduce.staggered`): a tile's gather and search run while the
+next tiles load and reduce."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.isa import (
+    Activation,
+    DmaCopy,
+    Engine,
+    Iota,
+    Matmul,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.kernels.balance import dma_queues
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.queues import Queues
+from trnsim.kernels.reduce import _runs, staggered
+from trnsim.kernels.row_pieces import Groups, PieceLayout
+from trnsim.kernels.row_pieces import layout as pieces_layout
+
+__all__ = ["lower_argmax_chunks", "chunk", "piece_layout"]
+
+G = Engine.GPSIMD
+TILE_BYTES = 8192  # a row's tile's bytes a partition (1 MiB tiles: several a core, so loads
+# overlap, and the last one's chain after its load is short)
+PIECE_BYTES = 16384  # a piece tile's (fewer groups: each ends in a combination on TensorE),
+# rows longer than 128 of them in segments of TILE_BYTES
+BUFS = 5  # x tiles resident
+LAG = 2  # tiles between a tile's chunk maxima and its gather's search
+
+
+def chunk(n: int) -> int | None:
+    """C: the chunk length for a partition's n elements (about sqrt(n), a power of two of at
+    least 32 dividing n), or None when n has none."""
+    c = 1 << max(5, (n.bit_length() - 1) // 2)
+    while c >= 32 and n % c:
+        c //= 2
+    return c if c >= 32 and n // c >= 2 else None
+
+
+def piece_layout(d: int, itemsize: int, partitions: int) -> PieceLayout | None:
+    """Rows of d in pieces of PIECE_BYTES a partition, or in segments of TILE_BYTES."""
+    lay = pieces_layout(d, max(1, PIECE_BYTES // itemsize), partitions)
+    if lay is not None and lay.t > 1:
+        lay = pieces_layout(d, max(1, TILE_BYTES // itemsize), partitions)
+    return lay if lay is not None and chunk(lay.f) is not None else None
+
+
+@dataclass(frozen=True)
+class _Tile:
+    group: int  # its group's number
+    s: int  # its segment in the group (columns of the group's tiles)
+    last: bool  # the group's last tile
+    src: object  # x's region (Ap)
+    p: int  # partitions
+
+
+@dataclass(frozen=True)
+class _Group:
+    rows: int  # rows
+    r0: int  # flat row of x (and element of out) of the first
+
+
+def lower_argmax_chunks(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
+                        rows: tuple[int, int], lay: PieceLayout | None) -> None:  # fmt: skip
+    """out = argmax(x, -1) over rows [lo, hi) of x (this core's): one row a partition
+    (`lay` None) or in pieces (`lay`) (module doc)."""
+    if rows[0] >= rows[1]:
+        return
+    k = _Chunks(b, cfg, x, out, lay)
+    staggered(enumerate(k.tiles(rows)), k.first, k.second, LAG)
+    if k.groups is not None:
+        k.groups.done()
+
+
+class _Chunks:
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig, x: str, out: str, lay):
+        self.b, self.cfg, self.x, self.out, self.lay = b, cfg, x, out, lay
+        tx = b.tensors[x]
+        self.P, self.f32, self.xdt = cfg.core.sbuf.partitions, dtype("float32"), tx.dtype
+        self.low = tx.dtype if tx.dtype.itemsize == 2 and tx.dtype.is_float else self.f32
+        self.d = tx.shape[-1]
+        if lay is None:  # a row a partition, its columns in T tiles of L
+            most = max(1, TILE_BYTES // tx.dtype.itemsize)
+            t = max(1, -(-self.d // most))
+            while self.d % t or chunk(self.d // t) is None:
+                t += 1
+            self.L, self.T, self.kk = self.d // t, t, 1
+        else:
+            self.L, self.T, self.kk = lay.f, lay.t, min(lay.k, self.P)
+        self.C = chunk(self.L)
+        self.nch = self.L // self.C
+        self.big = float(2 ** math.ceil(math.log2(2 * self.d + 2)))  # above any index
+        self.groups = Groups(b, cfg, lay.k) if lay is not None and self.kk > 1 else None
+        qs, q = Queues(cfg), dma_queues(cfg, self.L * tx.dtype.itemsize)
+        # large tiles one after another on few queues (the first arrives first), the gathers
+        # on queues of their own (each waits for its tile's chunk maxima)
+        self.loads, self.gathers = qs.loads().take(q), qs.loads(1 / 2, 1)
+        self.stores = qs.stores(0, 1 / 2)
+        self.info: dict[int, _Group] = {}
+        self.made = False
+
+    # -- tiles ---------------------------------------------------------------------------------
+
+    def tiles(self, rows: tuple[int, int]):
+        """The tiles of rows [lo, hi), in order, each group's last marked."""
+        tx, L, P = self.b.tensors[self.x], self.L, self.P
+        dims = tuple(tx.shape[:-1])
+        if self.lay is None or self.lay.t == 1:
+            most = P if self.lay is None else self.lay.g
+            spans = [(list(index) + [slice(None)] * (len(dims) - len(index)), nr)
+                     for index, nr in row_blocks(tuple(tx.shape), most, rows)]  # fmt: skip
+        else:
+            spans = [(list(_unravel(r, dims)), 1) for r in range(*rows)]
+        r0 = rows[0]
+        for n, (index, nr) in enumerate(spans):
+            self.info[n] = _Group(nr, r0)
+            r0 += nr
+            for s in range(self.T):
+                if self.lay is None:
+                    src, p = ap(self.x, *index, slice(s * L, (s + 1) * L)), nr
+                elif self.lay.t == 1:
+                    src, p = ap(self.x, *index, slice(None)), nr * self.kk
+                else:
+                    seg = L * P
+                    src, p = ap(self.x, *index, slice(s * seg, (s + 1) * seg)), P
+                yield _Tile(n, s, s == self.T - 1, src, p)
+
+    def tile(self, key: str, n: int, shape, dt=None, bufs: int = 3) -> str:
+        return self.b.scratch_tile(f"amc.{key}{n % bufs}", key, shape, dt or self.f32)
+
+    def consts(self) -> None:
+        """The index columns: chunk and element iotas, p nch (the gather's rows), and the
+        partitions' offsets in their rows (pieces)."""
+        if self.made:
+            return
+        self.made = True
+        b, P = self.b, self.P
+        self.iota_n = self.b.scratch_tile(f"amc.in{self.nch}", "in", (P, self.nch), self.f32)
+        self.iota_c = self.b.scratch_tile(f"amc.ic{self.C}", "ic", (P, self.C), self.f32)
+        self.rowq = self.b.scratch_tile("amc.rq", "rq", (P, 1), self.f32)
+        for t, n in ((self.iota_n, 0), (self.iota_c, 0)):
+            b.emit(Iota, [], [ap(t)], dst=ap(t), start=n, step=1, partition_step=0)
+        b.emit(Iota, [], [ap(self.rowq)], dst=ap(self.rowq), start=0, step=0,
+               partition_step=self.nch)  # fmt: skip
+        # each partition's offset in its row, at segment 0: (q mod kk) L = q L - sum_r E[r, q] r
+        # kk L (pieces); 0 (rows)
+        self.off = self.b.scratch_tile("amc.off", "off", (P, 1), self.f32)
+        b.emit(Iota, [], [ap(self.off)], dst=ap(self.off), start=0, step=0,
+               partition_step=self.L if self.kk > 1 else 0)  # fmt: skip
+        if self.groups is not None and self.groups.g > 1:
+            gr = self.groups
+            base = b.scratch_tile("amc.base", "base", (gr.g, 1), self.f32)
+            b.emit(Iota, [], [ap(base)], dst=ap(base), start=0, step=0,
+                   partition_step=-self.kk * self.L)  # fmt: skip
+            ps = ap(gr._ps((P, 1)))
+            b.emit(Matmul, [ap(gr.e), ap(base)], [ps], stationary=ap(gr.e), moving=ap(base),
+                   dst=ps)  # fmt: skip
+            b.emit(TensorTensor, [ap(self.off), ps], [ap(self.off)], alu="add",
+                   src0=ap(self.off), src1=ps, dst=ap(self.off))  # fmt: skip
+
+    # -- a tile's two halves ----------------------------------------------------------------------
+
+    def first(self, item):
+        """Load tile n, its chunk maxima, the partition's max and first chunk, the gather."""
+        n, t = item
+        self.consts()
+        b, P, p, C, nch = self.b, self.P, t.p, self.C, self.nch
+        rr = slice(0, p)
+        xt = self.tile("x", n, (P, nch, C), self.xdt, BUFS)
+        xa = ap(xt, rr)
+        b.emit(DmaCopy, [t.src], [xa], src=t.src, dst=xa, queue=self.loads[n])
+        cm2 = ap(self.tile("cm", n, (P, nch), self.low), rr)
+        b.emit(TensorReduce, [xa], [cm2], alu="max", src=xa, dst=cm2)
+        m = self.col("m", t, n)
+        junk = ap(self.tile("junk", 0, (P, max(nch, C)), dtype("bfloat16"), 1), rr,
+                  slice(0, nch))  # fmt: skip
+        b.emit(Activation, [cm2], [junk, m], func="copy", src=cm2, dst=junk, reduce="max",
+               reduce_dst=m)  # fmt: skip
+        key = ap(self.tile("key", n, (P, nch)), rr)
+        b.emit(TensorScalar, [cm2, m], [key], src=cm2, dst=key, op0="not_equal", operand0=m,
+               op1="multiply", operand1=self.big, engine=G)  # fmt: skip
+        io = ap(self.iota_n, rr)
+        b.emit(TensorTensor, [key, io], [key], alu="add", src0=key, src1=io, dst=key, engine=G)
+        nc = ap(self.tile("nc", n, (P, 1)), rr)  # -c
+        b.emit(Activation, [key], [junk, nc], func="copy", src=key, dst=junk, scale=-1.0,
+               reduce="max", reduce_dst=nc)  # fmt: skip
+        pos = ap(self.tile("pos", n, (P, 1), dtype("int32")), rr)  # q nch + c
+        rq = ap(self.rowq, rr)
+        b.emit(TensorTensor, [rq, nc], [pos], alu="subtract", src0=rq, src1=nc, dst=pos,
+               engine=G)  # fmt: skip
+        gt = ap(self.tile("g", n, (P, C), self.xdt, LAG + 2), rr)
+        b.emit(DmaCopy, [t.src, pos], [gt], src=t.src, dst=gt, indices=pos,
+               queue=self.gathers[n])  # fmt: skip
+        return nc, gt, m
+
+    def col(self, key: str, t: _Tile, n: int):
+        """Column s of the group's per-tile `key` ([p, T])."""
+        tl = self.tile(key, t.group, (self.P, self.T), bufs=LAG + 2)
+        return ap(tl, slice(0, t.p), slice(t.s, t.s + 1))
+
+    def second(self, item, got):
+        """The first index of m in the gathered chunk, the partition's index in its row; at
+        the group's last tile, the rows' indices stored."""
+        n, t = item
+        nc, gt, m = got
+        b, P, C, p = self.b, self.P, self.C, t.p
+        rr = slice(0, p)
+        key = ap(self.tile("kl", n, (P, C)), rr)
+        b.emit(TensorScalar, [gt, m], [key], src=gt, dst=key, op0="not_equal", operand0=m,
+               op1="multiply", operand1=self.big, engine=G)  # fmt: skip
+        io = ap(self.iota_c, rr)
+        b.emit(TensorTensor, [key, io], [key], alu="add", src0=key, src1=io, dst=key, engine=G)
+        junk = ap(self.tile("junk", 0, (P, max(self.nch, C)), dtype("bfloat16"), 1), rr,
+                  slice(0, C))  # fmt: skip
+        nl = ap(self.tile("nl", n, (P, 1)), rr)  # -l
+        b.emit(Activation, [key], [junk, nl], func="copy", src=key, dst=junk, scale=-1.0,
+               reduce="max", reduce_dst=nl)  # fmt: skip
+        # index = off + s seg - C (-c) - (-l); seg = kk L (a segment's span of the row)
+        i = self.col("i", t, n)
+        off = ap(self.off, rr)
+        b.emit(TensorScalar, [nc, off], [i], src=nc, dst=i, op0="multiply", operand0=-float(C),
+               op1="add", operand1=off, engine=G)  # fmt: skip
+        b.emit(TensorScalar, [i, nl], [i], src=i, dst=i, op0="subtract", operand0=nl,
+               op1="add", operand1=float(t.s * self.kk * self.L), engine=G)  # fmt: skip
+        if t.last:
+            self.finish(t)
+
+    def finish(self, t: _Tile) -> None:
+        """The group's rows' indices: over its tiles per partition, then over a row's pieces."""
+        b, P, p = self.b, self.P, t.p
+        rr = slice(0, p)
+        grp = self.info[t.group]
+        ms = ap(self.tile("m", t.group, (P, self.T), bufs=LAG + 2), rr)
+        ix = ap(self.tile("i", t.group, (P, self.T), bufs=LAG + 2), rr)
+        m, i = ms, ix
+        if self.T > 1:  # the partition's max over its tiles, the first index reaching it
+            m = ap(self.tile("mp", t.group, (P, 1)), rr)
+            junk = ap(self.tile("junkT", 0, (P, self.T), dtype("bfloat16"), 1), rr)
+            b.emit(Activation, [ms], [junk, m], func="copy", src=ms, dst=junk, reduce="max",
+                   reduce_dst=m)  # fmt: skip
+            key = ap(self.tile("kt", t.group, (P, self.T)), rr)
+            b.emit(TensorScalar, [ms, m], [key], src=ms, dst=key, op0="not_equal", operand0=m,
+                   op1="multiply", operand1=self.big * 2, engine=G)  # fmt: skip
+            b.emit(TensorTensor, [key, ix], [key], alu="add", src0=key, src1=ix, dst=key,
+                   engine=G)  # fmt: skip
+            i = ap(self.tile("ip", t.group, (P, 1)), rr)
+            b.emit(Activation, [key], [junk, i], func="copy", src=key, dst=junk, scale=-1.0,
+                   reduce="max", reduce_dst=i)  # fmt: skip
+            b.emit(TensorScalar, [i], [i], src=i, dst=i, op0="multiply", operand0=-1.0,
+                   engine=G)  # fmt: skip
+        to = b.tensors[self.out]
+        if self.groups is None:  # a row a partition
+            res = ap(self.tile("r", t.group, (P, 1), to.dtype), rr)
+            b.emit(TensorCopy, [i], [res], src=i, dst=res, engine=Engine.SCALAR)
+            self.store(res, grp, t.group, False)
+            return
+        gr = self.groups
+        row_max = ap(self.tile("M", t.group, (P, 1)), rr)
+        gr.maxes(m, p, 1, row_max)
+        cand = ap(self.tile("cand", t.group, (P, 1)), rr)  # index, + BIG where m < M
+        b.emit(TensorScalar, [m, row_max], [cand], src=m, dst=cand, op0="not_equal",
+               operand0=row_max, op1="multiply", operand1=self.big * 2, engine=G)  # fmt: skip
+        b.emit(TensorTensor, [cand, i], [cand], alu="add", src0=cand, src1=i, dst=cand,
+               engine=G)  # fmt: skip
+        first = gr.row_maxes(cand, p, "min")  # SBUF [1, rows]
+        res = ap(self.tile("r1", t.group, (1, gr.g), to.dtype), slice(0, 1),
+                 slice(0, grp.rows))  # fmt: skip
+        b.emit(TensorCopy, [first], [res], src=first, dst=res, engine=Engine.SCALAR)
+        self.store(res, grp, t.group, True)
+
+    def store(self, res, grp: _Group, n: int, along_free: bool) -> None:
+        """Store `res` (the group's indices: [rows, 1], or [1, rows] `along_free`) to out's
+        flat elements of its rows."""
+        b, to = self.b, self.b.tensors[self.out]
+        for index, k, off in _runs(list(to.shape) or [1], grp.r0, grp.r0 + grp.rows, grp.rows):
+            dst = ap(self.out, *index) if to.shape else ap(self.out)
+            part = ap(res.name, slice(0, 1), slice(off, off + k)) if along_free else \
+                ap(res.name, slice(off, off + k))  # fmt: skip
+            b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=self.stores[n])
+
+
+def _unravel(r: int, dims) -> tuple[int, ...]:
+    out = []
+    for n in reversed(tuple(dims)):
+        out.append(r % n)
+        r //= n
+    return tuple(reversed(out))
