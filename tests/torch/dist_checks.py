@@ -8,6 +8,9 @@ stream each collective ran on) and the allocator's figures.
 - fsdp_memory: FSDP2 with reshard_after_forward True and False, memory_allocated() around each
   Linear's reshard, after forward and in backward;
 - mixed_precision: FSDP2 with MixedPrecisionPolicy(bf16 params, fp32 reduce), 2 steps;
+- fsdp_timing: a device-bound FSDP2 step's launches, collectives and report row (its streams
+  overlapping its all-gathers and reduce-scatters with compute);
+- fsdp_offload: FSDP2 with CPUOffloadPolicy against CPU/gloo without it, 2 steps;
 - dtensor: distribute_tensor and redistributions on init_device_mesh("neuron", (2,));
 - tp: parallelize_module(ColwiseParallel, RowwiseParallel) on a Linear pair, forward/backward;
 - compile_ddp: torch.compile(DDP(model), backend="neuron") against eager DDP, 3 SGD steps;
@@ -123,6 +126,106 @@ def _fsdp_steps(dev, mesh, mp_policy, steps=2):
         losses.append(loss.item())
     return {"losses": losses, "grads": grads, "params": [full(p) for p in model.parameters()],
             "dtypes": [str(p.dtype) for p in model.parameters()]}  # fmt: skip
+
+
+class _Windows(Listener):
+    """Each launch (start, end, stream name) and each timed collective (arrival, end, op,
+    bytes) in ps."""
+
+    def __init__(self):
+        self.launches: list = []
+        self.collectives: list = []
+
+    def launched(self, stream, kernel, start_ps, end_ps):
+        self.launches.append((start_ps, end_ps, stream.name))
+
+    def collective(self, op, stream, tensors, info):
+        self.collectives.append((info["arrival_ps"], info["end_ps"], info["world_op"],
+                                 info["nbytes"], stream.name))  # fmt: skip
+
+
+TIMED_WIDTH, TIMED_BATCH = 512, 1024
+
+
+def fsdp_timing() -> dict:
+    """FSDP2's streams beside compute: 3 blocks of Linear(512, 512, no bias) + ReLU, batch 1024,
+    fp32, fully_shard per block and on the root (reshard_after_forward: FSDP2's default), SGD;
+    the second step between events (the end of each optimizer step), its launches and
+    collectives, the report's row of it, and FSDP2's own streams."""
+    from torch.distributed.fsdp import fully_shard
+
+    chip = state.get()
+    log = _Windows()
+    chip.listeners.add(log)
+    torch.manual_seed(0)
+    w, b = TIMED_WIDTH, TIMED_BATCH
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(w, w, bias=False), nn.ReLU())
+                            for _ in range(3)]).to("neuron")  # fmt: skip
+    for block in model:
+        fully_shard(block)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(s):
+        x = batch(100 * s + rank, b, w).to("neuron")
+        loss = model(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    evs = [torch.neuron.Event(enable_timing=True) for _ in range(2)]
+    for s, e in enumerate(evs):  # the first measures each op once
+        step(s)
+        e.record()
+    evs[-1].synchronize()
+    chip.listeners.remove(log)
+    t1, t2 = evs[0].rt.time_ps, evs[1].rt.time_ps
+    ctx = model._get_fsdp_state()._comm_ctx
+    names = {k: getattr(ctx, k) for k in ("all_gather_copy_in_stream", "all_gather_stream",
+                                          "reduce_scatter_stream")}  # fmt: skip
+    return {
+        "step": [
+            dict(r, collectives=len(r["collectives"]))
+            for r in torch.neuron.report().steps
+            if r["end_ps"] == t2
+        ],  # fmt: skip
+        "start_ps": t1,
+        "end_ps": t2,
+        "launches": [x for x in log.launches if t1 <= x[0] < t2],
+        "collectives": [x for x in log.collectives if t1 <= x[0] < t2],
+        "streams": {
+            k: (type(v).__module__ + "." + type(v).__name__, v.rt.name) for k, v in names.items()
+        },  # fmt: skip
+    }
+
+
+def fsdp_offload() -> dict:
+    """FSDP2 with CPUOffloadPolicy (pinned): 2 SGD steps on neuron against the same without
+    offloading on CPU/gloo; where the sharded parameters live, and the collectives timed."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+    def steps(dev, mesh, offload):
+        model = mlp(dev)
+        kw = {"offload_policy": CPUOffloadPolicy()} if offload else {}
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh, **kw)
+        fully_shard(model, mesh=mesh, **kw)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses, n = [], len(streams)
+        for s in range(2):
+            x = batch(10 * s + rank, 8, 16).to(dev)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return {"losses": losses, "params": [full(p) for p in model.parameters()],
+                "devices": [str(p.to_local().device) for p in model.parameters()],
+                "collectives": [op for op, _, _ in streams[n:]]}  # fmt: skip
+
+    mesh = init_device_mesh("neuron", (world,))
+    return {"neuron": steps("neuron", mesh, True), "cpu": steps("cpu", cpu_mesh, False)}
 
 
 def mixed_precision() -> dict:
@@ -307,7 +410,8 @@ def mesh2d() -> dict:
 
 
 CHECKS = {f.__name__: f for f in (fsdp_memory, mixed_precision, dtensor, tp, compile_ddp,
-                                  compile_fsdp, funcol, mesh2d)}  # fmt: skip
+                                  compile_fsdp, funcol, fsdp_timing, fsdp_offload,
+                                  mesh2d)}  # fmt: skip
 seen = {}
 for name in os.environ["CHECKS"].split(","):
     seen[name] = CHECKS[name]()

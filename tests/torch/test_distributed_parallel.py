@@ -23,6 +23,8 @@ CHECKS_2 = (
     "compile_ddp",
     "compile_fsdp",
     "funcol",
+    "fsdp_timing",
+    "fsdp_offload",
 )
 
 
@@ -230,6 +232,91 @@ def test_compiled_functional_collectives_equal_eager(two):
         assert torch.equal(f["compiled"], f["eager"])
         assert f["eager_collectives"] == f["compiled_collectives"] == 3
         assert f["graphs"] == 1
+
+
+# -- FSDP2's step timing ---------------------------------------------------------------------------
+
+
+def _covered(lo: int, hi: int, windows) -> int:
+    """ps of [lo, hi) inside the union of `windows` ((start, end, ...), one core: disjoint)."""
+    return sum(max(0, min(hi, b) - max(lo, a)) for a, b, *_ in windows)
+
+
+def test_fsdp2_streams_are_neuron_streams(two):
+    """FSDP2 makes its streams with the device's handle (torch.neuron.Stream(priority=-1)), and
+    its copy-in runs on its own one (the all-gather's copy into the flat buffer)."""
+    for seen in two:
+        t = seen["fsdp_timing"]
+        assert {k: v[0] for k, v in t["streams"].items()} == dict.fromkeys(
+            ("all_gather_copy_in_stream", "all_gather_stream", "reduce_scatter_stream"),
+            "trnsim.torch.module.Stream",
+        )
+        copy_in = t["streams"]["all_gather_copy_in_stream"][1]
+        assert sum(s == copy_in for _, _, s in t["launches"]) == 6  # one per all-gather
+
+
+def test_fsdp2_overlaps_its_collectives_with_compute_as_derived(two):
+    """Live lockstep path, ranks 0 and 1 of trn2-48xl (chip 0), FSDP2 on 3 blocks of
+    Linear(512, 512) + ReLU, batch 1024, fp32: a step has 6 all-gathers of a block's 1 MiB
+    weight (3 in forward, 3 in backward: reshard_after_forward) and 3 reduce-scatters of its
+    1 MiB gradient, on the group's CC stream. The step is device-bound (no idle time), so by
+    hand, with T_AG and T_RS the World's times for them and c the copy-in's launch (FSDP2's
+    copy of the shard into the all-gather's buffer, on its copy-in stream):
+        communication = 6 T_AG + 3 T_RS
+        exposed       = (T_AG - c) + T_RS: the step's first all-gather, beside which only the
+                        next block's copy-in runs (FSDP2's prefetch: the forward waits for the
+                        first block's weights), and the last reduce-scatter, which the optimizer
+                        waits for; every other all-gather runs under the previous block's
+                        compute (forward prefetch, backward prefetch) and every other
+                        reduce-scatter under the next block's backward
+        step          = compute + exposed < compute + communication
+    (2026-12-05: step 447.901 us = compute 427.747 + exposed 20.154; communication 105.186 us,
+    85.032 us of it overlapped.)"""
+    from trnsim.collectives import World
+    from trnsim.config import load_system
+
+    w = World.from_config(load_system("trn2-48xl"))
+    nbytes = 512 * 512 * 4
+    t_ag = w.collective("all_gather", range(2), nbytes, "float32").time_ps
+    t_rs = w.collective("reduce_scatter", range(2), nbytes, "float32").time_ps
+    for seen in two:
+        t = seen["fsdp_timing"]
+        (row,) = t["step"]
+        assert row["start_ps"] == t["start_ps"] and row["time_ps"] == t["end_ps"] - t["start_ps"]
+        colls = t["collectives"]
+        ops = [(op, n) for _, _, op, n, _ in colls]
+        assert sorted(ops) == [("all_gather", nbytes)] * 6 + [("reduce_scatter", nbytes)] * 3
+        assert all(b - a == (t_ag if op == "all_gather" else t_rs) for a, b, op, _, _ in colls)
+        copy_in = t["streams"]["all_gather_copy_in_stream"][1]
+        (c,) = {b - a for a, b, s in t["launches"] if s == copy_in}
+        assert row["idle_ps"] == 0 and row["collectives"] == 9
+        assert row["communication_ps"] == 6 * t_ag + 3 * t_rs
+        assert row["exposed_ps"] == (t_ag - c) + t_rs
+        assert row["overlapped_ps"] == row["communication_ps"] - row["exposed_ps"] > 0
+        assert row["time_ps"] == row["compute_ps"] + row["exposed_ps"]
+        assert row["time_ps"] < row["compute_ps"] + row["communication_ps"]
+        # which ones: the first all-gather and the last reduce-scatter are the exposed ones
+        first, last = min(colls), max(colls)
+        assert first[2] == "all_gather" and last[2] == "reduce_scatter"
+        for a, b, *_ in colls:
+            covered = _covered(a, b, t["launches"])
+            want = c if (a, b) == first[:2] else 0 if (a, b) == last[:2] else b - a
+            assert covered == want, (a, b, covered)
+
+
+def test_fsdp2_cpu_offload_equals_cpu(two):
+    """CPUOffloadPolicy (pinned memory): the sharded parameters live on the CPU, each
+    all-gather copies them to the device first, the gradients come back, the optimizer steps on
+    the CPU; losses and parameters equal the CPU/gloo run without offloading bit for bit, and
+    the collectives (on the copied neuron tensors) are FSDP2's usual ones."""
+    for seen in two:
+        o = seen["fsdp_offload"]
+        assert o["neuron"]["losses"] == o["cpu"]["losses"]
+        for a, b in zip(o["neuron"]["params"], o["cpu"]["params"]):
+            assert torch.equal(a, b)
+        assert set(o["neuron"]["devices"]) == {"cpu"}
+        assert o["neuron"]["collectives"].count("_allgather_base") >= 4
+        assert o["neuron"]["collectives"].count("_reduce_scatter_base") == 4
 
 
 # -- 2-D mesh --------------------------------------------------------------------------------------

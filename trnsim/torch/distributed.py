@@ -349,8 +349,10 @@ class NeuronGroup(dist.ProcessGroup):
             return list(output_tensors)
 
         flat_in = [t for ins in input_lists for t in ins]
+        # timed by its input (n x the output), as the World and a trace size a reduce_scatter
         return self._run("reduce_scatter", flat_in, list(output_tensors), values,
-                         {"world_op": "reduce_scatter", "reduce": op})  # fmt: skip
+                         {"world_op": "reduce_scatter", "reduce": op,
+                          "scale": self.size()})  # fmt: skip
 
     def _reduce_scatter_flat(self, out: torch.Tensor, flat: torch.Tensor, op) -> None:
         """Rank r's unit of the sum (op) over ranks of `flat` (1-D CPU), into 1-D `out`."""
@@ -374,7 +376,8 @@ class NeuronGroup(dist.ProcessGroup):
             return [output]
 
         return self._run("_reduce_scatter_base", [input], [output], values,
-                         {"world_op": "reduce_scatter", "reduce": op})  # fmt: skip
+                         {"world_op": "reduce_scatter", "reduce": op,
+                          "scale": self.size()})  # fmt: skip
 
     def reduce_scatter_single(self, output, input, opts=None):
         return self._reduce_scatter_base(output, input, opts)
@@ -585,7 +588,8 @@ class _Timer:
         if cc is None:
             cc = self.cc[chip.index] = dev.stream(f"cc {self.group._name}")
         self._stream = cc
-        return arrive(ops.stream(), cc, f"{op} ({self.group._name})")
+        self._arrival = arrive(ops.stream(), cc, f"{op} ({self.group._name})")
+        return self._arrival
 
     def time(self, op, vals, tensors, world_op, reduce=ReduceOp.SUM, root=0, nbytes=None,
              scale=1, pair=None, peers=None):  # fmt: skip
@@ -644,7 +648,7 @@ class _Timer:
         end = a0 + res["end"][me]
         chip = state.get()
         cc = self._stream
-        start = cc.ctx.env.now
+        start = self._arrival
         core = cc.device.chip.physical(cc.core)[0].index
         span = CollectiveSpan(core, cc.name, me, world_op, res["algorithm"], len(group), nbytes,
                               dtype, self.count, start, end, f"{op} ({g._name})")  # fmt: skip
