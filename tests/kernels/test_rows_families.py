@@ -63,8 +63,6 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
             "the first row's chain starts only once its statistics are whole; 63%",
         )
     ),
-    ("softmax", "bfloat16", 64): ROW_BY_ROW.format("exp", "47 us busy of 65.5 (71%)"),
-    ("log_softmax", "bfloat16", 64): ROW_BY_ROW.format("exp", "48 us busy of 73.7 (63%)"),
     ("rms_norm", "bfloat16", 64): ROW_BY_ROW.format(
         "sum of squares", "55 us busy of 75.4, as is GpSimd's weight (61%)"
     ),

@@ -17,7 +17,18 @@ idle GpSimd. Blocks rotate through up to BUFS buffers (fewer for long rows: with
 BUFFER_SHARE of SBUF, so a kernel of several ops fits), and the stages are emitted one block
 apart (block n + 1's load and max before block n's exp and scale), so VectorE takes the next
 block's max while ScalarE computes this one's exp.
-Rows longer than what fits one partition's share of SBUF are refused (not lowered yet).
+
+Short rows (SHORT_ROW or fewer elements), whose row-by-row instructions cost an engine's MIN_II
+(64 cycles) however few their elements, go in three stages, each a block behind the one
+before: load and max; exp row by row into an fp32 scratch block (no dearer than one
+instruction for the block: 64 cycles a row of 64), the sums of the first `js` row slots by
+ScalarE's reduction (its accumulator read, ~64 cycles a row) and the others' by one VectorE
+`tensor_reduce` over the block's last axis, `js` evening the two engines out (`_split`); then
+the factor, the scale or shift on GpSimd row by row (64 cycles a row: VectorE's four elements
+a cycle do not help rows under its MIN_II) and the store. So ScalarE's exp of block n, VectorE's
+max of block n + 1 and GpSimd's scale of block n - 1 run at once (with two stages, ScalarE's
+log and GpSimd's factor waited for VectorE's sum of the same block).
+Rows in pieces over the partitions are in `softmax_pieces`.
 """
 
 from __future__ import annotations
@@ -41,7 +52,13 @@ ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partiti
 SBUF_SHARE = 0.75  # rows that need more than this for one buffer are refused
 BUFFER_SHARE = 0.3  # what the rotating buffers may take
 GPSIMD = Engine.GPSIMD
-TINY_ROW = 256  # rows this short: exp to fp32 scratch, sums split, the scale on GpSimd
+SHORT_ROW = 256  # rows this short (`_Kernel.exps`): exp row by row to fp32 scratch, the sums
+# split between ScalarE's reduction and VectorE, the scale on GpSimd, in three stages
+SHORT_ELEMENTS = 2048  # grouped up to this many elements a partition (blocks of 512 KiB for
+# 16-bit rows: 16 a core at 16 MiB, so the chain after the last load is short)
+SHORT_BUFS = 8  # rotating through this many buffers (loads run that far ahead)
+E_SLOTS = 3  # scratch blocks of exp's values (written in stage 2, read in stage 3)
+SHORT_SHARE = 0.45  # their buffers' share of SBUF (with the scratch: 8 blocks of fp32 rows)
 PIECE_BYTES = 8192  # a piece tile's bytes a partition (1 MiB tiles: many, so loads overlap)
 PIECE_SHARE = 0.45  # what piece tiles may take (a row of 2^20 fp32 and the next one)
 PIECE_ROWS = 2048  # rows this long go in pieces (`softmax_pieces`) when a core has fewer rows
@@ -93,15 +110,24 @@ def lower_softmax(
     # rows per partition: short rows go several to a partition, so each instruction and
     # transfer does more (the [rows, 1] steps take a whole block's rows at once)
     # buffers within BUFFER_SHARE of SBUF (the kernel's other ops keep their own tiles)
-    room = min(budget, int(sbuf * BUFFER_SHARE))
-    per, blocks = row_groups(tx.shape, P, share, min(ROW_ELEMENTS, vmax) // d,
-                             room // (BUFS * per_row))  # fmt: skip
-    bufs = max(1, min(BUFS, room // (per * per_row)))
+    short = d <= SHORT_ROW  # `exps` and `scaled`, three stages a block apart
+    room = min(budget, int(sbuf * (SHORT_SHARE if short else BUFFER_SHARE)))
+    if short:  # the scratch blocks of exp's fp32 values (`e_block`)
+        room -= E_SLOTS * SHORT_ELEMENTS * 4
+    most = min(SHORT_ELEMENTS if short else ROW_ELEMENTS, vmax) // d
+    per, blocks = row_groups(tx.shape, P, share, most, room // (BUFS * per_row))
+    bufs = max(1, min(SHORT_BUFS if short else BUFS, room // (per * per_row)))
     k = _Kernel(b, x, out, tx.dtype, to.dtype, d, P, bufs, in_place, log)
     q, qs = dma_queues(cfg, per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
     k.per, k.loads, k.stores = per, qs.loads().take(q), qs.stores().take(q)
-    if d <= TINY_ROW:
-        k.tiny, k.js = True, _split(b, cfg, k)
+    if short:
+        k.js = _split(b, cfg, k)
+        lag = (0, min(1, bufs - 1), min(2, bufs - 1))
+        for n in range(len(blocks) + lag[2]):
+            for stage, late in zip((k.first, k.exps, k.scaled), lag):
+                if 0 <= n - late < len(blocks) and (late or n < len(blocks)):
+                    stage(n - late, *blocks[n - late])
+        return
     skew = 1 if bufs > 1 else 0  # stage 1 of block n + skew is emitted before stage 2 of n
     for n in range(len(blocks) + skew):
         if n < len(blocks):
@@ -119,7 +145,7 @@ class _Kernel:
         self.xdt, self.odt, self.in_place, self.log = xdt, odt, in_place, log
         self.f32, self.per = dtype("float32"), 1
         self.loads = self.stores = Stream(0, 1)  # the block's queues (`lower_softmax`)
-        self.tiny, self.js = False, 0  # short rows (`second_tiny`), ScalarE's sums' rows
+        self.js = 0  # short rows: the row slots whose sums ScalarE takes (`exps`)
 
     def tile(self, key: str, n: int, shape, dt) -> str:
         return self.b.scratch_tile(f"softmax.{key}{n % self.bufs}", key, shape, dt)
@@ -144,9 +170,6 @@ class _Kernel:
                engine=GPSIMD)  # fmt: skip
 
     def second(self, n: int, index: tuple, rows: int) -> None:
-        if self.tiny:
-            self.second_tiny(n, index, rows)
-            return
         b, p, x, o = self.b, rows // self.per, "x", "x" if self.in_place else "o"
         odt = self.xdt if self.in_place else self.odt
         for j in range(self.per):  # exp(x - max) with the row sum, row slot by row slot
@@ -181,31 +204,43 @@ class _Kernel:
             b.emit(TensorScalar, [s], [c], src=s, dst=c, op0="divide", operand0=1.0,
                    reverse0=True, engine=GPSIMD)  # fmt: skip
 
-    def second_tiny(self, n: int, index: tuple, rows: int) -> None:
-        """Short rows, whose row-by-row instructions cost an engine's fixed minimum more than
-        their elements: exp(x - max) into an fp32 scratch block (ScalarE, row by row), the
-        sums of the first `js` rows slots by ScalarE's reduction and of the others by one
-        VectorE `tensor_reduce` for the block (the same fp32 values summed either way), the
-        scale or shift by GpSimd, row by row."""
-        b, p, P, per = self.b, rows // self.per, self.P, self.per
-        e = ap(self.b.scratch_tile(f"softmax.e32{n % 2}", "e32", (P, per, self.d), self.f32),
-               slice(0, p))  # fmt: skip
-        for j in range(per):
+    def e_block(self, n: int, p: int):
+        """Short rows: block n's exp(x - max), fp32 scratch (written in stage 2, read by the
+        sum and, for softmax, by the scale in stage 3)."""
+        t = self.b.scratch_tile(f"softmax.e32{n % E_SLOTS}", "e32", (self.P, self.per, self.d),
+                                self.f32)  # fmt: skip
+        return ap(t, slice(0, p))
+
+    def exps(self, n: int, index: tuple, rows: int) -> None:
+        """Short rows, stage 2: exp(x - max) row by row on ScalarE (a row of 64 costs its
+        MIN_II either way), the sums of the first `js` row slots by its reduction, the others'
+        by one VectorE `tensor_reduce` over the last axis of the block (into x's dtype at two
+        elements a cycle when `sdt` is 16-bit, else fp32)."""
+        b, p, js = self.b, rows // self.per, self.js
+        e = self.e_block(n, p)
+        s = self.col("sum", n, p)
+        for j in range(self.per):
             xj, nm = self.rows("x", n, p, self.xdt, j), self.col("nmx", n, p, j)
             ej = ap(e.name, slice(0, p), j)
-            if j < self.js:
-                s = self.col("sum", n, p, j)
-                b.emit(Activation, [xj, nm], [ej, s], func="exp", src=xj, dst=ej, bias=nm,
-                       reduce="add", reduce_dst=s)  # fmt: skip
+            if j < js:
+                sj = self.col("sum", n, p, j)
+                b.emit(Activation, [xj, nm], [ej, sj], func="exp", src=xj, dst=ej, bias=nm,
+                       reduce="add", reduce_dst=sj)  # fmt: skip
             else:
                 b.emit(Activation, [xj, nm], [ej], func="exp", src=xj, dst=ej, bias=nm)
-        if self.js < per:
-            rest = ap(e.name, slice(0, p), slice(self.js, per))
-            s = ap(self.col("sum", n, p).name, slice(0, p), slice(self.js, per))
-            b.emit(TensorReduce, [rest], [s], alu="add", src=rest, dst=s)
+        if js < self.per:
+            rest = ap(e.name, slice(0, p), slice(js, self.per))
+            sr = ap(s.name, slice(0, p), slice(js, self.per))
+            b.emit(TensorReduce, [rest], [sr], alu="add", src=rest, dst=sr)
+
+    def scaled(self, n: int, index: tuple, rows: int) -> None:
+        """Short rows, stage 3: the factor ([rows, per]), the scale or shift on GpSimd row by
+        row, the store."""
+        b, p = self.b, rows // self.per
         self.factor(n, p)
         o, odt = ("x", self.xdt) if self.in_place else ("o", self.odt)
-        for j in range(per):  # e * (1 / sum), or x - (max + log(sum)), on GpSimd
+        e = None if self.log else self.e_block(n, p)
+        for j in range(self.per):
             src = self.rows("x", n, p, self.xdt, j) if self.log else ap(e.name, slice(0, p), j)
             oj, cj = self.rows(o, n, p, odt, j), self.col("c", n, p, j)
             b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, engine=GPSIMD,
@@ -215,23 +250,28 @@ class _Kernel:
 
 
 def _split(b: KernelBuilder, cfg: ChipConfig, k: _Kernel) -> int:
-    """The row slots whose sums ScalarE takes (the rest: one VectorE reduction), evening out
-    the two engines' time per block as their cost models give it (`balance.cost_ns`)."""
-    c = KernelBuilder({})
+    """Short rows: the row slots of a block whose sums ScalarE takes by its reduction (the
+    rest: one VectorE reduction), evening out the two engines' time per block as their cost
+    models give it (`balance.cost_ns`: VectorE's max and sum, each after a wait; ScalarE's
+    exps, and log_softmax's log)."""
+    c, f32 = KernelBuilder({}), dtype("float32")
     P, per, d = k.P, k.per, k.d
-    x = ap(c.tile("x", "sbuf", (P, d), k.xdt))
-    e = c.tile("e", "sbuf", (P, per, d), dtype("float32"))
-    col = ap(c.tile("c", "sbuf", (P, 1), dtype("float32")))
-    with_sum = cost_ns(c, cfg, Activation, waits=False, func="exp", src=x, dst=x, bias=col,
+    x = ap(c.tile("x", "sbuf", (P, per, d), k.xdt))
+    e = c.tile("e", "sbuf", (P, per, d), f32)
+    col, sums = ap(c.tile("c", "sbuf", (P, 1), f32)), c.tile("s", "sbuf", (P, per), f32)
+    row = ap(x.name, slice(None), 0)
+    with_sum = cost_ns(c, cfg, Activation, waits=False, func="exp", src=row, dst=row, bias=col,
                        reduce="add", reduce_dst=col)  # fmt: skip
-    plain = cost_ns(c, cfg, Activation, waits=False, func="exp", src=x, dst=x, bias=col)
-    vmax = cost_ns(
-        c, cfg, TensorReduce, alu="max", src=ap(c.tile("xb", "sbuf", (P, per * d), k.xdt)), dst=col
-    )
+    plain = cost_ns(c, cfg, Activation, waits=False, func="exp", src=row, dst=row, bias=col)
+    log = cost_ns(c, cfg, Activation, func="log", src=ap(sums), dst=ap(sums)) if k.log else 0
+    vmax = cost_ns(c, cfg, TensorReduce, alu="max", src=x,
+                   dst=ap(c.tile("m", "sbuf", (P, per), k.xdt)))  # fmt: skip
 
     def worst(js: int) -> float:
-        rest = ap(e, slice(None), slice(js, per)) if js < per else None
-        v = vmax + (cost_ns(c, cfg, TensorReduce, alu="add", src=rest, dst=col) if rest else 0)
-        return max(js * with_sum + (per - js) * plain, v)
+        v = vmax
+        if js < per:
+            rest, dst = ap(e, slice(None), slice(js, per)), ap(sums, slice(None), slice(js, per))
+            v += cost_ns(c, cfg, TensorReduce, alu="add", src=rest, dst=dst)
+        return max(js * with_sum + (per - js) * plain + log, v)
 
     return min(range(per + 1), key=lambda js: (worst(js), -js))
