@@ -33,12 +33,14 @@ from trnsim.isa import (
     DmaCopy,
     Engine,
     Iota,
+    Memset,
     TensorCopy,
     TensorReduce,
     TensorScalar,
     TensorTensor,
 )
 from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.loss_rows import ROW_BYTES, lower_cross_entropy_rows, piece_layout
 from trnsim.kernels.reduce import Reduce, staggered
 
 __all__ = ["lower_loss"]
@@ -55,6 +57,7 @@ def lower_loss(
     if len(ti.shape) != 2:
         raise TraceError(f"{op}: input {list(ti.shape)}; expected [N, C] (only 2-D is lowered)")
     n, c = ti.shape
+    c_ = c
     if list(tt.shape) != [n]:
         raise TraceError(f"{op}: target {list(tt.shape)}; expected [{n}] (input's rows)")
     want = {"none": [[n]], "mean": [[], [1]], "sum": [[], [1]]}.get(reduction)
@@ -65,19 +68,51 @@ def lower_loss(
     if n * c >= 2**31:
         raise TraceError(f"{op}: input of {n * c} elements; int32 positions reach 2^31 - 1")
     L = _Loss(b, cfg, op, inp, target, out, reduction)
-    if reduction != "none" and b.part[0] != 0:
-        return  # mean and sum: the first core alone
-    items = []
-    for i, r0 in enumerate(range(0, n, L.P)):
-        if reduction == "none" and not L.r.mine(i):
-            continue
-        chunks = list(range(0, c, L.cw)) if op == "cross_entropy" else [0]
-        items += [(i, r0, min(L.P, n - r0), k, c0, c0 == chunks[-1]) for k, c0 in
-                  enumerate(chunks)]  # fmt: skip
-    staggered(enumerate(items), L.first, L.second, L.bufs - 1)
-    if reduction != "none":
-        L.r.across(L.acc, min(L.P, n), 1, 0)
+    c, cores = b.part
+    # the rows split evenly between the cores; mean and sum then add the two partials (exact
+    # in fp32 out, through a core_barrier), else the first core takes them all
+    split = cores > 1 and (reduction == "none" or (
+        cfg.core.core_barrier and to.dtype.name == "float32" and n >= cores))  # fmt: skip
+    if cores > 1 and not split and c:
+        return
+    rows = (n * c // cores, n * (c + 1) // cores) if split else (0, n)
+    lay = None
+    if op == "cross_entropy":
+        lay = piece_layout(c_, ti.dtype.itemsize, rows[1] - rows[0], L.P)
+    if op == "cross_entropy" and (lay is not None or c_ * ti.dtype.itemsize <= ROW_BYTES):
+        col = lower_cross_entropy_rows(b, cfg, L.r, inp, target, rows, reduction, lay)
+    else:
+        items = []
+        for i, r0 in enumerate(range(rows[0], rows[1], L.P)):
+            chunks = list(range(0, c_, L.cw)) if op == "cross_entropy" else [0]
+            items += [(i, r0, min(L.P, rows[1] - r0), k, c0, c0 == chunks[-1]) for k, c0 in
+                      enumerate(chunks)]  # fmt: skip
+        staggered(enumerate(items), L.first, L.second, L.bufs - 1)
+        col = L.r.column(L.acc, L.P, 0, 1, 0) if reduction != "none" else None
+    if col is not None:
+        _combine(L.r, col, split and cores > 1, c)
     L.r.done()
+
+
+def _combine(r: Reduce, col, split: bool, c: int) -> None:
+    """Store the loss total `col` ([1, 1] fp32, scaled for mean): split between the cores, the
+    second stores its partial unscaled to out, both meet, the first adds it to its own."""
+    if not split:
+        r.store(col, 1, 0)
+        return
+    if c:
+        scale, r.scale = r.scale, 1.0
+        r.store(col, 1, 0)
+        r.scale = scale
+        r.meet()
+        return
+    r.meet()
+    b = r.b
+    other = ap(r.tile("peer", (r.P, 1)), slice(0, 1))
+    src = ap(r.out, *[0] * len(b.tensors[r.out].shape))
+    b.emit(DmaCopy, [src], [other], src=src, dst=other, queue=r.loads[0])
+    r.combine(col, other)
+    r.store(col, 1, 0)
 
 
 class _Loss:
@@ -92,7 +127,10 @@ class _Loss:
         self.low = ti.dtype if ti.dtype.itemsize == 2 and ti.dtype.is_float else dtype("float32")
         per = self.cw * (ti.dtype.itemsize + 2)  # x, and exp's unread results (bf16)
         self.bufs = max(1, min(3, int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // per))
-        self.acc = self.r.tile("loss_acc", (self.P, 1)) if reduction != "none" else None
+        self.acc = None
+        if reduction != "none":
+            self.acc = self.r.tile("loss_acc", (self.P, 1))
+            b.emit(Memset, [], [ap(self.acc)], dst=ap(self.acc), value=0.0, engine=Engine.GPSIMD)
         self.nch = -(-self.c // self.cw)  # chunks a row
         # the chunks' loads on the first half of the load queues, the picks' on the second
         self.xq, self.pq = self.r.queues.loads(0, 1 / 2), self.r.queues.loads(1 / 2, 1)
@@ -177,9 +215,6 @@ class _Loss:
             b.emit(TensorTensor, [t, pk], [t], alu="subtract", src0=t, src1=pk, dst=t)
         if self.reduction == "none":
             self.r.store(t, rb, r0)
-        elif i == 0:
-            a = ap(self.acc, rows)
-            b.emit(TensorCopy, [t], [a], src=t, dst=a)
         else:
             a = ap(self.acc, rows)
             b.emit(TensorTensor, [a, t], [a], alu="add", src0=a, src1=t, dst=a)

@@ -1,0 +1,329 @@
+"""`cross_entropy`'s log-sum-exp over rows of any length (`loss` module doc): short rows
+several to a partition, long ones in pieces over the partitions.
+
+**Rows** ([p, per, C] blocks, `per` rows a partition up to ROW_ELEMENTS): each row's max by one
+VectorE `tensor_reduce` over the innermost axis (in x's dtype when 16-bit: exact, two elements
+a cycle); its negation on GpSimd; exp(x - max) on ScalarE row slot by row slot (the bias is a
+per-partition operand), with the row's sum by the same instruction, or, for rows of TINY or
+fewer elements (where the accumulator read would cost more than the row), into an fp32 scratch
+block summed by one VectorE `tensor_reduce` for the block (the slots shared between the two as
+their cost models even out); log(sum) on ScalarE, + max and - the picked logit on GpSimd, for
+the block's [p, per] losses at once. The picks: positions r C + target[r] for the block (an
+`iota` plus the targets, exact int32 on GpSimd) and one gather `dma_copy`.
+
+**Pieces** (`row_pieces`: rows too long for a partition, or fewer than two blocks of them): per
+tile each partition's max m (VectorE) and sum s of exp(x - m) (ScalarE, one `activation` with
+-m as its bias: every row at once); per row (`Groups`, TensorE): M = max m, S = sum s exp(m -
+M), log-sum-exp M + log S, taken per row ([1, rows] on one partition) less the picked logits.
+A row of more than 128 pieces is t segments, each a tile; a partition first combines its
+segments (M_p = max m, S_p = sum s exp(m - M_p)).
+
+`none` stores each block's losses; `mean` and `sum` add them into an fp32 accumulator, reduced
+at the end to this core's partial (`Reduce.column`), which the cores combine (`loss`)."""
+
+from __future__ import annotations
+
+import math
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.isa import (
+    Activation,
+    DmaCopy,
+    Engine,
+    Iota,
+    Memset,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.kernels.balance import cost_ns, dma_queues
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import row_blocks, row_groups
+from trnsim.kernels.queues import Queues
+from trnsim.kernels.reduce import Reduce, staggered
+from trnsim.kernels.row_pieces import Groups, PieceLayout
+from trnsim.kernels.row_pieces import layout as pieces_layout
+
+__all__ = ["lower_cross_entropy_rows", "piece_layout", "ROW_ELEMENTS"]
+
+G, S, V = Engine.GPSIMD, Engine.SCALAR, Engine.VECTOR
+ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partition
+ROW_BYTES = 16384  # rows up to this many bytes go a row (or more) a partition
+PIECE_BYTES = 16384  # a piece tile's bytes a partition; past 128 pieces, segments of
+SEGMENT_BYTES = 8192  # ... this many
+TINY = 256  # rows this short: exp into fp32 scratch, sums split between ScalarE and VectorE
+BUFS = 4
+
+
+def piece_layout(d: int, itemsize: int, rows: int, partitions: int) -> PieceLayout | None:
+    """Rows of d in pieces, when they are too long for a partition or too few (under two
+    blocks of a row a partition) and d is a multiple of the partitions; else None."""
+    if d * itemsize <= ROW_BYTES and rows >= 2 * partitions:
+        return None
+    lay = pieces_layout(d, max(1, PIECE_BYTES // itemsize), partitions)
+    if lay is not None and lay.t > 1:
+        lay = pieces_layout(d, max(1, SEGMENT_BYTES // itemsize), partitions)
+    return lay
+
+
+def lower_cross_entropy_rows(b: KernelBuilder, cfg: ChipConfig, r: Reduce, inp: str,
+                             target: str, rows: tuple[int, int], reduction: str,
+                             lay: PieceLayout | None):  # fmt: skip
+    """This core's rows [lo, hi): their losses stored (`none`), or their sum as a [1, 1]
+    column (returned, fp32)."""
+    k = _Rows(b, cfg, r, inp, target, reduction, lay)
+    if lay is None:
+        per, blocks = row_groups(tuple(b.tensors[inp].shape), k.P, rows,
+                                 max(1, ROW_ELEMENTS // k.c))  # fmt: skip
+        k.per = per
+        if k.c <= TINY:
+            k.js = k.split()
+        r0 = rows[0]
+        items = []
+        for index, n in blocks:
+            items.append((index, n, r0))
+            r0 += n
+        staggered(enumerate(items), k.first, k.second, 1)
+    else:
+        k.pieces(rows)
+    return k.total()
+
+
+class _Rows:
+    def __init__(self, b, cfg, r: Reduce, inp, target, reduction, lay):
+        self.b, self.cfg, self.r, self.inp, self.target = b, cfg, r, inp, target
+        self.reduction, self.lay = reduction, lay
+        ti = b.tensors[inp]
+        self.n, self.c = ti.shape
+        self.P, self.f32, self.dt = cfg.core.sbuf.partitions, dtype("float32"), ti.dtype
+        self.low = ti.dtype if ti.dtype.itemsize == 2 and ti.dtype.is_float else self.f32
+        self.per, self.js = 1, 0
+        width = self.c if lay is None else lay.f
+        q, qs = dma_queues(cfg, ROW_ELEMENTS * ti.dtype.itemsize), Queues(cfg)
+        if lay is not None:
+            q = dma_queues(cfg, width * ti.dtype.itemsize)
+        self.loads, self.picks = qs.loads().take(max(1, q)), qs.loads(1 / 2, 1)
+        self.stores = qs.stores(0, 1 / 2)
+        self.acc = None
+        if reduction != "none":
+            self.acc = b.scratch_tile("ce.acc", "acc", (self.P, 1), self.f32)
+            b.emit(Memset, [], [ap(self.acc)], dst=ap(self.acc), value=0.0, engine=G)
+
+    def tile(self, key: str, n: int, shape, dt=None, bufs: int = BUFS) -> str:
+        return self.b.scratch_tile(f"ce.{key}{n % bufs}", key, shape, dt or self.f32)
+
+    # -- picks -----------------------------------------------------------------------------------
+
+    def pick(self, n: int, r0: int, p: int, w: int):
+        """input[r, target[r]] of rows r0 .. r0 + p w, as [p, w] (row r0 + q w + j at [q, j])."""
+        b, i32 = self.b, dtype("int32")
+        tt = b.tensors[self.target]
+        tg = ap(self.tile("tg", n, (self.P, w), tt.dtype), slice(0, p))
+        src = ap(self.target, slice(r0, r0 + p * w))
+        b.emit(DmaCopy, [src], [tg], src=src, dst=tg, queue=self.picks[n])
+        if tt.dtype.is_float:
+            ti = ap(self.tile("ti", n, (self.P, w), i32), slice(0, p))
+            b.emit(TensorCopy, [tg], [ti], src=tg, dst=ti, engine=G)
+            tg = ti
+        pos = ap(self.tile("pos", n, (self.P, w), i32), slice(0, p))  # r C, then + target
+        b.emit(Iota, [], [pos], dst=pos, start=r0 * self.c, step=self.c,
+               partition_step=w * self.c)  # fmt: skip
+        b.emit(TensorTensor, [pos, tg], [pos], alu="add", src0=pos, src1=tg, dst=pos, engine=G)
+        pk = ap(self.tile("pick", n, (self.P, w), self.dt), slice(0, p))
+        table = ap(self.inp)
+        b.emit(DmaCopy, [table, pos], [pk], src=table, dst=pk, indices=pos, queue=self.picks[n])
+        return pk
+
+    def losses(self, n: int, lse, pk, p: int, w: int, r0: int) -> None:
+        """loss = lse - pick ([p, w]): stored (none), or added to the accumulator."""
+        b = self.b
+        t = ap(self.tile("loss", n, (self.P, w)), slice(0, p))
+        b.emit(TensorTensor, [lse, pk], [t], alu="subtract", src0=lse, src1=pk, dst=t, engine=G)
+        if self.reduction == "none":
+            to = b.tensors[self.r.out]
+            res = ap(self.tile("res", n, (self.P, w), to.dtype), slice(0, p))
+            b.emit(TensorCopy, [t], [res], src=t, dst=res, engine=S)
+            dst = ap(self.r.out, slice(r0, r0 + p * w))
+            b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=self.stores[n])
+            return
+        part = ap(self.tile("part", n, (self.P, 1)), slice(0, p))
+        if w > 1:
+            b.emit(TensorReduce, [t], [part], alu="add", src=t, dst=part)
+        else:
+            part = t
+        a = ap(self.acc, slice(0, p))
+        b.emit(TensorTensor, [a, part], [a], alu="add", src0=a, src1=part, dst=a, engine=G)
+
+    def total(self):
+        """This core's sum of losses, [1, 1] fp32 (mean and sum), or None."""
+        if self.acc is None:
+            return None
+        return self.r.column(self.acc, self.P, 0, 1, 0)
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def split(self) -> int:
+        """The row slots whose sums ScalarE takes (the rest: one VectorE `tensor_reduce`),
+        evening out the two engines' time per block as their cost models give it."""
+        c = KernelBuilder({})
+        P, per, d = self.P, self.per, self.c
+        x = ap(c.tile("x", "sbuf", (P, d), self.dt))
+        e = c.tile("e", "sbuf", (P, per, d), self.f32)
+        col = ap(c.tile("c", "sbuf", (P, 1), self.f32))
+        with_sum = cost_ns(c, self.cfg, Activation, waits=False, func="exp", src=x, dst=x,
+                           bias=col, reduce="add", reduce_dst=col)  # fmt: skip
+        plain = cost_ns(c, self.cfg, Activation, waits=False, func="exp", src=x, dst=x, bias=col)
+        xb = ap(c.tile("xb", "sbuf", (P, per * d), self.dt))
+        vmax = cost_ns(c, self.cfg, TensorReduce, alu="max", src=xb, dst=col)
+
+        def worst(js: int) -> float:
+            rest = ap(e, slice(None), slice(js, per)) if js < per else None
+            v = vmax + (cost_ns(c, self.cfg, TensorReduce, alu="add", src=rest, dst=col)
+                        if rest else 0)  # fmt: skip
+            return max(js * with_sum + (per - js) * plain, v)
+
+        return min(range(per + 1), key=lambda js: (worst(js), -js))
+
+    def first(self, item):
+        """Block n: its load, the rows' maxima and their negation, the picks."""
+        n, (index, rows, r0) = item
+        b, P, per, d = self.b, self.P, self.per, self.c
+        p = rows // per
+        x = ap(self.tile("x", n, (P, per, d), self.dt), slice(0, p))
+        src = ap(self.inp, *index)
+        b.emit(DmaCopy, [src], [x], src=src, dst=x, queue=self.loads[n])
+        m = ap(self.tile("m", n, (P, per), self.low), slice(0, p))
+        b.emit(TensorReduce, [x], [m], alu="max", src=x, dst=m)
+        nm = ap(self.tile("nm", n, (P, per)), slice(0, p))
+        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0, engine=G)
+        pk = self.pick(n, r0, p, per)
+        return x, m, nm, pk
+
+    def second(self, item, got):
+        """Block n: exp(x - max) with the rows' sums, log-sum-exp, the losses."""
+        n, (index, rows, r0) = item
+        x, m, nm, pk = got
+        b, P, per, d = self.b, self.P, self.per, self.c
+        p = rows // per
+        s = ap(self.tile("s", n, (P, per)), slice(0, p))
+        tiny = d <= TINY
+        e = ap(self.tile("e32" if tiny else "e", 0, (P, per, d) if tiny else (P, d),
+                         self.f32 if tiny else dtype("bfloat16"), 2 if tiny else 1),
+               slice(0, p))  # fmt: skip
+        for j in range(per):
+            xj, nj, sj = ap(x.name, slice(0, p), j), ap(nm.name, slice(0, p), slice(j, j + 1)), \
+                ap(s.name, slice(0, p), slice(j, j + 1))  # fmt: skip
+            ej = ap(e.name, slice(0, p), j) if tiny else e
+            if not tiny or j < self.js:
+                b.emit(Activation, [xj, nj], [ej, sj], func="exp", src=xj, dst=ej, bias=nj,
+                       reduce="add", reduce_dst=sj)  # fmt: skip
+            else:
+                b.emit(Activation, [xj, nj], [ej], func="exp", src=xj, dst=ej, bias=nj)
+        if tiny and self.js < per:
+            rest = ap(e.name, slice(0, p), slice(self.js, per))
+            sr = ap(s.name, slice(0, p), slice(self.js, per))
+            b.emit(TensorReduce, [rest], [sr], alu="add", src=rest, dst=sr)
+        lse = ap(self.tile("lse", n, (P, per)), slice(0, p))
+        b.emit(Activation, [s], [lse], func="log", src=s, dst=lse)
+        b.emit(TensorTensor, [lse, m], [lse], alu="add", src0=lse, src1=m, dst=lse, engine=G)
+        self.losses(n, lse, pk, p, per, r0)
+
+    # -- pieces ----------------------------------------------------------------------------------
+
+    def pieces(self, rows: tuple[int, int]) -> None:
+        lay, tx = self.lay, self.b.tensors[self.inp]
+        self.groups = Groups(self.b, self.cfg, lay.k)
+        self.kk = min(lay.k, self.P)
+        items = []
+        if lay.t == 1:
+            r0 = rows[0]
+            for gi, (index, nr) in enumerate(row_blocks(tuple(tx.shape), lay.g, rows)):
+                items.append((gi, 0, ap(self.inp, *index), nr, r0, True))
+                r0 += nr
+        else:
+            seg = lay.f * self.P
+            for gi, r in enumerate(range(*rows)):
+                for s in range(lay.t):
+                    src = ap(self.inp, r, slice(s * seg, (s + 1) * seg))
+                    items.append((gi, s, src, 1, r, s == lay.t - 1))
+        staggered(enumerate(items), self.tile_first, self.tile_second, 1)
+        self.groups.done()
+
+    def cols(self, key: str, gi: int, p: int, s: int | None = None):
+        t = self.tile(key, gi, (self.P, self.lay.t), bufs=3)
+        return ap(t, slice(0, p)) if s is None else ap(t, slice(0, p), slice(s, s + 1))
+
+    def tile_first(self, item):
+        """A tile's load and its partitions' maxima (VectorE), their negation (GpSimd)."""
+        n, (gi, s, src, nr, r0, last) = item
+        b, P, f = self.b, self.P, self.lay.f
+        p = nr * self.kk
+        x = ap(self.tile("px", n, (P, f), self.dt), slice(0, p))
+        b.emit(DmaCopy, [src], [x], src=src, dst=x, queue=self.loads[n])
+        m = self.cols("pm", gi, p, s)
+        if self.low is not self.f32:  # 16-bit: the max at two elements a cycle, then fp32
+            m16 = ap(self.tile("pm16", n, (P, 1), self.low), slice(0, p))
+            b.emit(TensorReduce, [x], [m16], alu="max", src=x, dst=m16)
+            b.emit(TensorCopy, [m16], [m], src=m16, dst=m, engine=G)
+        else:
+            b.emit(TensorReduce, [x], [m], alu="max", src=x, dst=m)
+        nm = ap(self.tile("pnm", n, (P, 1)), slice(0, p))
+        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0, engine=G)
+        pk = self.pick(gi, r0, 1, nr) if s == 0 else None
+        return x, nm, pk
+
+    def tile_second(self, item, got):
+        """The tile's sums of exp(x - m) (ScalarE); at the group's last, its rows' losses."""
+        n, (gi, s, src, nr, r0, last) = item
+        x, nm, pk = got
+        b, P, p = self.b, self.P, nr * self.kk
+        if pk is not None:
+            self.pk = pk
+        e = ap(self.tile("pe", 0, (P, self.lay.f), dtype("bfloat16"), 1), slice(0, p))
+        z = self.cols("pz", gi, p, s)
+        b.emit(Activation, [x, nm], [e, z], func="exp", src=x, dst=e, bias=nm, reduce="add",
+               reduce_dst=z)  # fmt: skip
+        if last:
+            self.group_end(gi, nr, r0)
+
+    def group_end(self, gi: int, nr: int, r0: int) -> None:
+        """log-sum-exp of the group's rows from their partitions' (m, s) (module doc)."""
+        b, P, t = self.b, self.P, self.lay.t
+        p = nr * self.kk
+        m, z = self.cols("pm", gi, p), self.cols("pz", gi, p)
+        if t > 1:  # per partition over its segments
+            mp = ap(self.tile("mp", gi, (P, 1)), slice(0, p))
+            b.emit(TensorReduce, [m], [mp], alu="max", src=m, dst=mp)
+            nmp = ap(self.tile("nmp", gi, (P, 1)), slice(0, p))
+            b.emit(TensorScalar, [mp], [nmp], src=mp, dst=nmp, op0="multiply", operand0=-1.0,
+                   engine=G)  # fmt: skip
+            c = self.cols("pc", gi, p)
+            b.emit(Activation, [m, nmp], [c], func="exp", src=m, dst=c, bias=nmp)
+            b.emit(TensorTensor, [c, z], [c], alu="multiply", src0=c, src1=z, dst=c, engine=G)
+            sp = ap(self.tile("sp", gi, (P, 1)), slice(0, p))
+            b.emit(TensorReduce, [c], [sp], alu="add", src=c, dst=sp)
+        else:
+            mp, sp = m, z
+        big = ap(self.tile("M", gi, (P, 1)), slice(0, p))
+        self.groups.maxes(mp, p, 1, big)
+        nbig = ap(self.tile("nM", gi, (P, 1)), slice(0, p))
+        b.emit(TensorScalar, [big], [nbig], src=big, dst=nbig, op0="multiply", operand0=-1.0,
+               engine=G)  # fmt: skip
+        c2 = ap(self.tile("c2", gi, (P, 1)), slice(0, p))
+        b.emit(Activation, [mp, nbig], [c2], func="exp", src=mp, dst=c2, bias=nbig)
+        b.emit(TensorTensor, [c2, sp], [c2], alu="multiply", src0=c2, src1=sp, dst=c2, engine=G)
+        total = self.groups.sums(c2, p)
+        lse = ap(self.tile("plse", gi, (P, 1)), slice(0, p))
+        b.emit(Activation, [total], [lse], func="log", src=total, dst=lse)
+        b.emit(TensorTensor, [lse, big], [lse], alu="add", src0=lse, src1=big, dst=lse, engine=G)
+        row = self.groups.row_maxes(lse, p, "max")  # [1, rows]: each row's (all equal)
+        self.losses(gi, row, self.pk, 1, nr, r0)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+_ = math
