@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.kernels.test_backward import close, run
+from trnsim.dtypes import dtype
 from trnsim.kernels import reference
 
 SHAPES = [(128, 512), (3, 5), (300, 1000), (2, 130, 7)]
@@ -39,6 +40,23 @@ def test_addc_and_lerp_against_torch(op, args, shape, dt):
     close(r.tensor("out"), want.numpy(), dt)
     arrays = {n: r.tensor(n) for n in ("x", "a", "c")}
     close(reference(op, args, arrays), want.numpy(), "float32")
+
+
+@pytest.mark.parametrize("w", [0.1, 0.75])
+def test_a_16_bit_lerp_is_the_fp32_formula_rounded_once_with_end_minus_x_on_tensor_e(w):
+    """bf16 lerp (`kernels.lerp`): end - x on TensorE (identity matmuls accumulated in PSUM),
+    the scaling on ScalarE, the sum on VectorE; bit for bit PyTorch's form for w (x + w (end -
+    x), or end - (1 - w)(end - x)) computed in fp32 and rounded once to bf16."""
+    shape, bf16 = (300, 1000), dtype("bfloat16")
+    t = {n: (shape, "bfloat16", "normal") for n in ("x", "a")}
+    t["out"] = (shape, "bfloat16", None)
+    r = run(t, [("lerp", {"x": "x", "end": "a", "weight": w, "out": "out"})])
+    x, a = (r.tensor(n).astype(np.float32) for n in ("x", "a"))
+    w32 = np.float32(w)
+    want = x + w32 * (a - x) if w < 0.5 else a - (a - x) * np.float32(1.0 - w)
+    np.testing.assert_array_equal(r.tensor("out"), want.astype(bf16.np))
+    busy = {e: r.summary["engines"][f"core0.{e}"]["instructions"] for e in ("tensor", "scalar")}
+    assert all(busy.values()), busy
 
 
 def test_foreach_ops_take_lists_numbers_and_lists_of_numbers():

@@ -279,7 +279,7 @@ def test_a_family_of_4_mib_takes_the_same_time_whatever_the_shape(kind, dt, lnc)
     assert max(times.values()) <= 1.25 * min(times.values()), times
 
 
-@pytest.mark.parametrize("kind", ["mul2", "add", "exp", "where", "row", "col"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dt", [F32, BF16])
 def test_16_mib_reaches_80_percent_of_the_dma_bound_in_every_shape(kind, dt):
     """16 MiB at LNC 2 (trn2's default), every shape of the family: at least 80% of the DMA

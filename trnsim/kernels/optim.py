@@ -8,7 +8,8 @@ is at the DMA roofline on its own). Products and quotients of two tensors are Ve
 takes on every core), so the two engines share the work:
 
 - addcdiv: x + value * (t1 / t2); addcmul: x + value * t1 * t2;
-- lerp: x + w (end - x) for w < 0.5, else end - (1 - w)(end - x) (PyTorch's two forms);
+- lerp: x + w (end - x) for w < 0.5, else end - (1 - w)(end - x) (PyTorch's two forms;
+  `lerp`);
 - _foreach_add/mul/div: other a list of tensors, a list of numbers (one per element) or a
   number; _foreach_add's alpha scales a tensor other; _foreach_sqrt on ScalarE.
 """
@@ -20,6 +21,7 @@ from trnsim.errors import TraceError
 from trnsim.isa import Engine
 from trnsim.kernels.backward import act, ts, tt
 from trnsim.kernels.builder import KernelBuilder
+from trnsim.kernels.lerp import lower_lerp
 from trnsim.kernels.pointwise import F32, Block, pointwise
 from trnsim.kernels.spread import Spread
 
@@ -62,23 +64,10 @@ def lower_optim(b: KernelBuilder, cfg: ChipConfig, op: str, args: dict) -> None:
 def _one(b: KernelBuilder, cfg: ChipConfig, op: str, a: dict) -> None:
     """addcdiv, addcmul or lerp on one tensor."""
     x, out = a["x"], a["out"]
-    sp = Spread(b, cfg)
     if op == "lerp":
-        w = float(a["weight"])
-
-        def lerp(k: Block) -> None:
-            xa, ea = k.ins
-            d = k.tmp("d", F32)
-            sp.tt("subtract", ea, xa, d)  # end - x
-            if w < 0.5:
-                sp.ts(d, d, "multiply", w)
-                sp.tt("add", xa, d, k.outs[0])
-            else:
-                sp.ts(d, d, "multiply", 1.0 - w)
-                sp.tt("subtract", ea, d, k.outs[0])
-
-        pointwise(b, cfg, op, [x, a["end"]], [out], lerp)
+        lower_lerp(b, cfg, op, x, a["end"], out, float(a["weight"]))
         return
+    sp = Spread(b, cfg)
     value = float(a.get("value", 1.0))
     alu = "divide" if op == "addcdiv" else "multiply"
 
