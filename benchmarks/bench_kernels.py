@@ -302,9 +302,7 @@ def row_family(chip: str, total: int = 16 << 20) -> None:
                     print(f"| {op} | {dt} | {d} | {str(e).split(': ')[-1][:60]} | | | |")
                     continue
                 row = result.summary["ops"][0]
-                eng = 0.0
-                if op not in ("argmax", "cross_entropy"):
-                    eng = engine_bound_ns(cfg, op, d, isz, rows / cfg.lnc, d < 65536)
+                eng = engine_bound_ns(cfg, op, d, isz, rows / cfg.lnc, d < 65536)
                 bound = max(row["roofline_ns"], eng)
                 print(f"| {op} | {dt} | {d} | {row['time_ns'] / 1e3:.1f} us | "
                       f"{row['roofline_ns'] / 1e3:.1f} us | {eng / 1e3:.1f} us | "

@@ -32,6 +32,7 @@ from trnsim.isa import (
     Transpose,
 )
 from trnsim.kernels.argmax_chunks import chunk, lower_argmax_chunks, piece_layout
+from trnsim.kernels.argmax_rows import ROW_ELEMENTS, lower_argmax_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.queues import Queues
@@ -72,6 +73,9 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
     if rows_fit(cfg, tx):
         if d >= CHUNK_ROWS and chunk(d) is not None:
             lower_argmax_chunks(b, cfg, x, out, share, None)
+            return
+        if d <= ROW_ELEMENTS:
+            lower_argmax_rows(b, cfg, x, out, share)
             return
     else:
         lay = piece_layout(d, tx.dtype.itemsize, P)

@@ -1,20 +1,22 @@
 """The engine-throughput bound of the row ops (softmax, log_softmax, layer_norm, rms_norm, sum,
-mean, amax, amin), as docs/kernels.md derives it: each pass over a row costs an engine its
-cycles per element (ScalarE's `activation` one, VectorE's `tensor_scalar` a quarter for 16-bit
-data, its `tensor_tensor` one for 16-bit data else two, GpSimd's `tensor_tensor` two, ...), a
-pass that goes row by row (a per-row scalar operand) at least the engine's MIN_II cycles per
-row, plus ScalarE's accumulator read where it reduces; the passes are shared between the
-engines that can take them in the proportions that make the busiest engine's time smallest (a
-small linear program, solved here by a grid). The bound is that time for a core's rows at the
-engines' clocks: what no lowering built from these passes can beat. With the DMA bound (each
-tensor's bytes once, at the DMA's rates; twice for x where a row exceeds SBUF and the op needs
-a second pass: softmax and the norms), it gives the roofline a row op is held to."""
+mean, amax, amin, argmax, cross_entropy), as docs/kernels.md derives it: each pass over a row
+costs an engine its cycles per element (ScalarE's `activation` one, VectorE's `tensor_scalar` a
+quarter for 16-bit data, its `tensor_tensor` one for 16-bit data else two, GpSimd's
+`tensor_tensor` two, ...), a pass that goes row by row (a per-row scalar operand) at least the
+engine's MIN_II cycles per row, plus ScalarE's accumulator read where it reduces; the passes are
+shared between the engines that can take them in the proportions that make the busiest engine's
+time smallest (a small linear program, solved here by a grid). The bound is that time for a
+core's rows at the engines' clocks: what no lowering built from these passes can beat. With the
+DMA bound (each tensor's bytes once, at the DMA's rates; twice for x where a row exceeds SBUF
+and the op needs a second pass: softmax and the norms), it gives the roofline a row op is held
+to."""
 
 from __future__ import annotations
 
 import itertools
 
 from trnsim.config import ChipConfig
+from trnsim.kernels.argmax import CHUNK_ROWS as ARGMAX_CHUNK_ROWS
 
 __all__ = ["engine_bound_ns", "passes"]
 
@@ -57,6 +59,22 @@ def passes(cfg: ChipConfig, op: str, d: int, itemsize: int, per_row: bool) -> li
         if op == "layer_norm":  # bias: VectorE, GpSimd, or TensorE with ScalarE copying out
             out.append({V: tt_v, G: 2 * d, S: d if half else 1e18})
         return out
+    if op == "cross_entropy":  # softmax's passes but the scale: max, exp, its sum
+        return [
+            {V: d / 2 if half else d, S: row(d, smin) + (red if per_row else 0.0)},
+            {S: row(d, smin)},
+            {S: red if per_row else 0.0, V: d},
+        ]
+    if op == "argmax":
+        if d >= ARGMAX_CHUNK_ROWS:  # the chunk maxima (`argmax_chunks`): one pass, VectorE's
+            return [{V: d / 2 if half else d}]
+        keys16 = d <= 256  # the keys in bf16 (`argmax_rows`), else fp32
+        return [
+            {V: d / 2 if half else d, S: row(d, smin) + (red if per_row else 0.0)},  # max
+            {S: row(d, smin), G: row(d, gmin), V: row(d / fast_ts, vmin)},  # x != max
+            {V: d if keys16 else 2 * d, G: 2 * d},  # + R
+            {V: d / 2 if keys16 else d, S: row(d, smin) + (red if per_row else 0.0)},  # max
+        ]
     if op in ("sum", "mean", "amax", "amin"):
         fast = half  # 16-bit in and out (the bench's cases): two elements a cycle
         return [{V: d / 2 if fast else d, S: row(d, smin) + (red if per_row else 0.0)}]

@@ -1,0 +1,142 @@
+"""argmax and cross_entropy over rows of any length (issue 26), as tests/kernels/
+test_rows_families.py holds the other row ops: rows of 64 to 2^20 elements, 16 MiB of input,
+trn2 at its default LNC (2). Each case against the larger of its roofline (the DMA and HBM
+bounds) and the engine-throughput bound of its passes (`kernels.row_bounds`): at least the
+fraction it reaches today (a fixed floor per case, so a regression fails), and 80% where it
+does (the others xfail with their reason)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.kernels.test_op_report import run_ops
+from trnsim.dtypes import dtype
+from trnsim.kernels.row_bounds import engine_bound_ns
+
+TOTAL = 16 << 20  # bytes of x
+LENGTHS = (64, 512, 4096, 65536, 1 << 20)
+OPS = ("argmax", "cross_entropy")
+
+# (op, dtype, row length): the fraction of the bound reached (rounded down to 5%)
+FLOOR = {
+    ("argmax", "float32", 64): 0.55,
+    ("argmax", "float32", 512): 0.50,
+    ("argmax", "float32", 4096): 0.70,
+    ("argmax", "float32", 65536): 0.60,
+    ("argmax", "float32", 1 << 20): 0.60,
+    ("argmax", "bfloat16", 64): 0.65,
+    ("argmax", "bfloat16", 512): 0.55,
+    ("argmax", "bfloat16", 4096): 0.70,
+    ("argmax", "bfloat16", 65536): 0.60,
+    ("argmax", "bfloat16", 1 << 20): 0.55,
+    ("cross_entropy", "float32", 64): 0.50,
+    ("cross_entropy", "float32", 512): 0.60,
+    ("cross_entropy", "float32", 4096): 0.60,
+    ("cross_entropy", "float32", 65536): 0.50,
+    ("cross_entropy", "float32", 1 << 20): 0.60,
+    ("cross_entropy", "bfloat16", 64): 0.55,
+    ("cross_entropy", "bfloat16", 512): 0.65,
+    ("cross_entropy", "bfloat16", 4096): 0.65,
+    ("cross_entropy", "bfloat16", 65536): 0.55,
+    ("cross_entropy", "bfloat16", 1 << 20): 0.55,
+}
+
+SHORT_ROWS = (
+    "short rows: the compare with each row's max is one instruction a row slot (a per-row "
+    "operand) and the key add and the keys' max go over the block again: VectorE and GpSimd "
+    "busy {}"
+)
+CHAIN = (
+    "one VectorE pass over x at its full rate ({}), but each tile's chain after it (the "
+    "partition's max and first chunk, the chunk's gather from HBM, its search{}) is "
+    "exposed after the last tile's load: {}"
+)
+LSE = (
+    "VectorE's max and ScalarE's exp{} follow each load; the chain after the last block's "
+    "(log-sum-exp, the picks, the partial's combination across the cores) is exposed: {}"
+)
+SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
+    ("argmax", "float32", 64): SHORT_ROWS.format("29 and 30 us of 41 (58%)"),
+    ("argmax", "float32", 512): SHORT_ROWS.format(
+        "38 us each of 51 (fp32 keys: rows over 256 are not exact in bf16; 50%)"
+    ),
+    ("argmax", "bfloat16", 64): SHORT_ROWS.format("47 and 52 us of 60 (69%)"),
+    ("argmax", "bfloat16", 512): SHORT_ROWS.format("58 and 61 us of 69 (fp32 keys; 60%)"),
+    ("argmax", "float32", 4096): CHAIN.format("18 us busy", "", "32.5 us, 71%"),
+    ("argmax", "bfloat16", 4096): CHAIN.format("18 us busy", "", "31.5 us, 74%"),
+    ("argmax", "float32", 65536): CHAIN.format(
+        "26 us busy with the rows' combination", ", the rows' combination on TensorE", "62%"
+    ),
+    ("argmax", "bfloat16", 65536): CHAIN.format(
+        "26 us busy with the rows' combination", ", the rows' combination on TensorE", "62%"
+    ),
+    ("argmax", "float32", 1 << 20): CHAIN.format(
+        "20 us busy", ", the segments' and pieces' combination", "64%"
+    ),
+    ("argmax", "bfloat16", 1 << 20): CHAIN.format(
+        "22 us busy", ", the segments' and pieces' combination", "60%"
+    ),
+    ("cross_entropy", "float32", 64): LSE.format(
+        " row slot by row slot (VectorE 25 us busy: the max and the sums ScalarE leaves)",
+        "46 us, 52%",
+    ),
+    ("cross_entropy", "float32", 512): LSE.format("", "38 us, 61%"),
+    ("cross_entropy", "float32", 4096): LSE.format("", "37 us, 63%"),
+    ("cross_entropy", "float32", 65536): LSE.format(
+        " (pieces: the rows' combination on TensorE per group)", "43 us, 54%"
+    ),
+    ("cross_entropy", "float32", 1 << 20): LSE.format(" (pieces in segments)", "38 us, 62%"),
+    ("cross_entropy", "bfloat16", 64): LSE.format(
+        " row slot by row slot (ScalarE 48 us busy against the engine bound's 41)", "58%"
+    ),
+    ("cross_entropy", "bfloat16", 512): LSE.format(
+        " (ScalarE 32 us busy against the engine bound's 30)", "67%"
+    ),
+    ("cross_entropy", "bfloat16", 4096): LSE.format(
+        " (ScalarE 29 us busy against the engine bound's 28)", "67%"
+    ),
+    ("cross_entropy", "bfloat16", 65536): LSE.format(" (pieces; ScalarE 29 us busy)", "57%"),
+    ("cross_entropy", "bfloat16", 1 << 20): LSE.format(
+        " (pieces in segments; ScalarE 29 us busy)", "58%"
+    ),
+}
+
+
+def case(op: str, d: int, dt: str):
+    """(tensors, ops) for `run_ops`: x of TOTAL bytes in rows of d."""
+    rows = TOTAL // dtype(dt).itemsize // d
+    x = ((rows, d), dt)
+    if op == "argmax":
+        return {"x": x, "out": ((rows,), "int32")}, [(op, {"x": "x", "out": "out", "dim": -1})]
+    t = {"x": x, "t": ((rows,), "int32"), "out": ((1,), "float32")}
+    return t, [(op, {"input": "x", "target": "t", "out": "out"})]
+
+
+def reached(op: str, dt: str, d: int) -> float:
+    """The fraction of the larger bound the op reaches (module doc)."""
+    tensors, ops = case(op, d, dt)
+    r, cfg = run_ops(tensors, ops, lnc=2)
+    (row,) = r.summary["ops"]
+    isz = dtype(dt).itemsize
+    rows = TOTAL // isz // d
+    # the rows spread evenly over the logical core's two cores: the ideal split; rows in
+    # pieces over the partitions (2^16 and more) take no instruction per row
+    engines = engine_bound_ns(cfg, op, d, isz, rows / 2, d < 65536)
+    return max(row["roofline_ns"], engines) / row["time_ns"]
+
+
+CASES = [(op, dt, d) for op in OPS for dt in ("float32", "bfloat16") for d in LENGTHS]
+PARAMS = [
+    pytest.param(*c, marks=pytest.mark.xfail(reason=SHORT[c], strict=False)) if c in SHORT
+    else c for c in CASES
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("op,dt,d", CASES)
+def test_argmax_and_loss_keep_their_fraction_of_the_bound(op, dt, d):
+    assert reached(op, dt, d) >= FLOOR[(op, dt, d)]
+
+
+@pytest.mark.parametrize("op,dt,d", PARAMS)
+def test_argmax_and_loss_reach_80_percent_of_their_bound(op, dt, d):
+    assert reached(op, dt, d) >= 0.8

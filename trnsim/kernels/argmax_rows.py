@@ -1,0 +1,197 @@
+"""`argmax` over the last dim of short rows (under `argmax.CHUNK_ROWS`), several to a
+partition: one instruction for many rows wherever no per-row operand is needed.
+
+A block is [p, per, d] (`layout.row_groups`, up to ROW_ELEMENTS a partition). Per block:
+- the rows' maxima m: one VectorE `tensor_reduce` over the innermost axis (in x's dtype when
+  16-bit: exact, two elements a cycle);
+- per row slot j, the candidates c = -1 where x < m, else 0: ScalarE's sign(x - m) (the bias
+  -m a per-partition operand), or `tensor_scalar` (x != m) x -1 on GpSimd or VectorE: the
+  only per-row pass, its slots shared between the three engines;
+- c + R, R[i] = (d - i) / 2^e (2^e > d, a constant tile made once): the max positions get
+  R[i] in (0, 1), the others below 0 (in bf16, exact, for d up to 256; fp32 beyond): one
+  `tensor_tensor` over the block, its row slots shared between VectorE and GpSimd;
+- the rows' largest key (one `tensor_reduce max` over the innermost axis): R of the first
+  maximum, as PyTorch gives; the index d - 2^e key (GpSimd, exact), cast and stored.
+The shares are chosen by the engines' cost models so the busiest engine's time per block is
+least; blocks are staggered so VectorE reduces block n + 1 while the others finish block n."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.isa import (
+    Activation,
+    DmaCopy,
+    Engine,
+    Iota,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.kernels.balance import cost_ns, dma_queues
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import row_groups
+from trnsim.kernels.queues import Queues
+
+__all__ = ["lower_argmax_rows"]
+
+V, S, G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
+ROW_ELEMENTS = 2048  # short rows are grouped up to this many elements a partition
+BUFS = 4
+
+
+def lower_argmax_rows(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
+                      rows: tuple[int, int]) -> None:  # fmt: skip
+    """out = argmax(x, -1) over rows [lo, hi) of x (this core's) (module doc)."""
+    if rows[0] >= rows[1]:
+        return
+    tx, P = b.tensors[x], cfg.core.sbuf.partitions
+    d = tx.shape[-1]
+    per, blocks = row_groups(tuple(tx.shape), P, rows, max(1, ROW_ELEMENTS // d))
+    k = _Rows(b, cfg, x, out, d, per)
+    k.plan()
+    # three stages, a block apart: load and maxima (VectorE), candidates and keys, the keys'
+    # maxima and the store; each engine's queue then holds work of different blocks
+    got: dict = {}
+    for n in range(len(blocks) + 2):
+        if n < len(blocks):
+            got[n] = k.first((n, blocks[n]))
+        if 0 <= n - 1 < len(blocks):
+            got[n - 1] = k.mid((n - 1, blocks[n - 1]), got[n - 1])
+        if 0 <= n - 2 < len(blocks):
+            k.last((n - 2, blocks[n - 2]), got.pop(n - 2))
+
+
+class _Rows:
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig, x: str, out: str, d: int, per: int):
+        self.b, self.cfg, self.x, self.out, self.d, self.per = b, cfg, x, out, d, per
+        tx = b.tensors[x]
+        self.P, self.f32, self.xdt = cfg.core.sbuf.partitions, dtype("float32"), tx.dtype
+        self.low = tx.dtype if tx.dtype.itemsize == 2 and tx.dtype.is_float else self.f32
+        self.kdt = dtype("bfloat16") if d <= 256 else self.f32  # the keys: exact
+        self.scale = float(2 ** math.ceil(math.log2(d + 1)))  # 2^e > d
+        q, qs = dma_queues(cfg, per * d * tx.dtype.itemsize), Queues(cfg)
+        self.loads, self.stores = qs.loads().take(q), qs.stores(0, 1 / 2)
+        self.made = False
+
+    def tile(self, key: str, n: int, shape, dt=None, bufs: int = BUFS) -> str:
+        return self.b.scratch_tile(f"amr.{key}{n % bufs}", key, shape, dt or self.f32)
+
+    def plan(self) -> None:
+        """The row slots each engine compares (ScalarE `sv[0]`, GpSimd `sv[1]`, VectorE the
+        rest) and those whose key add VectorE takes (`tv`, GpSimd the rest), making the
+        busiest engine's time per block least (the engines' cost models, `balance.cost_ns`)."""
+        c, cfg, P, per, d = KernelBuilder({}), self.cfg, self.P, self.per, self.d
+        x = ap(c.tile("x", "sbuf", (P, d), self.xdt))
+        xb = ap(c.tile("xb", "sbuf", (P, per * d), self.xdt))
+        kx = ap(c.tile("k", "sbuf", (P, d), self.kdt))
+        col = ap(c.tile("c", "sbuf", (P, 1), self.f32))
+        m = ap(c.tile("m", "sbuf", (P, per), self.low))
+        cmp = {S: cost_ns(c, cfg, Activation, waits=False, func="sign", src=x, dst=kx, bias=col)}
+        for e in (G, V):
+            cmp[e] = cost_ns(c, cfg, TensorScalar, engine=e, waits=False, src=x, dst=kx,
+                             op0="not_equal", operand0=col, op1="multiply",
+                             operand1=-1.0)  # fmt: skip
+        vmax = cost_ns(c, cfg, TensorReduce, alu="max", src=xb, dst=m)
+        kb = ap(c.tile("kb", "sbuf", (P, per * d), self.kdt))
+        kr = ap(c.tile("kr", "sbuf", (P, per), self.kdt))
+        vred = cost_ns(c, cfg, TensorReduce, alu="max", src=kb, dst=kr)
+
+        def add(e, n):
+            if not n:
+                return 0.0
+            t = ap(c.tile(f"a{n}", "sbuf", (P, n * d), self.kdt))
+            return cost_ns(c, cfg, TensorTensor, engine=e, alu="add", src0=t, src1=t, dst=t)
+
+        adds = {e: [add(e, n) for n in range(per + 1)] for e in (V, G)}
+        best = None
+        for js, jg, tv in itertools.product(range(per + 1), range(per + 1), range(per + 1)):
+            if js + jg > per:
+                continue
+            jv = per - js - jg
+            busy = (vmax + vred + jv * cmp[V] + adds[V][tv], js * cmp[S],
+                    jg * cmp[G] + adds[G][per - tv])  # fmt: skip
+            key = (max(busy), sum(busy))
+            if best is None or key < best[0]:
+                best = (key, (js, jg), tv)
+        _, self.sv, self.tv = best
+
+    def consts(self) -> None:
+        """R [P, per, d]: (d - i) / 2^e, an iota for the first row slot, doubled by copies."""
+        if self.made:
+            return
+        self.made = True
+        b, P, per, d = self.b, self.P, self.per, self.d
+        self.rev = b.scratch_tile(f"amr.rev{per}.{d}", "rev", (P, per, d), self.kdt)
+        first = ap(self.rev, slice(None), slice(0, 1))
+        b.emit(Iota, [], [first], dst=first, start=d / self.scale, step=-1.0 / self.scale,
+               partition_step=0)  # fmt: skip
+        k = 1
+        while k < per:
+            n = min(k, per - k)
+            src, dst = ap(self.rev, slice(None), slice(0, n)), ap(self.rev, slice(None),
+                                                                  slice(k, k + n))  # fmt: skip
+            b.emit(TensorCopy, [src], [dst], src=src, dst=dst)
+            k += n
+
+    def first(self, item):
+        """Block n: its load and the rows' maxima (VectorE)."""
+        n, (index, rows) = item
+        self.consts()
+        b, P, per, d = self.b, self.P, self.per, self.d
+        p = rows // per
+        xa = ap(self.tile("x", n, (P, per, d), self.xdt), slice(0, p))
+        src = ap(self.x, *index)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[n])
+        m = ap(self.tile("m", n, (P, per), self.low), slice(0, p))
+        b.emit(TensorReduce, [xa], [m], alu="max", src=xa, dst=m)
+        nm = None
+        if self.sv[0]:  # -m, ScalarE's bias
+            nm = ap(self.tile("nm", n, (P, per)), slice(0, p))
+            b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0,
+                   engine=G)  # fmt: skip
+        return xa, m, nm
+
+    def mid(self, item, got):
+        """Block n: the candidates row slot by row slot, + R."""
+        n, (index, rows) = item
+        xa, m, nm = got
+        b, P, per, d = self.b, self.P, self.per, self.d
+        rr = slice(0, rows // per)
+        js, jg = self.sv
+        key = ap(self.tile("k", n, (P, per, d), self.kdt, 3), rr)
+        for j in range(per):
+            xj, kj, mj = ap(xa.name, rr, j), ap(key.name, rr, j), ap(m.name, rr,
+                                                                    slice(j, j + 1))  # fmt: skip
+            if j < js:
+                nj = ap(nm.name, rr, slice(j, j + 1))
+                b.emit(Activation, [xj, nj], [kj], func="sign", src=xj, dst=kj, bias=nj)
+            else:
+                b.emit(TensorScalar, [xj, mj], [kj], src=xj, dst=kj, op0="not_equal",
+                       operand0=mj, op1="multiply", operand1=-1.0,
+                       engine=G if j < js + jg else V)  # fmt: skip
+        for lo, hi, e in ((0, self.tv, V), (self.tv, per, G)):
+            if lo < hi:
+                kk = ap(key.name, rr, slice(lo, hi))
+                rv = ap(self.rev, rr, slice(lo, hi))
+                b.emit(TensorTensor, [kk, rv], [kk], alu="add", src0=kk, src1=rv, dst=kk,
+                       engine=e)  # fmt: skip
+        return key
+
+    def last(self, item, key):
+        """Block n: the rows' largest key, the indices stored."""
+        n, (index, rows) = item
+        b, P, per, d = self.b, self.P, self.per, self.d
+        rr = slice(0, rows // per)
+        top = ap(self.tile("top", n, (P, per), self.kdt), rr)
+        b.emit(TensorReduce, [key], [top], alu="max", src=key, dst=top)
+        to = b.tensors[self.out]
+        res = ap(self.tile("r", n, (P, per), to.dtype), rr)
+        b.emit(TensorScalar, [top], [res], src=top, dst=res, op0="multiply",
+               operand0=-self.scale, op1="add", operand1=float(d), engine=G)  # fmt: skip
+        dst = ap(self.out, *index) if to.shape else ap(self.out)
+        b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=self.stores[n])
