@@ -39,3 +39,23 @@ def test_examples_ddp_runs_under_torchrun_and_prints_finite_figures(tmp_path):
         assert time > 0 and compute > 0 and comm > 0 and n >= 1
         assert abs(exposed + overlapped - comm) < 0.15  # (printed to 0.1 us)
         assert abs(compute + exposed + idle - time) < 0.2
+
+
+def test_examples_fsdp2_runs_at_a_virtual_16_chips_from_one_process(tmp_path):
+    """`TRNSIM_VIRTUAL_WORLD_SIZE=16` with one rank per chip (TRNSIM_SYSTEM_SET): plain
+    `python examples/fsdp2.py`, no torchrun; rank 0 of 16 prints its figures over 16 ranks."""
+    env = {**os.environ, "TRNSIM_TORCH_AUTOLOAD": "1", "TRNSIM_SYSTEM": "trn2-48xl",
+           "TRNSIM_SYSTEM_SET": "ranks_per_chip=1", "TRNSIM_VIRTUAL_WORLD_SIZE": "16",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+        env.pop(k, None)
+    cmd = [sys.executable, str(SCRIPT.with_name("fsdp2.py")), "--steps", "2", "--batch", "2",
+           "--context", "16", "--width", "64", "--layers", "1"]  # fmt: skip
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    steps = re.findall(rf"FSDP2 step (\d): loss {NUM}, {NUM} ms simulated, {NUM} tokens/s "
+                       rf"\(16 ranks\)", p.stdout)  # fmt: skip
+    assert [s[0] for s in steps] == ["0", "1"], p.stdout
+    assert "16 ranks on trn2-48xl" in p.stdout
+    table = p.stdout.split("collectives\n", 1)[1].strip().splitlines()
+    assert len(table) == 2 and all(int(line.split()[-1]) >= 1 for line in table)

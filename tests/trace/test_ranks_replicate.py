@@ -117,3 +117,61 @@ def test_replay_lowers_each_kernel_once_with_the_same_report(tmp_path, monkeypat
     assert reports[True][0] == reports[False][0]
     got = json.loads(reports[True][0])
     assert len(got["timings"]) == 8 and got["collectives"][0]["ranks"] == 8
+
+
+def _mesh_file(tmp, rank: int, world: int, steps: list) -> str:
+    """A rank file recorded at `world` ranks (a virtual world's: `world_size:`), timing."""
+    t = {"shape": [256, 256], "dtype": "bfloat16"}
+    doc = {"trnsim": 1, "name": f"mesh_rank{rank}", "system": "trn2-48xl", "rank": rank,
+           "world_size": world, "mode": "timing", "tensors": {"x": t, "y": t},
+           "kernels": {"mm": {"ops": [{"matmul": {"a": "x", "b": "x", "out": "y"}}]}},
+           "streams": [{"name": "main", "do": [{"record": "start"}, {"launch": "mm"},
+                                               *steps, {"record": "done"}]}],
+           "timing": [{"from": "start", "to": "done"}]}  # fmt: skip
+    path = tmp / f"mesh_rank{rank}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def _coll(op, group, **kw):
+    return {"collective": {"op": op, "group": group, "bytes": 1 << 16, "dtype": "bfloat16", **kw}}
+
+
+def test_a_recording_at_the_target_size_replicates_every_collective_by_mesh_groups(tmp_path):
+    """Rank 0's file of an 8-rank virtual world (a 4 x 2 mesh: dp groups every 2nd rank, tp
+    groups of 2) written for ranks 0-7: each copy's groups are its own rank's groups of the same
+    mesh dimension (rank 5: dp [1, 3, 5, 7], tp [4, 5]), a broadcast's root the rank at the same
+    place; all_gather and reduce_scatter keep their (the target's) sizes; the replay runs."""
+    f = _mesh_file(tmp_path, 0, 8, [
+        _coll("all_gather", [0, 2, 4, 6]), _coll("reduce_scatter", [0, 2, 4, 6]),
+        _coll("all_reduce", [0, 1]), _coll("broadcast", [0, 1], root=1),
+        _coll("all_reduce", list(range(8)))])  # fmt: skip
+    r = _cli("ranks", "replicate", f, "--ranks", "0-7", "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load((tmp_path / "out" / "mesh_rank5.yaml").read_text())
+    got = [s["collective"] for s in doc["streams"][0]["do"] if "collective" in s]
+    assert [c["group"] for c in got] == [[1, 3, 5, 7], [1, 3, 5, 7], [4, 5], [4, 5],
+                                         list(range(8))]  # fmt: skip
+    assert got[3]["root"] == 5 and got[0]["bytes"] == 1 << 16
+    assert doc["rank"] == 5 and doc["world_size"] == 8
+    written = sorted((tmp_path / "out").glob("*.yaml"))
+    r = _cli("run", "--system", "trn2-48xl", *written, "--json")
+    assert r.exit_code == 0, r.output
+    ops = sorted((c["op"], c["ranks"]) for c in json.loads(r.stdout)["collectives"])
+    # a row per group
+    rows = {("all_gather", 4): 2, ("all_reduce", 2): 4, ("all_reduce", 8): 1,
+            ("broadcast", 2): 4, ("reduce_scatter", 4): 2}  # fmt: skip
+    assert ops == [k for k, n in sorted(rows.items()) for _ in range(n)]
+
+
+def test_a_recording_at_another_size_keeps_the_refusals(tmp_path):
+    """world_size 8 replicated to 16 ranks: the sizes are not the target's, so all_gather is
+    refused as for a real recording; a group that is no mesh dimension's is refused at 8."""
+    f = _mesh_file(tmp_path, 0, 8, [_coll("all_gather", [0, 2, 4, 6])])
+    r = _cli("ranks", "replicate", f, "--ranks", "0-15", "-o", tmp_path / "o1")
+    assert "collective.op: all_gather's per-rank sizes depend on the group's size" in r.output
+    f = _mesh_file(tmp_path, 0, 8, [_coll("all_reduce", [0, 1, 3])])
+    r = _cli("ranks", "replicate", f, "--ranks", "0-7", "-o", tmp_path / "o2")
+    assert "streams[0].do[2].collective.group: [0, 1, 3] is not a group of rank 0 in a mesh " \
+        "of the recorded 8 ranks" in r.output  # fmt: skip
+    assert not any((tmp_path / f"o{i}").exists() for i in (1, 2))

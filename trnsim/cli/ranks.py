@@ -44,10 +44,16 @@ def ranks_replicate(files: tuple[str, ...], spec: str, out: str) -> None:
     of the recorded ranks, all_gather / reduce_scatter / all_to_all(v) (their per-rank sizes
     depend on the group's size: record at the target size), send_recv and permute.
 
+    Files recorded at the target size (`world_size:` equal to the number of RANKS: a
+    virtual world's, TRNSIM_VIRTUAL_WORLD_SIZE) replicate every collective but send_recv and
+    permute: each group is every rank or a mesh dimension's group (ranks base + j x stride),
+    which becomes the target rank's group of that dimension.
+
     \b
     Examples:
       trnsim ranks replicate ddp_rank0.yaml ddp_rank1.yaml --ranks 0-63 -o out/
       trnsim ranks replicate ddp_rank0.yaml --ranks 0-7 -o out/   # a 1-rank recording
+      trnsim ranks replicate fsdp2_rank0.yaml --ranks 0-63 -o out/  # recorded at a virtual 64
     """
     written = replicate(list(files), parse_ranks(spec), out)
     echo(f"wrote {len(written)} rank files to {out} ({written[0].name} ... {written[-1].name})")

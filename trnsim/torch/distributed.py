@@ -60,11 +60,17 @@ def register() -> None:
     if "neuron" not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND, _create, extended_api=True,
                                       devices=["neuron", "cpu"])  # fmt: skip
+    from trnsim.torch import virtual
+
+    virtual.install()  # TRNSIM_VIRTUAL_WORLD_SIZE: init_process_group of N ranks in one process
     _registered = True
 
 
 def _create(opts, backend_options=None) -> NeuronGroup:
-    return NeuronGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+    from trnsim.torch import virtual
+
+    cls = virtual.VirtualGroup if virtual.active() else NeuronGroup
+    return cls(opts.store, opts.group_rank, opts.group_size, opts.timeout,
                        opts.group_id, list(opts.global_ranks_in_group))  # fmt: skip
 
 
@@ -172,14 +178,17 @@ class NeuronGroup(dist.ProcessGroup):
         self._store = store
         self._timeout = timeout if isinstance(timeout, datetime.timedelta) else \
             datetime.timedelta(seconds=float(timeout))  # fmt: skip
-        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo", store), rank, size,
-                                           self._timeout)  # fmt: skip
+        self._gloo = self._values(store, rank, size)
         self._name = name or "neuron"
         self._ranks = tuple(ranks) if ranks else tuple(range(size))
         self._set_group_name(self._name)
         self._seq = 0
         self._p2p: dict[int, int] = {}
         self._timer = _Timer(self)
+
+    def _values(self, store, rank: int, size: int):
+        """What moves the values: gloo over the job's store."""
+        return dist.ProcessGroupGloo(dist.PrefixStore("gloo", store), rank, size, self._timeout)
 
     # -- what torch asks of a group --------------------------------------------------------------
 
@@ -261,18 +270,7 @@ class NeuronGroup(dist.ProcessGroup):
     def _allreduce(self, name, tensors, op):
         def values():
             h = _Host()
-            views = h.many(tensors)
-            src = _premul(views, op) if _kind(op) == ReduceOp.PREMUL_SUM else views
-            o = _sum_opts(dist.AllreduceCoalescedOptions, op) if len(src) > 1 else \
-                _sum_opts(dist.AllreduceOptions, op)  # fmt: skip
-            if len(src) > 1:
-                self._gloo.allreduce_coalesced(src, o).wait()
-            else:
-                self._gloo.allreduce(src, o).wait()
-            for v, s in zip(views, src):
-                if s is not v:
-                    v.copy_(s)
-            _finish_avg(views, op, self.size())
+            self._reduce(h.many(tensors), op)
             h.back()
             return list(tensors)
 
@@ -354,16 +352,27 @@ class NeuronGroup(dist.ProcessGroup):
                          {"world_op": "reduce_scatter", "reduce": op,
                           "scale": self.size()})  # fmt: skip
 
+    def _reduce(self, tensors: list, op) -> None:
+        """The all-reduce by `op` of each of `tensors` (CPU, contiguous) over the group, in place:
+        gloo's sum, max, min or product; AVG and PREMUL_SUM as NCCL defines them."""
+        src = _premul(tensors, op) if _kind(op) == ReduceOp.PREMUL_SUM else tensors
+        if len(src) > 1:
+            self._gloo.allreduce_coalesced(
+                src, _sum_opts(dist.AllreduceCoalescedOptions, op)
+            ).wait()
+        else:
+            self._gloo.allreduce(src, _sum_opts(dist.AllreduceOptions, op)).wait()
+        for t, s in zip(tensors, src):
+            if s is not t:
+                t.copy_(s)
+        _finish_avg(tensors, op, self.size())
+
     def _reduce_scatter_flat(self, out: torch.Tensor, flat: torch.Tensor, op) -> None:
         """Rank r's unit of the sum (op) over ranks of `flat` (1-D CPU), into 1-D `out`."""
-        if _kind(op) == ReduceOp.PREMUL_SUM:
-            (flat,) = _premul([flat], op)
-        else:
-            flat = flat.clone()  # gloo reduces in place; the input stays as given
-        self._gloo.allreduce([flat], _sum_opts(dist.AllreduceOptions, op)).wait()
+        flat = flat.clone()  # reduced in place; the input stays as given
+        self._reduce([flat], op)
         n = out.numel()
         out.copy_(flat[self.rank() * n : (self.rank() + 1) * n])
-        _finish_avg([out], op, self.size())
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = opts.reduceOp if opts is not None else ReduceOp.SUM
@@ -397,13 +406,10 @@ class NeuronGroup(dist.ProcessGroup):
             h = _Host()
             views = h.many(tensors)
             src = [v.clone() for v in views]
-            if _kind(op) == ReduceOp.PREMUL_SUM:
-                src = _premul(src, op)
-            self._gloo.allreduce(src, _sum_opts(dist.AllreduceOptions, op)).wait()
+            self._reduce(src, op)
             if self.rank() == root:
                 for v, s in zip(views, src):
                     v.copy_(s)
-                _finish_avg(views, op, self.size())
                 h.back()
             return list(tensors)
 
@@ -423,8 +429,9 @@ class NeuronGroup(dist.ProcessGroup):
             return output_lists
 
         flat = [t for o in output_lists for t in o]
+        whole = sum(t.numel() * t.element_size() for t in input_tensors) * self.size()
         return self._run("gather", list(input_tensors), flat, values,
-                         {"world_op": "all_gather", "scale": self.size()})  # fmt: skip
+                         {"world_op": "all_gather", "nbytes": whole})  # fmt: skip
 
     def scatter(self, output_tensors, input_lists, opts=None):
         root = opts.rootRank if opts is not None else 0
@@ -551,6 +558,15 @@ class _Timed:
                 del ops.after[p]
 
 
+def system_of(chip):
+    """The SystemConfig timing the collectives of `chip` (state.Chip): the configured one, or
+    the chip's default system (DEFAULT_SYSTEMS); None: collectives untimed."""
+    if chip.system is not None:
+        return chip.system
+    name = DEFAULT_SYSTEMS.get((chip.cfg.name, chip.lnc))
+    return state.system_config(name) if name else None
+
+
 def _ops(chip):
     from trnsim.torch.timing import timer
 
@@ -566,11 +582,7 @@ class _Timer:
         self.count = 0
 
     def system(self):
-        chip = state.get()
-        if chip.system is not None:
-            return chip.system
-        name = DEFAULT_SYSTEMS.get((chip.cfg.name, chip.lnc))
-        return state.system_config(name) if name else None
+        return system_of(state.get())
 
     def arrive(self, op: str, tensors: list):
         """The moment (ps) this rank's CC stream reaches collective `op`, or None when it is

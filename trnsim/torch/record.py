@@ -59,6 +59,7 @@ class Recording(TraceTensors, Listener):
 
     def __init__(self, path, values: bool = False, names: dict | None = None):
         self.rank = _rank()
+        self.world_size = _world_size()
         self.path, self.values = _rank_path(Path(path), self.rank), values
         self.names = names or {}
         self.summary: dict = {}
@@ -375,6 +376,15 @@ def _rank() -> int | None:
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
+    return None
+
+
+def _world_size() -> int | None:
+    """The job's world size (a virtual world's N: trnsim.torch.virtual), None outside one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
     return None
 
 

@@ -30,6 +30,7 @@ def write(rec) -> None:
         if system is not None:
             doc["system"] = system
         doc["rank"] = rec.rank
+        doc["world_size"] = rec.world_size
     doc |= {
         "tensors": {names.get(n, n): _entry(e, names) for n, e in rec.tensors.items()},
         "kernels": {k: _kernel(e, names) for k, e in rec.kernels.items()},

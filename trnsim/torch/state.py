@@ -90,6 +90,7 @@ def local_world_size() -> int | None:
 
 
 _settings: dict = {}
+_virtual: list = [None]  # configure(virtual_world_size=...)
 _chip: Chip | None = None
 
 
@@ -97,7 +98,8 @@ TIMINGS = ("replay", "simulate")
 
 
 def configure(chip: str | None = None, lnc: int | None = None, timing: str = "replay",
-              system: str | None = None, system_set=()) -> None:  # fmt: skip
+              system: str | None = None, system_set=(),
+              virtual_world_size: int | None = None) -> None:  # fmt: skip
     """Choose the simulated chip (a config name such as "trn2" or "trn3", or a YAML path) and
     its logical-core size before the first use of the `neuron` device. `timing`: "replay" (an
     op's lowering is simulated once, then launched by its duration: fast) or "simulate" (every
@@ -109,8 +111,19 @@ def configure(chip: str | None = None, lnc: int | None = None, timing: str = "re
     system's keys, `key.path=value` strings as `trnsim systems show --set` takes them
     (["ranks_per_chip=1", "topology.link.bandwidth=128GB/s"]; a string is split as
     TRNSIM_SYSTEM_SET is, `split_sets`); without `system`, they apply to the chip's default
-    system. Raises RuntimeError after the first use with other settings, and a one-line
-    RuntimeError naming a bad key."""
+    system. `virtual_world_size`: N makes `init_process_group()` give this process a group of
+    N ranks, the others replicas of it (docs/distributed.md, "Virtual world size";
+    TRNSIM_VIRTUAL_WORLD_SIZE; given alone, it changes nothing else and may change between
+    process groups). Raises RuntimeError after the first use with other settings, and a
+    one-line RuntimeError naming a bad key."""
+    if virtual_world_size is not None:
+        if isinstance(virtual_world_size, bool) or not isinstance(virtual_world_size, int) or \
+                virtual_world_size < 1:  # fmt: skip
+            raise ValueError(f"virtual_world_size={virtual_world_size!r}: expected a whole "
+                             "number of ranks >= 1")  # fmt: skip
+        _virtual[0] = virtual_world_size
+        if (chip, lnc, timing, system, system_set) == (None, None, "replay", None, ()):
+            return  # given alone: the chip's settings stay as they are
     if timing not in TIMINGS:
         raise ValueError(f"timing={timing!r}: expected one of {', '.join(TIMINGS)}")
     sets = tuple(split_sets(system_set) if isinstance(system_set, str) else system_set)
@@ -213,6 +226,12 @@ def system_config(name: str, overrides=(), source: tuple[str, str] = CALL_SOURCE
                 raise RuntimeError(f"{source[1]}: {msg[6:]} (system {name})") from None
             raise RuntimeError(f"trnsim system {name!r} ({source[0]}): {msg}") from None
     return cfg
+
+
+def virtual_world_size_setting() -> int | None:
+    """configure(virtual_world_size=...)'s value (None: not given; trnsim.torch.virtual reads
+    TRNSIM_VIRTUAL_WORLD_SIZE then)."""
+    return _virtual[0]
 
 
 def started() -> bool:

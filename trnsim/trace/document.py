@@ -102,6 +102,7 @@ TOP_KEYS = (
     "params",
     "system",
     "rank",
+    "world_size",
 )
 EXTRA = ("cores", "writes")  # beside ops: only
 KERNEL_KEYS = ("ops", "tiles", "instructions", "per_core", "estimate", "cores", "writes")
@@ -269,6 +270,8 @@ class _TraceParser:
         else:
             steps = [Step("launch", name) for name in prog.kernels]
             prog.streams = [StreamSpec("default", 0, steps)]
+        if "world_size" in get:  # a recording's torch world (trnsim ranks replicate reads it)
+            want_int(get["world_size"], at["world_size"], "the recorded job's ranks (>= 1)", 1)
         if "rank" in get:
             prog.rank = want_int(get["rank"], at["rank"], "a rank of the system (an integer >= 0)",
                                  minimum=0)  # fmt: skip

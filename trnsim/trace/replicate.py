@@ -17,6 +17,12 @@ with no file given, a group over part of the recorded ranks (a sub-group's repli
 defined by the files: record the roles' ranks), a collective whose per-rank sizes depend on
 the group's size (all_gather, reduce_scatter, all_to_all, all_to_allv: record at the target
 size), send_recv and permute (rank pairs), |T| not a multiple of |W|.
+
+Files recorded at the target size (top-level `world_size:` = |T|: a virtual world's,
+trnsim.torch.virtual) hold the target's sizes already: every collective but send_recv and
+permute replicates, each group being every recorded rank or a DeviceMesh dimension's group of
+the file's rank (an arithmetic progression, `_coset`), which becomes the target rank's group of
+that dimension.
 """
 
 from __future__ import annotations
@@ -65,12 +71,16 @@ def replicate(files: list[str | Path], ranks: list[int], out: str | Path) -> lis
                               "per recorded rank")  # fmt: skip
         by_rank[r] = (path, doc)
     world = sorted(by_rank)
+    sized = _recorded_size(by_rank) == len(ranks)  # recorded at the target size: any op
     if len(ranks) % len(world):
         raise TrnsimError(f"--ranks: {len(ranks)} ranks is not a multiple of the {len(world)} "
                           f"recorded ranks {world} (target rank i takes the file of recorded "
                           f"rank i mod {len(world)})")  # fmt: skip
     for path, doc in by_rank.values():  # every error before anything is written
-        _collectives(path, doc, world, ranks)
+        if sized:
+            _mesh_collectives(path, doc, len(ranks))
+        else:
+            _collectives(path, doc, world, ranks)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise TrnsimError(f"-o {out}: is a file; expected a folder")
@@ -78,7 +88,7 @@ def replicate(files: list[str | Path], ranks: list[int], out: str | Path) -> lis
     written = []
     for i, dst in enumerate(ranks):
         path, doc = by_rank[world[i % len(world)]]
-        name, new = _copy(path, doc, dst, world, ranks, out)
+        name, new = _copy(path, doc, dst, world, ranks, out, i if sized else None)
         target = out / f"{name}{path.suffix if path.suffix in ('.yaml', '.yml') else '.yaml'}"
         text = yaml.dump(new, Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=None)
         with replacing(target) as fh:  # never a half-written rank file
@@ -148,7 +158,62 @@ def _collectives(path: Path, doc: dict, world: list[int], ranks: list[int]) -> N
                               "group order would be undefined")  # fmt: skip
 
 
-def _copy(path: Path, doc: dict, dst: int, world, ranks, out: Path) -> tuple[str, dict]:
+def _recorded_size(by_rank: dict) -> int | None:
+    """The world size the files were recorded in (their `world_size:`, one for all), or None
+    (files without it: written before it existed, or not by a recording)."""
+    sizes = {doc.get("world_size") for _, doc in by_rank.values()}
+    if len(sizes) > 1:
+        shown = ", ".join(f"{p}: {d.get('world_size')}" for p, d in by_rank.values())
+        raise TrnsimError(f"world_size: the files disagree ({shown}); expected the ranks of "
+                          "one recorded job")  # fmt: skip
+    n = sizes.pop()
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _coset(group: list, src: int, dst: int) -> list[int] | None:
+    """The group of rank `dst` that plays the part `group` (a DeviceMesh dimension's group of
+    rank `src`: an arithmetic progression base + j x stride, j < k, in blocks of stride x k)
+    plays for `src`; None when `group` is not such a group of `src`."""
+    k = len(group)
+    if k == 1:
+        return [dst] if group == [src] else None
+    stride = group[1] - group[0]
+    block = stride * k
+    if stride < 1 or group != list(range(group[0], group[0] + block, stride)):
+        return None
+    if group[0] != src % stride + src // block * block:
+        return None
+    base = dst % stride + dst // block * block
+    return list(range(base, base + block, stride))
+
+
+def _mesh_collectives(path: Path, doc: dict, n: int) -> None:
+    """Check the collectives of a file recorded at the target size `n` (a virtual world's):
+    each group is every rank or a mesh dimension's group of the file's rank (`_coset`)."""
+    src = doc["rank"]
+    for where, s in _steps(doc):
+        c = s.get("collective")
+        if not isinstance(c, dict):
+            continue
+        key = f"{path}: {where}.collective"
+        op, group = c.get("op"), c.get("group", "all")
+        if op in ("send_recv", "permute"):
+            raise TrnsimError(f"{key}.op: {op} pairs given ranks; its replicas at other ranks "
+                              "are not defined by the file")  # fmt: skip
+        if group == "all":
+            continue
+        if not isinstance(group, list) or not all(isinstance(r, int) for r in group):
+            raise TrnsimError(f"{key}.group: {group!r}; expected a list of ranks")
+        if max(group) >= n or (len(group) < n and _coset(group, src, src) is None):
+            raise TrnsimError(f"{key}.group: {group} is not a group of rank {src} in a mesh of "
+                              f"the recorded {n} ranks (ranks base + j x stride); its replicas "
+                              "at other ranks are not defined by the file")  # fmt: skip
+
+
+def _copy(path: Path, doc: dict, dst: int, world, ranks, out: Path,
+          index: int | None = None) -> tuple[str, dict]:  # fmt: skip
+    """Rank `dst`'s copy of `doc`. `index`: dst's place in the target ranks when the file was
+    recorded at the target size (its groups are mesh groups, moved to dst's: `_coset`)."""
     src = doc["rank"]
     old = f"r{src}_"
     tensors = doc.get("tensors") or {}
@@ -163,7 +228,15 @@ def _copy(path: Path, doc: dict, dst: int, world, ranks, out: Path) -> tuple[str
             y = {}
             for k, v in x.items():
                 k2 = names.get(k, k) if parent_key in ("tensors", "outputs") else k
-                if k == "collective" and isinstance(v, dict):
+                if k == "collective" and isinstance(v, dict) and index is not None:
+                    v = dict(v)
+                    group = v.get("group")
+                    if isinstance(group, list):
+                        moved = _coset(group, src, index) if len(group) < len(ranks) else group
+                        v["group"] = [ranks[r] for r in moved]
+                        if v.get("root") in group:
+                            v["root"] = v["group"][group.index(v["root"])]
+                elif k == "collective" and isinstance(v, dict):
                     v = dict(v)
                     if isinstance(v.get("group"), list):
                         v["group"] = list(ranks)
