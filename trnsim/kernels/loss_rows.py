@@ -51,6 +51,7 @@ __all__ = ["lower_cross_entropy_rows", "piece_layout", "ROW_ELEMENTS"]
 G, S, V = Engine.GPSIMD, Engine.SCALAR, Engine.VECTOR
 ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partition
 ROW_BYTES = 16384  # rows up to this many bytes go a row (or more) a partition
+CHUNK_BYTES = 8192  # a row a partition: its columns in chunks of up to this many bytes
 PIECE_BYTES = 16384  # a piece tile's bytes a partition; past 128 pieces, segments of
 SEGMENT_BYTES = 8192  # ... this many
 TINY = 256  # rows this short: exp into fp32 scratch, sums split between ScalarE and VectorE
@@ -80,10 +81,16 @@ def lower_cross_entropy_rows(b: KernelBuilder, cfg: ChipConfig, r: Reduce, inp: 
         k.per = per
         if k.c <= TINY:
             k.js = k.split()
+        t = 1  # a row a partition: its columns in t chunks of up to CHUNK_BYTES
+        if per == 1:
+            t = -(-k.c * k.dt.itemsize // CHUNK_BYTES)
+            while k.c % t:
+                t += 1
+        k.T, k.w = t, k.c // t
         r0 = rows[0]
         items = []
-        for index, n in blocks:
-            items.append((index, n, r0))
+        for bi, (index, n) in enumerate(blocks):
+            items += [(bi, index, n, r0, s) for s in range(t)]
             r0 += n
         staggered(enumerate(items), k.first, k.second, 1)
     else:
@@ -187,34 +194,53 @@ class _Rows:
         return min(range(per + 1), key=lambda js: (worst(js), -js))
 
     def first(self, item):
-        """Block n: its load, the rows' maxima and their negation, the picks."""
-        n, (index, rows, r0) = item
-        b, P, per, d = self.b, self.P, self.per, self.c
+        """Tile n (block bi's column chunk s): its load, the rows' maxima and their negation,
+        the picks (at the block's first)."""
+        n, (bi, index, rows, r0, s) = item
+        b, P, per, w = self.b, self.P, self.per, self.w
         p = rows // per
-        x = ap(self.tile("x", n, (P, per, d), self.dt), slice(0, p))
-        src = ap(self.inp, *index)
+        x = ap(self.tile("x", n, (P, per, w), self.dt), slice(0, p))
+        src = ap(self.inp, *index) if self.T == 1 else ap(self.inp, *index,
+                                                          slice(s * w, (s + 1) * w))  # fmt: skip
         b.emit(DmaCopy, [src], [x], src=src, dst=x, queue=self.loads[n])
-        m = ap(self.tile("m", n, (P, per), self.low), slice(0, p))
-        b.emit(TensorReduce, [x], [m], alu="max", src=x, dst=m)
+        m = self.bcols("m", bi, p, s)
+        if self.T > 1 and self.low is not self.f32:  # the max at two elements a cycle
+            m16 = ap(self.tile("m16", n, (P, 1), self.low), slice(0, p))
+            b.emit(TensorReduce, [x], [m16], alu="max", src=x, dst=m16)
+            b.emit(TensorCopy, [m16], [m], src=m16, dst=m, engine=G)
+        else:
+            b.emit(TensorReduce, [x], [m], alu="max", src=x, dst=m)
         nm = ap(self.tile("nm", n, (P, per)), slice(0, p))
         b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0, engine=G)
-        pk = self.pick(n, r0, p, per)
-        return x, m, nm, pk
+        pk = self.pick(bi, r0, p, per) if s == 0 else None
+        return x, nm, pk
+
+    def bcols(self, key: str, bi: int, p: int, s: int | None = None):
+        """Block bi's [p, per] columns of `key` (fp32; the max in x's dtype for short rows),
+        or [p, T] of its chunks; column s."""
+        if self.T == 1:
+            t = self.tile(key, bi, (self.P, self.per), self.low if key == "m" else None)
+            return ap(t, slice(0, self.P if p is None else p))
+        t = self.tile(key + "T", bi, (self.P, self.T))
+        return ap(t, slice(0, p)) if s is None else ap(t, slice(0, p), slice(s, s + 1))
 
     def second(self, item, got):
-        """Block n: exp(x - max) with the rows' sums, log-sum-exp, the losses."""
-        n, (index, rows, r0) = item
-        x, m, nm, pk = got
-        b, P, per, d = self.b, self.P, self.per, self.c
+        """Tile n: exp(x - max) with the rows' sums; at the block's last, log-sum-exp and the
+        losses."""
+        n, (bi, index, rows, r0, s) = item
+        x, nm, pk = got
+        b, P, per, d = self.b, self.P, self.per, self.w
         p = rows // per
-        s = ap(self.tile("s", n, (P, per)), slice(0, p))
+        if pk is not None:
+            self.pk = pk
+        z = self.bcols("s", bi, p, s)
         tiny = d <= TINY
         e = ap(self.tile("e32" if tiny else "e", 0, (P, per, d) if tiny else (P, d),
                          self.f32 if tiny else dtype("bfloat16"), 2 if tiny else 1),
                slice(0, p))  # fmt: skip
         for j in range(per):
-            xj, nj, sj = ap(x.name, slice(0, p), j), ap(nm.name, slice(0, p), slice(j, j + 1)), \
-                ap(s.name, slice(0, p), slice(j, j + 1))  # fmt: skip
+            xj, nj = ap(x.name, slice(0, p), j), ap(nm.name, slice(0, p), slice(j, j + 1))
+            sj = z if self.T > 1 else ap(z.name, slice(0, p), slice(j, j + 1))
             ej = ap(e.name, slice(0, p), j) if tiny else e
             if not tiny or j < self.js:
                 b.emit(Activation, [xj, nj], [ej, sj], func="exp", src=xj, dst=ej, bias=nj,
@@ -223,12 +249,32 @@ class _Rows:
                 b.emit(Activation, [xj, nj], [ej], func="exp", src=xj, dst=ej, bias=nj)
         if tiny and self.js < per:
             rest = ap(e.name, slice(0, p), slice(self.js, per))
-            sr = ap(s.name, slice(0, p), slice(self.js, per))
+            sr = ap(z.name, slice(0, p), slice(self.js, per))
             b.emit(TensorReduce, [rest], [sr], alu="add", src=rest, dst=sr)
-        lse = ap(self.tile("lse", n, (P, per)), slice(0, p))
-        b.emit(Activation, [s], [lse], func="log", src=s, dst=lse)
+        if s == self.T - 1:
+            self.block_end(bi, p, r0)
+
+    def block_end(self, bi: int, p: int, r0: int) -> None:
+        """Block bi's log-sum-exp (over its column chunks first: M = max m, S = sum s exp(m -
+        M)) and losses."""
+        b, P, per = self.b, self.P, self.per
+        m, z = self.bcols("m", bi, p), self.bcols("s", bi, p)
+        if self.T > 1:
+            mt, zt = m, z
+            m = ap(self.tile("mr", bi, (P, 1)), slice(0, p))
+            b.emit(TensorReduce, [mt], [m], alu="max", src=mt, dst=m)
+            nm = ap(self.tile("nmr", bi, (P, 1)), slice(0, p))
+            b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0,
+                   engine=G)  # fmt: skip
+            c = ap(self.tile("cT", bi, (P, self.T)), slice(0, p))
+            b.emit(Activation, [mt, nm], [c], func="exp", src=mt, dst=c, bias=nm)
+            b.emit(TensorTensor, [c, zt], [c], alu="multiply", src0=c, src1=zt, dst=c, engine=G)
+            z = ap(self.tile("zr", bi, (P, 1)), slice(0, p))
+            b.emit(TensorReduce, [c], [z], alu="add", src=c, dst=z)
+        lse = ap(self.tile("lse", bi, (P, per)), slice(0, p))
+        b.emit(Activation, [z], [lse], func="log", src=z, dst=lse)
         b.emit(TensorTensor, [lse, m], [lse], alu="add", src0=lse, src1=m, dst=lse, engine=G)
-        self.losses(n, lse, pk, p, per, r0)
+        self.losses(bi, lse, self.pk, p, per, r0)
 
     # -- pieces ----------------------------------------------------------------------------------
 
