@@ -33,10 +33,12 @@ from trnsim.isa import (
     Engine,
     Iota,
     Matmul,
+    Memset,
     TensorCopy,
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    Transpose,
 )
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
@@ -51,9 +53,10 @@ __all__ = ["lower_argmax_chunks", "chunk", "piece_layout"]
 G = Engine.GPSIMD
 TILE_BYTES = 8192  # a row's tile's bytes a partition (1 MiB tiles: several a core, so loads
 # overlap, and the last one's chain after its load is short)
-PIECE_BYTES = 16384  # a piece tile's (fewer groups: each ends in a combination on TensorE),
+PIECE_BYTES = 8192  # a piece tile's (fewer groups: each ends in a combination on TensorE),
 # rows longer than 128 of them in segments of TILE_BYTES
 BUFS = 5  # x tiles resident
+BATCH = 32  # groups of pieces whose rows meet on TensorE together
 LAG = 2  # tiles between a tile's chunk maxima and its gather's search
 
 
@@ -98,6 +101,7 @@ def lower_argmax_chunks(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
     k = _Chunks(b, cfg, x, out, lay)
     staggered(enumerate(k.tiles(rows)), k.first, k.second, LAG)
     if k.groups is not None:
+        k.flush()
         k.groups.done()
 
 
@@ -126,6 +130,8 @@ class _Chunks:
         self.loads, self.gathers = qs.loads().take(q), qs.loads(1 / 2, 1)
         self.stores = qs.stores(0, 1 / 2)
         self.info: dict[int, _Group] = {}
+        self.batch: list[_Group] = []  # pieces: groups whose rows meet together (`flush`)
+        self.nb = 0  # batches flushed
         self.made = False
 
     # -- tiles ---------------------------------------------------------------------------------
@@ -283,27 +289,67 @@ class _Chunks:
             b.emit(TensorCopy, [i], [res], src=i, dst=res, engine=Engine.SCALAR)
             self.store(res, grp, t.group, False)
             return
-        gr = self.groups
-        row_max = ap(self.tile("M", t.group, (P, 1)), rr)
-        gr.maxes(m, p, 1, row_max)
-        cand = ap(self.tile("cand", t.group, (P, 1)), rr)  # index, + BIG where m < M
-        b.emit(TensorScalar, [m, row_max], [cand], src=m, dst=cand, op0="not_equal",
-               operand0=row_max, op1="multiply", operand1=self.big * 2, engine=G)  # fmt: skip
+        # pieces: the partition's (max, index) into the batch's columns; the batch's rows
+        # meet on TensorE together (`flush`), BATCH groups at a time or at the end
+        j = len(self.batch)
+        if j == 0:
+            for key in ("bm", "bi"):
+                col = ap(self.bcol(key))
+                b.emit(Memset, [], [col], dst=col, value=0.0, engine=G)
+        for key, src in (("bm", m), ("bi", i)):
+            dst = ap(self.bcol(key), rr, slice(j, j + 1))
+            b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
+        self.batch.append(grp)
+        if len(self.batch) == BATCH:
+            self.flush()
+
+    def bcol(self, key: str) -> str:
+        return self.b.scratch_tile(f"amc.{key}{self.nb % 2}", key, (self.P, BATCH), self.f32)
+
+    def flush(self) -> None:
+        """The batch's rows' indices (pieces): each row's max over its pieces (`Groups`), each
+        piece's index where its max is the row's (else BIG), each row's smallest; stored."""
+        if not self.batch:
+            return
+        b, P, gr, c = self.b, self.P, self.groups, len(self.batch)
+        kk, g = self.kk, gr.g
+        m, i = ap(self.bcol("bm"), slice(None), slice(0, c)), ap(self.bcol("bi"), slice(None),
+                                                                  slice(0, c))  # fmt: skip
+        row_max = ap(self.tile("M", self.nb, (P, BATCH), bufs=2), slice(None), slice(0, c))
+        gr.maxes(m, P, c, row_max)
+        cand = ap(self.tile("cand", self.nb, (P, BATCH), bufs=2), slice(None), slice(0, c))
+        b.emit(TensorTensor, [m, row_max], [cand], alu="not_equal", src0=m, src1=row_max,
+               dst=cand, engine=G)  # fmt: skip
+        b.emit(TensorScalar, [cand], [cand], src=cand, dst=cand, op0="multiply",
+               operand0=self.big * 2, engine=G)  # fmt: skip
         b.emit(TensorTensor, [cand, i], [cand], alu="add", src0=cand, src1=i, dst=cand,
                engine=G)  # fmt: skip
-        first = gr.row_maxes(cand, p, "min")  # SBUF [1, rows]
-        res = ap(self.tile("r1", t.group, (1, gr.g), to.dtype), slice(0, 1),
-                 slice(0, grp.rows))  # fmt: skip
-        b.emit(TensorCopy, [first], [res], src=first, dst=res, engine=Engine.SCALAR)
-        self.store(res, grp, t.group, True)
+        tp = ap(gr._ps((BATCH, g, kk)), slice(0, c), slice(None), slice(None))
+        b.emit(Transpose, [cand], [tp], src=cand, dst=tp)
+        first = ap(self.tile("first", self.nb, (BATCH, g), bufs=2), slice(0, c))
+        b.emit(TensorReduce, [tp], [first], alu="min", src=tp, dst=first)
+        to = b.tensors[self.out]
+        res = self.tile("r1", self.nb, (BATCH, g), to.dtype, bufs=2)
+        b.emit(TensorCopy, [first], [ap(res, slice(0, c))], src=first, dst=ap(res, slice(0, c)),
+               engine=Engine.SCALAR)  # fmt: skip
+        lo, n = self.batch[0].r0, sum(grp.rows for grp in self.batch)
+        whole = all(grp.rows == g for grp in self.batch) and len(to.shape) == 1
+        if whole:  # the batch's rows are one run of out: one store
+            src, dst = ap(res, slice(0, c)), ap(self.out, slice(lo, lo + n))
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[self.nb])
+        else:
+            for j, grp in enumerate(self.batch):
+                self.store(ap(res, slice(j, j + 1)), grp, self.nb * BATCH + j, True, j)
+        self.batch = []
+        self.nb += 1
 
-    def store(self, res, grp: _Group, n: int, along_free: bool) -> None:
-        """Store `res` (the group's indices: [rows, 1], or [1, rows] `along_free`) to out's
-        flat elements of its rows."""
+    def store(self, res, grp: _Group, n: int, along_free: bool, j: int = 0) -> None:
+        """Store `res` (the group's indices: [rows, 1], or [1, rows] `along_free` on
+        partition j) to out's flat elements of its rows."""
         b, to = self.b, self.b.tensors[self.out]
         for index, k, off in _runs(list(to.shape) or [1], grp.r0, grp.r0 + grp.rows, grp.rows):
             dst = ap(self.out, *index) if to.shape else ap(self.out)
-            part = ap(res.name, slice(0, 1), slice(off, off + k)) if along_free else \
+            part = ap(res.name, slice(j, j + 1), slice(off, off + k)) if along_free else \
                 ap(res.name, slice(off, off + k))  # fmt: skip
             b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=self.stores[n])
 
