@@ -151,8 +151,13 @@ def fsdp_timing() -> dict:
     """FSDP2's streams beside compute: 3 blocks of Linear(512, 512, no bias) + ReLU, batch 1024,
     fp32, fully_shard per block and on the root (reshard_after_forward: FSDP2's default), SGD;
     the second step between events (the end of each optimizer step), its launches and
-    collectives, the report's row of it, and FSDP2's own streams."""
-    from torch.distributed.fsdp import fully_shard
+    collectives, the report's row of it, and FSDP2's own streams; the same with
+    CPUOffloadPolicy under "offload"."""
+    return {**_fsdp_timed(False), "offload": _fsdp_timed(True)}
+
+
+def _fsdp_timed(offload: bool) -> dict:
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
     chip = state.get()
     log = _Windows()
@@ -161,9 +166,10 @@ def fsdp_timing() -> dict:
     w, b = TIMED_WIDTH, TIMED_BATCH
     model = nn.Sequential(*[nn.Sequential(nn.Linear(w, w, bias=False), nn.ReLU())
                             for _ in range(3)]).to("neuron")  # fmt: skip
+    kw = {"offload_policy": CPUOffloadPolicy()} if offload else {}
     for block in model:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def step(s):

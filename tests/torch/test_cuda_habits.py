@@ -119,6 +119,29 @@ def test_non_blocking_copy_to_the_host():
     assert torch.equal(x.to(torch.float16).cpu(), x.cpu().half())  # other moves unchanged
 
 
+def test_a_non_blocking_copy_to_the_host_does_not_make_the_host_wait():
+    """As CUDA's into pinned memory (FSDP2's offloaded gradients): the host goes on while the
+    device still runs the work before the copy (its values are there at once; an event after
+    it is what to wait on). A blocking `.cpu()` waits for the device."""
+    from trnsim.torch import state
+
+    host = state.get().devices[0].ctx.host
+    a = torch.randn(1024, 1024, device="neuron")
+    torch.neuron.synchronize()
+    mark = torch.neuron.Event(enable_timing=True)
+    a @ a @ a @ a
+    mark.record()  # the device's end of the matmuls
+    y = a.to("cpu", non_blocking=True)
+    issued = host.now
+    mark.synchronize()
+    assert issued < mark.rt.time_ps  # the host went on before the device got there
+    assert torch.equal(y, a.cpu()) and y.is_pinned()
+    a @ a @ a @ a
+    mark.record()
+    a.cpu()
+    assert host.now > mark.rt.time_ps  # a blocking copy: the host waited
+
+
 # -- streams --------------------------------------------------------------------------------------
 
 

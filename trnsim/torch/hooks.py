@@ -85,12 +85,18 @@ def _is_pinned(self, device=None) -> bool:
 def _to_copy(self, **kwargs):
     """PyTorch's own `_to_copy`, except that a non-blocking copy to the host does not ask for
     pinned memory (which raises for a device defined in Python); its result is marked pinned,
-    as CUDA's is."""
+    as CUDA's is, and the host does not wait for it (`kernels.host_async`)."""
     handle = torch.ops.aten._to_copy.default._handle
     device = kwargs.get("device")
     if kwargs.get("non_blocking") and device is not None and torch.device(device).type == "cpu":
+        from trnsim.torch import kernels
+
         kwargs = {**kwargs, "non_blocking": False, "pin_memory": None}
-        return _mark_pinned(handle.redispatch_boxed(CEA, self, **kwargs))
+        kernels.host_async[0] = True  # the copy inside is still non-blocking for the host
+        try:
+            return _mark_pinned(handle.redispatch_boxed(CEA, self, **kwargs))
+        finally:
+            kernels.host_async[0] = False
     return handle.redispatch_boxed(CEA, self, **kwargs)
 
 

@@ -296,17 +296,21 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     return empty(size, dtype or torch.get_default_dtype(), stride)[0]
 
 
-def _copy(src: Tensor, dst: Tensor) -> Tensor:
+# a non-blocking copy to the host under way (`hooks._to_copy`, which cannot pass the flag on)
+host_async = [False]
+
+
+def _copy(src: Tensor, dst: Tensor, non_blocking: bool = False) -> Tensor:
     s = src if src.is_cpu else cpu_view(src)
     d = dst if dst.is_cpu else cpu_view(dst)
     d.copy_(s)
-    timer().copy(src, dst)
+    timer().copy(src, dst, non_blocking or host_async[0])
     return dst
 
 
 @_special("_copy_from")
 def _copy_from(self, dst, non_blocking=False):
-    return _copy(self, dst)
+    return _copy(self, dst, non_blocking)
 
 
 @_special("_copy_from_and_resize")

@@ -118,9 +118,10 @@ class OpTimer:
         if listeners:
             listeners.op(OpRun(name, args, kwargs, r, m, key, stream, kernel, start, host.now))
 
-    def copy(self, src: Tensor, dst: Tensor) -> None:
+    def copy(self, src: Tensor, dst: Tensor, non_blocking: bool = False) -> None:
         """A copy to, from or within the device (`Measurements.copy`); the host waits for a
-        copy to the host, as a blocking `.cpu()` does."""
+        copy to the host, as a blocking `.cpu()` does, unless `non_blocking` (its values are
+        there already: the host goes on, as CUDA's does after a copy into pinned memory)."""
         listeners = self.listeners
         if listeners.capturing is not None:
             return listeners.capturing.copy(OpRun("copy", (src, dst), {}, dst, None, None, None,
@@ -142,12 +143,13 @@ class OpTimer:
             self._depend(stream, (src, dst))
         # the host pays a copy call for a host copy, as memcpy_async does
         kernel = self._launch(stream, "copy", m, src.is_cpu or dst.is_cpu)
-        if dst.is_cpu:
+        wait = dst.is_cpu and not non_blocking
+        if wait:
             stream.synchronize()  # the host waits for the copy (told after it)
         if listeners:
             run = OpRun("copy", (src, dst), {}, dst, m, key, stream, kernel, start, host.now)
             listeners.copy(run)
-            if dst.is_cpu:
+            if wait:
                 listeners.synchronize(stream)
 
     def _depend(self, stream, *arg_lists) -> None:
