@@ -25,6 +25,10 @@ engine turns to the next block instead of waiting for another engine's part of t
    bias spread over the partitions once, `norm_affine.spread`), or the bias added by TensorE
    into PSUM and copied out by ScalarE (`norm_affine.PeBias`); store.
 
+layer_norm's instructions are then re-emitted in a list schedule's order where that ends sooner
+(`schedule.Scheduled`): an engine's queue takes another block's work instead of waiting, in
+order, on this block's chain.
+
 `norm_plan.plan` chooses c, the lanes and the shift's engines; over many blocks it may mix two
 choices of the lane's engines (a share of the blocks each, `_Norm.at`), so that a pass one
 engine would take whole (rms_norm's weight on GpSimd, two cycles an element) is shared. Blocks
@@ -33,6 +37,7 @@ rotate through up to BUFS buffers within BUFFER_SHARE of SBUF.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from trnsim.config import ChipConfig
@@ -58,6 +63,7 @@ from trnsim.kernels.row_pieces import Groups
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.row_plan import G, S, Spread, V, runs
 from trnsim.kernels.rows import core_share
+from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["lower_norm", "norm_rows"]
 
@@ -149,9 +155,10 @@ def lower_norm(
     on_pe = all(lane.bias == S for ls in k.block_lanes for lane in ls)
     spreads = [v for v in (weight, bias) if v is not None and not (v == bias and on_pe)]
     k.spread = lambda: k.rows.update(zip(spreads, spread(b, cfg, spreads, d, k.loads)))
-    if k.pe_bias:
-        k.pe = PeBias(b, cfg, bias, d, to.dtype, group=pe_group(cfg, d, k.per))
-    _emit(k, blocks)
+    with _scheduled(k):
+        if k.pe_bias:
+            k.pe = PeBias(b, cfg, bias, d, to.dtype, group=pe_group(cfg, d, k.per))
+        _emit(k, blocks)
     if k.pe_bias:
         k.pe.done()
 
@@ -204,8 +211,6 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows) -> None:
         k.lanes = k.block_lanes[0]
     affine = [v for v in (weight, bias) if v is not None]
     queues = k.loads if big else Queues(cfg).loads(1 / 2, 1)
-    if k.pe_bias:
-        k.pe = PeBias(b, cfg, bias, width, to.dtype, pieces=True)
 
     def spread():
         k.rows.update({v: _piece_rows(b, cfg, v, lay, queues) for v in affine})
@@ -215,7 +220,10 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows) -> None:
     k.spread, k.spread_first = spread, big
     if k.interleave:  # each row's stages at once (`_emit`): its segments follow its loads
         k.lag = SEG_LAG
-    _emit(k, blocks)
+    with _scheduled(k):
+        if k.pe_bias:
+            k.pe = PeBias(b, cfg, bias, width, to.dtype, pieces=True)
+        _emit(k, blocks)
     k.groups.done()
     if k.pe_bias:
         k.pe.done()
@@ -279,6 +287,13 @@ def _emit(k, blocks) -> None:
             m = n - late
             if 0 <= m < len(blocks) and not (stage == k.second and m == 0):
                 stage(m, *blocks[m])
+
+
+def _scheduled(k):
+    """layer_norm's instructions in the order of a list schedule where it ends sooner than
+    `_emit`'s (`schedule.Scheduled`): trn2 LNC 2, 16 MiB (test_rows_families), bf16 rows of 64
+    72% -> 83%, fp32 rows of 4096 53% -> 62%, of 64K 50% -> 63%, of 1M 62% -> 67%."""
+    return Scheduled(k.b, k.cfg) if k.layer else contextlib.nullcontext()
 
 
 def norm_rows(cfg: ChipConfig, tx, to, affine_bytes: int) -> bool:

@@ -1,0 +1,236 @@
+"""A static list schedule of a lowering's instructions: the order each in-order queue gets them.
+
+A lowering that pipelines blocks over several engines fixes, by the order it emits them, the
+order each engine's queue runs its instructions. A fixed interleaving (stage 2 of a block one
+block behind stage 1, stage 3 two, ...) leaves an engine idle whenever a block's chain of passes
+does not match the lag: the engine's queue waits, in order, on an instruction whose input another
+engine has not made yet, while later work it could do is queued behind it.
+
+`Scheduled` records a lowering's instructions as it emits them (a correct program), derives
+their dependencies on tiles as the builder will (a read after the tile's last write, a write
+after its last write and the reads since), estimates each instruction's time by its engine's
+own cost model (the fixed overhead where it waits on another queue, the commit stall where it
+reads what its engine's previous instruction wrote; a DMA transfer by its queue's setup and the
+engines' bandwidth), and simulates two orders: the emitted one, and a list schedule in which
+each next instruction is the one that can start soonest on its queue (ties in emitted order).
+It emits the one that ends sooner. Dependent instructions keep their relative order either
+way, so the program computes the same values; only independent work of different blocks
+interleaves differently.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trnsim.config import ChipConfig
+from trnsim.engines.gpsimd import GpSimdEngine
+from trnsim.engines.scalar import ScalarEngine
+from trnsim.engines.tensor import TensorEngine
+from trnsim.engines.vector import VectorEngine
+from trnsim.isa import Ap, Engine
+from trnsim.kernels.builder import KernelBuilder, region
+from trnsim.memory.buffer import Buffer, bind
+
+__all__ = ["Scheduled"]
+
+MODELS = {
+    Engine.VECTOR: VectorEngine,
+    Engine.SCALAR: ScalarEngine,
+    Engine.GPSIMD: GpSimdEngine,
+    Engine.TENSOR: TensorEngine,
+}
+
+
+class Scheduled:
+    """A context manager around a lowering's emits: inside, `b.emit` records; on leaving, the
+    recorded instructions are emitted in the order that the model ends soonest (module doc).
+    `makespan` is then that order's estimated ns (from the first recorded instruction)."""
+
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig):
+        self.b, self.cfg = b, cfg
+        self.recorded: list[tuple] = []
+        self.makespan = 0.0
+
+    def __enter__(self) -> Scheduled:
+        rec = self.recorded
+
+        def record(cls, reads, writes, **fields):
+            rec.append((cls, reads, writes, fields))
+
+        self.b.emit = record  # an attribute of the instance hides the class's method
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        del self.b.emit
+        if kind is not None or not self.recorded:
+            return
+        g = _Graph(self.b, self.cfg, self.recorded)
+        emitted = list(range(len(self.recorded)))
+        options = [(g.simulate(emitted), 0, emitted)]
+        for v, by in enumerate(("index", "rank")):
+            greedy = g.greedy(by)
+            options.append((g.simulate(greedy), 1 + v, greedy))
+        self.makespan, _, order = min(options)  # (ties: the emitted order)
+        for i in order:
+            cls, reads, writes, fields = self.recorded[i]
+            self.b.emit(cls, reads, writes, **fields)
+
+
+class _Graph:
+    """The recorded instructions' dependencies, queues and estimated times."""
+
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig, rec: list[tuple]):
+        self.b, self.cfg, self.rec = b, cfg, rec
+        tiles, n = b.tiles, len(rec)
+        self.tiles = tiles
+        preds: list[set[int]] = [set() for _ in range(n)]
+        reads_since: dict[str, list[int]] = {}  # tile -> its reads since its last write
+        writer: dict[str, int] = {}  # tile -> its last write
+        for i, (_, reads, writes, _) in enumerate(rec):
+            for a in reads:
+                if a.name in writer:
+                    preds[i].add(writer[a.name])
+            for a in writes:
+                if a.name in tiles:
+                    preds[i].update(reads_since.get(a.name, ()))
+                    if a.name in writer:
+                        preds[i].add(writer[a.name])
+            for a in reads:
+                if a.name in tiles:
+                    reads_since.setdefault(a.name, []).append(i)
+            for a in writes:
+                if a.name in tiles:
+                    writer[a.name], reads_since[a.name] = i, []
+            preds[i].discard(i)
+        self.preds = [sorted(p) for p in preds]
+        self.succs: list[list[int]] = [[] for _ in range(n)]
+        for i, ps in enumerate(self.preds):
+            for p in ps:
+                self.succs[p].append(i)
+        self.queue = [_queue(c, f) for c, _, _, f in rec]
+        # an instruction waits on a semaphore (its fixed overhead) only for a producer on
+        # another queue that no earlier instruction of its queue waited for (`builder`)
+        waited: dict = {}
+        self.cost = []
+        for i in range(n):
+            cross = {p for p in self.preds[i] if self.queue[p] != self.queue[i]}
+            seen = waited.setdefault(self.queue[i], set())
+            self.cost.append(self._cost(i, bool(cross - seen)))
+            seen |= cross
+        d = cfg.core.dma
+        self.setup = (d.transfer_setup + (d.engines - 1) * d.engine_stagger) * 1e9
+        self.latency = d.load_completion_latency * 1e9
+        self.bw = d.engines * d.engine_bandwidth / 1e9  # bytes a ns
+        self.commit = {}
+        for e, model in MODELS.items():
+            c = getattr(getattr(cfg.core, e.label), "commit_latency_cycles", 0)
+            self.commit[e] = c * 1e9 / model(cfg.core).clock_hz
+
+    def _cost(self, i: int, waits: bool) -> float:
+        """Instruction i's ns on its engine (a DMA transfer: its bytes)."""
+        cls, reads, writes, fields = self.rec[i]
+        tiles = self.tiles
+        if isinstance(self.queue[i], tuple):
+            a = next((x for x in writes + reads if x.name in tiles), None)
+            if a is None:
+                return 0.0
+            t = tiles[a.name]
+            return math.prod(e - s for s, e in region(a, t.shape)) * t.dtype.itemsize
+        engine = fields.get("engine", cls.ENGINE)
+        model = MODELS[engine](self.cfg.core)
+        bound = {}
+        for k, v in fields.items():
+            if k == "engine":
+                continue
+            if isinstance(v, Ap) and v.name in tiles:
+                t = tiles[v.name]
+                v = bind(v, Buffer(t.name, t.memory, t.shape, t.dtype), k)
+            bound[k] = v
+        ins = cls(engine=engine, wait=(("estimate", 1),) if waits else (), **bound)
+        return model.cost(ins, None) * 1e9 / model.clock_hz
+
+    def _start(self, i: int, start: float, state: dict) -> float:
+        """Run instruction i from `start` at the earliest on its queue (`state`: each queue's
+        free time and last instruction); its finish."""
+        q = self.queue[i]
+        free, last = state["free"], state["last"]
+        start = max(start, free.get(q, 0.0))
+        if isinstance(q, tuple):  # a DMA queue: its setup (overlapping the previous
+            # transfer's data), then the data at the engines' bandwidth
+            data = self.cost[i] / self.bw
+            free[q] = start + max(self.setup, data)
+            return start + self.setup + data + self.latency
+        prev = last.get(q)  # a read of what the engine's previous instruction wrote waits
+        if prev is not None and _reads_after(self.rec[i][1], self.rec[prev][2], self.tiles):
+            start += self.commit[q]
+        last[q] = i
+        free[q] = start + self.cost[i]
+        return free[q]
+
+    def simulate(self, order: list[int]) -> float:
+        """The estimated end of the instructions run in `order` (each queue in that order)."""
+        finish = [0.0] * len(order)
+        state = {"free": {}, "last": {}}
+        for i in order:
+            finish[i] = self._start(i, max((finish[p] for p in self.preds[i]), default=0.0),
+                                    state)  # fmt: skip
+        return max(finish, default=0.0)
+
+    def greedy(self, by: str = "index") -> list[int]:
+        """The list schedule: each next instruction the one that can start soonest on its queue;
+        of those that can start together, the one emitted first (`by` "index"), or the one with
+        the longest estimated chain of work after it (its upward rank: "rank")."""
+        n, queue = len(self.rec), self.queue
+        ready_at, left = [0.0] * n, [len(p) for p in self.preds]
+        pending: dict = {}  # queue -> its instructions whose producers are all scheduled
+        for i in range(n):
+            if not left[i]:
+                pending.setdefault(queue[i], []).append(i)
+        state = {"free": {}, "last": {}}
+        free, out = state["free"], []
+        rank = [0.0] * n  # (all 0 by "index": ties go to the first emitted)
+        if by == "rank":
+            dur = [self.cost[i] / self.bw + self.setup if isinstance(queue[i], tuple)
+                   else self.cost[i] for i in range(n)]  # fmt: skip
+            for i in range(n - 1, -1, -1):
+                rank[i] = dur[i] + max((rank[s] for s in self.succs[i]), default=0.0)
+        while len(out) < n:
+            best = None
+            for q, ready in pending.items():
+                f = free.get(q, 0.0)
+                for i in ready:
+                    key = (max(f, ready_at[i]), -rank[i], i)
+                    if best is None or key < best:
+                        best = key
+            start, i = best[0], best[-1]
+            pending[queue[i]].remove(i)
+            end = self._start(i, start, state)
+            out.append(i)
+            for s in self.succs[i]:
+                ready_at[s] = max(ready_at[s], end)
+                left[s] -= 1
+                if not left[s]:
+                    pending.setdefault(queue[s], []).append(s)
+        return out
+
+
+def _queue(cls, fields: dict):
+    """The queue an instruction runs on: its compute engine, or ("dma", its DMA queue)."""
+    engine = fields.get("engine", cls.ENGINE)
+    return ("dma", fields.get("queue", 0)) if engine == Engine.DMA else engine
+
+
+def _reads_after(reads: list[Ap], writes: list[Ap], tiles) -> bool:
+    """Whether one of `reads` overlaps one of `writes` (the engines' commit stall)."""
+    for w in writes:
+        if w.name not in tiles:
+            continue
+        rw = None
+        for r in reads:
+            if r.name != w.name:
+                continue
+            shape = tiles[w.name].shape
+            rw = rw or region(w, shape)
+            if all(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in zip(region(r, shape), rw)):
+                return True
+    return False
