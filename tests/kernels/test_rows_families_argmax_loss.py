@@ -32,13 +32,13 @@ FLOOR = {
     ("cross_entropy", "float32", 64): 0.50,
     ("cross_entropy", "float32", 512): 0.60,
     ("cross_entropy", "float32", 4096): 0.60,
-    ("cross_entropy", "float32", 65536): 0.50,
-    ("cross_entropy", "float32", 1 << 20): 0.60,
+    ("cross_entropy", "float32", 65536): 0.65,
+    ("cross_entropy", "float32", 1 << 20): 0.65,
     ("cross_entropy", "bfloat16", 64): 0.55,
     ("cross_entropy", "bfloat16", 512): 0.65,
     ("cross_entropy", "bfloat16", 4096): 0.65,
-    ("cross_entropy", "bfloat16", 65536): 0.55,
-    ("cross_entropy", "bfloat16", 1 << 20): 0.55,
+    ("cross_entropy", "bfloat16", 65536): 0.65,
+    ("cross_entropy", "bfloat16", 1 << 20): 0.65,
 }
 
 SHORT_ROWS = (
@@ -83,9 +83,9 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
     ("cross_entropy", "float32", 512): LSE.format("", "38 us, 61%"),
     ("cross_entropy", "float32", 4096): LSE.format(" (column chunks of 8 KiB)", "34 us, 68%"),
     ("cross_entropy", "float32", 65536): LSE.format(
-        " (pieces: the rows' combination on TensorE per group)", "43 us, 54%"
+        " (pieces; 32 groups' rows combined on TensorE at once)", "34 us, 69%"
     ),
-    ("cross_entropy", "float32", 1 << 20): LSE.format(" (pieces in segments)", "38 us, 62%"),
+    ("cross_entropy", "float32", 1 << 20): LSE.format(" (pieces in segments)", "34 us, 68%"),
     ("cross_entropy", "bfloat16", 64): LSE.format(
         " row slot by row slot (ScalarE 48 us busy against the engine bound's 41)", "58%"
     ),
@@ -95,9 +95,9 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
     ("cross_entropy", "bfloat16", 4096): LSE.format(
         " (ScalarE 29 us busy against the engine bound's 28)", "67%"
     ),
-    ("cross_entropy", "bfloat16", 65536): LSE.format(" (pieces; ScalarE 29 us busy)", "57%"),
+    ("cross_entropy", "bfloat16", 65536): LSE.format(" (pieces; ScalarE 29 us busy)", "41 us, 67%"),
     ("cross_entropy", "bfloat16", 1 << 20): LSE.format(
-        " (pieces in segments; ScalarE 29 us busy)", "58%"
+        " (pieces in segments; ScalarE 29 us busy)", "42 us, 65%"
     ),
 }
 

@@ -37,6 +37,7 @@ from trnsim.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    Transpose,
 )
 from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
@@ -52,10 +53,11 @@ G, S, V = Engine.GPSIMD, Engine.SCALAR, Engine.VECTOR
 ROW_ELEMENTS = 4096  # short rows are grouped up to this many elements a partition
 ROW_BYTES = 16384  # rows up to this many bytes go a row (or more) a partition
 CHUNK_BYTES = 8192  # a row a partition: its columns in chunks of up to this many bytes
-PIECE_BYTES = 16384  # a piece tile's bytes a partition; past 128 pieces, segments of
-SEGMENT_BYTES = 8192  # ... this many
+PIECE_BYTES = 4096  # a piece tile's bytes a partition; past 128 pieces, segments of
+SEGMENT_BYTES = 4096  # ... this many
 TINY = 256  # rows this short: exp into fp32 scratch, sums split between ScalarE and VectorE
 BUFS = 4
+BATCH = 32  # groups of pieces whose rows meet on TensorE together
 
 
 def piece_layout(d: int, itemsize: int, rows: int, partitions: int) -> PieceLayout | None:
@@ -282,18 +284,36 @@ class _Rows:
         lay, tx = self.lay, self.b.tensors[self.inp]
         self.groups = Groups(self.b, self.cfg, lay.k)
         self.kk = min(lay.k, self.P)
-        items = []
+        items, self.bpick = [], {}
+        groups = []  # (rows, first row, [(segment, x's region)])
         if lay.t == 1:
             r0 = rows[0]
-            for gi, (index, nr) in enumerate(row_blocks(tuple(tx.shape), lay.g, rows)):
-                items.append((gi, 0, ap(self.inp, *index), nr, r0, True))
+            for index, nr in row_blocks(tuple(tx.shape), lay.g, rows):
+                groups.append((nr, r0, [(0, ap(self.inp, *index))]))
                 r0 += nr
         else:
             seg = lay.f * self.P
-            for gi, r in enumerate(range(*rows)):
-                for s in range(lay.t):
-                    src = ap(self.inp, r, slice(s * seg, (s + 1) * seg))
-                    items.append((gi, s, src, 1, r, s == lay.t - 1))
+            for r in range(*rows):
+                groups.append((1, r, [(s, ap(self.inp, r, slice(s * seg, (s + 1) * seg)))
+                                      for s in range(lay.t)]))  # fmt: skip
+        # full groups meet BATCH at a time (`flush`: one combination on TensorE for all their
+        # rows, their picks gathered together); a short last group on its own (`group_end`)
+        self.batches: dict = {}  # batch -> (first row, groups)
+        member: dict = {}  # group -> (batch, its place)
+        nb = 0
+        for gi, (nr, r0, _) in enumerate(groups):
+            if nr != lay.g:
+                continue
+            if not self.batches or len(self.batches[nb - 1][1]) == BATCH or \
+                    member.get(gi - 1, (None,))[0] != nb - 1:  # fmt: skip
+                self.batches[nb] = (r0, [])
+                nb += 1
+            member[gi] = (nb - 1, len(self.batches[nb - 1][1]))
+            self.batches[nb - 1][1].append(gi)
+        self.member = member
+        for gi, (nr, r0, tiles) in enumerate(groups):
+            for s, src in tiles:
+                items.append((gi, s, src, nr, r0, s == lay.t - 1))
         staggered(enumerate(items), self.tile_first, self.tile_second, 1)
         self.groups.done()
 
@@ -317,7 +337,13 @@ class _Rows:
             b.emit(TensorReduce, [x], [m], alu="max", src=x, dst=m)
         nm = ap(self.tile("pnm", n, (P, 1)), slice(0, p))
         b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0, engine=G)
-        pk = self.pick(gi, r0, 1, nr) if s == 0 else None
+        pk = None
+        if s == 0 and gi not in self.member:
+            pk = self.pick(gi, r0, 1, nr)
+        elif s == 0 and self.member[gi][1] == 0:  # the batch's picks, [groups, rows]
+            bi = self.member[gi][0]
+            first, members = self.batches[bi]
+            self.bpick[bi] = self.pick(bi, first, len(members), self.lay.g)
         return x, nm, pk
 
     def tile_second(self, item, got):
@@ -334,10 +360,9 @@ class _Rows:
         if last:
             self.group_end(gi, nr, r0)
 
-    def group_end(self, gi: int, nr: int, r0: int) -> None:
-        """log-sum-exp of the group's rows from their partitions' (m, s) (module doc)."""
+    def per_partition(self, gi: int, p: int):
+        """The group's partitions' (max, sum of exp) over their segments."""
         b, P, t = self.b, self.P, self.lay.t
-        p = nr * self.kk
         m, z = self.cols("pm", gi, p), self.cols("pz", gi, p)
         if t > 1:  # per partition over its segments
             mp = ap(self.tile("mp", gi, (P, 1)), slice(0, p))
@@ -352,6 +377,26 @@ class _Rows:
             b.emit(TensorReduce, [c], [sp], alu="add", src=c, dst=sp)
         else:
             mp, sp = m, z
+        return mp, sp
+
+    def group_end(self, gi: int, nr: int, r0: int) -> None:
+        """log-sum-exp of the group's rows from their partitions' (m, s) (module doc): into
+        its batch's columns, or on its own."""
+        b, P = self.b, self.P
+        p = nr * self.kk
+        mp, sp = self.per_partition(gi, p)
+        if gi in self.member:
+            bi, j = self.member[gi]
+            if j == 0:
+                for key, v in (("bm", 0.0), ("bs", 1.0)):
+                    col = ap(self.bcol(key, bi))
+                    b.emit(Memset, [], [col], dst=col, value=v, engine=G)
+            for key, src in (("bm", mp), ("bs", sp)):
+                dst = ap(self.bcol(key, bi), slice(0, p), slice(j, j + 1))
+                b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
+            if j == len(self.batches[bi][1]) - 1:
+                self.flush(bi)
+            return
         big = ap(self.tile("M", gi, (P, 1)), slice(0, p))
         self.groups.maxes(mp, p, 1, big)
         nbig = ap(self.tile("nM", gi, (P, 1)), slice(0, p))
@@ -366,6 +411,34 @@ class _Rows:
         b.emit(TensorTensor, [lse, big], [lse], alu="add", src0=lse, src1=big, dst=lse, engine=G)
         row = self.groups.row_maxes(lse, p, "max")  # [1, rows]: each row's (all equal)
         self.losses(gi, row, self.pk, 1, nr, r0)
+
+    def bcol(self, key: str, bi: int) -> str:
+        return self.b.scratch_tile(f"ce.{key}{bi % 2}", key, (self.P, BATCH), self.f32)
+
+    def flush(self, bi: int) -> None:
+        """Batch bi's rows' log-sum-exp at once: M = each row's max of its partitions' maxima
+        (`Groups.maxes` over the batch's columns), S = sum s exp(m - M) (`Groups.sums`),
+        M + log S turned into [groups, rows] and taken per row; the losses."""
+        b, P, gr = self.b, self.P, self.groups
+        r0, members = self.batches[bi]
+        c, g, kk = len(members), self.lay.g, self.kk
+        m = ap(self.bcol("bm", bi), slice(None), slice(0, c))
+        sp = ap(self.bcol("bs", bi), slice(None), slice(0, c))
+        big = ap(self.tile("bM", bi, (P, BATCH), bufs=2), slice(None), slice(0, c))
+        gr.maxes(m, P, c, big)
+        e = ap(self.tile("be", bi, (P, BATCH), bufs=2), slice(None), slice(0, c))
+        b.emit(TensorTensor, [m, big], [e], alu="subtract", src0=m, src1=big, dst=e, engine=G)
+        b.emit(Activation, [e], [e], func="exp", src=e, dst=e)
+        b.emit(TensorTensor, [e, sp], [e], alu="multiply", src0=e, src1=sp, dst=e, engine=G)
+        total = gr.sums(e, P, c)
+        lse = ap(self.tile("blse", bi, (P, BATCH), bufs=2), slice(None), slice(0, c))
+        b.emit(Activation, [total], [lse], func="log", src=total, dst=lse)
+        b.emit(TensorTensor, [lse, big], [lse], alu="add", src0=lse, src1=big, dst=lse, engine=G)
+        tp = ap(gr._ps((BATCH, g, kk)), slice(0, c), slice(None), slice(None))
+        b.emit(Transpose, [lse], [tp], src=lse, dst=tp)
+        rows = ap(self.tile("brow", bi, (BATCH, g), bufs=2), slice(0, c))
+        b.emit(TensorReduce, [tp], [rows], alu="max", src=tp, dst=rows)
+        self.losses(bi, rows, self.bpick.pop(bi), c, g, r0)
 
 
 def _cdiv(a: int, b: int) -> int:
