@@ -31,19 +31,26 @@ class Engine(enum.IntEnum):
 class Ap(NamedTuple):
     """An operand as written: `name` or `name[a:b, c:d]`. `index` holds one entry per indexed
     dim: an int (numpy-style, drops the dim) or a (start, stop, step) triple of optional ints.
-    A tuple, so that hashing it (the simulator memoises per distinct operand) runs in C.
-    `text` is the operand as a trace wrote it; one built in code (the kernel library's) leaves
-    it empty and is written out from its index when shown (a third of lowering time went into
-    texts that were never shown)."""
+    `bcast` holds the broadcast dims, `*n` in the text (`m[0:128, 0:8, *64]`): (k, n) inserts
+    a dim of n elements read with stride 0 (the same element n times, isa.md 4: an access
+    pattern's steps may be 0) after the first k entries of `index`; the memory touched is
+    the index's alone. A tuple, so that hashing it (the simulator memoises per distinct
+    operand) runs in C. `text` is the operand as a trace wrote it; one built in code (the kernel
+    library's) leaves it empty and is written out from its index when shown (a third of
+    lowering time went into texts that were never shown)."""
 
     name: str
     index: tuple[Any, ...] = ()
     text: str = ""
+    bcast: tuple[tuple[int, int], ...] = ()
 
     def __str__(self) -> str:
-        if self.text or not self.index:
+        if self.text or not (self.index or self.bcast):
             return self.text or self.name
-        return f"{self.name}[{', '.join(map(_index_text, self.index))}]"
+        items = list(map(_index_text, self.index))
+        for k, n in reversed(self.bcast):  # in the order written: k never decreases
+            items.insert(k, f"*{n}")
+        return f"{self.name}[{', '.join(items)}]"
 
 
 def _index_text(item) -> str:

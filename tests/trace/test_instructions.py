@@ -85,6 +85,9 @@ def test_parse_ap(text, expected):
         "x.y",
         "x[0:128]extra",
         "x[0_0]",
+        "x[*]",
+        "x[*0]",
+        "x[*-2]",
     ],
 )
 def test_parse_ap_errors(text):
@@ -93,7 +96,8 @@ def test_parse_ap_errors(text):
     msg = str(info.value)
     assert msg.startswith("t.yaml:7: instructions[0].src: bad ")
     assert msg.endswith(
-        "; expected name or name[start:stop, ...] with integer start, stop, step (each optional)"
+        "; expected name or name[start:stop, ...] with integer start, stop, step (each optional),"
+        " or *n for a broadcast dim of n"
     )
 
 

@@ -16,7 +16,7 @@ import simpy
 
 from trnsim.config import ChipConfig
 from trnsim.dma.system import DmaSystem
-from trnsim.engines.base import EngineModel
+from trnsim.engines.base import WRITTEN, EngineModel
 from trnsim.engines.gpsimd import GpSimdEngine
 from trnsim.engines.scalar import ScalarEngine
 from trnsim.engines.tensor import TensorEngine
@@ -278,6 +278,8 @@ class Planner:
                     if buf is None:
                         raise SimError(f"{ins.label}: {fld.name} '{v}' names no tile or tensor")
                     ref = refs[v] = bind(v, buf, (ins, fld.name))
+                if v.bcast:
+                    _check_broadcast(ins, fld.name, v)
                 changes[fld.name] = ref
         return with_fields(ins, changes) if changes else ins
 
@@ -290,6 +292,17 @@ class Planner:
             if any(r.memory == "psum" for r in _refs(ins)):
                 return self.psum_port
         return None
+
+
+def _check_broadcast(ins: Instr, name: str, v: Ap) -> None:
+    """A broadcast (stride-0) dim only in an operand a VectorE, ScalarE or GpSimd instruction
+    reads: the same elements written n times, or a transfer's or a matmul's, are not modelled."""
+    if name in WRITTEN or ins.engine in (Engine.TENSOR, Engine.DMA):
+        role = "a written operand" if name in WRITTEN else f"a {ins.engine.label} operand"
+        raise SimError(
+            f"{ins.label}: {name} '{v}' has a broadcast dim (*n), which {role} may not have; "
+            "expected one only in an input of a vector, scalar or gpsimd instruction"
+        )
 
 
 def _refs(ins: Instr) -> list[Ref]:

@@ -60,6 +60,7 @@ class Ref:
     shape: tuple[int, ...]
     key: tuple
     ap: Ap
+    bcast: tuple[int, ...] = ()  # the view dims read with stride 0 (`Ap.bcast`)
 
     @property
     def dtype(self) -> DType:
@@ -93,19 +94,26 @@ class Ref:
 
     @property
     def contiguous(self) -> bool:
-        """True when the innermost dim is read with unit stride (full-rate access)."""
-        return self.ranges[-1][2] == 1
+        """True when the innermost dim is read with unit stride (full-rate access): not a
+        broadcast one (stride 0)."""
+        return self.ranges[-1][2] == 1 and len(self.shape) - 1 not in self.bcast
 
     def read(self) -> np.ndarray:
-        """The current values (a numpy view; functional mode only)."""
-        return self.buf.array[self.key]
+        """The current values (a numpy view; functional mode only), broadcast dims
+        repeated."""
+        v = self.buf.array[self.key]
+        if self.bcast:
+            v = np.broadcast_to(np.expand_dims(v, self.bcast), self.shape)
+        return v
 
     def read_f32(self) -> np.ndarray:
         """The values converted to fp32, the engines' internal compute type."""
-        return self.buf.array[self.key].astype(np.float32)
+        return self.read().astype(np.float32)
 
     def write(self, values) -> None:
         """Store values cast to this buffer's dtype (round to nearest even for floats)."""
+        if self.bcast:  # `check_written` refuses such an operand before a run
+            raise SimError(f"'{self}' has a broadcast dim; it cannot be written")
         v = np.asarray(values)
         if v.shape != self.shape:
             v = v.reshape(self.shape)
@@ -171,4 +179,26 @@ def bind(ap: Ap, buf: Buffer, where: str | tuple) -> Ref:
             f"{_at(where)}: '{ap}' must take a contiguous range of partitions "
             f"(no integer index or step on the partition dim of a tile)"
         )
-    return Ref(buf, tuple(ranges), tuple(shape), tuple(key), ap)
+    bcast = _broadcast(ap, buf, shape, where) if ap.bcast else ()
+    return Ref(buf, tuple(ranges), tuple(shape), tuple(key), ap, bcast)
+
+
+def _broadcast(ap: Ap, buf: Buffer, shape: list[int], where) -> tuple[int, ...]:
+    """Insert `ap`'s broadcast dims into the view's `shape`; their view positions."""
+    items = list(ap.index) + [(None, None, None)] * (len(buf.shape) - len(ap.index))
+    out = []
+    for k, n in ap.bcast:
+        if not 0 <= k <= len(items) or n < 1:
+            raise SimError(
+                f"{_at(where)}: broadcast *{n} of '{ap}' is after index entry {k} of "
+                f"{len(items)} (expected a count of 1 or more among {buf.name}'s dims)"
+            )
+        pos = sum(not isinstance(i, int) for i in items[:k]) + len(out)
+        if pos == 0 or (buf.onchip and k == 0):
+            raise SimError(
+                f"{_at(where)}: '{ap}' broadcasts its first dim; the partition dim of a tile "
+                f"cannot be broadcast (expected *n after the partition range)"
+            )
+        shape.insert(pos, n)
+        out.append(pos)
+    return tuple(out)

@@ -88,7 +88,11 @@ class _Bad(Exception):
 
 _AP = re.compile(r"\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?:\[(?P<index>[^\[\]]*)\]\s*)?")
 _INT = re.compile(r"[+-]?[0-9]+")
-_AP_FORM = "name or name[start:stop, ...] with integer start, stop, step (each optional)"
+_AP_FORM = (
+    "name or name[start:stop, ...] with integer start, stop, step (each optional), or *n for "
+    "a broadcast dim of n"
+)
+_BCAST = re.compile(r"\*\s*([0-9]+)")
 _AP_CACHE: dict[str, Ap] = {}
 _AP_CACHE_SIZE = 1 << 16
 
@@ -101,8 +105,14 @@ def _ap(text: str) -> Ap:
     if m["index"] is None:
         ap = Ap(m["name"], (), m["name"])
     else:
-        index = []
+        index, bcast = [], []
         for part in m["index"].split(","):
+            star = _BCAST.fullmatch(part.strip())
+            if star:  # a broadcast dim: after the index entries so far
+                if int(star[1]) < 1:
+                    raise _Bad(f"bad broadcast {part.strip()!r} in {show(text)}", _AP_FORM)
+                bcast.append((len(index), int(star[1])))
+                continue
             bounds = [b.strip() for b in part.split(":")]
             if len(bounds) > 3 or not all(
                 _INT.fullmatch(b) or (b == "" and len(bounds) > 1) for b in bounds
@@ -110,7 +120,7 @@ def _ap(text: str) -> Ap:
                 raise _Bad(f"bad index {part.strip()!r} in {show(text)}", _AP_FORM)
             ints = [int(b) if b else None for b in bounds]
             index.append(ints[0] if len(ints) == 1 else tuple(ints + [None] * (3 - len(ints))))
-        ap = Ap(m["name"], tuple(index), text.strip())
+        ap = Ap(m["name"], tuple(index), text.strip(), tuple(bcast))
     if len(_AP_CACHE) < _AP_CACHE_SIZE:
         _AP_CACHE[text] = ap
     return ap
