@@ -47,14 +47,17 @@ from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import _runs, staggered
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_pieces import layout as pieces_layout
+from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["lower_argmax_chunks", "chunk", "piece_layout"]
 
 G = Engine.GPSIMD
 TILE_BYTES = 8192  # a row's tile's bytes a partition (1 MiB tiles: several a core, so loads
-# overlap, and the last one's chain after its load is short)
-PIECE_BYTES = 8192  # a piece tile's (fewer groups: each ends in a combination on TensorE),
-# rows longer than 128 of them in segments of TILE_BYTES
+# overlap; 4 KiB gained a point at 16 MiB but lost 11 on trn3's [8192, 8192] bench, twice the
+# tiles' chains on GpSimd and ScalarE)
+PIECE_BYTES = 4096  # a piece tile's bytes a partition, and a segment's past 128 pieces (512
+# KiB tiles: many a core, so the last one's pass and chain after its load are short; 8 KiB
+# ran 1-3 points slower, 2 KiB 20)
 BUFS = 5  # x tiles resident
 BATCH = 32  # groups of pieces whose rows meet on TensorE together
 LAG = 2  # tiles between a tile's chunk maxima and its gather's search
@@ -70,10 +73,8 @@ def chunk(n: int) -> int | None:
 
 
 def piece_layout(d: int, itemsize: int, partitions: int) -> PieceLayout | None:
-    """Rows of d in pieces of PIECE_BYTES a partition, or in segments of TILE_BYTES."""
+    """Rows of d in pieces (or segments) of PIECE_BYTES a partition."""
     lay = pieces_layout(d, max(1, PIECE_BYTES // itemsize), partitions)
-    if lay is not None and lay.t > 1:
-        lay = pieces_layout(d, max(1, TILE_BYTES // itemsize), partitions)
     return lay if lay is not None and chunk(lay.f) is not None else None
 
 
@@ -99,9 +100,11 @@ def lower_argmax_chunks(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
     if rows[0] >= rows[1]:
         return
     k = _Chunks(b, cfg, x, out, lay)
-    staggered(enumerate(k.tiles(rows)), k.first, k.second, LAG)
+    with Scheduled(b, cfg):
+        staggered(enumerate(k.tiles(rows)), k.first, k.second, LAG)
+        if k.groups is not None:
+            k.flush()
     if k.groups is not None:
-        k.flush()
         k.groups.done()
 
 

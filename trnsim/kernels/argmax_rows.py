@@ -36,6 +36,7 @@ from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_groups
 from trnsim.kernels.queues import Queues
+from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["lower_argmax_rows"]
 
@@ -57,6 +58,11 @@ def lower_argmax_rows(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
     # three stages, a block apart: load and maxima (VectorE), candidates and keys, the keys'
     # maxima and the store; each engine's queue then holds work of different blocks
     got: dict = {}
+    with Scheduled(b, cfg):
+        _stages(k, blocks, got)
+
+
+def _stages(k, blocks, got) -> None:
     for n in range(len(blocks) + 2):
         if n < len(blocks):
             got[n] = k.first((n, blocks[n]))
