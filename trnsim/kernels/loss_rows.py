@@ -57,6 +57,7 @@ ROW_BYTES = 16384  # rows up to this many bytes go a row (or more) a partition
 CHUNK_BYTES = 4096  # a row a partition: its columns in chunks of up to this many bytes
 PIECE_BYTES = 4096  # a piece tile's bytes a partition (and a segment's past 128 pieces): many
 # tiles, so ScalarE's exp starts soon after the first load (2 and 8 KiB ran 1-6% slower)
+TINY_ROW_ELEMENTS = 2048  # ... and rows of TINY or fewer up to this many
 TINY = 256  # rows this short: exp into fp32 scratch, sums split between ScalarE and VectorE
 BUFS = 4
 BATCH = 32  # groups of pieces whose rows meet on TensorE together
@@ -77,8 +78,8 @@ def lower_cross_entropy_rows(b: KernelBuilder, cfg: ChipConfig, r: Reduce, inp: 
     column (returned, fp32)."""
     k = _Rows(b, cfg, r, inp, target, reduction, lay)
     if lay is None:
-        per, blocks = row_groups(tuple(b.tensors[inp].shape), k.P, rows,
-                                 max(1, ROW_ELEMENTS // k.c))  # fmt: skip
+        most = TINY_ROW_ELEMENTS if k.c <= TINY else ROW_ELEMENTS
+        per, blocks = row_groups(tuple(b.tensors[inp].shape), k.P, rows, max(1, most // k.c))
         k.per = per
         if k.c <= TINY:
             k.js = k.split()
@@ -95,13 +96,29 @@ def lower_cross_entropy_rows(b: KernelBuilder, cfg: ChipConfig, r: Reduce, inp: 
             r0 += n
         # a list schedule where it ends sooner (`schedule.Scheduled`): for rows of more than
         # 512 (its estimate favoured orders that ran slower for shorter rows, bf16 by 1-5%)
-        with Scheduled(b, cfg) if k.c > 512 else contextlib.nullcontext():
-            staggered(enumerate(items), k.first, k.second, 1)
+        if k.c <= TINY:  # three stages a block apart: load and max; exp; sums, losses
+            _three(k, items)
+        else:
+            with Scheduled(b, cfg) if k.c > 512 else contextlib.nullcontext():
+                staggered(enumerate(items), k.first, k.second, 1)
     else:
         with Scheduled(b, cfg):
             k.pieces(rows)
         k.groups.done()
     return k.total()
+
+
+def _three(k, items) -> None:
+    """Short rows' blocks in three stages a block apart (`_Rows.first`, `exps`, `sums`): each
+    engine's queue then holds work of different blocks, none waiting on the one before."""
+    got: dict = {}
+    for n in range(len(items) + 2):
+        if n < len(items):
+            got[n] = k.first((n, items[n]))
+        if 0 <= n - 1 < len(items):
+            k.exps((n - 1, items[n - 1]), got[n - 1])
+        if 0 <= n - 2 < len(items):
+            k.sums((n - 2, items[n - 2]), got.pop(n - 2))
 
 
 class _Rows:
@@ -112,7 +129,7 @@ class _Rows:
         self.n, self.c = ti.shape
         self.P, self.f32, self.dt = cfg.core.sbuf.partitions, dtype("float32"), ti.dtype
         self.low = ti.dtype if ti.dtype.itemsize == 2 and ti.dtype.is_float else self.f32
-        self.per, self.js = 1, 0
+        self.per, self.js, self.pks = 1, 0, {}
         width = self.c if lay is None else lay.f
         q, qs = dma_queues(cfg, ROW_ELEMENTS * ti.dtype.itemsize), Queues(cfg)
         if lay is not None:
@@ -233,16 +250,22 @@ class _Rows:
     def second(self, item, got):
         """Tile n: exp(x - max) with the rows' sums; at the block's last, log-sum-exp and the
         losses."""
+        self.exps(item, got)
+        self.sums(item, got)
+
+    def exps(self, item, got) -> None:
+        """Tile n's exp(x - max), row slot by row slot, with ScalarE's sums where it takes
+        them."""
         n, (bi, index, rows, r0, s) = item
         x, nm, pk = got
         b, P, per, d = self.b, self.P, self.per, self.w
         p = rows // per
         if pk is not None:
-            self.pk = pk
+            self.pks[bi] = pk
         z = self.bcols("s", bi, p, s)
         tiny = d <= TINY
-        e = ap(self.tile("e32" if tiny else "e", 0, (P, per, d) if tiny else (P, d),
-                         self.f32 if tiny else dtype("bfloat16"), 2 if tiny else 1),
+        e = ap(self.tile("e32" if tiny else "e", n if tiny else 0, (P, per, d) if tiny else
+                         (P, d), self.f32 if tiny else dtype("bfloat16"), 3 if tiny else 1),
                slice(0, p))  # fmt: skip
         for j in range(per):
             xj, nj = ap(x.name, slice(0, p), j), ap(nm.name, slice(0, p), slice(j, j + 1))
@@ -253,8 +276,17 @@ class _Rows:
                        reduce="add", reduce_dst=sj)  # fmt: skip
             else:
                 b.emit(Activation, [xj, nj], [ej], func="exp", src=xj, dst=ej, bias=nj)
-        if tiny and self.js < per:
-            rest = ap(e.name, slice(0, p), slice(self.js, per))
+
+    def sums(self, item, got) -> None:
+        """Tile n's sums VectorE takes (short rows); at the block's last, log-sum-exp and the
+        losses."""
+        n, (bi, index, rows, r0, s) = item
+        b, P, per, d = self.b, self.P, self.per, self.w
+        p = rows // per
+        if d <= TINY and self.js < per:
+            e = self.tile("e32", n, (P, per, d), self.f32, 3)
+            z = self.bcols("s", bi, p, s)
+            rest = ap(e, slice(0, p), slice(self.js, per))
             sr = ap(z.name, slice(0, p), slice(self.js, per))
             b.emit(TensorReduce, [rest], [sr], alu="add", src=rest, dst=sr)
         if s == self.T - 1:
@@ -280,7 +312,7 @@ class _Rows:
         lse = ap(self.tile("lse", bi, (P, per)), slice(0, p))
         b.emit(Activation, [z], [lse], func="log", src=z, dst=lse)
         b.emit(TensorTensor, [lse, m], [lse], alu="add", src0=lse, src1=m, dst=lse, engine=G)
-        self.losses(bi, lse, self.pk, p, per, r0)
+        self.losses(bi, lse, self.pks.pop(bi), p, per, r0)
 
     # -- pieces ----------------------------------------------------------------------------------
 
