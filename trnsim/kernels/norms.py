@@ -497,15 +497,16 @@ class _Norm:
         ScalarE's statistics, `folded`; their -x0 on ScalarE when it has them all)."""
         if self.folded and self.c >= self.d:
             e = S
-        b, nx = self.b, self.col("nx", n, p)
+        b, nx, ne = self.b, self.col("nx", n, p), e
         first = ap(self.lane_tile("x", n, 0, p).name, slice(0, p), slice(None), 0)
         if self.pieces:  # the row's first element is its first partition's
             f32 = self.col("x0", n, p)
             b.emit(TensorCopy, [first], [f32], src=first, dst=f32, engine=G)
             first = self.groups.firsts(f32, p)
-            e = e if e != G else V  # (GpSimd reads no PSUM)
+            # -x0 out of PSUM, which GpSimd does not read (its shift passes stay on e)
+            ne = e if e != G else V
         b.emit(TensorScalar, [first], [nx], src=first, dst=nx, op0="multiply", operand0=-1.0,
-               engine=e)  # fmt: skip
+               engine=ne)  # fmt: skip
         for i, lo, hi in self.lane_cols(self.c if self.folded else 0, self.d):
             for j in range(self.per):
                 xj, c = self.lane_tile("x", n, i, p, j, (lo, hi)), self.col("nx", n, p, j)
