@@ -18,10 +18,13 @@ broadcast operand cheap:
   operand;
 - few long rows (a row has more elements than it would take partitions' worth of fixed costs
   to walk it on its own, `layout._few`'s rule), or a core's share cut inside a row (at LNC 2
-  a vector, or 3 rows, are shared by elements, `flat_split`): each row's part walked flat as
-  [128, f] blocks; the row's matching block is loaded once by DMA (it lies in the same order)
-  for every row with that part; a column's values are spread over the partitions once, one
-  column of the spread tile per row.
+  a vector, or 3 rows, are shared by elements, `flat_split`), or the same columns of each row
+  (a row broadcast over 2 to 8 long rows at LNC 2, `layout.by_columns`: each core reads half
+  the row, not all of it): each row's part walked flat as [128, f] blocks; the row's matching
+  block is loaded once by DMA (it lies in the same order, ROW_SLOTS ahead) for every row with
+  that part; a column's values are spread over the partitions once, one column of the spread
+  tile per row. A part's last elements, on fewer partitions, go first, on queues and buffers
+  of their own, so their transfers' fixed costs overlap the full blocks'.
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ from trnsim.isa import (
 )
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import flat_share, flat_walk, row_blocks
-from trnsim.kernels.queues import Queues
+from trnsim.kernels.layout import flat_ranges, flat_walk, row_blocks
+from trnsim.kernels.queues import Queues, Stream
 from trnsim.kernels.spread import G, Spread, V
 
 __all__ = ["spread_rows", "spread", "lower_broadcast"]
@@ -52,6 +55,7 @@ DEPTH = 4  # rotating buffers per operand (as `elementwise.DEPTH`)
 WIDEN = (Engine.SCALAR, Engine.GPSIMD)  # the engines that widen columns
 ROWWISE = 128  # elements of a row from which a column goes by one tensor_scalar per row
 SBUF_SHARE = 0.25  # of a partition for the op's buffers (as `elementwise.SBUF_SHARE`)
+ROW_SLOTS = 4  # rotating buffers of the row's pieces (few long rows): loaded ahead of their use
 
 
 def spread_rows(b: KernelBuilder, cfg: ChipConfig, name: str, d: int) -> str:
@@ -110,13 +114,18 @@ def lower_broadcast(
     shape (module doc); `full` has out's shape."""
     shape = tuple(b.tensors[out].shape)
     d, rdims = shape[-1], shape[:-1]
-    lo, hi = flat_share(shape, b.share(shape))  # this core's elements (`flat_split`)
-    if lo >= hi:
+    runs = flat_ranges(shape, b.share(shape))  # this core's elements (`flat_split`)
+    if not runs:
         return
     k = _Kernel(b, cfg, alu, full, vec, out, first)
+    if len(runs) > 1:  # the same columns of each row (`layout.by_columns`)
+        k.few(rdims, {a // d: (a % d, a % d + z - a) for a, z in runs}, d, is_row)
+        return
+    ((lo, hi),) = runs
     rows = hi // d - lo // d
-    if lo % d or hi % d or rows * (d // k.P + 256) < d:
-        k.few(rdims, lo, hi, d, is_row)  # few long rows, or a share cut inside a row
+    if lo % d or hi % d or rows * (d // k.P + 256) < d:  # few long rows, or a share cut in one
+        spans = {r: (max(lo - r * d, 0), min(hi - r * d, d)) for r in range(lo // d, -(-hi // d))}
+        k.few(rdims, spans, d, is_row)
     elif 2 * d <= k.free:
         k.short(rdims, lo // d, hi // d, d, is_row)
     else:
@@ -136,29 +145,41 @@ class _Kernel:
         self.lead = (0,) * (len(vshape) - 1)  # a row [1, ..., D]: its one row
         self.inplace = self.fdt == self.odt
         per_elem = self.fdt.itemsize + (0 if self.inplace else self.odt.itemsize)
-        room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (DEPTH * per_elem + 8)
+        per_col = DEPTH * per_elem + ROW_SLOTS * self.vdt.itemsize  # bytes a column of a block
+        room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // per_col
         self.free = max(1, min(FREE, room))
         qs, nq = Queues(cfg), dma_queues(cfg, self.free * self.fdt.itemsize)
         self.loads, self.stores = qs.loads(0, 1 / 2).take(nq), qs.stores().take(nq)
+        # blocks on fewer partitions (a row part's last elements) on queues of their own: their
+        # setups overlap the full blocks' transfers instead of queueing before them
+        self.small = (_after(qs.loads(0, 1 / 2), nq), _after(qs.stores(), nq))
         self.side = qs.loads(1 / 2, 1)  # the row's or column's loads, not behind full's
         self.n = 0  # blocks so far
+        self.turns = {}  # buffers so far of each kind with a count of its own (`_buf`)
         self.sp = Spread(b, cfg)  # each pass on the engine that finishes it first
 
-    def _buf(self, kind: str, shape: tuple, dt, slots: int = DEPTH) -> str:
-        return self.b.scratch_tile(f"bc.{kind}{self.n % slots}", kind, shape, dt)
+    def _buf(self, kind: str, shape: tuple, dt, slots: int = DEPTH, own: bool = False) -> str:
+        """Buffer `kind`'s next slot in turn: by the blocks so far, or when `own` by the
+        buffers of that kind so far."""
+        n = self.n
+        if own:
+            n = self.turns[kind] = self.turns.get(kind, -1) + 1
+        return self.b.scratch_tile(f"bc.{kind}{n % slots}", kind, shape, dt)
 
-    def block(self, index: tuple, shape: tuple, big: tuple, compute) -> None:
+    def block(self, index: tuple, shape: tuple, big: tuple, compute, small=False) -> None:
         """Load full[index] into the first `shape` of a buffer of `big`, `compute(x, o)`,
-        store o to out[index]."""
+        store o to out[index] (a `small` block on the small blocks' queues)."""
         b, n = self.b, self.n
+        loads, stores = self.small if small else (self.loads, self.stores)
+        kind = "s" if small else ""  # small blocks in buffers of their own, not the full ones'
         part = tuple(slice(0, s) for s in shape)
-        x = ap(self._buf("x", big, self.fdt), *part)
+        x = ap(self._buf(f"x{kind}", big, self.fdt, own=small), *part)
         src = ap(self.full, *index)
-        b.emit(DmaCopy, [src], [x], src=src, dst=x, queue=self.loads[n])
-        o = x if self.inplace else ap(self._buf("o", big, self.odt), *part)
+        b.emit(DmaCopy, [src], [x], src=src, dst=x, queue=loads[n])
+        o = x if self.inplace else ap(self._buf(f"o{kind}", big, self.odt, own=small), *part)
         compute(x, o)
         dst = ap(self.out, *index)
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[n])
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
         self.n += 1
 
     def tt(self, x: Ap, w: Ap, o: Ap) -> None:
@@ -249,19 +270,23 @@ class _Kernel:
                 self.block(cols(index, c0, c), (p, c), big, lambda x, o, col=col: self.ts(
                     x, col, o))  # fmt: skip
 
-    def few(self, rdims, lo, hi, d, is_row) -> None:
-        """Elements [lo, hi) of out, each row's part walked flat; the row's blocks (once for
-        all whole rows) or the column's values loaded once (module doc)."""
-        r0, r1 = lo // d, -(-hi // d)
+    def few(self, rdims, spans: dict, d, is_row) -> None:
+        """The elements [a, z) of each row r of out (`spans`: r -> (a, z), rows in order), each
+        row's part walked flat; the row's blocks (once for all the rows that take them whole)
+        or the column's values loaded once (module doc)."""
+        r0, r1 = min(spans), max(spans) + 1
         cols = None
         if not is_row:  # this core's rows' values, on every partition
             runs = [(ap(self.vec, *ix), n) for ix, n in row_blocks(rdims + (1,), r1 - r0,
                                                                     (r0, r1))]  # fmt: skip
             cols = spread(self.b, self.cfg, runs, self.vdt, "bc_col", queue=self.side[0])
-        spans = {r: (max(lo - r * d, 0), min(hi - r * d, d)) for r in range(r0, r1)}
         a0, z0 = min(a for a, _ in spans.values()), max(z for _, z in spans.values())
         parts = []  # (row, [a, z)) the pieces below cover only in part: walked on their own
-        for j, (ix, p, f) in enumerate(flat_walk((d,), a0, z0, self.P, self.free)):
+        pieces = flat_walk((d,), a0, z0, self.P, self.free)
+        # a piece on fewer partitions (a row part's last elements) first: its transfers' fixed
+        # costs hide behind the full pieces' instead of trailing after them
+        pieces.sort(key=lambda piece: piece[1] == self.P)
+        for j, (ix, p, f) in enumerate(pieces):
             s0 = ix[0].start if isinstance(ix[0], slice) else ix[0]
             s1 = s0 + p * f
             rows = [r for r, (a, z) in spans.items() if a <= s0 and s1 <= z]
@@ -275,9 +300,11 @@ class _Kernel:
     def _rows_of(self, rdims, ix, p, f, rows, r0, j, cols) -> None:
         """Piece `ix` ([p, f] elements of a row) of each of `rows`: with the row's piece loaded
         once, or with each row's column value (`cols`, spread)."""
-        big = (self.P, self.free)
+        small = p < self.P
+        big = (self.P, f) if small else (self.P, self.free)
         if cols is None and rows:
-            w = ap(self._buf("w", big, self.vdt, 2), slice(0, p), slice(0, f))
+            kind = "ws" if small else "w"
+            w = ap(self._buf(kind, big, self.vdt, ROW_SLOTS, own=True), slice(0, p), slice(0, f))
             src = ap(self.vec, *self.lead, *ix)
             self.b.emit(DmaCopy, [src], [w], src=src, dst=w, queue=self.side[j])
         for r in rows:
@@ -287,4 +314,11 @@ class _Kernel:
             else:
                 cc = ap(cols, slice(0, p), slice(r - r0, r - r0 + 1))
                 op = lambda x, o, cc=cc: self.ts(x, cc, o)  # noqa: E731
-            self.block((*row, *ix), (p, f), big, op)
+            self.block((*row, *ix), (p, f), big, op, small)
+
+
+def _after(stream: Stream, n: int) -> Stream:
+    """The queues of `stream` after its first `n` (its last one when it has no more)."""
+    if stream.count <= n:
+        return Stream(stream.first + stream.count - 1, 1)
+    return Stream(stream.first + n, stream.count - n)

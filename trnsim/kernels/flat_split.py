@@ -15,20 +15,23 @@ of `optim`, all walking `layout.flat_blocks`) and none of which the kernel touch
 another name too (a view and its base, two views of one base: `_aliased`) or is a view with
 other strides than dense row-major ones; a broadcast (`add` of a tensor and a row or column)
 counts for out's shape (`broadcast` walks any flat share), never for its row or column, which
-it reads whole. A shape is a coarser key than a tensor, and an op outside FLAT excludes every
-shape it touches, so what is not known to be safe keeps the rows.
+it reads whole (`column_shapes`: a row broadcast's out over few long rows is cut by columns,
+so each core reads half of its row). A shape is a coarser key than a tensor, and an op
+outside FLAT excludes every shape it touches, so what is not known to be safe keeps the rows.
 """
 
 from __future__ import annotations
 
+import math
+
 from trnsim.kernels.backward import ELEMENTWISE_BACKWARD
 from trnsim.kernels.elementwise import BINARY, UNARY
-from trnsim.kernels.layout import Part
+from trnsim.kernels.layout import Part, by_columns
 from trnsim.kernels.optim import OPTIM
 from trnsim.trace.ops import OPS
 from trnsim.trace.program import OpSpec, TensorSpec
 
-__all__ = ["FLAT", "flat_shapes", "part"]
+__all__ = ["FLAT", "flat_shapes", "column_shapes", "part"]
 
 FLAT = frozenset({*UNARY, *BINARY, "where", "masked_fill", *ELEMENTWISE_BACKWARD, *OPTIM})
 
@@ -90,7 +93,27 @@ def _dense(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def column_shapes(ops: list[OpSpec], tensors: dict[str, TensorSpec], cores: int) -> frozenset:
+    """The shapes of row broadcasts' outs that `layout.by_columns` would have the cores share by
+    columns (every op of the kernel on a shape of `flat_shapes` walks the same columns)."""
+    out = set()
+    for op in ops:
+        o = op.args.get("out")
+        if op.op not in BINARY or not isinstance(o, str) or o not in tensors:
+            continue
+        shape = tuple(tensors[o].shape)
+        for k in ("a", "b"):
+            v = op.args.get(k)
+            vs = tuple(tensors[v].shape) if isinstance(v, str) and v in tensors else None
+            row = vs is not None and vs != shape and vs[-1:] == shape[-1:]
+            if row and math.prod(vs) == shape[-1] and by_columns(shape, cores):
+                out.add(shape)
+    return frozenset(out)
+
+
 def part(core: int, cores: int, ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> Part:
     """Physical core `core` of `cores` for `KernelBuilder.part`, carrying the kernel's
-    `flat_shapes` for `layout.flat_share`."""
-    return Part(core, cores, flat_shapes(ops, tensors) if cores > 1 else frozenset())
+    `flat_shapes` and `column_shapes` for `layout.flat_ranges`."""
+    if cores == 1:
+        return Part(core, cores)
+    return Part(core, cores, flat_shapes(ops, tensors), column_shapes(ops, tensors, cores))

@@ -26,7 +26,8 @@ LNC 2: a core's share of the rows (`core_rows`, the same for every op of a kerne
 reads back only what it wrote) gives its flat elements, except where the rows split unevenly
 (a vector is one row; 128 rows are all one core's) and no op of the kernel but elementwise ones
 touches tensors of that shape (`flat_split`): those are cut in even flat shares
-(`flat_share`).
+(`flat_share`), or, for the out of a row broadcast over few long rows, in the same columns of
+every row (`by_columns`, `flat_ranges`), so that each core reads only its half of the row.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ import math
 from collections.abc import Iterator
 
 __all__ = [
-    "row_blocks", "row_groups", "flat_blocks", "flat_walk", "flat_share", "flat_cuts",
-    "core_rows", "Share", "Part",
+    "row_blocks", "row_groups", "flat_blocks", "flat_walk", "flat_share", "flat_ranges",
+    "flat_cuts", "by_columns", "core_rows", "Share", "Part",
 ]  # fmt: skip
 
 
@@ -105,13 +106,16 @@ def _blocks(dims: tuple[int, ...], most: int, lo: int, hi: int) -> Iterator[tupl
 
 class Part(tuple):
     """Which physical core a program is, (core, cores), and `flat`: the shapes whose tensors
-    the kernel's elementwise ops share between the cores by flat elements (`flat_split`)."""
+    the kernel's elementwise ops share between the cores by flat elements (`flat_split`), of
+    which `columns` are shared by columns (`flat_ranges`)."""
 
     flat: frozenset
+    columns: frozenset
 
-    def __new__(cls, core: int, cores: int, flat=frozenset()) -> Part:
+    def __new__(cls, core: int, cores: int, flat=frozenset(), columns=frozenset()) -> Part:
         p = super().__new__(cls, (core, cores))
         p.flat = frozenset(flat)
+        p.columns = frozenset(columns) & p.flat
         return p
 
 
@@ -160,6 +164,37 @@ def flat_share(shape: tuple[int, ...], rows: tuple[int, int] | None) -> tuple[in
     return cuts[part[0]], cuts[part[0] + 1]
 
 
+COLUMN_ROWS = 8  # a row broadcast over this many rows or fewer may share its columns
+COLUMN_PIECE = 128 * 256  # ... when a core's part of a row is at least this many elements
+
+
+def by_columns(shape: tuple[int, ...], cores: int) -> bool:
+    """Whether a row broadcast's out of `shape`, shared by elements, is better cut between the
+    `cores` by columns (`flat_ranges`): 2 to COLUMN_ROWS rows, each core's part of a row
+    COLUMN_PIECE or more. Cut in flat shares, each core's share of so few rows takes in whole
+    rows, so each core reads the whole broadcast row ([3, n / 3]: a third of the tensor, read
+    twice); by columns each reads its columns' part of it."""
+    if len(shape) < 2:
+        return False
+    rows = math.prod(shape[:-1])
+    return 2 <= rows <= COLUMN_ROWS and shape[-1] // cores >= COLUMN_PIECE
+
+
+def flat_ranges(shape: tuple[int, ...], rows: tuple[int, int] | None) -> list[tuple[int, int]]:
+    """The runs [lo, hi) of flat elements of `shape` that one core's elementwise op computes:
+    its `flat_share`, or for a shape the kernel shares by columns (`Part.columns`) the same
+    columns [c0, c1) of every row (cut at a multiple of 128 near the even share)."""
+    part = getattr(rows, "part", None)
+    if part is None or tuple(shape) not in getattr(part, "columns", ()):
+        lo, hi = flat_share(shape, rows)
+        return [(lo, hi)] if lo < hi else []
+    d, (c, n) = shape[-1], part
+    cut = [min(d, round(d * k / n / 128) * 128) for k in range(n + 1)]
+    cut[-1] = d
+    c0, c1 = cut[c], cut[c + 1]
+    return [(r * d + c0, r * d + c1) for r in range(math.prod(shape[:-1]))] if c0 < c1 else []
+
+
 def flat_cuts(shape: tuple[int, ...], n: int) -> list[int] | None:
     """Where `flat_share` cuts a tensor of `shape` between `n` cores when its elementwise ops
     may share it by elements: None when the row split is even enough (at most EVEN of the rows
@@ -188,7 +223,7 @@ def _cut(shape: tuple[int, ...], at: int) -> int:
 def flat_blocks(
     shape: tuple[int, ...], partitions: int, most_free: int, rows: tuple[int, int] | None = None
 ) -> list[tuple]:
-    """(index, partitions, free): blocks covering a core's elements of `shape` (`flat_share` of
+    """(index, partitions, free): blocks covering a core's elements of `shape` (`flat_ranges` of
     `rows`; all of them when None), each a [partitions, free] tile's worth that one DMA moves:
     `index` selects the block (ints and slices, for `builder.ap`; the tile takes its elements in
     the index's flat order). Elementwise ops do not care which element sits on which partition,
@@ -198,10 +233,8 @@ def flat_blocks(
         return [((), 1, 1)]
     if 0 in shape:
         return []  # no element: nothing to move
-    lo, hi = flat_share(tuple(shape), rows)
-    if lo >= hi:
-        return []
-    return list(_flat(tuple(shape), lo, hi, partitions, most_free))
+    runs = flat_ranges(tuple(shape), rows)
+    return [blk for lo, hi in runs for blk in _flat(tuple(shape), lo, hi, partitions, most_free)]
 
 
 def flat_walk(dims: tuple[int, ...], lo: int, hi: int, partitions: int, most_free: int) -> list:

@@ -28,7 +28,7 @@ from trnsim.dtypes import DType
 from trnsim.errors import TraceError
 from trnsim.isa import Ap, DmaCopy
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import flat_blocks, flat_share, flat_walk
+from trnsim.kernels.layout import flat_blocks, flat_ranges, flat_walk
 from trnsim.kernels.pointwise import Block, _advance  # its blocks in flight, stored in turn
 from trnsim.kernels.queues import Queues
 
@@ -92,7 +92,10 @@ def _ramped(shape: tuple[int, ...], P: int, free: int, rows) -> list[tuple]:
     doc)."""
     if not shape or 0 in shape:
         return flat_blocks(shape, P, free, rows)
-    lo, hi = flat_share(tuple(shape), rows)
-    first = max(1, free // RAMP)
+    runs = flat_ranges(tuple(shape), rows)
+    if not runs:
+        return []
+    (lo, hi), first = runs[0], max(1, free // RAMP)
     head = min(hi, lo + P * first)
-    return flat_walk(shape, lo, head, P, first) + flat_walk(shape, head, hi, P, free)
+    rest = [blk for a, z in runs[1:] for blk in flat_walk(shape, a, z, P, free)]
+    return flat_walk(shape, lo, head, P, first) + flat_walk(shape, head, hi, P, free) + rest
