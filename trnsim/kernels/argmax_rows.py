@@ -72,14 +72,27 @@ def _stages(k, blocks, got) -> None:
             k.last((n - 2, blocks[n - 2]), got.pop(n - 2))
 
 
+def _double(b: KernelBuilder, tile: str, k: int, n: int) -> None:
+    """Fill slots k.. n of `tile`'s second dim by copying its first k, doubling each time."""
+    while k < n:
+        w = min(k, n - k)
+        src, dst = ap(tile, slice(None), slice(0, w)), ap(tile, slice(None), slice(k, k + w))
+        b.emit(TensorCopy, [src], [dst], src=src, dst=dst)
+        k += w
+
+
 class _Rows:
     def __init__(self, b: KernelBuilder, cfg: ChipConfig, x: str, out: str, d: int, per: int):
         self.b, self.cfg, self.x, self.out, self.d, self.per = b, cfg, x, out, d, per
         tx = b.tensors[x]
         self.P, self.f32, self.xdt = cfg.core.sbuf.partitions, dtype("float32"), tx.dtype
         self.low = tx.dtype if tx.dtype.itemsize == 2 and tx.dtype.is_float else self.f32
-        self.kdt = dtype("bfloat16") if d <= 256 else self.f32  # the keys: exact
-        self.scale = float(2 ** math.ceil(math.log2(d + 1)))  # 2^e > d
+        # the keys: bf16 (exact) for rows up to 256, and for rows of 512 as two halves of 256
+        # (`last`); else fp32
+        self.H = 2 if d == 512 else 1
+        self.L = d // self.H  # a key row's length
+        self.kdt = dtype("bfloat16") if self.L <= 256 else self.f32
+        self.scale = float(2 ** math.ceil(math.log2(self.L + 1)))  # 2^e > L
         q, qs = dma_queues(cfg, per * d * tx.dtype.itemsize), Queues(cfg)
         self.loads, self.stores = qs.loads().take(q), qs.stores(0, 1 / 2)
         self.made = False
@@ -127,22 +140,22 @@ class _Rows:
         _, self.sv, self.tv = best
 
     def consts(self) -> None:
-        """R [P, per, d]: (d - i) / 2^e, an iota for the first row slot, doubled by copies."""
+        """R [P, per H, L]: (L - i) / 2^e, an iota for the first key row, doubled by copies;
+        for halves, each half's offset in its row [P, per, H] the same way."""
         if self.made:
             return
         self.made = True
-        b, P, per, d = self.b, self.P, self.per, self.d
-        self.rev = b.scratch_tile(f"amr.rev{per}.{d}", "rev", (P, per, d), self.kdt)
+        b, P, per, H, L = self.b, self.P, self.per, self.H, self.L
+        self.rev = b.scratch_tile(f"amr.rev{per}.{self.d}", "rev", (P, per * H, L), self.kdt)
         first = ap(self.rev, slice(None), slice(0, 1))
-        b.emit(Iota, [], [first], dst=first, start=d / self.scale, step=-1.0 / self.scale,
+        b.emit(Iota, [], [first], dst=first, start=L / self.scale, step=-1.0 / self.scale,
                partition_step=0)  # fmt: skip
-        k = 1
-        while k < per:
-            n = min(k, per - k)
-            src, dst = ap(self.rev, slice(None), slice(0, n)), ap(self.rev, slice(None),
-                                                                  slice(k, k + n))  # fmt: skip
-            b.emit(TensorCopy, [src], [dst], src=src, dst=dst)
-            k += n
+        _double(b, self.rev, 1, per * H)
+        if H > 1:
+            self.hoff = b.scratch_tile(f"amr.hoff{per}.{H}", "hoff", (P, per, H), self.f32)
+            first = ap(self.hoff, slice(None), slice(0, 1))
+            b.emit(Iota, [], [first], dst=first, start=0, step=float(L), partition_step=0)
+            _double(b, self.hoff, 1, per)
 
     def first(self, item):
         """Block n: its load and the rows' maxima (VectorE)."""
@@ -166,13 +179,14 @@ class _Rows:
         """Block n: the candidates row slot by row slot, + R."""
         n, (index, rows) = item
         xa, m, nm = got
-        b, P, per, d = self.b, self.P, self.per, self.d
+        b, P, per = self.b, self.P, self.per
         rr = slice(0, rows // per)
         js, jg = self.sv
-        key = ap(self.tile("k", n, (P, per, d), self.kdt, 3), rr)
+        H = self.H
+        key = ap(self.tile("k", n, (P, per * H, self.L), self.kdt, 3), rr)
         for j in range(per):
-            xj, kj, mj = ap(xa.name, rr, j), ap(key.name, rr, j), ap(m.name, rr,
-                                                                    slice(j, j + 1))  # fmt: skip
+            xj, mj = ap(xa.name, rr, j), ap(m.name, rr, slice(j, j + 1))
+            kj = ap(key.name, rr, slice(j * H, (j + 1) * H))
             if j < js:
                 nj = ap(nm.name, rr, slice(j, j + 1))
                 b.emit(Activation, [xj, nj], [kj], func="sign", src=xj, dst=kj, bias=nj)
@@ -182,8 +196,8 @@ class _Rows:
                        engine=G if j < js + jg else V)  # fmt: skip
         for lo, hi, e in ((0, self.tv, V), (self.tv, per, G)):
             if lo < hi:
-                kk = ap(key.name, rr, slice(lo, hi))
-                rv = ap(self.rev, rr, slice(lo, hi))
+                kk = ap(key.name, rr, slice(lo * H, hi * H))
+                rv = ap(self.rev, rr, slice(lo * H, hi * H))
                 b.emit(TensorTensor, [kk, rv], [kk], alu="add", src0=kk, src1=rv, dst=kk,
                        engine=e)  # fmt: skip
         return key
@@ -193,11 +207,23 @@ class _Rows:
         n, (index, rows) = item
         b, P, per, d = self.b, self.P, self.per, self.d
         rr = slice(0, rows // per)
-        top = ap(self.tile("top", n, (P, per), self.kdt), rr)
+        H, L = self.H, self.L
+        top = ap(self.tile("top", n, (P, per * H), self.kdt), rr)
         b.emit(TensorReduce, [key], [top], alu="max", src=key, dst=top)
         to = b.tensors[self.out]
         res = ap(self.tile("r", n, (P, per), to.dtype), rr)
-        b.emit(TensorScalar, [top], [res], src=top, dst=res, op0="multiply",
-               operand0=-self.scale, op1="add", operand1=float(d), engine=G)  # fmt: skip
+        if H == 1:  # the index d - 2^e key
+            b.emit(TensorScalar, [top], [res], src=top, dst=res, op0="multiply",
+                   operand0=-self.scale, op1="add", operand1=float(d), engine=G)  # fmt: skip
+        else:  # each half's index h L + L - 2^e key (past the row where the half has no max:
+            # its keys are at most -1/2), the row's least
+            ih = ap(self.tile("ih", n, (P, per, H)), rr)
+            b.emit(TensorScalar, [top], [ih], src=top, dst=ih, op0="multiply",
+                   operand0=-self.scale, op1="add", operand1=float(L), engine=G)  # fmt: skip
+            ho = ap(self.hoff, rr)
+            b.emit(TensorTensor, [ih, ho], [ih], alu="add", src0=ih, src1=ho, dst=ih, engine=G)
+            low = ap(self.tile("lo", n, (P, per)), rr)
+            b.emit(TensorReduce, [ih], [low], alu="min", src=ih, dst=low)
+            b.emit(TensorCopy, [low], [res], src=low, dst=res, engine=S)
         dst = ap(self.out, *index) if to.shape else ap(self.out)
         b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=self.stores[n])

@@ -68,7 +68,7 @@ def passes(cfg: ChipConfig, op: str, d: int, itemsize: int, per_row: bool) -> li
     if op == "argmax":
         if d >= ARGMAX_CHUNK_ROWS:  # the chunk maxima (`argmax_chunks`): one pass, VectorE's
             return [{V: d / 2 if half else d}]
-        keys16 = d <= 256  # the keys in bf16 (`argmax_rows`), else fp32
+        keys16 = d <= 256 or d == 512  # the keys in bf16 (`argmax_rows`: 512 as two halves)
         return [
             {V: d / 2 if half else d, S: row(d, smin) + (red if per_row else 0.0)},  # max
             {S: row(d, smin), G: row(d, gmin), V: row(d / fast_ts, vmin)},  # x != max
