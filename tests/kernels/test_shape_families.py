@@ -355,6 +355,16 @@ def test_a_row_over_few_rows_is_cut_between_the_cores_by_columns(rows, dt):
         assert sorted(set().union(*got)) == list(range(cols[c], cols[c + 1]))
 
 
+@pytest.mark.parametrize("dt", [F32, BF16])
+def test_a_column_over_few_columns_reaches_80_percent_of_the_dma_bound(dt):
+    """[n / 3, 3] + [n / 3, 1], 16 MiB at LNC 2: the column a third of the tensor, the rows of
+    3 grouped many to a partition and the column widened by copies (`broadcast`'s short rows):
+    at least 80% of the DMA bound (87-88%)."""
+    n = (16 << 20) // dtype(dt).itemsize
+    row = timed("col", (n // 3, 3), dt, 2)
+    assert row["dma_bound_ns"] >= 0.8 * row["time_ns"], row["time_ns"]
+
+
 def _elements(a, d: int) -> set[int]:
     """The flat positions operand `a` of a [d] tensor selects."""
     index = tuple(slice(*i) if isinstance(i, tuple) else i for i in a.index)
