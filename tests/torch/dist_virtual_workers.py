@@ -41,6 +41,7 @@ def main(_index: int, out: str) -> None:
     seen["ddp"] = _ddp()
     seen["fsdp2"] = _fsdp2()
     seen["record"] = _record(out)
+    seen["tp"] = _tp_fsdp(out)
     dist.destroy_process_group()
     torch.save(seen, os.path.join(out, "virtual.pt"))
 
@@ -241,3 +242,39 @@ def _record(out: str) -> dict:
         e.record()
     e.synchronize()
     return {"file": os.path.join(out, "mlp_rank0.yaml"), "step_ps": e.rt.time_ps - s.rt.time_ps}
+
+
+def _tp_fsdp(out: str) -> dict:
+    """FSDP x TP on a (4, 2) mesh of the 8 virtual ranks (a Linear pair, Colwise and Rowwise on
+    tp, fully_shard on dp), one step recorded after one warm-up: the file and the live
+    collectives (call, group ranks, bytes, time)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    import trnsim.torch
+    from trnsim.torch import state
+    from trnsim.torch.listeners import Listener
+
+    mesh = init_device_mesh("neuron", (4, 2), mesh_dim_names=("dp", "tp"))
+    model = _mlp().to("neuron")
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    batches = _batches(2)
+    _train(model, model.parameters(), batches[:1])
+    infos = []
+
+    class Seen(Listener):
+        def collective(self, op, stream, tensors, info):
+            infos.append((info["world_op"], info["ranks"], info["nbytes"], info["time_ps"]))
+
+    seen = Seen()
+    state.get().listeners.add(seen)
+    with trnsim.torch.record(os.path.join(out, "tp.yaml")):
+        _train(model, model.parameters(), batches[1:])
+    state.get().listeners.remove(seen)
+    return {"file": os.path.join(out, "tp_rank0.yaml"), "collectives": infos}

@@ -126,6 +126,33 @@ def test_a_virtual_recording_replicated_to_8_ranks_replays_the_live_step(seen, t
     assert steps == {rec["step_ps"]}
 
 
+def test_fsdp_x_tp_recorded_at_8_virtual_ranks_replays_on_each_ranks_mesh_groups(seen, tmp_path):
+    """A (4, 2) mesh's recording (rank 0's: dp group [0, 2, 4, 6], tp [0, 1]) written for ranks
+    0-7: rank 5's dp group is [1, 3, 5, 7], its tp group [4, 5]; the replay runs every group's
+    collectives with the live sizes and times to the picosecond: the live path times rank 0's
+    dp group [0, 2, 4, 6] together with its replicas' [1, 3, 5, 7] (both cross from chip 0 to
+    chip 1 and share the link; alone it would be 8.5 ns shorter), as the replay runs them."""
+    from click.testing import CliRunner
+
+    from trnsim.cli import main
+
+    rec = seen["tp"]
+    groups = {ranks for _, ranks, _, _ in rec["collectives"]}
+    assert groups == {(0, 2, 4, 6), (0, 1)}
+    r = CliRunner().invoke(main, ["ranks", "replicate", rec["file"], "--ranks", "0-7", "-o",
+                                  str(tmp_path)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "tp_rank5.yaml").read_text()
+    assert "group: [1, 3, 5, 7]" in text and "group: [4, 5]" in text
+    files = sorted(str(p) for p in tmp_path.glob("*.yaml"))
+    r = CliRunner().invoke(main, ["run", "--system", workers.SYSTEM, *files, "--json"])
+    assert r.exit_code == 0, r.output
+    got = {(c["op"], c["ranks"], c["bytes"], round(c["time_ns"] * 1000))
+           for c in json.loads(r.output)["collectives"]}  # fmt: skip
+    live = {(op, len(ranks), b, t) for op, ranks, b, t in rec["collectives"]}
+    assert got == live
+
+
 def test_errors_name_the_variable(seen):
     e = seen["errors"]
     assert e["too_many"] == ("TRNSIM_VIRTUAL_WORLD_SIZE=65: the system trn2-48xl has 64 ranks; "

@@ -186,6 +186,12 @@ class NeuronGroup(dist.ProcessGroup):
         self._p2p: dict[int, int] = {}
         self._timer = _Timer(self)
 
+    def _concurrent_groups(self, group: tuple) -> tuple:
+        """Other groups whose ranks do this collective at the same time, timed with it: none
+        (the other processes' collectives are their own; docs/distributed.md, "Approximations
+        of the live path")."""
+        return ()
+
     def _values(self, store, rank: int, size: int):
         """What moves the values: gloo over the job's store."""
         return dist.ProcessGroupGloo(dist.PrefixStore("gloo", store), rank, size, self._timeout)
@@ -655,7 +661,8 @@ class _Timer:
             root = g._ranks[root]
         a0 = min(arrivals)
         delays = tuple(a - a0 for a in arrivals)
-        res = _world_time(cfg, world_op, group, nbytes, dtype, red, root, counts, delays)
+        others = g._concurrent_groups(group) if peers is None else ()
+        res = _world_time(cfg, world_op, group, nbytes, dtype, red, root, counts, delays, others)
         me = g._ranks[g.rank()]
         end = a0 + res["end"][me]
         chip = state.get()
@@ -686,11 +693,13 @@ _WORLDS: dict = {}
 _TIMES: dict = {}
 
 
-def _world_time(cfg, op, group, nbytes, dtype, reduce_op, root, counts, delays) -> dict:
+def _world_time(cfg, op, group, nbytes, dtype, reduce_op, root, counts, delays,
+                others=()) -> dict:  # fmt: skip
     """A World of system `cfg` (one a process) times `op` on `group` with ranks `delays` ps
     late: each rank's end and the start, relative to the earliest arrival; memoised (by the
-    config itself: a system and the same with overrides share a name)."""
-    key = (id(cfg), op, group, nbytes, dtype, reduce_op, root, counts, delays)
+    config itself: a system and the same with overrides share a name). `others`: groups doing
+    the same collective at the same time (a virtual world's replicas: they share links)."""
+    key = (id(cfg), op, group, nbytes, dtype, reduce_op, root, counts, delays, others)
     out = _TIMES.get(key)
     if out is not None:
         return out
@@ -700,8 +709,16 @@ def _world_time(cfg, op, group, nbytes, dtype, reduce_op, root, counts, delays) 
     if w is None:
         w = _WORLDS[id(cfg)] = World.from_config(cfg)  # (state's cache keeps cfg alive)
     t0 = w.env.now
-    res = w.collective(op, group, nbytes, dtype, reduce_op, None, [d / 1e12 for d in delays],
-                       root=root, counts=counts)  # fmt: skip
+    if others:
+        handles = [w.post(r, op, grp, nbytes, dtype, reduce_op, None, delays[i] / 1e12,
+                          root=grp[group.index(root)] if root in group else root,
+                          counts=counts)
+                   for grp in (group, *others) for i, r in enumerate(grp)]  # fmt: skip
+        w.run()
+        res = handles[0].result
+    else:
+        res = w.collective(op, group, nbytes, dtype, reduce_op, None, [d / 1e12 for d in delays],
+                           root=root, counts=counts)  # fmt: skip
     out = {"end": {r: e - t0 for r, e in res.rank_end_ps.items()}, "start": res.start_ps - t0,
            "algorithm": res.algorithm, "busbw": res.busbw, "time": res.time_ps}  # fmt: skip
     if len(_TIMES) > 4096:

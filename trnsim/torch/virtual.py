@@ -24,6 +24,7 @@ from torch.distributed import ReduceOp
 
 from trnsim.torch import state
 from trnsim.torch.distributed import NeuronGroup, system_of
+from trnsim.trace.replicate import mesh_group
 
 ENV = "TRNSIM_VIRTUAL_WORLD_SIZE"
 
@@ -217,6 +218,19 @@ class VirtualGroup(NeuronGroup):
         if peers is not None:
             raise _no_p2p()
         return [mine] * self.size()
+
+    def _concurrent_groups(self, group: tuple) -> tuple:
+        """The replicas' groups of the same mesh dimension (every rank's group playing the part
+        this one plays for this rank: `mesh_group`), which do the collective at the same time
+        as it and share the system's links with it; none for the whole world or a group that
+        is no mesh dimension's (`new_group([0, 1, 2])`: its replicas are unknown)."""
+        n = dist.get_world_size()
+        me = self._ranks[self.rank()]
+        if len(group) >= n or mesh_group(list(group), me, me, n) is None:
+            return ()
+        out = {tuple(mesh_group(list(group), me, d, n)) for d in range(n)}
+        out.discard(tuple(group))
+        return tuple(sorted(out))
 
     def _reduce(self, tensors: list, op) -> None:
         for t in tensors:

@@ -21,7 +21,7 @@ size), send_recv and permute (rank pairs), |T| not a multiple of |W|.
 Files recorded at the target size (top-level `world_size:` = |T|: a virtual world's,
 trnsim.torch.virtual) hold the target's sizes already: every collective but send_recv and
 permute replicates, each group being every recorded rank or a DeviceMesh dimension's group of
-the file's rank (an arithmetic progression, `_coset`), which becomes the target rank's group of
+the file's rank (an arithmetic progression, `mesh_group`), which becomes the target rank's group of
 that dimension.
 """
 
@@ -36,7 +36,7 @@ import yaml
 from trnsim.errors import TrnsimError
 from trnsim.report.files import replacing
 
-__all__ = ["parse_ranks", "replicate"]
+__all__ = ["mesh_group", "parse_ranks", "replicate"]
 
 # collectives whose per-rank bytes do not depend on the group's size
 SIZE_FREE = ("all_reduce", "broadcast")
@@ -170,16 +170,16 @@ def _recorded_size(by_rank: dict) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-def _coset(group: list, src: int, dst: int) -> list[int] | None:
+def mesh_group(group: list, src: int, dst: int, n: int) -> list[int] | None:
     """The group of rank `dst` that plays the part `group` (a DeviceMesh dimension's group of
-    rank `src`: an arithmetic progression base + j x stride, j < k, in blocks of stride x k)
-    plays for `src`; None when `group` is not such a group of `src`."""
+    rank `src` in a world of `n`: an arithmetic progression base + j x stride, j < k, in blocks
+    of stride x k that divide n) plays for `src`; None when `group` is not such a group."""
     k = len(group)
     if k == 1:
         return [dst] if group == [src] else None
     stride = group[1] - group[0]
     block = stride * k
-    if stride < 1 or group != list(range(group[0], group[0] + block, stride)):
+    if stride < 1 or n % block or group != list(range(group[0], group[0] + block, stride)):
         return None
     if group[0] != src % stride + src // block * block:
         return None
@@ -189,7 +189,7 @@ def _coset(group: list, src: int, dst: int) -> list[int] | None:
 
 def _mesh_collectives(path: Path, doc: dict, n: int) -> None:
     """Check the collectives of a file recorded at the target size `n` (a virtual world's):
-    each group is every rank or a mesh dimension's group of the file's rank (`_coset`)."""
+    each group is every rank or a mesh dimension's group of the file's rank (`mesh_group`)."""
     src = doc["rank"]
     for where, s in _steps(doc):
         c = s.get("collective")
@@ -204,7 +204,7 @@ def _mesh_collectives(path: Path, doc: dict, n: int) -> None:
             continue
         if not isinstance(group, list) or not all(isinstance(r, int) for r in group):
             raise TrnsimError(f"{key}.group: {group!r}; expected a list of ranks")
-        if max(group) >= n or (len(group) < n and _coset(group, src, src) is None):
+        if max(group) >= n or (len(group) < n and mesh_group(group, src, src, n) is None):
             raise TrnsimError(f"{key}.group: {group} is not a group of rank {src} in a mesh of "
                               f"the recorded {n} ranks (ranks base + j x stride); its replicas "
                               "at other ranks are not defined by the file")  # fmt: skip
@@ -213,7 +213,7 @@ def _mesh_collectives(path: Path, doc: dict, n: int) -> None:
 def _copy(path: Path, doc: dict, dst: int, world, ranks, out: Path,
           index: int | None = None) -> tuple[str, dict]:  # fmt: skip
     """Rank `dst`'s copy of `doc`. `index`: dst's place in the target ranks when the file was
-    recorded at the target size (its groups are mesh groups, moved to dst's: `_coset`)."""
+    recorded at the target size (its groups are mesh groups, moved to dst's: `mesh_group`)."""
     src = doc["rank"]
     old = f"r{src}_"
     tensors = doc.get("tensors") or {}
@@ -232,7 +232,8 @@ def _copy(path: Path, doc: dict, dst: int, world, ranks, out: Path,
                     v = dict(v)
                     group = v.get("group")
                     if isinstance(group, list):
-                        moved = _coset(group, src, index) if len(group) < len(ranks) else group
+                        n = len(ranks)
+                        moved = mesh_group(group, src, index, n) if len(group) < n else group
                         v["group"] = [ranks[r] for r in moved]
                         if v.get("root") in group:
                             v["root"] = v["group"][group.index(v["root"])]
