@@ -62,8 +62,8 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
         SEGMENTS.format(
             "four rows",
             "12 us a row on each of VectorE, ScalarE and GpSimd as planned (the bias on "
-            "TensorE, ScalarE copying out), 47-50 us busy each of 75",
-            "the first row's chain starts only once its statistics are whole; 69%",
+            "TensorE, ScalarE copying out), 47-50 us busy each of 74",
+            "the first row's chain starts only once its statistics are whole; 71%",
         )
     ),
     ("rms_norm", "bfloat16", 64): ROW_BY_ROW.format(
@@ -71,14 +71,13 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
     ),
     ("layer_norm", "float32", 64): "16 rows a partition, 16 blocks a core: "
     + BUSY.format(
-        "59%: 78 us, ScalarE 62 us busy (the statistics, shifting as they go, two "
-        "instructions a row slot of 64 cycles at least plus the accumulator read), GpSimd 60 "
-        "(normalisation, weight and bias of 12 blocks in 16)"
+        "68%: 68 us, GpSimd 56 us busy (weight and bias, two cycles an element), VectorE 35 "
+        "(the statistics, a bn_stats and a bn_aggr a row slot, each at least 64 cycles)"
     ),
     ("layer_norm", "float32", 512): "16 blocks a core: "
     + BUSY.format(
-        "73%: 64 us, ScalarE 49 us busy (the statistics, shifting as they go, and "
-        "the normalisation), GpSimd 46"
+        "76%: 61 us, ScalarE 46 us busy (the statistics, shifting as they go, and "
+        "the normalisation), GpSimd 42, VectorE 36"
     ),
     ("layer_norm", "bfloat16", 512): "16 blocks a core: "
     + BUSY.format(
@@ -86,9 +85,9 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
         "bias copied out), GpSimd 56"
     ),
     ("layer_norm", "float32", 4096): "four blocks a core: "
-    + BUSY.format("62%: 75 us, GpSimd 41 us busy, ScalarE 39; a block's chain is 2 MiB long"),
+    + BUSY.format("66%: 70 us, ScalarE 43 us busy, VectorE 38; a block's chain is 2 MiB long"),
     ("layer_norm", "bfloat16", 4096): "eight blocks a core: "
-    + BUSY.format("64%: 73 us, ScalarE 53 us busy, GpSimd 52"),
+    + BUSY.format("66%: 70 us, ScalarE 52 us busy, VectorE and GpSimd 51"),
 }
 
 

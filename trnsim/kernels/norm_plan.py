@@ -153,9 +153,11 @@ class _Costs:
         return ap(t, slice(None), slice(lo, hi))
 
     def small(self, n: int) -> float:
-        """n dependent [p, per] steps on VectorE."""
-        return n * cost_ns(self.b, self.cfg, TensorScalar, V, after=True, src=self.tab,
-                           dst=self.tab, op0="add", operand0=1.0)  # fmt: skip
+        """n dependent [p, per] steps on VectorE (each waiting on a semaphore, or not:
+        `k.small_waits`)."""
+        return n * cost_ns(self.b, self.cfg, TensorScalar, V, waits=self.k.small_waits,
+                           after=True, src=self.tab, dst=self.tab, op0="add",
+                           operand0=1.0)  # fmt: skip
 
     @staticmethod
     def on(e: Engine, ns: float) -> np.ndarray:

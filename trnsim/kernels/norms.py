@@ -91,6 +91,20 @@ SEG_STORES = 1  # store queues of a row in segments (its last row's stores, afte
 # statistics, are what nothing overlaps)
 SEG_LAG = (0, 0, 0)  # a row in segments (without TensorE's bias): its stages emitted together
 SEG_SHARE = 0.6  # what a row in segments' buffers (and the weight and bias) may take of SBUF
+# layer_norm's plan variants, tried by `_variant`: as planned; its [p, per] steps costed without
+# the semaphore wait most of them do not make; two lanes from rows of LANE_ROW on; both. trn2
+# LNC 2, 16 MiB: fp32 rows of 64 59.5% -> 67.7%, 512 72.7% -> 76.0%, 4096 62.2% -> 66.4%, bf16
+# 4096 63.7% -> 65.8%, 2^20 69.5% -> 70.7%
+LANE_ROW = 2048
+VARIANTS = (
+    {},
+    {"small_waits": False},
+    {"long_row": LANE_ROW},
+    {"long_row": LANE_ROW, "small_waits": False},
+)
+TRIAL_BYTES = 2 << 20  # layer_norms of x this large try the VARIANTS
+CHOSEN_MOST = 256  # the choices kept (`_variant`), by shapes
+_CHOSEN: dict = {}
 
 
 def lower_norm(
@@ -106,6 +120,42 @@ def lower_norm(
             raise TraceError(
                 f"{op}: {k} {v} has shape {list(b.tensors[v].shape)}; expected [{d}] (x's last dim)"
             )
+    args = (cfg, op, x, out, weight, bias, eps)
+    _lower(b, *args, _variant(b, *args))
+
+
+def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -> dict:
+    """The VARIANTS entry whose list schedule (`schedule.Scheduled`) ends soonest for a
+    layer_norm of TRIAL_BYTES or more: each lowered on a builder of its own for the first
+    core's share at the chip's default LNC, whatever the run's (the choice, which may change c
+    and so the rounding, is then the same however a logical core's cores share the rows), and
+    kept for the next core and the next op of the same shapes."""
+    tx = b.tensors[x]
+    if op != "layer_norm" or math.prod(tx.shape) * tx.dtype.itemsize < TRIAL_BYTES:
+        return {}
+    names = (x, out) + tuple(v for v in (weight, bias) if v is not None)
+    key = (op, eps, weight is None, bias is None) + tuple(
+        (tuple(b.tensors[n].shape), b.tensors[n].dtype.name) for n in names
+    )
+    hit = _CHOSEN.get(key)
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    spans = []
+    for i, v in enumerate(VARIANTS):
+        tb = KernelBuilder(b.tensors)
+        tb.part = (0, max(1, cfg.lnc))
+        spans.append((_lower(tb, cfg, op, x, out, weight, bias, eps, v), i))
+    if len(_CHOSEN) >= CHOSEN_MOST:
+        _CHOSEN.clear()
+    _CHOSEN[key] = (cfg, VARIANTS[min(spans)[1]])
+    return _CHOSEN[key][1]
+
+
+def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, variant) -> float:
+    """`lower_norm` with the plan's `variant` (a VARIANTS entry); the list schedule's estimated
+    span (0 without one)."""
+    tx, to = b.tensors[x], b.tensors[out]
+    d = tx.shape[-1]
     affine = [(v, alu) for v, alu in ((weight, "multiply"), (bias, "add")) if v is not None]
     share = core_share(b, cfg, tx)  # rows that do not fit: split evenly (isolated)
     rows = share[1] - share[0]
@@ -114,8 +164,8 @@ def lower_norm(
                                                      d >= PIECE_ROWS):  # fmt: skip
         lay = _piece_layout(cfg, tx, d)
         if lay is not None:
-            _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay, share)
-            return
+            return _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay, share,
+                                 variant)  # fmt: skip
         if not norm_rows(cfg, tx, to, affine_bytes):
             raise TraceError(
                 f"{op}: rows of {d} elements do not fit a partition's SBUF, and are not a "
@@ -125,6 +175,7 @@ def lower_norm(
             )
     k = _Norm(b, cfg, op, x, out, d, float(eps))
     k.weight, k.bias = weight, bias
+    k.__dict__.update(variant)
     # other ops keep their tiles; rows of LONG_ROW or more take more (a kernel has room for few
     # such ops), and only they go in two lanes (whose tiles no other norm shares)
     share_ = LONG_SHARE if d >= LONG_ROW else BUFFER_SHARE
@@ -155,15 +206,16 @@ def lower_norm(
     on_pe = all(lane.bias == S for ls in k.block_lanes for lane in ls)
     spreads = [v for v in (weight, bias) if v is not None and not (v == bias and on_pe)]
     k.spread = lambda: k.rows.update(zip(spreads, spread(b, cfg, spreads, d, k.loads)))
-    with _scheduled(k):
+    with _scheduled(k) as s:
         if k.pe_bias:
             k.pe = PeBias(b, cfg, bias, d, to.dtype, group=pe_group(cfg, d, k.per))
         _emit(k, blocks)
     if k.pe_bias:
         k.pe.done()
+    return getattr(s, "makespan", 0.0)
 
 
-def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows) -> None:
+def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> float:
     """Rows in pieces over the partitions (`row_pieces`): a tile holds g rows of k pieces of f
     elements, one a partition; each partition's statistics as a row's of f elements above
     (one lane, the bias not on TensorE), then combined over the row's k partitions on TensorE
@@ -182,6 +234,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows) -> None:
     width = lay.f * lay.t  # a row's elements on each partition
     k = _Norm(b, cfg, op, x, out, width, eps)
     k.weight, k.bias, k.pieces = weight, bias, lay
+    k.__dict__.update(variant)
     k.groups = Groups(b, cfg, lay.k)
     room = int(cfg.core.sbuf.partition_bytes * (SEG_SHARE if seg else BUFFER_SHARE)) - width * sum(
         b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)  # fmt: skip
@@ -220,13 +273,14 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows) -> None:
     k.spread, k.spread_first = spread, big
     if k.interleave:  # each row's stages at once (`_emit`): its segments follow its loads
         k.lag = SEG_LAG
-    with _scheduled(k):
+    with _scheduled(k) as s:
         if k.pe_bias:
             k.pe = PeBias(b, cfg, bias, width, to.dtype, pieces=True)
         _emit(k, blocks)
     k.groups.done()
     if k.pe_bias:
         k.pe.done()
+    return getattr(s, "makespan", 0.0)
 
 
 def _engines(lane: Lane) -> tuple:
@@ -321,6 +375,7 @@ class _Norm:
         self.per, self.bufs, self.blocks, self.c = 1, 1, 0, 0
         self.plan_per = 1  # the rows a partition of the layout `_plan` costs
         self.long_row = LONG_ROW
+        self.small_waits = True  # the plan costs its [p, per] steps as waiting on a semaphore
         self.weight = self.bias = None
         self.lanes: list[Lane] = []  # the current block's (`at`)
         self.block_lanes: list[list[Lane]] = []  # each block's

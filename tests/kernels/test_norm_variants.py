@@ -1,0 +1,59 @@
+"""layer_norm's plan variants (`norms._variant`): the one whose list schedule ends soonest,
+chosen the same way whatever the logical core's size, so LNC 1 and LNC 2 give the same values."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.config import load_chip
+from trnsim.dtypes import dtype
+from trnsim.kernels import norms
+from trnsim.kernels.builder import KernelBuilder
+from trnsim.runtime.session import run_program
+from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+
+F32 = dtype("float32")
+SHAPE = (2048, 512)  # 4 MiB of fp32: past TRIAL_BYTES
+
+
+def _specs() -> dict:
+    return {
+        "x": TensorSpec("x", SHAPE, F32, "normal"),
+        "w": TensorSpec("w", SHAPE[-1:], F32, "normal"),
+        "b": TensorSpec("b", SHAPE[-1:], F32, "normal"),
+        "out": TensorSpec("out", SHAPE, F32, None),
+    }
+
+
+def test_the_variant_is_the_one_whose_schedule_ends_soonest():
+    cfg = load_chip("trn2")
+    assert 4 * np.prod(SHAPE) >= norms.TRIAL_BYTES
+    norms._CHOSEN.clear()
+    b = KernelBuilder(_specs())
+    args = (cfg, "layer_norm", "x", "out", "w", "b", 1e-5)
+    chosen = norms._variant(b, *args)
+    spans = []
+    for v in norms.VARIANTS:
+        tb = KernelBuilder(b.tensors)
+        tb.part = (0, cfg.lnc)
+        spans.append(norms._lower(tb, *args, v))
+    assert chosen == norms.VARIANTS[int(np.argmin(spans))]
+    assert all(s > 0 for s in spans)
+    # kept: the next core (or op of the same shapes) does not try them again
+    assert norms._variant(KernelBuilder(b.tensors), *args) is chosen
+
+
+def test_lnc_1_and_2_give_the_same_values():
+    """The choice (which may change ScalarE's share of the statistics, so the rounding) is made
+    for the chip's default LNC whatever the run's."""
+    out = []
+    for lnc in (1, 2):
+        norms._CHOSEN.clear()
+        prog = Program("v", "trn2", 0, "functional", lnc, [], _specs(),
+                       {"k": KernelSpec("k", ops=[OpSpec("layer_norm", {
+                           "x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)])},
+                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+        r = run_program(prog, load_chip("trn2"), "functional", check=True)
+        assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
+        out.append(r.tensor("out"))
+    assert np.array_equal(out[0], out[1])
