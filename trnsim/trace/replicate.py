@@ -27,6 +27,7 @@ that dimension.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -89,8 +90,12 @@ def replicate(files: list[str | Path], ranks: list[int], out: str | Path) -> lis
     for i, dst in enumerate(ranks):
         path, doc = by_rank[world[i % len(world)]]
         name, new = _copy(path, doc, dst, world, ranks, out, i if sized else None)
-        target = out / f"{name}{path.suffix if path.suffix in ('.yaml', '.yml') else '.yaml'}"
-        text = yaml.dump(new, Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=None)
+        if path.suffix == ".json":  # (JSON writes and reads ~10x faster: many ranks)
+            target, text = out / f"{name}.json", json.dumps(new)
+        else:
+            target = out / f"{name}{path.suffix if path.suffix in ('.yaml', '.yml') else '.yaml'}"
+            text = yaml.dump(new, Dumper=_Dumper, sort_keys=False, width=100,
+                             default_flow_style=None)  # fmt: skip
         with replacing(target) as fh:  # never a half-written rank file
             fh.write(text)
         written.append(target)
@@ -103,7 +108,9 @@ def _load(path: Path) -> tuple[Path, dict]:
     except OSError as e:
         raise TrnsimError(f"{path}: cannot read: {e.strerror or e}") from None
     try:
-        doc = yaml.load(text, Loader=_Loader)
+        doc = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_Loader)
+    except json.JSONDecodeError as e:
+        raise TrnsimError(f"{path}: not JSON: {e}") from None
     except yaml.YAMLError as e:
         raise TrnsimError(f"{path}: not YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("streams"), list):
