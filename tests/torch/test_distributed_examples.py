@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ddp.py"
 NUM = r"([0-9][0-9,.]*)"
 
@@ -59,3 +61,31 @@ def test_examples_fsdp2_runs_at_a_virtual_16_chips_from_one_process(tmp_path):
     assert "16 ranks on trn2-48xl" in p.stdout
     table = p.stdout.split("collectives\n", 1)[1].strip().splitlines()
     assert len(table) == 2 and all(int(line.split()[-1]) >= 1 for line in table)
+
+
+def test_examples_scaling_prints_a_row_per_size_with_its_efficiency(tmp_path):
+    """examples/scaling.py runs examples/ddp.py once per chip count as a virtual world of the
+    system's ranks a chip (one rank per chip here, `--ranks-per-chip 1`): a row per size, the
+    tokens/s those ranks' tokens over the step, the efficiency the first size's step over
+    this one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRNSIM_")}
+    cmd = [sys.executable, str(SCRIPT.with_name("scaling.py")), "--chips", "1,2", "--examples",
+           "ddp", "--ranks-per-chip", "1", "--", "--steps", "2", "--batch", "2", "--context",
+           "16", "--width", "64", "--layers", "1"]  # fmt: skip
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = re.findall(rf"\| ddp \| (\d+) \| (\d+) \| {NUM} ms \| {NUM} \| {NUM}% \| {NUM}% \|",
+                      p.stdout)  # fmt: skip
+    assert [(r[0], r[1]) for r in rows] == [("1", "1"), ("2", "2")], p.stdout
+    base = float(rows[0][2])
+    for _, ranks, ms, tps, _, eff in rows:
+        ms, tps = float(ms), float(tps.replace(",", ""))
+        assert tps == pytest.approx(int(ranks) * 2 * 16 / ms * 1e3, rel=1e-3)
+        assert float(eff) == pytest.approx(100 * base / ms, abs=0.06)
+
+
+def test_examples_scaling_rejects_bad_chip_counts(tmp_path):
+    cmd = [sys.executable, str(SCRIPT.with_name("scaling.py")), "--chips", "1,two"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode != 0
+    assert p.stderr.strip() == "examples/scaling.py: --chips '1,two': expected numbers, e.g. 1,2,4"
