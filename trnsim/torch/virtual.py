@@ -8,8 +8,9 @@ it: they hold this rank's data, so every collective's values are those of a job 
 see the same data (all_reduce SUM is N x, AVG x, an all_gather N copies, a reduce_scatter this
 rank's chunk times N, ...): not the real job's values, but the right shapes, so DDP's checks,
 FSDP2's shards and DeviceMesh's groups work. Timing is the real lockstep path's (`_Timer`) with
-every rank arriving when this one does. Several processes (torchrun) are independent, each its
-own rank of N with its own local store.
+every rank arriving when this one does; a mesh dimension's group is timed together with the
+replicas' groups of that dimension (`_concurrent_groups`: they share links). Several processes
+(torchrun) are independent, each its own rank of N with its own local store.
 """
 
 from __future__ import annotations
