@@ -182,6 +182,7 @@ class _Costs:
         nch = len(runs(k.d - c, k.bn))
         steps = (4 if c else 3) if k.layer else 4  # rstd, -mean * rstd, ScalarE's triple
         steps += 1 if k.shift and c and not k.segments else 0  # (`_Norm.folded`: scaled apart)
+        steps += 4 if k.pieces and k.layer else 0  # (`_Norm.combine`)
         if k.layer or c < k.d:
             if nch == 1 and not c and k.per >= 4 and k.d > 1:
                 steps += 7

@@ -101,6 +101,8 @@ VARIANTS = (
     {"small_waits": False},
     {"long_row": LANE_ROW},
     {"long_row": LANE_ROW, "small_waits": False},
+    {"pe_pieces": True},
+    {"pe_pieces": True, "small_waits": False},
 )
 TRIAL_BYTES = 2 << 20  # layer_norms of x this large try the VARIANTS
 CHOSEN_MOST = 256  # the choices kept (`_variant`), by shapes
@@ -140,8 +142,12 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     hit = _CHOSEN.get(key)
     if hit is not None and hit[0] is cfg:
         return hit[1]
+    to, d = b.tensors[out], tx.shape[-1]
+    pe = bias is not None and to.dtype == tx.dtype and to.dtype.itemsize == 2 and d >= PIECE_ROWS
     spans = []
-    for i, v in enumerate(VARIANTS):
+    for i, v in enumerate(VARIANTS):  # (not those that would lower as the first does)
+        if ("long_row" in v and not LANE_ROW <= d < LONG_ROW) or ("pe_pieces" in v and not pe):
+            continue
         tb = KernelBuilder(b.tensors)
         tb.part = (0, max(1, cfg.lnc))
         spans.append((_lower(tb, cfg, op, x, out, weight, bias, eps, v), i))
@@ -241,7 +247,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     base = width * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
     # a row in segments may have its bias added by TensorE (16-bit: the identity times the
     # bias' pieces and times the values into PSUM, ScalarE copying out), as rows that fit do
-    k.pe_ok = seg and bias is not None and to.dtype == tx.dtype and to.dtype.itemsize == 2
+    k.pe_ok = (seg or k.pe_pieces) and bias is not None and to.dtype == tx.dtype and (
+        to.dtype.itemsize == 2)  # fmt: skip
     room -= F_BUFS * width * to.dtype.itemsize if k.pe_ok else 0
     blocks = list(row_blocks(tx.shape, lay.g, rows))
     k.bufs, k.blocks = max(1, min(BUFS, room // base)), len(blocks)
@@ -376,6 +383,7 @@ class _Norm:
         self.plan_per = 1  # the rows a partition of the layout `_plan` costs
         self.long_row = LONG_ROW
         self.small_waits = True  # the plan costs its [p, per] steps as waiting on a semaphore
+        self.pe_pieces = False  # TensorE may add the bias of rows in pieces (not in segments)
         self.weight = self.bias = None
         self.lanes: list[Lane] = []  # the current block's (`at`)
         self.block_lanes: list[list[Lane]] = []  # each block's
@@ -604,7 +612,7 @@ class _Norm:
                                                     slice(0, p), j)  # fmt: skip
                     b.emit(BnAggr, [st], [ag], src=st, dst=ag)
         if self.pieces and self.layer:  # the row's mean and variance over its partitions
-            self.combine(n, p, mean, var)
+            mean = self.combine(n, p, mean, var)
         if self.layer:
             self.alu(rs, var, ("add", self.eps), ("pow", -0.5))
         else:  # mean(x^2) = ScalarE's sums / D + (D - c) / D (var + mean^2) of VectorE's part
@@ -648,17 +656,17 @@ class _Norm:
             b.emit(TensorScalar, [xj, rj], [oj], src=xj, dst=oj, op0="multiply", operand0=rj,
                    engine=e)  # fmt: skip
 
-    def combine(self, n: int, p: int, mean, var) -> None:
-        """mean, var ([p, 1]: each partition's piece's) := its row's, over the row's k
-        partitions (equal counts): the mean of the means, the mean of var + (mean - row's)^2."""
+    def combine(self, n: int, p: int, mean, var):
+        """The row's mean ([p, 1], returned) and var (written over each partition's piece's),
+        over the row's k partitions (equal counts): the mean of the means, the mean of var +
+        (mean - row's)^2; four VectorE steps."""
         k, gr = min(self.pieces.k, self.P), self.groups
         rm, d = self.col("rm", n, p), self.col("dm", n, p)
         self.alu(rm, gr.sums(mean, p), ("multiply", 1.0 / k))
         self.alu(d, mean, ("subtract", rm))
-        self.alu(d, d, ("multiply", d))
-        self.alu(d, d, ("add", var))
+        self.alu(d, d, ("multiply", d), ("add", var))
         self.alu(var, gr.sums(d, p), ("multiply", 1.0 / k))
-        self.alu(mean, rm, ("add", 0.0))
+        return rm
 
     # -- stage 3: weight and bias, store -------------------------------------------------------
 
