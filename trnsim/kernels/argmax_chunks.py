@@ -212,16 +212,14 @@ class _Chunks:
         m = self.col("m", t, n)
         junk = ap(self.tile("junk", 0, (P, max(nch, C)), dtype("bfloat16"), 1), rr,
                   slice(0, nch))  # fmt: skip
-        b.emit(Activation, [cm2], [junk, m], func="copy", src=cm2, dst=junk, reduce="max",
-               reduce_dst=m)  # fmt: skip
+        self.reduce(cm2, m, junk, False)
         key = ap(self.tile("key", n, (P, nch)), rr)
         b.emit(TensorScalar, [cm2, m], [key], src=cm2, dst=key, op0="not_equal", operand0=m,
                op1="multiply", operand1=self.big, engine=G)  # fmt: skip
         io = ap(self.iota_n, rr)
         b.emit(TensorTensor, [key, io], [key], alu="add", src0=key, src1=io, dst=key, engine=G)
         nc = ap(self.tile("nc", n, (P, 1)), rr)  # -c
-        b.emit(Activation, [key], [junk, nc], func="copy", src=key, dst=junk, scale=-1.0,
-               reduce="max", reduce_dst=nc)  # fmt: skip
+        self.reduce(key, nc, junk, True)
         pos = ap(self.tile("pos", n, (P, 1), dtype("int32")), rr)  # q nch + c
         rq = ap(self.rowq, rr)
         b.emit(TensorTensor, [rq, nc], [pos], alu="subtract", src0=rq, src1=nc, dst=pos,
@@ -230,6 +228,20 @@ class _Chunks:
         b.emit(DmaCopy, [t.src, pos], [gt], src=t.src, dst=gt, indices=pos,
                queue=self.gathers[n])  # fmt: skip
         return nc, gt, m
+
+    def reduce(self, src, dst, junk, neg: bool) -> None:
+        """dst = each partition's max of src (`neg`: minus its min): ScalarE's reduction of
+        the copy (its elementwise results unread), or VectorE's where ScalarE reduces by add
+        only (NC-v2)."""
+        b = self.b
+        if self.cfg.core.scalar.reduce_max:
+            b.emit(Activation, [src], [junk, dst], func="copy", src=src, dst=junk,
+                   scale=-1.0 if neg else 1.0, reduce="max", reduce_dst=dst)  # fmt: skip
+            return
+        b.emit(TensorReduce, [src], [dst], alu="min" if neg else "max", src=src, dst=dst)
+        if neg:
+            b.emit(TensorScalar, [dst], [dst], src=dst, dst=dst, op0="multiply",
+                   operand0=-1.0, engine=G)  # fmt: skip
 
     def col(self, key: str, t: _Tile, n: int):
         """Column s of the group's per-tile `key` ([p, T])."""
@@ -251,8 +263,7 @@ class _Chunks:
         junk = ap(self.tile("junk", 0, (P, max(self.nch, C)), dtype("bfloat16"), 1), rr,
                   slice(0, C))  # fmt: skip
         nl = ap(self.tile("nl", n, (P, 1)), rr)  # -l
-        b.emit(Activation, [key], [junk, nl], func="copy", src=key, dst=junk, scale=-1.0,
-               reduce="max", reduce_dst=nl)  # fmt: skip
+        self.reduce(key, nl, junk, True)
         # index = off + s seg - C (-c) - (-l); seg = kk L (a segment's span of the row)
         i = self.col("i", t, n)
         off = ap(self.off, rr)
@@ -274,16 +285,14 @@ class _Chunks:
         if self.T > 1:  # the partition's max over its tiles, the first index reaching it
             m = ap(self.tile("mp", t.group, (P, 1)), rr)
             junk = ap(self.tile("junkT", 0, (P, self.T), dtype("bfloat16"), 1), rr)
-            b.emit(Activation, [ms], [junk, m], func="copy", src=ms, dst=junk, reduce="max",
-                   reduce_dst=m)  # fmt: skip
+            self.reduce(ms, m, junk, False)
             key = ap(self.tile("kt", t.group, (P, self.T)), rr)
             b.emit(TensorScalar, [ms, m], [key], src=ms, dst=key, op0="not_equal", operand0=m,
                    op1="multiply", operand1=self.big * 2, engine=G)  # fmt: skip
             b.emit(TensorTensor, [key, ix], [key], alu="add", src0=key, src1=ix, dst=key,
                    engine=G)  # fmt: skip
             i = ap(self.tile("ip", t.group, (P, 1)), rr)
-            b.emit(Activation, [key], [junk, i], func="copy", src=key, dst=junk, scale=-1.0,
-                   reduce="max", reduce_dst=i)  # fmt: skip
+            self.reduce(key, i, junk, True)
             b.emit(TensorScalar, [i], [i], src=i, dst=i, op0="multiply", operand0=-1.0,
                    engine=G)  # fmt: skip
         to = b.tensors[self.out]

@@ -116,9 +116,19 @@ class _Rows:
                              op0="not_equal", operand0=col, op1="multiply",
                              operand1=-1.0)  # fmt: skip
         vmax = cost_ns(c, cfg, TensorReduce, alu="max", src=xb, dst=m)
-        kb = ap(c.tile("kb", "sbuf", (P, per * d), self.kdt))
-        kr = ap(c.tile("kr", "sbuf", (P, per), self.kdt))
-        vred = cost_ns(c, cfg, TensorReduce, alu="max", src=kb, dst=kr)
+        nk, L = per * self.H, self.L  # key rows
+
+        def red(n):  # VectorE's max of n key rows
+            if not n:
+                return 0.0
+            t = ap(c.tile(f"kb{n}", "sbuf", (P, n, L), self.kdt))
+            r = ap(c.tile(f"kr{n}", "sbuf", (P, n), self.kdt))
+            return cost_ns(c, cfg, TensorReduce, alu="max", src=t, dst=r)
+
+        vreds = [red(n) for n in range(nk + 1)]
+        kl = ap(c.tile("kl", "sbuf", (P, L), self.kdt))
+        smax = cost_ns(c, cfg, Activation, waits=False, func="copy", src=kl, dst=kl,
+                       reduce="max", reduce_dst=col)  # fmt: skip
 
         def add(e, n):
             if not n:
@@ -132,12 +142,15 @@ class _Rows:
             if js + jg > per:
                 continue
             jv = per - js - jg
-            busy = (vmax + vred + jv * cmp[V] + adds[V][tv], js * cmp[S],
-                    jg * cmp[G] + adds[G][per - tv])  # fmt: skip
-            key = (max(busy), sum(busy))
-            if best is None or key < best[0]:
-                best = (key, (js, jg), tv)
-        _, self.sv, self.tv = best
+            v = vmax + jv * cmp[V] + adds[V][tv]
+            sc, g = js * cmp[S], jg * cmp[G] + adds[G][per - tv]
+            # the key rows whose max ScalarE takes (none where it reduces by add only: NC-v2)
+            for ks in range(nk + 1 if cfg.core.scalar.reduce_max else 1):
+                busy = (v + vreds[nk - ks], sc + ks * smax, g)
+                key = (max(busy), sum(busy))
+                if best is None or key < best[0]:
+                    best = (key, (js, jg), tv, ks)
+        _, self.sv, self.tv, self.ks = best
 
     def consts(self) -> None:
         """R [P, per H, L]: (L - i) / 2^e, an iota for the first key row, doubled by copies;
@@ -209,7 +222,15 @@ class _Rows:
         rr = slice(0, rows // per)
         H, L = self.H, self.L
         top = ap(self.tile("top", n, (P, per * H), self.kdt), rr)
-        b.emit(TensorReduce, [key], [top], alu="max", src=key, dst=top)
+        for r in range(self.ks):  # ScalarE's share of the keys' maxima, a key row each
+            kr, tr = ap(key.name, rr, r), ap(top.name, rr, slice(r, r + 1))
+            junk = ap(self.tile("junk", 0, (P, L), self.kdt, 1), rr)
+            b.emit(Activation, [kr], [junk, tr], func="copy", src=kr, dst=junk, reduce="max",
+                   reduce_dst=tr)  # fmt: skip
+        if self.ks < per * H:
+            kv, tv = ap(key.name, rr, slice(self.ks, None)), ap(top.name, rr,
+                                                                slice(self.ks, None))  # fmt: skip
+            b.emit(TensorReduce, [kv], [tv], alu="max", src=kv, dst=tv)
         to = b.tensors[self.out]
         res = ap(self.tile("r", n, (P, per), to.dtype), rr)
         if H == 1:  # the index d - 2^e key
