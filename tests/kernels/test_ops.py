@@ -84,6 +84,18 @@ def test_softmax(op, shape):
     _check(r, op, {"x": "x", "dim": -1}, inputs=["x"])
 
 
+@pytest.mark.parametrize("shape,dt", [((1000, 64), "bfloat16"), ((3, 100, 64), "float16")])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_short_16bit_rows(op, shape, dt):
+    """Short rows (`softmax.SHORT_ROW`): exp row by row, the sums split between ScalarE and
+    VectorE, GpSimd's scale, three stages a block apart."""
+    r = _run(
+        {"x": (shape, dt, "normal"), "out": (shape, dt, None)},
+        [(op, {"x": "x", "out": "out", "dim": -1})],
+    )
+    _check(r, op, {"x": "x", "dim": -1}, inputs=["x"])
+
+
 def test_a_chain_in_place_keeps_each_ops_order():
     """h = x @ w; h = gelu(h); h = h + x2; p = softmax(h): in place, each op reads what the
     previous one wrote."""

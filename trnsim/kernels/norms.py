@@ -32,7 +32,8 @@ order, on this block's chain.
 `norm_plan.plan` chooses c, the lanes and the shift's engines; over many blocks it may mix two
 choices of the lane's engines (a share of the blocks each, `_Norm.at`), so that a pass one
 engine would take whole (rms_norm's weight on GpSimd, two cycles an element) is shared. Blocks
-rotate through up to BUFS buffers within BUFFER_SHARE of SBUF.
+rotate through up to BUFS buffers within BUFFER_SHARE of SBUF. rms_norm's rows of
+`rms_short.SHORT_ROW` or fewer go to `rms_short` (three stages, whole-block passes).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from trnsim.kernels.layout import row_blocks, row_groups
 from trnsim.kernels.norm_affine import PeBias, pe_group, spread
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.queues import Queues
+from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
 from trnsim.kernels.row_pieces import Groups
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.row_plan import G, S, Spread, V, runs
@@ -179,6 +181,9 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
                 f"pieces of {PIECE_BYTES // tx.dtype.itemsize} (to cut over the partitions); "
                 "not lowered yet"
             )
+    if op == "rms_norm" and d <= SHORT_ROW:
+        lower_rms_short(b, cfg, x, out, weight, float(eps), share)
+        return
     k = _Norm(b, cfg, op, x, out, d, float(eps))
     k.weight, k.bias = weight, bias
     k.__dict__.update(variant)

@@ -1,0 +1,250 @@
+"""`rms_norm` over short rows (SHORT_ROW elements or fewer), whose row-by-row instructions
+cost an engine its MIN_II (64 cycles) however few their elements.
+
+A block is [p, per, D] (`per` rows to each of up to 128 partitions); three stages, each a
+block behind the one before (`lower_rms_short`):
+
+1. load; ScalarE's squares of (x / sqrt(D)): the first `fs` row slots one instruction each with
+   the add reduction (their sums: the accumulator read, ~64 cycles a row), the others by one
+   instruction for the block into an fp32 scratch block;
+2. VectorE's sums of those by one `tensor_reduce` over the block's last axis; GpSimd's rstd =
+   (mean(x^2) + eps) ^ -0.5 for the block ([p, per]); x * rstd row by row (a per-row
+   operand: 64 cycles a row of 64 on GpSimd or ScalarE, VectorE's four elements a cycle do
+   not help under its MIN_II);
+3. (three blocks behind stage 1) the weight, one `tensor_tensor` for the block with the
+   weight broadcast along the rows (`w[:, *per, :]`: one instruction, not one a row), on
+   VectorE (one cycle an element for 16-bit data) or GpSimd (two); store.
+
+`fs`, and the shares of the blocks whose x * rstd ScalarE takes (`activation copy` with rstd
+as its scale) and whose weight GpSimd takes, are those that make the busiest engine's time
+per block least, as the engines' cost models give it (`_plan`). The first and last blocks are
+cut smaller (`_taper`). The sums are fp32 either way (the values the row kernel's ScalarE
+statistics gave), x * rstd and the weight round as `norms`' do: the same values as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.isa import Activation, DmaCopy, TensorReduce, TensorScalar, TensorTensor
+from trnsim.kernels.balance import cost_ns, dma_queues
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.layout import row_groups
+from trnsim.kernels.norm_affine import spread
+from trnsim.kernels.queues import Queues
+from trnsim.kernels.row_plan import G, S, Spread, V
+
+__all__ = ["SHORT_ROW", "lower_rms_short"]
+
+SHORT_ROW = 128  # rows this short go here (`norms.lower_norm`; bf16 rows of 256: 89% before,
+# 88% here)
+BLOCK_BYTES = 4096  # x's bytes a partition of a block (512 KiB blocks: 16 a core at 16 MiB)
+TAPER = (4, 2)  # the first and last blocks cut in blocks of a quarter, a half (and a quarter):
+# the first loads sooner, the last one's chain is short (bf16 rows of 64: 76.7 -> 78.4%)
+LAGS = (0, 1, 3)  # the stages' lags behind stage 1, in blocks (the weight three behind: 71.1
+# -> 76.7% against two)
+BUFS = 12  # blocks rotating through buffers (loads run that far ahead)
+SHARE = 0.45  # the buffers' share of a partition (with the squares' scratch)
+SQ_SLOTS = 2  # scratch blocks of the squares (written in stage 1, read in stage 2)
+
+
+def lower_rms_short(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight, eps: float,
+                    share: tuple[int, int]) -> None:  # fmt: skip
+    """out = rms_norm(x, [D], weight, eps) over rows [lo, hi) of `share` (module doc)."""
+    k = _Rms(b, cfg, x, out, weight, eps)
+    tx, d, P = b.tensors[x], k.d, k.P
+    per_row = d * (tx.dtype.itemsize + (k.odt.itemsize if k.odt != k.xdt else 0))
+    most = max(1, BLOCK_BYTES // tx.dtype.itemsize // d)  # rows a partition
+    room = int(cfg.core.sbuf.partition_bytes * SHARE) - SQ_SLOTS * most * d * 4 - d * 4
+    k.per, blocks = row_groups(tx.shape, P, share, most, max(1, room // (BUFS * per_row)))
+    k.bufs = max(1, min(BUFS, room // (k.per * per_row)))
+    q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)
+    k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
+    if not blocks:
+        return
+    blocks = _taper(blocks, k.per, TAPER)
+    k.fs, norms, weights = _plan(k)
+    k.norms, k.weights = Spread(norms, len(blocks)), Spread(weights, len(blocks))
+    if weight is not None:
+        k.w = spread(b, cfg, [weight], d, k.loads)[0]
+    lag = tuple(min(v, k.bufs - 1) for v in LAGS)
+    for n in range(len(blocks) + max(lag)):
+        for stage, late in zip((k.squares, k.normalised, k.weighted), lag):
+            if 0 <= n - late < len(blocks) and (late or n < len(blocks)):
+                stage(n - late, *blocks[n - late])
+
+
+def _taper(blocks, per: int, parts: list[int]):
+    """(index, rows, per) of each block: the first and last of `blocks` ([p, per, D] each)
+    cut into blocks of per / part rows a partition for each part of `parts` (rows of a 2-D
+    run of x only), so the first block loads sooner and the last one's chain is short."""
+    out = [(index, rows, per) for index, rows in blocks]
+    if not parts or len(blocks) < 3:
+        return out
+
+    def cut(block, order):
+        index, rows, _ = block
+        last = index[-1] if index else None
+        whole = isinstance(last, slice) and last.stop - last.start == rows
+        if not whole or any(per % part for part in order):
+            return [block]
+        pieces, lo = [], last.start
+        for part in order:
+            n = rows // part
+            pieces.append((index[:-1] + (slice(lo, lo + n),), n, per // part))
+            lo += n
+        if lo < last.stop:
+            pieces.append(
+                (
+                    index[:-1] + (slice(lo, last.stop),),
+                    last.stop - lo,
+                    per * (last.stop - lo) // rows,
+                )
+            )
+        return pieces
+
+    return cut(out[0], parts) + out[1:-1] + cut(out[-1], parts[::-1])
+
+
+class _Rms:
+    """One rms_norm's tiles and its three stages per block (module doc)."""
+
+    def __init__(self, b, cfg, x, out, weight, eps):
+        self.b, self.cfg, self.x, self.out, self.weight, self.eps = b, cfg, x, out, weight, eps
+        self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
+        self.xdt, self.odt = b.tensors[x].dtype, b.tensors[out].dtype
+        self.d = b.tensors[x].shape[-1]
+        self.per, self.bufs, self.fs, self.w = 1, 1, 0, None
+        self.sdt = self.f32  # the sums' and the squares' dtype
+        self.loads = self.stores = None
+        self.norms, self.weights = Spread({G: 1.0}), Spread({V: 1.0})
+
+    def tile(self, key: str, n: int, shape, dt, slots: int | None = None) -> str:
+        slot = n % (slots or self.bufs)
+        return self.b.scratch_tile(f"rms.{key}{slot}", key, shape, dt)
+
+    def rows(self, key: str, n: int, p: int, per: int, j=None):
+        """Block n's x (or out, `o`: x's own tile when the dtypes agree) [p, per, D], or row
+        slot j's [p, D]."""
+        if key == "o" and self.odt == self.xdt:
+            key = "x"
+        t = self.tile(key, n, (self.P, self.per, self.d), self.xdt if key == "x" else self.odt)
+        return ap(t, slice(0, p), slice(0, per)) if j is None else ap(t, slice(0, p), j)
+
+    def col(self, key: str, n: int, p: int, lo: int, hi: int):
+        """Block n's [p, per] column tile `key` (fp32; the sums `sdt`), its row slots
+        [lo, hi)."""
+        t = self.tile(key, n, (self.P, self.per), self.sdt if key == "ms" else self.f32)
+        return ap(t, slice(0, p), slice(lo, hi))
+
+    def squares(self, n: int, index: tuple, rows: int, per: int) -> None:
+        """Stage 1: load; ScalarE's squares of x / sqrt(D): the block's rows from `fs` on into
+        the scratch block, the first `fs` each with its sum (module doc)."""
+        b, p, fs = self.b, rows // per, self.split(per)
+        xa, src = self.rows("x", n, p, per), ap(self.x, *index)
+        b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[n])
+        scale = 1 / math.sqrt(self.d)
+        if fs < per:
+            sq = self.sq(n, p, fs, per)
+            xs = ap(xa.name, slice(0, p), slice(fs, per))
+            b.emit(Activation, [xs], [sq], func="square", src=xs, dst=sq, scale=scale)
+        junk = ap(self.b.scratch_tile("rms.junk", "junk", (self.P, self.d), self.xdt),
+                  slice(0, p))  # fmt: skip
+        for j in range(fs):
+            xj, sj = self.rows("x", n, p, per, j), self.col("ms", n, p, j, j + 1)
+            b.emit(Activation, [xj], [junk, sj], func="square", src=xj, dst=junk, scale=scale,
+                   reduce="add", reduce_dst=sj)  # fmt: skip
+
+    def split(self, per: int) -> int:
+        """The row slots of a block of `per` whose sums ScalarE takes (`fs` of the plan's)."""
+        return min(per, round(self.fs * per / self.per))
+
+    def sq(self, n: int, p: int, lo: int, hi: int):
+        """Block n's squares (scratch, `sdt`) of its row slots [lo, hi)."""
+        t = self.tile("sq", n, (self.P, self.per, self.d), self.sdt, SQ_SLOTS)
+        return ap(t, slice(0, p), slice(lo, hi))
+
+    def normalised(self, n: int, index: tuple, rows: int, per: int) -> None:
+        """Stage 2: VectorE's sums of the scratch block's rows; rstd (GpSimd); x * rstd."""
+        b, p, fs = self.b, rows // per, self.split(per)
+        if fs < per:
+            sq, ms = self.sq(n, p, fs, per), self.col("ms", n, p, fs, per)
+            b.emit(TensorReduce, [sq], [ms], alu="add", src=sq, dst=ms)
+        ms, rs = self.col("ms", n, p, 0, per), self.col("rs", n, p, 0, per)
+        b.emit(TensorScalar, [ms], [rs], src=ms, dst=rs, op0="add", operand0=self.eps,
+               op1="pow", operand1=-0.5, engine=G)  # fmt: skip
+        e = self.norms()  # x * rstd row by row, on the engine `norms` gives this block
+        for j in range(per):
+            xj, oj = self.rows("x", n, p, per, j), self.rows("o", n, p, per, j)
+            rj = self.col("rs", n, p, j, j + 1)
+            if e == S:
+                b.emit(Activation, [xj, rj], [oj], func="copy", src=xj, dst=oj, scale=rj)
+            else:
+                b.emit(TensorScalar, [xj, rj], [oj], src=xj, dst=oj, op0="multiply",
+                       operand0=rj, engine=e)  # fmt: skip
+
+    def weighted(self, n: int, index: tuple, rows: int, per: int) -> None:
+        """Stage 3: the weight, broadcast along the block's rows, on the engine `weights`
+        gives this block; store."""
+        b, p = self.b, rows // per
+        o = self.rows("o", n, p, per)
+        if self.w is not None:
+            w = ap(self.w, slice(0, p), slice(None))._replace(bcast=((1, per),))
+            b.emit(TensorTensor, [o, w], [o], alu="multiply", src0=o, src1=w, dst=o,
+                   engine=self.weights())  # fmt: skip
+        dst = ap(self.out, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[n])
+
+
+def _plan(k: _Rms) -> tuple[int, dict, dict]:
+    """(fs, x * rstd's shares of the blocks on GpSimd and ScalarE, the weight's on VectorE and
+    GpSimd) that make the busiest
+    engine's time per block least, from the engines' cost models (`balance.cost_ns`): ScalarE
+    the squares (a block's, and fs rows' with their sums), VectorE the other rows' sums and
+    its share of the weight, GpSimd rstd and its shares of x * rstd (row by row; ScalarE the
+    others) and of the weight."""
+    c, P, per, d, cfg = KernelBuilder({}), k.P, k.per, k.d, k.cfg
+    x = c.tile("x", "sbuf", (P, per, d), k.xdt)
+    o = ap(c.tile("o", "sbuf", (P, per, d), k.odt))
+    sq, ms = c.tile("sq", "sbuf", (P, per, d), k.sdt), c.tile("ms", "sbuf", (P, per), k.sdt)
+    w = ap(c.tile("w", "sbuf", (P, d), k.odt))._replace(bcast=((1, per),))
+    row, col = ap(x, slice(None), 0), ap(ms, slice(None), slice(0, 1))
+    with_sum = cost_ns(c, cfg, Activation, waits=False, func="square", src=row, dst=row,
+                       reduce="add", reduce_dst=col)  # fmt: skip
+
+    def scalar(fs: int) -> float:
+        rest = ap(x, slice(None), slice(fs, per))
+        block = cost_ns(c, cfg, Activation, func="square", src=rest, dst=rest) if fs < per else 0
+        return block + fs * with_sum
+
+    def sums(fs: int) -> float:
+        if fs == per:
+            return 0.0
+        src, dst = ap(sq, slice(None), slice(fs, per)), ap(ms, slice(None), slice(fs, per))
+        return cost_ns(c, cfg, TensorReduce, alu="add", src=src, dst=dst)
+
+    weight = {e: cost_ns(c, cfg, TensorTensor, e, alu="multiply", src0=o, src1=w, dst=o)
+              if k.weight is not None else 0.0 for e in (V, G)}  # fmt: skip
+    rstd = cost_ns(c, cfg, TensorScalar, G, op0="add", operand0=1.0, op1="pow", operand1=-0.5,
+                   src=ap(ms), dst=ap(ms))  # fmt: skip
+    norm = {G: cost_ns(c, cfg, TensorScalar, G, after=True, src=row, dst=row, op0="multiply",
+                       operand0=col) + (per - 1) * cost_ns(c, cfg, TensorScalar, G,
+                       waits=False, src=row, dst=row, op0="multiply", operand0=col),
+            S: cost_ns(c, cfg, Activation, func="copy", src=row, dst=row, scale=col) + (per - 1)
+            * cost_ns(c, cfg, Activation, waits=False, func="copy", src=row, dst=row,
+                      scale=col)}  # fmt: skip
+    steps = 16
+    best = None
+    for fs in range(per + 1):
+        s, v0 = scalar(fs), sums(fs)
+        for i, m in itertools.product(range(steps + 1), repeat=2):
+            a, z = i / steps, m / steps  # the weight's share on VectorE, x * rstd's on ScalarE
+            t = max(s + z * norm[S], v0 + a * weight[V],
+                    rstd + (1 - z) * norm[G] + (1 - a) * weight[G])  # fmt: skip
+            if best is None or t < best[0] - 1e-9:
+                best = (t, fs, a, z)
+    _, fs, a, z = best
+    return fs, {G: 1 - z, S: z}, {V: a, G: 1 - a}
