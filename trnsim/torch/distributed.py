@@ -60,9 +60,9 @@ def register() -> None:
     if "neuron" not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND, _create, extended_api=True,
                                       devices=["neuron", "cpu"])  # fmt: skip
-    from trnsim.torch import virtual
+    from trnsim.torch import wrappers
 
-    virtual.install()  # TRNSIM_VIRTUAL_WORLD_SIZE: init_process_group of N ranks in one process
+    wrappers.init_process_group()  # TRNSIM_VIRTUAL_WORLD_SIZE: N ranks in one process
     _registered = True
 
 

@@ -50,13 +50,10 @@ def active() -> bool:
     return _size[0] is not None
 
 
-def install() -> None:
-    """Wrap `init_process_group` (torch.distributed's and distributed_c10d's name): with a
-    virtual world size it makes the default group of N ranks over a local store."""
-    c10d = dist.distributed_c10d
-    if getattr(c10d.init_process_group, "_trnsim", False):
-        return
-    original = c10d.init_process_group
+def wrap_init(original):
+    """`original` (torch.distributed's `init_process_group`) wrapped: with a virtual world size
+    it makes the default group of N ranks over a local store; without, it is `original`'s call.
+    (`wrappers.init_process_group` puts it in torch's place.)"""
     sig = inspect.signature(original)
 
     @functools.wraps(original)
@@ -80,8 +77,7 @@ def install() -> None:
             raise
 
     init_process_group._trnsim = True
-    c10d.init_process_group = init_process_group
-    dist.init_process_group = init_process_group
+    return init_process_group
 
 
 def _check(n: int, a: dict) -> None:

@@ -18,6 +18,10 @@ case and calls the original for every other device (docs/torch.md, "CUDA habits"
   and regrows it (`CachingAllocator.free_bytes` / `regrow`), so `memory_allocated()` shows the
   unsharded parameters freed after forward and back before use, as on a GPU. The storage keeps
   its size (FSDP2 asks `size()` only inside the two functions) and its host bytes.
+- `torch.distributed.init_process_group` (torch.distributed's name and distributed_c10d's),
+  when the neuron backend registers: with a virtual world size (`virtual.wrap_init`,
+  TRNSIM_VIRTUAL_WORLD_SIZE) it makes a default group of N ranks in one process over a local
+  store, where torch's env:// rendezvous would wait for N processes; otherwise torch's call.
 - Dynamo's skip list (`torch._dynamo.trace_rules`, not a function replaced: trnsim added to it
   when Dynamo is first imported, by the same finder): torch.compile with any backend, not only
   "neuron", must not trace the shim's Python (the process group's methods, which DDP's forward
@@ -233,6 +237,18 @@ def _on_neuron(gm, inputs) -> bool:
 # -- FSDP2 ---------------------------------------------------------------------------------------
 
 _FSDP = "torch.distributed.fsdp._fully_shard._fsdp_param"
+
+
+def init_process_group() -> None:
+    """`init_process_group` wrapped for a virtual world size (see the module docstring), once."""
+    import torch.distributed as dist
+
+    c10d = dist.distributed_c10d
+    if getattr(c10d.init_process_group, "_trnsim", False):
+        return
+    from trnsim.torch import virtual
+
+    c10d.init_process_group = dist.init_process_group = virtual.wrap_init(c10d.init_process_group)
 
 
 def fsdp_storage() -> None:
