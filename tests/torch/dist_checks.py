@@ -310,6 +310,12 @@ def _ddp_steps(compiled: str) -> dict:
         model = run = DDP(inner)
         if compiled.startswith("outer"):
             run = torch.compile(model, backend="eager" if compiled == "outer_eager" else "neuron")
+    return _sgd_steps(model, run, n, graphs)
+
+
+def _sgd_steps(model, run, n: int, graphs: int) -> dict:
+    """3 SGD steps of `model` through `run` (it, or a compiled or wrapped form): the losses, the
+    parameters, the collectives timed and the graphs compiled since `n` and `graphs`."""
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for s in range(3):
@@ -342,17 +348,7 @@ def _fsdp_compiled_steps(how: str) -> dict:
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     run = torch.compile(model, backend="neuron") if how == "root" else model
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    n, graphs, losses = len(streams), _graphs(), []
-    for s in range(3):
-        x = batch(10 * s + rank, 8, 16).to("neuron")
-        loss = run(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return {"losses": losses, "params": [full(p) for p in model.parameters()],
-            "collectives": len(streams) - n, "graphs": _graphs() - graphs}  # fmt: skip
+    return _sgd_steps(model, run, len(streams), _graphs())
 
 
 def compile_fsdp() -> dict:
