@@ -44,7 +44,7 @@ from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.queues import Queues
-from trnsim.kernels.reduce import _runs, staggered
+from trnsim.kernels.reduce import _runs, _unravel, staggered
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.schedule import Scheduled
@@ -364,11 +364,3 @@ class _Chunks:
             part = ap(res.name, slice(j, j + 1), slice(off, off + k)) if along_free else \
                 ap(res.name, slice(off, off + k))  # fmt: skip
             b.emit(DmaCopy, [part], [dst], src=part, dst=dst, queue=self.stores[n])
-
-
-def _unravel(r: int, dims) -> tuple[int, ...]:
-    out = []
-    for n in reversed(tuple(dims)):
-        out.append(r % n)
-        r //= n
-    return tuple(reversed(out))

@@ -109,12 +109,13 @@ class _Index:
         return self
 
 
-def _unravel(flat: int, sizes: list[int]) -> list[int]:
+def _unravel(flat: int, sizes) -> tuple[int, ...]:
+    """The index of row-major position `flat` in an array of `sizes`."""
     out = []
-    for n in reversed(sizes):
+    for n in reversed(tuple(sizes)):
         out.append(flat % n)
         flat //= n
-    return out[::-1]
+    return tuple(reversed(out))
 
 
 def _runs(sizes: list[int], lo: int, hi: int, most: int):

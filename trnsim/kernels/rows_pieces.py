@@ -29,6 +29,7 @@ from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.queues import Queues
+from trnsim.kernels.reduce import _unravel
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_plan import Spread
 
@@ -185,11 +186,3 @@ class _Red:
         b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=self.stores[self.ns])
         self.ns += 1
         self.batches += 1
-
-
-def _unravel(r: int, dims) -> tuple[int, ...]:
-    out = []
-    for n in reversed(tuple(dims)):
-        out.append(r % n)
-        r //= n
-    return tuple(reversed(out))

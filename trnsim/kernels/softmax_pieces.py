@@ -31,6 +31,7 @@ from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.queues import Queues
+from trnsim.kernels.reduce import _unravel
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 
 __all__ = ["lower_softmax_pieces"]
@@ -194,11 +195,3 @@ class _Pieces:
         if self.odt == self.xdt:
             return xa
         return ap(self.tile("o", n, s, (self.P, self.lay.f), self.odt), slice(0, p))
-
-
-def _unravel(r: int, dims) -> tuple[int, ...]:
-    out = []
-    for n in reversed(tuple(dims)):
-        out.append(r % n)
-        r //= n
-    return tuple(reversed(out))
