@@ -229,7 +229,10 @@ class _Costs:
         k, t = self.k, self.cfg.core.tensor
         step = min(t.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
         ps = self.tile((k.P, step))
-        rate = t.fp32_rate if k.b.tensors[k.bias].dtype.itemsize == 4 else 1.0
+        # cycles an element: the ones row times the bias, the identity times the values (each at
+        # its stationary's rate)
+        per_el = sum(1 / t.fp32_rate if dt.itemsize == 4 else 1.0
+                     for dt in (k.b.tensors[k.bias].dtype, k.odt))  # fmt: skip
         g = 1 if k.pieces or w != k.d else pe_group(self.cfg, w, k.per)
         if g > 1:  # `g` row slots a pair of matmuls and a copy (`PeBias.add_slots`)
             n, last = divmod(k.per, g)
@@ -238,7 +241,7 @@ class _Costs:
                                src=ap(ps, slice(None), slice(0, r * w)),
                                dst=ap(self.tile((k.P, r * w), k.odt)))
                        for i, r in enumerate(sizes))  # fmt: skip
-            cycles = sum(2 * t.load_stationary_cycles + r * w * (1 + 1 / rate) for r in sizes)
+            cycles = sum(2 * t.load_stationary_cycles + r * w * per_el for r in sizes)
             return self.on(S, copy) + self.on(T, cycles * 1e9 / t.clock_hz)
         copy = sum(
             self.slots(
@@ -250,7 +253,7 @@ class _Costs:
             )
             for lo, hi in runs(w, step)
         )
-        cycles = k.per * sum(2 * t.load_stationary_cycles + (hi - lo) * (1 + 1 / rate)
+        cycles = k.per * sum(2 * t.load_stationary_cycles + (hi - lo) * per_el
                              for lo, hi in runs(w, step))  # fmt: skip
         return self.on(S, copy) + self.on(T, cycles * 1e9 / t.clock_hz)
 

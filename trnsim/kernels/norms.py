@@ -96,8 +96,11 @@ SEG_SHARE = 0.6  # what a row in segments' buffers (and the weight and bias) may
 # layer_norm's plan variants, tried by `_variant`: as planned; its [p, per] steps costed without
 # the semaphore wait most of them do not make; two lanes from rows of LANE_ROW on; both. trn2
 # LNC 2, 16 MiB: fp32 rows of 64 59.5% -> 67.7%, 512 72.7% -> 76.0%, 4096 62.2% -> 66.4%, bf16
-# 4096 63.7% -> 65.8%, 2^20 69.5% -> 70.7%
+# 4096 63.7% -> 65.8%, 2^20 69.5% -> 70.7%. Rows that fit a partition: TensorE may add an fp32
+# bias (`pe_fp32`); the weight and bias loaded behind the first block (`spread_first`, not ahead
+# of it on its queue): fp32 rows of 64 67.7% -> 68.8%, of 512 76.0% -> 80.7%
 LANE_ROW = 2048
+FP32_ONLY = ("pe_fp32",)  # (variants of fp32 rows with a bias only)
 VARIANTS = (
     {},
     {"small_waits": False},
@@ -105,6 +108,12 @@ VARIANTS = (
     {"long_row": LANE_ROW, "small_waits": False},
     {"pe_pieces": True},
     {"pe_pieces": True, "small_waits": False},
+    {"pe_fp32": True},
+    {"pe_fp32": True, "small_waits": False},
+    {"spread_first": True},
+    {"spread_first": True, "small_waits": False},
+    {"pe_fp32": True, "spread_first": True},
+    {"pe_fp32": True, "small_waits": False, "spread_first": True},
 )
 TRIAL_BYTES = 2 << 20  # layer_norms of x this large try the VARIANTS
 CHOSEN_MOST = 256  # the choices kept (`_variant`), by shapes
@@ -146,9 +155,14 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
         return hit[1]
     to, d = b.tensors[out], tx.shape[-1]
     pe = bias is not None and to.dtype == tx.dtype and to.dtype.itemsize == 2 and d >= PIECE_ROWS
+    affine = sum(b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)
+    fits = norm_rows(cfg, tx, to, affine)  # rows a partition each (not in pieces)
+    fp32 = bias is not None and to.dtype == tx.dtype and tx.dtype.itemsize == 4 and fits
     spans = []
     for i, v in enumerate(VARIANTS):  # (not those that would lower as the first does)
-        if ("long_row" in v and not LANE_ROW <= d < LONG_ROW) or ("pe_pieces" in v and not pe):
+        if (("long_row" in v and not LANE_ROW <= d < LONG_ROW) or ("pe_pieces" in v and not pe)
+                or (any(f in v for f in FP32_ONLY) and not fp32)
+                or ("spread_first" in v and not fits)):  # fmt: skip
             continue
         tb = KernelBuilder(b.tensors)
         tb.part = (0, max(1, cfg.lnc))
@@ -196,8 +210,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     # others still fit (x lives until TensorE reads it, two stages after its load)
     base = d * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
     f = F_BUFS * d * to.dtype.itemsize
-    k.pe_ok = bias is not None and to.dtype == tx.dtype and to.dtype.itemsize == 2 and (
-        (room - f) // base >= PE_BUFS)  # fmt: skip
+    k.pe_ok = bias is not None and to.dtype == tx.dtype and (
+        to.dtype.itemsize == 2 or k.pe_fp32) and (room - f) // base >= PE_BUFS  # fmt: skip
     room -= f if k.pe_ok else 0
     group = max(1, (LAYER_ROW_BYTES if k.layer else ROW_BYTES) // tx.dtype.itemsize // d)
     k.per, blocks = row_groups(tx.shape, k.P, share, group,
@@ -358,8 +372,10 @@ def _emit(k, blocks) -> None:
 def _scheduled(k):
     """layer_norm's instructions in the order of a list schedule where it ends sooner than
     `_emit`'s (`schedule.Scheduled`): trn2 LNC 2, 16 MiB (test_rows_families), bf16 rows of 64
-    72% -> 83%, fp32 rows of 4096 53% -> 62%, of 64K 50% -> 63%, of 1M 62% -> 67%."""
-    return Scheduled(k.b, k.cfg) if k.layer else contextlib.nullcontext()
+    72% -> 83%, fp32 rows of 4096 53% -> 62%, of 64K 50% -> 63%, of 1M 62% -> 67%. Its loads
+    and stores share the DMA engines (`shared_dma`: the estimate, which also chooses the
+    variant, took each queue at the engines' whole bandwidth: 4 us short at fp32 rows of 512)."""
+    return Scheduled(k.b, k.cfg, shared_dma=True) if k.layer else contextlib.nullcontext()
 
 
 def norm_rows(cfg: ChipConfig, tx, to, affine_bytes: int) -> bool:
@@ -389,6 +405,8 @@ class _Norm:
         self.long_row = LONG_ROW
         self.small_waits = True  # the plan costs its [p, per] steps as waiting on a semaphore
         self.pe_pieces = False  # TensorE may add the bias of rows in pieces (not in segments)
+        self.pe_fp32 = False  # ... an fp32 bias of rows that fit (its two fp32 matmuls take
+        # TensorE 8 cycles an element; a 16-bit one always may)
         self.weight = self.bias = None
         self.lanes: list[Lane] = []  # the current block's (`at`)
         self.block_lanes: list[list[Lane]] = []  # each block's

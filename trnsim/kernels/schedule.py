@@ -11,8 +11,10 @@ their dependencies on tiles as the builder will (a read after the tile's last wr
 after its last write and the reads since), estimates each instruction's time by its engine's
 own cost model (the fixed overhead where it waits on another queue, the commit stall where it
 reads what its engine's previous instruction wrote; a DMA transfer by its queue's setup and the
-engines' bandwidth), and simulates two orders: the emitted one, and a list schedule in which
-each next instruction is the one that can start soonest on its queue (ties in emitted order).
+engines' bandwidth: each queue's own, or, `shared_dma`, one transfer's data at a time over all
+the queues, as the core's DMA engines move them), and simulates two orders: the emitted one,
+and a list schedule in which each next instruction is the one that can start soonest on its
+queue (ties in emitted order).
 It emits the one that ends sooner. Dependent instructions keep their relative order either
 way, so the program computes the same values; only independent work of different blocks
 interleaves differently.
@@ -44,10 +46,11 @@ MODELS = {
 class Scheduled:
     """A context manager around a lowering's emits: inside, `b.emit` records; on leaving, the
     recorded instructions are emitted in the order that the model ends soonest (module doc).
-    `makespan` is then that order's estimated ns (from the first recorded instruction)."""
+    `makespan` is then that order's estimated ns (from the first recorded instruction).
+    `shared_dma`: the DMA queues' transfers share the engines' bandwidth (module doc)."""
 
-    def __init__(self, b: KernelBuilder, cfg: ChipConfig):
-        self.b, self.cfg = b, cfg
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig, shared_dma: bool = False):
+        self.b, self.cfg, self.shared_dma = b, cfg, shared_dma
         self.recorded: list[tuple] = []
         self.makespan = 0.0
 
@@ -64,7 +67,7 @@ class Scheduled:
         del self.b.emit
         if kind is not None or not self.recorded:
             return
-        g = _Graph(self.b, self.cfg, self.recorded)
+        g = _Graph(self.b, self.cfg, self.recorded, self.shared_dma)
         emitted = list(range(len(self.recorded)))
         options = [(g.simulate(emitted), 0, emitted)]
         for v, by in enumerate(("index", "rank")):
@@ -79,8 +82,8 @@ class Scheduled:
 class _Graph:
     """The recorded instructions' dependencies, queues and estimated times."""
 
-    def __init__(self, b: KernelBuilder, cfg: ChipConfig, rec: list[tuple]):
-        self.b, self.cfg, self.rec = b, cfg, rec
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig, rec: list[tuple], shared_dma=False):
+        self.b, self.cfg, self.rec, self.shared_dma = b, cfg, rec, shared_dma
         tiles, n = b.tiles, len(rec)
         self.tiles = tiles
         preds: list[set[int]] = [set() for _ in range(n)]
@@ -158,6 +161,11 @@ class _Graph:
         if isinstance(q, tuple):  # a DMA queue: its setup (overlapping the previous
             # transfer's data), then the data at the engines' bandwidth
             data = self.cost[i] / self.bw
+            if self.shared_dma:  # its data after the data of the transfers before it
+                begin = max(start + self.setup, state.get("dma", 0.0))
+                state["dma"] = begin + data
+                free[q] = max(start + self.setup, begin + data - self.setup)
+                return begin + data + self.latency
             free[q] = start + max(self.setup, data)
             return start + self.setup + data + self.latency
         prev = last.get(q)  # a read of what the engine's previous instruction wrote waits
