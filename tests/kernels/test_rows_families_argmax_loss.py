@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kernels.test_op_report import run_ops
+from tests.kernels.test_rows_families import reached as rows_reached
 from trnsim.dtypes import dtype
-from trnsim.kernels.row_bounds import engine_bound_ns
 
 TOTAL = 16 << 20  # bytes of x
 LENGTHS = (64, 512, 4096, 65536, 1 << 20)
@@ -108,15 +107,7 @@ def case(op: str, d: int, dt: str):
 
 def reached(op: str, dt: str, d: int) -> float:
     """The fraction of the larger bound the op reaches (module doc)."""
-    tensors, ops = case(op, d, dt)
-    r, cfg = run_ops(tensors, ops, lnc=2)
-    (row,) = r.summary["ops"]
-    isz = dtype(dt).itemsize
-    rows = TOTAL // isz // d
-    # the rows spread evenly over the logical core's two cores: the ideal split; rows in
-    # pieces over the partitions (2^16 and more) take no instruction per row
-    engines = engine_bound_ns(cfg, op, d, isz, rows / 2, d < 65536)
-    return max(row["roofline_ns"], engines) / row["time_ns"]
+    return rows_reached(*case(op, d, dt), op, dt, d)[0]
 
 
 CASES = [(op, dt, d) for op in OPS for dt in ("float32", "bfloat16") for d in LENGTHS]
