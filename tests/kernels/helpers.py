@@ -42,3 +42,21 @@ def run_ops(tensors: dict, ops: list, chip: str = "trn2"):
         b.instructions[:] = prog.instructions
 
     return run_lowered(tensors, emit, chip=chip)[0]
+
+
+def timed(tensors: dict, op: str, args: dict, chip: str = "trn2") -> tuple[float, float]:
+    """(simulated ns, roofline ns) of `op` with `args` alone on one core, timing mode."""
+    from trnsim.kernels import lower
+    from trnsim.kernels.roofline import op_rows
+    from trnsim.trace.program import OpSpec
+
+    ops = [OpSpec(op, args)]
+
+    def emit(b, cfg):
+        prog = lower(ops, b.tensors, cfg)
+        b.tiles.update(prog.tiles)
+        b.instructions[:] = prog.instructions
+
+    res, b = run_lowered(tensors, emit, chip=chip, mode="timing")
+    row = op_rows(ops, b.tensors, load_chip(chip), 1)[0]
+    return res.summary["device_time_ns"], row["roofline_ns"]

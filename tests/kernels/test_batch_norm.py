@@ -9,13 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import run_lowered, run_ops
+from tests.kernels.helpers import run_ops, timed
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.kernels import lower, reference
 from trnsim.kernels.reference import tolerance
-from trnsim.kernels.roofline import op_rows
 from trnsim.trace.program import OpSpec, TensorSpec
 
 torch = pytest.importorskip("torch")
@@ -115,21 +114,6 @@ def test_refused_shapes_and_outputs_say_why():
     four = {"x": TensorSpec("x", (2, 4, 3, 3), f32), "y": TensorSpec("y", (2, 4, 3, 3), f32)}
     with pytest.raises(TraceError, match=r"expected \[out, save_mean, save_invstd\] in training"):
         lower([OpSpec("native_batch_norm", {"input": "x", "out": ["y"]})], four, cfg)
-
-
-def timed(tensors, op, args, chip="trn2"):
-    """(simulated ns, roofline ns) of one op on one core, timing mode."""
-    ops = [OpSpec(op, args)]
-
-    def emit(b, cfg):
-        prog = lower(ops, b.tensors, cfg)
-        b.tiles.update(prog.tiles)
-        b.instructions[:] = prog.instructions
-
-    res, b = run_lowered(tensors, emit, chip=chip, mode="timing")
-    return res.summary["device_time_ns"], op_rows(ops, b.tensors, load_chip(chip), 1)[0][
-        "roofline_ns"
-    ]
 
 
 # on one trn2 core at [32, 64, 32, 32]: the forward in training 77% (fp32, 54.84 us; 54.92

@@ -10,13 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import run_lowered, run_ops
+from tests.kernels.helpers import run_ops, timed
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.kernels import lower, reference
 from trnsim.kernels.reference import tolerance
-from trnsim.kernels.roofline import op_rows
 from trnsim.trace.program import OpSpec, TensorSpec
 
 torch = pytest.importorskip("torch")
@@ -116,19 +115,6 @@ def test_what_is_not_lowered_says_why():
         args = {"x": "x", "kernel_size": 2, "stride": 2, "out": ["o", "i"], **extra}
         with pytest.raises(TraceError, match=match):
             lower([OpSpec("max_pool2d_with_indices", args)], tensors, cfg)
-
-
-def timed(tensors, op, args, chip="trn2"):
-    ops = [OpSpec(op, args)]
-
-    def emit(b, cfg):
-        prog = lower(ops, b.tensors, cfg)
-        b.tiles.update(prog.tiles)
-        b.instructions[:] = prog.instructions
-
-    res, b = run_lowered(tensors, emit, chip=chip, mode="timing")
-    row = op_rows(ops, b.tensors, load_chip(chip), 1)[0]
-    return res.summary["device_time_ns"], row["roofline_ns"]
 
 
 # the fraction of the roofline each reaches on one trn2 core at [32, 64, 32, 32], less a
