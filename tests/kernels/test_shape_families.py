@@ -142,8 +142,8 @@ def test_a_large_tensor_of_any_shape_is_blocks_of_all_partitions(shape):
 
 def test_a_kernel_shares_by_elements_only_shapes_no_other_op_touches():
     """`flat_shapes`: a vector added to itself, yes; a tensor a matmul reads (by rows), a view
-    touched under another name too or with strides that are not row-major, not; a broadcast's
-    out and full operand, not its row."""
+    touched under another name too (or a view overlapping it) or with strides that are not
+    row-major, not; a broadcast's out and full operand, not its row."""
     t = {
         "v": TensorSpec("v", (5000,), dtype(F32)),
         "w": TensorSpec("w", (5000,), dtype(F32)),
@@ -169,6 +169,13 @@ def test_a_kernel_shares_by_elements_only_shapes_no_other_op_touches():
     t["pt"] = TensorSpec("pt", (30000, 4), dtype(F32), view="p", strides=(1, 30000), offset=0)
     assert flat_shapes([OpSpec("add", {"a": "pv", "b": "pw", "out": "pv"})], t) == set()
     assert flat_shapes([OpSpec("exp", {"x": "pt", "out": "pt"})], t) == set()  # not row-major
+    # two strided views of one block whose bytes do not overlap (FSDP2's gradients in its
+    # reduce-scatter's output) are two memories; overlapping by one element, one memory
+    t["pa"] = TensorSpec("pa", (3, 500), dtype(F32), view="p", strides=(500, 1), offset=0)
+    t["pb"] = TensorSpec("pb", (3, 500), dtype(F32), view="p", strides=(500, 1), offset=1500)
+    t["pc"] = TensorSpec("pc", (3, 500), dtype(F32), view="p", strides=(500, 1), offset=1499)
+    assert flat_shapes([OpSpec("add", {"a": "pa", "b": "pb", "out": "pa"})], t) == {(3, 500)}
+    assert flat_shapes([OpSpec("add", {"a": "pa", "b": "pc", "out": "pa"})], t) == set()
 
 
 def test_a_recordings_views_of_blocks_lower_as_plain_tensors():

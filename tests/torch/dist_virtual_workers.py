@@ -43,6 +43,10 @@ def main(_index: int, out: str) -> None:
     seen["record"] = _record(out)
     seen["tp"] = _tp_fsdp(out)
     dist.destroy_process_group()
+    trnsim.torch.configure(virtual_world_size=1)
+    dist.init_process_group()
+    seen["fsdp2_record"] = _record_fsdp2(out)
+    dist.destroy_process_group()
     torch.save(seen, os.path.join(out, "virtual.pt"))
 
 
@@ -242,6 +246,29 @@ def _record(out: str) -> dict:
         e.record()
     e.synchronize()
     return {"file": os.path.join(out, "mlp_rank0.yaml"), "step_ps": e.rt.time_ps - s.rt.time_ps}
+
+
+def _record_fsdp2(out: str) -> dict:
+    """An FSDP2 step of the MLP recorded in a world of 1 rank (timing), after two warm-up
+    steps: its file and live time. Its gradients are views of the reduce-scatters' outputs,
+    one flat block a unit, which SGD's `_foreach_add_` reads."""
+    from torch.distributed.fsdp import fully_shard
+
+    import trnsim.torch
+
+    model = _mlp().to("neuron")
+    for layer in (model[0], model[2]):
+        fully_shard(layer)
+    fully_shard(model)
+    batches = _batches(3)
+    _train(model, model.parameters(), batches[:2])
+    s, e = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    with trnsim.torch.record(os.path.join(out, "fsdp2.yaml")):
+        s.record()
+        _train(model, model.parameters(), batches[2:])
+        e.record()
+    e.synchronize()
+    return {"file": os.path.join(out, "fsdp2_rank0.yaml"), "step_ps": e.rt.time_ps - s.rt.time_ps}
 
 
 def _tp_fsdp(out: str) -> dict:

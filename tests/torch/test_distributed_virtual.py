@@ -2,8 +2,8 @@
 process is rank 0 of N, the others replicas of it (docs/distributed.md, "Virtual world size").
 Values against the replicas' definitions, times against the System model's own (`World`) for
 the same collective over 64 ranks, DDP and FSDP2 of an MLP at 8 ranks against single-process
-training, a recording replicated to 8 ranks and replayed, the errors. One spawned process
-(dist_virtual_workers) does it all."""
+training, a recording replicated to 8 ranks and replayed, an FSDP2 step of 1 rank replayed, the
+errors. One spawned process (dist_virtual_workers) does it all."""
 
 from __future__ import annotations
 
@@ -151,6 +151,26 @@ def test_fsdp_x_tp_recorded_at_8_virtual_ranks_replays_on_each_ranks_mesh_groups
            for c in json.loads(r.output)["collectives"]}  # fmt: skip
     live = {(op, len(ranks), b, t) for op, ranks, b, t in rec["collectives"]}
     assert got == live
+
+
+def test_an_fsdp2_recording_of_1_rank_replays_the_live_step(seen):
+    """FSDP2 of the MLP in a world of 1 rank, its third step recorded and replayed: the step
+    equals the live step to the picosecond (258,519.090 ns on 2026-12-05). SGD's `_foreach_add_` reads the
+    gradients, views of the reduce-scatters' outputs that do not overlap: the replay's lowering
+    shares them between the LNC 2 pair by elements, as the live measurement does on tensors of
+    their own (until `flat_split` told overlapping views from disjoint ones, it kept them on
+    one core and the replay was 53.6 ns longer)."""
+    from click.testing import CliRunner
+
+    from trnsim.cli import main
+
+    rec = seen["fsdp2_record"]
+    text = open(rec["file"]).read()
+    assert "world_size: 1" in text and "_foreach_add" in text
+    r = CliRunner().invoke(main, ["run", "--system", workers.SYSTEM, rec["file"], "--json"])
+    assert r.exit_code == 0, r.output
+    steps = [round(v["ns"] * 1000) for v in json.loads(r.output)["timings"].values()]
+    assert steps == [rec["step_ps"]]
 
 
 def test_errors_name_the_variable(seen):

@@ -12,12 +12,12 @@ only if no other op of the kernel touches those elements by rows: a matmul that 
 shapes whose every tensor is touched only by the ops of FLAT (elementwise ops on operands of one
 shape and numbers: `elementwise`, `fusion`, the backward ops of `backward` and the optimizer's
 of `optim`, all walking `layout.flat_blocks`) and none of which the kernel touches under
-another name too (a view and its base, two views of one base: `_aliased`) or is a view with
-other strides than dense row-major ones; a broadcast (`add` of a tensor and a row or column)
-counts for out's shape (`broadcast` walks any flat share), never for its row or column, which
-it reads whole (`column_shapes`: a row broadcast's out over few long rows is cut by columns,
-so each core reads half of its row). A shape is a coarser key than a tensor, and an op
-outside FLAT excludes every shape it touches, so what is not known to be safe keeps the rows.
+another name too (a view and its base, two views of one base whose bytes overlap: `_aliased`)
+or is a view with other strides than dense row-major ones; a broadcast (`add` of a tensor and a
+row or column) counts for out's shape (`broadcast` walks any flat share), never for its row or
+column, which it reads whole (`column_shapes`: a row broadcast's out over few long rows is cut
+by columns, so each core reads half of its row). A shape is a coarser key than a tensor, and an
+op outside FLAT excludes every shape it touches, so what is not known to be safe keeps the rows.
 """
 
 from __future__ import annotations
@@ -62,15 +62,16 @@ def flat_shapes(ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> frozenset:
 
 def _aliased(ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> set[str]:
     """The tensors the kernel's ops touch under another name too (a view and its base, two views
-    of one base: one memory that another name may split otherwise), and the views whose strides
-    are not a dense row-major layout. A view the kernel touches by no other name (a recording's
-    tensor, a view of its storage block) is memory of its own to the kernel, as a tensor is."""
+    of one base whose bytes overlap: one memory that another name may split otherwise), and the
+    views whose strides are not a dense row-major layout. A view the kernel touches by no other
+    name (a recording's tensor, a view of its storage block) is memory of its own to the kernel,
+    as a tensor is."""
     touched: dict[str, None] = {}
     for op in ops:
         rec = OPS.get(op.op)
         if rec is not None:
             touched.update((n, None) for _, n, _ in rec.accesses(op.args, tensors))
-    names: dict[str, set] = {}  # the base memory (a tensor that is no view) -> names touched
+    spans: dict[str, list] = {}  # the base memory (a tensor that is no view) -> (lo, hi, name)
     out = set()
     for n in touched:
         t = tensors[n]
@@ -80,8 +81,30 @@ def _aliased(ops: list[OpSpec], tensors: dict[str, TensorSpec]) -> set[str]:
         while tensors[base].view is not None and base not in seen and tensors[base].view in tensors:
             seen.add(base)
             base = tensors[base].view
-        names.setdefault(base, set()).add(n)
-    return out | {n for group in names.values() if len(group) > 1 for n in group}
+        spans.setdefault(base, []).append((*_bytes(t, base), n))
+    for group in spans.values():
+        group.sort()
+        for i, (_, hi, n) in enumerate(group):
+            for lo2, _, n2 in group[i + 1 :]:
+                if lo2 >= hi:
+                    break
+                out.update((n, n2))
+    return out
+
+
+def _bytes(t: TensorSpec, base: str) -> tuple[float, float]:
+    """The bytes [lo, hi) of `base` that `t` may touch: a strided view of the base itself, from
+    its offset to its last element (two such views of one block that do not overlap, FSDP2's
+    gradients in its reduce-scatter's output, are memory of their own, as two tensors are);
+    the base, a view without strides or a view of a view, all of it."""
+    if t.strides is None or t.view != base:
+        return 0, math.inf
+    if 0 in t.shape:
+        return 0, 0
+    last = sum((d - 1) * abs(s) for d, s in zip(t.shape, t.strides))
+    first = t.offset + sum((d - 1) * s for d, s in zip(t.shape, t.strides) if s < 0)
+    lo = first * t.dtype.itemsize
+    return lo, lo + (last + 1) * t.dtype.itemsize
 
 
 def _dense(shape) -> tuple[int, ...]:
