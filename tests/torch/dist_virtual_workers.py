@@ -230,22 +230,27 @@ def _fsdp2() -> dict:
             "shards": [(s, p[: p.shape[0] // n].cpu()) for s, p in zip(shards, params)]}  # fmt: skip
 
 
-def _record(out: str) -> dict:
-    """A DDP step of the MLP recorded at a virtual 8 ranks (timing): its file and live time."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
+def _recorded(model, out: str, name: str) -> dict:
+    """Two warm-up steps of `model`, then one recorded as OUT/<name>.yaml (timing): the rank's
+    file and the step's live time."""
     import trnsim.torch
 
-    model = DDP(_mlp().to("neuron"))
     batches = _batches(3)
     _train(model, model.parameters(), batches[:2])
     s, e = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
-    with trnsim.torch.record(os.path.join(out, "mlp.yaml")):
+    with trnsim.torch.record(os.path.join(out, f"{name}.yaml")):
         s.record()
         _train(model, model.parameters(), batches[2:])
         e.record()
     e.synchronize()
-    return {"file": os.path.join(out, "mlp_rank0.yaml"), "step_ps": e.rt.time_ps - s.rt.time_ps}
+    return {"file": os.path.join(out, f"{name}_rank0.yaml"), "step_ps": e.rt.time_ps - s.rt.time_ps}
+
+
+def _record(out: str) -> dict:
+    """A DDP step of the MLP recorded at a virtual 8 ranks (timing): its file and live time."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return _recorded(DDP(_mlp().to("neuron")), out, "mlp")
 
 
 def _record_fsdp2(out: str) -> dict:
@@ -254,21 +259,11 @@ def _record_fsdp2(out: str) -> dict:
     one flat block a unit, which SGD's `_foreach_add_` reads."""
     from torch.distributed.fsdp import fully_shard
 
-    import trnsim.torch
-
     model = _mlp().to("neuron")
     for layer in (model[0], model[2]):
         fully_shard(layer)
     fully_shard(model)
-    batches = _batches(3)
-    _train(model, model.parameters(), batches[:2])
-    s, e = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
-    with trnsim.torch.record(os.path.join(out, "fsdp2.yaml")):
-        s.record()
-        _train(model, model.parameters(), batches[2:])
-        e.record()
-    e.synchronize()
-    return {"file": os.path.join(out, "fsdp2_rank0.yaml"), "step_ps": e.rt.time_ps - s.rt.time_ps}
+    return _recorded(model, out, "fsdp2")
 
 
 def _tp_fsdp(out: str) -> dict:
