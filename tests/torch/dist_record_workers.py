@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
+from dist_exit import leave
 from dist_workers import init
 
 from trnsim.torch.listeners import Listener
@@ -67,7 +67,7 @@ def ddp_recorded(rank: int, size: int, store_path: str, out: str) -> None:
     }
     torch.save(seen, os.path.join(out, f"rank{rank}.pt"))
     torch.save(ddp_timed(rank, size), os.path.join(out, f"rank{rank}_timing.pt"))
-    dist.destroy_process_group()
+    leave()
 
 
 class _Windows(Listener):

@@ -10,6 +10,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from dist_exit import leave
 from torch import nn
 
 SYSTEM = "trn2-48xl"
@@ -48,6 +49,7 @@ def main(_index: int, out: str) -> None:
     seen["fsdp2_record"] = _record_fsdp2(out)
     dist.destroy_process_group()
     torch.save(seen, os.path.join(out, "virtual.pt"))
+    leave()
 
 
 def _expect_error(seen: dict, name: str, fn) -> None:

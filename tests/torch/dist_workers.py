@@ -8,6 +8,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from dist_exit import leave
 
 SYSTEM = "trn2-48xl"
 
@@ -138,13 +139,14 @@ def collectives(rank: int, size: int, store_path: str, out: str) -> None:
     short = dist.new_group(backend="neuron", timeout=datetime.timedelta(seconds=3))
     if rank == 1:
         torch.save(seen, os.path.join(out, f"rank{rank}.pt"))
-        return
+        leave()
     try:
         dist.all_reduce(torch.ones(2, device="neuron"), group=short)
         seen["missing"] = "no error"
     except RuntimeError as e:
         seen["missing"] = str(e)
     torch.save(seen, os.path.join(out, f"rank{rank}.pt"))
+    leave()
 
 
 def _timing(rank: int, size: int) -> dict:
