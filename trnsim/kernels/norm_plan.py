@@ -140,6 +140,8 @@ class _Costs:
         self.x = self.tile((P, d), k.xdt)
         self.o = self.tile((P, d), k.odt)
         self.col = ap(self.tile((P, 1)))
+        self.psum = self.b.tile("t", "psum", (P, min(d, k.most)), dtype("float32"))  # (VectorE's
+        # weight and bias out of PSUM, `norms._Norm.psum_affine`)
         self.tab = ap(self.tile((P, k.per)))
         self.cache: dict = {}
 
@@ -155,9 +157,11 @@ class _Costs:
     def small(self, n: int) -> float:
         """n dependent [p, per] steps on VectorE (each waiting on a semaphore, or not:
         `k.small_waits`)."""
-        return n * cost_ns(self.b, self.cfg, TensorScalar, V, waits=self.k.small_waits,
-                           after=True, src=self.tab, dst=self.tab, op0="add",
-                           operand0=1.0)  # fmt: skip
+        a = float(self.k.small_after)  # (the share of them that do)
+        return n * sum(f * cost_ns(self.b, self.cfg, TensorScalar, V, waits=self.k.small_waits,
+                                   after=after, src=self.tab, dst=self.tab, op0="add",
+                                   operand0=1.0)
+                       for f, after in ((a, True), (1 - a, False)) if f)  # fmt: skip
 
     @staticmethod
     def on(e: Engine, ns: float) -> np.ndarray:
@@ -219,8 +223,9 @@ class _Costs:
                 ns = ns + self.pe(w)
                 continue
             wt = self.cols(self.o, 0, min(w, k.most))
+            src1 = self.cols(self.psum, 0, min(w, k.most)) if e == V and k.psum_affine else wt
             ns = ns + self.on(e, len(runs(w, k.most)) * self.slots(
-                TensorTensor, e, alu="add", src0=wt, src1=wt, dst=wt))  # fmt: skip
+                TensorTensor, e, alu="add", src0=wt, src1=src1, dst=wt))  # fmt: skip
         self.cache[key] = ns
         return ns
 

@@ -46,9 +46,11 @@ from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import (
     Activation,
+    AffineSelect,
     BnAggr,
     BnStats,
     DmaCopy,
+    Matmul,
     Memset,
     TensorCopy,
     TensorScalar,
@@ -98,7 +100,12 @@ SEG_SHARE = 0.6  # what a row in segments' buffers (and the weight and bias) may
 # LNC 2, 16 MiB: fp32 rows of 64 59.5% -> 67.7%, 512 72.7% -> 76.0%, 4096 62.2% -> 66.4%, bf16
 # 4096 63.7% -> 65.8%, 2^20 69.5% -> 70.7%. Rows that fit a partition: TensorE may add an fp32
 # bias (`pe_fp32`); the weight and bias loaded behind the first block (`spread_first`, not ahead
-# of it on its queue): fp32 rows of 64 67.7% -> 68.8%, of 512 76.0% -> 80.7%
+# of it on its queue): fp32 rows of 64 67.7% -> 68.8%, of 512 76.0% -> 80.7%. fp32 rows in
+# pieces: the weight and bias out of PSUM for VectorE (`psum_affine`), the engine of each
+# normalisation (ScalarE or GpSimd, or VectorE too), weight and bias (VectorE or GpSimd) picked
+# by the list schedule (`flex`), 9 buffers loaded one after another on one queue (`piece_big`),
+# the [p, 1] steps costed as half of them reading the step before's output (`small_after`):
+# rows of 64K 63.1% -> 74.6% (74.5 -> 63.0 us)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32",)  # (variants of fp32 rows with a bias only)
 VARIANTS = (
@@ -114,7 +121,23 @@ VARIANTS = (
     {"spread_first": True, "small_waits": False},
     {"pe_fp32": True, "spread_first": True},
     {"pe_fp32": True, "small_waits": False, "spread_first": True},
+    *(
+        {
+            "psum_affine": True,
+            "flex": True,
+            "flex_norm": norm,
+            "piece_big": True,
+            "piece_bufs": 9,
+            "small_waits": False,
+            "small_after": a,
+        }
+        for norm, a in (("SG", 0.5), ("SG", 1), ("SVG", 1))
+    ),
 )
+PSUM_AFFINE_BYTES = 8192  # fp32 weight and bias of rows in pieces kept in PSUM for VectorE's
+# tensor_tensors (N cycles an element with one input in PSUM, not 2N) when a partition's pieces
+# of them take this much at most (4 of its 8 banks; `row_pieces.Groups` has its small tiles in
+# the others)
 TRIAL_BYTES = 2 << 20  # layer_norms of x this large try the VARIANTS
 CHOSEN_MOST = 256  # the choices kept (`_variant`), by shapes
 _CHOSEN: dict = {}
@@ -162,7 +185,9 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     for i, v in enumerate(VARIANTS):  # (not those that would lower as the first does)
         if (("long_row" in v and not LANE_ROW <= d < LONG_ROW) or ("pe_pieces" in v and not pe)
                 or (any(f in v for f in FP32_ONLY) and not fp32)
-                or ("spread_first" in v and not fits)):  # fmt: skip
+                or ("spread_first" in v and not fits)
+                or ("psum_affine" in v
+                    and not _psum_affine(cfg, tx, to, d, weight, bias))):  # fmt: skip
             continue
         tb = KernelBuilder(b.tensors)
         tb.part = (0, max(1, cfg.lnc))
@@ -261,6 +286,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     k.weight, k.bias, k.pieces = weight, bias, lay
     k.__dict__.update(variant)
     k.groups = Groups(b, cfg, lay.k)
+    k.psum_affine = k.psum_affine and _psum_affine(cfg, tx, to, lay.d, weight, bias)
     room = int(cfg.core.sbuf.partition_bytes * (SEG_SHARE if seg else BUFFER_SHARE)) - width * sum(
         b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)  # fmt: skip
     base = width * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
@@ -270,14 +296,14 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         to.dtype.itemsize == 2)  # fmt: skip
     room -= F_BUFS * width * to.dtype.itemsize if k.pe_ok else 0
     blocks = list(row_blocks(tx.shape, lay.g, rows))
-    k.bufs, k.blocks = max(1, min(BUFS, room // base)), len(blocks)
+    k.bufs, k.blocks = max(1, min(k.piece_bufs, room // base)), len(blocks)
     q, qs = dma_queues(cfg, lay.f * tx.dtype.itemsize), Queues(cfg)
     # large tiles (rows of 2^20: a few a core): loaded one after another
     # on one queue, the weight and bias behind the first, so the first tile arrives first
     # instead of sharing the engines with the others (and its engines start sooner)
-    big = width * tx.dtype.itemsize >= BIG_PIECES
+    big = width * tx.dtype.itemsize >= BIG_PIECES or k.piece_big
     n = 1 if big else max(2, q)
-    k.loads, k.stores = qs.loads().take(n), qs.stores().take(SEG_STORES if seg else n)
+    k.loads, k.stores = qs.loads().take(n), qs.stores().take(SEG_STORES if seg else max(2, q))
     if seg:  # the plan's choices of engines mixed over the segments (one lane each)
         k.blocks *= lay.t
     plan(k)
@@ -293,6 +319,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
 
     def spread():
         k.rows.update({v: _piece_rows(b, cfg, v, lay, queues) for v in affine})
+        if k.psum_affine:
+            k.psum_rows = {v: _psum_copy(b, cfg, k.rows[v]) for v in affine}
         if k.pe_bias:
             k.pe.pieces_row = k.rows[bias]
 
@@ -304,9 +332,39 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
             k.pe = PeBias(b, cfg, bias, width, to.dtype, pieces=True)
         _emit(k, blocks)
     k.groups.done()
+    b.release(*k.psum_rows.values())
     if k.pe_bias:
         k.pe.done()
     return getattr(s, "makespan", 0.0)
+
+
+def _psum_affine(cfg: ChipConfig, tx, to, d: int, weight, bias) -> bool:
+    """Whether fp32 rows of d in pieces (not in segments) may keep their weight and bias in
+    PSUM (`PSUM_AFFINE_BYTES`)."""
+    lay = _piece_layout(cfg, tx, d)
+    names = [v for v in (weight, bias) if v is not None]
+    return (lay is not None and lay.t == 1 and bool(names) and tx.dtype.itemsize == 4
+            and to.dtype == tx.dtype
+            and len(names) * lay.f * 4 <= PSUM_AFFINE_BYTES)  # fmt: skip
+
+
+def _psum_copy(b: KernelBuilder, cfg: ChipConfig, rows: str) -> str:
+    """A PSUM copy of fp32 tile `rows` ([P, w]): the identity times it on TensorE, a bank's
+    columns at a time (exact: each element times 1 plus zeros)."""
+    P, f32, w = cfg.core.sbuf.partitions, dtype("float32"), b.tiles[rows].shape[-1]
+    new = f"norm.ident:{f32.name}:{(P, P)}" not in b.scratch  # (`scratch_tile`'s key)
+    ident = b.scratch_tile("norm.ident", "ident", (P, P), f32)
+    if new:
+        a = ap(ident)
+        b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+        b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal", start=0,
+               partition_step=1, step=-1, engine=G)  # fmt: skip
+    step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+    ps = b.psum("affine", (P, w), f32)
+    for lo, hi in runs(w, step):
+        mv, dst = ap(rows, slice(None), slice(lo, hi)), ap(ps, slice(None), slice(lo, hi))
+        b.emit(Matmul, [ap(ident), mv], [dst], stationary=ap(ident), moving=mv, dst=dst)
+    return ps
 
 
 def _engines(lane: Lane) -> tuple:
@@ -404,6 +462,8 @@ class _Norm:
         self.plan_per = 1  # the rows a partition of the layout `_plan` costs
         self.long_row = LONG_ROW
         self.small_waits = True  # the plan costs its [p, per] steps as waiting on a semaphore
+        self.small_after = True  # ... and as reading what the step before wrote (VectorE's
+        # commit latency; the list schedule may put another block's work between them)
         self.pe_pieces = False  # TensorE may add the bias of rows in pieces (not in segments)
         self.pe_fp32 = False  # ... an fp32 bias of rows that fit (its two fp32 matmuls take
         # TensorE 8 cycles an element; a 16-bit one always may)
@@ -411,6 +471,13 @@ class _Norm:
         self.lanes: list[Lane] = []  # the current block's (`at`)
         self.block_lanes: list[list[Lane]] = []  # each block's
         self.rows: dict[str, str] = {}  # weight and bias spread over the partitions
+        self.flex = False  # the list schedule picks the engine of each normalisation, weight
+        # and bias instruction (`schedule.Scheduled`: the same values on any)
+        self.flex_norm = "SVG"  # ... the normalisation's engines it picks from
+        self.piece_bufs = BUFS  # buffers of rows in pieces
+        self.piece_big = False  # ... loaded as BIG_PIECES are
+        self.psum_affine = False  # fp32 rows in pieces: VectorE's weight and bias out of PSUM
+        self.psum_rows: dict[str, str] = {}  # ... copies of `rows` there (`_psum_copy`)
         self.pe_ok = self.pe_bias = False  # TensorE may add (adds) the bias
         self.shifts = Spread({V: 1.0})
         self.spread = lambda: None  # emits the weight and bias spread (`lower_norm`)
@@ -669,12 +736,20 @@ class _Norm:
         xj, oj = self.lane_tile("x", n, i, p, j), self.lane_tile("o", n, i, p, j)
         rj = self.col("rs", n, p, j)
         bj = self.col("nb", n, p, j) if self.layer else 0.0
-        if e == S:
-            b.emit(Activation, [xj, rj] + ([bj] if self.layer else []), [oj], func="copy",
-                   src=xj, dst=oj, scale=rj, bias=bj)  # fmt: skip
-        elif self.layer:
-            b.emit(TensorScalar, [xj, rj, bj], [oj], src=xj, dst=oj, op0="multiply", operand0=rj,
-                   op1="add", operand1=bj, engine=e)  # fmt: skip
+        if self.layer:
+            ops = []
+            flex = [{"S": S, "V": V, "G": G}[c] for c in self.flex_norm] if self.flex else []
+            for x in [e] + [y for y in flex if y != e]:
+                if x == S:
+                    ops.append((Activation, [xj, rj, bj], [oj], dict(
+                        func="copy", src=xj, dst=oj, scale=rj, bias=bj)))  # fmt: skip
+                else:
+                    ops.append((TensorScalar, [xj, rj, bj], [oj], dict(
+                        src=xj, dst=oj, op0="multiply", operand0=rj, op1="add", operand1=bj,
+                        engine=x)))  # fmt: skip
+            b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+        elif e == S:
+            b.emit(Activation, [xj, rj], [oj], func="copy", src=xj, dst=oj, scale=rj, bias=0.0)
         else:
             b.emit(TensorScalar, [xj, rj], [oj], src=xj, dst=oj, op0="multiply", operand0=rj,
                    engine=e)  # fmt: skip
@@ -709,11 +784,24 @@ class _Norm:
                 for j in range(self.per):  # in place: o * weight, + bias
                     for lo, hi in runs(w, self.most):
                         o = self.lane_tile("o", n, i, p, j, (lo, hi))
-                        t = ap(self.rows[v], slice(0, p), slice(lane.lo + lo, lane.lo + hi))
-                        b.emit(TensorTensor, [o, t], [o], alu=alu, src0=o, src1=t, dst=o,
-                               engine=e)  # fmt: skip
+                        ops = [self.weighted(o, v, alu, e, p, lane.lo + lo, lane.lo + hi)
+                               for e in ([e] + [x for x in (V, G) if x != e] if self.flex
+                                         else [e])]  # fmt: skip
+                        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
             if not self.pe_lane(lane):
                 self.store(n, index, p, i, self.lane_tile("o", n, i, p))
+
+    def weighted(self, o, v: str, alu: str, e, p: int, lo: int, hi: int) -> tuple:
+        """(cls, reads, writes, fields) of o = o alu v[lo:hi] on engine e (VectorE: v out of
+        PSUM where it is there, `psum_affine`)."""
+        rows = self.psum_rows.get(v) if e == V else None
+        t = ap(rows or self.rows[v], slice(0, p), slice(lo, hi))
+        return TensorTensor, [o, t], [o], dict(alu=alu, src0=o, src1=t, dst=o, engine=e)
+
+    @staticmethod
+    def others(ops: list[tuple]) -> dict:
+        """`emit`'s other choices of engine for the list schedule (`flex`), beside ops[0]."""
+        return {"choices": ops[1:]} if len(ops) > 1 else {}
 
     def fourth(self, n: int, index: tuple, rows: int) -> None:
         """The lanes whose bias TensorE adds (into PSUM, ScalarE copying the sums into tile

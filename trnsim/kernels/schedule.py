@@ -18,6 +18,12 @@ queue (ties in emitted order).
 It emits the one that ends sooner. Dependent instructions keep their relative order either
 way, so the program computes the same values; only independent work of different blocks
 interleaves differently.
+
+An instruction may be recorded with `choices`: other (cls, reads, writes, fields) that do the
+same work with the same values on another engine (a norm's normalisation, weight or bias,
+`norms._Norm.flex`); the list schedule runs each on the choice that would end soonest, so the
+engines' shares even out in time rather than per block, and its dependencies are those of all
+its choices.
 """
 
 from __future__ import annotations
@@ -55,10 +61,11 @@ class Scheduled:
         self.makespan = 0.0
 
     def __enter__(self) -> Scheduled:
-        rec = self.recorded
+        rec, self.choices = self.recorded, []
 
-        def record(cls, reads, writes, **fields):
+        def record(cls, reads, writes, choices=(), **fields):
             rec.append((cls, reads, writes, fields))
+            self.choices.append([rec[-1], *choices])
 
         self.b.emit = record  # an attribute of the instance hides the class's method
         return self
@@ -67,29 +74,37 @@ class Scheduled:
         del self.b.emit
         if kind is not None or not self.recorded:
             return
-        g = _Graph(self.b, self.cfg, self.recorded, self.shared_dma)
-        emitted = list(range(len(self.recorded)))
-        options = [(g.simulate(emitted), 0, emitted)]
+        g = _Graph(self.b, self.cfg, self.recorded, self.shared_dma, self.choices)
+        emitted, first = list(range(len(self.recorded))), [0] * len(self.recorded)
+        options = [(g.simulate(emitted), 0, emitted, first)]
         for v, by in enumerate(("index", "rank")):
+            g.use(first)
             greedy = g.greedy(by)
-            options.append((g.simulate(greedy), 1 + v, greedy))
-        self.makespan, _, order = min(options)  # (ties: the emitted order)
+            picks = list(g.pick)
+            options.append((g.simulate(greedy), 1 + v, greedy, picks))
+        self.makespan, _, order, picks = min(options)  # (ties: the emitted order)
         for i in order:
-            cls, reads, writes, fields = self.recorded[i]
+            cls, reads, writes, fields = self.choices[i][picks[i]]
             self.b.emit(cls, reads, writes, **fields)
 
 
 class _Graph:
     """The recorded instructions' dependencies, queues and estimated times."""
 
-    def __init__(self, b: KernelBuilder, cfg: ChipConfig, rec: list[tuple], shared_dma=False):
-        self.b, self.cfg, self.rec, self.shared_dma = b, cfg, rec, shared_dma
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig, rec: list[tuple], shared_dma=False,
+                 choices=None):  # fmt: skip
+        self.b, self.cfg, self.rec, self.shared_dma = b, cfg, list(rec), shared_dma
+        # each instruction's choices (the recorded one first; others: the same work on another
+        # engine, `Scheduled` module doc), its dependencies those of all of them
+        self.choices = choices or [[r] for r in rec]
         tiles, n = b.tiles, len(rec)
         self.tiles = tiles
         preds: list[set[int]] = [set() for _ in range(n)]
         reads_since: dict[str, list[int]] = {}  # tile -> its reads since its last write
         writer: dict[str, int] = {}  # tile -> its last write
-        for i, (_, reads, writes, _) in enumerate(rec):
+        union = [([a for c in cs for a in c[1]], [a for c in cs for a in c[2]])
+                 for cs in self.choices]  # fmt: skip
+        for i, (reads, writes) in enumerate(union):
             for a in reads:
                 if a.name in writer:
                     preds[i].add(writer[a.name])
@@ -115,11 +130,19 @@ class _Graph:
         # another queue that no earlier instruction of its queue waited for (`builder`)
         waited: dict = {}
         self.cost = []
+        self.options: list[list[tuple]] = []  # each choice's (queue, cost)
         for i in range(n):
             cross = {p for p in self.preds[i] if self.queue[p] != self.queue[i]}
             seen = waited.setdefault(self.queue[i], set())
             self.cost.append(self._cost(i, bool(cross - seen)))
+            opts = [(self.queue[i], self.cost[i])]
+            for c in self.choices[i][1:]:
+                q = _queue(c[0], c[3])
+                waits = any(self.queue[p] != q for p in self.preds[i])
+                opts.append((q, self._cost(i, waits, c)))
+            self.options.append(opts)
             seen |= cross
+        self.pick = [0] * n
         d = cfg.core.dma
         self.setup = (d.transfer_setup + (d.engines - 1) * d.engine_stagger) * 1e9
         self.latency = d.load_completion_latency * 1e9
@@ -129,9 +152,18 @@ class _Graph:
             c = getattr(getattr(cfg.core, e.label), "commit_latency_cycles", 0)
             self.commit[e] = c * 1e9 / model(cfg.core).clock_hz
 
-    def _cost(self, i: int, waits: bool) -> float:
+    def use(self, picks: list[int]) -> None:
+        """Each instruction i as its choice picks[i]."""
+        for i, o in enumerate(picks):
+            self._pick(i, o)
+
+    def _pick(self, i: int, o: int) -> None:
+        self.pick[i], self.rec[i] = o, self.choices[i][o]
+        self.queue[i], self.cost[i] = self.options[i][o]
+
+    def _cost(self, i: int, waits: bool, rec=None) -> float:
         """Instruction i's ns on its engine (a DMA transfer: its bytes)."""
-        cls, reads, writes, fields = self.rec[i]
+        cls, reads, writes, fields = rec or self.rec[i]
         tiles = self.tiles
         if isinstance(self.queue[i], tuple):
             a = next((x for x in writes + reads if x.name in tiles), None)
@@ -191,9 +223,10 @@ class _Graph:
         n, queue = len(self.rec), self.queue
         ready_at, left = [0.0] * n, [len(p) for p in self.preds]
         pending: dict = {}  # queue -> its instructions whose producers are all scheduled
+        flexible = [len(o) > 1 for o in self.options]  # (those with choices: pending[None])
         for i in range(n):
             if not left[i]:
-                pending.setdefault(queue[i], []).append(i)
+                pending.setdefault(None if flexible[i] else queue[i], []).append(i)
         state = {"free": {}, "last": {}}
         free, out = state["free"], []
         rank = [0.0] * n  # (all 0 by "index": ties go to the first emitted)
@@ -207,18 +240,26 @@ class _Graph:
             for q, ready in pending.items():
                 f = free.get(q, 0.0)
                 for i in ready:
-                    key = (max(f, ready_at[i]), -rank[i], i)
+                    o = 0
+                    if q is None:  # the choice that would end soonest
+                        o = min(range(len(self.options[i])), key=lambda o: (max(
+                            free.get(self.options[i][o][0], 0.0), ready_at[i])
+                            + self.options[i][o][1], o))  # fmt: skip
+                        f = free.get(self.options[i][o][0], 0.0)
+                    key = (max(f, ready_at[i]), -rank[i], i, o)
                     if best is None or key < best:
                         best = key
-            start, i = best[0], best[-1]
-            pending[queue[i]].remove(i)
+            start, i, o = best[0], best[2], best[3]
+            pending[None if flexible[i] else queue[i]].remove(i)
+            if flexible[i]:
+                self._pick(i, o)
             end = self._start(i, start, state)
             out.append(i)
             for s in self.succs[i]:
                 ready_at[s] = max(ready_at[s], end)
                 left[s] -= 1
                 if not left[s]:
-                    pending.setdefault(queue[s], []).append(s)
+                    pending.setdefault(None if flexible[s] else queue[s], []).append(s)
         return out
 
 
