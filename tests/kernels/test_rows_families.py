@@ -34,14 +34,6 @@ SEGMENTS = (
     "{} a core, each in segments of 128 pieces (512 KiB tiles) whose statistics start as they "
     "load; but layer_norm's passes take {}, and {}"
 )
-SHORT_RMS = (
-    "rows of 64 in three stages (kernels/rms_short.py): ScalarE's squares (20 of 32 row slots "
-    "with their sums, 128 cycles a row; the others one instruction a block), VectorE's sums of "
-    "those and 13 blocks' weight in 16, GpSimd's rstd, x * rstd row by row and the other "
-    "weights: the engine bound's own mix of passes (42.7 us, 92% of the HBM bound's 46.3), "
-    "ScalarE busy 47 us, VectorE 46, GpSimd 43 of 59.1 (78%; 61% before); the first load and "
-    "the last blocks' chain are the rest"
-)
 SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
     ("layer_norm", "float32", 65536): PIECES.format(
         BUSY.format(
@@ -74,7 +66,6 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
             "the first row's chain starts only once its statistics are whole; 69%",
         )
     ),
-    ("rms_norm", "bfloat16", 64): SHORT_RMS,
     ("layer_norm", "float32", 64): "16 rows a partition, 16 blocks a core: "
     + BUSY.format(
         "69%: 67 us, GpSimd 56 us busy (weight and bias, two cycles an element), VectorE 35 "

@@ -53,10 +53,13 @@ class Scheduled:
     """A context manager around a lowering's emits: inside, `b.emit` records; on leaving, the
     recorded instructions are emitted in the order that the model ends soonest (module doc).
     `makespan` is then that order's estimated ns (from the first recorded instruction).
-    `shared_dma`: the DMA queues' transfers share the engines' bandwidth (module doc)."""
+    `shared_dma`: the DMA queues' transfers share the engines' bandwidth (module doc).
+    `reorder` False: the emitted order only (`makespan` then estimates the lowering as
+    written, for a lowering that compares plans of its own)."""
 
-    def __init__(self, b: KernelBuilder, cfg: ChipConfig, shared_dma: bool = False):
-        self.b, self.cfg, self.shared_dma = b, cfg, shared_dma
+    def __init__(self, b: KernelBuilder, cfg: ChipConfig, shared_dma: bool = False,
+                 reorder: bool = True):  # fmt: skip
+        self.b, self.cfg, self.shared_dma, self.reorder = b, cfg, shared_dma, reorder
         self.recorded: list[tuple] = []
         self.makespan = 0.0
 
@@ -77,7 +80,7 @@ class Scheduled:
         g = _Graph(self.b, self.cfg, self.recorded, self.shared_dma, self.choices)
         emitted, first = list(range(len(self.recorded))), [0] * len(self.recorded)
         options = [(g.simulate(emitted), 0, emitted, first)]
-        for v, by in enumerate(("index", "rank")):
+        for v, by in enumerate(("index", "rank") if self.reorder else ()):
             g.use(first)
             greedy = g.greedy(by)
             picks = list(g.pick)
