@@ -58,6 +58,7 @@ BUFS = 12  # blocks rotating through buffers (loads run that far ahead)
 SHARE = 0.45  # the buffers' share of a partition (with the squares' scratch)
 STEPS = 16  # the shares' step (`_choose`)
 DESCENT = 16  # the most steps `_choose` takes
+CHOOSE_BLOCKS = 16  # the whole blocks of the program `_choose` models, at most
 SQ_SLOTS = 2  # scratch blocks of the squares (written in stage 1, read in stage 2)
 _CHOSEN: dict = {}  # the plan `_choose` chose, by the blocks' shapes
 
@@ -100,22 +101,31 @@ def _choose(k: _Rms, blocks: list) -> list[tuple]:
     in the order emitted) ends soonest: the plan evens out the engines' time per block, but
     ScalarE starts each block's chain and VectorE ends it, so the fill and the drain want
     other shares. The last block's taper pieces give ScalarE all their sums and their
-    x * rstd (`_steps`)."""
+    x * rstd (`_steps`). Past CHOOSE_BLOCKS whole blocks, the shares are chosen on a program
+    of that many (and the cut pieces): the model's time grows faster than the blocks."""
     fs, norms, weights = _plan(k)
     key = (k.per, k.bufs, k.d, k.xdt.name, k.odt.name, k.weight is None,
            tuple((rows, per) for _, rows, per in blocks))  # fmt: skip
     hit = _CHOSEN.get(key)
     if hit is not None and hit[0] is k.cfg:
         return hit[1]
+    head = next(i for i, (_, _, per) in enumerate(blocks) if per == k.per or i == len(blocks) - 1)
+    tail = len(blocks) - 1 - next(i for i in range(len(blocks) - 1, head - 1, -1)
+                                  if blocks[i][2] == k.per or i == head)  # fmt: skip
+    model = blocks[: head + CHOOSE_BLOCKS] + blocks[len(blocks) - tail :]
+    if len(model) >= len(blocks):
+        model = blocks
     q = STEPS
-    spans: dict[tuple, tuple] = {}
+    spans: dict[tuple, float] = {}
+
+    def shares(at: tuple) -> tuple:
+        f, ns, wg = at
+        return f, {G: 1 - ns / q, S: ns / q}, {V: 1 - wg / q, G: wg / q}
 
     def span(at: tuple) -> float:
         if at not in spans:
-            f, ns, wg = at
-            steps = _steps(k, blocks, f, {G: 1 - ns / q, S: ns / q}, {V: 1 - wg / q, G: wg / q})
-            spans[at] = (_span(k, blocks, steps), steps)
-        return spans[at][0]
+            spans[at] = _span(k, model, _steps(k, model, *shares(at)))
+        return spans[at]
 
     plan = (fs, round(norms[S] * q), round(weights[G] * q) if k.weight is not None else 0)
     ends = []
@@ -133,7 +143,7 @@ def _choose(k: _Rms, blocks: list) -> list[tuple]:
     at = min(ends, key=span)
     if len(_CHOSEN) >= 64:
         _CHOSEN.clear()
-    _CHOSEN[key] = (k.cfg, spans[at][1])
+    _CHOSEN[key] = (k.cfg, _steps(k, blocks, *shares(at)))
     return _CHOSEN[key][1]
 
 
