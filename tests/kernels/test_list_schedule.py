@@ -7,9 +7,9 @@ import pytest
 
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
-from trnsim.isa import Activation, Engine, TensorScalar
+from trnsim.isa import Activation, Engine, TensorScalar, TensorTensor
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.schedule import Scheduled
+from trnsim.kernels.schedule import Scheduled, _Graph
 
 F32 = dtype("float32")
 
@@ -49,3 +49,50 @@ def test_the_emitted_order_stays_when_nothing_gains():
             b.emit(TensorScalar, [ap(a)], [ap(a)], src=ap(a), dst=ap(a), op0="add", operand0=1.0)
     assert [i.index for i in b.instructions] == [0, 1, 2]
     assert b.emit.__func__ is KernelBuilder.emit  # the builder's own emit again
+
+
+def _multiply(b: KernelBuilder, t: str, w: str, wp: str, group=None) -> None:
+    """t = t * w, on VectorE (w's copy wp in PSUM: one cycle an element) or GpSimd (w)."""
+    cols = slice(0, b.tiles[t].shape[-1])
+    ops = [(TensorTensor, [ap(t), ap(x, slice(None), cols)], [ap(t)],
+            dict(alu="multiply", src0=ap(t), src1=ap(x, slice(None), cols), dst=ap(t), engine=e))
+           for e, x in ((Engine.VECTOR, wp), (Engine.GPSIMD, w))]  # fmt: skip
+    b.emit(*ops[0][:3], **ops[0][3], choices=ops[1:], **({"group": group} if group else {}))
+
+
+def _busy_vector_then_two_choices(b: KernelBuilder, group=None) -> None:
+    """VectorE's pass over a (2048 fp32 columns); then c *= w (256 columns) and d *= w (4096),
+    independent of it and of each other, each on VectorE or GpSimd."""
+    a = b.tile("a", "sbuf", (128, 2048), F32)
+    c, d, w = (b.tile(n, "sbuf", (128, k), F32) for n, k in (("c", 256), ("d", 4096),
+                                                             ("w", 4096)))  # fmt: skip
+    wp = b.tile("wp", "psum", (128, 4096), F32)
+    b.emit(TensorScalar, [], [ap(a)], src=ap(a), dst=ap(a), op0="add", operand0=1.0)
+    _multiply(b, c, w, wp, group)
+    _multiply(b, d, w, wp, group)
+
+
+def test_an_instruction_goes_to_the_choice_that_ends_it_soonest():
+    """c's multiply ends sooner on GpSimd (VectorE is busy with a's pass); d's on VectorE,
+    once a's pass is done, reading w from PSUM at one cycle an element (GpSimd: two, and it
+    has c's first). Recorded with one group, d's takes GpSimd, as c's did."""
+    cfg = load_chip("trn2")
+    v, g = cfg.core.vector.clock_hz / 1e9, cfg.core.gpsimd.clock_hz / 1e9  # cycles a ns
+    a_ns, c_ns = 2048 / v, 2 * 256 / g
+    assert c_ns < a_ns + 256 / v  # c: GpSimd ends first
+    assert a_ns + 4096 / v < c_ns + 2 * 4096 / g  # d: VectorE ends first
+    for group, engines, end in (
+        (None, [Engine.GPSIMD, Engine.VECTOR], a_ns + 4096 / v),
+        ("block", [Engine.GPSIMD, Engine.GPSIMD], c_ns + 2 * 4096 / g),
+    ):
+        b = KernelBuilder({})
+        with Scheduled(b, cfg) as s:
+            _busy_vector_then_two_choices(b, group)
+        graph = _Graph(b, cfg, s.recorded, False, s.choices, s.groups)
+        order = graph.greedy("index")
+        assert [graph.queue[i] for i in (1, 2)] == engines
+        assert graph.simulate(order) == pytest.approx(end, rel=1e-9)
+        if group is None:  # the list schedule's order and choices, emitted
+            assert [i.engine for i in b.instructions] == [Engine.VECTOR, Engine.GPSIMD,
+                                                          Engine.VECTOR]  # fmt: skip
+            assert s.makespan == pytest.approx(end, rel=1e-9)

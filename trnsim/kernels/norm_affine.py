@@ -10,7 +10,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, V, runs
 
-__all__ = ["spread", "PeBias", "pe_group", "SPREAD_BANKS", "PE_TILES"]
+__all__ = ["spread", "spread_psum", "psum_names", "PeBias", "pe_group", "SPREAD_BANKS", "PE_TILES"]
 
 SPREAD_BANKS = 2  # PSUM banks the weight and bias are spread through, in turn
 PE_TILES = 2  # PSUM banks the bias is added in by TensorE, in turn (a kernel's matmul may hold
@@ -49,6 +49,51 @@ def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=No
             b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
     b.release(*ps)
     return tiles
+
+
+def psum_names(cfg: ChipConfig, names: list[str], d: int, keep_banks: int) -> list[str]:
+    """Those of `names` (in order) whose [128, d] fp32 spread fits PSUM resident beside
+    `keep_banks` banks left to the op's other PSUM tiles, each at most a VectorE PSUM
+    operand's free size (`spread_psum`)."""
+    p = cfg.core.psum
+    room = (p.banks - keep_banks) * p.bank_bytes
+    out = []
+    for n in names:
+        if d > cfg.core.vector.psum_max_free_elements or 4 * d > room:
+            break
+        out.append(n)
+        room -= -(-4 * d // p.bank_bytes) * p.bank_bytes if 4 * d > p.bank_bytes else 4 * d
+    return out
+
+
+def spread_psum(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int,
+                loads=None) -> tuple[list[str], list[str]]:  # fmt: skip
+    """`spread`'s [128, d] SBUF tiles, and each of them also kept in a [128, d] fp32 PSUM tile
+    of its own (the caller releases them): a VectorE `tensor_tensor` with one input in PSUM
+    costs N cycles instead of 2N for fp32 (trainium.md 3.2), so VectorE's weight and bias read
+    these; GpSimd (which does not read PSUM) the SBUF copies, the same values."""
+    P, f32 = cfg.core.sbuf.partitions, dtype("float32")
+    tiles = [b.scratch_tile(f"norm.rows.{n}", f"{n}_rows", (P, d), b.tensors[n].dtype)
+             for n in names]  # fmt: skip
+    ps = [b.psum(f"{n}_psum", (P, d), f32) for n in names]
+    step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+    loads = loads or Queues(cfg).loads(1 / 2, 1)
+    turn = 0
+    for i, (n, t, acc) in enumerate(zip(names, tiles, ps)):
+        row = b.tile("row", "sbuf", (1, d), b.tensors[n].dtype)
+        src, dst = ap(n), ap(row)
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[i])
+        one = ones(b, b.tensors[n].dtype, P)
+        for lo, hi in runs(d, step):
+            a, mv = ap(acc, slice(None), slice(lo, hi)), ap(row, slice(None), slice(lo, hi))
+            b.emit(Matmul, [ap(one), mv], [a], stationary=ap(one), moving=mv, dst=a)
+            o = ap(t, slice(None), slice(lo, hi))
+            if turn % 2:
+                b.emit(Activation, [a], [o], func="copy", src=a, dst=o)
+            else:
+                b.emit(TensorCopy, [a], [o], src=a, dst=o)
+            turn += 1
+    return tiles, ps
 
 
 def ones(b: KernelBuilder, dt, P: int) -> str:

@@ -59,7 +59,15 @@ from trnsim.isa import (
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks, row_groups
-from trnsim.kernels.norm_affine import PeBias, pe_group, spread
+from trnsim.kernels.norm_affine import (
+    PE_TILES,
+    SPREAD_BANKS,
+    PeBias,
+    pe_group,
+    psum_names,
+    spread,
+    spread_psum,
+)
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
@@ -106,8 +114,14 @@ SEG_SHARE = 0.6  # what a row in segments' buffers (and the weight and bias) may
 # by the list schedule (`flex`), 9 buffers loaded one after another on one queue (`piece_big`),
 # the [p, 1] steps costed as half of them reading the step before's output (`small_after`):
 # rows of 64K 63.1% -> 74.6% (74.5 -> 63.0 us)
+# fp32 rows that fit (FLEX): the weight and bias also kept in PSUM for VectorE (`fit_psum`), the
+# list schedule picking each weight and bias instruction's engine (`flex`), up to 12 buffers:
+# rows of 64 68.8% -> 82.0% (67.3 -> 56.5 us; GpSimd took every weight and bias pass before,
+# busy 56 us of 67), of 512 80.7% -> 83.7% (with `_halves` in an order without commit stalls)
 LANE_ROW = 2048
-FP32_ONLY = ("pe_fp32",)  # (variants of fp32 rows with a bias only)
+FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
+FLEX = {"spread_first": True, "small_waits": False, "fit_psum": True, "flex": True,
+        "flex_norm": "", "bufs_most": 12}  # fmt: skip
 VARIANTS = (
     {},
     {"small_waits": False},
@@ -133,6 +147,7 @@ VARIANTS = (
         }
         for norm, a in (("SG", 0.5), ("SG", 1), ("SVG", 1))
     ),
+    FLEX,
 )
 PSUM_AFFINE_BYTES = 8192  # fp32 weight and bias of rows in pieces kept in PSUM for VectorE's
 # tensor_tensors (N cycles an element with one input in PSUM, not 2N) when a partition's pieces
@@ -241,7 +256,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     group = max(1, (LAYER_ROW_BYTES if k.layer else ROW_BYTES) // tx.dtype.itemsize // d)
     k.per, blocks = row_groups(tx.shape, k.P, share, group,
                                max(1, room // (BUFS * base)))  # fmt: skip
-    k.bufs, k.blocks = max(1, min(BUFS, room // (k.per * base))), len(blocks)
+    k.bufs, k.blocks = max(1, min(k.bufs_most, room // (k.per * base))), len(blocks)
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
     k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
     # planned for the whole tensor's layout, as one core would lower it: the choices that
@@ -250,19 +265,46 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     per, k.per = k.per, row_groups(tx.shape, k.P, None, group,
                                    max(1, room // (BUFS * base)))[0]  # fmt: skip
     k.plan_per = k.per
+    names = _fit_psum(cfg, tx, [v for v, _ in affine], d, k.pe_ok) if k.fit_psum else []
+    k.psum_affine = bool(names)  # (the plan costs VectorE's weight and bias out of PSUM)
     plan(k)
     k.per = per
     # the weight, and the bias unless TensorE adds it in every block
     on_pe = all(lane.bias == S for ls in k.block_lanes for lane in ls)
     spreads = [v for v in (weight, bias) if v is not None and not (v == bias and on_pe)]
     k.spread = lambda: k.rows.update(zip(spreads, spread(b, cfg, spreads, d, k.loads)))
+    if names:
+        k.spread = lambda: _spread_psum(k, spreads, names, d)
     with _scheduled(k) as s:
         if k.pe_bias:
             k.pe = PeBias(b, cfg, bias, d, to.dtype, group=pe_group(cfg, d, k.per))
         _emit(k, blocks)
     if k.pe_bias:
         k.pe.done()
+    b.release(*k.psum_rows.values())
     return getattr(s, "makespan", 0.0)
+
+
+def _fit_psum(cfg: ChipConfig, tx, names: list[str], d: int, pe_ok: bool) -> list[str]:
+    """Those of fp32 rows' weight and bias (`names`) kept in PSUM beside the op's other PSUM
+    tiles (the spread's banks, TensorE's bias' where it may add it): both, or none."""
+    if tx.dtype.itemsize != 4:  # (VectorE's 16-bit SBUF operands cost N already)
+        return []
+    fit = psum_names(cfg, names, d, SPREAD_BANKS + (PE_TILES if pe_ok else 0))
+    return fit if len(fit) == len(names) else []
+
+
+def _spread_psum(k, spreads: list[str], names: list[str], d: int) -> None:
+    """The weight and bias spread (`norm_affine.spread_psum`), those of `names` also kept in
+    PSUM for VectorE (`_Norm.weighted`)."""
+    both = [n for n in spreads if n in names]
+    rest = [n for n in spreads if n not in both]
+    if both:
+        tiles, ps = spread_psum(k.b, k.cfg, both, d, k.loads)
+        k.rows.update(zip(both, tiles))
+        k.psum_rows.update(zip(both, ps))
+    if rest:
+        k.rows.update(zip(rest, spread(k.b, k.cfg, rest, d, k.loads)))
 
 
 def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> float:
@@ -478,6 +520,8 @@ class _Norm:
         self.piece_big = False  # ... loaded as BIG_PIECES are
         self.psum_affine = False  # fp32 rows in pieces: VectorE's weight and bias out of PSUM
         self.psum_rows: dict[str, str] = {}  # ... copies of `rows` there (`_psum_copy`)
+        self.fit_psum = False  # fp32 rows that fit: their weight and bias too (`_spread_psum`)
+        self.bufs_most = BUFS  # buffers of rows that fit, at most
         self.pe_ok = self.pe_bias = False  # TensorE may add (adds) the bias
         self.shifts = Spread({V: 1.0})
         self.spread = lambda: None  # emits the weight and bias spread (`lower_norm`)
@@ -721,7 +765,10 @@ class _Norm:
                 ms = self.col("ms", n, p)
                 self.alu(ms, total, ("multiply", 1.0 / min(self.pieces.k, self.P)))
             self.alu(rs, ms, ("add", self.eps), ("pow", -0.5))
-        if self.layer:  # the normalisation's bias, -mean * rstd
+        if self.layer and self.halves and self.per > 1 and not self.pieces:  # (-mean) * rstd
+            # (`_halves` left -mean in dm): the same value as -mean * rstd
+            self.alu(self.col("nb", n, p), self.col("dm", n, p), ("multiply", rs))
+        elif self.layer:  # the normalisation's bias, -mean * rstd
             self.alu(self.col("nb", n, p), mean, ("multiply", rs), ("multiply", -1.0))
         if not self.interleave:  # (else each normalised with its weight, `third`)
             for i in range(len(self.lanes)):
@@ -787,7 +834,7 @@ class _Norm:
                         ops = [self.weighted(o, v, alu, e, p, lane.lo + lo, lane.lo + hi)
                                for e in ([e] + [x for x in (V, G) if x != e] if self.flex
                                          else [e])]  # fmt: skip
-                        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+                        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops, (n, i)))
             if not self.pe_lane(lane):
                 self.store(n, index, p, i, self.lane_tile("o", n, i, p))
 
@@ -798,10 +845,13 @@ class _Norm:
         t = ap(rows or self.rows[v], slice(0, p), slice(lo, hi))
         return TensorTensor, [o, t], [o], dict(alu=alu, src0=o, src1=t, dst=o, engine=e)
 
-    @staticmethod
-    def others(ops: list[tuple]) -> dict:
-        """`emit`'s other choices of engine for the list schedule (`flex`), beside ops[0]."""
-        return {"choices": ops[1:]} if len(ops) > 1 else {}
+    def others(self, ops: list[tuple], group=None) -> dict:
+        """`emit`'s other choices of engine for the list schedule (`flex`), beside ops[0]; a
+        block lane's weight and bias take one engine (`group`: (block, lane)) for rows that
+        fit (`fit_psum`)."""
+        if len(ops) < 2:
+            return {}
+        return {"choices": ops[1:]} | ({"group": group} if self.fit_psum and group else {})
 
     def fourth(self, n: int, index: tuple, rows: int) -> None:
         """The lanes whose bias TensorE adds (into PSUM, ScalarE copying the sums into tile
@@ -850,13 +900,19 @@ class _Norm:
         f = [ap(self.stat(n, p).name, slice(0, p), slice(None), i) for i in range(6)]
         dm, q = self.col("dm", n, p), self.col("q", n, p)
         mean, var = self.agg(n, p, 0), self.agg(n, p, 1)
+        # in an order where no step reads what the step before it wrote (VectorE's commit
+        # stall, 150 ns a step: trn2 fp32 rows of 64, 11 steps a block, 8 stalled); the same
+        # operations on the same values as in the formulas' order
         self.alu(dm, f[1], ("subtract", f[4]))
-        self.alu(q, dm, ("multiply", ne / d))
-        self.alu(mean, q, ("add", f[4]))
-        self.alu(q, dm, ("multiply", dm))
-        self.alu(q, q, ("multiply", ne * (d - ne) / d / d))
         self.alu(var, f[2], ("add", f[5]))
-        self.alu(var, var, ("multiply", 1.0 / d), ("add", q))
+        self.alu(q, dm, ("multiply", dm))
+        self.alu(dm, dm, ("multiply", ne / d))
+        self.alu(var, var, ("multiply", 1.0 / d))
+        self.alu(mean, dm, ("add", f[4]))
+        self.alu(q, q, ("multiply", ne * (d - ne) / d / d))
+        if self.layer:  # -mean (in dm), for the normalisation's bias -mean * rstd (`second`)
+            self.alu(dm, mean, ("multiply", -1.0))
+        self.alu(var, var, ("add", q))
 
     def alu(self, dst, src, *ops) -> None:
         """dst = src op0 x0 op1 x1 ... on VectorE, each x a number or a [p, per] operand: in

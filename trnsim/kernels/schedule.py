@@ -23,7 +23,10 @@ An instruction may be recorded with `choices`: other (cls, reads, writes, fields
 same work with the same values on another engine (a norm's normalisation, weight or bias,
 `norms._Norm.flex`); the list schedule runs each on the choice that would end soonest, so the
 engines' shares even out in time rather than per block, and its dependencies are those of all
-its choices.
+its choices. Instructions recorded with one `group` take the choice the first of them to be
+scheduled took (a block's weight and bias passes, which follow one another on its tile: one
+engine's work, not a hand-off between two at each instruction). A choice costs its wait where
+a producer ran on another queue, as the choices of the producers fell.
 """
 
 from __future__ import annotations
@@ -64,11 +67,12 @@ class Scheduled:
         self.makespan = 0.0
 
     def __enter__(self) -> Scheduled:
-        rec, self.choices = self.recorded, []
+        rec, self.choices, self.groups = self.recorded, [], []
 
-        def record(cls, reads, writes, choices=(), **fields):
+        def record(cls, reads, writes, choices=(), group=None, **fields):
             rec.append((cls, reads, writes, fields))
             self.choices.append([rec[-1], *choices])
+            self.groups.append(group)
 
         self.b.emit = record  # an attribute of the instance hides the class's method
         return self
@@ -77,7 +81,7 @@ class Scheduled:
         del self.b.emit
         if kind is not None or not self.recorded:
             return
-        g = _Graph(self.b, self.cfg, self.recorded, self.shared_dma, self.choices)
+        g = _Graph(self.b, self.cfg, self.recorded, self.shared_dma, self.choices, self.groups)
         emitted, first = list(range(len(self.recorded))), [0] * len(self.recorded)
         options = [(g.simulate(emitted), 0, emitted, first)]
         for v, by in enumerate(("index", "rank") if self.reorder else ()):
@@ -95,8 +99,9 @@ class _Graph:
     """The recorded instructions' dependencies, queues and estimated times."""
 
     def __init__(self, b: KernelBuilder, cfg: ChipConfig, rec: list[tuple], shared_dma=False,
-                 choices=None):  # fmt: skip
+                 choices=None, groups=None):  # fmt: skip
         self.b, self.cfg, self.rec, self.shared_dma = b, cfg, list(rec), shared_dma
+        self.groups = groups or [None] * len(rec)
         # each instruction's choices (the recorded one first; others: the same work on another
         # engine, `Scheduled` module doc), its dependencies those of all of them
         self.choices = choices or [[r] for r in rec]
@@ -145,6 +150,10 @@ class _Graph:
                 opts.append((q, self._cost(i, waits, c)))
             self.options.append(opts)
             seen |= cross
+        # an instruction with choices: each choice's cost without and with a wait (`_flex`)
+        self.costs = {i: [(self._cost(i, False, c), self._cost(i, True, c))
+                          for c in self.choices[i]]
+                      for i in range(n) if len(self.options[i]) > 1}  # fmt: skip
         self.pick = [0] * n
         d = cfg.core.dma
         self.setup = (d.transfer_setup + (d.engines - 1) * d.engine_stagger) * 1e9
@@ -187,11 +196,27 @@ class _Graph:
         ins = cls(engine=engine, wait=(("estimate", 1),) if waits else (), **bound)
         return model.cost(ins, None) * 1e9 / model.clock_hz
 
+    def _flex(self, i: int, o: int, state: dict, run: bool = False) -> tuple:
+        """(queue, cost) of instruction i's choice o: it waits for a producer that ran on
+        another queue (as its choices fell: `state`) where no instruction of its queue waited
+        for it before (`run`: it runs, and has waited for them)."""
+        q = self.options[i][o][0]
+        on = state.setdefault("on", {})
+        seen = state.setdefault("seen", {}).setdefault(q, set())
+        cross = {p for p in self.preds[i] if on.get(p, self.queue[p]) != q}
+        plain, waiting = self.costs[i][o]
+        if run:
+            seen |= cross
+            on[i] = q
+        return q, waiting if cross - seen else plain
+
     def _start(self, i: int, start: float, state: dict) -> float:
         """Run instruction i from `start` at the earliest on its queue (`state`: each queue's
         free time and last instruction); its finish."""
         q = self.queue[i]
         free, last = state["free"], state["last"]
+        if i in self.costs:
+            self.cost[i] = self._flex(i, self.pick[i], state, run=True)[1]
         start = max(start, free.get(q, 0.0))
         if isinstance(q, tuple):  # a DMA queue: its setup (overlapping the previous
             # transfer's data), then the data at the engines' bandwidth
@@ -238,16 +263,20 @@ class _Graph:
                    else self.cost[i] for i in range(n)]  # fmt: skip
             for i in range(n - 1, -1, -1):
                 rank[i] = dur[i] + max((rank[s] for s in self.succs[i]), default=0.0)
+        taken: dict = {}  # group -> the choice its first scheduled instruction took
         while len(out) < n:
             best = None
             for q, ready in pending.items():
                 f = free.get(q, 0.0)
                 for i in ready:
                     o = 0
-                    if q is None:  # the choice that would end soonest
-                        o = min(range(len(self.options[i])), key=lambda o: (max(
+                    if q is None:  # the choice that would end soonest (its group's, if taken)
+                        g = self.groups[i]
+                        os_ = [taken[g]] if g is not None and g in taken else range(
+                            len(self.options[i]))  # fmt: skip
+                        o = min(os_, key=lambda o: (max(
                             free.get(self.options[i][o][0], 0.0), ready_at[i])
-                            + self.options[i][o][1], o))  # fmt: skip
+                            + self._flex(i, o, state)[1], o))  # fmt: skip
                         f = free.get(self.options[i][o][0], 0.0)
                     key = (max(f, ready_at[i]), -rank[i], i, o)
                     if best is None or key < best:
@@ -256,6 +285,8 @@ class _Graph:
             pending[None if flexible[i] else queue[i]].remove(i)
             if flexible[i]:
                 self._pick(i, o)
+                if self.groups[i] is not None:
+                    taken.setdefault(self.groups[i], o)
             end = self._start(i, start, state)
             out.append(i)
             for s in self.succs[i]:
