@@ -29,6 +29,14 @@ layer_norm's instructions are then re-emitted in a list schedule's order where t
 (`schedule.Scheduled`): an engine's queue takes another block's work instead of waiting, in
 order, on this block's chain.
 
+**Pipelined** (a 16-bit layer_norm with a weight, the `pipe` variants): a builder orders
+accesses tile by tile, so passes in place over a block's tile go one engine after another, each
+over the whole block. Instead each row slot's columns, in pieces of up to PIPE_PIECE, are
+weighted out of x into tiles of their own (`_Norm.piece`), biased, and stored piece by piece,
+the weight's (and a VectorE or GpSimd bias') engine chosen by the list schedule (`flex`); the
+normalisation is (x - mean) * rstd in place; the first and last blocks are cut smaller
+(`_taper`), or ScalarE's share of the statistics is whole row slots (`row_stats`).
+
 `norm_plan.plan` chooses c, the lanes and the shift's engines; over many blocks it may mix two
 choices of the lane's engines (a share of the blocks each, `_Norm.at`), so that a pass one
 engine would take whole (rms_norm's weight on GpSimd, two cycles an element) is shared. Blocks
@@ -148,7 +156,14 @@ VARIANTS = (
         for norm, a in (("SG", 0.5), ("SG", 1), ("SVG", 1))
     ),
     FLEX,
+    {"pipe": True},
+    {"pipe": True, "s_share": 0.25},
+    {"pipe": True, "s_share": 0.375},
 )
+TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
+OUT_BUFS = 3  # ... the blocks whose output pieces rotate through tiles of their own
+PIPE_ROW_BYTES = 8192  # ... its rows a partition of a block, in bytes
+PIPE_PIECE = 1024  # ... and its output pieces' columns (`_Norm.piece`)
 PSUM_AFFINE_BYTES = 8192  # fp32 weight and bias of rows in pieces kept in PSUM for VectorE's
 # tensor_tensors (N cycles an element with one input in PSUM, not 2N) when a partition's pieces
 # of them take this much at most (4 of its 8 banks; `row_pieces.Groups` has its small tiles in
@@ -196,11 +211,14 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     affine = sum(b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)
     fits = norm_rows(cfg, tx, to, affine)  # rows a partition each (not in pieces)
     fp32 = bias is not None and to.dtype == tx.dtype and tx.dtype.itemsize == 4 and fits
+    # (pipelined: rows that fit in one lane, a weight, no shift pass)
+    pipe = (fits and d < LONG_ROW and weight is not None
+            and min(tx.dtype.itemsize, to.dtype.itemsize) < 4)  # fmt: skip
     spans = []
     for i, v in enumerate(VARIANTS):  # (not those that would lower as the first does)
         if (("long_row" in v and not LANE_ROW <= d < LONG_ROW) or ("pe_pieces" in v and not pe)
                 or (any(f in v for f in FP32_ONLY) and not fp32)
-                or ("spread_first" in v and not fits)
+                or ("spread_first" in v and not fits) or ("pipe" in v and not pipe)
                 or ("psum_affine" in v
                     and not _psum_affine(cfg, tx, to, d, weight, bias))):  # fmt: skip
             continue
@@ -253,12 +271,25 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     k.pe_ok = bias is not None and to.dtype == tx.dtype and (
         to.dtype.itemsize == 2 or k.pe_fp32) and (room - f) // base >= PE_BUFS  # fmt: skip
     room -= f if k.pe_ok else 0
-    group = max(1, (LAYER_ROW_BYTES if k.layer else ROW_BYTES) // tx.dtype.itemsize // d)
+    k.pipe = k.pipe and k.layer and not k.shift and weight is not None and d < LONG_ROW
+    row_bytes = PIPE_ROW_BYTES if k.pipe else LAYER_ROW_BYTES if k.layer else ROW_BYTES
+    group = max(1, row_bytes // tx.dtype.itemsize // d)
     k.per, blocks = row_groups(tx.shape, k.P, share, group,
                                max(1, room // (BUFS * base)))  # fmt: skip
+    k.tper = k.per
+    if k.pipe and _pieces_fit(tx, blocks):  # (module doc, "pipelined")
+        k.out_pieces, k.flex, k.flex_norm, k.spread_first = PIPE_PIECE, True, "", True
+        srows = int(k.s_share * k.per)
+        if srows and _aligned(b, cfg, tx, k.per, group, max(1, room // (BUFS * base))):
+            k.srows = srows
+        if not k.srows:
+            blocks, k.block_per = _taper(blocks, k.per, TAPER)
+        room -= OUT_BUFS * k.per * d * to.dtype.itemsize  # (the pieces' tiles)
     k.bufs, k.blocks = max(1, min(k.bufs_most, room // (k.per * base))), len(blocks)
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
     k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
+    if k.out_pieces:  # (a store a piece: small, so on as many queues as they need)
+        k.stores = qs.stores().take(dma_queues(cfg, min(PIPE_PIECE, d) * to.dtype.itemsize))
     # planned for the whole tensor's layout, as one core would lower it: the choices that
     # change the values' rounding (ScalarE's statistics, the halves) are then the same
     # however an LNC 2 logical core's cores share the rows
@@ -268,7 +299,9 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     names = _fit_psum(cfg, tx, [v for v, _ in affine], d, k.pe_ok) if k.fit_psum else []
     k.psum_affine = bool(names)  # (the plan costs VectorE's weight and bias out of PSUM)
     plan(k)
-    k.per = per
+    k.per = k.tper = per
+    if k.srows:  # (ScalarE's share of the statistics whole row slots, not columns)
+        k.c = 0
     # the weight, and the bias unless TensorE adds it in every block
     on_pe = all(lane.bias == S for ls in k.block_lanes for lane in ls)
     spreads = [v for v in (weight, bias) if v is not None and not (v == bias and on_pe)]
@@ -283,6 +316,58 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         k.pe.done()
     b.release(*k.psum_rows.values())
     return getattr(s, "makespan", 0.0)
+
+
+def _taper(blocks, per: int, parts):
+    """(blocks, each one's rows a partition): the first and last of `blocks` ([p, per, D], a
+    range of rows each, `_pieces_fit`) cut into blocks of per / part rows a partition for each
+    part of `parts` (and the rest), so the first loads sooner and the last one's chain is
+    short (as `rms_short._taper`)."""
+    pers = [per] * len(blocks)
+    if len(blocks) < 3 or any(per % part for part in parts):
+        return blocks, pers
+
+    def cut(block, order):
+        index, rows = block
+        last, out, lo = index[-1], [], index[-1].start
+        for part in order:
+            n = rows // part
+            out.append(((*index[:-1], slice(lo, lo + n)), n, per // part))
+            lo += n
+        if lo < last.stop:
+            out.append(((*index[:-1], slice(lo, last.stop)), last.stop - lo,
+                        per * (last.stop - lo) // rows))  # fmt: skip
+        return out
+
+    cuts = cut(blocks[0], parts) + [(i, r, per) for i, r in blocks[1:-1]]
+    cuts += cut(blocks[-1], parts[::-1])
+    return [(i, r) for i, r, _ in cuts], [q for _, _, q in cuts]
+
+
+def _pieces_fit(tx, blocks) -> bool:
+    """Whether the blocks' output may go in pieces (`_Norm.piece`): each block a range of x's
+    rows of its last batch dimension (a piece's rows are every per-th)."""
+    nd = len(tx.shape)
+    return nd >= 2 and all(len(index) == nd - 1 and isinstance(index[-1], slice)
+                           for index, _ in blocks)  # fmt: skip
+
+
+def _aligned(b: KernelBuilder, cfg: ChipConfig, tx, per: int, *most: int) -> bool:
+    """Whether every core's blocks, at LNC 1 and the chip's and the run's, are whole [128, per]
+    blocks starting at a multiple of per rows: then row slot j holds the rows r = j (mod per)
+    however the cores share them, so ScalarE's statistics of the last slots (`_Norm.srows`,
+    which round apart from VectorE's) take the same rows at any LNC."""
+    P = cfg.core.sbuf.partitions
+    for n in sorted({1, max(1, cfg.lnc), b.part[1]}):
+        for c in range(n):
+            tb = KernelBuilder(b.tensors)
+            tb.part = (c, n)
+            got, blocks = row_groups(tx.shape, P, core_share(tb, cfg, tx), *most)
+            if got != per or not _pieces_fit(tx, blocks):
+                return False
+            if any(rows != P * per or index[-1].start % per for index, rows in blocks):
+                return False
+    return True
 
 
 def _fit_psum(cfg: ChipConfig, tx, names: list[str], d: int, pe_ok: bool) -> list[str]:
@@ -529,9 +614,21 @@ class _Norm:
         self.pieces = None  # a `row_pieces.PieceLayout`: rows in pieces, d the piece
         self.groups = None
         self.lag = None  # the stages' lags behind stage 1, in blocks (`_emit`), if set
+        self.pipe = False  # pipelined (module doc): output pieces, the weight's and bias'
+        # engines picked by the list schedule, the first and last blocks cut smaller
+        self.s_share = 0.0  # ... or (instead of the last) this share of a block's row slots'
+        # statistics on ScalarE, whole rows (`srows`)
+        self.out_pieces = 0  # columns of an output piece, each a tile of its own (`piece`)
+        self.srows = 0  # row slots of a block whose statistics ScalarE takes (`row_stats`)
+        self.tper = 1  # rows a partition of the tiles (the largest block's)
+        self.block_per: list[int] = []  # each block's rows a partition, if they differ
+        self.stored = 0  # output pieces stored (their queues in turn)
 
     def at(self, n: int) -> None:
-        """Block n's lanes (the plan may mix two choices of engines over the blocks)."""
+        """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
+        partition."""
+        if self.block_per:
+            self.per = self.block_per[n]
         if self.block_lanes:
             self.lanes = self.block_lanes[min(n, len(self.block_lanes) - 1)]
 
@@ -548,8 +645,8 @@ class _Norm:
         if kind == "o" and self.odt == self.xdt:
             kind = "x"
         dt = self.xdt if kind == "x" else self.odt
-        t = self.tile(f"{kind}{i}.{lane.lo}.", n, (self.P, self.per, lane.hi - lane.lo), dt)
-        return ap(t, slice(0, p), slice(None) if j is None else j, slice(*cols))
+        t = self.tile(f"{kind}{i}.{lane.lo}.", n, (self.P, self.tper, lane.hi - lane.lo), dt)
+        return ap(t, slice(0, p), slice(0, self.per) if j is None else j, slice(*cols))
 
     @property
     def segments(self) -> bool:
@@ -579,8 +676,8 @@ class _Norm:
 
     def col(self, key: str, n: int, p: int, j=None):
         """Block n's [p, per] column tile `key`, or its slot j ([p, 1])."""
-        t = self.tile(key, n, (self.P, self.per))
-        return ap(t, slice(0, p), slice(None) if j is None else slice(j, j + 1))
+        t = self.tile(key, n, (self.P, self.tper))
+        return ap(t, slice(0, p), slice(0, self.per) if j is None else slice(j, j + 1))
 
     @property
     def chunks(self) -> list[tuple[int, int, int]]:
@@ -600,21 +697,27 @@ class _Norm:
 
     def stat(self, n: int, p: int, j=None, cols=(0, None)):
         """Block n's statistics ([p, per, width]), or slot j's ([p, width]), over cols."""
-        t = self.tile(f"st{self.c}.{self.width}.", n, (self.P, self.per, max(1, self.width)))
-        return ap(t, slice(0, p), slice(None) if j is None else j, slice(*cols))
+        t = self.tile(f"st{self.c}.{self.width}.", n, (self.P, self.tper, max(1, self.width)))
+        return ap(t, slice(0, p), slice(0, self.per) if j is None else j, slice(*cols))
 
     def agg(self, n: int, p: int, k: int, j=None):
         """Block n's mean (k = 0) or variance (k = 1): [p, per], or slot j's [p, 1]."""
-        t = self.tile("ag", n, (self.P, self.per, 2))
+        t = self.tile("ag", n, (self.P, self.tper, 2))
         if j is None:
-            return ap(t, slice(0, p), slice(None), k)
+            return ap(t, slice(0, p), slice(0, self.per), k)
         return ap(t, slice(0, p), j, slice(k, k + 1))
 
     @property
     def halves(self) -> bool:
         """A row of one bn_stats chunk, several to a partition: its halves are combined for
         the whole block at once (`_halves`) instead of a `bn_aggr` per row."""
-        return len(self.chunks) == 1 and not self.c and self.plan_per >= 4 and self.d > 1
+        return (len(self.chunks) == 1 and not self.c and self.plan_per >= 4 and self.d > 1
+                and not self.srows)  # fmt: skip
+
+    @property
+    def vslots(self) -> int:
+        """The row slots whose statistics VectorE takes (the others' ScalarE's, `row_stats`)."""
+        return self.per - self.srows * self.per // self.tper
 
     # -- stage 1: load, shift, statistics ------------------------------------------------------
 
@@ -636,7 +739,9 @@ class _Norm:
             b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[len(self.lanes) * n + i])
         if self.shift:
             self.shifted(n, p, self.shifts())
-        for j in range(self.per):
+        if self.srows:
+            self.row_stats(n, p)
+        for j in range(self.vslots):
             for q, (i, lo, hi) in enumerate(self.chunks):
                 xs, st = (
                     self.lane_tile("x", n, i, p, j, (lo, hi)),
@@ -646,6 +751,30 @@ class _Norm:
         if self.c:
             self.scalar_stats(n, p)
 
+    def row_stats(self, n: int, p: int) -> None:
+        """ScalarE's statistics of whole rows (the last `srows` row slots; layer_norm, one
+        lane): the mean by an `activation` with its add reduction, then the M2 about it by a
+        `square` with its reduction, into tile ss ([p, per, 6], its own) as bn_stats' six (count
+        D, mean, M2; an empty odd half: counts and the rest set once per buffer), which
+        `bn_aggr` then reads as VectorE's: each of ScalarE's reductions serves a whole row, not
+        one of its pieces as in `scalar_stats`, and VectorE copies no triples."""
+        b, d = self.b, self.d
+        junk = ap(self.tile("rjunk", 0, (self.P, d), self.xdt), slice(0, p))
+        ss = self.tile("ss", n, (self.P, self.tper, 6))
+        if n < self.bufs:  # the counts and the empty half, once per buffer
+            for cols, v in (((0, 1), float(d)), ((3, 6), 0.0)):
+                a = ap(ss, slice(None), slice(None), slice(*cols))
+                b.emit(Memset, [], [a], dst=a, value=v)
+        for j in range(self.vslots, self.per):
+            xs, m = self.lane_tile("x", n, 0, p, j), ap(ss, slice(0, p), j, slice(1, 2))
+            b.emit(Activation, [xs], [junk, m], func="copy", src=xs, dst=junk, scale=1.0 / d,
+                   reduce="add", reduce_dst=m)  # fmt: skip
+        for j in range(self.vslots, self.per):  # (x - m)^2, as (m - x)^2 (`scalar_stats`)
+            xs, m = self.lane_tile("x", n, 0, p, j), ap(ss, slice(0, p), j, slice(1, 2))
+            m2 = ap(ss, slice(0, p), j, slice(2, 3))
+            b.emit(Activation, [xs, m], [junk, m2], func="square", src=xs, dst=junk, scale=-1.0,
+                   bias=m, reduce="add", reduce_dst=m2)  # fmt: skip
+
     def scalar_stats(self, n: int, p: int) -> None:
         """ScalarE's statistics of the first c columns, piece by piece (one per lane): layer_norm
         the mean and then the M2 about it, into tile sa (its own: VectorE writes the others);
@@ -654,7 +783,7 @@ class _Norm:
         seg = self.pieces and self.pieces.t > 1  # a scratch of a segment's width, else c's
         most = max(hi - lo for _, lo, hi in pieces) if seg else self.c
         b, junk = self.b, ap(self.tile("junk", 0, (self.P, most), self.xdt), slice(0, p))
-        sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.per, 2 * len(pieces)))
+        sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.tper, 2 * len(pieces)))
         for q, (i, lo, hi) in enumerate(pieces):
             jk = ap(junk.name, slice(0, p), slice(0, hi - lo))
             for j in range(self.per):
@@ -720,21 +849,21 @@ class _Norm:
         b, p, c = self.b, self.parts(rows), self.c
         if c and self.layer:  # ScalarE's triples: count (once per buffer), mean and M2
             pieces = self.spieces
-            sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.per, 2 * len(pieces)))
+            sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.tper, 2 * len(pieces)))
             for q, (_, lo, hi) in enumerate(pieces):
                 a = 6 * len(self.chunks) + 3 * q
-                if n < self.bufs:
-                    cnt = self.stat(n, self.P, None, (a, a + 1))
+                if n < self.bufs:  # (every row slot of the buffer: a block may have fewer)
+                    cnt = ap(self.stat(n, self.P).name, slice(None), slice(None), slice(a, a + 1))
                     b.emit(Memset, [], [cnt], dst=cnt, value=float(hi - lo))
                 if self.folded:  # S / n and n^2 M2 / n^2
                     for u, f in ((0, 1.0 / (hi - lo)), (1, 1.0 / (hi - lo) ** 2)):
-                        src = ap(sa, slice(0, p), slice(None), 2 * q + u)
-                        st = ap(self.stat(n, p).name, slice(0, p), slice(None), a + 1 + u)
+                        src = ap(sa, slice(0, p), slice(0, self.per), 2 * q + u)
+                        st = ap(self.stat(n, p).name, slice(0, p), slice(0, self.per), a + 1 + u)
                         b.emit(TensorScalar, [src], [st], src=src, dst=st, op0="multiply",
                                operand0=f)  # fmt: skip
                     continue
-                src, st = ap(sa, slice(0, p), slice(None), slice(2 * q, 2 * q + 2)), self.stat(
-                    n, p, None, (a + 1, a + 3))  # fmt: skip
+                src = ap(sa, slice(0, p), slice(0, self.per), slice(2 * q, 2 * q + 2))
+                st = self.stat(n, p, None, (a + 1, a + 3))
                 b.emit(TensorCopy, [src], [st], src=src, dst=st)
         rs, mean, var = self.col("rs", n, p), self.agg(n, p, 0), self.agg(n, p, 1)
         if self.layer or c < self.d:
@@ -742,8 +871,10 @@ class _Norm:
                 self._halves(n, p)
             else:
                 for j in range(self.per):
-                    st, ag = self.stat(n, p, j), ap(self.tile("ag", n, (self.P, self.per, 2)),
+                    st, ag = self.stat(n, p, j), ap(self.tile("ag", n, (self.P, self.tper, 2)),
                                                     slice(0, p), j)  # fmt: skip
+                    if j >= self.vslots:  # (ScalarE's, `row_stats`)
+                        st = ap(self.tile("ss", n, (self.P, self.tper, 6)), slice(0, p), j)
                     b.emit(BnAggr, [st], [ag], src=st, dst=ag)
         if self.pieces and self.layer:  # the row's mean and variance over its partitions
             mean = self.combine(n, p, mean, var)
@@ -765,7 +896,9 @@ class _Norm:
                 ms = self.col("ms", n, p)
                 self.alu(ms, total, ("multiply", 1.0 / min(self.pieces.k, self.P)))
             self.alu(rs, ms, ("add", self.eps), ("pow", -0.5))
-        if self.layer and self.halves and self.per > 1 and not self.pieces:  # (-mean) * rstd
+        if self.centred:  # (no -mean * rstd: `normalized`)
+            pass
+        elif self.layer and self.halves and self.per > 1 and not self.pieces:  # (-mean) * rstd
             # (`_halves` left -mean in dm): the same value as -mean * rstd
             self.alu(self.col("nb", n, p), self.col("dm", n, p), ("multiply", rs))
         elif self.layer:  # the normalisation's bias, -mean * rstd
@@ -782,6 +915,11 @@ class _Norm:
         b, e = self.b, self.lanes[i].norm
         xj, oj = self.lane_tile("x", n, i, p, j), self.lane_tile("o", n, i, p, j)
         rj = self.col("rs", n, p, j)
+        if self.centred:  # (x - mean) * rstd, in place
+            mj = self.agg(n, p, 0, j)
+            b.emit(TensorScalar, [xj, mj, rj], [oj], src=xj, dst=oj, op0="subtract",
+                   operand0=mj, op1="multiply", operand1=rj, engine=e)  # fmt: skip
+            return
         bj = self.col("nb", n, p, j) if self.layer else 0.0
         if self.layer:
             ops = []
@@ -820,6 +958,9 @@ class _Norm:
         TensorE's bias stored."""
         self.at(n)
         b, p = self.b, self.parts(rows)
+        if self.out_pieces:
+            self._third_pieces(n, index, p)
+            return
         for i, lane in enumerate(self.lanes):
             w = lane.hi - lane.lo
             if self.interleave:  # a segment's passes one after another: its store goes soonest
@@ -837,6 +978,63 @@ class _Norm:
                         b.emit(*ops[0][:3], **ops[0][3], **self.others(ops, (n, i)))
             if not self.pe_lane(lane):
                 self.store(n, index, p, i, self.lane_tile("o", n, i, p))
+
+    def _third_pieces(self, n: int, index: tuple, p: int) -> None:
+        """`third` of a pipelined norm: each output piece weighted out of x's row slot, biased
+        (not by TensorE) and stored in turn; each pass on VectorE or GpSimd as the list
+        schedule finds either free (`flex`)."""
+        b = self.b
+        for i, lane in enumerate(self.lanes):
+            for j in range(self.per):
+                for lo, hi in self.opieces(i):
+                    o = self.piece("p", n, i, j, lo, hi, p)
+                    src = self.lane_tile("o", n, i, p, j, (lo, hi))  # the first pass's input
+                    for v, alu, e in ((self.weight, "multiply", lane.weight),
+                                      (self.bias, "add", lane.bias)):  # fmt: skip
+                        if v is None or (alu == "add" and e == S):
+                            continue
+                        t = ap(self.rows[v], slice(0, p), slice(lane.lo + lo, lane.lo + hi))
+                        es = [e] + [y for y in (V, G) if self.flex and y != e]
+                        ops = [(TensorTensor, [src, t], [o], dict(alu=alu, src0=src, src1=t,
+                                                                  dst=o, engine=x))
+                               for x in es]  # fmt: skip
+                        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+                        src = o
+                    if not self.pe_lane(lane):
+                        self.store_piece(n, index, p, i, j, lo, hi, o)
+
+    @property
+    def centred(self) -> bool:
+        """Whether the normalisation is (x - mean) * rstd, with no -mean * rstd step: a
+        pipelined layer_norm of rows that fit, normalised on VectorE or GpSimd only."""
+        if not (self.out_pieces and self.layer and not self.pieces):
+            return False
+        return all(lane.norm != S for ls in (self.block_lanes or [self.lanes]) for lane in ls)
+
+    def opieces(self, i: int) -> list[tuple[int, int]]:
+        """Lane i's output pieces' columns (lane-local)."""
+        lane = self.lanes[i]
+        return runs(lane.hi - lane.lo, min(self.out_pieces, self.most))
+
+    def piece(self, kind: str, n: int, i: int, j: int, lo: int, hi: int, p: int):
+        """Block n's output piece of lane i, row slot j, columns [lo, hi): a tile of its own
+        ([p, hi - lo]; `kind` p: weighted and biased, f: TensorE's bias copied out), so each
+        piece's passes wait only for its own (a builder orders accesses tile by tile) and its
+        store goes as soon as it is done."""
+        depth = min(F_BUFS, self.bufs) if kind == "f" else OUT_BUFS
+        t = self.b.scratch_tile(f"norm.{kind}p{i}.{j}.{lo}.{n % depth}", f"{kind}p",
+                                (self.P, hi - lo), self.odt)  # fmt: skip
+        return ap(t, slice(0, p), slice(0, hi - lo))
+
+    def store_piece(self, n: int, index: tuple, p: int, i: int, j: int, lo: int, hi: int,
+                    o) -> None:  # fmt: skip
+        """A piece to out: row slot j of the block's rows (every per-th), lane i's columns
+        [lo, hi)."""
+        last, lane = index[-1], self.lanes[i]
+        rows = slice(last.start + j, last.stop, self.per) if self.per > 1 else last
+        dst = ap(self.out, *index[:-1], rows, slice(lane.lo + lo, lane.lo + hi))
+        self.stored += 1
+        self.b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[self.stored])
 
     def weighted(self, o, v: str, alu: str, e, p: int, lo: int, hi: int) -> tuple:
         """(cls, reads, writes, fields) of o = o alu v[lo:hi] on engine e (VectorE: v out of
@@ -859,7 +1057,13 @@ class _Norm:
         self.at(n)
         p = self.parts(rows)
         for i, lane in enumerate(self.lanes):
-            if self.pe_lane(lane) and self.pe.group > 1 and lane.hi - lane.lo == self.d:
+            if self.out_pieces and self.pe_lane(lane):
+                for j in range(self.per):
+                    for lo, hi in self.opieces(i):
+                        o, f = (self.piece(k, n, i, j, lo, hi, p) for k in "pf")
+                        self.pe.add(o, f, lane.lo + lo, hi - lo, p)
+                        self.store_piece(n, index, p, i, j, lo, hi, f)
+            elif self.pe_lane(lane) and self.pe.group > 1 and lane.hi - lane.lo == self.d:
                 for j in range(0, self.per, self.pe.group):  # `group` row slots at a time
                     js = slice(j, min(self.per, j + self.pe.group))
                     self.pe.add_slots(
@@ -897,7 +1101,7 @@ class _Norm:
         (counts ne, no): mean = mo + (me - mo) ne / D, var = (M2e + M2o) / D + (me - mo)^2
         ne no / D^2."""
         d, ne = self.d, (self.d + 1) // 2
-        f = [ap(self.stat(n, p).name, slice(0, p), slice(None), i) for i in range(6)]
+        f = [ap(self.stat(n, p).name, slice(0, p), slice(0, self.per), i) for i in range(6)]
         dm, q = self.col("dm", n, p), self.col("q", n, p)
         mean, var = self.agg(n, p, 0), self.agg(n, p, 1)
         # in an order where no step reads what the step before it wrote (VectorE's commit

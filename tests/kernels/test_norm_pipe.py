@@ -1,0 +1,64 @@
+"""layer_norm's pipelined variant (`norms`, "pipelined"): output pieces of their own tiles, the
+weight's and bias' engines chosen by the list schedule, the first and last blocks cut smaller,
+or ScalarE's share of the statistics whole row slots: numpy's values (--check) in each form,
+and the same values at LNC 1 and 2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trnsim.config import load_chip
+from trnsim.dtypes import dtype
+from trnsim.kernels import norms
+from trnsim.runtime.session import run_program
+from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+
+
+def _run(shape, variant, lnc=2, out_dt="bfloat16", monkeypatch=None):
+    """out of layer_norm over x of `shape` (bf16, weight and bias bf16) with `variant` forced,
+    checked against numpy (functional, --check); and the run's tile names."""
+    monkeypatch.setattr(norms, "VARIANTS", (variant,))
+    norms._CHOSEN.clear()
+    d, bf = shape[-1], dtype("bfloat16")
+    specs = {
+        "x": TensorSpec("x", shape, bf, "normal"),
+        "w": TensorSpec("w", (d,), bf, "normal"),
+        "b": TensorSpec("b", (d,), bf, "normal"),
+        "out": TensorSpec("out", shape, dtype(out_dt), None),
+    }
+    prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
+                   {"k": KernelSpec("k", ops=[OpSpec("layer_norm", {
+                       "x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)])},
+                   [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+    r = run_program(prog, load_chip("trn2"), "functional", check=True)
+    assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
+    return r.tensor("out")
+
+
+@pytest.mark.parametrize(
+    "shape,variant,out_dt",
+    [
+        ((4096, 512), {"pipe": True, "s_share": 0.375}, "bfloat16"),  # ScalarE's row slots
+        ((3000, 512), {"pipe": True}, "bfloat16"),  # tapered, a last block of 952 rows
+        ((2048, 1536), {"pipe": True}, "bfloat16"),  # pieces of 1024 and 512 columns
+        ((2048, 512), {"pipe": True}, "float32"),  # bf16 in, fp32 out
+    ],
+)
+def test_pipelined_layer_norm_gives_numpys_values(shape, variant, out_dt, monkeypatch):
+    seen = []  # (the form each core's lowering took)
+    piece, rows = norms._Norm.piece, norms._Norm.row_stats
+    monkeypatch.setattr(norms._Norm, "piece", lambda k, *a: seen.append("piece") or piece(k, *a))
+    monkeypatch.setattr(norms._Norm, "row_stats",
+                        lambda k, *a: seen.append("rows") or rows(k, *a))  # fmt: skip
+    _run(shape, variant, out_dt=out_dt, monkeypatch=monkeypatch)
+    assert "piece" in seen
+    assert ("rows" in seen) == ("s_share" in variant)
+
+
+def test_scalar_row_slots_are_the_same_rows_at_lnc_1_and_2(monkeypatch):
+    """Whole blocks aligned to their rows a partition (`norms._aligned`): the rows whose
+    statistics ScalarE takes, which round apart from VectorE's, are the same at either LNC."""
+    v = {"pipe": True, "s_share": 0.375}
+    a, b = (_run((4096, 512), v, lnc, monkeypatch=monkeypatch) for lnc in (1, 2))
+    assert np.array_equal(a, b)
