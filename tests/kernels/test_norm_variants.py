@@ -57,3 +57,31 @@ def test_lnc_1_and_2_give_the_same_values():
         assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
         out.append(r.tensor("out"))
     assert np.array_equal(out[0], out[1])
+
+
+def test_fp32_pieces_affine_in_psum_same_values(monkeypatch):
+    """fp32 rows in pieces with the weight and bias out of PSUM for VectorE, each pass's engine
+    picked by the list schedule and the row's statistics read from PSUM (`norms.psum_affine`,
+    `flex`, `psum_combine`) give the plain plan's values, bit for bit, and numpy's (--check)."""
+    shape = (16, 65536)  # 4 MiB of fp32: past TRIAL_BYTES, in pieces
+    specs = {
+        "x": TensorSpec("x", shape, F32, "normal"),
+        "w": TensorSpec("w", shape[-1:], F32, "normal"),
+        "b": TensorSpec("b", shape[-1:], F32, "normal"),
+        "out": TensorSpec("out", shape, F32, None),
+    }
+    fast = next(v for v in norms.VARIANTS if v.get("psum_affine"))
+    assert fast.get("flex") and fast.get("psum_combine")
+    out = []
+    for v in ({}, fast):
+        monkeypatch.setattr(norms, "VARIANTS", (v,))
+        norms._CHOSEN.clear()
+        prog = Program("v", "trn2", 0, "functional", 2, [], specs,
+                       {"k": KernelSpec("k", ops=[OpSpec("layer_norm", {
+                           "x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)])},
+                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+        r = run_program(prog, load_chip("trn2"), "functional", check=True)
+        assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
+        out.append(r.tensor("out"))
+    norms._CHOSEN.clear()
+    assert np.array_equal(out[0], out[1])

@@ -36,14 +36,6 @@ SEGMENTS = (
     "load; but layer_norm's passes take {}, and {}"
 )
 SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
-    ("layer_norm", "float32", 65536): PIECES.format(
-        BUSY.format(
-            "76% (63% before the weight and bias out of PSUM and the engines the list "
-            "schedule picks): 62 us, VectorE 41 us busy (20 of them the [p, 1] steps of the "
-            "statistics and their combination, eight a tile), GpSimd 39, ScalarE 38; the last "
-            "load ends at 44 us, the passes of the blocks still in the buffers take the rest"
-        )
-    ),
     ("layer_norm", "bfloat16", 65536): PIECES.format(
         BUSY.format(
             "60%: 78 us, ScalarE 61 us busy (its share of the statistics, TensorE's "

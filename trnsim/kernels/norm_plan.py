@@ -186,8 +186,12 @@ class _Costs:
         nch = len(runs(k.d - c, k.bn))
         steps = (4 if c else 3) if k.layer else 4  # rstd, -mean * rstd, ScalarE's triple
         steps += 1 if k.shift and c and not k.segments else 0  # (`_Norm.folded`: scaled apart)
-        steps += 4 if k.pieces and k.layer else 0  # (`_Norm.combine`)
-        if k.layer or c < k.d:
+        if k.pieces and k.layer:  # (`_Norm.combine`: two read from PSUM, `psum_combine`)
+            steps += 2 if k.psum_combine else 4
+        one = k.pieces and k.shift and not k.segments and c == k.d and not c & (c - 1)
+        if one:  # (`_Norm.one_triple`: two steps, no triple copied, no bn_aggr)
+            steps -= 1
+        elif k.layer or c < k.d:
             if nch == 1 and not c and k.per >= 4 and k.d > 1:
                 steps += 7
             else:

@@ -118,10 +118,12 @@ SEG_SHARE = 0.6  # what a row in segments' buffers (and the weight and bias) may
 # bias (`pe_fp32`); the weight and bias loaded behind the first block (`spread_first`, not ahead
 # of it on its queue): fp32 rows of 64 67.7% -> 68.8%, of 512 76.0% -> 80.7%. fp32 rows in
 # pieces: the weight and bias out of PSUM for VectorE (`psum_affine`), the engine of each
-# normalisation (ScalarE or GpSimd, or VectorE too), weight and bias (VectorE or GpSimd) picked
-# by the list schedule (`flex`), 9 buffers loaded one after another on one queue (`piece_big`),
-# the [p, 1] steps costed as half of them reading the step before's output (`small_after`):
-# rows of 64K 63.1% -> 74.6% (74.5 -> 63.0 us)
+# normalisation (ScalarE or GpSimd), weight and bias (VectorE or GpSimd) picked by the list
+# schedule (`flex`), the row's statistics read from PSUM (`psum_combine`), 9 to 11 buffers
+# loaded one after another on one queue (`piece_big`, `piece_bufs`), the estimate's transfers
+# on their partitions' DMA engines (`dma_parts`), the plan's [p, 1] steps costed as half or all
+# of them reading the step before's output (`small_after`): rows of 64K 63.1% -> 81.7% (74.5 ->
+# 57.5 us)
 # fp32 rows that fit (FLEX): the weight and bias also kept in PSUM for VectorE (`fit_psum`), the
 # list schedule picking each weight and bias instruction's engine (`flex`), up to 12 buffers:
 # rows of 64 68.8% -> 82.0% (67.3 -> 56.5 us; GpSimd took every weight and bias pass before,
@@ -147,13 +149,16 @@ VARIANTS = (
         {
             "psum_affine": True,
             "flex": True,
-            "flex_norm": norm,
+            "flex_norm": "SG",
             "piece_big": True,
-            "piece_bufs": 9,
+            "piece_bufs": bufs,
             "small_waits": False,
             "small_after": a,
+            "dma_parts": True,
+            "psum_combine": True,
         }
-        for norm, a in (("SG", 0.5), ("SG", 1), ("SVG", 1))
+        for bufs in (9, 10, 11)
+        for a in (0.5, 1)
     ),
     FLEX,
     {"pipe": True},
@@ -168,6 +173,7 @@ PSUM_AFFINE_BYTES = 8192  # fp32 weight and bias of rows in pieces kept in PSUM 
 # tensor_tensors (N cycles an element with one input in PSUM, not 2N) when a partition's pieces
 # of them take this much at most (4 of its 8 banks; `row_pieces.Groups` has its small tiles in
 # the others)
+REPEAT_ROWS = 4  # `psum_affine`: rows a tile up to which the weight and bias load once
 TRIAL_BYTES = 2 << 20  # layer_norms of x this large try the VARIANTS
 CHOSEN_MOST = 256  # the choices kept (`_variant`), by shapes
 _CHOSEN: dict = {}
@@ -216,11 +222,12 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
             and min(tx.dtype.itemsize, to.dtype.itemsize) < 4)  # fmt: skip
     spans = []
     for i, v in enumerate(VARIANTS):  # (not those that would lower as the first does)
-        if (("long_row" in v and not LANE_ROW <= d < LONG_ROW) or ("pe_pieces" in v and not pe)
+        if "psum_affine" in v:  # (fp32 rows in pieces only, `_psum_affine`)
+            if not _psum_affine(cfg, tx, to, d, weight, bias):
+                continue
+        elif (("long_row" in v and not LANE_ROW <= d < LONG_ROW) or ("pe_pieces" in v and not pe)
                 or (any(f in v for f in FP32_ONLY) and not fp32)
-                or ("spread_first" in v and not fits) or ("pipe" in v and not pipe)
-                or ("psum_affine" in v
-                    and not _psum_affine(cfg, tx, to, d, weight, bias))):  # fmt: skip
+                or ("spread_first" in v and not fits) or ("pipe" in v and not pipe)):  # fmt: skip
             continue
         tb = KernelBuilder(b.tensors)
         tb.part = (0, max(1, cfg.lnc))
@@ -420,7 +427,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     # a row in segments may have its bias added by TensorE (16-bit: the identity times the
     # bias' pieces and times the values into PSUM, ScalarE copying out), as rows that fit do
     k.pe_ok = (seg or k.pe_pieces) and bias is not None and to.dtype == tx.dtype and (
-        to.dtype.itemsize == 2)  # fmt: skip
+        to.dtype.itemsize == 2 or k.pe_fp32)  # fmt: skip
     room -= F_BUFS * width * to.dtype.itemsize if k.pe_ok else 0
     blocks = list(row_blocks(tx.shape, lay.g, rows))
     k.bufs, k.blocks = max(1, min(k.piece_bufs, room // base)), len(blocks)
@@ -445,9 +452,16 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     queues = k.loads if big else Queues(cfg).loads(1 / 2, 1)
 
     def spread():
-        k.rows.update({v: _piece_rows(b, cfg, v, lay, queues) for v in affine})
+        # loaded on a row's partitions and repeated over the others by TensorE (the repeat
+        # matrix one affine_select a row of the tile: up to REPEAT_ROWS)
+        once = k.psum_affine and 1 < lay.g <= REPEAT_ROWS
+        k.rows.update({v: _piece_rows(b, cfg, v, lay, queues, 1 if once else lay.g)
+                       for v in affine})  # fmt: skip
         if k.psum_affine:
-            k.psum_rows = {v: _psum_copy(b, cfg, k.rows[v]) for v in affine}
+            k.psum_rows = {
+                v: _psum_copy(b, cfg, k.rows[v], lay.k if once else cfg.core.sbuf.partitions)
+                for v in affine
+            }
         if k.pe_bias:
             k.pe.pieces_row = k.rows[bias]
 
@@ -459,7 +473,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
             k.pe = PeBias(b, cfg, bias, width, to.dtype, pieces=True)
         _emit(k, blocks)
     k.groups.done()
-    b.release(*k.psum_rows.values())
+    b.release(*k.psum_rows.values(), *k.psum_cols.values())
     if k.pe_bias:
         k.pe.done()
     return getattr(s, "makespan", 0.0)
@@ -475,22 +489,29 @@ def _psum_affine(cfg: ChipConfig, tx, to, d: int, weight, bias) -> bool:
             and len(names) * lay.f * 4 <= PSUM_AFFINE_BYTES)  # fmt: skip
 
 
-def _psum_copy(b: KernelBuilder, cfg: ChipConfig, rows: str) -> str:
-    """A PSUM copy of fp32 tile `rows` ([P, w]): the identity times it on TensorE, a bank's
-    columns at a time (exact: each element times 1 plus zeros)."""
+def _psum_copy(b: KernelBuilder, cfg: ChipConfig, rows: str, k: int) -> str:
+    """A PSUM copy of fp32 tile `rows` ([P, w]) whose first k partitions repeat over the
+    others (partition m holds partition m % k's values): R times its first k partitions on
+    TensorE (R [k, P], 1 where m % k = p), a bank's columns at a time (exact: each element
+    times 1 plus zeros), copied back into `rows` by ScalarE (the same values on its first k
+    partitions: engines start at partition 0)."""
     P, f32, w = cfg.core.sbuf.partitions, dtype("float32"), b.tiles[rows].shape[-1]
-    new = f"norm.ident:{f32.name}:{(P, P)}" not in b.scratch  # (`scratch_tile`'s key)
-    ident = b.scratch_tile("norm.ident", "ident", (P, P), f32)
+    new = f"norm.repeat{k}:{f32.name}:{(k, P)}" not in b.scratch  # (`scratch_tile`'s key)
+    rep = b.scratch_tile(f"norm.repeat{k}", "repeat", (k, P), f32)
+    a = ap(rep)
     if new:
-        a = ap(ident)
         b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
-        b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal", start=0,
-               partition_step=1, step=-1, engine=G)  # fmt: skip
+        for r in range(0, P, k):  # 1 where p - m + r = 0
+            b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
+                   start=r, partition_step=1, step=-1, engine=G)  # fmt: skip
     step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
     ps = b.psum("affine", (P, w), f32)
     for lo, hi in runs(w, step):
-        mv, dst = ap(rows, slice(None), slice(lo, hi)), ap(ps, slice(None), slice(lo, hi))
-        b.emit(Matmul, [ap(ident), mv], [dst], stationary=ap(ident), moving=mv, dst=dst)
+        mv, dst = ap(rows, slice(0, k), slice(lo, hi)), ap(ps, slice(None), slice(lo, hi))
+        b.emit(Matmul, [a, mv], [dst], stationary=a, moving=mv, dst=dst)
+    if k < P:
+        src, dst = ap(ps), ap(rows)
+        b.emit(Activation, [src], [dst], func="copy", src=src, dst=dst)
     return ps
 
 
@@ -509,7 +530,7 @@ def _piece_layout(cfg: ChipConfig, tx, d: int):
     return pieces_layout(d, most, P) if most * isz <= MAX_PIECE_BYTES else None
 
 
-def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads) -> str:
+def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads, copies=None) -> str:
     """[128, t f]: tensor `name` ([d]) in the pieces' pattern (partition r k + i holds piece
     i; segment s's pieces in columns [s f, (s + 1) f)), loaded once per row of the tile (g DMAs
     of the whole tensor), or once per segment, on the stream `loads`."""
@@ -523,7 +544,7 @@ def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads) -> str
             dst = ap(rows, slice(None), slice(s * lay.f, (s + 1) * lay.f))
             b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[s])
         return rows
-    for r in range(lay.g):
+    for r in range(lay.g if copies is None else copies):
         src, dst = ap(name), ap(rows, slice(r * lay.k, (r + 1) * lay.k))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[r])
     return rows
@@ -560,7 +581,9 @@ def _scheduled(k):
     72% -> 83%, fp32 rows of 4096 53% -> 62%, of 64K 50% -> 63%, of 1M 62% -> 67%. Its loads
     and stores share the DMA engines (`shared_dma`: the estimate, which also chooses the
     variant, took each queue at the engines' whole bandwidth: 4 us short at fp32 rows of 512)."""
-    return Scheduled(k.b, k.cfg, shared_dma=True) if k.layer else contextlib.nullcontext()
+    if not k.layer:
+        return contextlib.nullcontext()
+    return Scheduled(k.b, k.cfg, shared_dma=True, dma_parts=k.dma_parts)
 
 
 def norm_rows(cfg: ChipConfig, tx, to, affine_bytes: int) -> bool:
@@ -601,6 +624,10 @@ class _Norm:
         self.flex = False  # the list schedule picks the engine of each normalisation, weight
         # and bias instruction (`schedule.Scheduled`: the same values on any)
         self.flex_norm = "SVG"  # ... the normalisation's engines it picks from
+        self.dma_parts = False  # the estimate's transfers on their partitions' DMA engines
+        # only (`schedule.Scheduled`)
+        self.psum_combine = False  # ... the row's mean and variance read from PSUM (`combine`)
+        self.psum_cols: dict = {}  # (key, buffer) -> its PSUM tile (`psum_col`)
         self.piece_bufs = BUFS  # buffers of rows in pieces
         self.piece_big = False  # ... loaded as BIG_PIECES are
         self.psum_affine = False  # fp32 rows in pieces: VectorE's weight and bias out of PSUM
@@ -813,6 +840,15 @@ class _Norm:
                        bias=m, reduce="add", reduce_dst=m2)  # fmt: skip
 
     @property
+    def one_triple(self) -> bool:
+        """Rows in pieces whose statistics are all ScalarE's, shifted (`folded`) over a power
+        of two of columns: the mean and variance straight from its sums (`second`: the same
+        values as through a triple and `bn_aggr`, the scalings by powers of two exact)."""
+        c = self.c
+        return (bool(self.pieces) and self.folded and c == self.d and c & (c - 1) == 0
+                and len(self.spieces) == 1)  # fmt: skip
+
+    @property
     def folded(self) -> bool:
         """Whether ScalarE's first statistics pass shifts its c columns (`scalar_stats`), the
         shift pass then only over the columns from c on."""
@@ -847,7 +883,12 @@ class _Norm:
     def second(self, n: int, index: tuple, rows: int) -> None:
         self.at(n)
         b, p, c = self.b, self.parts(rows), self.c
-        if c and self.layer:  # ScalarE's triples: count (once per buffer), mean and M2
+        if self.one_triple:  # mean = S / n, var = n^2 M2 / n^3 (no triple, no bn_aggr)
+            sa = self.tile("sa1.", n, (self.P, self.per, 2))
+            for u, f in ((0, 1.0 / c), (1, 1.0 / c**3)):
+                src = ap(sa, slice(0, p), slice(None), u)
+                self.alu(self.agg(n, p, u), src, ("multiply", f))
+        elif c and self.layer:  # ScalarE's triples: count (once per buffer), mean and M2
             pieces = self.spieces
             sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.tper, 2 * len(pieces)))
             for q, (_, lo, hi) in enumerate(pieces):
@@ -866,7 +907,7 @@ class _Norm:
                 st = self.stat(n, p, None, (a + 1, a + 3))
                 b.emit(TensorCopy, [src], [st], src=src, dst=st)
         rs, mean, var = self.col("rs", n, p), self.agg(n, p, 0), self.agg(n, p, 1)
-        if self.layer or c < self.d:
+        if (self.layer or c < self.d) and not self.one_triple:
             if self.halves:
                 self._halves(n, p)
             else:
@@ -877,7 +918,7 @@ class _Norm:
                         st = ap(self.tile("ss", n, (self.P, self.tper, 6)), slice(0, p), j)
                     b.emit(BnAggr, [st], [ag], src=st, dst=ag)
         if self.pieces and self.layer:  # the row's mean and variance over its partitions
-            mean = self.combine(n, p, mean, var)
+            mean, var = self.combine(n, p, mean, var)
         if self.layer:
             self.alu(rs, var, ("add", self.eps), ("pow", -0.5))
         else:  # mean(x^2) = ScalarE's sums / D + (D - c) / D (var + mean^2) of VectorE's part
@@ -945,11 +986,24 @@ class _Norm:
         (mean - row's)^2; four VectorE steps."""
         k, gr = min(self.pieces.k, self.P), self.groups
         rm, d = self.col("rm", n, p), self.col("dm", n, p)
+        if self.psum_combine and not k & (k - 1):  # the sums by a matrix of 1 / k (exact: a
+            # power of two), read where TensorE leaves them: two steps fewer, the same values
+            rm = gr.sums(mean, p, scale=1.0 / k, dst=self.psum_col("rm", n, p))
+            self.alu(d, mean, ("subtract", rm))
+            self.alu(d, d, ("multiply", d), ("add", var))
+            return rm, gr.sums(d, p, scale=1.0 / k, dst=self.psum_col("vr", n, p))
         self.alu(rm, gr.sums(mean, p), ("multiply", 1.0 / k))
         self.alu(d, mean, ("subtract", rm))
         self.alu(d, d, ("multiply", d), ("add", var))
         self.alu(var, gr.sums(d, p), ("multiply", 1.0 / k))
-        return rm
+        return rm, var
+
+    def psum_col(self, key: str, n: int, p: int):
+        """Block n's [p, per] PSUM tile `key` (one a buffer, `psum_cols`)."""
+        slot = (key, n % self.bufs)
+        if slot not in self.psum_cols:
+            self.psum_cols[slot] = self.b.psum(f"n{key}", (self.P, self.per), self.f32)
+        return ap(self.psum_cols[slot], slice(0, p), slice(None))
 
     # -- stage 3: weight and bias, store -------------------------------------------------------
 

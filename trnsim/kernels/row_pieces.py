@@ -24,7 +24,16 @@ from dataclasses import dataclass
 
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
-from trnsim.isa import AffineSelect, Engine, Matmul, Memset, TensorCopy, TensorReduce, Transpose
+from trnsim.isa import (
+    AffineSelect,
+    Engine,
+    Matmul,
+    Memset,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    Transpose,
+)
 from trnsim.kernels.builder import KernelBuilder, ap
 
 __all__ = ["PieceLayout", "layout", "Groups"]
@@ -87,6 +96,7 @@ class Groups:
         self.kk = min(k, self.P)  # partitions a row spans within a tile
         self.f32 = dtype("float32")
         self._e = self._sum = self._et = self._first = None
+        self._scaled: dict[float, str] = {}
         self.psum: list[str] = []
         self.turn = 0
 
@@ -145,10 +155,23 @@ class Groups:
             self._sum = s
         return self._sum
 
-    def sums(self, part, p: int, c: int = 1):
-        """PSUM [p, c]: each partition's row's sum of `part` ([p, c], fp32, SBUF)."""
-        ps = ap(self._ps((self.P, c)), slice(0, p), slice(0, c))
-        st = ap(self.sum_matrix, slice(0, p), slice(0, p))
+    def scaled(self, scale: float) -> str:
+        """`sum_matrix` times `scale`, made once."""
+        if scale not in self._scaled:
+            b, P = self.b, self.P
+            s = b.tile("grp_sum", "sbuf", (P, P), self.f32)
+            src, dst = ap(self.sum_matrix), ap(s)
+            b.emit(TensorScalar, [src], [dst], src=src, dst=dst, op0="multiply", operand0=scale)
+            self._scaled[scale] = s
+        return self._scaled[scale]
+
+    def sums(self, part, p: int, c: int = 1, scale: float = 1.0, dst=None):
+        """PSUM [p, c]: each partition's row's sum of `part` ([p, c], fp32, SBUF) times
+        `scale` (by a matrix of `scale`s: the same values where it is a power of two), into
+        `dst` if given."""
+        ps = dst if dst is not None else ap(self._ps((self.P, c)), slice(0, p), slice(0, c))
+        st = ap(self.sum_matrix if scale == 1.0 else self.scaled(scale), slice(0, p),
+                slice(0, p))  # fmt: skip
         self.b.emit(Matmul, [st, part], [ps], stationary=st, moving=part, dst=ps)
         return ps
 

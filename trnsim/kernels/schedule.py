@@ -56,13 +56,15 @@ class Scheduled:
     """A context manager around a lowering's emits: inside, `b.emit` records; on leaving, the
     recorded instructions are emitted in the order that the model ends soonest (module doc).
     `makespan` is then that order's estimated ns (from the first recorded instruction).
-    `shared_dma`: the DMA queues' transfers share the engines' bandwidth (module doc).
-    `reorder` False: the emitted order only (`makespan` then estimates the lowering as
-    written, for a lowering that compares plans of its own)."""
+    `shared_dma`: the DMA queues' transfers share the engines' bandwidth (module doc);
+    `dma_parts`: a transfer's data moves on the DMA engines of the partitions it touches only
+    (each serves P / engines of them). `reorder` False: the emitted order only (`makespan`
+    then estimates the lowering as written, for a lowering that compares plans of its own)."""
 
     def __init__(self, b: KernelBuilder, cfg: ChipConfig, shared_dma: bool = False,
-                 reorder: bool = True):  # fmt: skip
+                 reorder: bool = True, dma_parts: bool = False):  # fmt: skip
         self.b, self.cfg, self.shared_dma, self.reorder = b, cfg, shared_dma, reorder
+        self.dma_parts = dma_parts
         self.recorded: list[tuple] = []
         self.makespan = 0.0
 
@@ -81,7 +83,8 @@ class Scheduled:
         del self.b.emit
         if kind is not None or not self.recorded:
             return
-        g = _Graph(self.b, self.cfg, self.recorded, self.shared_dma, self.choices, self.groups)
+        g = _Graph(self.b, self.cfg, self.recorded, self.shared_dma, self.choices, self.groups,
+                   self.dma_parts)  # fmt: skip
         emitted, first = list(range(len(self.recorded))), [0] * len(self.recorded)
         options = [(g.simulate(emitted), 0, emitted, first)]
         for v, by in enumerate(("index", "rank") if self.reorder else ()):
@@ -99,9 +102,10 @@ class _Graph:
     """The recorded instructions' dependencies, queues and estimated times."""
 
     def __init__(self, b: KernelBuilder, cfg: ChipConfig, rec: list[tuple], shared_dma=False,
-                 choices=None, groups=None):  # fmt: skip
+                 choices=None, groups=None, dma_parts=False):  # fmt: skip
         self.b, self.cfg, self.rec, self.shared_dma = b, cfg, list(rec), shared_dma
         self.groups = groups or [None] * len(rec)
+        self.dma_parts = dma_parts  # (`Scheduled`)
         # each instruction's choices (the recorded one first; others: the same work on another
         # engine, `Scheduled` module doc), its dependencies those of all of them
         self.choices = choices or [[r] for r in rec]
@@ -220,7 +224,7 @@ class _Graph:
         start = max(start, free.get(q, 0.0))
         if isinstance(q, tuple):  # a DMA queue: its setup (overlapping the previous
             # transfer's data), then the data at the engines' bandwidth
-            data = self.cost[i] / self.bw
+            data = self.cost[i] / self.bw / (self._touched(i) if self.dma_parts else 1.0)
             if self.shared_dma:  # its data after the data of the transfers before it
                 begin = max(start + self.setup, state.get("dma", 0.0))
                 state["dma"] = begin + data
@@ -234,6 +238,18 @@ class _Graph:
         last[q] = i
         free[q] = start + self.cost[i]
         return free[q]
+
+    def _touched(self, i: int) -> float:
+        """The share of the DMA engines transfer i moves its data on: those of the SBUF
+        partitions it touches (each engine serves P / engines of them)."""
+        _, reads, writes, _ = self.rec[i]
+        a = next((x for x in writes + reads if x.name in self.tiles), None)
+        if a is None:
+            return 1.0
+        d, P = self.cfg.core.dma.engines, self.cfg.core.sbuf.partitions
+        lo, hi = region(a, self.tiles[a.name].shape)[0]
+        each = max(1, P // d)
+        return min(d, -(-(hi - lo) // each)) / d
 
     def simulate(self, order: list[int]) -> float:
         """The estimated end of the instructions run in `order` (each queue in that order)."""
