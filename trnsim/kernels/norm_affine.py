@@ -10,7 +10,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, V, runs
 
-__all__ = ["spread", "spread_psum", "psum_names", "PeBias", "pe_group", "SPREAD_BANKS", "PE_TILES"]
+__all__ = ["spread", "spread_psum", "psum_cols", "PeBias", "pe_group", "SPREAD_BANKS", "PE_TILES"]
 
 SPREAD_BANKS = 2  # PSUM banks the weight and bias are spread through, in turn
 PE_TILES = 2  # PSUM banks the bias is added in by TensorE, in turn (a kernel's matmul may hold
@@ -23,6 +23,13 @@ def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=No
     op's loads on it), multiplied by a ones row on TensorE (K = 1) into PSUM, copied out by
     VectorE and ScalarE in turn (emitted before a norm's blocks: the engines have nothing else
     to do until the first block is loaded)."""
+    return _spread(b, cfg, names, d, loads, 0, 0)[0]
+
+
+def _spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads, kept: int,
+            at: int):  # fmt: skip
+    """`spread`'s tiles, and (`kept` > 0) [128, kept] fp32 PSUM tiles of each tensor's
+    columns [at, at + kept) (`spread_psum`)."""
     P, f32 = cfg.core.sbuf.partitions, dtype("float32")
     new = names  # the tile shared by every norm of the kernel spreading it, filled each time
     tiles = [b.scratch_tile(f"norm.rows.{n}", f"{n}_rows", (P, d), b.tensors[n].dtype)
@@ -30,6 +37,9 @@ def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=No
     step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
     chunks = [(t, n, lo, hi) for t, n in zip(tiles, names) for lo, hi in runs(d, step)
               if n in new]  # fmt: skip
+    kept_ps = [b.psum(f"{n}_psum", (P, kept), f32) for n in names] if kept else []
+    if kept:  # column by column, the first columns of each first (the first lanes need them)
+        chunks.sort(key=lambda c: c[2])
     ps = [b.psum("spread", (P, step), f32) for _ in range(min(SPREAD_BANKS, len(chunks)))]
     loads, rows = loads or Queues(cfg).loads(1 / 2, 1), {}
     for i, n in enumerate(new):
@@ -47,53 +57,40 @@ def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=No
             b.emit(Activation, [acc], [o], func="copy", src=acc, dst=o)
         else:
             b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
+    for n, kp in zip(names, kept_ps):  # those columns again, into PSUM tiles that stay
+        row, one = rows[n]
+        for lo, hi in runs(kept, step):
+            acc = ap(kp, slice(None), slice(lo, hi))
+            mv = ap(row, slice(None), slice(at + lo, at + hi))
+            b.emit(Matmul, [ap(one), mv], [acc], stationary=ap(one), moving=mv, dst=acc)
     b.release(*ps)
-    return tiles
+    return tiles, kept_ps
 
 
-def psum_names(cfg: ChipConfig, names: list[str], d: int, keep_banks: int) -> list[str]:
-    """Those of `names` (in order) whose [128, d] fp32 spread fits PSUM resident beside
-    `keep_banks` banks left to the op's other PSUM tiles, each at most a VectorE PSUM
-    operand's free size (`spread_psum`)."""
+def psum_cols(cfg: ChipConfig, n: int, d: int, keep_banks: int) -> int:
+    """The first columns of each of n fp32 [128, d] spreads that PSUM holds beside `keep_banks`
+    banks left to the op's other PSUM tiles and `spread`'s own (`spread_psum`): all d where
+    they fit, else whole banks each (0: not one each), at most a VectorE PSUM operand's free
+    size."""
     p = cfg.core.psum
-    room = (p.banks - keep_banks) * p.bank_bytes
-    out = []
-    for n in names:
-        if d > cfg.core.vector.psum_max_free_elements or 4 * d > room:
-            break
-        out.append(n)
-        room -= -(-4 * d // p.bank_bytes) * p.bank_bytes if 4 * d > p.bank_bytes else 4 * d
-    return out
+    banks = p.banks - keep_banks - SPREAD_BANKS
+    if n < 1 or banks < 1:
+        return 0
+    if n * 4 * d <= p.bank_bytes or -(-4 * d // p.bank_bytes) * n <= banks:
+        cols = d
+    else:
+        cols = banks // n * p.bank_bytes // 4
+    return min(cols, d, cfg.core.vector.psum_max_free_elements)
 
 
-def spread_psum(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int,
-                loads=None) -> tuple[list[str], list[str]]:  # fmt: skip
-    """`spread`'s [128, d] SBUF tiles, and each of them also kept in a [128, d] fp32 PSUM tile
-    of its own (the caller releases them): a VectorE `tensor_tensor` with one input in PSUM
-    costs N cycles instead of 2N for fp32 (trainium.md 3.2), so VectorE's weight and bias read
-    these; GpSimd (which does not read PSUM) the SBUF copies, the same values."""
-    P, f32 = cfg.core.sbuf.partitions, dtype("float32")
-    tiles = [b.scratch_tile(f"norm.rows.{n}", f"{n}_rows", (P, d), b.tensors[n].dtype)
-             for n in names]  # fmt: skip
-    ps = [b.psum(f"{n}_psum", (P, d), f32) for n in names]
-    step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
-    loads = loads or Queues(cfg).loads(1 / 2, 1)
-    turn = 0
-    for i, (n, t, acc) in enumerate(zip(names, tiles, ps)):
-        row = b.tile("row", "sbuf", (1, d), b.tensors[n].dtype)
-        src, dst = ap(n), ap(row)
-        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[i])
-        one = ones(b, b.tensors[n].dtype, P)
-        for lo, hi in runs(d, step):
-            a, mv = ap(acc, slice(None), slice(lo, hi)), ap(row, slice(None), slice(lo, hi))
-            b.emit(Matmul, [ap(one), mv], [a], stationary=ap(one), moving=mv, dst=a)
-            o = ap(t, slice(None), slice(lo, hi))
-            if turn % 2:
-                b.emit(Activation, [a], [o], func="copy", src=a, dst=o)
-            else:
-                b.emit(TensorCopy, [a], [o], src=a, dst=o)
-            turn += 1
-    return tiles, ps
+def spread_psum(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, kept: int,
+                at: int = 0, loads=None) -> tuple[list[str], list[str]]:  # fmt: skip
+    """`spread`'s [128, d] SBUF tiles, and columns [at, at + kept) of each also in a [128,
+    kept] fp32 PSUM tile of its own (`psum_cols`; TensorE's ones row times them again; the
+    caller releases them): a VectorE `tensor_tensor` with one input in PSUM costs N cycles
+    instead of 2N for fp32 (trainium.md 3.2), so VectorE's weight and bias read these; GpSimd
+    (which does not read PSUM) the SBUF copies, the same values."""
+    return _spread(b, cfg, names, d, loads, kept, at)
 
 
 def ones(b: KernelBuilder, dt, P: int) -> str:

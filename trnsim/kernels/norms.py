@@ -69,10 +69,9 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks, row_groups
 from trnsim.kernels.norm_affine import (
     PE_TILES,
-    SPREAD_BANKS,
     PeBias,
     pe_group,
-    psum_names,
+    psum_cols,
     spread,
     spread_psum,
 )
@@ -125,13 +124,22 @@ SEG_SHARE = 0.6  # what a row in segments' buffers (and the weight and bias) may
 # of them reading the step before's output (`small_after`): rows of 64K 63.1% -> 81.7% (74.5 ->
 # 57.5 us)
 # fp32 rows that fit (FLEX): the weight and bias also kept in PSUM for VectorE (`fit_psum`), the
-# list schedule picking each weight and bias instruction's engine (`flex`), up to 12 buffers:
-# rows of 64 68.8% -> 82.0% (67.3 -> 56.5 us; GpSimd took every weight and bias pass before,
-# busy 56 us of 67), of 512 80.7% -> 83.7% (with `_halves` in an order without commit stalls)
+# list schedule picking each weight and bias instruction's engine and each normalisation's
+# (`flex`, `flex_norm`), up to 12 buffers: rows of 64 68.8% -> 84.2% (67.3 -> 55.0 us; GpSimd
+# took every weight and bias pass before, busy 56 us of 67), of 512 80.7% -> 90.4% (with
+# `_halves` in an order without commit stalls)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
 FLEX = {"spread_first": True, "small_waits": False, "fit_psum": True, "flex": True,
-        "flex_norm": "", "bufs_most": 12}  # fmt: skip
+        "flex_norm": "SG", "bufs_most": 12}  # fmt: skip
+# rows of LANE_ROW to LONG_ROW that fit: as FLEX (the first 1536 columns of the weight and bias
+# in PSUM, `norm_affine.psum_cols`), the normalisation on ScalarE or GpSimd as the list schedule
+# finds free, two lanes cut in sub-lanes of 1536 columns or fewer (each its own tiles, loads and
+# stores: a block's first stores go before its last columns' passes), ScalarE's statistics on
+# 3/4 of the columns at most (the first block's statistics end sooner): fp32 rows of 4096
+# 66.4% -> 79.0% (69.8 -> 58.7 us)
+LONG_FLEX = {"long_row": LANE_ROW, "sub_lanes": 1536, "flex": True, "flex_norm": "SG",
+             "small_waits": False, "fit_psum": True, "c_share": 0.75}  # fmt: skip
 VARIANTS = (
     {},
     {"small_waits": False},
@@ -164,6 +172,7 @@ VARIANTS = (
     {"pipe": True},
     {"pipe": True, "s_share": 0.25},
     {"pipe": True, "s_share": 0.375},
+    LONG_FLEX,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 OUT_BUFS = 3  # ... the blocks whose output pieces rotate through tiles of their own
@@ -212,7 +221,23 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     hit = _CHOSEN.get(key)
     if hit is not None and hit[0] is cfg:
         return hit[1]
-    to, d = b.tensors[out], tx.shape[-1]
+    spans = []
+    for i in _tried(b, cfg, x, out, weight, bias):
+        tb = KernelBuilder(b.tensors)
+        tb.part = (0, max(1, cfg.lnc))
+        spans.append((_lower(tb, cfg, op, x, out, weight, bias, eps, VARIANTS[i]), i))
+    if len(_CHOSEN) >= CHOSEN_MOST:
+        _CHOSEN.clear()
+    _CHOSEN[key] = (cfg, VARIANTS[min(spans)[1]])
+    return _CHOSEN[key][1]
+
+
+def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]:
+    """The indices of the VARIANTS that apply to a layer_norm of these tensors (`_variant`):
+    not those that would lower as another does, nor those for other rows (LONG_FLEX's
+    sub-lanes: rows of LANE_ROW to LONG_ROW)."""
+    tx, to = b.tensors[x], b.tensors[out]
+    d = tx.shape[-1]
     pe = bias is not None and to.dtype == tx.dtype and to.dtype.itemsize == 2 and d >= PIECE_ROWS
     affine = sum(b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)
     fits = norm_rows(cfg, tx, to, affine)  # rows a partition each (not in pieces)
@@ -220,22 +245,13 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     # (pipelined: rows that fit in one lane, a weight, no shift pass)
     pipe = (fits and d < LONG_ROW and weight is not None
             and min(tx.dtype.itemsize, to.dtype.itemsize) < 4)  # fmt: skip
-    spans = []
-    for i, v in enumerate(VARIANTS):  # (not those that would lower as the first does)
-        if "psum_affine" in v:  # (fp32 rows in pieces only, `_psum_affine`)
-            if not _psum_affine(cfg, tx, to, d, weight, bias):
-                continue
-        elif (("long_row" in v and not LANE_ROW <= d < LONG_ROW) or ("pe_pieces" in v and not pe)
-                or (any(f in v for f in FP32_ONLY) and not fp32)
-                or ("spread_first" in v and not fits) or ("pipe" in v and not pipe)):  # fmt: skip
-            continue
-        tb = KernelBuilder(b.tensors)
-        tb.part = (0, max(1, cfg.lnc))
-        spans.append((_lower(tb, cfg, op, x, out, weight, bias, eps, v), i))
-    if len(_CHOSEN) >= CHOSEN_MOST:
-        _CHOSEN.clear()
-    _CHOSEN[key] = (cfg, VARIANTS[min(spans)[1]])
-    return _CHOSEN[key][1]
+    return [i for i, v in enumerate(VARIANTS)
+            if (_psum_affine(cfg, tx, to, d, weight, bias) if "psum_affine" in v  # (pieces)
+                else not (("long_row" in v and not LANE_ROW <= d < LONG_ROW)
+                          or ("pe_pieces" in v and not pe)
+                          or (any(f in v for f in FP32_ONLY) and not fp32)
+                          or ("spread_first" in v and not fits)
+                          or ("pipe" in v and not pipe)))]  # fmt: skip
 
 
 def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, variant) -> float:
@@ -303,18 +319,25 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     per, k.per = k.per, row_groups(tx.shape, k.P, None, group,
                                    max(1, room // (BUFS * base)))[0]  # fmt: skip
     k.plan_per = k.per
-    names = _fit_psum(cfg, tx, [v for v, _ in affine], d, k.pe_ok) if k.fit_psum else []
-    k.psum_affine = bool(names)  # (the plan costs VectorE's weight and bias out of PSUM)
+    kept = _fit_psum(cfg, tx, to, len(affine), d, k.pe_ok) if k.fit_psum else 0
+    k.psum_affine = kept > 0  # (the plan costs VectorE's weight and bias out of PSUM)
     plan(k)
     k.per = k.tper = per
     if k.srows:  # (ScalarE's share of the statistics whole row slots, not columns)
         k.c = 0
+    if k.sub_lanes:
+        k.block_lanes = [_split(ls, k.sub_lanes) for ls in (k.block_lanes or [k.lanes])]
+        k.lanes = k.block_lanes[0]
+    if kept:  # the columns in PSUM: from the first lane VectorE weights or biases on
+        on_v = [lane.lo for ls in k.block_lanes or [k.lanes] for lane in ls
+                if V in (lane.weight, lane.bias)]  # fmt: skip
+        k.psum_lo = min(min(on_v, default=0), d - kept)
     # the weight, and the bias unless TensorE adds it in every block
     on_pe = all(lane.bias == S for ls in k.block_lanes for lane in ls)
     spreads = [v for v in (weight, bias) if v is not None and not (v == bias and on_pe)]
     k.spread = lambda: k.rows.update(zip(spreads, spread(b, cfg, spreads, d, k.loads)))
-    if names:
-        k.spread = lambda: _spread_psum(k, spreads, names, d)
+    if kept:
+        k.spread = lambda: _spread_psum(k, spreads, kept, d)
     with _scheduled(k) as s:
         if k.pe_bias:
             k.pe = PeBias(b, cfg, bias, d, to.dtype, group=pe_group(cfg, d, k.per))
@@ -377,26 +400,21 @@ def _aligned(b: KernelBuilder, cfg: ChipConfig, tx, per: int, *most: int) -> boo
     return True
 
 
-def _fit_psum(cfg: ChipConfig, tx, names: list[str], d: int, pe_ok: bool) -> list[str]:
-    """Those of fp32 rows' weight and bias (`names`) kept in PSUM beside the op's other PSUM
-    tiles (the spread's banks, TensorE's bias' where it may add it): both, or none."""
-    if tx.dtype.itemsize != 4:  # (VectorE's 16-bit SBUF operands cost N already)
-        return []
-    fit = psum_names(cfg, names, d, SPREAD_BANKS + (PE_TILES if pe_ok else 0))
-    return fit if len(fit) == len(names) else []
+def _fit_psum(cfg: ChipConfig, tx, to, n: int, d: int, pe_ok: bool) -> int:
+    """The first columns of fp32 rows' n weight and bias rows kept in PSUM beside TensorE's
+    bias' banks where it may add it (`norm_affine.psum_cols`)."""
+    if tx.dtype.itemsize != 4 or to.dtype != tx.dtype:  # (16-bit SBUF operands cost N already)
+        return 0
+    return psum_cols(cfg, n, d, PE_TILES if pe_ok else 0)
 
 
-def _spread_psum(k, spreads: list[str], names: list[str], d: int) -> None:
-    """The weight and bias spread (`norm_affine.spread_psum`), those of `names` also kept in
-    PSUM for VectorE (`_Norm.weighted`)."""
-    both = [n for n in spreads if n in names]
-    rest = [n for n in spreads if n not in both]
-    if both:
-        tiles, ps = spread_psum(k.b, k.cfg, both, d, k.loads)
-        k.rows.update(zip(both, tiles))
-        k.psum_rows.update(zip(both, ps))
-    if rest:
-        k.rows.update(zip(rest, spread(k.b, k.cfg, rest, d, k.loads)))
+def _spread_psum(k, spreads: list[str], kept: int, d: int) -> None:
+    """The weight and bias spread (`norm_affine.spread_psum`), their first `kept` columns also
+    kept in PSUM for VectorE (`_Norm.weighted`)."""
+    tiles, ps = spread_psum(k.b, k.cfg, spreads, d, kept, k.psum_lo, k.loads)
+    k.rows.update(zip(spreads, tiles))
+    k.psum_rows.update(zip(spreads, ps))
+    k.psum_width = kept
 
 
 def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> float:
@@ -513,6 +531,18 @@ def _psum_copy(b: KernelBuilder, cfg: ChipConfig, rows: str, k: int) -> str:
         src, dst = ap(ps), ap(rows)
         b.emit(Activation, [src], [dst], func="copy", src=src, dst=dst)
     return ps
+
+
+def _split(lanes: list[Lane], most: int) -> list[Lane]:
+    """`lanes` cut in sub-lanes of at most `most` columns (as even as whole columns allow),
+    each with its lane's engines."""
+    out = []
+    for lane in lanes:
+        w = lane.hi - lane.lo
+        m = -(-w // most)
+        cuts = [lane.lo + round(w * i / m) for i in range(m + 1)]
+        out += [Lane(a, z, *_engines(lane)) for a, z in zip(cuts, cuts[1:])]
+    return out
 
 
 def _engines(lane: Lane) -> tuple:
@@ -632,7 +662,11 @@ class _Norm:
         self.piece_big = False  # ... loaded as BIG_PIECES are
         self.psum_affine = False  # fp32 rows in pieces: VectorE's weight and bias out of PSUM
         self.psum_rows: dict[str, str] = {}  # ... copies of `rows` there (`_psum_copy`)
+        self.psum_width = 1 << 30  # ... the columns there (`_spread_psum`)
+        self.psum_lo = 0  # ... from this one
         self.fit_psum = False  # fp32 rows that fit: their weight and bias too (`_spread_psum`)
+        self.sub_lanes = 0  # lanes cut in sub-lanes of at most this many columns (`_split`)
+        self.c_share = 1.0  # ScalarE's statistics take at most this share of the columns
         self.bufs_most = BUFS  # buffers of rows that fit, at most
         self.pe_ok = self.pe_bias = False  # TensorE may add (adds) the bias
         self.shifts = Spread({V: 1.0})
@@ -1016,7 +1050,6 @@ class _Norm:
             self._third_pieces(n, index, p)
             return
         for i, lane in enumerate(self.lanes):
-            w = lane.hi - lane.lo
             if self.interleave:  # a segment's passes one after another: its store goes soonest
                 self.normalized(n, p, i, 0)
             for v, alu, e in ((self.weight, "multiply", lane.weight),
@@ -1024,7 +1057,7 @@ class _Norm:
                 if v is None or (alu == "add" and e == S):
                     continue
                 for j in range(self.per):  # in place: o * weight, + bias
-                    for lo, hi in runs(w, self.most):
+                    for lo, hi in self.affine_runs(lane):
                         o = self.lane_tile("o", n, i, p, j, (lo, hi))
                         ops = [self.weighted(o, v, alu, e, p, lane.lo + lo, lane.lo + hi)
                                for e in ([e] + [x for x in (V, G) if x != e] if self.flex
@@ -1090,11 +1123,24 @@ class _Norm:
         self.stored += 1
         self.b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[self.stored])
 
+    def affine_runs(self, lane: Lane) -> list[tuple[int, int]]:
+        """Lane's columns (from its lo) in runs of one instruction: cut where the weight and
+        bias in PSUM begin and end (`_spread_psum`)."""
+        w, cuts = lane.hi - lane.lo, set()
+        if self.psum_rows and self.psum_width < self.d:
+            cuts = {c - lane.lo for c in (self.psum_lo, self.psum_lo + self.psum_width)}
+        edges = sorted({0, w} | {c for c in cuts if 0 < c < w})
+        return [(a + lo, a + hi) for a, z in zip(edges, edges[1:])
+                for lo, hi in runs(z - a, self.most)]  # fmt: skip
+
     def weighted(self, o, v: str, alu: str, e, p: int, lo: int, hi: int) -> tuple:
         """(cls, reads, writes, fields) of o = o alu v[lo:hi] on engine e (VectorE: v out of
         PSUM where it is there, `psum_affine`)."""
-        rows = self.psum_rows.get(v) if e == V else None
-        t = ap(rows or self.rows[v], slice(0, p), slice(lo, hi))
+        a = self.psum_lo
+        if e == V and v in self.psum_rows and a <= lo and hi <= a + self.psum_width:
+            t = ap(self.psum_rows[v], slice(0, p), slice(lo - a, hi - a))
+        else:
+            t = ap(self.rows[v], slice(0, p), slice(lo, hi))
         return TensorTensor, [o, t], [o], dict(alu=alu, src0=o, src1=t, dst=o, engine=e)
 
     def others(self, ops: list[tuple], group=None) -> dict:
