@@ -17,17 +17,18 @@ PE_TILES = 2  # PSUM banks the bias is added in by TensorE, in turn (a kernel's 
 # the others)
 
 
-def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=None) -> list[str]:
+def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=None,
+           banks: int = SPREAD_BANKS) -> list[str]:  # fmt: skip
     """[128, d] tiles: each tensor of `names` ([d]) on every partition: loaded into one
     partition (on `loads`, a `queues.Stream`: a norm's own, so the load waits behind the previous
     op's loads on it), multiplied by a ones row on TensorE (K = 1) into PSUM, copied out by
     VectorE and ScalarE in turn (emitted before a norm's blocks: the engines have nothing else
-    to do until the first block is loaded)."""
-    return _spread(b, cfg, names, d, loads, 0, 0)[0]
+    to do until the first block is loaded), through `banks` PSUM banks in turn."""
+    return _spread(b, cfg, names, d, loads, 0, 0, banks)[0]
 
 
 def _spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads, kept: int,
-            at: int):  # fmt: skip
+            at: int, banks: int = SPREAD_BANKS):  # fmt: skip
     """`spread`'s tiles, and (`kept` > 0) [128, kept] fp32 PSUM tiles of each tensor's
     columns [at, at + kept) (`spread_psum`)."""
     P, f32 = cfg.core.sbuf.partitions, dtype("float32")
@@ -40,7 +41,7 @@ def _spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads, 
     kept_ps = [b.psum(f"{n}_psum", (P, kept), f32) for n in names] if kept else []
     if kept:  # column by column, the first columns of each first (the first lanes need them)
         chunks.sort(key=lambda c: c[2])
-    ps = [b.psum("spread", (P, step), f32) for _ in range(min(SPREAD_BANKS, len(chunks)))]
+    ps = [b.psum("spread", (P, step), f32) for _ in range(min(banks, len(chunks)))]
     loads, rows = loads or Queues(cfg).loads(1 / 2, 1), {}
     for i, n in enumerate(new):
         row = b.tile("row", "sbuf", (1, d), b.tensors[n].dtype)
@@ -149,31 +150,41 @@ class PeBias:
         self.ps: list[str] = []  # taken at the first add (after `spread` released its own)
         self.turn = 0
 
-    def add(self, o: Ap, f: Ap, lo: int, w: int, p: int) -> None:
+    def add(self, o: Ap, f: Ap, lo: int, w: int, p: int, span: int = 1) -> None:
         """f = o + bias[lo:lo + w] (o, f: [p, w] views of SBUF tiles, the last index a range
-        starting at 0), per PSUM bank: the matmul pair, then ScalarE's copy out."""
+        starting at 0), per PSUM bank: the matmul pair; then ScalarE's copy out, one for each
+        `span` banks (a PSUM tile of `span` banks: fewer copies, each waiting on TensorE once,
+        as the attention kernels' scores read two banks at once)."""
         b = self.b
         if not self.ps:
             f32 = dtype("float32")
-            self.ps = [b.psum("bias", (self.P, self.step), f32) for _ in range(PE_TILES)]
-        for c0 in range(0, w, self.step):
-            c1 = min(w, c0 + self.step)
-            acc = ap(self.ps[self.turn % PE_TILES], slice(0, p), slice(0, c1 - c0))
+            self.ps = [b.psum("bias", (self.P, span * self.step), f32) for _ in range(PE_TILES)]
+        for a0 in range(0, w, span * self.step):
+            a1 = min(w, a0 + span * self.step)
+            tile = self.ps[self.turn % PE_TILES]
             self.turn += 1
-            if self.pieces:  # the identity times the bias' pieces
-                one = ap(self.ident, slice(0, p), slice(0, p))
-                row = ap(self.pieces_row, slice(0, p), slice(lo + c0, lo + c1))
-            else:
-                one, row = (
-                    ap(self.ones, slice(None), slice(0, p)),
-                    ap(self.row, slice(None), slice(lo + c0, lo + c1)),
-                )
-            b.emit(Matmul, [one, row], [acc], stationary=one, moving=row, dst=acc)
-            part, ident = _cols(o, c0, c1), ap(self.ident, slice(0, p), slice(0, p))
-            b.emit(Matmul, [ident, part], [acc], stationary=ident, moving=part, dst=acc,
-                   accumulate=True)  # fmt: skip
-            out = _cols(f, c0, c1)
+            for c0 in range(a0, a1, self.step):
+                self._pair(o, tile, lo, c0, min(a1, c0 + self.step), p, a0)
+            acc, out = ap(tile, slice(0, p), slice(0, a1 - a0)), _cols(f, a0, a1)
             b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
+
+    def _pair(self, o: Ap, tile: str, lo: int, c0: int, c1: int, p: int, a0: int) -> None:
+        """The matmul pair of o's columns [c0, c1) into PSUM tile `tile` from column c0 - a0
+        (one bank): the bias row's, then the values' (the identity times them)."""
+        b = self.b
+        acc = ap(tile, slice(0, p), slice(c0 - a0, c1 - a0))
+        if self.pieces:  # the identity times the bias' pieces
+            one = ap(self.ident, slice(0, p), slice(0, p))
+            row = ap(self.pieces_row, slice(0, p), slice(lo + c0, lo + c1))
+        else:
+            one, row = (
+                ap(self.ones, slice(None), slice(0, p)),
+                ap(self.row, slice(None), slice(lo + c0, lo + c1)),
+            )
+        b.emit(Matmul, [one, row], [acc], stationary=one, moving=row, dst=acc)
+        part, ident = _cols(o, c0, c1), ap(self.ident, slice(0, p), slice(0, p))
+        b.emit(Matmul, [ident, part], [acc], stationary=ident, moving=part, dst=acc,
+               accumulate=True)  # fmt: skip
 
     def add_slots(self, o: Ap, f: Ap, r: int, p: int) -> None:
         """f = o + bias for r row slots at once (o, f: [p, r, d] views of whole rows, r at most

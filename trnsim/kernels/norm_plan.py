@@ -253,6 +253,16 @@ class _Costs:
                        for i, r in enumerate(sizes))  # fmt: skip
             cycles = sum(2 * t.load_stationary_cycles + r * w * per_el for r in sizes)
             return self.on(S, copy) + self.on(T, cycles * 1e9 / t.clock_hz)
+        span = getattr(k, "pe_span", 1)  # banks a copy (a pipelined norm's: each waits)
+        if span > 1:
+            wide = self.tile((k.P, span * step))
+            copy = k.per * sum(cost_ns(self.b, self.cfg, Activation, S, func="copy",
+                                       src=ap(wide, slice(None), slice(0, hi - lo)),
+                                       dst=self.cols(self.o, 0, hi - lo))
+                               for lo, hi in runs(w, span * step))  # fmt: skip
+            cycles = k.per * sum(2 * t.load_stationary_cycles + (hi - lo) * per_el
+                                 for lo, hi in runs(w, step))  # fmt: skip
+            return self.on(S, copy) + self.on(T, cycles * 1e9 / t.clock_hz)
         copy = sum(
             self.slots(
                 Activation,

@@ -178,6 +178,8 @@ TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper
 OUT_BUFS = 3  # ... the blocks whose output pieces rotate through tiles of their own
 PIPE_ROW_BYTES = 8192  # ... its rows a partition of a block, in bytes
 PIPE_PIECE = 1024  # ... and its output pieces' columns (`_Norm.piece`)
+PIPE_BANKS = 4  # ... the PSUM banks its weight and bias are spread through
+PIPE_SPAN = 2  # ... the PSUM banks of each of TensorE's bias tiles, copied out by ScalarE at once
 PSUM_AFFINE_BYTES = 8192  # fp32 weight and bias of rows in pieces kept in PSUM for VectorE's
 # tensor_tensors (N cycles an element with one input in PSUM, not 2N) when a partition's pieces
 # of them take this much at most (4 of its 8 banks; `row_pieces.Groups` has its small tiles in
@@ -301,7 +303,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
                                max(1, room // (BUFS * base)))  # fmt: skip
     k.tper = k.per
     if k.pipe and _pieces_fit(tx, blocks):  # (module doc, "pipelined")
-        k.out_pieces, k.flex, k.flex_norm, k.spread_first = PIPE_PIECE, True, "", True
+        k.out_pieces, k.flex, k.flex_norm = PIPE_PIECE, True, ""
+        k.pe_span = PIPE_SPAN if min(PIPE_PIECE, d) > PIPE_PIECE // PIPE_SPAN else 1
         srows = int(k.s_share * k.per)
         if srows and _aligned(b, cfg, tx, k.per, group, max(1, room // (BUFS * base))):
             k.srows = srows
@@ -332,10 +335,24 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         on_v = [lane.lo for ls in k.block_lanes or [k.lanes] for lane in ls
                 if V in (lane.weight, lane.bias)]  # fmt: skip
         k.psum_lo = min(min(on_v, default=0), d - kept)
+    if k.out_pieces and k.block_lanes:  # (one choice of engines: the list schedule evens
+        # out VectorE's and GpSimd's shares, `flex`)
+        k.block_lanes = [k.block_lanes[0]] * len(k.block_lanes)
+        k.lanes = k.block_lanes[0]
+        h = d // 2 // PIPE_PIECE * PIPE_PIECE
+        if k.split_first and len(k.block_lanes) > 1 and len(k.lanes) == 1 and h:
+            ln = k.lanes[0]  # the first block in two lanes: ScalarE's and VectorE's statistics
+            # start once its first half is in
+            k.block_lanes[0] = [Lane(0, h, *_engines(ln)), Lane(h, d, *_engines(ln))]
+            k.lanes = k.block_lanes[0]
     # the weight, and the bias unless TensorE adds it in every block
     on_pe = all(lane.bias == S for ls in k.block_lanes for lane in ls)
     spreads = [v for v in (weight, bias) if v is not None and not (v == bias and on_pe)]
     k.spread = lambda: k.rows.update(zip(spreads, spread(b, cfg, spreads, d, k.loads)))
+    if k.out_pieces:  # (on a queue of its own, at once, through PIPE_BANKS: its TensorE
+        # matmuls do not wait, bank by bank, for VectorE and ScalarE, busy with the first blocks)
+        k.spread = lambda: k.rows.update(zip(spreads, spread(b, cfg, spreads, d, None,
+                                                             PIPE_BANKS)))  # fmt: skip
     if kept:
         k.spread = lambda: _spread_psum(k, spreads, kept, d)
     with _scheduled(k) as s:
@@ -684,6 +701,8 @@ class _Norm:
         self.tper = 1  # rows a partition of the tiles (the largest block's)
         self.block_per: list[int] = []  # each block's rows a partition, if they differ
         self.stored = 0  # output pieces stored (their queues in turn)
+        self.split_first = True  # ... its first block in two lanes (`_lower`)
+        self.pe_span = 1  # PSUM banks of TensorE's bias tiles (`PeBias.add`)
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
@@ -1161,7 +1180,7 @@ class _Norm:
                 for j in range(self.per):
                     for lo, hi in self.opieces(i):
                         o, f = (self.piece(k, n, i, j, lo, hi, p) for k in "pf")
-                        self.pe.add(o, f, lane.lo + lo, hi - lo, p)
+                        self.pe.add(o, f, lane.lo + lo, hi - lo, p, self.pe_span)
                         self.store_piece(n, index, p, i, j, lo, hi, f)
             elif self.pe_lane(lane) and self.pe.group > 1 and lane.hi - lane.lo == self.d:
                 for j in range(0, self.per, self.pe.group):  # `group` row slots at a time
