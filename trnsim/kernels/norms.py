@@ -132,13 +132,13 @@ LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
 FLEX = {"spread_first": True, "small_waits": False, "fit_psum": True, "flex": True,
         "flex_norm": "SG", "bufs_most": 12}  # fmt: skip
-# rows of LANE_ROW to LONG_ROW that fit: as FLEX (the first 1536 columns of the weight and bias
-# in PSUM, `norm_affine.psum_cols`), the normalisation on ScalarE or GpSimd as the list schedule
-# finds free, two lanes cut in sub-lanes of 1536 columns or fewer (each its own tiles, loads and
-# stores: a block's first stores go before its last columns' passes), ScalarE's statistics on
-# 3/4 of the columns at most (the first block's statistics end sooner): fp32 rows of 4096
-# 66.4% -> 79.0% (69.8 -> 58.7 us)
-LONG_FLEX = {"long_row": LANE_ROW, "sub_lanes": 1536, "flex": True, "flex_norm": "SG",
+# rows of LANE_ROW to LONG_ROW that fit: as FLEX (1536 columns of the weight and bias in PSUM,
+# `norm_affine.psum_cols`), a normalisation planned on another engine going to ScalarE where the
+# list schedule finds it free sooner (flex_norm S; SG 58.7 us), two lanes cut in sub-lanes of
+# 1536 columns or fewer (each its own tiles, loads and stores: a block's first stores go before
+# its last columns' passes), ScalarE's statistics on 3/4 of the columns at most (the first
+# block's statistics end sooner): fp32 rows of 4096 66.4% -> 79.9% (69.8 -> 58.0 us)
+LONG_FLEX = {"long_row": LANE_ROW, "sub_lanes": 1536, "flex": True, "flex_norm": "S",
              "small_waits": False, "fit_psum": True, "c_share": 0.75}  # fmt: skip
 VARIANTS = (
     {},
