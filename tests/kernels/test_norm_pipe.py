@@ -1,8 +1,8 @@
 """layer_norm's pipelined variant (`norms`, "pipelined"): output pieces of their own tiles, the
 weight's and bias' engines chosen by the list schedule, the first and last blocks cut smaller,
-or ScalarE's share of the statistics whole row slots; TensorE's bias two PSUM banks a copy out,
-the first block in two lanes: numpy's values (--check) in each form, and the same values at
-LNC 1 and 2."""
+or ScalarE's share of the statistics whole row slots; TensorE's bias two PSUM banks a copy out
+(two row slots a piece for rows of 512 or fewer), the first block in two lanes: numpy's values
+(--check) in each form, and the same values at LNC 1 and 2."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def _run(shape, variant, lnc=2, out_dt="bfloat16", monkeypatch=None):
         ((3000, 512), {"pipe": True}, "bfloat16"),  # tapered, a last block of 952 rows
         ((2048, 1536), {"pipe": True}, "bfloat16"),  # pieces of 1024 and 512 columns
         ((1024, 2048), {"pipe": True}, "bfloat16"),  # the first block in two lanes
+        ((4096, 256), {"pipe": True}, "bfloat16"),  # pieces of two row slots, one PSUM bank
         ((2048, 512), {"pipe": True}, "float32"),  # bf16 in, fp32 out
     ],
 )

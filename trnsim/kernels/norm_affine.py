@@ -168,6 +168,21 @@ class PeBias:
             acc, out = ap(tile, slice(0, p), slice(0, a1 - a0)), _cols(f, a0, a1)
             b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
 
+    def add_group(self, os_: list[Ap], f: Ap, lo: int, w: int, p: int, span: int) -> None:
+        """f = o + bias[lo:lo + w] for the [p, w] views `os_` (row slots; w dividing a bank's
+        columns, len(os_) w at most `span` banks'), side by side in one PSUM tile (none across
+        a bank), one copy out into f ([p, len(os_), w])."""
+        b = self.b
+        if not self.ps:
+            f32 = dtype("float32")
+            self.ps = [b.psum("bias", (self.P, span * self.step), f32) for _ in range(PE_TILES)]
+        tile = self.ps[self.turn % PE_TILES]
+        self.turn += 1
+        for u, o in enumerate(os_):
+            self._pair(o, tile, lo, 0, w, p, -u * w)
+        acc = ap(tile, slice(0, p), slice(0, len(os_) * w))
+        b.emit(Activation, [acc], [f], func="copy", src=acc, dst=f)
+
     def _pair(self, o: Ap, tile: str, lo: int, c0: int, c1: int, p: int, a0: int) -> None:
         """The matmul pair of o's columns [c0, c1) into PSUM tile `tile` from column c0 - a0
         (one bank): the bias row's, then the values' (the identity times them)."""

@@ -176,11 +176,13 @@ VARIANTS = (
     FLEX,
     {"pipe": True},
     {"pipe": True, "s_share": 0.25},
-    {"pipe": True, "s_share": 0.375},
+    {"pipe": True, "s_share": 0.5},
     LONG_FLEX,
     ROWS_FIRST,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
+TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
+S_GROUP = 4  # ... those of the last `srows` of every S_GROUP row slots (`_Norm.s_slot`)
 OUT_BUFS = 3  # ... the blocks whose output pieces rotate through tiles of their own
 PIPE_ROW_BYTES = 8192  # ... its rows a partition of a block, in bytes
 PIPE_PIECE = 1024  # ... and its output pieces' columns (`_Norm.piece`)
@@ -314,11 +316,12 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     if k.pipe and _pieces_fit(tx, blocks):  # (module doc, "pipelined")
         k.out_pieces, k.flex, k.flex_norm = PIPE_PIECE, True, ""
         k.pe_span = PIPE_SPAN if min(PIPE_PIECE, d) > PIPE_PIECE // PIPE_SPAN else 1
-        srows = int(k.s_share * k.per)
-        if srows and _aligned(b, cfg, tx, k.per, group, max(1, room // (BUFS * base))):
+        if d * PIPE_SPAN <= PIPE_PIECE and not k.pe_step % d:  # (rows of 512 or fewer)
+            k.pslots = k.pe_span = PIPE_SPAN
+        srows = round(k.s_share * S_GROUP)
+        if srows and _aligned(b, cfg, tx, group, max(1, room // (BUFS * base))):
             k.srows = srows
-        if not k.srows:
-            blocks, k.block_per = _taper(blocks, k.per, TAPER)
+        blocks, k.block_per = _taper(blocks, k.per, TAPER_S if k.srows else TAPER)
         room -= OUT_BUFS * k.per * d * to.dtype.itemsize  # (the pieces' tiles)
     k.bufs, k.blocks = max(1, min(k.bufs_most, room // (k.per * base))), len(blocks)
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
@@ -408,20 +411,20 @@ def _pieces_fit(tx, blocks) -> bool:
                            for index, _ in blocks)  # fmt: skip
 
 
-def _aligned(b: KernelBuilder, cfg: ChipConfig, tx, per: int, *most: int) -> bool:
-    """Whether every core's blocks, at LNC 1 and the chip's and the run's, are whole [128, per]
-    blocks starting at a multiple of per rows: then row slot j holds the rows r = j (mod per)
-    however the cores share them, so ScalarE's statistics of the last slots (`_Norm.srows`,
-    which round apart from VectorE's) take the same rows at any LNC."""
+def _aligned(b: KernelBuilder, cfg: ChipConfig, tx, *most: int) -> bool:
+    """Whether every core's blocks, at LNC 1 and the chip's and the run's, have rows a partition
+    and first rows multiples of S_GROUP (and so those `_taper` cuts): then row slot j holds the
+    rows r = j (mod S_GROUP) however the cores share them, so ScalarE's statistics of the slots
+    `_Norm.s_slot` gives (which round apart from VectorE's) take the same rows at any LNC."""
     P = cfg.core.sbuf.partitions
     for n in sorted({1, max(1, cfg.lnc), b.part[1]}):
         for c in range(n):
             tb = KernelBuilder(b.tensors)
             tb.part = (c, n)
             got, blocks = row_groups(tx.shape, P, core_share(tb, cfg, tx), *most)
-            if got != per or not _pieces_fit(tx, blocks):
+            if got % S_GROUP or not _pieces_fit(tx, blocks):
                 return False
-            if any(rows != P * per or index[-1].start % per for index, rows in blocks):
+            if any(index[-1].start % S_GROUP for index, _ in blocks):
                 return False
     return True
 
@@ -748,11 +751,13 @@ class _Norm:
         self.s_share = 0.0  # ... or (instead of the last) this share of a block's row slots'
         # statistics on ScalarE, whole rows (`srows`)
         self.out_pieces = 0  # columns of an output piece, each a tile of its own (`piece`)
-        self.srows = 0  # row slots of a block whose statistics ScalarE takes (`row_stats`)
+        self.srows = 0  # row slots in S_GROUP whose statistics ScalarE takes (`s_slot`)
         self.tper = 1  # rows a partition of the tiles (the largest block's)
         self.block_per: list[int] = []  # each block's rows a partition, if they differ
         self.stored = 0  # output pieces stored (their queues in turn)
         self.split_first = True  # ... its first block in two lanes (`_lower`)
+        self.pe_step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+        self.pslots = 1  # row slots of an output piece (`piece`)
         self.pe_span = 1  # PSUM banks of TensorE's bias tiles (`PeBias.add`)
 
     def at(self, n: int) -> None:
@@ -845,10 +850,10 @@ class _Norm:
         return (len(self.chunks) == 1 and not self.c and self.plan_per >= 4 and self.d > 1
                 and not self.srows)  # fmt: skip
 
-    @property
-    def vslots(self) -> int:
-        """The row slots whose statistics VectorE takes (the others' ScalarE's, `row_stats`)."""
-        return self.per - self.srows * self.per // self.tper
+    def s_slot(self, j: int) -> bool:
+        """Whether ScalarE takes row slot j's statistics (`row_stats`): the last `srows` of
+        each S_GROUP slots."""
+        return bool(self.srows) and j % S_GROUP >= S_GROUP - self.srows
 
     # -- stage 1: load, shift, statistics ------------------------------------------------------
 
@@ -872,7 +877,9 @@ class _Norm:
             self.shifted(n, p, self.shifts())
         if self.srows:
             self.row_stats(n, p)
-        for j in range(self.vslots):
+        for j in range(self.per):
+            if self.s_slot(j):
+                continue
             for q, (i, lo, hi) in enumerate(self.chunks):
                 xs, st = (
                     self.lane_tile("x", n, i, p, j, (lo, hi)),
@@ -883,7 +890,7 @@ class _Norm:
             self.scalar_stats(n, p)
 
     def row_stats(self, n: int, p: int) -> None:
-        """ScalarE's statistics of whole rows (the last `srows` row slots; layer_norm, one
+        """ScalarE's statistics of whole rows (the row slots of `s_slot`; layer_norm, one
         lane): the mean by an `activation` with its add reduction, then the M2 about it by a
         `square` with its reduction, into tile ss ([p, per, 6], its own) as bn_stats' six (count
         D, mean, M2; an empty odd half: counts and the rest set once per buffer), which
@@ -896,11 +903,12 @@ class _Norm:
             for cols, v in (((0, 1), float(d)), ((3, 6), 0.0)):
                 a = ap(ss, slice(None), slice(None), slice(*cols))
                 b.emit(Memset, [], [a], dst=a, value=v)
-        for j in range(self.vslots, self.per):
+        slots = [j for j in range(self.per) if self.s_slot(j)]
+        for j in slots:
             xs, m = self.lane_tile("x", n, 0, p, j), ap(ss, slice(0, p), j, slice(1, 2))
             b.emit(Activation, [xs], [junk, m], func="copy", src=xs, dst=junk, scale=1.0 / d,
                    reduce="add", reduce_dst=m)  # fmt: skip
-        for j in range(self.vslots, self.per):  # (x - m)^2, as (m - x)^2 (`scalar_stats`)
+        for j in slots:  # (x - m)^2, as (m - x)^2 (`scalar_stats`)
             xs, m = self.lane_tile("x", n, 0, p, j), ap(ss, slice(0, p), j, slice(1, 2))
             m2 = ap(ss, slice(0, p), j, slice(2, 3))
             b.emit(Activation, [xs, m], [junk, m2], func="square", src=xs, dst=junk, scale=-1.0,
@@ -1018,7 +1026,7 @@ class _Norm:
                 for j in range(self.per):
                     st, ag = self.stat(n, p, j), ap(self.tile("ag", n, (self.P, self.tper, 2)),
                                                     slice(0, p), j)  # fmt: skip
-                    if j >= self.vslots:  # (ScalarE's, `row_stats`)
+                    if self.s_slot(j):  # (ScalarE's, `row_stats`)
                         st = ap(self.tile("ss", n, (self.P, self.tper, 6)), slice(0, p), j)
                     b.emit(BnAggr, [st], [ag], src=st, dst=ag)
         if self.pieces and self.layer:  # the row's mean and variance over its partitions
@@ -1144,23 +1152,25 @@ class _Norm:
         schedule finds either free (`flex`)."""
         b = self.b
         for i, lane in enumerate(self.lanes):
-            for j in range(self.per):
-                for lo, hi in self.opieces(i):
-                    o = self.piece("p", n, i, j, lo, hi, p)
-                    src = self.lane_tile("o", n, i, p, j, (lo, hi))  # the first pass's input
-                    for v, alu, e in ((self.weight, "multiply", lane.weight),
-                                      (self.bias, "add", lane.bias)):  # fmt: skip
-                        if v is None or (alu == "add" and e == S):
-                            continue
-                        t = ap(self.rows[v], slice(0, p), slice(lane.lo + lo, lane.lo + hi))
-                        es = [e] + [y for y in (V, G) if self.flex and y != e]
-                        ops = [(TensorTensor, [src, t], [o], dict(alu=alu, src0=src, src1=t,
-                                                                  dst=o, engine=x))
-                               for x in es]  # fmt: skip
-                        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
-                        src = o
-                    if not self.pe_lane(lane):
-                        self.store_piece(n, index, p, i, j, lo, hi, o)
+            for j, g, lo, hi in self.units(i):
+                o = self.piece("p", n, i, j, lo, hi, p, g)
+                js = j if self.pslots == 1 else slice(j, j + g)
+                src = self.lane_tile("o", n, i, p, js, (lo, hi))  # the first pass's input
+                for v, alu, e in ((self.weight, "multiply", lane.weight),
+                                  (self.bias, "add", lane.bias)):  # fmt: skip
+                    if v is None or (alu == "add" and e == S):
+                        continue
+                    t = ap(self.rows[v], slice(0, p), slice(lane.lo + lo, lane.lo + hi))
+                    if self.pslots > 1:  # (along the piece's row slots)
+                        t = t._replace(bcast=((1, g),))
+                    es = [e] + [y for y in (V, G) if self.flex and y != e]
+                    ops = [(TensorTensor, [src, t], [o], dict(alu=alu, src0=src, src1=t,
+                                                              dst=o, engine=x))
+                           for x in es]  # fmt: skip
+                    b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+                    src = o
+                if not self.pe_lane(lane):
+                    self.store_unit(n, index, p, i, j, g, lo, hi, o)
 
     @property
     def centred(self) -> bool:
@@ -1175,15 +1185,34 @@ class _Norm:
         lane = self.lanes[i]
         return runs(lane.hi - lane.lo, min(self.out_pieces, self.most))
 
-    def piece(self, kind: str, n: int, i: int, j: int, lo: int, hi: int, p: int):
-        """Block n's output piece of lane i, row slot j, columns [lo, hi): a tile of its own
-        ([p, hi - lo]; `kind` p: weighted and biased, f: TensorE's bias copied out), so each
-        piece's passes wait only for its own (a builder orders accesses tile by tile) and its
-        store goes as soon as it is done."""
+    def units(self, i: int) -> list[tuple[int, int, int, int]]:
+        """Lane i's output pieces in the current block: (first row slot, row slots, lo, hi),
+        `pslots` row slots a piece (at most the block's)."""
+        g = min(self.pslots, self.per)
+        return [(j, g, lo, hi) for j in range(0, self.per, g) for lo, hi in self.opieces(i)]
+
+    def piece(self, kind: str, n: int, i: int, j: int, lo: int, hi: int, p: int, g: int = 1):
+        """Block n's output piece of lane i, row slots [j, j + g), columns [lo, hi): a tile of
+        its own ([p, hi - lo], or [p, g, hi - lo] of `pslots` row slots; `kind` p: weighted and
+        biased, f: TensorE's bias copied out), so each piece's passes wait only for its own (a
+        builder orders accesses tile by tile) and its store goes as soon as it is done."""
         depth = min(F_BUFS, self.bufs) if kind == "f" else OUT_BUFS
-        t = self.b.scratch_tile(f"norm.{kind}p{i}.{j}.{lo}.{n % depth}", f"{kind}p",
-                                (self.P, hi - lo), self.odt)  # fmt: skip
-        return ap(t, slice(0, p), slice(0, hi - lo))
+        shape = (self.P, hi - lo) if self.pslots == 1 else (self.P, self.pslots, hi - lo)
+        t = self.b.scratch_tile(f"norm.{kind}p{i}.{j}.{lo}.{n % depth}", f"{kind}p", shape,
+                                self.odt)  # fmt: skip
+        if self.pslots == 1:
+            return ap(t, slice(0, p), slice(0, hi - lo))
+        return ap(t, slice(0, p), slice(0, g), slice(0, hi - lo))
+
+    def store_unit(self, n: int, index: tuple, p: int, i: int, j: int, g: int, lo: int, hi: int,
+                   o) -> None:  # fmt: skip
+        """A piece of row slots [j, j + g) to out, a store a row slot."""
+        if self.pslots == 1:
+            self.store_piece(n, index, p, i, j, lo, hi, o)
+            return
+        for u in range(g):
+            one = ap(o.name, slice(0, p), u, slice(0, hi - lo))
+            self.store_piece(n, index, p, i, j + u, lo, hi, one)
 
     def store_piece(self, n: int, index: tuple, p: int, i: int, j: int, lo: int, hi: int,
                     o) -> None:  # fmt: skip
@@ -1233,11 +1262,14 @@ class _Norm:
         p = self.parts(rows)
         for i, lane in enumerate(self.lanes):
             if self.out_pieces and self.pe_lane(lane):
-                for j in range(self.per):
-                    for lo, hi in self.opieces(i):
-                        o, f = (self.piece(k, n, i, j, lo, hi, p) for k in "pf")
+                for j, g, lo, hi in self.units(i):
+                    o, f = (self.piece(k, n, i, j, lo, hi, p, g) for k in "pf")
+                    if self.pslots == 1:
                         self.pe.add(o, f, lane.lo + lo, hi - lo, p, self.pe_span)
-                        self.store_piece(n, index, p, i, j, lo, hi, f)
+                    else:  # a bank a row slot, one copy out
+                        os_ = [ap(o.name, slice(0, p), u, slice(0, hi - lo)) for u in range(g)]
+                        self.pe.add_group(os_, f, lane.lo + lo, hi - lo, p, self.pe_span)
+                    self.store_unit(n, index, p, i, j, g, lo, hi, f)
             elif self.pe_lane(lane) and self.pe.group > 1 and lane.hi - lane.lo == self.d:
                 for j in range(0, self.per, self.pe.group):  # `group` row slots at a time
                     js = slice(j, min(self.per, j + self.pe.group))
