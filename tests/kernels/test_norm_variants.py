@@ -4,6 +4,7 @@ chosen the same way whatever the logical core's size, so LNC 1 and LNC 2 give th
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
@@ -60,19 +61,24 @@ def test_lnc_1_and_2_give_the_same_values():
     assert np.array_equal(out[0], out[1])
 
 
-def test_fp32_pieces_affine_in_psum_same_values(monkeypatch):
+@pytest.mark.parametrize("shape,dt,fast", [
+    ((16, 65536), "float32", next(v for v in norms.VARIANTS if v.get("psum_affine"))),
+    ((2, 1 << 20), "bfloat16", norms.SPREAD_LATER),
+])  # fmt: skip
+def test_pieces_variants_same_values(monkeypatch, shape, dt, fast):
     """fp32 rows in pieces with the weight and bias out of PSUM for VectorE, each pass's engine
     picked by the list schedule and the row's statistics read from PSUM (`norms.psum_affine`,
-    `flex`, `psum_combine`) give the plain plan's values, bit for bit, and numpy's (--check)."""
-    shape = (16, 65536)  # 4 MiB of fp32: past TRIAL_BYTES, in pieces
+    `flex`, `psum_combine`), and bf16 rows in segments with the weight and bias behind the
+    second row (`spread_at`, `flex`), give the plain plan's values, bit for bit, and numpy's
+    (--check); both past TRIAL_BYTES."""
+    t = dtype(dt)
     specs = {
-        "x": TensorSpec("x", shape, F32, "normal"),
-        "w": TensorSpec("w", shape[-1:], F32, "normal"),
-        "b": TensorSpec("b", shape[-1:], F32, "normal"),
-        "out": TensorSpec("out", shape, F32, None),
+        "x": TensorSpec("x", shape, t, "normal"),
+        "w": TensorSpec("w", shape[-1:], t, "normal"),
+        "b": TensorSpec("b", shape[-1:], t, "normal"),
+        "out": TensorSpec("out", shape, t, None),
     }
-    fast = next(v for v in norms.VARIANTS if v.get("psum_affine"))
-    assert fast.get("flex") and fast.get("psum_combine")
+    assert fast.get("flex")
     out = []
     for v in ({}, fast):
         monkeypatch.setattr(norms, "VARIANTS", (v,))
