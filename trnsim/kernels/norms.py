@@ -486,6 +486,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     room -= F_BUFS * width * to.dtype.itemsize if k.pe_ok else 0
     blocks = list(row_blocks(tx.shape, lay.g, rows))
     k.bufs, k.blocks = max(1, min(k.piece_bufs, room // base)), len(blocks)
+    # (a block's later stages at most bufs - 1 behind its load: `_emit`'s lags)
+    k.spread_at = min(k.spread_at, k.bufs - 1)
     q, qs = dma_queues(cfg, lay.f * tx.dtype.itemsize), Queues(cfg)
     # large tiles (rows of 2^20: a few a core): loaded one after another
     # on one queue, the weight and bias behind the first, so the first tile arrives first
