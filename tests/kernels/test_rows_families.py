@@ -57,14 +57,6 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
         "ScalarE 47 (a quarter of the row slots' statistics, TensorE's bias copied out), "
         "GpSimd 46"
     ),
-    ("layer_norm", "float32", 4096): "four blocks a core: "
-    + BUSY.format(
-        "79.9% (66% before `norms.LONG_FLEX`: sub-lanes, the weight and bias partly out of "
-        "PSUM, the engines the list schedule picks): 58.0 us, VectorE 45 us busy, ScalarE 37, "
-        "GpSimd 34; the loads end at 25 us with a block and a half done (a block's "
-        "statistics before any of its passes), TensorE's spread of the weight and bias "
-        "(fp32, a quarter rate) at 21, VectorE's weight and bias passes the last 3 us"
-    ),
     ("layer_norm", "bfloat16", 4096): "eight blocks a core, pipelined (`norms`): "
     + BUSY.format("77%: 60.3 us, ScalarE 52 us busy, VectorE 49, GpSimd 44 (from 10 us on)"),
 }

@@ -148,9 +148,12 @@ FLEX = {"spread_first": True, "small_waits": False, "fit_psum": True, "flex": Tr
 # list schedule finds it free sooner (flex_norm S; SG 58.7 us), two lanes cut in sub-lanes of
 # 1536 columns or fewer (each its own tiles, loads and stores: a block's first stores go before
 # its last columns' passes), ScalarE's statistics on 3/4 of the columns at most (the first
-# block's statistics end sooner): fp32 rows of 4096 66.4% -> 79.9% (69.8 -> 58.0 us)
-LONG_FLEX = {"long_row": LANE_ROW, "sub_lanes": 1536, "flex": True, "flex_norm": "S",
-             "small_waits": False, "fit_psum": True, "c_share": 0.75}  # fmt: skip
+# block's statistics end sooner): fp32 rows of 4096 66.4% -> 79.9% (69.8 -> 58.0 us); then
+# sub-lanes of 1024, the estimate's transfers on their partitions' DMA engines (`dma_parts`: the
+# weight and bias load onto one partition): 58.0 -> 56.5 us, 82.0%
+LONG_FLEX = {"long_row": LANE_ROW, "sub_lanes": 1024, "flex": True, "flex_norm": "S",
+             "small_waits": False, "fit_psum": True, "c_share": 0.75,
+             "dma_parts": True}  # fmt: skip
 VARIANTS = (
     {},
     {"small_waits": False},
