@@ -136,9 +136,11 @@ ROWS_FIRST = {"rows_first": True, "small_waits": False, "flex": True}
 # rows in segments: the weight and bias loaded behind the second row rather than the first
 # (`spread_at`), the engines the list schedule's pick: bf16 rows of 2^20 69.2% -> 74.8% (75.3
 # -> 69.6 us; TensorE adds the bias)
-SPREAD_LATER = {"spread_at": 1, "flex": True, "small_waits": False}
+SPREAD_LATER = {"spread_at": 1, "flex": True, "small_waits": False, "pe_span": 2}
 # (and `psum_combine` with TensorE's bias, rows in pieces: the row's mean and variance read
-# from PSUM, two [p, 1] steps a tile fewer: bf16 rows of 64K 59.8% -> 61.8%, 78.0 -> 75.5 us)
+# from PSUM, two [p, 1] steps a tile fewer: bf16 rows of 64K 59.8% -> 61.8%, 78.0 -> 75.5 us;
+# TensorE's bias in PSUM tiles of two banks, one ScalarE copy out each, `pe_span`: 63.1%,
+# 73.9 us, and 2^20 74.8% -> 75.4%, 69.6 -> 69.1 us)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
 FLEX = {"spread_first": True, "small_waits": False, "fit_psum": True, "flex": True,
@@ -161,7 +163,7 @@ VARIANTS = (
     {"long_row": LANE_ROW, "small_waits": False},
     {"pe_pieces": True},
     {"pe_pieces": True, "small_waits": False},
-    {"pe_pieces": True, "small_waits": False, "psum_combine": True},
+    {"pe_pieces": True, "small_waits": False, "psum_combine": True, "pe_span": 2},
     {"pe_fp32": True},
     {"pe_fp32": True, "small_waits": False},
     {"spread_first": True},
@@ -1298,7 +1300,7 @@ class _Norm:
             elif self.pe_lane(lane):
                 for j in range(self.per):
                     self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile("f", n, i, p, j),
-                                lane.lo, lane.hi - lane.lo, p)  # fmt: skip
+                                lane.lo, lane.hi - lane.lo, p, self.pe_span)  # fmt: skip
                 self.store(n, index, p, i, self.lane_tile("f", n, i, p))
 
     def pe_lane(self, lane: Lane) -> bool:
