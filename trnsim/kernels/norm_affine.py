@@ -136,6 +136,7 @@ class PeBias:
         # rows in pieces (`pieces`): the bias differs from partition to partition, its tile in
         # the pieces' pattern (`pieces_row`, set by the norm) added by the identity
         self.pieces, self.pieces_row = pieces, None
+        self.pieces_segs = None  # ... or its segments' tiles and their columns (rows in segments)
         if not pieces:
             self.row = b.tile("bias_row", "sbuf", (1, d), dt)
             self.ones = ones(b, dt, P)
@@ -183,6 +184,14 @@ class PeBias:
         acc = ap(tile, slice(0, p), slice(0, len(os_) * w))
         b.emit(Activation, [acc], [f], func="copy", src=acc, dst=f)
 
+    def _piece_cols(self, p: int, lo: int, hi: int) -> Ap:
+        """The bias' pieces' columns [lo, hi) (within one segment where in segments)."""
+        if self.pieces_segs is None:
+            return ap(self.pieces_row, slice(0, p), slice(lo, hi))
+        segs, f = self.pieces_segs
+        s = lo // f
+        return ap(segs[s], slice(0, p), slice(lo - s * f, hi - s * f))
+
     def _pair(self, o: Ap, tile: str, lo: int, c0: int, c1: int, p: int, a0: int) -> None:
         """The matmul pair of o's columns [c0, c1) into PSUM tile `tile` from column c0 - a0
         (one bank): the bias row's, then the values' (the identity times them)."""
@@ -190,7 +199,7 @@ class PeBias:
         acc = ap(tile, slice(0, p), slice(c0 - a0, c1 - a0))
         if self.pieces:  # the identity times the bias' pieces
             one = ap(self.ident, slice(0, p), slice(0, p))
-            row = ap(self.pieces_row, slice(0, p), slice(lo + c0, lo + c1))
+            row = self._piece_cols(p, lo + c0, lo + c1)
         else:
             one, row = (
                 ap(self.ones, slice(None), slice(0, p)),

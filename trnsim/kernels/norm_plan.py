@@ -55,7 +55,7 @@ def plan(k) -> None:
     d = k.d
     cs = _Costs(k)
     cands = sorted({min(d, round(d * i / 32)) for i in range(33)
-                    if i <= 32 * k.c_share})  # fmt: skip
+                    if 32 * k.c_min <= i <= 32 * k.c_share})  # fmt: skip
     stats = np.array([cs.stats(c) for c in cands])
     lanes = _lane_options(k, cs)
     lane_ns = np.array([t for _, t in lanes])

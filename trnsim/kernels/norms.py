@@ -141,6 +141,17 @@ SPREAD_LATER = {"spread_at": 1, "flex": True, "small_waits": False, "pe_span": 2
 # from PSUM, two [p, 1] steps a tile fewer: bf16 rows of 64K 59.8% -> 61.8%, 78.0 -> 75.5 us;
 # TensorE's bias in PSUM tiles of two banks, one ScalarE copy out each, `pe_span`: 63.1%,
 # 73.9 us, and 2^20 74.8% -> 75.4%, 69.6 -> 69.1 us)
+# rows in segments, or: the weight and bias a segment at a time behind the first row
+# (`seg_affine`: a segment of the first row finished as its weight and bias arrive, not once
+# both are whole), the last
+# two segments' weight on VectorE (`tail_weights`: the last row's passes, which nothing
+# overlaps, over more engines), TensorE's bias copied out two PSUM banks at a time (`pe_span`),
+# ScalarE's statistics on 15/32 of the columns (`c_min`, `c_share`; the plan's 10/32 left
+# VectorE's bn_stats, the normalisation and some weights behind ScalarE): bf16 rows of 2^20
+# 69.2% -> 78.3% (75.3 -> 66.5 us)
+SEG_AFFINE = {"seg_affine": True, "tail_weights": 2, "pe_span": 2, "c_min": 15 / 32,
+              "c_share": 15 / 32}  # fmt: skip
+SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
 FLEX = {"spread_first": True, "small_waits": False, "fit_psum": True, "flex": True,
@@ -192,6 +203,7 @@ VARIANTS = (
     LONG_FLEX,
     ROWS_FIRST,
     SPREAD_LATER,
+    SEG_AFFINE,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
@@ -277,7 +289,7 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or (any(f in v for f in FP32_ONLY) and not fp32)
                           or ("spread_first" in v and not fits)
                           or ("pipe" in v and not pipe)
-                          or ({"rows_first", "spread_at"} & set(v) and not segments)))]  # fmt: skip
+                          or (SEGMENTS_ONLY & set(v) and not segments)))]  # fmt: skip
 
 
 def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, variant) -> float:
@@ -509,6 +521,10 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         order += [order[-1]] * (k.blocks * lay.t - len(order))
         k.block_lanes = [[Lane(s * lay.f, (s + 1) * lay.f, *_engines(order[m * lay.t + s]))
                           for s in range(lay.t)] for m in range(k.blocks)]  # fmt: skip
+        for m in range(k.tail_weights):  # the last segments' weight on VectorE
+            row, s = divmod(k.blocks * lay.t - 1 - m, lay.t)
+            lane = k.block_lanes[row][s]
+            k.block_lanes[row][s] = Lane(lane.lo, lane.hi, lane.norm, V, lane.bias)
         k.lanes = k.block_lanes[0]
     affine = [v for v in (weight, bias) if v is not None]
     queues = k.loads if big else Queues(cfg).loads(1 / 2, 1)
@@ -517,7 +533,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         # loaded on a row's partitions and repeated over the others by TensorE (the repeat
         # matrix one affine_select a row of the tile: up to REPEAT_ROWS)
         once = k.psum_affine and 1 < lay.g <= REPEAT_ROWS
-        if k.rows_first and seg:  # each segment's weight and bias in turn, behind the rows
+        if (k.rows_first or k.seg_affine) and seg:  # a tile a segment, in turn
             k.seg_rows = _segment_rows(b, cfg, affine, lay, queues)
         else:
             k.rows.update({v: _piece_rows(b, cfg, v, lay, queues, 1 if once else lay.g)
@@ -527,7 +543,9 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
                 v: _psum_copy(b, cfg, k.rows[v], lay.k if once else cfg.core.sbuf.partitions)
                 for v in affine
             }
-        if k.pe_bias:
+        if k.pe_bias and k.seg_rows:
+            k.pe.pieces_segs = (k.seg_rows[bias], lay.f)
+        elif k.pe_bias:
             k.pe.pieces_row = k.rows[bias]
 
     k.spread, k.spread_first = spread, big
@@ -752,6 +770,7 @@ class _Norm:
         self.fit_psum = False  # fp32 rows that fit: their weight and bias too (`_spread_psum`)
         self.sub_lanes = 0  # lanes cut in sub-lanes of at most this many columns (`_split`)
         self.c_share = 1.0  # ScalarE's statistics take at most this share of the columns
+        self.c_min = 0.0  # ... and at least this one
         self.bufs_most = BUFS  # buffers of rows that fit, at most
         self.pe_ok = self.pe_bias = False  # TensorE may add (adds) the bias
         self.shifts = Spread({V: 1.0})
@@ -760,6 +779,8 @@ class _Norm:
         self.spread_at = 0  # ... (or this block's; a row in segments' stages then behind it)
         self.rows_first = False  # ... after every row in segments' stage 1 (`_emit_rows_first`)
         self.seg_rows: dict[str, list[str]] = {}  # ... then in a tile a segment (`_segment_rows`)
+        self.seg_affine = False  # rows in segments: their weight and bias so, behind the first
+        self.tail_weights = 0  # ... the last this many segments' weight on VectorE
         self.pieces = None  # a `row_pieces.PieceLayout`: rows in pieces, d the piece
         self.groups = None
         self.lag = None  # the stages' lags behind stage 1, in blocks (`_emit`), if set
