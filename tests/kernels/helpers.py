@@ -6,7 +6,7 @@ from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.runtime.session import run_program
-from trnsim.trace.program import KernelSpec, Program, Step, StreamSpec, TensorSpec
+from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
 
 
 def run_lowered(tensors: dict, lower, chip: str = "trn2", mode: str = "functional", seed: int = 0):
@@ -60,3 +60,15 @@ def timed(tensors: dict, op: str, args: dict, chip: str = "trn2") -> tuple[float
     res, b = run_lowered(tensors, emit, chip=chip, mode="timing")
     row = op_rows(ops, b.tensors, load_chip(chip), 1)[0]
     return res.summary["device_time_ns"], row["roofline_ns"]
+
+
+def checked_layer_norm(specs: dict, lnc: int):
+    """out of one `layer_norm` op (x, w, b -> out, specs: name -> TensorSpec) at `lnc`, run
+    functionally with `--check`, which must hold."""
+    prog = Program("ln", "trn2", 0, "functional", lnc, [], specs,
+                   {"k": KernelSpec("k", ops=[OpSpec("layer_norm", {
+                       "x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)])},
+                   [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+    r = run_program(prog, load_chip("trn2"), "functional", check=True)
+    assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
+    return r.tensor("out")

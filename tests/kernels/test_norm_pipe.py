@@ -9,11 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trnsim.config import load_chip
+from tests.kernels.helpers import checked_layer_norm
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
-from trnsim.runtime.session import run_program
-from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+from trnsim.trace.program import TensorSpec
 
 
 def _run(shape, variant, lnc=2, out_dt="bfloat16", monkeypatch=None):
@@ -28,13 +27,7 @@ def _run(shape, variant, lnc=2, out_dt="bfloat16", monkeypatch=None):
         "b": TensorSpec("b", (d,), bf, "normal"),
         "out": TensorSpec("out", shape, dtype(out_dt), None),
     }
-    prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
-                   {"k": KernelSpec("k", ops=[OpSpec("layer_norm", {
-                       "x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)])},
-                   [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-    r = run_program(prog, load_chip("trn2"), "functional", check=True)
-    assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
-    return r.tensor("out")
+    return checked_layer_norm(specs, lnc)
 
 
 @pytest.mark.parametrize(

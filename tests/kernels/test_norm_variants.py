@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.kernels.helpers import checked_layer_norm
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
 from trnsim.kernels.builder import KernelBuilder
-from trnsim.runtime.session import run_program
-from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+from trnsim.trace.program import TensorSpec
 
 F32 = dtype("float32")
 SHAPE = (2048, 512)  # 4 MiB of fp32: past TRIAL_BYTES
@@ -51,13 +51,7 @@ def test_lnc_1_and_2_give_the_same_values():
     out = []
     for lnc in (1, 2):
         norms._CHOSEN.clear()
-        prog = Program("v", "trn2", 0, "functional", lnc, [], _specs(),
-                       {"k": KernelSpec("k", ops=[OpSpec("layer_norm", {
-                           "x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)])},
-                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-        r = run_program(prog, load_chip("trn2"), "functional", check=True)
-        assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
-        out.append(r.tensor("out"))
+        out.append(checked_layer_norm(_specs(), lnc))
     assert np.array_equal(out[0], out[1])
 
 
@@ -86,12 +80,6 @@ def test_pieces_variants_same_values(monkeypatch, shape, dt, fast):
     for v in ({}, fast):
         monkeypatch.setattr(norms, "VARIANTS", (v,))
         norms._CHOSEN.clear()
-        prog = Program("v", "trn2", 0, "functional", 2, [], specs,
-                       {"k": KernelSpec("k", ops=[OpSpec("layer_norm", {
-                           "x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)])},
-                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-        r = run_program(prog, load_chip("trn2"), "functional", check=True)
-        assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
-        out.append(r.tensor("out"))
+        out.append(checked_layer_norm(specs, 2))
     norms._CHOSEN.clear()
     assert np.array_equal(out[0], out[1])
