@@ -12,6 +12,7 @@ import pytest
 from tests.kernels.helpers import checked_layer_norm
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
+from trnsim.kernels.norm_stages import NormStages
 from trnsim.trace.program import TensorSpec
 
 
@@ -43,9 +44,9 @@ def _run(shape, variant, lnc=2, out_dt="bfloat16", monkeypatch=None):
 )
 def test_pipelined_layer_norm_gives_numpys_values(shape, variant, out_dt, monkeypatch):
     seen = []  # (the form each core's lowering took)
-    piece, rows = norms._Norm.piece, norms._Norm.row_stats
-    monkeypatch.setattr(norms._Norm, "piece", lambda k, *a: seen.append("piece") or piece(k, *a))
-    monkeypatch.setattr(norms._Norm, "row_stats",
+    piece, rows = NormStages.piece, NormStages.row_stats
+    monkeypatch.setattr(NormStages, "piece", lambda k, *a: seen.append("piece") or piece(k, *a))
+    monkeypatch.setattr(NormStages, "row_stats",
                         lambda k, *a: seen.append("rows") or rows(k, *a))  # fmt: skip
     _run(shape, variant, out_dt=out_dt, monkeypatch=monkeypatch)
     assert "piece" in seen

@@ -51,7 +51,7 @@ class Lane:
 def plan(k) -> None:
     """Set k.c, k.lanes (the first block's), k.block_lanes (each block's: one or two choices
     of engines, mixed over the blocks), k.shifts (a `Spread`), k.pe_bias and k.planned (ns per
-    block) for norm k (a `norms._Norm`)."""
+    block) for norm k (a `norm_stages.NormStages`)."""
     d = k.d
     cs = _Costs(k)
     cands = sorted({min(d, round(d * i / 32)) for i in range(33)
@@ -64,8 +64,8 @@ def plan(k) -> None:
                   for s in range(5 - a)]  # fmt: skip
     else:
         shifts = [{V: 1.0}]
-    # the shift of the columns from c on (ScalarE's statistics shift the first c, `_Norm.folded`;
-    # not a row's segments, whose rows of 2^20 ran slower so: 62 -> 61%)
+    # the shift of the columns from c on (ScalarE's statistics shift the first c,
+    # `NormStages.folded`; not a row's segments, whose rows of 2^20 ran slower so: 62 -> 61%)
     shift_ns = np.array(
         [
             [
@@ -93,7 +93,7 @@ def plan(k) -> None:
     mixed = np.array([(1 - w) * lane_ns[a] + w * lane_ns[c] for a, c, w in mixes])
     total = stats[:, None, None, :] + mixed[None, :, None, :] + shift_ns[:, None, :, :]
     worst = total.max(axis=-1)
-    if k.shift:  # mixes only where ScalarE's statistics shift every column (`_Norm.folded`)
+    if k.shift:  # mixes only where ScalarE's statistics shift every column (`NormStages.folded`)
         worst[np.array(cands) < d if not k.segments else slice(None), len(lanes) :, :] = np.inf
     pure = len(lanes)  # a mix only where it gains MIX_GAIN over the best single choice
     worst[:, pure:, :] = np.where(worst[:, pure:, :] < MIX_GAIN * worst[:, :pure, :].min(),
@@ -142,7 +142,7 @@ class _Costs:
         self.o = self.tile((P, d), k.odt)
         self.col = ap(self.tile((P, 1)))
         self.psum = self.b.tile("t", "psum", (P, min(d, k.most)), dtype("float32"))  # (VectorE's
-        # weight and bias out of PSUM, `norms._Norm.psum_affine`)
+        # weight and bias out of PSUM, `norm_stages.NormStages.psum_affine`)
         self.tab = ap(self.tile((P, k.per)))
         self.cache: dict = {}
 
@@ -186,11 +186,11 @@ class _Costs:
         )
         nch = len(runs(k.d - c, k.bn))
         steps = (4 if c else 3) if k.layer else 4  # rstd, -mean * rstd, ScalarE's triple
-        steps += 1 if k.shift and c and not k.segments else 0  # (`_Norm.folded`: scaled apart)
-        if k.pieces and k.layer:  # (`_Norm.combine`: two read from PSUM, `psum_combine`)
+        steps += 1 if k.shift and c and not k.segments else 0  # (`NormStages.folded`: scaled apart)
+        if k.pieces and k.layer:  # (`NormStages.combine`: two read from PSUM, `psum_combine`)
             steps += 2 if k.psum_combine else 4
         one = k.pieces and k.shift and not k.segments and c == k.d and not c & (c - 1)
-        if one:  # (`_Norm.one_triple`: two steps, no triple copied, no bn_aggr)
+        if one:  # (`NormStages.one_triple`: two steps, no triple copied, no bn_aggr)
             steps -= 1
         elif k.layer or c < k.d:
             if nch == 1 and not c and k.per >= 4 and k.d > 1:

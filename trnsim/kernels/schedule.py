@@ -21,12 +21,12 @@ interleaves differently.
 
 An instruction may be recorded with `choices`: other (cls, reads, writes, fields) that do the
 same work with the same values on another engine (a norm's normalisation, weight or bias,
-`norms._Norm.flex`); the list schedule runs each on the choice that would end soonest, so the
-engines' shares even out in time rather than per block, and its dependencies are those of all
-its choices. Instructions recorded with one `group` take the choice the first of them to be
-scheduled took (a block's weight and bias passes, which follow one another on its tile: one
-engine's work, not a hand-off between two at each instruction). A choice costs its wait where
-a producer ran on another queue, as the choices of the producers fell.
+`norm_stages.NormStages.flex`); the list schedule runs each on the choice that would end
+soonest, so the engines' shares even out in time rather than per block, and its dependencies are
+those of all its choices. Instructions recorded with one `group` take the choice the first of
+them to be scheduled took (a block's weight and bias passes, which follow one another on its
+tile: one engine's work, not a hand-off between two at each instruction). A choice costs its
+wait where a producer ran on another queue, as the choices of the producers fell.
 """
 
 from __future__ import annotations

@@ -1,0 +1,697 @@
+"""One norm's tiles and its stages per block, as `norms` lowers layer_norm and rms_norm
+(`NormStages`: stage 1 load, shift and statistics; 2 mean, rstd and the normalisation; 3 the
+weight, the bias and the store; 4 TensorE's bias), with the knobs `norms.VARIANTS` set on it.
+The module doc of `norms` says what each stage does and why."""
+
+from __future__ import annotations
+
+import math
+
+from trnsim.dtypes import dtype
+from trnsim.isa import (
+    Activation,
+    BnAggr,
+    BnStats,
+    DmaCopy,
+    Memset,
+    TensorCopy,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.kernels.builder import ap
+from trnsim.kernels.norm_plan import Lane
+from trnsim.kernels.row_plan import G, S, Spread, V, runs
+
+__all__ = ["NormStages", "BUFS", "F_BUFS", "LONG_ROW", "OUT_BUFS", "S_GROUP"]
+
+BUFS = 6
+LONG_ROW = 8192  # rows this long: two lanes (and `norms.LONG_SHARE` of SBUF)
+F_BUFS = 2  # buffers of TensorE's copies out (the bias added on TensorE)
+S_GROUP = 4  # ... those of the last `srows` of every S_GROUP row slots (`NormStages.s_slot`)
+OUT_BUFS = 3  # ... the blocks whose output pieces rotate through tiles of their own
+
+
+class NormStages:
+    """One norm's tiles, its plan (`norm_plan.plan`) and its three stages per block (`first`,
+    `second`, `third`). A block is [p, per, D]: `per` rows to each of p partitions; lane i's
+    columns of it are tile x{i} ([p, per, hi - lo])."""
+
+    def __init__(self, b, cfg, op, x, out, d, eps):
+        self.b, self.cfg, self.op, self.x, self.out, self.d, self.eps = b, cfg, op, x, out, d, eps
+        self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
+        self.xdt, self.odt = b.tensors[x].dtype, b.tensors[out].dtype
+        self.layer = op == "layer_norm"
+        # module doc; in place, so x's own dtype must hold the shifted values exactly
+        self.shift = self.layer and self.odt.itemsize >= 4 and self.xdt.itemsize >= 4
+        self.bn = cfg.core.vector.bn_stats_max_free
+        self.most = cfg.core.vector.dve_max_free_elements
+        self.per, self.bufs, self.blocks, self.c = 1, 1, 0, 0
+        self.plan_per = 1  # the rows a partition of the layout `_plan` costs
+        self.long_row = LONG_ROW
+        self.small_waits = True  # the plan costs its [p, per] steps as waiting on a semaphore
+        self.small_after = True  # ... and as reading what the step before wrote (VectorE's
+        # commit latency; the list schedule may put another block's work between them)
+        self.pe_pieces = False  # TensorE may add the bias of rows in pieces (not in segments)
+        self.pe_fp32 = False  # ... an fp32 bias of rows that fit (its two fp32 matmuls take
+        # TensorE 8 cycles an element; a 16-bit one always may)
+        self.weight = self.bias = None
+        self.lanes: list[Lane] = []  # the current block's (`at`)
+        self.block_lanes: list[list[Lane]] = []  # each block's
+        self.rows: dict[str, str] = {}  # weight and bias spread over the partitions
+        self.flex = False  # the list schedule picks the engine of each normalisation, weight
+        # and bias instruction (`schedule.Scheduled`: the same values on any)
+        self.flex_norm = "SVG"  # ... the normalisation's engines it picks from
+        self.dma_parts = False  # the estimate's transfers on their partitions' DMA engines
+        # only (`schedule.Scheduled`)
+        self.psum_combine = False  # ... the row's mean and variance read from PSUM (`combine`)
+        self.psum_cols: dict = {}  # (key, buffer) -> its PSUM tile (`psum_col`)
+        self.piece_bufs = BUFS  # buffers of rows in pieces
+        self.piece_big = False  # ... loaded as BIG_PIECES are
+        self.psum_affine = False  # fp32 rows in pieces: VectorE's weight and bias out of PSUM
+        self.psum_rows: dict[str, str] = {}  # ... copies of `rows` there (`_psum_copy`)
+        self.psum_width = 1 << 30  # ... the columns there (`_spread_psum`)
+        self.psum_lo = 0  # ... from this one
+        self.fit_psum = False  # fp32 rows that fit: their weight and bias too (`_spread_psum`)
+        self.sub_lanes = 0  # lanes cut in sub-lanes of at most this many columns (`_split`)
+        self.c_share = 1.0  # ScalarE's statistics take at most this share of the columns
+        self.c_min = 0.0  # ... and at least this one
+        self.bufs_most = BUFS  # buffers of rows that fit, at most
+        self.pe_ok = self.pe_bias = False  # TensorE may add (adds) the bias
+        self.shifts = Spread({V: 1.0})
+        self.spread = lambda: None  # emits the weight and bias spread (`lower_norm`)
+        self.spread_first = False  # ... after the first block's stage 1
+        self.spread_at = 0  # ... (or this block's; a row in segments' stages then behind it)
+        self.rows_first = False  # ... after every row in segments' stage 1 (`_emit_rows_first`)
+        self.seg_rows: dict[str, list[str]] = {}  # ... then in a tile a segment (`_segment_rows`)
+        self.seg_affine = False  # rows in segments: their weight and bias so, behind the first
+        self.tail_weights = 0  # ... the last this many segments' weight on VectorE
+        self.pieces = None  # a `row_pieces.PieceLayout`: rows in pieces, d the piece
+        self.groups = None
+        self.lag = None  # the stages' lags behind stage 1, in blocks (`_emit`), if set
+        self.pipe = False  # pipelined (module doc): output pieces, the weight's and bias'
+        # engines picked by the list schedule, the first and last blocks cut smaller
+        self.s_share = 0.0  # ... or (instead of the last) this share of a block's row slots'
+        # statistics on ScalarE, whole rows (`srows`)
+        self.out_pieces = 0  # columns of an output piece, each a tile of its own (`piece`)
+        self.srows = 0  # row slots in S_GROUP whose statistics ScalarE takes (`s_slot`)
+        self.tper = 1  # rows a partition of the tiles (the largest block's)
+        self.block_per: list[int] = []  # each block's rows a partition, if they differ
+        self.stored = 0  # output pieces stored (their queues in turn)
+        self.split_first = True  # ... its first block in two lanes (`_lower`)
+        self.pe_step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+        self.pslots = 1  # row slots of an output piece (`piece`)
+        self.pe_span = 1  # PSUM banks of TensorE's bias tiles (`PeBias.add`)
+
+    def at(self, n: int) -> None:
+        """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
+        partition."""
+        if self.block_per:
+            self.per = self.block_per[n]
+        if self.block_lanes:
+            self.lanes = self.block_lanes[min(n, len(self.block_lanes) - 1)]
+
+    # -- tiles ---------------------------------------------------------------------------------
+
+    def tile(self, key: str, n: int, shape, dt=None) -> str:
+        slot = n % (min(F_BUFS, self.bufs) if key.startswith("f") else self.bufs)
+        return self.b.scratch_tile(f"norm.{key}{slot}", key, shape, dt or self.f32)
+
+    def lane_tile(self, kind: str, n: int, i: int, p: int, j=None, cols=(0, None)):
+        """Lane i's tile `kind` (x: its columns of x; o: its output, x's own when the dtypes
+        agree; f: TensorE's copies out) in block n: [p, per, w], or slot j's [p, w]."""
+        lane = self.lanes[i]
+        if kind == "o" and self.odt == self.xdt:
+            kind = "x"
+        dt = self.xdt if kind == "x" else self.odt
+        t = self.tile(f"{kind}{i}.{lane.lo}.", n, (self.P, self.tper, lane.hi - lane.lo), dt)
+        return ap(t, slice(0, p), slice(0, self.per) if j is None else j, slice(*cols))
+
+    @property
+    def segments(self) -> bool:
+        """Whether the rows are in segments (`_lower_pieces`): one lane each."""
+        return bool(self.pieces and self.pieces.t > 1)
+
+    @property
+    def interleave(self) -> bool:
+        """Segments each normalised, weighted and biased in turn (not each pass over all the
+        row's segments first), so the first store goes soonest; not with TensorE's bias, whose
+        copies out on ScalarE then wait behind the next segment's normalisation."""
+        return self.segments and not self.pe_bias
+
+    def xcols(self, lane: Lane) -> tuple[int, int]:
+        """Lane's columns of x's rows: its own, or, a segment of a row in pieces (columns [s f,
+        (s + 1) f) of each partition), the row's [s 128 f, (s + 1) 128 f)."""
+        if self.pieces and self.pieces.t > 1:
+            return lane.lo * self.P, lane.hi * self.P
+        return lane.lo, lane.hi
+
+    def lane_cols(self, lo: int, hi: int):
+        """(lane, lane-local lo, hi) of the lanes' columns covering [lo, hi)."""
+        for i, lane in enumerate(self.lanes):
+            a, z = max(lo, lane.lo), min(hi, lane.hi)
+            if a < z:
+                yield i, a - lane.lo, z - lane.lo
+
+    def col(self, key: str, n: int, p: int, j=None):
+        """Block n's [p, per] column tile `key`, or its slot j ([p, 1])."""
+        t = self.tile(key, n, (self.P, self.tper))
+        return ap(t, slice(0, p), slice(0, self.per) if j is None else slice(j, j + 1))
+
+    @property
+    def chunks(self) -> list[tuple[int, int, int]]:
+        """VectorE's bn_stats chunks: (lane, lo, hi) of up to bn_stats' limit, from c on."""
+        return [(i, lo + a, lo + z) for i, lo, hi in self.lane_cols(self.c, self.d)
+                for a, z in runs(hi - lo, self.bn)]  # fmt: skip
+
+    @property
+    def spieces(self) -> list[tuple[int, int, int]]:
+        """ScalarE's pieces of the first c columns, one per lane they touch."""
+        return list(self.lane_cols(0, self.c))
+
+    @property
+    def width(self) -> int:
+        """A row's statistics: six per bn_stats chunk, a triple per ScalarE piece."""
+        return 6 * len(self.chunks) + (3 * len(self.spieces) if self.layer else 0)
+
+    def stat(self, n: int, p: int, j=None, cols=(0, None)):
+        """Block n's statistics ([p, per, width]), or slot j's ([p, width]), over cols."""
+        t = self.tile(f"st{self.c}.{self.width}.", n, (self.P, self.tper, max(1, self.width)))
+        return ap(t, slice(0, p), slice(0, self.per) if j is None else j, slice(*cols))
+
+    def agg(self, n: int, p: int, k: int, j=None):
+        """Block n's mean (k = 0) or variance (k = 1): [p, per], or slot j's [p, 1]."""
+        t = self.tile("ag", n, (self.P, self.tper, 2))
+        if j is None:
+            return ap(t, slice(0, p), slice(0, self.per), k)
+        return ap(t, slice(0, p), j, slice(k, k + 1))
+
+    @property
+    def halves(self) -> bool:
+        """A row of one bn_stats chunk, several to a partition: its halves are combined for
+        the whole block at once (`_halves`) instead of a `bn_aggr` per row."""
+        return (len(self.chunks) == 1 and not self.c and self.plan_per >= 4 and self.d > 1
+                and not self.srows)  # fmt: skip
+
+    def s_slot(self, j: int) -> bool:
+        """Whether ScalarE takes row slot j's statistics (`row_stats`): the last `srows` of
+        each S_GROUP slots."""
+        return bool(self.srows) and j % S_GROUP >= S_GROUP - self.srows
+
+    # -- stage 1: load, shift, statistics ------------------------------------------------------
+
+    def parts(self, rows: int) -> int:
+        """The partitions a block of `rows` rows takes."""
+        return rows * min(self.pieces.k, self.P) if self.pieces else rows // self.per
+
+    def first(self, n: int, index: tuple, rows: int) -> None:
+        self.at(n)
+        b, p = self.b, self.parts(rows)
+        full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
+        for i, lane in enumerate(self.lanes):
+            xa = self.lane_tile("x", n, i, p)
+            src = (
+                ap(self.x, *index)
+                if len(self.lanes) == 1
+                else ap(self.x, *full, slice(*self.xcols(lane)))
+            )
+            b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[len(self.lanes) * n + i])
+        if self.shift:
+            self.shifted(n, p, self.shifts())
+        if self.srows:
+            self.row_stats(n, p)
+        for j in range(self.per):
+            if self.s_slot(j):
+                continue
+            for q, (i, lo, hi) in enumerate(self.chunks):
+                xs, st = (
+                    self.lane_tile("x", n, i, p, j, (lo, hi)),
+                    self.stat(n, p, j, (6 * q, 6 * q + 6)),
+                )
+                b.emit(BnStats, [xs], [st], src=xs, dst=st)
+        if self.c:
+            self.scalar_stats(n, p)
+
+    def row_stats(self, n: int, p: int) -> None:
+        """ScalarE's statistics of whole rows (the row slots of `s_slot`; layer_norm, one
+        lane): the mean by an `activation` with its add reduction, then the M2 about it by a
+        `square` with its reduction, into tile ss ([p, per, 6], its own) as bn_stats' six (count
+        D, mean, M2; an empty odd half: counts and the rest set once per buffer), which
+        `bn_aggr` then reads as VectorE's: each of ScalarE's reductions serves a whole row, not
+        one of its pieces as in `scalar_stats`, and VectorE copies no triples."""
+        b, d = self.b, self.d
+        junk = ap(self.tile("rjunk", 0, (self.P, d), self.xdt), slice(0, p))
+        ss = self.tile("ss", n, (self.P, self.tper, 6))
+        if n < self.bufs:  # the counts and the empty half, once per buffer
+            for cols, v in (((0, 1), float(d)), ((3, 6), 0.0)):
+                a = ap(ss, slice(None), slice(None), slice(*cols))
+                b.emit(Memset, [], [a], dst=a, value=v)
+        slots = [j for j in range(self.per) if self.s_slot(j)]
+        for j in slots:
+            xs, m = self.lane_tile("x", n, 0, p, j), ap(ss, slice(0, p), j, slice(1, 2))
+            b.emit(Activation, [xs], [junk, m], func="copy", src=xs, dst=junk, scale=1.0 / d,
+                   reduce="add", reduce_dst=m)  # fmt: skip
+        for j in slots:  # (x - m)^2, as (m - x)^2 (`scalar_stats`)
+            xs, m = self.lane_tile("x", n, 0, p, j), ap(ss, slice(0, p), j, slice(1, 2))
+            m2 = ap(ss, slice(0, p), j, slice(2, 3))
+            b.emit(Activation, [xs, m], [junk, m2], func="square", src=xs, dst=junk, scale=-1.0,
+                   bias=m, reduce="add", reduce_dst=m2)  # fmt: skip
+
+    def scalar_stats(self, n: int, p: int) -> None:
+        """ScalarE's statistics of the first c columns, piece by piece (one per lane): layer_norm
+        the mean and then the M2 about it, into tile sa (its own: VectorE writes the others);
+        rms_norm the sum of squares / D, into ss{piece}."""
+        pieces = self.spieces
+        seg = self.pieces and self.pieces.t > 1  # a scratch of a segment's width, else c's
+        most = max(hi - lo for _, lo, hi in pieces) if seg else self.c
+        b, junk = self.b, ap(self.tile("junk", 0, (self.P, most), self.xdt), slice(0, p))
+        sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.tper, 2 * len(pieces)))
+        for q, (i, lo, hi) in enumerate(pieces):
+            jk = ap(junk.name, slice(0, p), slice(0, hi - lo))
+            for j in range(self.per):
+                xs = self.lane_tile("x", n, i, p, j, (lo, hi))
+                if not self.layer:
+                    ss = self.col(f"ss{q}.", n, p, j)
+                    b.emit(Activation, [xs], [jk, ss], func="square", src=xs, dst=jk,
+                           scale=1 / math.sqrt(self.d), reduce="add", reduce_dst=ss)  # fmt: skip
+                    continue
+                m = ap(sa, slice(0, p), j, slice(2 * q, 2 * q + 1))
+                if self.folded:  # x - x0 in place, and its sum S
+                    nx = self.col("nx", n, p, j)
+                    b.emit(Activation, [xs, nx], [xs, m], func="copy", src=xs, dst=xs, bias=nx,
+                           reduce="add", reduce_dst=m)  # fmt: skip
+                    continue
+                b.emit(Activation, [xs], [jk, m], func="copy", src=xs, dst=jk,
+                       scale=1.0 / (hi - lo), reduce="add", reduce_dst=m)  # fmt: skip
+            if not self.layer:
+                continue
+            # their M2 about the mean m: (m - x)^2; folded, (S - n x)^2 = n^2 (m - x)^2
+            scale = -float(hi - lo) if self.folded else -1.0
+            for j in range(self.per):
+                xs = self.lane_tile("x", n, i, p, j, (lo, hi))
+                m = ap(sa, slice(0, p), j, slice(2 * q, 2 * q + 1))
+                m2 = ap(sa, slice(0, p), j, slice(2 * q + 1, 2 * q + 2))
+                b.emit(Activation, [xs, m], [jk, m2], func="square", src=xs, dst=jk, scale=scale,
+                       bias=m, reduce="add", reduce_dst=m2)  # fmt: skip
+
+    @property
+    def one_triple(self) -> bool:
+        """Rows in pieces whose statistics are all ScalarE's, shifted (`folded`) over a power
+        of two of columns: the mean and variance straight from its sums (`second`: the same
+        values as through a triple and `bn_aggr`, the scalings by powers of two exact)."""
+        c = self.c
+        return (bool(self.pieces) and self.folded and c == self.d and c & (c - 1) == 0
+                and len(self.spieces) == 1)  # fmt: skip
+
+    @property
+    def folded(self) -> bool:
+        """Whether ScalarE's first statistics pass shifts its c columns (`scalar_stats`), the
+        shift pass then only over the columns from c on."""
+        return self.shift and self.c > 0 and not self.segments
+
+    def shifted(self, n: int, p: int, e) -> None:
+        """x minus each row's first element, in place, on engine e (its first c columns by
+        ScalarE's statistics, `folded`; their -x0 on ScalarE when it has them all)."""
+        if self.folded and self.c >= self.d:
+            e = S
+        b, nx, ne = self.b, self.col("nx", n, p), e
+        first = ap(self.lane_tile("x", n, 0, p).name, slice(0, p), slice(None), 0)
+        if self.pieces:  # the row's first element is its first partition's
+            f32 = self.col("x0", n, p)
+            b.emit(TensorCopy, [first], [f32], src=first, dst=f32, engine=G)
+            first = self.groups.firsts(f32, p)
+            # -x0 out of PSUM, which GpSimd does not read (its shift passes stay on e)
+            ne = e if e != G else V
+        b.emit(TensorScalar, [first], [nx], src=first, dst=nx, op0="multiply", operand0=-1.0,
+               engine=ne)  # fmt: skip
+        for i, lo, hi in self.lane_cols(self.c if self.folded else 0, self.d):
+            for j in range(self.per):
+                xj, c = self.lane_tile("x", n, i, p, j, (lo, hi)), self.col("nx", n, p, j)
+                if e == S:
+                    b.emit(Activation, [xj, c], [xj], func="copy", src=xj, dst=xj, bias=c)
+                else:
+                    b.emit(TensorScalar, [xj, c], [xj], src=xj, dst=xj, op0="add", operand0=c,
+                           engine=e)  # fmt: skip
+
+    # -- stage 2: mean and rstd, normalisation -------------------------------------------------
+
+    def second(self, n: int, index: tuple, rows: int) -> None:
+        self.at(n)
+        b, p, c = self.b, self.parts(rows), self.c
+        if self.one_triple:  # mean = S / n, var = n^2 M2 / n^3 (no triple, no bn_aggr)
+            sa = self.tile("sa1.", n, (self.P, self.per, 2))
+            for u, f in ((0, 1.0 / c), (1, 1.0 / c**3)):
+                src = ap(sa, slice(0, p), slice(None), u)
+                self.alu(self.agg(n, p, u), src, ("multiply", f))
+        elif c and self.layer:  # ScalarE's triples: count (once per buffer), mean and M2
+            pieces = self.spieces
+            sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.tper, 2 * len(pieces)))
+            for q, (_, lo, hi) in enumerate(pieces):
+                a = 6 * len(self.chunks) + 3 * q
+                if n < self.bufs:  # (every row slot of the buffer: a block may have fewer)
+                    cnt = ap(self.stat(n, self.P).name, slice(None), slice(None), slice(a, a + 1))
+                    b.emit(Memset, [], [cnt], dst=cnt, value=float(hi - lo))
+                if self.folded:  # S / n and n^2 M2 / n^2
+                    for u, f in ((0, 1.0 / (hi - lo)), (1, 1.0 / (hi - lo) ** 2)):
+                        src = ap(sa, slice(0, p), slice(0, self.per), 2 * q + u)
+                        st = ap(self.stat(n, p).name, slice(0, p), slice(0, self.per), a + 1 + u)
+                        b.emit(TensorScalar, [src], [st], src=src, dst=st, op0="multiply",
+                               operand0=f)  # fmt: skip
+                    continue
+                src = ap(sa, slice(0, p), slice(0, self.per), slice(2 * q, 2 * q + 2))
+                st = self.stat(n, p, None, (a + 1, a + 3))
+                b.emit(TensorCopy, [src], [st], src=src, dst=st)
+        rs, mean, var = self.col("rs", n, p), self.agg(n, p, 0), self.agg(n, p, 1)
+        if (self.layer or c < self.d) and not self.one_triple:
+            if self.halves:
+                self._halves(n, p)
+            else:
+                for j in range(self.per):
+                    st, ag = self.stat(n, p, j), ap(self.tile("ag", n, (self.P, self.tper, 2)),
+                                                    slice(0, p), j)  # fmt: skip
+                    if self.s_slot(j):  # (ScalarE's, `row_stats`)
+                        st = ap(self.tile("ss", n, (self.P, self.tper, 6)), slice(0, p), j)
+                    b.emit(BnAggr, [st], [ag], src=st, dst=ag)
+        if self.pieces and self.layer:  # the row's mean and variance over its partitions
+            mean, var = self.combine(n, p, mean, var)
+        if self.layer:
+            self.alu(rs, var, ("add", self.eps), ("pow", -0.5))
+        else:  # mean(x^2) = ScalarE's sums / D + (D - c) / D (var + mean^2) of VectorE's part
+            ms = self.col("ms", n, p)
+            parts = [self.col(f"ss{q}.", n, p) for q in range(len(self.spieces))]
+            if c < self.d:
+                self.alu(ms, mean, ("multiply", mean), ("add", var))
+                self.alu(ms, ms, ("multiply", (self.d - c) / self.d))
+            else:
+                ms = parts.pop(0)
+            for part in parts:
+                self.alu(self.col("ms", n, p), ms, ("add", part))
+                ms = self.col("ms", n, p)
+            if self.pieces:  # the row's mean of x^2 over its partitions
+                total = self.groups.sums(ms, p)
+                ms = self.col("ms", n, p)
+                self.alu(ms, total, ("multiply", 1.0 / min(self.pieces.k, self.P)))
+            self.alu(rs, ms, ("add", self.eps), ("pow", -0.5))
+        if self.centred:  # (no -mean * rstd: `normalized`)
+            pass
+        elif self.layer and self.halves and self.per > 1 and not self.pieces:  # (-mean) * rstd
+            # (`_halves` left -mean in dm): the same value as -mean * rstd
+            self.alu(self.col("nb", n, p), self.col("dm", n, p), ("multiply", rs))
+        elif self.layer:  # the normalisation's bias, -mean * rstd
+            self.alu(self.col("nb", n, p), mean, ("multiply", rs), ("multiply", -1.0))
+        if not self.interleave:  # (else each normalised with its weight, `third`)
+            for i in range(len(self.lanes)):
+                for j in range(self.per):
+                    self.normalized(n, p, i, j)
+
+    def normalized(self, n: int, p: int, i: int, j: int) -> None:
+        """Lane i of row slot j: x * rstd + (-mean * rstd) (rms_norm: x * rstd), the same
+        operations in the same order on every engine, so the values do not depend on which
+        engine the plan picks (nor on how a logical core's rows are shared)."""
+        b, e = self.b, self.lanes[i].norm
+        xj, oj = self.lane_tile("x", n, i, p, j), self.lane_tile("o", n, i, p, j)
+        rj = self.col("rs", n, p, j)
+        if self.centred:  # (x - mean) * rstd, in place
+            mj = self.agg(n, p, 0, j)
+            b.emit(TensorScalar, [xj, mj, rj], [oj], src=xj, dst=oj, op0="subtract",
+                   operand0=mj, op1="multiply", operand1=rj, engine=e)  # fmt: skip
+            return
+        bj = self.col("nb", n, p, j) if self.layer else 0.0
+        if self.layer:
+            ops = []
+            flex = [{"S": S, "V": V, "G": G}[c] for c in self.flex_norm] if self.flex else []
+            for x in [e] + [y for y in flex if y != e]:
+                if x == S:
+                    ops.append((Activation, [xj, rj, bj], [oj], dict(
+                        func="copy", src=xj, dst=oj, scale=rj, bias=bj)))  # fmt: skip
+                else:
+                    ops.append((TensorScalar, [xj, rj, bj], [oj], dict(
+                        src=xj, dst=oj, op0="multiply", operand0=rj, op1="add", operand1=bj,
+                        engine=x)))  # fmt: skip
+            b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+        elif e == S:
+            b.emit(Activation, [xj, rj], [oj], func="copy", src=xj, dst=oj, scale=rj, bias=0.0)
+        else:
+            b.emit(TensorScalar, [xj, rj], [oj], src=xj, dst=oj, op0="multiply", operand0=rj,
+                   engine=e)  # fmt: skip
+
+    def combine(self, n: int, p: int, mean, var):
+        """The row's mean ([p, 1], returned) and var (written over each partition's piece's),
+        over the row's k partitions (equal counts): the mean of the means, the mean of var +
+        (mean - row's)^2; four VectorE steps."""
+        k, gr = min(self.pieces.k, self.P), self.groups
+        rm, d = self.col("rm", n, p), self.col("dm", n, p)
+        if self.psum_combine and not k & (k - 1):  # the sums by a matrix of 1 / k (exact: a
+            # power of two), read where TensorE leaves them: two steps fewer, the same values
+            rm = gr.sums(mean, p, scale=1.0 / k, dst=self.psum_col("rm", n, p))
+            self.alu(d, mean, ("subtract", rm))
+            self.alu(d, d, ("multiply", d), ("add", var))
+            return rm, gr.sums(d, p, scale=1.0 / k, dst=self.psum_col("vr", n, p))
+        self.alu(rm, gr.sums(mean, p), ("multiply", 1.0 / k))
+        self.alu(d, mean, ("subtract", rm))
+        self.alu(d, d, ("multiply", d), ("add", var))
+        self.alu(var, gr.sums(d, p), ("multiply", 1.0 / k))
+        return rm, var
+
+    def psum_col(self, key: str, n: int, p: int):
+        """Block n's [p, per] PSUM tile `key` (one a buffer, `psum_cols`)."""
+        slot = (key, n % self.bufs)
+        if slot not in self.psum_cols:
+            self.psum_cols[slot] = self.b.psum(f"n{key}", (self.P, self.per), self.f32)
+        return ap(self.psum_cols[slot], slice(0, p), slice(None))
+
+    # -- stage 3: weight and bias, store -------------------------------------------------------
+
+    def third(self, n: int, index: tuple, rows: int, only=None) -> None:
+        """Each lane's (or lane `only`'s) weight and (on VectorE or GpSimd) bias, in place; the
+        lanes without TensorE's bias stored."""
+        self.at(n)
+        b, p = self.b, self.parts(rows)
+        if self.out_pieces:
+            self._third_pieces(n, index, p)
+            return
+        for i, lane in enumerate(self.lanes):
+            if only is not None and i != only:
+                continue
+            if self.interleave:  # a segment's passes one after another: its store goes soonest
+                self.normalized(n, p, i, 0)
+            for v, alu, e in ((self.weight, "multiply", lane.weight),
+                              (self.bias, "add", lane.bias)):  # fmt: skip
+                if v is None or (alu == "add" and e == S):
+                    continue
+                for j in range(self.per):  # in place: o * weight, + bias
+                    for lo, hi in self.affine_runs(lane):
+                        o = self.lane_tile("o", n, i, p, j, (lo, hi))
+                        ops = [self.weighted(o, v, alu, e, p, lane.lo + lo, lane.lo + hi)
+                               for e in ([e] + [x for x in (V, G) if x != e] if self.flex
+                                         else [e])]  # fmt: skip
+                        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops, (n, i)))
+            if not self.pe_lane(lane):
+                self.store(n, index, p, i, self.lane_tile("o", n, i, p))
+
+    def _third_pieces(self, n: int, index: tuple, p: int) -> None:
+        """`third` of a pipelined norm: each output piece weighted out of x's row slot, biased
+        (not by TensorE) and stored in turn; each pass on VectorE or GpSimd as the list
+        schedule finds either free (`flex`)."""
+        b = self.b
+        for i, lane in enumerate(self.lanes):
+            for j, g, lo, hi in self.units(i):
+                o = self.piece("p", n, i, j, lo, hi, p, g)
+                js = j if self.pslots == 1 else slice(j, j + g)
+                src = self.lane_tile("o", n, i, p, js, (lo, hi))  # the first pass's input
+                for v, alu, e in ((self.weight, "multiply", lane.weight),
+                                  (self.bias, "add", lane.bias)):  # fmt: skip
+                    if v is None or (alu == "add" and e == S):
+                        continue
+                    t = ap(self.rows[v], slice(0, p), slice(lane.lo + lo, lane.lo + hi))
+                    if self.pslots > 1:  # (along the piece's row slots)
+                        t = t._replace(bcast=((1, g),))
+                    es = [e] + [y for y in (V, G) if self.flex and y != e]
+                    ops = [(TensorTensor, [src, t], [o], dict(alu=alu, src0=src, src1=t,
+                                                              dst=o, engine=x))
+                           for x in es]  # fmt: skip
+                    b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+                    src = o
+                if not self.pe_lane(lane):
+                    self.store_unit(n, index, p, i, j, g, lo, hi, o)
+
+    @property
+    def centred(self) -> bool:
+        """Whether the normalisation is (x - mean) * rstd, with no -mean * rstd step: a
+        pipelined layer_norm of rows that fit, normalised on VectorE or GpSimd only."""
+        if not (self.out_pieces and self.layer and not self.pieces):
+            return False
+        return all(lane.norm != S for ls in (self.block_lanes or [self.lanes]) for lane in ls)
+
+    def opieces(self, i: int) -> list[tuple[int, int]]:
+        """Lane i's output pieces' columns (lane-local)."""
+        lane = self.lanes[i]
+        return runs(lane.hi - lane.lo, min(self.out_pieces, self.most))
+
+    def units(self, i: int) -> list[tuple[int, int, int, int]]:
+        """Lane i's output pieces in the current block: (first row slot, row slots, lo, hi),
+        `pslots` row slots a piece (at most the block's)."""
+        g = min(self.pslots, self.per)
+        return [(j, g, lo, hi) for j in range(0, self.per, g) for lo, hi in self.opieces(i)]
+
+    def piece(self, kind: str, n: int, i: int, j: int, lo: int, hi: int, p: int, g: int = 1):
+        """Block n's output piece of lane i, row slots [j, j + g), columns [lo, hi): a tile of
+        its own ([p, hi - lo], or [p, g, hi - lo] of `pslots` row slots; `kind` p: weighted and
+        biased, f: TensorE's bias copied out), so each piece's passes wait only for its own (a
+        builder orders accesses tile by tile) and its store goes as soon as it is done."""
+        depth = min(F_BUFS, self.bufs) if kind == "f" else OUT_BUFS
+        shape = (self.P, hi - lo) if self.pslots == 1 else (self.P, self.pslots, hi - lo)
+        t = self.b.scratch_tile(f"norm.{kind}p{i}.{j}.{lo}.{n % depth}", f"{kind}p", shape,
+                                self.odt)  # fmt: skip
+        if self.pslots == 1:
+            return ap(t, slice(0, p), slice(0, hi - lo))
+        return ap(t, slice(0, p), slice(0, g), slice(0, hi - lo))
+
+    def store_unit(self, n: int, index: tuple, p: int, i: int, j: int, g: int, lo: int, hi: int,
+                   o) -> None:  # fmt: skip
+        """A piece of row slots [j, j + g) to out, a store a row slot."""
+        if self.pslots == 1:
+            self.store_piece(n, index, p, i, j, lo, hi, o)
+            return
+        for u in range(g):
+            one = ap(o.name, slice(0, p), u, slice(0, hi - lo))
+            self.store_piece(n, index, p, i, j + u, lo, hi, one)
+
+    def store_piece(self, n: int, index: tuple, p: int, i: int, j: int, lo: int, hi: int,
+                    o) -> None:  # fmt: skip
+        """A piece to out: row slot j of the block's rows (every per-th), lane i's columns
+        [lo, hi)."""
+        last, lane = index[-1], self.lanes[i]
+        rows = slice(last.start + j, last.stop, self.per) if self.per > 1 else last
+        dst = ap(self.out, *index[:-1], rows, slice(lane.lo + lo, lane.lo + hi))
+        self.stored += 1
+        self.b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[self.stored])
+
+    def affine_runs(self, lane: Lane) -> list[tuple[int, int]]:
+        """Lane's columns (from its lo) in runs of one instruction: cut where the weight and
+        bias in PSUM begin and end (`_spread_psum`)."""
+        w, cuts = lane.hi - lane.lo, set()
+        if self.psum_rows and self.psum_width < self.d:
+            cuts = {c - lane.lo for c in (self.psum_lo, self.psum_lo + self.psum_width)}
+        edges = sorted({0, w} | {c for c in cuts if 0 < c < w})
+        return [(a + lo, a + hi) for a, z in zip(edges, edges[1:])
+                for lo, hi in runs(z - a, self.most)]  # fmt: skip
+
+    def weighted(self, o, v: str, alu: str, e, p: int, lo: int, hi: int) -> tuple:
+        """(cls, reads, writes, fields) of o = o alu v[lo:hi] on engine e (VectorE: v out of
+        PSUM where it is there, `psum_affine`)."""
+        a = self.psum_lo
+        if e == V and v in self.psum_rows and a <= lo and hi <= a + self.psum_width:
+            t = ap(self.psum_rows[v], slice(0, p), slice(lo - a, hi - a))
+        elif v in self.seg_rows:  # (within one segment's tile)
+            s, f = lo // self.pieces.f, self.pieces.f
+            t = ap(self.seg_rows[v][s], slice(0, p), slice(lo - s * f, hi - s * f))
+        else:
+            t = ap(self.rows[v], slice(0, p), slice(lo, hi))
+        return TensorTensor, [o, t], [o], dict(alu=alu, src0=o, src1=t, dst=o, engine=e)
+
+    def others(self, ops: list[tuple], group=None) -> dict:
+        """`emit`'s other choices of engine for the list schedule (`flex`), beside ops[0]; a
+        block lane's weight and bias take one engine (`group`: (block, lane)) for rows that
+        fit (`fit_psum`)."""
+        if len(ops) < 2:
+            return {}
+        return {"choices": ops[1:]} | ({"group": group} if self.fit_psum and group else {})
+
+    def fourth(self, n: int, index: tuple, rows: int) -> None:
+        """The lanes whose bias TensorE adds (into PSUM, ScalarE copying the sums into tile
+        f), stored: a block after their weight, so ScalarE does not wait for it."""
+        self.at(n)
+        p = self.parts(rows)
+        for i, lane in enumerate(self.lanes):
+            if self.out_pieces and self.pe_lane(lane):
+                for j, g, lo, hi in self.units(i):
+                    o, f = (self.piece(k, n, i, j, lo, hi, p, g) for k in "pf")
+                    if self.pslots == 1:
+                        self.pe.add(o, f, lane.lo + lo, hi - lo, p, self.pe_span)
+                    else:  # a bank a row slot, one copy out
+                        os_ = [ap(o.name, slice(0, p), u, slice(0, hi - lo)) for u in range(g)]
+                        self.pe.add_group(os_, f, lane.lo + lo, hi - lo, p, self.pe_span)
+                    self.store_unit(n, index, p, i, j, g, lo, hi, f)
+            elif self.pe_lane(lane) and self.pe.group > 1 and lane.hi - lane.lo == self.d:
+                for j in range(0, self.per, self.pe.group):  # `group` row slots at a time
+                    js = slice(j, min(self.per, j + self.pe.group))
+                    self.pe.add_slots(
+                        self.lane_tile("o", n, i, p, js),
+                        self.lane_tile("f", n, i, p, js),
+                        js.stop - j,
+                        p,
+                    )
+                self.store(n, index, p, i, self.lane_tile("f", n, i, p))
+            elif self.pe_lane(lane):
+                for j in range(self.per):
+                    self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile("f", n, i, p, j),
+                                lane.lo, lane.hi - lane.lo, p, self.pe_span)  # fmt: skip
+                self.store(n, index, p, i, self.lane_tile("f", n, i, p))
+
+    def pe_lane(self, lane: Lane) -> bool:
+        """Whether TensorE adds lane's bias."""
+        return self.bias is not None and lane.bias == S
+
+    def store(self, n: int, index: tuple, p: int, i: int, o) -> None:
+        """Lane i's output of block n to out."""
+        b, lane = self.b, self.lanes[i]
+        full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
+        dst = (
+            ap(self.out, *index)
+            if len(self.lanes) == 1
+            else ap(self.out, *full, slice(*self.xcols(lane)))
+        )
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[len(self.lanes) * n + i])
+
+    # -- [p, per] steps ------------------------------------------------------------------------
+
+    def _halves(self, n: int, p: int) -> None:
+        """The block's mean and variance from bn_stats' even and odd halves of each row
+        (counts ne, no): mean = mo + (me - mo) ne / D, var = (M2e + M2o) / D + (me - mo)^2
+        ne no / D^2."""
+        d, ne = self.d, (self.d + 1) // 2
+        f = [ap(self.stat(n, p).name, slice(0, p), slice(0, self.per), i) for i in range(6)]
+        dm, q = self.col("dm", n, p), self.col("q", n, p)
+        mean, var = self.agg(n, p, 0), self.agg(n, p, 1)
+        # in an order where no step reads what the step before it wrote (VectorE's commit
+        # stall, 150 ns a step: trn2 fp32 rows of 64, 11 steps a block, 8 stalled); the same
+        # operations on the same values as in the formulas' order
+        self.alu(dm, f[1], ("subtract", f[4]))
+        self.alu(var, f[2], ("add", f[5]))
+        self.alu(q, dm, ("multiply", dm))
+        self.alu(dm, dm, ("multiply", ne / d))
+        self.alu(var, var, ("multiply", 1.0 / d))
+        self.alu(mean, dm, ("add", f[4]))
+        self.alu(q, q, ("multiply", ne * (d - ne) / d / d))
+        if self.layer:  # -mean (in dm), for the normalisation's bias -mean * rstd (`second`)
+            self.alu(dm, mean, ("multiply", -1.0))
+        self.alu(var, var, ("add", q))
+
+    def alu(self, dst, src, *ops) -> None:
+        """dst = src op0 x0 op1 x1 ... on VectorE, each x a number or a [p, per] operand: in
+        `tensor_scalar`s of up to two ops (an operand as its per-partition column when a
+        partition holds one row), else a `tensor_tensor` for each operand."""
+        b, pending = self.b, []
+
+        def flush(a):
+            fields = {}
+            for i, (op, x) in enumerate(pending):
+                fields |= {f"op{i}": op, f"operand{i}": x}
+            reads = [a] + [x for _, x in pending if not isinstance(x, float)]
+            b.emit(TensorScalar, reads, [dst], src=a, dst=dst, **fields)
+            pending.clear()
+            return dst
+
+        a = src
+        for op, x in ops:
+            if isinstance(x, float) or self.per == 1:
+                pending.append((op, x))
+                if len(pending) == 2:
+                    a = flush(a)
+                continue
+            if pending:
+                a = flush(a)
+            b.emit(TensorTensor, [a, x], [dst], alu=op, src0=a, src1=x, dst=dst)
+            a = dst
+        if pending:
+            flush(a)
