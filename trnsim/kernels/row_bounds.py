@@ -1,15 +1,15 @@
 """The engine-throughput bound of the row ops (softmax, log_softmax, layer_norm, rms_norm, sum,
-mean, amax, amin, argmax, cross_entropy), as docs/kernels.md derives it: each pass over a row costs
-an engine its cycles per element (ScalarE's `activation` one, VectorE's `tensor_scalar` a quarter
-for 16-bit data, its `tensor_tensor` one for 16-bit data or an operand in PSUM (layer_norm's fp32
-weight and bias) else two, GpSimd's `tensor_tensor` two, ...), a pass that goes row by row (a per-
-row scalar operand) at least the engine's MIN_II cycles per row, plus ScalarE's accumulator read
-where it reduces; the passes are shared between the engines that can take them in the proportions
-that make the busiest engine's time smallest (a small linear program, solved here by a grid). The
-bound is that time for a core's rows at the engines' clocks: what no lowering built from these
-passes can beat. With the DMA bound (each tensor's bytes once, at the DMA's rates; twice for x where
-a row exceeds SBUF and the op needs a second pass: softmax and the norms), it gives the roofline a
-row op is held to."""
+mean, amax, amin, argmax, cross_entropy), as docs/kernels.md derives it: each pass over a row
+costs an engine its cycles per element (ScalarE's `activation` one, VectorE's `tensor_scalar` a
+quarter for 16-bit data, its `tensor_tensor` one for 16-bit data or an operand in PSUM
+(layer_norm's fp32 weight and bias) else two, GpSimd's `tensor_tensor` two, ...), a pass that
+goes row by row (a per-row scalar operand) at least the engine's MIN_II cycles per row, plus
+ScalarE's accumulator read where it reduces; the passes are shared between the engines that can
+take them in the proportions that make the busiest engine's time smallest (a small linear
+program, solved here by a grid). The bound is that time for a core's rows at the engines'
+clocks: what no lowering built from these passes can beat. With the DMA bound (each tensor's
+bytes once, at the DMA's rates; twice for x where a row exceeds SBUF and the op needs a second
+pass: softmax and the norms), it gives the roofline a row op is held to."""
 
 from __future__ import annotations
 
