@@ -83,3 +83,22 @@ def test_pieces_variants_same_values(monkeypatch, shape, dt, fast):
         out.append(checked_layer_norm(specs, 2))
     norms._CHOSEN.clear()
     assert np.array_equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("shape", [(4097, 1000), (1023, 4095)])
+def test_fp32_affine_in_psum_any_width(shape):
+    """fp32 rows whose width is not a multiple of a PSUM bank's 512 columns (1000: the weight
+    and bias kept in PSUM whole, 4000 bytes a partition across two banks; 4095: their first
+    columns): each matmul into them stays within a bank (it crossed one at 1000, a lowering
+    error), --check holds, and LNC 1 and 2 give the same values."""
+    specs = {
+        "x": TensorSpec("x", shape, F32, "normal"),
+        "w": TensorSpec("w", shape[-1:], F32, "normal"),
+        "b": TensorSpec("b", shape[-1:], F32, "normal"),
+        "out": TensorSpec("out", shape, F32, None),
+    }
+    out = []
+    for lnc in (1, 2):
+        norms._CHOSEN.clear()
+        out.append(checked_layer_norm(specs, lnc))
+    assert np.array_equal(out[0], out[1])

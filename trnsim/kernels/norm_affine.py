@@ -60,7 +60,9 @@ def _spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads, 
             b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
     for n, kp in zip(names, kept_ps):  # those columns again, into PSUM tiles that stay
         row, one = rows[n]
-        for lo, hi in runs(kept, step):
+        # a bank's columns a matmul (the tile starts on a bank: `memory.onchip`), not `runs`'
+        # even cuts: 1000 columns cut 500 + 500 put the second across a bank boundary
+        for lo, hi in ((lo, min(kept, lo + step)) for lo in range(0, kept, step)):
             acc = ap(kp, slice(None), slice(lo, hi))
             mv = ap(row, slice(None), slice(at + lo, at + hi))
             b.emit(Matmul, [ap(one), mv], [acc], stationary=ap(one), moving=mv, dst=acc)
