@@ -13,6 +13,7 @@ from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.kernels import lower, lower_cores, reference
+from trnsim.kernels.argmax_chunks import chunk
 from trnsim.kernels.reference import tolerance
 from trnsim.trace.program import OpSpec, TensorSpec
 
@@ -83,7 +84,11 @@ def test_reductions_over_other_dims_in_16_bit(op, dt, out_dt):
         np.testing.assert_array_equal(got, want.astype(dtype(out_dt).np))  # exact
 
 
-@pytest.mark.parametrize("shape", [(300, 70), (2, 130, 600), (1000,), (128, 4096)])
+# (300, 5010): rows that fit, no power of two of 32 or more divides them; (8, 128256): Llama
+# 3's vocab, in pieces of 1002 a partition (chunk maxima of 167: `argmax_chunks.chunk`)
+@pytest.mark.parametrize(
+    "shape", [(300, 70), (2, 130, 600), (1000,), (128, 4096), (300, 5010), (8, 128256)]
+)
 @pytest.mark.parametrize("dt", ["bfloat16", "float32"])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_argmax_over_the_last_dim(shape, dt, keepdim):
@@ -95,6 +100,14 @@ def test_argmax_over_the_last_dim(shape, dt, keepdim):
     got = r.tensor("out")
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+def test_argmax_chunks_divide_a_partitions_elements():
+    """`argmax_chunks.chunk`: a power of two of 32 or more near sqrt(n) where one divides n,
+    else the divisor of 32 or more nearest sqrt(n), else none."""
+    assert chunk(4096) == 64 and chunk(8192) == 64 and chunk(1024) == 32
+    assert chunk(1002) == 167 and chunk(5010) == 167  # 2 x 3 x 167, 2 x 3 x 5 x 167
+    assert chunk(1009) is None and chunk(40) is None  # a prime; 40 has no second chunk
 
 
 def test_argmax_takes_the_first_of_equal_maxima(tmp_path):
