@@ -143,21 +143,25 @@ class _Graph:
         waited: dict = {}
         self.cost = []
         self.options: list[list[tuple]] = []  # each choice's (queue, cost)
+        # an instruction with choices: each choice's cost without and with a wait (`_flex`)
+        self.costs: dict[int, list[tuple[float, float]]] = {}
         for i in range(n):
             cross = {p for p in self.preds[i] if self.queue[p] != self.queue[i]}
             seen = waited.setdefault(self.queue[i], set())
-            self.cost.append(self._cost(i, bool(cross - seen)))
-            opts = [(self.queue[i], self.cost[i])]
-            for c in self.choices[i][1:]:
-                q = _queue(c[0], c[3])
-                waits = any(self.queue[p] != q for p in self.preds[i])
-                opts.append((q, self._cost(i, waits, c)))
-            self.options.append(opts)
+            cs = self.choices[i]
+            if len(cs) == 1:
+                self.cost.append(self._cost(i, bool(cross - seen)))
+                self.options.append([(self.queue[i], self.cost[i])])
+            else:
+                pairs = self.costs[i] = [(self._cost(i, False, c), self._cost(i, True, c))
+                                         for c in cs]  # fmt: skip
+                self.cost.append(pairs[0][bool(cross - seen)])
+                opts = [(self.queue[i], self.cost[i])]
+                for c, pair in zip(cs[1:], pairs[1:]):
+                    q = _queue(c[0], c[3])
+                    opts.append((q, pair[any(self.queue[p] != q for p in self.preds[i])]))
+                self.options.append(opts)
             seen |= cross
-        # an instruction with choices: each choice's cost without and with a wait (`_flex`)
-        self.costs = {i: [(self._cost(i, False, c), self._cost(i, True, c))
-                          for c in self.choices[i]]
-                      for i in range(n) if len(self.options[i]) > 1}  # fmt: skip
         self.pick = [0] * n
         d = cfg.core.dma
         self.setup = (d.transfer_setup + (d.engines - 1) * d.engine_stagger) * 1e9
