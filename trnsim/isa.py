@@ -216,6 +216,24 @@ class TensorScalar(Instr):
 
 
 @dataclass(frozen=True)
+class ScalarTensorTensor(Instr):
+    """dst = (data op0 operand0) op1 operand1: a per-partition scalar (or a number) then a
+    second tensor, in one pass (NKI's `scalar_tensor_tensor`), e.g. (x - mean) * weight."""
+
+    OP = "scalar_tensor_tensor"
+    ENGINE = Engine.VECTOR
+    ENGINES = (Engine.GPSIMD,)
+    data: Any = f("ap", True)
+    op0: str = f("choice", True, choices=ALU_OPS)
+    operand0: Any = f("ap_or_num", True)
+    op1: str = f("choice", True, choices=ALU_OPS)
+    operand1: Any = f("ap", True)
+    dst: Any = f("ap", True)
+    reverse0: bool = f("bool", default=False)
+    reverse1: bool = f("bool", default=False)
+
+
+@dataclass(frozen=True)
 class TensorReduce(Instr):
     OP = "tensor_reduce"
     ENGINE = Engine.VECTOR
@@ -317,6 +335,7 @@ INSTRUCTIONS: dict[str, type[Instr]] = {
         Activation,
         TensorTensor,
         TensorScalar,
+        ScalarTensorTensor,
         TensorReduce,
         BnStats,
         BnAggr,

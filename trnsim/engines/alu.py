@@ -3,7 +3,8 @@
 It holds the operand rules (memory, partition start, free-size limits, matching shapes), the
 value helpers (fp32 or integer-exact loads, per-partition columns, selects), the cost helpers
 (the MIN_II floor, the dependency overhead) and the instructions more than one of the three
-engines runs (`tensor_copy`, `tensor_scalar`, `tensor_tensor`, `memset`). The arithmetic itself
+engines runs (`tensor_copy`, `tensor_scalar`, `tensor_tensor`, `scalar_tensor_tensor`,
+`memset`). The arithmetic itself
 is in `trnsim.engines.alu_math`.
 """
 
@@ -187,6 +188,23 @@ class AluEngine(BarrierOps, EngineModel):
     def exec_tensor_tensor(self, ins) -> None:
         exact = self.int_exact((ins.alu,), ins.src0, ins.src1, ins.dst)
         ins.dst.write(alu(ins.alu, self.load(ins.src0, exact), self.load(ins.src1, exact)))
+
+    def check_scalar_tensor_tensor(self, ins) -> None:
+        self.check_like(ins, "data", ins.data, ("operand1", ins.operand1), ("dst", ins.dst))
+        self.check_column(ins, "operand0", ins.operand0, "data", ins.data)
+        if ins.data.memory == ins.operand1.memory == "psum":
+            raise SimError(
+                f"{ins.label}: data '{ins.data}' and operand1 '{ins.operand1}' are both in "
+                f"PSUM; at most one input may be"
+            )
+
+    def exec_scalar_tensor_tensor(self, ins) -> None:
+        # (data op0 operand0) op1 operand1 in fp32 (integer-exact on GpSimd), rounded once to
+        # dst's dtype, as tensor_scalar's two ops
+        exact = self.int_exact((ins.op0, ins.op1), ins.data, ins.operand1, ins.dst, ins.operand0)
+        t = alu(ins.op0, self.load(ins.data, exact), self.column(ins.operand0, exact),
+                ins.reverse0)  # fmt: skip
+        ins.dst.write(alu(ins.op1, t, self.load(ins.operand1, exact), ins.reverse1))
 
     def check_memset(self, ins) -> None:
         self.check_operand(ins, "dst", ins.dst)

@@ -27,6 +27,7 @@ class GpSimdEngine(AluEngine):
         "memset",
         "tensor_scalar",
         "tensor_tensor",
+        "scalar_tensor_tensor",
         "core_barrier",
     )
     MEMORIES = ("sbuf",)
@@ -48,6 +49,12 @@ class GpSimdEngine(AluEngine):
         # cycle each: max(MIN_II, 2N) (no GpSimd figure is published, trainium.md 3.3); a pow
         # is bound by its evaluation instead: max(MIN_II, c N)
         n = ins.dst.free_size * max(2, self.per_element(ins.alu))
+        return self.ii(n) + self.overhead(ins)
+
+    def cost_scalar_tensor_tensor(self, ins, prev) -> float:
+        # assumption: as its tensor_tensor (two input streams, nothing published for GpSimd):
+        # max(MIN_II, 2N), or max(MIN_II, c N) with a pow
+        n = ins.dst.free_size * max(2, self.per_element(ins.op0, ins.op1))
         return self.ii(n) + self.overhead(ins)
 
     # -- iota / affine_select ------------------------------------------------------------------

@@ -26,6 +26,7 @@ class VectorEngine(AluEngine):
     OPS = (
         "tensor_tensor",
         "tensor_scalar",
+        "scalar_tensor_tensor",
         "tensor_reduce",
         "bn_stats",
         "bn_aggr",
@@ -70,6 +71,21 @@ class VectorEngine(AluEngine):
         else:
             cycles = 2 * n
         return self.ii(cycles) + self.overhead(ins)
+
+    # -- scalar_tensor_tensor (shared check/exec in AluEngine) ----------------------------------
+
+    def cost_scalar_tensor_tensor(self, ins, prev) -> float:
+        # N with data and operand1 bf16, op0 subtract, op1 multiply and N even, else 2N
+        # (trainium.md 3.2; the MIN_II floor and no perf-mode halving of 2N are assumptions:
+        # the published rule names neither)
+        n = ins.dst.free_size
+        fast = (
+            ins.data.dtype.name == ins.operand1.dtype.name == "bfloat16"
+            and ins.op0 == "subtract"
+            and ins.op1 == "multiply"
+            and n % 2 == 0
+        )
+        return self.ii(n if fast else 2 * n) + self.overhead(ins)
 
     # -- tensor_reduce -------------------------------------------------------------------------
 
