@@ -41,9 +41,11 @@ from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_groups
 from trnsim.kernels.queues import Queues, Stream
+from trnsim.kernels.ragged import ragged_layout
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.rows import core_share
 from trnsim.kernels.softmax_pieces import lower_softmax_pieces
+from trnsim.kernels.softmax_ragged import lower_softmax_ragged
 
 __all__ = ["lower_softmax"]
 
@@ -70,8 +72,12 @@ def _pieces(cfg: ChipConfig, tx, d: int):
     and the bytes of a partition their tiles may take (PIECE_SHARE of it, less a scratch
     tile)."""
     f = max(1, PIECE_BYTES // tx.dtype.itemsize)
-    room = int(cfg.core.sbuf.partition_bytes * PIECE_SHARE) - f * tx.dtype.itemsize
-    return pieces_layout(d, f, cfg.core.sbuf.partitions), room
+    return pieces_layout(d, f, cfg.core.sbuf.partitions), room_for(cfg, tx)
+
+
+def room_for(cfg: ChipConfig, tx) -> int:
+    """The bytes of a partition piece tiles may take: PIECE_SHARE of it, less a scratch tile."""
+    return int(cfg.core.sbuf.partition_bytes * PIECE_SHARE) - PIECE_BYTES
 
 
 def lower_softmax(
@@ -100,12 +106,10 @@ def lower_softmax(
     if lay is not None:
         lower_softmax_pieces(b, cfg, x, out, lay, log, room, share)
         return
-    if bufs < 1 or d > vmax:
-        raise TraceError(
-            f"{name}: rows of {d} elements do not fit a partition's SBUF or one VectorE "
-            f"instruction ({vmax} elements), and are not a multiple of "
-            f"{cfg.core.sbuf.partitions} (to cut in pieces over the partitions); not lowered yet"
-        )
+    if bufs < 1 or d > vmax:  # not a multiple of 128: a row a unit, a remainder column
+        rag = ragged_layout(d, max(1, PIECE_BYTES // tx.dtype.itemsize), cfg.core.sbuf.partitions)
+        lower_softmax_ragged(b, cfg, x, out, rag, log, room_for(cfg, tx), share)
+        return
     P = cfg.core.sbuf.partitions
     # rows per partition: short rows go several to a partition, so each instruction and
     # transfer does more (the [rows, 1] steps take a whole block's rows at once)

@@ -34,7 +34,7 @@ from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import _unravel
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 
-__all__ = ["lower_softmax_pieces"]
+__all__ = ["lower_softmax_pieces", "staged"]
 
 G, V, S = Engine.GPSIMD, Engine.VECTOR, Engine.SCALAR
 BUFS = 6  # groups resident at most (loads run this many groups ahead of the stores)
@@ -50,8 +50,12 @@ def lower_softmax_pieces(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, la
         groups = [(index, n) for index, n in row_blocks(tx.shape, lay.g, rows)]
     else:
         groups = [(_unravel(r, tx.shape[:-1]), 1) for r in range(*rows)]
-    # three stages, a group apart: load and max (VectorE), exp (ScalarE), the rest; each
-    # engine's queue then holds work of different groups, none waiting on another's
+    staged(k, groups)
+
+
+def staged(k: _Pieces, groups: list) -> None:
+    """The groups' three stages, a group apart: load and max (VectorE), exp (ScalarE), the
+    rest; each engine's queue then holds work of different groups, none waiting on another's."""
     skew = max(0, min(2, k.bufs - 2))
     for n in range(len(groups) + skew):
         for stage, late in ((k.first, 0), (k.mid, min(1, skew)), (k.second, skew)):
