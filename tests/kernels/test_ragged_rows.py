@@ -1,7 +1,8 @@
 """Rows too long for a partition whose length is not a multiple of 128 (`kernels.ragged`: the
 pieces with a remainder column), for softmax and log_softmax (and the norms): values against
 numpy at LNC 1 and 2 (the same values at both), and the simulated time within a stated factor
-of the multiple-of-128 neighbour's (the next multiple up: a few elements more a row)."""
+of the multiple-of-128 neighbour's (the nearest multiple: at most 64 elements more or fewer a
+row)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, 
 # 128 k + 1 and 128 k + 127 past one VectorE instruction (16384 elements), GPT-2's vocabulary,
 # 2^16 + 1, and a row of three segments (300001 fp32)
 LENGTHS = (16385, 20479, 50257, 65537, 300001)
-FACTOR = 1.5  # the ragged time at most this times the neighbour's (measured 0.7 - 1.42)
+# the ragged time at most this times the neighbour's (trn2 LNC 2, measured: softmax and
+# log_softmax 0.70 - 1.41; rms_norm 0.64 - 2.11 and layer_norm 0.89 - 3.83, at [129, 65537]:
+# a unit's small steps, a row a tile, not yet overlapped as the pieces' tuned kernel does)
+FACTOR = {"softmax": 1.5, "log_softmax": 1.5, "rms_norm": 2.5, "layer_norm": 4.5}
 
 
 def _args(op: str) -> dict:
@@ -75,7 +79,7 @@ def test_ragged_layout_by_hand():
 
 
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
-@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
 @pytest.mark.parametrize("d", LENGTHS)
 def test_ragged_rows_check(op, dt, d, tmp_path):
     """numpy's values (--check) at LNC 1 and 2, the same at both; rows of 2, 3 or 5 (so a
@@ -85,11 +89,21 @@ def test_ragged_rows_check(op, dt, d, tmp_path):
     assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("shape", [(3, 50257), (2, 300001), (4, 20479)])
+def test_ragged_norms_check_at_mean_1e4(op, shape, tmp_path):
+    """fp32 rows of mean 10^4 (spread 3): layer_norm's sums are of x - x0 (each row's first
+    element), fp32 rows shifted in place, so --check holds (E[x^2] - E[x]^2 of x gave NaN)."""
+    a, b = _checked(op, shape, "float32", tmp_path, mean=1e4)
+    assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
-@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
 @pytest.mark.parametrize("shape", [(8, 50257), (4, 65537), (129, 65537), (7, 300001)])
 def test_ragged_rows_time_near_the_neighbour(op, dt, shape):
-    """Within FACTOR of the next multiple of 128's time (trn2, LNC 2)."""
+    """Within FACTOR of the nearest multiple of 128's time (trn2, LNC 2). (The next multiple
+    up for 65537, 65664, fails fp32 layer_norm's pieces kernel for 129 rows: 275 semaphores.)"""
     d = shape[-1]
-    near = (*shape[:-1], -(-d // 128) * 128)
-    assert _time(op, shape, dt) <= FACTOR * _time(op, near, dt)
+    near = (*shape[:-1], (d + 64) // 128 * 128)
+    assert _time(op, shape, dt) <= FACTOR[op] * _time(op, near, dt)

@@ -71,6 +71,7 @@ from trnsim.kernels.norm_affine import (
     spread_psum,
 )
 from trnsim.kernels.norm_plan import Lane, plan
+from trnsim.kernels.norm_ragged import lower_norm_ragged
 from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP, NormStages
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
@@ -273,6 +274,8 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     pipe = (fits and d < LONG_ROW and weight is not None
             and min(tx.dtype.itemsize, to.dtype.itemsize) < 4)  # fmt: skip
     lay = _piece_layout(cfg, tx, d)
+    if not fits and lay is None:  # (a remainder column, `norm_ragged`: no variants)
+        return [0]
     segments = not fits and lay is not None and lay.t > 1  # rows in segments
     return [i for i, v in enumerate(VARIANTS)
             if (_psum_affine(cfg, tx, to, d, weight, bias) if "psum_affine" in v  # (pieces)
@@ -299,13 +302,9 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         if lay is not None:
             return _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay, share,
                                  variant)  # fmt: skip
-        if not norm_rows(cfg, tx, to, affine_bytes):
-            raise TraceError(
-                f"{op}: rows of {d} elements do not fit a partition's SBUF, and are not a "
-                f"multiple of {cfg.core.sbuf.partitions} up to {cfg.core.sbuf.partitions} "
-                f"pieces of {PIECE_BYTES // tx.dtype.itemsize} (to cut over the partitions); "
-                "not lowered yet"
-            )
+        if not norm_rows(cfg, tx, to, affine_bytes):  # (not a multiple of 128: `norm_ragged`)
+            lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share)
+            return 0.0
     if op == "rms_norm" and d <= SHORT_ROW:
         lower_rms_short(b, cfg, x, out, weight, float(eps), share)
         return

@@ -118,6 +118,10 @@ class RaggedLayout:
         `valid`."""
         w = self.main(self.t - 1)
         col = ap(tile, slice(0, p), slice(w, w + 1))
+        self.mask_col(b, col, value, p, dst)
+
+    def mask_col(self, b: KernelBuilder, col, value: float, p: int, dst=None) -> None:
+        """`mask` of a [p, 1] column laid out as the remainder column."""
         out = col if dst is None else dst
         if self.g == 1:
             b.emit(AffineSelect, [col], [out], on_true=col, dst=out, on_false=value,

@@ -1,0 +1,274 @@
+"""`layer_norm` and `rms_norm` over rows too long for one partition whose length is not a
+multiple of 128: the pieces with a remainder column (`ragged`), a unit of g rows a tile (or a
+row of t segments).
+
+Per unit, in two stages a unit apart (the next unit's loads and statistics run while this one
+is finished):
+
+1. load; layer_norm's **shift** x0, each row's first element (its first partition's, spread
+   over the row's partitions by TensorE, `Groups.firsts`); each partition's sums over its main
+   columns on ScalarE (an `activation` with its add reduction, two a segment): layer_norm
+   sum(x - x0) and sum((x - x0)^2) (with -x0 as the bias: exact where x and x0 are close, so a
+   row of mean 10^4 keeps its digits; fp32 rows are shifted in place by the first, so the
+   normalisation subtracts a small mean), rms_norm sum(x^2); the remainder column's element
+   (its x - x0) masked to 0 where the partition holds none, and added (and its square);
+2. the row's sums over its k partitions (`Groups.sums`, TensorE: each partition gets its
+   row's), mean' = S1 / d, var = S2 / d - mean'^2 (of the shifted values: no cancellation for
+   a spread comparable to the mean's distance from x0), rstd = (var + eps)^-0.5; the output
+   in two passes at most: (x - mean) * w then * rstd + b (`scalar_tensor_tensor`, VectorE
+   then GpSimd), rms_norm's (x * rstd) * w in one; store.
+
+Every partition of a row holds the same count of its main columns, so no weights are needed;
+only the remainder column's empty partitions are masked. The weight and bias are loaded once in
+the same layout (each row of a tile its copy)."""
+
+from __future__ import annotations
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.errors import TraceError
+from trnsim.isa import (
+    Activation,
+    DmaCopy,
+    Engine,
+    ScalarTensorTensor,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.kernels.balance import dma_queues
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.queues import Queues
+from trnsim.kernels.ragged import RaggedLayout, ragged_layout, units
+from trnsim.kernels.row_pieces import Groups
+
+__all__ = ["lower_norm_ragged"]
+
+V, S, G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
+PIECE_BYTES = 4096  # a tile's columns' bytes a partition at most (512 KiB tiles; 8192 ran
+# fp32 layer_norm [129, 65537] 422 -> 316 us, but [8, 50257] 26 -> 39)
+SHARE = 0.6  # what the units' buffers, the weight and the bias may take of a partition
+BUFS = 4  # units resident at most
+
+
+def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, weight,
+                      bias, eps: float, rows: tuple[int, int]) -> None:  # fmt: skip
+    """out = layer_norm or rms_norm of this core's flattened rows [lo, hi) (module doc)."""
+    tx, to = b.tensors[x], b.tensors[out]
+    d, P = tx.shape[-1], cfg.core.sbuf.partitions
+    rag = ragged_layout(d, max(1, PIECE_BYTES // tx.dtype.itemsize), P)
+    width = sum(rag.width(s) for s in range(rag.t))  # a unit's columns
+    affine = sum(b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)
+    per = width * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
+    room = int(cfg.core.sbuf.partition_bytes * SHARE) - width * affine
+    bufs = min(BUFS, room // per)
+    if bufs < 1:
+        most = int(cfg.core.sbuf.partition_bytes * SHARE)
+        raise TraceError(
+            f"{op}: rows of {d} elements take {per + width * affine} bytes a partition in "
+            f"pieces over the {P} partitions, more than {most}; not lowered yet"
+        )
+    k = _Norm(b, cfg, op, x, out, weight, bias, eps, rag, bufs)
+    todo = units(tx.shape, rag, rows)
+    if not todo:
+        return
+    k.affine()
+    lag = 1 if bufs > 1 else 0
+    for n in range(len(todo) + lag):
+        if n < len(todo):
+            k.first(n, *todo[n])
+        if n >= lag:
+            k.second(n - lag, *todo[n - lag])
+    k.groups.done()
+
+
+class _Norm:
+    """One norm's tiles and the two stages of a unit (module doc)."""
+
+    def __init__(self, b, cfg, op, x, out, weight, bias, eps, rag: RaggedLayout, bufs: int):
+        self.b, self.cfg, self.op, self.x, self.out = b, cfg, op, x, out
+        self.weight, self.bias, self.eps, self.rag, self.bufs = weight, bias, eps, rag, bufs
+        self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
+        self.xdt, self.odt = b.tensors[x].dtype, b.tensors[out].dtype
+        self.layer = op == "layer_norm"
+        # fp32 rows shifted in place (the normalisation then subtracts a small mean)
+        self.shift = self.layer and self.xdt.itemsize == 4 and self.odt.itemsize == 4
+        self.groups = Groups(b, cfg, rag.k)
+        qs, q = Queues(cfg), dma_queues(cfg, rag.f * self.xdt.itemsize)
+        self.loads, self.stores = qs.loads().take(max(2, q)), qs.stores().take(max(2, q))
+        self.nl = self.ns = 0
+        self.rows: dict[str, list[str]] = {}  # the weight's and bias' tiles, a segment each
+        self.xs: dict[int, list[str]] = {}  # each unit's x tiles, a segment each
+        self.cols = rag.t + (1 if rag.r else 0)  # the sums' columns: the segments', remainder
+
+    def _load_q(self):
+        q = self.loads[self.nl]
+        self.nl += 1
+        return q
+
+    def _store_q(self):
+        q = self.stores[self.ns]
+        self.ns += 1
+        return q
+
+    def tile(self, key: str, n: int, s: int, dt) -> str:
+        shape = (self.P, self.rag.width(s))
+        return self.b.scratch_tile(f"nrg.{key}{n % self.bufs}.{s}", key, shape, dt)
+
+    def col(self, key: str, n: int, w: int = 1) -> str:
+        return self.b.scratch_tile(f"nrg.{key}{n % self.bufs}", key, (self.P, w), self.f32)
+
+    def affine(self) -> None:
+        """The weight and bias in the rows' layout: each row slot of a tile its copy (main
+        columns, then the remainder column's first r partitions)."""
+        b, rag = self.b, self.rag
+        for v in (self.weight, self.bias):
+            if v is None:
+                continue
+            tiles = []
+            for s in range(rag.t):
+                t = b.scratch_tile(f"nrg.{v}.{rag.k}.{s}", f"{v}_rg", (self.P, rag.width(s)),
+                                   b.tensors[v].dtype)  # fmt: skip
+                lo, hi = rag.cols(s)
+                w = hi - lo
+                for j in range(rag.g):
+                    src = ap(v, slice(rag.k * lo, rag.k * hi))
+                    dst = ap(t, slice(j * rag.k, (j + 1) * rag.k), slice(0, w))
+                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self._load_q())
+                    if s == rag.t - 1 and rag.r:
+                        src = ap(v, slice(rag.k * rag.m, rag.d))
+                        dst = ap(t, slice(j * rag.k, j * rag.k + rag.r), slice(w, w + 1))
+                        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self._load_q())
+                tiles.append(t)
+            self.rows[v] = tiles
+
+    def first(self, n: int, unit, rows: int) -> None:
+        """Load; the shift; each partition's sums (a1: of x - x0, a2: of its square; rms_norm:
+        a2 of x^2) over its main columns and the remainder column."""
+        b, rag = self.b, self.rag
+        p = rows * rag.k
+        xs = []
+        for s in range(rag.t):
+            t = self.tile("x", n, s, self.xdt)
+            rag.load(b, self.x, unit, rows, s, t, self._load_q)
+            xs.append(t)
+        nx = ap(self.col("nx", n), slice(0, p))  # -x0 (layer_norm)
+        if self.layer:
+            c0 = ap(self.col("x0", n), slice(0, p))
+            first = ap(xs[0], slice(0, p), slice(0, 1))
+            b.emit(TensorCopy, [first], [c0], src=first, dst=c0, engine=G)
+            spread = self.groups.firsts(c0, p)
+            b.emit(TensorScalar, [spread], [nx], src=spread, dst=nx, op0="multiply",
+                   operand0=-1.0)  # fmt: skip
+        a1 = ap(self.col("a1", n, self.cols), slice(0, p))
+        a2 = ap(self.col("a2", n, self.cols), slice(0, p))
+        for s, t in enumerate(xs):
+            xa = ap(t, slice(0, p), slice(0, rag.main(s)))
+            c1, c2 = (ap(c.name, slice(0, p), slice(s, s + 1)) for c in (a1, a2))
+            if self.layer:
+                if self.shift:  # x - x0 in place, and its sum
+                    b.emit(Activation, [xa, nx], [xa, c1], func="copy", src=xa, dst=xa,
+                           bias=nx, reduce="add", reduce_dst=c1)  # fmt: skip
+                    sq_bias = 0.0
+                else:
+                    junk = self.junk(s, p)
+                    b.emit(Activation, [xa, nx], [junk, c1], func="copy", src=xa, dst=junk,
+                           bias=nx, reduce="add", reduce_dst=c1)  # fmt: skip
+                    sq_bias = nx
+            else:
+                sq_bias = 0.0
+            junk = self.junk(s, p)
+            reads = [xa] + ([sq_bias] if not isinstance(sq_bias, float) else [])
+            b.emit(Activation, reads, [junk, c2], func="square", src=xa, dst=junk, bias=sq_bias,
+                   reduce="add", reduce_dst=c2)  # fmt: skip
+        if rag.r:  # the remainder column: its x - x0 (x^2), 0 where the partition has none
+            e1, e2 = (ap(c.name, slice(0, p), slice(rag.t, rag.t + 1)) for c in (a1, a2))
+            w = rag.main(rag.t - 1)
+            col = ap(xs[-1], slice(0, p), slice(w, w + 1))
+            if self.layer and not self.shift:  # (into e1, then masked there)
+                b.emit(TensorScalar, [col, nx], [e1], src=col, dst=e1, op0="add", operand0=nx)
+                rag.mask_col(b, e1, 0.0, p)
+            else:  # (x - x0 in place for fp32 rows, as their main columns)
+                if self.layer:
+                    b.emit(TensorScalar, [col, nx], [col], src=col, dst=col, op0="add",
+                           operand0=nx)  # fmt: skip
+                rag.mask(b, xs[-1], 0.0, p, dst=e1)
+            b.emit(TensorTensor, [e1, e1], [e2], alu="multiply", src0=e1, src1=e1, dst=e2)
+        self.xs[n] = xs
+
+    def junk(self, s: int, p: int):
+        t = self.b.scratch_tile(f"nrg.junk.{s}", "junk", (self.P, self.rag.width(s)),
+                                dtype("bfloat16"))  # fmt: skip
+        return ap(t, slice(0, p), slice(0, self.rag.main(s)))
+
+    def second(self, n: int, unit, rows: int) -> None:
+        """The rows' statistics over their partitions, the output passes, the stores."""
+        b, rag = self.b, self.rag
+        p = rows * rag.k
+        a1 = ap(self.col("a1", n, self.cols), slice(0, p))
+        a2 = ap(self.col("a2", n, self.cols), slice(0, p))
+        t1, t2 = ap(self.col("t1", n), slice(0, p)), ap(self.col("t2", n), slice(0, p))
+        b.emit(TensorReduce, [a2], [t2], alu="add", src=a2, dst=t2)
+        rs = ap(self.col("rs", n), slice(0, p))
+        if self.layer:
+            b.emit(TensorReduce, [a1], [t1], alu="add", src=a1, dst=t1)
+            mean = ap(self.col("mean", n), slice(0, p))
+            s1 = self.groups.sums(t1, p, dst=None)
+            b.emit(TensorScalar, [s1], [mean], src=s1, dst=mean, op0="multiply",
+                   operand0=1.0 / rag.d)  # fmt: skip
+            ms = ap(self.col("ms", n), slice(0, p))
+            s2 = self.groups.sums(t2, p)
+            b.emit(TensorScalar, [s2], [ms], src=s2, dst=ms, op0="multiply",
+                   operand0=1.0 / rag.d)  # fmt: skip
+            m2 = ap(self.col("m2", n), slice(0, p))  # var = E[x'^2] - mean'^2
+            b.emit(TensorTensor, [mean, mean], [m2], alu="multiply", src0=mean, src1=mean,
+                   dst=m2)  # fmt: skip
+            b.emit(TensorTensor, [ms, m2], [ms], alu="subtract", src0=ms, src1=m2, dst=ms)
+            b.emit(TensorScalar, [ms], [rs], src=ms, dst=rs, op0="add", operand0=self.eps,
+                   op1="pow", operand1=-0.5)  # fmt: skip
+            if not self.shift:  # the full mean, x0 + mean'
+                nx = ap(self.col("nx", n), slice(0, p))
+                b.emit(TensorTensor, [mean, nx], [mean], alu="subtract", src0=mean, src1=nx,
+                       dst=mean)  # fmt: skip
+        else:
+            s2 = self.groups.sums(t2, p)
+            b.emit(TensorScalar, [s2], [rs], src=s2, dst=rs, op0="multiply",
+                   operand0=1.0 / rag.d, op1="add", operand1=self.eps)  # fmt: skip
+            b.emit(TensorScalar, [rs], [rs], src=rs, dst=rs, op0="pow", operand0=-0.5)
+            mean = None
+        for s, t in enumerate(self.xs.pop(n)):
+            xa = ap(t, slice(0, p))
+            o = xa if self.odt == self.xdt else ap(self.tile("o", n, s, self.odt), slice(0, p))
+            self.finish(xa, o, s, p, mean, rs)
+            self.rag.store(b, self.out, unit, rows, s, o.name, self._store_q)
+
+    def finish(self, xa, o, s: int, p: int, mean, rs) -> None:
+        """o = (x - mean) * rstd * w + b (rms_norm: x * rstd * w), in two passes at most."""
+        b = self.b
+        w = self.rows[self.weight][s] if self.weight else None
+        bias = self.rows[self.bias][s] if self.bias else None
+        w = ap(w, slice(0, p)) if w else None
+        bias = ap(bias, slice(0, p)) if bias else None
+        if not self.layer:
+            if w is None:
+                b.emit(TensorScalar, [xa, rs], [o], src=xa, dst=o, op0="multiply", operand0=rs)
+                return
+            b.emit(ScalarTensorTensor, [xa, rs, w], [o], data=xa, op0="multiply", operand0=rs,
+                   op1="multiply", operand1=w, dst=o)  # fmt: skip
+            return
+        if w is None:
+            b.emit(TensorScalar, [xa, mean, rs], [o], src=xa, dst=o, op0="subtract",
+                   operand0=mean, op1="multiply", operand1=rs)  # fmt: skip
+        else:
+            b.emit(ScalarTensorTensor, [xa, mean, w], [o], data=xa, op0="subtract",
+                   operand0=mean, op1="multiply", operand1=w, dst=o)  # fmt: skip
+            if bias is None:
+                b.emit(TensorScalar, [o, rs], [o], src=o, dst=o, op0="multiply", operand0=rs,
+                       engine=G)  # fmt: skip
+                return
+            b.emit(ScalarTensorTensor, [o, rs, bias], [o], data=o, op0="multiply",
+                   operand0=rs, op1="add", operand1=bias, dst=o, engine=G)  # fmt: skip
+            return
+        if bias is not None:
+            b.emit(TensorTensor, [o, bias], [o], alu="add", src0=o, src1=bias, dst=o, engine=G)
