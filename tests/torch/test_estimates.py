@@ -154,3 +154,29 @@ def test_inference_batch_norm_is_modelled_though_its_saved_statistics_are_empty(
     (run,) = [r for r in runs if "batch_norm" in r.name]
     assert run.measurement.modelled, timing.timer().refused.get(run.name)
     torch.testing.assert_close(bn(x).cpu(), bn.cpu()(x.cpu()))
+
+
+def test_rows_of_gpt2_vocabulary_are_lowered_not_estimated():
+    """softmax, log_softmax, layer_norm and cross_entropy over rows of 50257 (GPT-2's
+    vocabulary: past a partition and not a multiple of 128, `kernels.ragged`) are simulated, not
+    refused to a roofline estimate; their values are CPU's."""
+    from torch.nn import functional as F
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 50257)
+    w, b = torch.randn(50257), torch.randn(50257)
+    target = torch.randint(0, 50257, (4,))
+    calls = {
+        "_softmax": lambda x, w, b, t: torch.softmax(x, -1),
+        "_log_softmax": lambda x, w, b, t: torch.log_softmax(x, -1),
+        "native_layer_norm": lambda x, w, b, t: F.layer_norm(x, (50257,), w, b),
+        "nll_loss_forward": lambda x, w, b, t: F.cross_entropy(x, t),
+    }
+    on = [v.to("neuron") for v in (x, w, b, target)]
+    for name, f in calls.items():
+        runs = [r for r in _ops(lambda f=f: f(*on)) if r.name.startswith(name)]
+        assert runs and all(r.measurement.modelled for r in runs), (
+            name,
+            [timing.timer().refused.get(r.name) for r in runs],
+        )
+        torch.testing.assert_close(f(*on).cpu(), f(x, w, b, target))
