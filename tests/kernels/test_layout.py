@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from trnsim.kernels.layout import core_rows, flat_blocks, row_blocks, row_groups
+from trnsim.kernels.layout import core_rows, flat_blocks, flat_walk, row_blocks, row_groups
 
 SHAPES = [(5, 7, 3), (3, 130, 4), (2, 3, 4, 5), (300, 8), (1, 9), (7,)]
 
@@ -67,3 +67,17 @@ def test_row_groups_put_the_same_rows_to_a_partition_in_every_block(shape, most,
     assert got == per
     assert [n for _, n in blocks] == sizes
     assert all(n % per == 0 and n // per <= 128 for n in sizes)
+
+
+def test_few_small_items_longer_than_a_block_s_free_size_go_as_one_block():
+    """A broadcast walks its rows with a free size of 1 where they are fewer than the
+    partitions: the 30 rows of [2, 3, 5, d] are one block of [30, 1] (they were 15 blocks of
+    [2, 1], one to a partition, 11 us for a 60-element add), and every row is in it once."""
+    assert flat_walk((2, 3, 5), 0, 30, 128, 1) == [((slice(0, 2),), 30, 1)]
+    assert flat_walk((3, 5), 0, 15, 128, 1) == [((slice(0, 3),), 15, 1)]
+    # 10 items of 2500 (more than F = 2048): one [125, 200] block, not 20 of [10, 1250]
+    assert flat_walk((10, 2500), 0, 25000, 128, 2048) == [((slice(0, 10),), 125, 200)]
+    # no p x f = n with p <= 128, f <= F: one to a partition, as before
+    assert flat_walk((2, 131), 0, 262, 128, 2) == [
+        ((slice(0, 2), slice(i, min(i + 2, 131))), 2, min(2, 131 - i)) for i in range(0, 131, 2)
+    ]

@@ -387,3 +387,13 @@ def test_the_issue_s_64_mib_x_times_2():
     times = [r["time_ns"] for r in rows]
     assert max(times) <= 1.02 * min(times)
     assert all(r["dma_bound_ns"] >= 0.85 * r["time_ns"] for r in rows)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 2), (3, 5, 7)])
+def test_a_broadcast_over_few_short_rows_costs_about_a_plain_add(shape):
+    """Rows fewer than the partitions go as one block of [rows, 1 row] (`layout._one_block`):
+    a row broadcast over [2, 3, 5, 2] took 11.0 us at LNC 1 (15 blocks of [2, 1 row]), 6x the
+    1.8 us of an add of two tensors of that shape; now 2.4 us."""
+    plain = timed("add", shape, F32, 1)["time_ns"]
+    assert timed("row", shape, F32, 1)["time_ns"] < 1.5 * plain
+    assert timed("col", shape, F32, 1)["time_ns"] < 1.5 * plain

@@ -20,7 +20,9 @@ the count allows ([4096, 4096] in blocks of 64 rows, [1048576, 16] of 16384 rows
 each cut in even runs of at most F ([4097, 4095]: 128 rows by 2048 and 2047 columns), unless
 there are fewer items than partitions and each is large ([16, 2^20]): then each item is walked
 on its own, and the pieces that fill fewer partitions are taken for several items at once;
-so is an item left over from the groups (the last row of [4097, 4095]) when that is cheaper.
+so is an item left over from the groups (the last row of [4097, 4095]) when that is cheaper;
+fewer items than partitions that would go one to a partition in several pieces are one block
+when their elements make one of at most [128, F] (`_one_block`).
 
 LNC 2: a core's share of the rows (`core_rows`, the same for every op of a kernel, so a core
 reads back only what it wrote) gives its flat elements, except where the rows split unevenly
@@ -294,6 +296,10 @@ def _few(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tupl
     if r <= 0:
         return
     if r * (inner // P + 256) >= inner:
+        one = _one_block(r * inner, P, F) if inner > F else None
+        if one:  # one block instead of each item cut in pieces one to a partition
+            yield (slice(a, b),), *one
+            return
         yield from _on_partitions(dims, a, b, P, F)
         return
     for index, p, f in _flat(dims[1:], 0, inner, P, F):
@@ -301,6 +307,17 @@ def _few(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tupl
         for i in range(a, b, k):
             j = min(b, i + k)
             yield ((i, *index), p, f) if k == 1 else ((slice(i, j), *index), p * (j - i), f)
+
+
+def _one_block(n: int, P: int, F: int) -> tuple[int, int] | None:
+    """(p, f), p x f = n, p <= P and f <= F, f the least that fits: n elements as one block,
+    or None when n has no such divisor. Items few and small but longer than F (a broadcast's
+    row groups walked with F = 1: [2, 3, 5] rows went as 15 blocks of [2, 1]) fill more
+    partitions in one block than one to a partition in pieces."""
+    for f in range(max(1, -(-n // P)), min(F, n) + 1):
+        if n % f == 0:
+            return n // f, f
+    return None
 
 
 def _on_partitions(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tuple]:
