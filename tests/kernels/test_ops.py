@@ -467,6 +467,20 @@ def test_transpose_of_the_last_two_dims(chip, shape):
     np.testing.assert_array_equal(r.tensor("out"), np.swapaxes(r.tensor("x"), -1, -2))
 
 
+@pytest.mark.parametrize("shape", [(7, 13), (127, 129), (3, 300, 200), (1000, 3), (1, 1)])
+def test_transpose_at_lnc_2_whatever_out_s_rows(shape):
+    """At LNC 2 each core transposes the rows of out in its share (cut at multiples of 128 of
+    out's flattened rows), a block of 128 rows that the cut crosses cut there too: out's rows
+    of 13, 129 or 200 were refused ('blocks of 128 would straddle the cores' shares'), so any
+    odd transpose failed at trn2's default LNC."""
+    from tests.kernels.test_op_report import run_ops as run_lnc
+
+    out = shape[:-2] + (shape[-1], shape[-2])
+    t = {"x": (shape, "bfloat16"), "out": (out, "bfloat16")}
+    r, _ = run_lnc(t, [("transpose", {"x": "x", "out": "out"})], lnc=2, mode="functional")
+    np.testing.assert_array_equal(r.tensor("out"), np.swapaxes(r.tensor("x"), -1, -2))
+
+
 @pytest.mark.parametrize("shape", [(300, 70), (2, 130, 7)])
 def test_where_and_masked_fill(shape):
     t = {

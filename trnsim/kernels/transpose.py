@@ -6,7 +6,10 @@ and a copy back to SBUF (128 x 128 at a time); then a store of the block into ou
 rotate over the load queues and stores over the store queues (`queues`), through BUFS buffers
 (shared by the kernel's transposes): a block of x with few rows (a head's [128, 2048] has
 blocks of 32 KiB) is mostly the DMA's fixed cost, so many must be in flight to keep HBM busy
-(with 3 buffers a head transpose reached 21% of its HBM bound, with 32 86%).
+(with 3 buffers a head transpose reached 21% of its HBM bound, with 32 86%). At LNC 2 each core
+takes the rows of out in its share (`layout.core_rows`, cut at multiples of 128 of out's
+flattened rows): a block of 128 rows that a cut crosses is cut there too (out's rows need not
+be a multiple of 128).
 """
 
 from __future__ import annotations
@@ -42,11 +45,6 @@ def lower_transpose(
             f"{to.dtype.name}; expected out {[*lead, N, M]} of x's dtype"
         )
     P = cfg.core.sbuf.partitions
-    if b.part[1] > 1 and N % P:
-        raise TraceError(
-            f"transpose: out's rows of {N} split over {b.part[1]} cores: blocks of {P} would "
-            f"straddle the cores' shares; expected a multiple of {P} (or lnc: 1)"
-        )
     dma = tx.dtype.itemsize in (2, 4) and cfg.core.dma.transpose_hbm_rate > 0
     rows = ROWS if dma else P
     width = min(rows, M)
@@ -59,10 +57,11 @@ def lower_transpose(
     lo, hi = core_rows(tuple(to.shape), b.part) if b.part[1] > 1 else (0, len(_lead(lead)) * N)
     n = 0
     for i, batch in enumerate(_lead(lead)):
-        for n0 in range(0, N, P):  # out's rows n0 .. n0 + nw: this core's if its share has them
-            if not lo <= i * N + n0 < hi:
+        for r0 in range(0, N, P):  # out's rows n0 .. n0 + nw: those of them in this core's share
+            n0, n1 = max(r0, lo - i * N), min(r0 + P, N, hi - i * N)
+            if n0 >= n1:
                 continue
-            nw = min(P, N - n0)
+            nw = n1 - n0
             for m0 in range(0, M, rows):
                 mw = min(rows, M - m0)
                 t = ap(tiles[n % BUFS], slice(0, nw), slice(0, mw))
