@@ -458,6 +458,21 @@ def test_linear_takes_the_weight_as_n_by_k(bias, x_shape):
     _check(r, "linear", {k: v for k, v in args.items() if k != "out"})
 
 
+def test_a_linear_s_bias_fits_psum_after_the_accumulators_of_many_row_tiles():
+    """linear x [1000, 7], weight [300, 7], bias: the matmul's 8 accumulators of [128, 300]
+    fp32 took PSUM's 8 banks; the bias's spread asked for a [128, 512] tile, which none of the
+    released ones fits: 'PSUM overflow' (a SimError). It now asks for [128, 300]."""
+    t = {
+        "x": ((1000, 7), "float32", "normal"),
+        "weight": ((300, 7), "float32", "normal"),
+        "bias": ((300,), "float32", "normal"),
+        "out": ((1000, 300), "float32", None),
+    }
+    args = {"x": "x", "weight": "weight", "bias": "bias", "out": "out"}
+    r = _run(t, [("linear", args)])
+    _check(r, "linear", {k: v for k, v in args.items() if k != "out"})
+
+
 @pytest.mark.parametrize("chip", ["trn1", "trn2"])
 @pytest.mark.parametrize("shape", [(200, 700), (3, 130, 64), (128, 128)])
 def test_transpose_of_the_last_two_dims(chip, shape):

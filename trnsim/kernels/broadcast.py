@@ -87,7 +87,9 @@ def spread(
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q)
         at += n
     step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
-    ps = [b.psum("spread", (P, step), f32)]
+    # a tile of d columns when fewer: one that an earlier op released fits it (a linear's bias
+    # after 8 accumulators of [128, 300] filled PSUM's 8 banks: a [128, 512] one overflowed)
+    ps = [b.psum("spread", (P, min(step, d)), f32)]
     ps.append(b.psum("spread", (P, step), f32) if d > step else ps[0])
     for c in range(0, d, step):  # two banks in turn: the next matmul runs during this copy
         w = min(step, d - c)
