@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.kernels.helpers import checked_layer_norm
+from tests.kernels.test_op_report import run_ops
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
@@ -102,3 +103,54 @@ def test_fp32_affine_in_psum_any_width(shape):
         norms._CHOSEN.clear()
         out.append(checked_layer_norm(specs, lnc))
     assert np.array_equal(out[0], out[1])
+
+
+def test_fp32_pieces_of_513_columns_stay_within_a_bank():
+    """fp32 rows of 128 x 513 (a partition's piece is one column past a PSUM bank): the row's
+    statistics repeated over the partitions (`_psum_copy`) are written a bank's columns a
+    matmul; they were cut 256 + 257, the second across a bank boundary (a lowering error).
+    --check holds and LNC 1 and 2 give the same values."""
+    shape = (8, 128 * 513)
+    specs = {
+        "x": TensorSpec("x", shape, F32, "normal"),
+        "w": TensorSpec("w", shape[-1:], F32, "normal"),
+        "b": TensorSpec("b", shape[-1:], F32, "normal"),
+        "out": TensorSpec("out", shape, F32, None),
+    }
+    out = []
+    for lnc in (1, 2):
+        norms._CHOSEN.clear()
+        out.append(checked_layer_norm(specs, lnc))
+    assert np.array_equal(out[0], out[1])
+
+
+def test_no_variant_over_the_core_semaphores():
+    """[129, 128 x 513] fp32: the variants with the most piece buffers count on more
+    semaphores than a core has (275 of 256; the run was refused); `_variant` takes the
+    fastest that fits, and the op runs, no faster than its DMA bound."""
+    cfg = load_chip("trn2")
+    shape = (129, 128 * 513)
+    specs = {n: TensorSpec(n, s, F32, "normal") for n, s in
+             (("x", shape), ("w", shape[-1:]), ("b", shape[-1:]), ("out", shape))}  # fmt: skip
+    norms._CHOSEN.clear()
+    b = KernelBuilder(specs)
+    args = (cfg, "layer_norm", "x", "out", "w", "b", 1e-5)
+    chosen = norms._variant(b, *args)
+    tried = norms._tried(b, cfg, "x", "out", "w", "b")
+    sems, spans = {}, {}
+    for i in tried:
+        tb = KernelBuilder(b.tensors)
+        tb.part = (0, cfg.lnc)
+        spans[i] = norms._lower(tb, *args, norms.VARIANTS[i])
+        sems[i] = len({s for ins in tb.instructions for s, _ in ins.wait + ins.signal})
+    assert max(sems.values()) > cfg.core.semaphores  # (so the test tests something)
+    fits = [i for i in tried if sems[i] <= cfg.core.semaphores]
+    assert chosen == norms.VARIANTS[min(fits, key=lambda i: (spans[i], i))]
+    norms._CHOSEN.clear()
+    r, _ = run_ops(
+        {n: (s.shape, "float32") for n, s in specs.items()},
+        [("layer_norm", {"x": "x", "out": "out", "weight": "w", "bias": "b"})],
+        lnc=2,
+    )
+    (row,) = r.summary["ops"]
+    assert row["time_ns"] >= row["roofline_ns"]

@@ -8,7 +8,7 @@ from trnsim.dtypes import dtype
 from trnsim.isa import Activation, AffineSelect, Ap, DmaCopy, Matmul, Memset, TensorCopy
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
-from trnsim.kernels.row_plan import G, V, runs
+from trnsim.kernels.row_plan import G, V, bank_runs, runs
 
 __all__ = ["spread", "spread_psum", "psum_cols", "PeBias", "pe_group", "SPREAD_BANKS", "PE_TILES"]
 
@@ -60,9 +60,7 @@ def _spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads, 
             b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
     for n, kp in zip(names, kept_ps):  # those columns again, into PSUM tiles that stay
         row, one = rows[n]
-        # a bank's columns a matmul (the tile starts on a bank: `memory.onchip`), not `runs`'
-        # even cuts: 1000 columns cut 500 + 500 put the second across a bank boundary
-        for lo, hi in ((lo, min(kept, lo + step)) for lo in range(0, kept, step)):
+        for lo, hi in bank_runs(kept, step):  # (the tile starts on a bank: `memory.onchip`)
             acc = ap(kp, slice(None), slice(lo, hi))
             mv = ap(row, slice(None), slice(at + lo, at + hi))
             b.emit(Matmul, [ap(one), mv], [acc], stationary=ap(one), moving=mv, dst=acc)

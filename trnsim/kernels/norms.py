@@ -77,7 +77,7 @@ from trnsim.kernels.queues import Queues
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
 from trnsim.kernels.row_pieces import Groups
 from trnsim.kernels.row_pieces import layout as pieces_layout
-from trnsim.kernels.row_plan import G, S, V, runs
+from trnsim.kernels.row_plan import G, S, V, bank_runs
 from trnsim.kernels.rows import core_share
 from trnsim.kernels.schedule import Scheduled
 
@@ -238,7 +238,9 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     layer_norm of TRIAL_BYTES or more: each lowered on a builder of its own for the first
     core's share at the chip's default LNC, whatever the run's (the choice, which may change c
     and so the rounding, is then the same however a logical core's cores share the rows), and
-    kept for the next core and the next op of the same shapes."""
+    kept for the next core and the next op of the same shapes. A variant whose instructions
+    count on more semaphores than the core has (more buffers of pieces: `piece_bufs`) is not
+    taken: its program would be refused."""
     tx = b.tensors[x]
     if op != "layer_norm" or math.prod(tx.shape) * tx.dtype.itemsize < TRIAL_BYTES:
         return {}
@@ -253,7 +255,9 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     for i in _tried(b, cfg, x, out, weight, bias):
         tb = KernelBuilder(b.tensors)
         tb.part = (0, max(1, cfg.lnc))
-        spans.append((_lower(tb, cfg, op, x, out, weight, bias, eps, VARIANTS[i]), i))
+        span = _lower(tb, cfg, op, x, out, weight, bias, eps, VARIANTS[i])
+        sems = {s for ins in tb.instructions for s, _ in ins.wait + ins.signal}
+        spans.append((span if len(sems) <= cfg.core.semaphores else math.inf, i))
     if len(_CHOSEN) >= CHOSEN_MOST:
         _CHOSEN.clear()
     _CHOSEN[key] = (cfg, VARIANTS[min(spans)[1]])
@@ -580,7 +584,7 @@ def _psum_copy(b: KernelBuilder, cfg: ChipConfig, rows: str, k: int) -> str:
                    start=r, partition_step=1, step=-1, engine=G)  # fmt: skip
     step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
     ps = b.psum("affine", (P, w), f32)
-    for lo, hi in runs(w, step):
+    for lo, hi in bank_runs(w, step):
         mv, dst = ap(rows, slice(0, k), slice(lo, hi)), ap(ps, slice(None), slice(lo, hi))
         b.emit(Matmul, [a, mv], [dst], stationary=a, moving=mv, dst=dst)
     if k < P:

@@ -18,7 +18,7 @@ import numpy as np
 from trnsim.isa import Engine
 from trnsim.kernels.balance import cost_ns
 
-__all__ = ["runs", "Spread", "slots_ns", "best", "V", "S", "G"]
+__all__ = ["bank_runs", "runs", "Spread", "slots_ns", "best", "V", "S", "G"]
 
 V, S, G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
 
@@ -30,6 +30,13 @@ def runs(n: int, most: int) -> list[tuple[int, int]]:
     k = -(-n // max(1, most))
     cuts = [n * i // k for i in range(k + 1)]
     return list(zip(cuts, cuts[1:]))
+
+
+def bank_runs(n: int, step: int) -> list[tuple[int, int]]:
+    """[lo, hi) runs covering [0, n) cut at multiples of `step` (a PSUM bank's columns): the
+    matmuls that write a PSUM tile's columns a run each (the tile starts on a bank) stay within
+    a bank, as `runs`' even cuts do not (513 columns cut 256 + 257 put the second across one)."""
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
 
 
 class Spread:
