@@ -29,6 +29,7 @@ from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_groups
 from trnsim.kernels.queues import Queues
+from trnsim.kernels.ragged import ragged_layout
 from trnsim.kernels.reduce import lower_any, on_last_dim
 from trnsim.kernels.row_pieces import layout as pieces_layout
 
@@ -60,8 +61,12 @@ def lower_reduction(
         )
     if not rows_fit(cfg, tx):
         lay = _pieces(cfg, tx)
-        if lay is None:
-            lower_any(b, cfg, op, x, out, dim, keepdim)
+        if lay is None:  # not a multiple of 128: with a remainder column
+            from trnsim.kernels.rows_ragged import lower_reduction_ragged
+
+            most = PIECE_BYTES // tx.dtype.itemsize
+            rag = ragged_layout(tx.shape[-1], most, cfg.core.sbuf.partitions)
+            lower_reduction_ragged(b, cfg, op, x, out, rag)
             return
         from trnsim.kernels.rows_pieces import lower_reduction_pieces
 

@@ -1,0 +1,96 @@
+"""Reductions (`sum`, `mean`, `amax`, `amin`) over the last dim of rows too long for one
+partition whose length is not a multiple of 128: the pieces with a remainder column
+(`ragged`), its partitions without an element set to the reduction's neutral value (0, the
+most negative fp32 for a max, the most positive for a min) after the load; then
+`rows_pieces`' steps unchanged (each partition's partial, a unit's k partials and a batch's
+units meet on TensorE, one store a batch). `reduce.lower_any` took such rows before: a row a
+partition in chunks, 26x the time of the multiple of 128 next to it ([8, 50257] fp32)."""
+
+from __future__ import annotations
+
+import math
+
+from trnsim.config import ChipConfig
+from trnsim.isa import TensorReduce
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.ragged import RaggedLayout, units
+from trnsim.kernels.row_pieces import PieceLayout
+from trnsim.kernels.row_plan import Spread
+from trnsim.kernels.rows_pieces import STORE_ROWS, _Red
+
+__all__ = ["lower_reduction_ragged"]
+
+FP32_MAX = 3.4028234663852886e38
+NEUTRAL = {"add": 0.0, "max": -FP32_MAX, "min": FP32_MAX}
+
+
+def lower_reduction_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str,
+                           rag: RaggedLayout) -> None:  # fmt: skip
+    """out = op(x, -1) over rows laid out as `rag` (module doc), this core's share."""
+    tx = b.tensors[x]
+    total = math.prod(tx.shape[:-1])
+    c, cores = b.part
+    rows = (total * c // cores, total * (c + 1) // cores)
+    if rows[0] >= rows[1]:
+        return
+    k = _Ragged(b, cfg, op, x, out, rag)
+    todo = units(tx.shape, rag, rows)
+    k.spread = Spread(k.shares(), len(todo) * rag.t)
+    per = max(1, min(k.P, STORE_ROWS // rag.g)) if len(tx.shape) <= 2 else 1
+    r0, batches = rows[0], []
+    for j0 in range(0, len(todo), per):  # a last unit of fewer rows: a batch of its own
+        batch = todo[j0 : j0 + per]
+        if len(batch) > 1 and batch[-1][1] < batch[0][1]:
+            batches += [batch[:-1], batch[-1:]]
+        else:
+            batches.append(batch)
+    for batch in batches:
+        for j, (unit, n) in enumerate(batch):
+            k.ragged_unit(j, unit, n)
+        # (`_Red.combine`'s units: an index of x's rows, or a row's flat index in segments)
+        k.combine([((unit[1],) if rag.t > 1 else unit[0], n) for unit, n in batch], r0)
+        r0 += sum(n for _, n in batch)
+    k.groups.done()
+
+
+class _Ragged(_Red):
+    """`_Red` over the remainder-column layout: tiles a segment's width, its loads and mask."""
+
+    def __init__(self, b, cfg, op, x, out, rag: RaggedLayout):
+        self.rag = rag
+        super().__init__(b, cfg, op, x, out, PieceLayout(rag.d, rag.f, rag.k, rag.g, rag.t))
+
+    def _next_load(self):
+        q = self.loads[self.nl]
+        self.nl += 1
+        return q
+
+    def ragged_unit(self, j: int, unit, rows: int) -> None:
+        """`_Red.unit` for a unit of the remainder-column layout."""
+        b, rag, P = self.b, self.rag, self.P
+        p = rows * rag.k
+        col = ap(self.parts(), slice(0, p), slice(j, j + 1))
+        segs = None
+        if rag.t > 1:
+            segs = ap(b.scratch_tile(f"rr.segs{j % 2}", "segs", (P, rag.t), self.f32))
+        for s in range(rag.t):
+            w = rag.width(s)
+            slot = self.nl % 6
+            t = b.scratch_tile(f"rr.x{slot}.{w}", "x", (P, w), self.xdt)
+            rag.load(b, self.x, unit, rows, s, t, self._next_load)
+            if s == rag.t - 1 and rag.r:
+                rag.mask(b, t, NEUTRAL[self.alu], p)
+            dst = col if segs is None else ap(segs.name, slice(0, p), slice(s, s + 1))
+            self.partial(ap(t, slice(0, p)), p, dst, w)
+        if segs is not None:
+            b.emit(TensorReduce, [segs], [col], alu=self.alu, src=segs, dst=col)
+
+    def partial(self, xa, p: int, dst, w: int | None = None) -> None:
+        """`_Red.partial` with a scratch of the tile's width."""
+        f = self.lay
+        if w is not None and w != f.f:
+            self.lay = PieceLayout(f.d, w, f.k, f.g, f.t)
+        try:
+            super().partial(xa, p, dst)
+        finally:
+            self.lay = f
