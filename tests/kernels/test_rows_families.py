@@ -56,14 +56,6 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
             "take the last 7 us; 78% (69% before)",
         )
     ),
-    ("layer_norm", "bfloat16", 512): "8 blocks a core, pipelined (`norms`): "
-    + BUSY.format(
-        "76%: 60.9 us, VectorE 52 us busy (its statistics' bn_stats and bn_aggr 33), "
-        "ScalarE 47 (a quarter of the row slots' statistics, TensorE's bias copied out), "
-        "GpSimd 46"
-    ),
-    ("layer_norm", "bfloat16", 4096): "eight blocks a core, pipelined (`norms`): "
-    + BUSY.format("77%: 60.3 us, ScalarE 52 us busy, VectorE 49, GpSimd 44 (from 10 us on)"),
 }
 
 

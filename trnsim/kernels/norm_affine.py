@@ -151,11 +151,12 @@ class PeBias:
         self.ps: list[str] = []  # taken at the first add (after `spread` released its own)
         self.turn = 0
 
-    def add(self, o: Ap, f: Ap, lo: int, w: int, p: int, span: int = 1) -> None:
+    def add(self, o: Ap, f: Ap, lo: int, w: int, p: int, span: int = 1, diag=None) -> None:
         """f = o + bias[lo:lo + w] (o, f: [p, w] views of SBUF tiles, the last index a range
         starting at 0), per PSUM bank: the matmul pair; then ScalarE's copy out, one for each
         `span` banks (a PSUM tile of `span` banks: fewer copies, each waiting on TensorE once,
-        as the attention kernels' scores read two banks at once)."""
+        as the attention kernels' scores read two banks at once). `diag`: a [p, p] stationary in
+        place of the identity (f = diag o + bias: a normalisation's diag(rstd))."""
         b = self.b
         if not self.ps:
             f32 = dtype("float32")
@@ -165,14 +166,16 @@ class PeBias:
             tile = self.ps[self.turn % PE_TILES]
             self.turn += 1
             for c0 in range(a0, a1, self.step):
-                self._pair(o, tile, lo, c0, min(a1, c0 + self.step), p, a0)
+                self._pair(o, tile, lo, c0, min(a1, c0 + self.step), p, a0, diag)
             acc, out = ap(tile, slice(0, p), slice(0, a1 - a0)), _cols(f, a0, a1)
             b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
 
-    def add_group(self, os_: list[Ap], f: Ap, lo: int, w: int, p: int, span: int) -> None:
+    def add_group(self, os_: list[Ap], f: Ap, lo: int, w: int, p: int, span: int,
+                  diags=None) -> None:  # fmt: skip
         """f = o + bias[lo:lo + w] for the [p, w] views `os_` (row slots; w dividing a bank's
         columns, len(os_) w at most `span` banks'), side by side in one PSUM tile (none across
-        a bank), one copy out into f ([p, len(os_), w])."""
+        a bank), one copy out into f ([p, len(os_), w]); `diags`: each view's stationary in
+        place of the identity (`add`)."""
         b = self.b
         if not self.ps:
             f32 = dtype("float32")
@@ -180,7 +183,7 @@ class PeBias:
         tile = self.ps[self.turn % PE_TILES]
         self.turn += 1
         for u, o in enumerate(os_):
-            self._pair(o, tile, lo, 0, w, p, -u * w)
+            self._pair(o, tile, lo, 0, w, p, -u * w, diags and diags[u])
         acc = ap(tile, slice(0, p), slice(0, len(os_) * w))
         b.emit(Activation, [acc], [f], func="copy", src=acc, dst=f)
 
@@ -192,7 +195,8 @@ class PeBias:
         s = lo // f
         return ap(segs[s], slice(0, p), slice(lo - s * f, hi - s * f))
 
-    def _pair(self, o: Ap, tile: str, lo: int, c0: int, c1: int, p: int, a0: int) -> None:
+    def _pair(self, o: Ap, tile: str, lo: int, c0: int, c1: int, p: int, a0: int,
+              diag=None) -> None:  # fmt: skip
         """The matmul pair of o's columns [c0, c1) into PSUM tile `tile` from column c0 - a0
         (one bank): the bias row's, then the values' (the identity times them)."""
         b = self.b
@@ -206,7 +210,7 @@ class PeBias:
                 ap(self.row, slice(None), slice(lo + c0, lo + c1)),
             )
         b.emit(Matmul, [one, row], [acc], stationary=one, moving=row, dst=acc)
-        part, ident = _cols(o, c0, c1), ap(self.ident, slice(0, p), slice(0, p))
+        part, ident = _cols(o, c0, c1), diag or ap(self.ident, slice(0, p), slice(0, p))
         b.emit(Matmul, [ident, part], [acc], stationary=ident, moving=part, dst=acc,
                accumulate=True)  # fmt: skip
 

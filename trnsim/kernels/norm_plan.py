@@ -18,6 +18,7 @@ from trnsim.isa import (
     BnAggr,
     BnStats,
     Engine,
+    ScalarTensorTensor,
     TensorScalar,
     TensorTensor,
 )
@@ -214,6 +215,9 @@ class _Costs:
         if key in self.cache:
             return self.cache[key]
         k, x, o = self.k, self.cols(self.x, 0, w), self.cols(self.o, 0, w)
+        if self.fused(bias):
+            self.cache[key] = ns = self._fused(w, norm, weight)
+            return ns
         if norm == S:
             t = self.slots(Activation, S, func="copy", src=x, dst=o, scale=self.col,
                            bias=self.col)  # fmt: skip
@@ -233,6 +237,27 @@ class _Costs:
                 TensorTensor, e, alu="add", src0=wt, src1=src1, dst=wt))  # fmt: skip
         self.cache[key] = ns
         return ns
+
+    def fused(self, bias: Engine) -> bool:
+        """Whether a lane biased on `bias` has its normalisation folded into the weight and
+        TensorE's bias (`NormStages.fused`)."""
+        k = self.k
+        return (getattr(k, "pe_rstd", False) and bool(k.out_pieces) and k.layer
+                and not k.pieces and k.weight is not None and bias == S)  # fmt: skip
+
+    def _fused(self, w: int, norm: Engine, weight: Engine) -> np.ndarray:
+        """A fused lane (`fused`): each row slot's diag(rstd) on `norm` (VectorE where the plan
+        says ScalarE: `NormStages.diagonals` picks VectorE or GpSimd), (x - mean) * weight by a
+        `scalar_tensor_tensor` on `weight`, TensorE's bias copied out by ScalarE."""
+        k, e = self.k, norm if norm != S else V
+        ident = ap(self.tile((k.P, k.P), k.odt))
+        diag = self.slots(TensorScalar, e, src=ident, dst=ident, op0="multiply",
+                          operand0=self.col)  # fmt: skip
+        x, wt = self.cols(self.x, 0, min(w, k.most)), self.cols(self.o, 0, min(w, k.most))
+        stt = len(runs(w, k.most)) * self.slots(
+            ScalarTensorTensor, weight, data=x, op0="subtract", operand0=self.col,
+            op1="multiply", operand1=wt, dst=wt)  # fmt: skip
+        return self.on(e, diag) + self.on(weight, stt) + self.pe(w)
 
     def pe(self, w: int) -> np.ndarray:
         """The bias of a lane of w columns added by TensorE, copied out by ScalarE."""

@@ -14,6 +14,7 @@ from trnsim.isa import (
     BnStats,
     DmaCopy,
     Memset,
+    ScalarTensorTensor,
     TensorCopy,
     TensorScalar,
     TensorTensor,
@@ -101,6 +102,7 @@ class NormStages:
         self.pe_step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
         self.pslots = 1  # row slots of an output piece (`piece`)
         self.pe_span = 1  # PSUM banks of TensorE's bias tiles (`PeBias.add`)
+        self.pe_rstd = False  # pipelined with TensorE's bias: rstd applied by it (`fused`)
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
@@ -391,6 +393,9 @@ class NormStages:
                 ms = self.col("ms", n, p)
                 self.alu(ms, total, ("multiply", 1.0 / min(self.pieces.k, self.P)))
             self.alu(rs, ms, ("add", self.eps), ("pow", -0.5))
+        if self.fused:  # rstd on TensorE's diagonal, the rest with the weight (`third`)
+            self.diagonals(n, p)
+            return
         if self.centred:  # (no -mean * rstd: `normalized`)
             pass
         elif self.layer and self.halves and self.per > 1 and not self.pieces:  # (-mean) * rstd
@@ -402,6 +407,23 @@ class NormStages:
             for i in range(len(self.lanes)):
                 for j in range(self.per):
                     self.normalized(n, p, i, j)
+
+    def diagonals(self, n: int, p: int) -> None:
+        """Block n's diag(rstd) of each row slot ([p, p], the output's dtype: `diagonal`), the
+        identity times the slot's rstd, on VectorE or GpSimd as the list schedule finds
+        either free."""
+        ident = ap(self.pe.ident, slice(0, p), slice(0, p))
+        for j in range(self.per):
+            dj, rj = self.diagonal(n, p, j), self.col("rs", n, p, j)
+            ops = [(TensorScalar, [ident, rj], [dj], dict(src=ident, dst=dj, op0="multiply",
+                                                          operand0=rj, engine=e))
+                   for e in (V, G)]  # fmt: skip
+            self.b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+
+    def diagonal(self, n: int, p: int, j: int):
+        """Block n's row slot j's diag(rstd) ([p, p]: TensorE's stationary, `fused`)."""
+        t = self.tile("dg", n, (self.P, self.tper, self.P), self.odt)
+        return ap(t, slice(0, p), j, slice(0, p))
 
     def normalized(self, n: int, p: int, i: int, j: int) -> None:
         """Lane i of row slot j: x * rstd + (-mean * rstd) (rms_norm: x * rstd), the same
@@ -506,6 +528,10 @@ class NormStages:
                     if self.pslots > 1:  # (along the piece's row slots)
                         t = t._replace(bcast=((1, g),))
                     es = [e] + [y for y in (V, G) if self.flex and y != e]
+                    if self.fused and alu == "multiply":  # (x - mean) * weight, slot by slot
+                        self._centred_weight(n, p, i, j, g, lo, hi, o, es)
+                        src = o
+                        continue
                     ops = [(TensorTensor, [src, t], [o], dict(alu=alu, src0=src, src1=t,
                                                               dst=o, engine=x))
                            for x in es]  # fmt: skip
@@ -513,6 +539,34 @@ class NormStages:
                     src = o
                 if not self.pe_lane(lane):
                     self.store_unit(n, index, p, i, j, g, lo, hi, o)
+
+    def _centred_weight(self, n: int, p: int, i: int, j: int, g: int, lo: int, hi: int, o,
+                        es) -> None:  # fmt: skip
+        """Output piece o = (x - mean) * weight over row slots [j, j + g), lane i's columns
+        [lo, hi): a `scalar_tensor_tensor` a slot (its scalar a column: one slot), on the
+        engines `es` (the list schedule's pick)."""
+        lane = self.lanes[i]
+        w = ap(self.rows[self.weight], slice(0, p), slice(lane.lo + lo, lane.lo + hi))
+        for u in range(g):
+            xs = self.lane_tile("x", n, i, p, j + u, (lo, hi))
+            ou = o if self.pslots == 1 else ap(o.name, slice(0, p), u, slice(0, hi - lo))
+            m = self.agg(n, p, 0, j + u)
+            ops = [(ScalarTensorTensor, [xs, m, w], [ou], dict(
+                data=xs, op0="subtract", operand0=m, op1="multiply", operand1=w, dst=ou,
+                engine=x)) for x in es]  # fmt: skip
+            self.b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+
+    @property
+    def fused(self) -> bool:
+        """Whether the normalisation is folded into the other passes (`pe_rstd`: a pipelined
+        layer_norm of rows that fit with a weight and TensorE's bias in every block): (x - mean)
+        * weight by one `scalar_tensor_tensor` (N cycles on VectorE for bf16), then TensorE's
+        diag(rstd) times it (the stationary, in place of the identity) and the bias row
+        accumulate in PSUM, ScalarE copying out: no normalisation pass."""
+        return (self.pe_rstd and bool(self.out_pieces) and self.layer and not self.pieces
+                and self.weight is not None
+                and all(self.pe_lane(lane) for ls in (self.block_lanes or [self.lanes])
+                        for lane in ls))  # fmt: skip
 
     @property
     def centred(self) -> bool:
@@ -606,11 +660,13 @@ class NormStages:
             if self.out_pieces and self.pe_lane(lane):
                 for j, g, lo, hi in self.units(i):
                     o, f = (self.piece(k, n, i, j, lo, hi, p, g) for k in "pf")
+                    ds = [self.diagonal(n, p, j + u) for u in range(g)] if self.fused else None
                     if self.pslots == 1:
-                        self.pe.add(o, f, lane.lo + lo, hi - lo, p, self.pe_span)
+                        self.pe.add(o, f, lane.lo + lo, hi - lo, p, self.pe_span,
+                                    ds and ds[0])  # fmt: skip
                     else:  # a bank a row slot, one copy out
                         os_ = [ap(o.name, slice(0, p), u, slice(0, hi - lo)) for u in range(g)]
-                        self.pe.add_group(os_, f, lane.lo + lo, hi - lo, p, self.pe_span)
+                        self.pe.add_group(os_, f, lane.lo + lo, hi - lo, p, self.pe_span, ds)
                     self.store_unit(n, index, p, i, j, g, lo, hi, f)
             elif self.pe_lane(lane) and self.pe.group > 1 and lane.hi - lane.lo == self.d:
                 for j in range(0, self.per, self.pe.group):  # `group` row slots at a time

@@ -23,9 +23,10 @@ __all__ = ["engine_bound_ns", "passes"]
 V, S, G, T = "vector", "scalar", "gpsimd", "tensor"
 
 
-def passes(cfg: ChipConfig, op: str, d: int, itemsize: int, per_row: bool) -> list[dict]:
+def passes(cfg: ChipConfig, op: str, d: int, itemsize: int, per_row: bool) -> list:
     """The passes over one row of d elements of `itemsize` bytes, each {engine: cycles} of
-    that engine's clock (the options it can go to); `per_row`: passes with a per-row operand
+    that engine's clock (the options it can go to), or a list of such options each of which may
+    take cycles of several engines; `per_row`: passes with a per-row operand
     go one instruction a row (short rows packed several to a partition), else one for many
     rows (rows in pieces over the partitions: per-partition operands)."""
     c = cfg.core
@@ -59,7 +60,20 @@ def passes(cfg: ChipConfig, op: str, d: int, itemsize: int, per_row: bool) -> li
             return [stats, scale, {V: tt_v, G: 2 * d}]
         # layer_norm's weight and bias on VectorE one cycle an element also in fp32 (one input
         # in PSUM: `norms.psum_affine`); the bias also by TensorE, ScalarE copying out
-        return [stats, scale, {V: d, G: 2 * d}, {V: d, G: 2 * d, S: d if half else 1e18}]
+        weight, bias = {V: d, G: 2 * d}, {V: d, G: 2 * d, S: d if half else 1e18}
+        if not (half and per_row):
+            return [stats, scale, weight, bias]
+        # 16-bit rows that fit: the normalisation may fold into the weight and TensorE's bias
+        # (`norm_stages.NormStages.fused`): (x - mean) * weight one scalar_tensor_tensor (the
+        # weight's cost), TensorE's stationary diag(rstd) (the identity times rstd, [P, P]:
+        # VectorE or GpSimd, a row) and the bias row into PSUM, ScalarE copying out. So the
+        # normalisation and the bias are one pass whose options are pairs of their engines, or
+        # that
+        P = c.sbuf.partitions
+        pairs = [{e: scale[e]} | {a: bias[a] + (scale[e] if a == e else 0.0)} for e in scale
+                 for a in bias]  # fmt: skip
+        fused = [{V: max(vmin, P / fast_ts), S: d}, {G: max(gmin, P), S: d}]
+        return [stats, weight, pairs + fused]
     if op == "cross_entropy":  # softmax's passes but the scale: max, exp, its sum
         return [
             {V: d / 2 if half else d, S: row(d, smin) + (red if per_row else 0.0)},
@@ -91,10 +105,8 @@ def engine_bound_ns(cfg: ChipConfig, op: str, d: int, itemsize: int, rows: int,
     rows_per_partition = rows / c.sbuf.partitions
     options = []
     for p in passes(cfg, op, d, itemsize, per_row):
-        engines = list(p)
-        shares = [s for s in itertools.product(range(steps + 1), repeat=len(engines))
-                  if sum(s) == steps]  # fmt: skip
-        options.append([{e: p[e] * k / steps for e, k in zip(engines, s)} for s in shares])
+        opts = p if isinstance(p, list) else [{e: cycles} for e, cycles in p.items()]
+        options.append([_shared(opts, s, steps) for s in _compositions(steps, len(opts))])
     best = float("inf")
     for choice in itertools.product(*options):
         busy = {e: 0.0 for e in clock}
@@ -103,3 +115,22 @@ def engine_bound_ns(cfg: ChipConfig, op: str, d: int, itemsize: int, rows: int,
                 busy[e] += cycles / clock[e]
         best = min(best, max(busy.values()))
     return best * rows_per_partition * 1e9
+
+
+def _shared(opts: list[dict], shares: tuple, steps: int) -> dict:
+    """{engine: cycles} of a pass whose option i takes shares[i] / steps of the rows."""
+    out: dict = {}
+    for o, k in zip(opts, shares):
+        for e, cycles in o.items():
+            out[e] = out.get(e, 0.0) + cycles * k / steps
+    return out
+
+
+def _compositions(total: int, n: int):
+    """Every n-tuple of non-negative integers summing to `total`, in lexicographic order."""
+    if n == 1:
+        yield (total,)
+        return
+    for k in range(total + 1):
+        for rest in _compositions(total - k, n - 1):
+            yield (k, *rest)

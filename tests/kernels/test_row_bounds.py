@@ -1,0 +1,41 @@
+"""The row ops' engine-throughput bound (`kernels.row_bounds`): layer_norm's 16-bit rows that fit
+may fold the normalisation into the weight and TensorE's bias (`NormStages.fused`), which the
+bound counts, worked by hand here."""
+
+from __future__ import annotations
+
+import pytest
+
+from trnsim.config import load_chip
+from trnsim.kernels import row_bounds
+from trnsim.kernels.row_bounds import engine_bound_ns
+
+
+def test_layer_norm_bf16_bound_counts_the_folded_normalisation():
+    """bf16 rows of 512, 64 a partition (16 MiB over two cores): statistics 3/4 on VectorE and
+    1/4 on ScalarE (2 (512 + 64) cycles a row at 1.2 GHz: 240 ns), the weight 1/4 on VectorE
+    and 3/4 on GpSimd (1024 cycles: 640 ns), every row folded: ScalarE copies TensorE's sums
+    out (512 cycles: 426.7 ns), the diagonals 3/4 VectorE (64 cycles at 0.96 GHz: 50 ns) and
+    1/4 GpSimd (128 cycles: 26.7 ns). ScalarE and GpSimd 666.7 ns a row, VectorE 633.3."""
+    cfg = load_chip("trn2")
+    got = engine_bound_ns(cfg, "layer_norm", 512, 2, 8192, True)
+    assert got == pytest.approx(64 * (1152 / 4 + 512) / 1.2, rel=1e-9)
+
+
+def test_the_fold_only_tightens_the_bound(monkeypatch):
+    """Without the folded options, the pairs of the normalisation's and the bias' engines give
+    the bound the two passes gave apart (45.87 us for bf16 rows of 512); fp32 rows, which have
+    no fold (their bias not on TensorE), keep theirs."""
+    cfg = load_chip("trn2")
+    folded = engine_bound_ns(cfg, "layer_norm", 512, 2, 8192, True)
+    fp32 = engine_bound_ns(cfg, "layer_norm", 512, 4, 4096, True)
+    passes = row_bounds.passes
+
+    def unfolded(*a):
+        out = passes(*a)
+        return out[:-1] + [out[-1][:-2]] if isinstance(out[-1], list) else out
+
+    monkeypatch.setattr(row_bounds, "passes", unfolded)
+    apart = engine_bound_ns(cfg, "layer_norm", 512, 2, 8192, True)
+    assert folded < apart == pytest.approx(45_866.7, abs=0.1)
+    assert engine_bound_ns(cfg, "layer_norm", 512, 4, 4096, True) == fp32
