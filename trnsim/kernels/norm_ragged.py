@@ -40,7 +40,7 @@ from trnsim.isa import (
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
-from trnsim.kernels.ragged import RaggedLayout, ragged_layout, units
+from trnsim.kernels.ragged import RaggedLayout, Small, ragged_layout, units
 from trnsim.kernels.row_pieces import Groups
 
 __all__ = ["lower_norm_ragged"]
@@ -50,6 +50,7 @@ PIECE_BYTES = 4096  # a tile's columns' bytes a partition at most (512 KiB tiles
 # fp32 layer_norm [129, 65537] 422 -> 316 us, but [8, 50257] 26 -> 39)
 SHARE = 0.6  # what the units' buffers, the weight and the bias may take of a partition
 BUFS = 4  # units resident at most
+LAG = (1, 2)  # the row statistics' and the output's stages emitted this many units behind
 
 
 def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, weight,
@@ -74,12 +75,14 @@ def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: s
     if not todo:
         return
     k.affine()
-    lag = 1 if bufs > 1 else 0
-    for n in range(len(todo) + lag):
-        if n < len(todo):
-            k.first(n, *todo[n])
-        if n >= lag:
-            k.second(n - lag, *todo[n - lag])
+    # three stages, up to LAG units apart as the buffers allow, the latest unit's last (each
+    # engine's queue then holds the work whose inputs are ready soonest first, none waiting on
+    # another engine's part of a unit just loaded)
+    lags = (0, min(LAG[0], bufs - 1), min(LAG[1], bufs - 1))
+    for n in range(len(todo) + lags[-1]):
+        for stage, late in reversed(tuple(zip((k.first, k.stats, k.second), lags))):
+            if 0 <= n - late < len(todo) and (late or n < len(todo)):
+                stage(n - late, *todo[n - late])
     k.groups.done()
 
 
@@ -97,6 +100,9 @@ class _Norm:
         self.groups = Groups(b, cfg, rag.k)
         qs, q = Queues(cfg), dma_queues(cfg, rag.f * self.xdt.itemsize)
         self.loads, self.stores = qs.loads().take(max(2, q)), qs.stores().take(max(2, q))
+        self.affine_loads = qs.loads(1 / 2, 3 / 4)  # (the weight's and bias', once, beside x's)
+        self.na = 0
+        self.small = Small(cfg)
         self.nl = self.ns = 0
         self.rows: dict[str, list[str]] = {}  # the weight's and bias' tiles, a segment each
         self.xs: dict[int, list[str]] = {}  # each unit's x tiles, a segment each
@@ -105,6 +111,11 @@ class _Norm:
     def _load_q(self):
         q = self.loads[self.nl]
         self.nl += 1
+        return q
+
+    def _affine_q(self):
+        q = self.affine_loads[self.na]
+        self.na += 1
         return q
 
     def _store_q(self):
@@ -135,11 +146,11 @@ class _Norm:
                 for j in range(rag.g):
                     src = ap(v, slice(rag.k * lo, rag.k * hi))
                     dst = ap(t, slice(j * rag.k, (j + 1) * rag.k), slice(0, w))
-                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self._load_q())
+                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self._affine_q())
                     if s == rag.t - 1 and rag.r:
                         src = ap(v, slice(rag.k * rag.m, rag.d))
                         dst = ap(t, slice(j * rag.k, j * rag.k + rag.r), slice(w, w + 1))
-                        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self._load_q())
+                        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self._affine_q())
                 tiles.append(t)
             self.rows[v] = tiles
 
@@ -151,7 +162,7 @@ class _Norm:
         xs = []
         for s in range(rag.t):
             t = self.tile("x", n, s, self.xdt)
-            rag.load(b, self.x, unit, rows, s, t, self._load_q)
+            rag.load(b, self.x, unit, rows, s, t, self._load_q, self.small.load)
             xs.append(t)
         nx = ap(self.col("nx", n), slice(0, p))  # -x0 (layer_norm)
         if self.layer:
@@ -202,8 +213,8 @@ class _Norm:
                                 dtype("bfloat16"))  # fmt: skip
         return ap(t, slice(0, p), slice(0, self.rag.main(s)))
 
-    def second(self, n: int, unit, rows: int) -> None:
-        """The rows' statistics over their partitions, the output passes, the stores."""
+    def stats(self, n: int, unit, rows: int) -> None:
+        """The rows' statistics over their partitions: rstd, and layer_norm's mean."""
         b, rag = self.b, self.rag
         p = rows * rag.k
         a1 = ap(self.col("a1", n, self.cols), slice(0, p))
@@ -236,12 +247,17 @@ class _Norm:
             b.emit(TensorScalar, [s2], [rs], src=s2, dst=rs, op0="multiply",
                    operand0=1.0 / rag.d, op1="add", operand1=self.eps)  # fmt: skip
             b.emit(TensorScalar, [rs], [rs], src=rs, dst=rs, op0="pow", operand0=-0.5)
-            mean = None
+
+    def second(self, n: int, unit, rows: int) -> None:
+        """The output passes, the stores."""
+        b, p = self.b, rows * self.rag.k
+        rs = ap(self.col("rs", n), slice(0, p))
+        mean = ap(self.col("mean", n), slice(0, p)) if self.layer else None
         for s, t in enumerate(self.xs.pop(n)):
             xa = ap(t, slice(0, p))
             o = xa if self.odt == self.xdt else ap(self.tile("o", n, s, self.odt), slice(0, p))
             self.finish(xa, o, s, p, mean, rs)
-            self.rag.store(b, self.out, unit, rows, s, o.name, self._store_q)
+            self.rag.store(b, self.out, unit, rows, s, o.name, self._store_q, self.small.store)
 
     def finish(self, xa, o, s: int, p: int, mean, rs) -> None:
         """o = (x - mean) * rstd * w + b (rms_norm: x * rstd * w), in two passes at most."""
@@ -260,9 +276,12 @@ class _Norm:
         if w is None:
             b.emit(TensorScalar, [xa, mean, rs], [o], src=xa, dst=o, op0="subtract",
                    operand0=mean, op1="multiply", operand1=rs)  # fmt: skip
-        else:
-            b.emit(ScalarTensorTensor, [xa, mean, w], [o], data=xa, op0="subtract",
-                   operand0=mean, op1="multiply", operand1=w, dst=o)  # fmt: skip
+        else:  # (main columns apart from the remainder column: an even count runs at N)
+            main, width = self.rag.main(s), self.rag.width(s)
+            for lo, hi in ((0, main), (main, width)) if main < width else ((0, width),):
+                xc, wc, oc = (ap(a.name, slice(0, p), slice(lo, hi)) for a in (xa, w, o))
+                b.emit(ScalarTensorTensor, [xc, mean, wc], [oc], data=xc, op0="subtract",
+                       operand0=mean, op1="multiply", operand1=wc, dst=oc)  # fmt: skip
             if bias is None:
                 b.emit(TensorScalar, [o, rs], [o], src=o, dst=o, op0="multiply", operand0=rs,
                        engine=G)  # fmt: skip

@@ -26,9 +26,10 @@ from trnsim.dtypes import dtype
 from trnsim.isa import AffineSelect, DmaCopy, Engine, Memset, Select, TensorReduce
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
+from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import _unravel
 
-__all__ = ["RaggedLayout", "ragged_layout", "units"]
+__all__ = ["RaggedLayout", "ragged_layout", "units", "Small"]
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,12 @@ class RaggedLayout:
             src = ap(name, *_unravel(unit[1] + j, shape), slice(self.k * self.m, self.d))
             yield src, slice(j * self.k, j * self.k + self.r)
 
-    def load(self, b: KernelBuilder, x: str, unit, n: int, s: int, tile: str, queues) -> None:
+    def load(self, b: KernelBuilder, x: str, unit, n: int, s: int, tile: str, queues,
+             small=None) -> None:  # fmt: skip
         """Segment s of the n rows of `unit` ((index, first flattened row)) of x into `tile`
         ([P, width(s)]): the main columns (one DMA), each row's remainder (one DMA each), on
-        `queues` (a callable giving the next queue)."""
+        `queues` (a callable giving the next queue; the remainders on `small`'s, if given: a
+        transfer of a few elements is its setup, which queues of their own overlap)."""
         lo, hi = self.cols(s)
         w = hi - lo
         src = self._hbm(b, x, unit, self.k * lo, self.k * hi)
@@ -96,11 +99,12 @@ class RaggedLayout:
         if s == self.t - 1 and self.r:
             for src, parts in self._rows(b, x, unit, n):
                 dst = ap(tile, parts, slice(w, w + 1))
-                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queues())
+                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=(small or queues)())
 
-    def store(self, b: KernelBuilder, out: str, unit, n: int, s: int, tile: str, queues) -> None:
+    def store(self, b: KernelBuilder, out: str, unit, n: int, s: int, tile: str, queues,
+              small=None) -> None:  # fmt: skip
         """Segment s of `tile` to the n rows of `unit` of out: the main columns and each row's
-        remainder."""
+        remainder (on `small`'s queues, if given: `load`)."""
         lo, hi = self.cols(s)
         w = hi - lo
         src = ap(tile, slice(0, n * self.k), slice(0, w))
@@ -109,7 +113,7 @@ class RaggedLayout:
         if s == self.t - 1 and self.r:
             for hbm, parts in self._rows(b, out, unit, n):
                 src = ap(tile, parts, slice(w, w + 1))
-                b.emit(DmaCopy, [src], [hbm], src=src, dst=hbm, queue=queues())
+                b.emit(DmaCopy, [src], [hbm], src=src, dst=hbm, queue=(small or queues)())
 
     def mask(self, b: KernelBuilder, tile: str, value: float, p: int, dst=None) -> None:
         """The remainder column of the last segment's `tile` (its first p partitions) with
@@ -157,16 +161,15 @@ class RaggedLayout:
 
 def ragged_layout(d: int, most: int, partitions: int = 128) -> RaggedLayout:
     """Rows of d elements (not a multiple of `partitions`) over the fewest partitions k (a
-    power of two) whose columns, the remainder's with them, are at most `most`; past
-    `partitions`, in the fewest segments that fit (module doc)."""
+    power of two) whose main columns are at most `most` (the remainder column one more: the
+    multiple of 128 next to d then has the same k); past `partitions`, in the fewest segments
+    that fit (module doc)."""
     k = 1
-    while k < partitions and d // k + 1 > most:
+    while k < partitions and d // k > most:
         k *= 2
-    if d // k + 1 <= most:
+    if d // k <= most:
         return RaggedLayout(d, 1, k, partitions)
-    t = max(1, -(-(d // partitions + 1) // most))
-    while RaggedLayout(d, t, partitions, partitions).f > most:
-        t += 1
+    t = -(-(d // partitions) // most)
     return RaggedLayout(d, t, partitions, partitions)
 
 
@@ -177,3 +180,21 @@ def units(shape, lay: RaggedLayout, rows: tuple[int, int]) -> list[tuple[tuple, 
         out.append(((index, r), n))
         r += n
     return out
+
+
+class Small:
+    """The remainders' queues (`RaggedLayout.load`, `store`): the last quarter of the load and
+    of the store queues, each stream taken in turn (a callable each)."""
+
+    def __init__(self, cfg):
+        qs = Queues(cfg)
+        self._loads, self._stores = qs.loads(3 / 4, 1), qs.stores(1 / 2, 1)
+        self.nl = self.ns = 0
+
+    def load(self) -> int:
+        self.nl += 1
+        return self._loads[self.nl - 1]
+
+    def store(self) -> int:
+        self.ns += 1
+        return self._stores[self.ns - 1]

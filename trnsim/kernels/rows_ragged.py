@@ -13,7 +13,7 @@ import math
 from trnsim.config import ChipConfig
 from trnsim.isa import TensorReduce
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.ragged import RaggedLayout, units
+from trnsim.kernels.ragged import RaggedLayout, Small, units
 from trnsim.kernels.row_pieces import PieceLayout
 from trnsim.kernels.row_plan import Spread
 from trnsim.kernels.rows_pieces import STORE_ROWS, _Red
@@ -59,6 +59,7 @@ class _Ragged(_Red):
     def __init__(self, b, cfg, op, x, out, rag: RaggedLayout):
         self.rag = rag
         super().__init__(b, cfg, op, x, out, PieceLayout(rag.d, rag.f, rag.k, rag.g, rag.t))
+        self.small = Small(cfg)
 
     def _next_load(self):
         q = self.loads[self.nl]
@@ -77,7 +78,7 @@ class _Ragged(_Red):
             w = rag.width(s)
             slot = self.nl % 6
             t = b.scratch_tile(f"rr.x{slot}.{w}", "x", (P, w), self.xdt)
-            rag.load(b, self.x, unit, rows, s, t, self._next_load)
+            rag.load(b, self.x, unit, rows, s, t, self._next_load, self.small.load)
             if s == rag.t - 1 and rag.r:
                 rag.mask(b, t, NEUTRAL[self.alu], p)
             dst = col if segs is None else ap(segs.name, slice(0, p), slice(s, s + 1))

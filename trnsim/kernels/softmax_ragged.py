@@ -10,7 +10,7 @@ from __future__ import annotations
 from trnsim.config import ChipConfig
 from trnsim.isa import Activation
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.ragged import RaggedLayout, units
+from trnsim.kernels.ragged import RaggedLayout, Small, units
 from trnsim.kernels.row_pieces import PieceLayout
 from trnsim.kernels.softmax_pieces import _Pieces, staged
 
@@ -36,6 +36,7 @@ class _Ragged(_Pieces):
         self.rag = rag
         lay = PieceLayout(rag.d, rag.f, rag.k, rag.g, rag.t)
         super().__init__(b, cfg, x, out, lay, log, room)
+        self.small = Small(cfg)
 
     def xtile(self, n: int, s: int, p: int):
         shape = (self.P, self.rag.width(s))
@@ -49,7 +50,9 @@ class _Ragged(_Pieces):
 
     def load(self, n: int, s: int, unit: tuple, p: int):
         xa = self.xtile(n, s, p)
-        self.rag.load(self.b, self.x, unit, p // self.rag.k, s, xa.name, self._next_load)
+        self.rag.load(
+            self.b, self.x, unit, p // self.rag.k, s, xa.name, self._next_load, self.small.load
+        )
         if s == self.rag.t - 1 and self.rag.r:
             self.rag.mask(self.b, xa.name, LOWEST, p)
         return xa
@@ -66,7 +69,7 @@ class _Ragged(_Pieces):
 
     def store(self, o, unit: tuple, s: int) -> None:
         n = o.index[0][1] // self.rag.k  # (o: the first p partitions of a tile)
-        self.rag.store(self.b, self.out, unit, n, s, o.name, self._next_store)
+        self.rag.store(self.b, self.out, unit, n, s, o.name, self._next_store, self.small.store)
 
     def exps(self, n: int, s: int, xa, p: int) -> None:
         """`_Pieces.exps` with a scratch of the segment's width."""
