@@ -350,7 +350,10 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
             k.srows = srows
         blocks, k.block_per = _taper(blocks, k.per, TAPER_S if k.srows else TAPER)
         room -= OUT_BUFS * k.per * d * to.dtype.itemsize  # (the pieces' tiles)
-    k.bufs, k.blocks = max(1, min(k.bufs_most, room // (k.per * base))), len(blocks)
+    # (a folded normalisation's diag(rstd) stationaries, a row slot's [P, P] each, rotate
+    # with the buffers: `NormStages.diagonal`)
+    dg = k.per * k.P * to.dtype.itemsize if k.pe_rstd and k.out_pieces else 0
+    k.bufs, k.blocks = max(1, min(k.bufs_most, room // (k.per * base + dg))), len(blocks)
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
     k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
     if k.out_pieces:  # (a store a piece: small, so on as many queues as they need)
