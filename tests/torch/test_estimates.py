@@ -157,9 +157,10 @@ def test_inference_batch_norm_is_modelled_though_its_saved_statistics_are_empty(
 
 
 def test_rows_of_gpt2_vocabulary_are_lowered_not_estimated():
-    """softmax, log_softmax, layer_norm and cross_entropy over rows of 50257 (GPT-2's
-    vocabulary: past a partition and not a multiple of 128, `kernels.ragged`) are simulated, not
-    refused to a roofline estimate; their values are CPU's."""
+    """softmax, log_softmax, layer_norm, cross_entropy, argmax and sum over rows of 50257
+    (GPT-2's vocabulary: past a partition and not a multiple of 128, `kernels.ragged`) are
+    simulated, not refused to a roofline estimate (softmax, log_softmax and argmax were); their
+    values are CPU's."""
     from torch.nn import functional as F
 
     torch.manual_seed(0)
@@ -171,6 +172,8 @@ def test_rows_of_gpt2_vocabulary_are_lowered_not_estimated():
         "_log_softmax": lambda x, w, b, t: torch.log_softmax(x, -1),
         "native_layer_norm": lambda x, w, b, t: F.layer_norm(x, (50257,), w, b),
         "nll_loss_forward": lambda x, w, b, t: F.cross_entropy(x, t),
+        "argmax": lambda x, w, b, t: torch.argmax(x, -1),
+        "sum": lambda x, w, b, t: x.sum(-1),
     }
     on = [v.to("neuron") for v in (x, w, b, target)]
     for name, f in calls.items():

@@ -32,6 +32,7 @@ from trnsim.isa import (
     Transpose,
 )
 from trnsim.kernels.argmax_chunks import chunk, lower_argmax_chunks, piece_layout
+from trnsim.kernels.argmax_ragged import lower_argmax_ragged
 from trnsim.kernels.argmax_rows import ROW_ELEMENTS, lower_argmax_rows
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
@@ -82,12 +83,9 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
         if lay is not None:
             lower_argmax_chunks(b, cfg, x, out, share, lay)
             return
-    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:
-        raise TraceError(
-            f"argmax: rows of {d} elements do not fit a partition's SBUF or one VectorE "
-            f"instruction ({cfg.core.vector.dve_max_free_elements} elements), nor pieces over "
-            f"the {P} partitions (a multiple of {P}); not lowered yet"
-        )
+    if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:  # with a remainder column
+        lower_argmax_ragged(b, cfg, x, out, share)
+        return
     on_scalar = cfg.core.scalar.reduce_max
     qs = Queues(cfg)
     loads, stores = qs.loads(0, 1 / 2), qs.stores(0, 1 / 2)
