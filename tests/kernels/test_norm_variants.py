@@ -3,14 +3,15 @@ chosen the same way whatever the logical core's size, so LNC 1 and LNC 2 give th
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from tests.kernels.helpers import checked_layer_norm
-from tests.kernels.test_op_report import run_ops
+from tests.kernels.test_op_report import ops_program, run_ops
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
-from trnsim.kernels import norms
+from trnsim.kernels import lower_cores, norms
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.trace.program import TensorSpec
 
@@ -154,3 +155,53 @@ def test_no_variant_over_the_core_semaphores():
     )
     (row,) = r.summary["ops"]
     assert row["time_ns"] >= row["roofline_ns"]
+
+
+def test_segment_sums_values(monkeypatch, tmp_path):
+    """bf16 rows of 2^20 with their statistics as sums (`norms.SEG_SUMS`, `norm_sums`): at mean
+    0 SEG_AFFINE's values bit for bit; at mean 100 (x - x0 exact, the mean's square not
+    subtracted) within numpy's float64 layer_norm as closely as SEG_AFFINE (--check holds for
+    both); no bn_stats, and ScalarE's statistics one square a segment."""
+    bf, shape = dtype("bfloat16"), (2, 1 << 20)
+    rng = np.random.default_rng(3)
+    arrays = {"w": rng.standard_normal(shape[-1]), "b": rng.standard_normal(shape[-1])}
+    errs = {}
+    for mean in (0.0, 100.0):
+        arrays["x"] = rng.standard_normal(shape) + mean
+        specs = {"out": TensorSpec("out", shape, bf, None)}
+        for name, a in arrays.items():
+            np.save(tmp_path / f"{name}.npy", a.astype(ml_dtypes.bfloat16))
+            specs[name] = TensorSpec(name, a.shape, bf, ("file", str(tmp_path / f"{name}.npy")))
+        x, w, b = (arrays[n].astype(ml_dtypes.bfloat16).astype(np.float64) for n in "xwb")
+        ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
+        out = {}
+        for v in ("SEG_AFFINE", "SEG_SUMS"):
+            monkeypatch.setattr(norms, "VARIANTS", (getattr(norms, v),))
+            norms._CHOSEN.clear()
+            out[v] = np.asarray(checked_layer_norm(specs, 2), np.float64)
+            errs[mean, v] = np.abs(out[v] - ref).max()
+        if mean == 0.0:
+            assert np.array_equal(out["SEG_AFFINE"], out["SEG_SUMS"])
+    norms._CHOSEN.clear()
+    assert errs[100.0, "SEG_SUMS"] <= errs[100.0, "SEG_AFFINE"]
+
+
+def test_segment_sums_instructions(monkeypatch):
+    """`norm_sums`' statistics of a core's rows of 2^20 (bf16, 4 segments a row, 2 rows a core
+    at LNC 2): TensorE sums each segment's 4 banks of 512 columns, ScalarE squares each segment
+    once, VectorE runs no bn_stats."""
+    monkeypatch.setattr(norms, "VARIANTS", (norms.SEG_SUMS,))
+    norms._CHOSEN.clear()
+    shape = (4, 1 << 20)
+    prog, cfg = ops_program({"x": (shape, "bfloat16"), "out": (shape, "bfloat16"),
+                             "w": (shape[-1:], "bfloat16"), "b": (shape[-1:], "bfloat16")},
+                            [("layer_norm", {"x": "x", "out": "out", "weight": "w", "bias": "b"})],
+                            lnc=2)  # fmt: skip
+    (core, *_) = lower_cores(prog.kernels["k"].ops, prog.tensors, cfg, 2)
+    norms._CHOSEN.clear()
+    ops = [type(i).__name__ for i in core.instructions]
+    squares = [i for i in core.instructions if getattr(i, "func", None) == "square"]
+    sums = [i for i in core.instructions
+            if type(i).__name__ == "Matmul" and "ones" in i.stationary.name]  # fmt: skip
+    assert "BnStats" not in ops
+    assert len(squares) == 2 * 4 and len(sums) == 2 * 4 * 4

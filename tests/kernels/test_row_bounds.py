@@ -39,3 +39,25 @@ def test_the_fold_only_tightens_the_bound(monkeypatch):
     apart = engine_bound_ns(cfg, "layer_norm", 512, 2, 8192, True)
     assert folded < apart == pytest.approx(45_866.7, abs=0.1)
     assert engine_bound_ns(cfg, "layer_norm", 512, 4, 4096, True) == fp32
+
+
+def test_layer_norm_16_bit_rows_in_pieces_count_the_sums(monkeypatch):
+    """16-bit rows in pieces may take their statistics as TensorE's sums of x and ScalarE's of
+    (x - x0)^2 (`norm_sums`): ScalarE's option one activation a column and its reduction (2^20
+    + 64 cycles a row), not two; fp32 rows and rows that fit keep the two. The bound of bf16
+    rows of 2^20 (4 a core) only tightens so."""
+    cfg, d = load_chip("trn2"), 1 << 20
+    red = cfg.core.scalar.reduce_cycles
+    assert row_bounds.passes(cfg, "layer_norm", d, 2, False)[0]["scalar"] == d + red
+    assert row_bounds.passes(cfg, "layer_norm", d, 4, False)[0]["scalar"] == 2 * (d + red)
+    assert row_bounds.passes(cfg, "layer_norm", 512, 2, True)[0]["scalar"] == 2 * (512 + red)
+    sums = engine_bound_ns(cfg, "layer_norm", d, 2, 4, False)
+    passes = row_bounds.passes
+
+    def two(*a):
+        out = passes(*a)
+        out[0]["scalar"] = 2 * (a[2] + red)
+        return out
+
+    monkeypatch.setattr(row_bounds, "passes", two)
+    assert sums < engine_bound_ns(cfg, "layer_norm", d, 2, 4, False)

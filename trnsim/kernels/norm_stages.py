@@ -21,6 +21,7 @@ from trnsim.isa import (
 )
 from trnsim.kernels.builder import ap
 from trnsim.kernels.norm_plan import Lane
+from trnsim.kernels.norm_sums import square_stats, sum_stats
 from trnsim.kernels.row_plan import G, S, Spread, V, runs
 
 __all__ = ["NormStages", "BUFS", "F_BUFS", "LONG_ROW", "OUT_BUFS", "S_GROUP"]
@@ -85,6 +86,8 @@ class NormStages:
         self.rows_first = False  # ... after every row in segments' stage 1 (`_emit_rows_first`)
         self.seg_rows: dict[str, list[str]] = {}  # ... then in a tile a segment (`_segment_rows`)
         self.seg_affine = False  # rows in segments: their weight and bias so, behind the first
+        self.sums = False  # ... (16-bit) their statistics as sums (`norm_sums`)
+        self.seg_cycle: tuple[str, ...] = ()  # ... segment m's engines (`norms._seg_cycle`)
         self.tail_weights = 0  # ... the last this many segments' weight on VectorE
         self.pieces = None  # a `row_pieces.PieceLayout`: rows in pieces, d the piece
         self.groups = None
@@ -217,6 +220,9 @@ class NormStages:
                 else ap(self.x, *full, slice(*self.xcols(lane)))
             )
             b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[len(self.lanes) * n + i])
+        if self.sums:  # (`norm_sums`)
+            square_stats(self, n, p)
+            return
         if self.shift:
             self.shifted(n, p, self.shifts())
         if self.srows:
@@ -339,6 +345,9 @@ class NormStages:
     def second(self, n: int, index: tuple, rows: int) -> None:
         self.at(n)
         b, p, c = self.b, self.parts(rows), self.c
+        if self.sums:  # (`norm_sums`)
+            self._second_sums(n, p)
+            return
         if self.one_triple:  # mean = S / n, var = n^2 M2 / n^3 (no triple, no bn_aggr)
             sa = self.tile("sa1.", n, (self.P, self.per, 2))
             for u, f in ((0, 1.0 / c), (1, 1.0 / c**3)):
@@ -424,6 +433,16 @@ class NormStages:
         """Block n's row slot j's diag(rstd) ([p, p]: TensorE's stationary, `fused`)."""
         t = self.tile("dg", n, (self.P, self.tper, self.P), self.odt)
         return ap(t, slice(0, p), j, slice(0, p))
+
+    def _second_sums(self, n: int, p: int) -> None:
+        """`second` from `norm_sums`' statistics: rstd, -mean * rstd, the normalisation."""
+        mean, var = sum_stats(self, n, p)
+        rs = self.col("rs", n, p)
+        self.alu(rs, var, ("add", self.eps), ("pow", -0.5))
+        self.alu(self.col("nb", n, p), mean, ("multiply", rs), ("multiply", -1.0))
+        if not self.interleave:
+            for i in range(len(self.lanes)):
+                self.normalized(n, p, i, 0)
 
     def normalized(self, n: int, p: int, i: int, j: int) -> None:
         """Lane i of row slot j: x * rstd + (-mean * rstd) (rms_norm: x * rstd), the same

@@ -56,6 +56,9 @@ def passes(cfg: ChipConfig, op: str, d: int, itemsize: int, per_row: bool) -> li
             if op == "layer_norm"
             else {V: d + aggr, S: row(d, smin) + red}
         )
+        if op == "layer_norm" and half and not per_row:  # rows in pieces: TensorE sums x and
+            # ScalarE (x - x0)^2 in one pass (`norm_sums`)
+            stats[S] = d + red
         if op == "rms_norm":  # statistics, normalisation, weight
             return [stats, scale, {V: tt_v, G: 2 * d}]
         # layer_norm's weight and bias on VectorE one cycle an element also in fp32 (one input
