@@ -11,6 +11,9 @@ out), runs of one kind merged into groups, so x is [..., K, R] or [..., R, K] in
   loaded as they lie (contiguous rows: full-rate DMA) and combined elementwise into one fp32
   accumulator (the first block lands there, cast by the DMA); then the partitions are reduced by
   turning 128-column chunks on TensorE (`transpose` into PSUM) and one `tensor_reduce` each;
+- **[O, R, K]** with an item's R x K in a partition (`kept_small`): O's items on the
+  partitions (several to one when many), one load and one `tensor_reduce` over the R axis a
+  block, not blocks of R's rows by K's few columns for every item of O;
 - **everything reduced**: flat blocks over all 128 partitions, combined into a [128, 1]
   column, turned into a row on TensorE and reduced once more.
 Outer kept groups are loops (one output block each); outer reduced groups are combined into
@@ -40,7 +43,7 @@ from trnsim.isa import (
 )
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.column_folds import BUFS, ByEngines, ByMatmul
-from trnsim.kernels.layout import _blocks, flat_blocks
+from trnsim.kernels.layout import _blocks, flat_blocks, row_groups
 from trnsim.kernels.queues import Queues
 
 __all__ = ["lower_any", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
@@ -148,6 +151,8 @@ def lower_any(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, dim,
         r.everything()
     elif groups[-1][0]:
         r.kept_rows(groups)
+    elif [g[0] for g in groups] == [False, True, False] and groups[1][2] * groups[2][2] <= CHUNK:
+        r.kept_small(groups, dims, keepdim)
     else:
         r.kept_cols(groups)
     r.done()
@@ -279,6 +284,37 @@ class Reduce:
                             self.load(idx, ap(t, slice(off, off + n), slice(0, cn)))
                         fold.add(t, rb)
                 fold.done(base + coff)
+
+    def kept_small(self, groups, dims: list[int], keepdim: bool) -> None:
+        """[O, R, K] with an item's R x K in a partition (CHUNK elements or fewer): O's items
+        on the partitions, several to one when they are many (`layout.row_groups`: blocks of
+        [p, per, R, K], one DMA each), one `tensor_reduce` over the R axis into [p, per, K],
+        stored as out's rows."""
+        (_, od, on), (_, rd, rn), (_, kd, kn) = groups
+        tx, to = self.b.tensors[self.x], self.b.tensors[self.out]
+        osizes = tuple(tx.shape[d] for d in od)
+        kept = [d for d in range(len(tx.shape)) if keepdim or d not in dims]  # out's dims
+        cores = self.b.part[1]  # a block or more for each core
+        per, blocks = row_groups((*osizes, rn * kn), self.P, None, max(1, CHUNK // (rn * kn)),
+                                 max(1, -(-on // (self.P * cores))))  # fmt: skip
+        for block, (oidx, n) in enumerate(blocks):
+            if not self.mine(block):
+                continue
+            p, slot = n // per, self.n % BUFS
+            t = ap(self.tile(f"xs{slot}", (self.P, per, rn, kn), tx.dtype), slice(0, p))
+            entries = _Index(tx.shape).run(od, oidx).entries
+            self.load_at(entries, t)
+            acc = ap(self.tile(f"accs{slot}", (self.P, per, kn)), slice(0, p))
+            self.b.emit(TensorReduce, [t], [acc], alu=self.alu, src=t, dst=acc, axis=2)
+            res = ap(self.tile(f"ress{slot}", (self.P, per, kn), to.dtype), slice(0, p))
+            if self.scale != 1.0:
+                self.b.emit(TensorScalar, [acc], [res], src=acc, dst=res, op0="multiply",
+                            operand0=self.scale)  # fmt: skip
+            else:
+                self.b.emit(TensorCopy, [acc], [res], src=acc, dst=res)
+            dst = ap(self.out, *(entries[d] for d in kept))
+            self.b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=self.stores[self.n])
+            self.n += 1
 
     def outer(self, kept, okc, red, orc) -> _Index:
         """An index of x placed at the outer kept groups' `okc` and reduced groups' `orc`."""
