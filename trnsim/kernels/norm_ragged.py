@@ -42,6 +42,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.ragged import RaggedLayout, Small, ragged_layout, units
 from trnsim.kernels.row_pieces import Groups
+from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["lower_norm_ragged"]
 
@@ -79,10 +80,11 @@ def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: s
     # engine's queue then holds the work whose inputs are ready soonest first, none waiting on
     # another engine's part of a unit just loaded)
     lags = (0, min(LAG[0], bufs - 1), min(LAG[1], bufs - 1))
-    for n in range(len(todo) + lags[-1]):
-        for stage, late in reversed(tuple(zip((k.first, k.stats, k.second), lags))):
-            if 0 <= n - late < len(todo) and (late or n < len(todo)):
-                stage(n - late, *todo[n - late])
+    with Scheduled(b, cfg, shared_dma=True):
+        for n in range(len(todo) + lags[-1]):
+            for stage, late in reversed(tuple(zip((k.first, k.stats, k.second), lags))):
+                if 0 <= n - late < len(todo) and (late or n < len(todo)):
+                    stage(n - late, *todo[n - late])
     k.groups.done()
 
 
@@ -260,34 +262,41 @@ class _Norm:
             self.rag.store(b, self.out, unit, rows, s, o.name, self._store_q, self.small.store)
 
     def finish(self, xa, o, s: int, p: int, mean, rs) -> None:
-        """o = (x - mean) * rstd * w + b (rms_norm: x * rstd * w), in two passes at most."""
-        b = self.b
+        """o = (x - mean) * rstd * w + b (rms_norm: x * rstd * w), in two passes at most, each
+        on VectorE or GpSimd as the list schedule finds either free sooner (`flex`)."""
         w = self.rows[self.weight][s] if self.weight else None
         bias = self.rows[self.bias][s] if self.bias else None
         w = ap(w, slice(0, p)) if w else None
         bias = ap(bias, slice(0, p)) if bias else None
         if not self.layer:
             if w is None:
-                b.emit(TensorScalar, [xa, rs], [o], src=xa, dst=o, op0="multiply", operand0=rs)
+                self.flex(TensorScalar, [xa, rs], [o], src=xa, dst=o, op0="multiply",
+                          operand0=rs)  # fmt: skip
                 return
-            b.emit(ScalarTensorTensor, [xa, rs, w], [o], data=xa, op0="multiply", operand0=rs,
-                   op1="multiply", operand1=w, dst=o)  # fmt: skip
+            self.flex(ScalarTensorTensor, [xa, rs, w], [o], data=xa, op0="multiply",
+                      operand0=rs, op1="multiply", operand1=w, dst=o)  # fmt: skip
             return
         if w is None:
-            b.emit(TensorScalar, [xa, mean, rs], [o], src=xa, dst=o, op0="subtract",
-                   operand0=mean, op1="multiply", operand1=rs)  # fmt: skip
+            self.flex(TensorScalar, [xa, mean, rs], [o], src=xa, dst=o, op0="subtract",
+                      operand0=mean, op1="multiply", operand1=rs)  # fmt: skip
         else:  # (main columns apart from the remainder column: an even count runs at N)
             main, width = self.rag.main(s), self.rag.width(s)
             for lo, hi in ((0, main), (main, width)) if main < width else ((0, width),):
                 xc, wc, oc = (ap(a.name, slice(0, p), slice(lo, hi)) for a in (xa, w, o))
-                b.emit(ScalarTensorTensor, [xc, mean, wc], [oc], data=xc, op0="subtract",
-                       operand0=mean, op1="multiply", operand1=wc, dst=oc)  # fmt: skip
+                self.flex(ScalarTensorTensor, [xc, mean, wc], [oc], data=xc, op0="subtract",
+                          operand0=mean, op1="multiply", operand1=wc, dst=oc)  # fmt: skip
             if bias is None:
-                b.emit(TensorScalar, [o, rs], [o], src=o, dst=o, op0="multiply", operand0=rs,
-                       engine=G)  # fmt: skip
+                self.flex(TensorScalar, [o, rs], [o], src=o, dst=o, op0="multiply",
+                          operand0=rs)  # fmt: skip
                 return
-            b.emit(ScalarTensorTensor, [o, rs, bias], [o], data=o, op0="multiply",
-                   operand0=rs, op1="add", operand1=bias, dst=o, engine=G)  # fmt: skip
+            self.flex(ScalarTensorTensor, [o, rs, bias], [o], data=o, op0="multiply",
+                      operand0=rs, op1="add", operand1=bias, dst=o)  # fmt: skip
             return
         if bias is not None:
-            b.emit(TensorTensor, [o, bias], [o], alu="add", src0=o, src1=bias, dst=o, engine=G)
+            self.flex(TensorTensor, [o, bias], [o], alu="add", src0=o, src1=bias, dst=o)
+
+    def flex(self, cls, reads, writes, **fields) -> None:
+        """`emit` on VectorE, or GpSimd where the list schedule (`schedule.Scheduled`) finds it
+        free sooner: the same operations, the same values."""
+        other = (cls, reads, writes, {**fields, "engine": G})
+        self.b.emit(cls, reads, writes, engine=V, choices=[other], **fields)
