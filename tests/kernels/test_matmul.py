@@ -118,3 +118,20 @@ def test_the_kernel_moving_fewer_bytes_is_picked():
     # one N block (decode, N = 128): A once either way, B 2 MB x 8 vs x 4
     assert pick(8192, 128, 8192)[1:] == (True, 8)
     assert not _Plan(cfg, bf16, bf16, 1, 1, 1).stream_k(0, cfg)  # a core with no rows
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_a_k_too_large_for_a_resident_strip_streams_k(dt):
+    """GPT-2's tied embedding gradient, dlogits [rows, 50257] @ wte [50257, 768], has a K whose
+    one 128-row block of A^T (201 KB a partition in fp32, 393 K blocks) does not fit twice in
+    SBUF: it was refused with an SBUF overflow at launch; now the K-streamed kernel runs it
+    (here with N = 64 to keep the test short, 128256: Llama 3's vocabulary in bf16)."""
+    k = 50257 if dt == "float32" else 128256
+    got, ref, b = _mm(((130, k), (k, 64), (130, 64)), dt, "float32")
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    assert sum(i.OP == "dma_copy" and i.transpose for i in b.instructions) == -(-k // 128)
+
+
+def test_a_k_too_large_without_dma_transpose_is_an_error():
+    with pytest.raises(TraceError, match="K = 50257 leaves no room .* trn1 has no DMA transpose"):
+        _mm(((128, 50257), (50257, 64), (128, 64)), "float32", "float32", chip="trn1")

@@ -18,7 +18,9 @@ streamed again for every strip. The kernel then streams K instead (`_one_streame
 strip of up to a PSUM bank per 128-row block and each N block, every K block loads A^T[k, strip]
 (one DMA transpose) and B[k, n] and runs the strip's matmuls, so A is read once per N block and
 B once per strip. `_Plan.stream_k` picks whichever kernel moves fewer HBM bytes (the streamed
-one on a tie: its loads are larger), on chips with DMA transpose.
+one on a tie: its loads are larger), on chips with DMA transpose; the streamed one always when
+two strips of one 128-row block do not fit in SBUF (K past ~41K bf16, ~20K fp32: GPT-2's
+vocabulary as the K of its tied embedding's gradient matmul).
 
 Ragged sizes (M, N, K not multiples of the tile) use partial tiles. Leading (batch) dims of a
 and b loop around the whole: a and b both [B, M, K] / [B, K, N], or b 2-D and shared.
@@ -72,6 +74,12 @@ def lower_matmul(
         )
     lo, hi = b.share(to.shape) or (0, math.prod(bat) * M)  # this core's rows of out
     streamed = plan.stream_k(min(M, hi - lo), cfg)
+    if not streamed and not plan.resident_fits and hi > lo:
+        raise TraceError(
+            f"matmul: a {list(ta.shape)} @ b {list(tb.shape)}: K = {K} leaves no room for a "
+            f"128-row block of A^T in SBUF and {cfg.name} has no DMA transpose for "
+            f"{ta.dtype.name} to stream K; not lowered on it yet"
+        )
     bufs = _StreamBuffers(b, plan) if streamed else _Buffers(b, plan)
     one = _one_streamed if streamed else _one
     for i, batch in enumerate(_batches(bat)):
@@ -112,7 +120,11 @@ class _Plan:
         kt = math.ceil(K / self.P)
         budget = int(c.sbuf.partition_bytes * SBUF_SHARE) - B_BUFS * self.NB * a_dt.itemsize
         per_block = kt * self.P * a_dt.itemsize  # one 128-row block of the A^T strip
-        most = max(1, min(banks // 2, budget // (2 * per_block)))  # two strips in flight
+        # two strips in flight; none fit when K is very large (GPT-2's vocabulary, 50257, as
+        # the K of the tied embedding's gradient matmul): then only the K-streamed kernel can
+        others = B_BUFS * self.NB * a_dt.itemsize + 2 * self.NB * out_dt.itemsize
+        self.resident_fits = 2 * per_block <= c.sbuf.partition_bytes - others
+        most = max(1, min(banks // 2, budget // (2 * per_block)))
         self.mt = max(1, min(most, math.ceil(M / self.P)))  # 128-row blocks per strip
         self.psum_sets = 2 if 2 * self.mt <= banks else 1
         self.queues = Queues(cfg)  # loads over the load queues, stores over the store ones
@@ -132,7 +144,7 @@ class _Plan:
         resident = a_bytes + b_bytes * math.ceil(rows / (P * self.mt))
         mt = min(cfg.core.psum.banks, math.ceil(rows / P))
         streamed = a_bytes * math.ceil(self.N / NB) + b_bytes * math.ceil(rows / (P * mt))
-        if streamed > resident:
+        if streamed > resident and self.resident_fits:
             return False
         self.mt = mt
         self.psum_sets = 2 if 2 * mt <= cfg.core.psum.banks else 1
