@@ -2,15 +2,16 @@
 multiple of 128: the pieces with a remainder column (`ragged`), its empty partitions set to
 the most negative fp32.
 
-Per unit (g rows a tile, or a row of t segments), in three stages a unit apart: each
-partition's max over its columns (VectorE, in x's dtype when 16-bit: exact); the row's max M
-over its partitions (`Groups.maxes`, spread back over them), then per tile one pass (x != M) +
-idx / BIG (`scalar_tensor_tensor`, GpSimd: idx each element's index in its row, made once a
-segment, BIG a power of two above the row's length, so the key is below 1 exactly where x is
-M, and its fraction the index, exact in fp32) and each partition's smallest key (ScalarE: the
-max of -key); the row's smallest over its partitions (TensorE: a transpose and one
-`tensor_reduce`), times BIG: the first index of the max, as PyTorch. Three passes over x where
-`argmax_chunks`' chunk maxima take one and a gather: such rows were refused before."""
+Per unit (g rows a tile, or a row of t segments), in three stages a unit apart (in a list
+schedule's order, `schedule.Scheduled`): each partition's max over its columns (VectorE, in
+x's dtype when 16-bit: exact); the row's max M over its partitions (`Groups.maxes`, spread
+back over them), then per tile one pass (x != M) + idx / BIG (`scalar_tensor_tensor`, GpSimd:
+idx each element's index in its row, made once a segment, BIG a power of two above the row's
+length, so the key is below 1 exactly where x is M, and its fraction the index, exact in fp32)
+and each partition's smallest key (ScalarE: the max of -key); the row's smallest over its
+partitions (TensorE: a transpose and one `tensor_reduce`), times BIG: the first index of the
+max, as PyTorch. Three passes over x where `argmax_chunks`' chunk maxima take one and a gather:
+such rows were refused before."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from trnsim.kernels.queues import Queues
 from trnsim.kernels.ragged import RaggedLayout, Small, ragged_layout, units
 from trnsim.kernels.reduce import _runs
 from trnsim.kernels.row_pieces import Groups
+from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["lower_argmax_ragged"]
 
@@ -59,10 +61,11 @@ def lower_argmax_ragged(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
     # unit's last: each engine's queue then takes the work whose inputs are ready soonest
     # first, none waiting in order behind another engine's pass of a later stage
     lags = (2 * LAG, LAG, 0)
-    for n in range(len(todo) + 2 * LAG):
-        for stage, late in zip((k.finish, k.second, k.first), lags):
-            if 0 <= n - late < len(todo):
-                stage(n - late, *todo[n - late])
+    with Scheduled(b, cfg, shared_dma=True):
+        for n in range(len(todo) + 2 * LAG):
+            for stage, late in zip((k.finish, k.second, k.first), lags):
+                if 0 <= n - late < len(todo):
+                    stage(n - late, *todo[n - late])
     k.groups.done()
 
 
