@@ -516,6 +516,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         to.dtype.itemsize == 2 or k.pe_fp32) and not k.rows_first  # fmt: skip
     room -= F_BUFS * width * to.dtype.itemsize if k.pe_ok else 0
     blocks = list(row_blocks(tx.shape, lay.g, rows))
+    if not blocks:  # (this core has none of the rows: one row at LNC 2)
+        return 0.0
     k.bufs, k.blocks = max(1, min(k.piece_bufs, room // base)), len(blocks)
     # (a block's later stages at most bufs - 1 behind its load: `_emit`'s lags)
     k.spread_at = min(k.spread_at, k.bufs - 1)
