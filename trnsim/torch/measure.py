@@ -31,7 +31,7 @@ Tensor = torch.Tensor
 # half PyTorch's, a small part of an embedding's or a loss's traffic
 _DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
           torch.int64: "int32", torch.int32: "int32", torch.bool: "uint8"}  # fmt: skip
-_PEAK = {"float32": "float32", "bfloat16": "bfloat16", "float16": "bfloat16"}
+_PEAK = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "bfloat16"}
 ENGINES = {e.label for e in Engine if e is not Engine.DMA}
 # what a lowering may raise for arguments or tensors the library cannot take: the op is then
 # estimated (and the reason kept for the report), never failed
