@@ -112,8 +112,15 @@ def test_the_matmul_family_counts_its_multiply_adds(name, args, k):
     assert nbytes == sum(t.numel() * 4 for t in [*ts, out]) and dt == "float32"
 
 
-@pytest.mark.parametrize("dt, peak", [(torch.float32, "float32"), (torch.bfloat16, "bfloat16"),
-                                      (torch.float16, "bfloat16"), (torch.int32, "float32")])
+@pytest.mark.parametrize(
+    "dt, peak",
+    [
+        (torch.float32, "float32"),
+        (torch.bfloat16, "bfloat16"),
+        (torch.float16, "bfloat16"),
+        (torch.int32, "float32"),
+    ],
+)
 def test_the_peak_is_the_first_inputs_dtypes(dt, peak):
     """A bf16 matmul or convolution the library refuses was bounded by the fp32 peak (the
     dtype table was keyed by names and looked up by torch dtypes): 3.7x too slow on trn2."""
