@@ -62,13 +62,13 @@ def timed(tensors: dict, op: str, args: dict, chip: str = "trn2") -> tuple[float
     return res.summary["device_time_ns"], row["roofline_ns"]
 
 
-def checked_layer_norm(specs: dict, lnc: int):
+def checked_layer_norm(specs: dict, lnc: int, inputs: bool = False):
     """out of one `layer_norm` op (x, w, b -> out, specs: name -> TensorSpec) at `lnc`, run
-    functionally with `--check`, which must hold."""
+    functionally with `--check`, which must hold (and x, w, b as run, with `inputs`)."""
     prog = Program("ln", "trn2", 0, "functional", lnc, [], specs,
                    {"k": KernelSpec("k", ops=[OpSpec("layer_norm", {
                        "x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)])},
                    [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
     r = run_program(prog, load_chip("trn2"), "functional", check=True)
     assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
-    return r.tensor("out")
+    return (r.tensor("out"), *(r.tensor(n) for n in "xwb")) if inputs else r.tensor("out")

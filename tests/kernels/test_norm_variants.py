@@ -87,6 +87,51 @@ def test_pieces_variants_same_values(monkeypatch, shape, dt, fast):
     assert np.array_equal(out[0], out[1])
 
 
+def test_stt_values_no_worse_than_the_plain_plan(monkeypatch):
+    """bf16 rows of 64K with (x - mean) * weight in one scalar_tensor_tensor and rstd by
+    TensorE as diag(rstd) in two bf16 parts (`norms.STT`): --check holds, LNC 1 and 2 give the
+    same values, and their error against float64 is no larger than the plain plan's (its
+    roundings differ: not bit for bit)."""
+    t, shape = dtype("bfloat16"), (16, 65536)
+    specs = {
+        "x": TensorSpec("x", shape, t, "normal"),
+        "w": TensorSpec("w", shape[-1:], t, "normal"),
+        "b": TensorSpec("b", shape[-1:], t, "normal"),
+        "out": TensorSpec("out", shape, t, None),
+    }
+    assert norms.STT in norms.VARIANTS
+    out = {}
+    for name, v, lnc in (("plain", {}, 2), ("stt", norms.STT, 2), ("stt1", norms.STT, 1)):
+        monkeypatch.setattr(norms, "VARIANTS", (v,))
+        norms._CHOSEN.clear()
+        got, *inputs = checked_layer_norm(specs, lnc, inputs=True)
+        out[name] = got.astype(np.float64)
+    norms._CHOSEN.clear()
+    assert np.array_equal(out["stt"], out["stt1"])
+    assert not np.array_equal(out["stt"], out["plain"])
+    x, w, b = (a.astype(np.float64) for a in inputs)
+    ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
+    rms = {k: np.sqrt(((v - ref) ** 2).mean()) for k, v in out.items()}
+    assert rms["stt"] <= rms["plain"], rms
+
+
+@pytest.mark.parametrize("shape", [(3, 65536), (2, 3, 16384), (9, 2048)])
+def test_stt_on_other_rows_in_pieces(monkeypatch, shape):
+    """`norms.STT` forced on smaller bf16 rows in pieces (an odd number of rows, so a block's
+    load halves differ; rows of a 3-d x, whose blocks are not one range of rows and load
+    whole; two rows' pieces a partition): --check holds at LNC 1 and 2."""
+    t = dtype("bfloat16")
+    specs = {
+        "x": TensorSpec("x", shape, t, "normal"),
+        "w": TensorSpec("w", shape[-1:], t, "normal"),
+        "b": TensorSpec("b", shape[-1:], t, "normal"),
+        "out": TensorSpec("out", shape, t, None),
+    }
+    monkeypatch.setattr(norms, "_variant", lambda *a: norms.STT)
+    for lnc in (1, 2):
+        checked_layer_norm(specs, lnc)
+
+
 @pytest.mark.parametrize("shape", [(4097, 1000), (1023, 4095)])
 def test_fp32_affine_in_psum_any_width(shape):
     """fp32 rows whose width is not a multiple of a PSUM bank's 512 columns (1000: the weight

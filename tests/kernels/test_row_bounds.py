@@ -1,6 +1,6 @@
 """The row ops' engine-throughput bound (`kernels.row_bounds`): layer_norm's 16-bit rows that fit
-may fold the normalisation into the weight and TensorE's bias (`NormStages.fused`), which the
-bound counts, worked by hand here."""
+may fold the normalisation into the weight and TensorE's bias (`NormStages.fused`; rows in
+pieces, `NormStages.stt`), which the bound counts, worked by hand here."""
 
 from __future__ import annotations
 
@@ -61,3 +61,20 @@ def test_layer_norm_16_bit_rows_in_pieces_count_the_sums(monkeypatch):
 
     monkeypatch.setattr(row_bounds, "passes", two)
     assert sums < engine_bound_ns(cfg, "layer_norm", d, 2, 4, False)
+
+
+def test_layer_norm_bf16_rows_in_pieces_fold_too(monkeypatch):
+    """bf16 rows of 64K, 64 a core (half a row a partition), trn2: VectorE 0.96 GHz, ScalarE
+    and GpSimd 1.2. Statistics (VectorE d + 13 x 2 x 128 for bn_aggr's 128 triples, or ScalarE
+    d + 64 as sums), the weight (with the fold (x - mean) * weight: VectorE d, GpSimd 2d), the
+    normalisation folded into TensorE's bias (ScalarE's copy out, d). Best in quarters:
+    VectorE 3/4 of the statistics and 1/4 of the weight (35.4 us), ScalarE the rest of the
+    statistics and the copy out (34.1), GpSimd 3/4 of the weight, the busiest: 2d 3/4 / 1.2
+    GHz a row, 40.96 us (unfolded 40.97: ScalarE's statistics as sums, one pass, already even
+    the engines out nearly as well)."""
+    cfg, d = load_chip("trn2"), 65536
+    got = engine_bound_ns(cfg, "layer_norm", d, 2, 64, False)
+    assert got == pytest.approx(0.5 * (2 * d * 3 / 4) / 1.2, rel=1e-9)
+    passes = row_bounds.passes
+    monkeypatch.setattr(row_bounds, "passes", lambda *a: passes(*a)[:-1] + [passes(*a)[-1][:-1]])
+    assert engine_bound_ns(cfg, "layer_norm", d, 2, 64, False) == pytest.approx(40973.3, abs=0.1)

@@ -156,7 +156,8 @@ class PeBias:
         starting at 0), per PSUM bank: the matmul pair; then ScalarE's copy out, one for each
         `span` banks (a PSUM tile of `span` banks: fewer copies, each waiting on TensorE once,
         as the attention kernels' scores read two banks at once). `diag`: a [p, p] stationary in
-        place of the identity (f = diag o + bias: a normalisation's diag(rstd))."""
+        place of the identity (f = diag o + bias: a normalisation's diag(rstd)), or a tuple of
+        them whose sum is that (`NormStages.stt_scales`: rstd in two bf16 parts)."""
         b = self.b
         if not self.ps:
             f32 = dtype("float32")
@@ -198,7 +199,8 @@ class PeBias:
     def _pair(self, o: Ap, tile: str, lo: int, c0: int, c1: int, p: int, a0: int,
               diag=None) -> None:  # fmt: skip
         """The matmul pair of o's columns [c0, c1) into PSUM tile `tile` from column c0 - a0
-        (one bank): the bias row's, then the values' (the identity times them)."""
+        (one bank): the bias row's, then the values' (the identity times them; or each of
+        `diag` times them, accumulated: `add`)."""
         b = self.b
         acc = ap(tile, slice(0, p), slice(c0 - a0, c1 - a0))
         if self.pieces:  # the identity times the bias' pieces
@@ -210,9 +212,12 @@ class PeBias:
                 ap(self.row, slice(None), slice(lo + c0, lo + c1)),
             )
         b.emit(Matmul, [one, row], [acc], stationary=one, moving=row, dst=acc)
-        part, ident = _cols(o, c0, c1), diag or ap(self.ident, slice(0, p), slice(0, p))
-        b.emit(Matmul, [ident, part], [acc], stationary=ident, moving=part, dst=acc,
-               accumulate=True)  # fmt: skip
+        part = _cols(o, c0, c1)
+        ident = ap(self.ident, slice(0, p), slice(0, p))
+        sts = (diag or ident,) if diag is None or isinstance(diag, Ap) else diag  # (Ap: a tuple)
+        for st in sts:
+            b.emit(Matmul, [st, part], [acc], stationary=st, moving=part, dst=acc,
+                   accumulate=True)  # fmt: skip
 
     def add_slots(self, o: Ap, f: Ap, r: int, p: int) -> None:
         """f = o + bias for r row slots at once (o, f: [p, r, d] views of whole rows, r at most

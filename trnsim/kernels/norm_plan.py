@@ -117,6 +117,9 @@ def _lane_options(k, cs: _Costs) -> list[tuple[tuple[Lane, ...], np.ndarray]]:
     biases = (V, G) + ((S,) if k.pe_ok else ())
     engines = [(e, w, a) for e in (V, S, G) for w in ((V, G) if k.weight else (V,))
                for a in (biases if k.bias else (V,))]  # fmt: skip
+    if k.stt:  # (`NormStages.stt`: the normalisation and weight one pass on the weight's
+        # engine, the bias TensorE's)
+        engines = [(w, w, S) for w in (V, G)]
     for e in engines:
         out.append(((Lane(0, d, *e),), cs.lane(d, *e)))
     run = max(1, LANE_RUN // min(k.xdt.itemsize, k.odt.itemsize))
@@ -200,13 +203,20 @@ class _Costs:
                 width = 6 * nch + (3 if c and k.layer else 0)
                 v += self.slots(BnAggr, V, src=ap(self.tile((k.P, width))),
                                 dst=ap(self.tile((k.P, 2))))  # fmt: skip
+        g = 0.0
+        if k.stt:  # (`NormStages.stt_scales`: the mean copied, dh; no -mean * rstd; ScalarE's
+            # triple copied and one combine step on GpSimd, `small_g`, and dl)
+            moved = (1 if c else 0) + 1
+            steps += 1 - moved
+            g = (moved + 2) * cost_ns(b, cfg, TensorScalar, G, waits=True, src=self.tab,
+                                      dst=self.tab, op0="add", operand0=1.0)  # fmt: skip
         s = 0.0
         if c:
             js = ap(self.tile((k.P, c), k.xdt))
             one = self.slots(Activation, S, func="square", src=self.cols(self.x, 0, c), dst=js,
                              reduce="add", reduce_dst=self.col)  # fmt: skip
             s = 2 * one if k.layer else one
-        return self.on(V, v + self.small(steps)) + self.on(S, s)
+        return self.on(V, v + self.small(steps)) + self.on(S, s) + self.on(G, g)
 
     def lane(self, w: int, norm: Engine, weight: Engine, bias: Engine) -> np.ndarray:
         """A lane of w columns normalised on `norm`, weighted on `weight`, biased on `bias`
@@ -218,6 +228,11 @@ class _Costs:
         if self.fused(bias):
             self.cache[key] = ns = self._fused(w, norm, weight)
             return ns
+        if k.stt:  # (x - mean) * weight, one pass; TensorE's rstd and bias (`pe`)
+            t = self.slots(ScalarTensorTensor, weight, data=x, op0="subtract",
+                           operand0=self.col, op1="multiply", operand1=x, dst=o)  # fmt: skip
+            self.cache[key] = self.on(weight, t) + self.pe(w)
+            return self.cache[key]
         if norm == S:
             t = self.slots(Activation, S, func="copy", src=x, dst=o, scale=self.col,
                            bias=self.col)  # fmt: skip
@@ -268,6 +283,7 @@ class _Costs:
         # its stationary's rate)
         per_el = sum(1 / t.fp32_rate if dt.itemsize == 4 else 1.0
                      for dt in (k.b.tensors[k.bias].dtype, k.odt))  # fmt: skip
+        per_el += 1.0 if k.stt and k.stt_lo else 0.0  # (diag(rstd)'s second part, bf16)
         g = 1 if k.pieces or w != k.d else pe_group(self.cfg, w, k.per)
         if g > 1:  # `g` row slots a pair of matmuls and a copy (`PeBias.add_slots`)
             n, last = divmod(k.per, g)

@@ -106,6 +106,10 @@ class NormStages:
         self.pslots = 1  # row slots of an output piece (`piece`)
         self.pe_span = 1  # PSUM banks of TensorE's bias tiles (`PeBias.add`)
         self.pe_rstd = False  # pipelined with TensorE's bias: rstd applied by it (`fused`)
+        self.stt = False  # 16-bit rows in pieces, TensorE's bias: (x - mean) * weight in one
+        # scalar_tensor_tensor (`_third_stt`), rstd applied by TensorE (`stt_scales`)
+        self.stt_lo = True  # ... as diag(rstd) in two bf16 parts (hi + lo), not one
+        self.split_loads = False  # rows in pieces: a block's load in two halves (`load_halves`)
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
@@ -212,7 +216,14 @@ class NormStages:
         self.at(n)
         b, p = self.b, self.parts(rows)
         full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
+        # (`split_loads`: a block a range of rows of x's last batch dim, as `load_halves` cuts)
+        halves = (self.split_loads and self.pieces and len(self.lanes) == 1 and rows > 1
+                  and len(index) == len(b.tensors[self.x].shape) - 1
+                  and isinstance(index[-1], slice))  # fmt: skip
         for i, lane in enumerate(self.lanes):
+            if halves:  # (`split_loads`)
+                self.load_halves(n, index, rows, p)
+                continue
             xa = self.lane_tile("x", n, i, p)
             src = (
                 ap(self.x, *index)
@@ -238,6 +249,21 @@ class NormStages:
                 b.emit(BnStats, [xs], [st], src=xs, dst=st)
         if self.c:
             self.scalar_stats(n, p)
+
+    def load_halves(self, n: int, index: tuple, rows: int, p: int) -> None:
+        """Block n's tile of rows in pieces (one lane) loaded as two copies, its first rows'
+        partitions on one queue and the rest's on another: each copy on DMA engines of its
+        own, so a block's load takes the engines whole and the blocks arrive one after
+        another, the first soonest (two blocks at once on the two queues shared every engine:
+        the first arrived with the second)."""
+        b, kk, last = self.b, min(self.pieces.k, self.P), index[-1]
+        h = rows // 2
+        xa = self.lane_tile("x", n, 0, p)
+        for q, (r0, r1) in enumerate(((last.start, last.start + h), (last.start + h, last.stop))):
+            src = ap(self.x, *index[:-1], slice(r0, r1))
+            a, z = (r0 - last.start) * kk, (r1 - last.start) * kk
+            dst = ap(xa.name, slice(a, z), slice(0, self.per), slice(None))
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads[q])
 
     def row_stats(self, n: int, p: int) -> None:
         """ScalarE's statistics of whole rows (the row slots of `s_slot`; layer_norm, one
@@ -370,7 +396,7 @@ class NormStages:
                     continue
                 src = ap(sa, slice(0, p), slice(0, self.per), slice(2 * q, 2 * q + 2))
                 st = self.stat(n, p, None, (a + 1, a + 3))
-                b.emit(TensorCopy, [src], [st], src=src, dst=st)
+                b.emit(TensorCopy, [src], [st], src=src, dst=st, engine=self.small_g)
         rs, mean, var = self.col("rs", n, p), self.agg(n, p, 0), self.agg(n, p, 1)
         if (self.layer or c < self.d) and not self.one_triple:
             if self.halves:
@@ -404,6 +430,9 @@ class NormStages:
             self.alu(rs, ms, ("add", self.eps), ("pow", -0.5))
         if self.fused:  # rstd on TensorE's diagonal, the rest with the weight (`third`)
             self.diagonals(n, p)
+            return
+        if self.stt:  # (no -mean * rstd, no normalisation: `_third_stt`, `stt_scales`)
+            self.stt_scales(n, p, mean, rs)
             return
         if self.centred:  # (no -mean * rstd: `normalized`)
             pass
@@ -443,6 +472,33 @@ class NormStages:
         if not self.interleave:
             for i in range(len(self.lanes)):
                 self.normalized(n, p, i, 0)
+
+    def stt_scales(self, n: int, p: int, mean, rs) -> None:
+        """`stt`: the row's mean in SBUF (column mn, for GpSimd too) and diag(rstd) as
+        TensorE's stationary operands ([p, p], the output's 16-bit dtype): dh = I rstd (its
+        diagonal rstd rounded), dl = I rstd - dh (the rest, rounded; `stt_lo`), so dh v + dl v
+        is rstd v to about 16 bits (the products exact in fp32 PSUM)."""
+        b, ident = self.b, ap(self.pe.ident, slice(0, p), slice(0, p))
+        mn = self.col("mn", n, p)
+        b.emit(TensorCopy, [mean], [mn], src=mean, dst=mn)
+        dh = ap(self.tile("dh", n, (self.P, self.P), self.odt), slice(0, p), slice(0, p))
+        ops = [(TensorScalar, [ident, rs], [dh], dict(src=ident, dst=dh, op0="multiply",
+                                                      operand0=rs, engine=e))
+               for e in ((V, G) if self.flex else (V,))]  # fmt: skip
+        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+        if not self.stt_lo:
+            return
+        dl = ap(self.tile("dl", n, (self.P, self.P), self.odt), slice(0, p), slice(0, p))
+        ops = [(ScalarTensorTensor, [ident, rs, dh], [dl], dict(
+                   data=ident, op0="multiply", operand0=rs, op1="subtract", operand1=dh, dst=dl,
+                   engine=e)) for e in ((G, V) if self.flex else (G,))]  # fmt: skip
+        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+
+    def stt_diag(self, n: int, p: int) -> tuple:
+        """Block n's diag(rstd) parts (`stt_scales`), TensorE's stationary operands."""
+        names = ("dh", "dl") if self.stt_lo else ("dh",)
+        return tuple(ap(self.tile(k, n, (self.P, self.P), self.odt), slice(0, p), slice(0, p))
+                     for k in names)  # fmt: skip
 
     def normalized(self, n: int, p: int, i: int, j: int) -> None:
         """Lane i of row slot j: x * rstd + (-mean * rstd) (rms_norm: x * rstd), the same
@@ -485,7 +541,7 @@ class NormStages:
             # power of two), read where TensorE leaves them: two steps fewer, the same values
             rm = gr.sums(mean, p, scale=1.0 / k, dst=self.psum_col("rm", n, p))
             self.alu(d, mean, ("subtract", rm))
-            self.alu(d, d, ("multiply", d), ("add", var))
+            self.alu(d, d, ("multiply", d), ("add", var), engine=self.small_g)
             return rm, gr.sums(d, p, scale=1.0 / k, dst=self.psum_col("vr", n, p))
         self.alu(rm, gr.sums(mean, p), ("multiply", 1.0 / k))
         self.alu(d, mean, ("subtract", rm))
@@ -510,6 +566,9 @@ class NormStages:
         if self.out_pieces:
             self._third_pieces(n, index, p)
             return
+        if self.stt:
+            self._third_stt(n, p)
+            return
         for i, lane in enumerate(self.lanes):
             if only is not None and i != only:
                 continue
@@ -528,6 +587,22 @@ class NormStages:
                         b.emit(*ops[0][:3], **ops[0][3], **self.others(ops, (n, i)))
             if not self.pe_lane(lane):
                 self.store(n, index, p, i, self.lane_tile("o", n, i, p))
+
+    def _third_stt(self, n: int, p: int) -> None:
+        """`third` of `stt`: each lane's (x - mean) * weight in place, one scalar_tensor_tensor
+        (VectorE N cycles an element in bf16, GpSimd 2N; the list schedule's pick with
+        `flex`); TensorE then multiplies by rstd and adds the bias (`fourth`)."""
+        b = self.b
+        for i, lane in enumerate(self.lanes):
+            for j in range(self.per):
+                xj, oj = self.lane_tile("x", n, i, p, j), self.lane_tile("o", n, i, p, j)
+                mj, w = self.col("mn", n, p, j), ap(self.rows[self.weight], slice(0, p),
+                                                    slice(lane.lo, lane.hi))  # fmt: skip
+                es = [lane.weight] + [e for e in (V, G) if self.flex and e != lane.weight]
+                ops = [(ScalarTensorTensor, [xj, mj, w], [oj], dict(
+                           data=xj, op0="subtract", operand0=mj, op1="multiply", operand1=w,
+                           dst=oj, engine=e)) for e in es]  # fmt: skip
+                b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
 
     def _third_pieces(self, n: int, index: tuple, p: int) -> None:
         """`third` of a pipelined norm: each output piece weighted out of x's row slot, biased
@@ -698,9 +773,10 @@ class NormStages:
                     )
                 self.store(n, index, p, i, self.lane_tile("f", n, i, p))
             elif self.pe_lane(lane):
+                diag = self.stt_diag(n, p) if self.stt else None
                 for j in range(self.per):
                     self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile("f", n, i, p, j),
-                                lane.lo, lane.hi - lane.lo, p, self.pe_span)  # fmt: skip
+                                lane.lo, lane.hi - lane.lo, p, self.pe_span, diag)  # fmt: skip
                 self.store(n, index, p, i, self.lane_tile("f", n, i, p))
 
     def pe_lane(self, lane: Lane) -> bool:
@@ -742,7 +818,14 @@ class NormStages:
             self.alu(dm, mean, ("multiply", -1.0))
         self.alu(var, var, ("add", q))
 
-    def alu(self, dst, src, *ops) -> None:
+    @property
+    def small_g(self):
+        """The engine of the [p, per] steps that read SBUF only (`stt`: GpSimd, which has no
+        normalisation or weight to do there unless the plan gives it the weight; else
+        VectorE)."""
+        return G if self.stt else V
+
+    def alu(self, dst, src, *ops, engine=V) -> None:
         """dst = src op0 x0 op1 x1 ... on VectorE, each x a number or a [p, per] operand: in
         `tensor_scalar`s of up to two ops (an operand as its per-partition column when a
         partition holds one row), else a `tensor_tensor` for each operand."""
@@ -753,7 +836,7 @@ class NormStages:
             for i, (op, x) in enumerate(pending):
                 fields |= {f"op{i}": op, f"operand{i}": x}
             reads = [a] + [x for _, x in pending if not isinstance(x, float)]
-            b.emit(TensorScalar, reads, [dst], src=a, dst=dst, **fields)
+            b.emit(TensorScalar, reads, [dst], src=a, dst=dst, engine=engine, **fields)
             pending.clear()
             return dst
 
@@ -766,7 +849,7 @@ class NormStages:
                 continue
             if pending:
                 a = flush(a)
-            b.emit(TensorTensor, [a, x], [dst], alu=op, src0=a, src1=x, dst=dst)
+            b.emit(TensorTensor, [a, x], [dst], alu=op, src0=a, src1=x, dst=dst, engine=engine)
             a = dst
         if pending:
             flush(a)

@@ -155,6 +155,17 @@ SEG_AFFINE = {"seg_affine": True, "tail_weights": 2, "pe_span": 2, "c_min": 15 /
 # ScalarE's copies out of PSUM and GpSimd would leave last): bf16 rows of 2^20 78.3% -> 84.3%
 # (66.5 -> 61.8 us; ScalarE, VectorE, GpSimd busy 53, 49, 43 us -> 50, 41, 40)
 SEG_SUMS = {"seg_affine": True, "sums": True, "pe_span": 2, "seg_cycle": ("VGS", "VVV", "VGS")}
+# bf16 rows in pieces with TensorE's bias (`stt`): (x - mean) * weight in one
+# scalar_tensor_tensor (VectorE N cycles an element, GpSimd 2N; the plan mixes the two over the
+# blocks), rstd applied by TensorE with the bias (diag(rstd) in two bf16 parts, `stt_lo`, times
+# the values; ScalarE copies out): no normalisation pass, the weight no longer GpSimd's alone;
+# each block's load in two halves on two queues (`split_loads`: the blocks arrive one after
+# another, the first at 3.9 us instead of 5.5), 10 buffers, the stages 0, 2 and 4 blocks
+# behind the loads (`lag`; 1, 2, 3 with 6 buffers: 70.7 us): bf16 rows of 64K 63.1% -> 69.6%
+# (73.9 -> 67.0 us), the values' RMS error against float64 15% below the plain plan's (with
+# rstd's bf16 rounding alone, one matmul a bank fewer: 64.5 us, but 7% above it)
+STT = {"pe_pieces": True, "small_waits": False, "psum_combine": True, "pe_span": 2,
+       "stt": True, "piece_bufs": 10, "split_loads": True, "lag": (0, 2, 4)}  # fmt: skip
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -214,6 +225,7 @@ VARIANTS = (
     SPREAD_LATER,
     SEG_AFFINE,
     SEG_SUMS,
+    STT,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
@@ -296,6 +308,9 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     if not fits and lay is None:  # (a remainder column, `norm_ragged`: no variants)
         return [0]
     segments = not fits and lay is not None and lay.t > 1  # rows in segments
+    # (`stt`: bf16 x and weight in pieces, not segments; TensorE's bias)
+    stt = (pe and weight is not None and lay is not None and lay.t == 1
+           and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
     return [i for i, v in enumerate(VARIANTS)
             if (_psum_affine(cfg, tx, to, d, weight, bias) if "psum_affine" in v  # (pieces)
                 else not (("long_row" in v and not LANE_ROW <= d < LONG_ROW)
@@ -303,6 +318,7 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or (any(f in v for f in FP32_ONLY) and not fp32)
                           or ("spread_first" in v and not fits)
                           or ("pipe" in v and not pipe)
+                          or ("stt" in v and not stt)
                           or (SEGMENTS_ONLY & set(v) and not segments)))]  # fmt: skip
 
 
@@ -342,6 +358,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     k.pe_ok = bias is not None and to.dtype == tx.dtype and (
         to.dtype.itemsize == 2 or k.pe_fp32) and (room - f) // base >= PE_BUFS  # fmt: skip
     room -= f if k.pe_ok else 0
+    k.stt = False  # (rows in pieces only: `_lower_pieces`)
     k.pipe = k.pipe and k.layer and not k.shift and weight is not None and d < LONG_ROW
     row_bytes = PIPE_ROW_BYTES if k.pipe else LAYER_ROW_BYTES if k.layer else ROW_BYTES
     group = max(1, row_bytes // tx.dtype.itemsize // d)
@@ -514,6 +531,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     # bias' pieces and times the values into PSUM, ScalarE copying out), as rows that fit do
     k.pe_ok = (seg or k.pe_pieces) and bias is not None and to.dtype == tx.dtype and (
         to.dtype.itemsize == 2 or k.pe_fp32) and not k.rows_first  # fmt: skip
+    k.stt = (k.stt and k.pe_ok and not seg and weight is not None and k.layer
+             and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
     room -= F_BUFS * width * to.dtype.itemsize if k.pe_ok else 0
     blocks = list(row_blocks(tx.shape, lay.g, rows))
     if not blocks:  # (this core has none of the rows: one row at LNC 2)
@@ -521,6 +540,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     k.bufs, k.blocks = max(1, min(k.piece_bufs, room // base)), len(blocks)
     # (a block's later stages at most bufs - 1 behind its load: `_emit`'s lags)
     k.spread_at = min(k.spread_at, k.bufs - 1)
+    if k.lag is not None:
+        k.lag = tuple(min(n, k.bufs - 1) for n in k.lag)
     q, qs = dma_queues(cfg, lay.f * tx.dtype.itemsize), Queues(cfg)
     # large tiles (rows of 2^20: a few a core): loaded one after another
     # on one queue, the weight and bias behind the first, so the first tile arrives first

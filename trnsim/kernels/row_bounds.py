@@ -64,18 +64,20 @@ def passes(cfg: ChipConfig, op: str, d: int, itemsize: int, per_row: bool) -> li
         # layer_norm's weight and bias on VectorE one cycle an element also in fp32 (one input
         # in PSUM: `norms.psum_affine`); the bias also by TensorE, ScalarE copying out
         weight, bias = {V: d, G: 2 * d}, {V: d, G: 2 * d, S: d if half else 1e18}
-        if not (half and per_row):
+        if not half:
             return [stats, scale, weight, bias]
-        # 16-bit rows that fit: the normalisation may fold into the weight and TensorE's bias
-        # (`norm_stages.NormStages.fused`): (x - mean) * weight one scalar_tensor_tensor (the
-        # weight's cost), TensorE's stationary diag(rstd) (the identity times rstd, [P, P]:
-        # VectorE or GpSimd, a row) and the bias row into PSUM, ScalarE copying out. So the
-        # normalisation and the bias are one pass whose options are pairs of their engines, or
-        # that
+        # 16-bit rows: the normalisation may fold into the weight and TensorE's bias
+        # (`norm_stages.NormStages.fused`, rows that fit; `NormStages.stt`, rows in pieces):
+        # (x - mean) * weight one scalar_tensor_tensor (the weight's cost), TensorE's stationary
+        # diag(rstd) (the identity times rstd, [P, P]: VectorE or GpSimd, a row; a tile of rows
+        # in pieces, next to nothing an element) and the bias into PSUM, ScalarE copying out.
+        # So the normalisation and the bias are one pass whose options are pairs of their
+        # engines, or that
         P = c.sbuf.partitions
         pairs = [{e: scale[e]} | {a: bias[a] + (scale[e] if a == e else 0.0)} for e in scale
                  for a in bias]  # fmt: skip
-        fused = [{V: max(vmin, P / fast_ts), S: d}, {G: max(gmin, P), S: d}]
+        fused = [{V: max(vmin, P / fast_ts), S: d}, {G: max(gmin, P), S: d}] if per_row else [
+            {S: d}]  # fmt: skip
         return [stats, weight, pairs + fused]
     if op == "cross_entropy":  # softmax's passes but the scale: max, exp, its sum
         return [
