@@ -203,32 +203,28 @@ def test_no_variant_over_the_core_semaphores():
 
 
 def test_segment_sums_values(monkeypatch, tmp_path):
-    """bf16 rows of 2^20 with their statistics as sums (`norms.SEG_SUMS`, `norm_sums`): at mean
-    0 SEG_AFFINE's values bit for bit; at mean 100 (x - x0 exact, the mean's square not
-    subtracted) within numpy's float64 layer_norm as closely as SEG_AFFINE (--check holds for
-    both); no bn_stats, and ScalarE's statistics one square a segment."""
+    """bf16 rows of 2^20 with their statistics as sums about the first segment's mean
+    (`norms.SEG_SUMS`, `norm_sums`) give SEG_AFFINE's values bit for bit (--check holds for
+    both): at mean 0 and 100, and where a row's first element is 1000 among values of spread 1
+    (about that element, as before, 44% of the outputs differed, errors up to 9x)."""
     bf, shape = dtype("bfloat16"), (2, 1 << 20)
     rng = np.random.default_rng(3)
     arrays = {"w": rng.standard_normal(shape[-1]), "b": rng.standard_normal(shape[-1])}
-    errs = {}
-    for mean in (0.0, 100.0):
+    for mean, first in ((0.0, None), (100.0, None), (0.0, 1000.0)):
         arrays["x"] = rng.standard_normal(shape) + mean
+        if first is not None:
+            arrays["x"][:, 0] = first
         specs = {"out": TensorSpec("out", shape, bf, None)}
         for name, a in arrays.items():
             np.save(tmp_path / f"{name}.npy", a.astype(ml_dtypes.bfloat16))
             specs[name] = TensorSpec(name, a.shape, bf, ("file", str(tmp_path / f"{name}.npy")))
-        x, w, b = (arrays[n].astype(ml_dtypes.bfloat16).astype(np.float64) for n in "xwb")
-        ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
-        out = {}
-        for v in ("SEG_AFFINE", "SEG_SUMS"):
-            monkeypatch.setattr(norms, "VARIANTS", (getattr(norms, v),))
+        out = []
+        for v in (norms.SEG_AFFINE, norms.SEG_SUMS):
+            monkeypatch.setattr(norms, "VARIANTS", (v,))
             norms._CHOSEN.clear()
-            out[v] = np.asarray(checked_layer_norm(specs, 2), np.float64)
-            errs[mean, v] = np.abs(out[v] - ref).max()
-        if mean == 0.0:
-            assert np.array_equal(out["SEG_AFFINE"], out["SEG_SUMS"])
+            out.append(checked_layer_norm(specs, 2))
+        assert np.array_equal(out[0], out[1]), (mean, first)
     norms._CHOSEN.clear()
-    assert errs[100.0, "SEG_SUMS"] <= errs[100.0, "SEG_AFFINE"]
 
 
 def test_segment_sums_instructions(monkeypatch):

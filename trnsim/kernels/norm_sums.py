@@ -2,24 +2,28 @@
 (`NormStages.sums`, the `SEG_SUMS` variant) instead of VectorE's bn_stats and ScalarE's two
 passes a column: TensorE sums x (a matrix of ones times each 512 columns of a segment, all of
 the row's accumulated in one PSUM bank: every partition gets the column sums over the row's
-partitions), and ScalarE takes sum((x - x0)^2) in one `activation` a segment (square, with its
-add reduction), x0 the row's first element. Then
+partitions), and ScalarE takes sum((x - c)^2) in one `activation` a segment (square, with its
+add reduction), c the mean of the row's first segment (its sums, read once they are in). Then
 
-    mean = S1 / N,  var = S2 / N - (mean - x0)^2
+    mean = S1 / N,  var = S2 / N - (mean - c)^2
 
 over the row's N elements. ScalarE's statistics cost one pass a column, not two (its mean, then
 the squares about it), VectorE's none, and TensorE's sums go beside its bias.
 
-Why the values hold: x - x0 is exact in fp32 for 16-bit x (an 8-bit mantissa difference), so
-S2 is a sum of exact squares; the subtraction loses only what (mean - x0)^2 carries beyond the
-variance (x0 one of the row's values: a few standard deviations from the mean), not what
-E[x^2] - E[x]^2 loses at a large mean. TensorE's products by 1 are exact and its sums fp32."""
+Why the values hold: c is within a few standard deviations over sqrt(a segment's elements) of
+the mean, so the subtraction loses only what (mean - c)^2 carries beyond the variance (next to
+nothing), not what E[x^2] - E[x]^2 loses at a large mean; each x - c and its square round once
+in fp32. c = the row's first element gave the same values for rows of mean 0 and 100 but not
+where that element is far from the mean (one of 1000 among values of spread 1: errors up to
+9x SEG_AFFINE's, 44% of the outputs different); the segment's mean gives SEG_AFFINE's values
+bit for bit there too (`test_segment_sums_values`). TensorE's products by 1 are exact and its
+sums fp32."""
 
 from __future__ import annotations
 
-from trnsim.isa import Activation, Matmul, Memset, TensorCopy, TensorReduce, TensorScalar
+from trnsim.isa import Activation, Matmul, Memset, TensorReduce
 from trnsim.kernels.builder import ap
-from trnsim.kernels.row_plan import G, V, runs
+from trnsim.kernels.row_plan import G, runs
 
 __all__ = ["square_stats", "sum_stats", "SUM_BUFS"]
 
@@ -29,14 +33,10 @@ SUM_BUFS = 2  # PSUM banks of the rows' sums of x, in turn (a row's sums read be
 
 def square_stats(k, n: int, p: int) -> None:
     """Stage 1 of row n (a block of one row in segments, `NormStages.first`, after its loads):
-    -x0 on each partition, then each segment's TensorE sums and ScalarE squares."""
+    each segment's TensorE sums, then its ScalarE squares about c, the mean of the row's first
+    segment (from its sums, read before the next segment's add to them)."""
     b, P, cfg = k.b, k.P, k.cfg
-    x0, nx = k.col("x0", n, p), k.col("nx", n, p)
-    first = ap(k.lane_tile("x", n, 0, p).name, slice(0, p), slice(None), 0)
-    b.emit(TensorCopy, [first], [x0], src=first, dst=x0, engine=G)
-    ps0 = k.groups.firsts(x0, p)  # (-x0 out of PSUM on VectorE: GpSimd does not read it)
-    b.emit(TensorScalar, [ps0], [nx], src=ps0, dst=nx, op0="multiply", operand0=-1.0, engine=V)
-    ones = _ones(k)
+    ones, nx = _ones(k), k.col("nx", n, p)
     step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
     ps = _sums_tile(k, n, step)
     sq = k.tile("sq", n, (P, len(k.lanes)))
@@ -48,6 +48,10 @@ def square_stats(k, n: int, p: int) -> None:
             mv, dst = k.lane_tile("x", n, i, p, 0, (lo, hi)), ap(ps, slice(0, p), slice(0, hi - lo))
             b.emit(Matmul, [ones, mv], [dst], stationary=ones, moving=mv, dst=dst, accumulate=more)
             more = True
+        if i == 0:  # -c: the first segment's sums over its elements, negated
+            cols = ap(ps, slice(0, p), slice(0, max(hi - lo for lo, hi in runs(w, step))))
+            b.emit(TensorReduce, [cols], [nx], alu="add", src=cols, dst=nx)
+            k.alu(nx, nx, ("multiply", -1.0 / (w * min(k.pieces.k, P))))
         xs, jk = k.lane_tile("x", n, i, p, 0), ap(junk, slice(0, p), slice(0, w))
         s2 = ap(sq, slice(0, p), slice(i, i + 1))
         b.emit(Activation, [xs, nx], [jk, s2], func="square", src=xs, dst=jk, bias=nx,

@@ -149,11 +149,11 @@ SPREAD_LATER = {"spread_at": 1, "flex": True, "small_waits": False, "pe_span": 2
 SEG_AFFINE = {"seg_affine": True, "tail_weights": 2, "pe_span": 2, "c_min": 15 / 32,
               "c_share": 15 / 32}  # fmt: skip
 # 16-bit rows in segments, as SEG_AFFINE but: the statistics as sums, TensorE's of x and
-# ScalarE's of (x - x0)^2, one ScalarE pass a column (`norm_sums`; its mean and M2 passes and
+# ScalarE's of (x - c)^2, one ScalarE pass a column (`norm_sums`; its mean and M2 passes and
 # VectorE's bn_stats before), and every third segment weighted and biased on VectorE, the others
 # weighted on GpSimd and biased by TensorE (`seg_cycle`: VectorE, with no statistics, takes what
-# ScalarE's copies out of PSUM and GpSimd would leave last): bf16 rows of 2^20 78.3% -> 84.3%
-# (66.5 -> 61.8 us; ScalarE, VectorE, GpSimd busy 53, 49, 43 us -> 50, 41, 40)
+# ScalarE's copies out of PSUM and GpSimd would leave last): bf16 rows of 2^20 78.3% -> 84.0%
+# (66.5 -> 62.0 us; ScalarE, VectorE, GpSimd busy 53, 49, 43 us -> 50, 43, 39)
 SEG_SUMS = {"seg_affine": True, "sums": True, "pe_span": 2, "seg_cycle": ("VGS", "VVV", "VGS")}
 # bf16 rows in pieces with TensorE's bias (`stt`): (x - mean) * weight in one
 # scalar_tensor_tensor (VectorE N cycles an element, GpSimd 2N; the plan mixes the two over the
@@ -523,7 +523,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     k.__dict__.update(variant)
     k.groups = Groups(b, cfg, lay.k)
     k.psum_affine = k.psum_affine and _psum_affine(cfg, tx, to, lay.d, weight, bias)
-    k.sums = k.sums and seg and k.layer and tx.dtype.itemsize == 2  # (`norm_sums`: x - x0 exact)
+    k.sums = k.sums and seg and k.layer and tx.dtype.itemsize == 2  # (`norm_sums`: 16-bit)
     room = int(cfg.core.sbuf.partition_bytes * (SEG_SHARE if seg else BUFFER_SHARE)) - width * sum(
         b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)  # fmt: skip
     base = width * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
