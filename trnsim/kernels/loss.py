@@ -40,6 +40,7 @@ from trnsim.isa import (
     TensorTensor,
 )
 from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.loss_ragged import lower_cross_entropy_ragged
 from trnsim.kernels.loss_rows import ROW_BYTES, lower_cross_entropy_rows, piece_layout
 from trnsim.kernels.reduce import Reduce, staggered
 
@@ -81,6 +82,8 @@ def lower_loss(
         lay = piece_layout(c_, ti.dtype.itemsize, rows[1] - rows[0], L.P)
     if op == "cross_entropy" and (lay is not None or c_ * ti.dtype.itemsize <= ROW_BYTES):
         col = lower_cross_entropy_rows(b, cfg, L.r, inp, target, rows, reduction, lay)
+    elif op == "cross_entropy" and c_ % L.P:  # in pieces with a remainder column
+        col = lower_cross_entropy_ragged(b, cfg, L.r, inp, target, rows, reduction)
     else:
         items = []
         for i, r0 in enumerate(range(rows[0], rows[1], L.P)):

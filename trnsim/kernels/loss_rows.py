@@ -331,13 +331,11 @@ class _Rows:
         if lay.t == 1:
             r0 = rows[0]
             for index, nr in row_blocks(tuple(tx.shape), lay.g, rows):
-                groups.append((nr, r0, [(0, ap(self.inp, *index))]))
+                groups.append((nr, r0, [(0, self.source(index, r0, 0))]))
                 r0 += nr
         else:
-            seg = lay.f * self.P
             for r in range(*rows):
-                groups.append((1, r, [(s, ap(self.inp, r, slice(s * seg, (s + 1) * seg)))
-                                      for s in range(lay.t)]))  # fmt: skip
+                groups.append((1, r, [(s, self.source((r,), r, s)) for s in range(lay.t)]))
         # full groups meet BATCH at a time (`flush`: one combination on TensorE for all their
         # rows, their picks gathered together); a short last group on its own (`group_end`)
         self.batches: dict = {}  # batch -> (first row, groups)
@@ -358,6 +356,21 @@ class _Rows:
                 items.append((gi, s, src, nr, r0, s == lay.t - 1))
         staggered(enumerate(items), self.tile_first, self.tile_second, 1)
 
+    def source(self, index: tuple, r0: int, s: int):
+        """Segment s of the group of rows at `index` (the first r0): x's region."""
+        if self.lay.t == 1:
+            return ap(self.inp, *index)
+        seg = self.lay.f * self.P
+        return ap(self.inp, *index, slice(s * seg, (s + 1) * seg))
+
+    def load(self, n: int, s: int, src, x, p: int) -> None:
+        """Tile n (segment s) from `source`'s region."""
+        self.b.emit(DmaCopy, [src], [x], src=src, dst=x, queue=self.loads[n])
+
+    def width(self, s: int) -> int:
+        """Segment s's tile columns."""
+        return self.lay.f
+
     def cols(self, key: str, gi: int, p: int, s: int | None = None):
         t = self.tile(key, gi, (self.P, self.lay.t), bufs=3)
         return ap(t, slice(0, p)) if s is None else ap(t, slice(0, p), slice(s, s + 1))
@@ -365,10 +378,10 @@ class _Rows:
     def tile_first(self, item):
         """A tile's load and its partitions' maxima (VectorE), their negation (GpSimd)."""
         n, (gi, s, src, nr, r0, last) = item
-        b, P, f = self.b, self.P, self.lay.f
+        b, P = self.b, self.P
         p = nr * self.kk
-        x = ap(self.tile("px", n, (P, f), self.dt), slice(0, p))
-        b.emit(DmaCopy, [src], [x], src=src, dst=x, queue=self.loads[n])
+        x = ap(self.tile("px", n, (P, self.width(s)), self.dt), slice(0, p))
+        self.load(n, s, src, x, p)
         m = self.cols("pm", gi, p, s)
         if self.low is not self.f32:  # 16-bit: the max at two elements a cycle, then fp32
             m16 = ap(self.tile("pm16", n, (P, 1), self.low), slice(0, p))
@@ -394,7 +407,7 @@ class _Rows:
         b, P, p = self.b, self.P, nr * self.kk
         if pk is not None:
             self.pk = pk
-        e = ap(self.tile("pe", 0, (P, self.lay.f), dtype("bfloat16"), 1), slice(0, p))
+        e = ap(self.tile("pe", 0, (P, self.width(s)), dtype("bfloat16"), 1), slice(0, p))
         z = self.cols("pz", gi, p, s)
         b.emit(Activation, [x, nm], [e, z], func="exp", src=x, dst=e, bias=nm, reduce="add",
                reduce_dst=z)  # fmt: skip
