@@ -11,6 +11,11 @@ out), runs of one kind merged into groups, so x is [..., K, R] or [..., R, K] in
   loaded as they lie (contiguous rows: full-rate DMA) and combined elementwise into one fp32
   accumulator (the first block lands there, cast by the DMA); then the partitions are reduced by
   turning 128-column chunks on TensorE (`transpose` into PSUM) and one `tensor_reduce` each;
+- **[..., R, K] with few R and a long K** (`kept_slabs`: a sum over the batch, as the
+  gradient of a [T, D] broadcast over [B, T, D] is, or of GQA's repeated heads): each of the R
+  slabs of K elements laid flat over all 128 partitions (`layout.flat_walk`, the same blocks
+  for every slab) and the slabs added elementwise, alternating VectorE and GpSimd, when that
+  takes fewer DMAs than blocks of R's few rows (R of the 128 partitions busy) by 512 columns;
 - **[O, R, K]** with an item's R x K in a partition (`kept_small`): O's items on the
   partitions (several to one when many), one load and one `tensor_reduce` over the R axis a
   block, not blocks of R's rows by K's few columns for every item of O;
@@ -35,6 +40,7 @@ from trnsim.errors import TraceError
 from trnsim.isa import (
     CoreBarrier,
     DmaCopy,
+    Engine,
     TensorCopy,
     TensorReduce,
     TensorScalar,
@@ -43,7 +49,7 @@ from trnsim.isa import (
 )
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.column_folds import BUFS, ByEngines, ByMatmul
-from trnsim.kernels.layout import _blocks, flat_blocks, row_groups
+from trnsim.kernels.layout import _blocks, flat_blocks, flat_walk, row_groups
 from trnsim.kernels.queues import Queues
 
 __all__ = ["lower_any", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
@@ -51,6 +57,8 @@ __all__ = ["lower_any", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
 ALU = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 CHUNK = 4096  # free elements of a [K, R] chunk (16 KiB of fp32 a partition)
 LOADS = 8  # load buffers of [R, K] blocks in flight
+SPREAD = 4  # K blocks a core of `kept_slabs` at least (when each keeps SLAB_MIN a partition)
+SLAB_MIN = 128  # elements a partition of a `kept_slabs` block at least (512 B of fp32)
 
 
 def reduce_dims(op: str, dim, nd: int) -> list[int]:
@@ -153,6 +161,8 @@ def lower_any(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, dim,
         r.kept_rows(groups)
     elif [g[0] for g in groups] == [False, True, False] and groups[1][2] * groups[2][2] <= CHUNK:
         r.kept_small(groups, dims, keepdim)
+    elif r.slabs_fewer(groups):
+        r.kept_slabs(groups, dims, keepdim)
     else:
         r.kept_cols(groups)
     r.done()
@@ -284,6 +294,68 @@ class Reduce:
                             self.load(idx, ap(t, slice(off, off + n), slice(0, cn)))
                         fold.add(t, rb)
                 fold.done(base + coff)
+
+    def slabs_fewer(self, groups) -> bool:
+        """Whether [..., R, K] (the last group kept) takes fewer loads as R slabs of K laid
+        flat over the partitions (`kept_slabs`) than as blocks of R's rows by `cols` of K's
+        columns (`kept_cols`)."""
+        rn, kn = groups[-2][2], groups[-1][2]
+        slabs = rn * math.ceil(kn / (self.P * CHUNK))
+        return rn < self.P and slabs < math.ceil(kn / self.cols) * math.ceil(rn / self.P)
+
+    def kept_slabs(self, groups, dims: list[int], keepdim: bool) -> None:
+        """[..., R, K], R few: per outer kept item and block of K's elements over the
+        partitions (`flat_walk`), every slab's block (outer reduced groups and R) loaded and
+        added into one fp32 accumulator, in turn on VectorE and GpSimd; scaled, cast, stored
+        at the block's place in out."""
+        (_, rd, rn), (_, kd, kn) = groups[-2], groups[-1]
+        outer = groups[:-2]
+        kept = [g for g in outer if not g[0]]
+        red = [g for g in outer if g[0]]
+        tx, to = self.b.tensors[self.x], self.b.tensors[self.out]
+        out_dims = [d for d in range(len(tx.shape)) if keepdim or d not in dims]
+        ksizes = tuple(tx.shape[d] for d in kd)
+        # at least SPREAD blocks a core when K allows: their loads and stores on several queues
+        most = min(CHUNK, max(SLAB_MIN, -(-kn // (self.P * SPREAD * self.b.part[1]))))
+        blocks = flat_walk(ksizes, 0, kn, self.P, most)
+        width = max(f for _, _, f in blocks)
+        engines = (Engine.VECTOR, Engine.GPSIMD)
+        n = loaded = 0
+        for okc in itertools.product(*(range(g[2]) for g in kept)):
+            for kidx, p, f in blocks:
+                n += 1
+                if not self.mine(n - 1):
+                    continue
+                slot = self.n % BUFS
+                acc = ap(self.tile(f"sacc{slot}", (self.P, width)), slice(0, p), slice(0, f))
+                parts = []
+                for orc in itertools.product(*(range(g[2]) for g in red)):
+                    for r in range(rn):
+                        idx = self.outer(kept, okc, red, orc).at(rd, r).run(kd, kidx)
+                        k, loaded = len(parts), loaded + 1
+                        t = ap(self.tile(f"slab{loaded % LOADS}", (self.P, width), tx.dtype),
+                               slice(0, p), slice(0, f))  # fmt: skip
+                        self.load(idx, t)
+                        parts.append((t, idx))
+                        if k == 1:
+                            first = parts[0][0]
+                            self.b.emit(TensorTensor, [first, t], [acc], alu=self.alu, src0=first,
+                                        src1=t, dst=acc, engine=engines[k % 2])  # fmt: skip
+                        elif k > 1:
+                            self.b.emit(TensorTensor, [acc, t], [acc], alu=self.alu, src0=acc,
+                                        src1=t, dst=acc, engine=engines[k % 2])  # fmt: skip
+                res = ap(self.tile(f"sres{slot}", (self.P, width), to.dtype), slice(0, p),
+                         slice(0, f))  # fmt: skip
+                src = acc if len(parts) > 1 else parts[0][0]
+                if self.scale != 1.0:
+                    self.b.emit(TensorScalar, [src], [res], src=src, dst=res, op0="multiply",
+                                operand0=self.scale)  # fmt: skip
+                else:
+                    self.b.emit(TensorCopy, [src], [res], src=src, dst=res)
+                entries = parts[0][1].entries
+                dst = ap(self.out, *(0 if d in dims else entries[d] for d in out_dims))
+                self.b.emit(DmaCopy, [res], [dst], src=res, dst=dst, queue=self.stores[self.n])
+                self.n += 1
 
     def kept_small(self, groups, dims: list[int], keepdim: bool) -> None:
         """[O, R, K] with an item's R x K in a partition (CHUNK elements or fewer): O's items
