@@ -200,3 +200,22 @@ def test_ragged_cross_entropy_time_near_the_neighbour(dt, shape):
 
     d = shape[-1]
     assert time(d) <= 1.2 * time((d + 64) // 128 * 128)
+
+
+@pytest.mark.parametrize("d", [50257, 50304, 65536])
+def test_softmax_in_pieces_bf16_in_fp32_out_check(d, tmp_path):
+    """softmax of bf16 rows in pieces into fp32 (`softmax_pieces`, `softmax_ragged`): the exp
+    goes into the fp32 output's tile, not back into x's bf16 (rounded to 2^-9 there: 4e-3 off
+    before, past fp32's tolerance)."""
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((3, d)) * 3).astype(np.float32)
+    path = tmp_path / "x.npy"
+    np.save(path, x)
+    specs = {"x": TensorSpec("x", x.shape, dtype("bfloat16"), ("file", str(path))),
+             "out": TensorSpec("out", x.shape, dtype("float32"), None)}  # fmt: skip
+    for lnc in (1, 2):
+        prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
+                       {"k": KernelSpec("k", ops=[OpSpec("softmax", _args("softmax"), 1)])},
+                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+        r = run_program(prog, load_chip("trn2"), "functional", check=True)
+        assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])

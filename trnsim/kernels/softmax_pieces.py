@@ -132,8 +132,10 @@ class _Pieces:
         z = ap(self.col("z", n, p, self.lay.t).name, slice(0, p), slice(s, s + 1))
         nm = self.col(f"nm{s}.", n, p)
         keep = self.resident and not self.log
-        e = xa if keep else ap(self.b.scratch_tile("smp.e", "e", (self.P, self.lay.f),
-                                                   self.xdt), slice(0, p))  # fmt: skip
+        # (kept: into the output's tile, in out's dtype: an fp32 output of 16-bit x keeps the
+        # exp unrounded to x's dtype)
+        e = self.out_tile(n, s, xa, p) if keep else ap(self.b.scratch_tile(
+            "smp.e", "e", (self.P, self.lay.f), self.xdt), slice(0, p))  # fmt: skip
         self.b.emit(Activation, [xa, nm], [e, z], func="exp", src=xa, dst=e, bias=nm,
                     reduce="add", reduce_dst=z)  # fmt: skip
 
@@ -190,8 +192,8 @@ class _Pieces:
         b.emit(TensorScalar, [f, total], [f], src=f, dst=f, op0="divide", operand0=total)
         for s in range(t):
             xa, fs = self.xtile(n, s, p), ap(f.name, slice(0, p), slice(s, s + 1))
-            o = self.out_tile(n, s, xa, p)
-            b.emit(TensorScalar, [xa, fs], [o], src=xa, dst=o, op0="multiply", operand0=fs,
+            o = self.out_tile(n, s, xa, p)  # (holding the exp: `exps`)
+            b.emit(TensorScalar, [o, fs], [o], src=o, dst=o, op0="multiply", operand0=fs,
                    engine=self.scale)  # fmt: skip
             self.store(o, index, s)
 

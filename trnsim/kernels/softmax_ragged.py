@@ -77,7 +77,7 @@ class _Ragged(_Pieces):
         nm = self.col(f"nm{s}.", n, p)
         keep = self.resident and not self.log
         shape = (self.P, self.rag.width(s))
-        e = xa if keep else ap(self.b.scratch_tile(f"smr.e{s}", "e", shape, self.xdt),
-                               slice(0, p))  # fmt: skip
+        e = self.out_tile(n, s, xa, p) if keep else ap(self.b.scratch_tile(
+            f"smr.e{s}", "e", shape, self.xdt), slice(0, p))  # fmt: skip
         self.b.emit(Activation, [xa, nm], [e, z], func="exp", src=xa, dst=e, bias=nm,
                     reduce="add", reduce_dst=z)  # fmt: skip
