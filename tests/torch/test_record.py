@@ -115,6 +115,28 @@ def test_values_replay_reproduces_outputs(tmp_path):
     assert r["check"] and all(c["ok"] for c in r["check"].values()), r["check"]
 
 
+def test_a_trailing_broadcast_writes_its_result_in_place(tmp_path):
+    """x [2, 4, 6] + y [4, 6] is the library's row broadcast of [2, 24] views (`aten.
+    _trailing`): the op's out is a view of the result's memory, so the replay computes z
+    (no `writes:` file for it, no tensor of its own) and --check holds."""
+    x, y = torch.randn(2, 4, 6), torch.randn(4, 6)
+    with trnsim.torch.record(tmp_path / "run.yaml", values=True) as rec:
+        z = x.to("neuron") + y.to("neuron")
+        rec.output("z", z)
+    doc = (tmp_path / "run.yaml").read_text()
+    assert "writes:" not in doc and "- {add: " in doc, doc
+    prog = load(tmp_path / "run.yaml")
+    (kernel,) = prog.kernels.values()
+    out = prog.tensors[kernel.ops[0].args["out"]]
+    assert list(out.shape) == [2, 24] and out.view == prog.tensors["z"].view
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "run.yaml"), "--out-dir",
+                                    str(tmp_path / "out")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "z.npy").reshape(2, 4, 6), x + y)
+    r = _replay(tmp_path / "run.yaml", "--check")
+    assert all(c["ok"] for c in r["check"].values()), r["check"]
+
+
 def test_without_values_no_files_and_timing_mode(tmp_path):
     model = _mlp()
     x = torch.randn(16, 64).to("neuron")

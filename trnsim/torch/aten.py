@@ -123,8 +123,29 @@ def _binary(name, ov, a, kw, out, r):
     t = {"a": x, "out": out}
     if isinstance(y, Tensor) and y.dim():
         t["b"] = y
+        _trailing(t)
         return _one(BINARY[name], {"a": "a", "b": "b", "out": "out"}, t)
     return _one(BINARY[name], {"a": "a", "b": _num(y), "out": "out"}, t)
+
+
+def _trailing(t: dict) -> None:
+    """A tensor of out's trailing dims broadcast over its leading ones ([T, D] over [B, T, D]:
+    GPT-2's learned positions, a rotary table over [B, H, T, hd], a mask over attention's
+    scores) is a row broadcast of out seen as [rows, T x D]: the operands in `t` become those
+    views (contiguous tensors only; values and bytes are the same)."""
+    a, b, out = t["a"], t["b"], t["out"]
+    small = b if tuple(a.shape) == tuple(out.shape) else a
+    full = [v for v in (a, b) if v is not small]
+    dims = list(small.shape)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    k = len(dims)
+    if (len(full) != 1 or k < 2 or k >= out.dim() or tuple(out.shape[-k:]) != tuple(dims)
+            or not all(v.is_contiguous() for v in (a, b, out))):  # fmt: skip
+        return
+    n = small.numel()
+    for key, v in t.items():
+        t[key] = v.view(n) if v is small else v.view(-1, n)
 
 
 @_maps("_softmax", "_log_softmax")

@@ -306,7 +306,8 @@ class Recording(TraceTensors, Listener):
         entry: dict = {"ops": [{op.op: op.args} for op in ops]}
         if cores < self.chip.lnc:
             entry["cores"] = cores
-        extra = [(n, x) for n, x in zip(res, results) if not any(x is t for t in tensors.values())]
+        extra = [(n, x) for n, x in zip(res, results)
+                 if not any(x is t or _same(x, t) for t in tensors.values())]  # fmt: skip
         if self.values and extra:
             k = len(self.files)
             entry["writes"] = {
@@ -401,3 +402,11 @@ def _rank_path(path: Path, rank: int | None) -> Path:
 def _renamed(op: OpSpec, names: dict) -> dict:
     """An op's arguments with the library's tensor names replaced by the trace's."""
     return OPS[op.op].renamed(op.args, names)
+
+
+def _same(x: Tensor, t: Tensor) -> bool:
+    """Whether `t` is `x` seen in another shape (`aten._trailing`'s [rows, n] views): the same
+    elements of one storage, both contiguous."""
+    return (t.device.type != "meta" and x.numel() == t.numel() and x.is_contiguous()
+            and t.is_contiguous() and x.storage_offset() == t.storage_offset()
+            and x.untyped_storage().data_ptr() == t.untyped_storage().data_ptr())  # fmt: skip

@@ -34,9 +34,12 @@ class TraceTensors:
         if self.pending:
             r, name = self.pending[0]
             if _storage_bytes(r) == nbytes:
-                self.pending.pop(0)
-                stride = r.stride() if _dense(r) else contiguous_stride(r.shape)
-                self._view(blk, r.dtype, tuple(r.shape), tuple(stride), 0, name)
+                ptr = r.untyped_storage().data_ptr()  # with it, the views of it named so far
+                here = [(x, n) for x, n in self.pending if x.untyped_storage().data_ptr() == ptr]
+                self.pending = [(x, n) for x, n in self.pending if all(n != m for _, m in here)]
+                for x, n in here:
+                    stride = x.stride() if _dense(x) else contiguous_stride(x.shape)
+                    self._view(blk, x.dtype, tuple(x.shape), tuple(stride), 0, n)
 
     def _settle(self) -> None:
         """Results never copied to the device (an `out=` temporary): tensors of their own."""
@@ -64,7 +67,10 @@ class TraceTensors:
             for x, name in self.pending:
                 if x is t:
                     return name
-            if any(t is x for x in results):
+            ptr = t.untyped_storage().data_ptr()
+            # a result, or a view of one (`aten._trailing`'s [rows, n]): named now, placed
+            # when the result's storage reaches the device
+            if any(t is x or x.untyped_storage().data_ptr() == ptr for x in results):
                 name = self._new_name()
                 self.pending.append((t, name))
                 return name
