@@ -42,6 +42,10 @@ __all__ = ["lower_matmul"]
 
 SBUF_SHARE = 0.75  # of a partition's SBUF the A strip and B buffers may take (rest: headroom)
 B_BUFS = 3  # rotating B blocks: one loading, one in use, one spare for queue jitter
+B_BUFS_ONE_STRIP = 6  # ... where this core's rows are one strip and B is the larger operand:
+# the matmuls are short, so B's stream (most of the traffic, 1 KiB a partition a bf16 block)
+# needs more loads in flight to keep the DMA busy (with 3, [1, 4096] @ [4096, 4096] bf16 took
+# 1.85x its DMA bound); where A is the larger, more B loads only delay its strip's
 A_BUFS = 4  # rotating A^T blocks of the K-streamed kernel (each load is a few us of DMA)
 
 
@@ -80,7 +84,11 @@ def lower_matmul(
             f"128-row block of A^T in SBUF and {cfg.name} has no DMA transpose for "
             f"{ta.dtype.name} to stream K; not lowered on it yet"
         )
-    bufs = _StreamBuffers(b, plan) if streamed else _Buffers(b, plan)
+    rows = min(M, hi - lo)  # B's stream is the traffic: one strip, B no smaller than A
+    nb = B_BUFS_ONE_STRIP if math.ceil(rows / plan.P) <= plan.mt and N >= rows else B_BUFS
+    if not streamed and not plan.fits_b(nb):
+        nb = B_BUFS
+    bufs = _StreamBuffers(b, plan, nb) if streamed else _Buffers(b, plan, nb)
     one = _one_streamed if streamed else _one
     for i, batch in enumerate(_batches(bat)):
         rows = (max(lo - i * M, 0), min(hi - i * M, M))
@@ -124,12 +132,17 @@ class _Plan:
         # the K of the tied embedding's gradient matmul): then only the K-streamed kernel can
         others = B_BUFS * self.NB * a_dt.itemsize + 2 * self.NB * out_dt.itemsize
         self.resident_fits = 2 * per_block <= c.sbuf.partition_bytes - others
+        self._room = c.sbuf.partition_bytes - others - 2 * per_block  # past 3 B blocks
         most = max(1, min(banks // 2, budget // (2 * per_block)))
         self.mt = max(1, min(most, math.ceil(M / self.P)))  # 128-row blocks per strip
         self.psum_sets = 2 if 2 * self.mt <= banks else 1
         self.queues = Queues(cfg)  # loads over the load queues, stores over the store ones
         self.b_transposed = False
         self.evac = (Engine.VECTOR, Engine.SCALAR)
+
+    def fits_b(self, nb: int) -> bool:
+        """Whether the resident kernel's SBUF takes `nb` B blocks, not B_BUFS."""
+        return (nb - B_BUFS) * self.NB * self.a_dt.itemsize <= self._room
 
     def stream_k(self, rows: int, cfg: ChipConfig) -> bool:
         """Switch to the K-streamed kernel (`_one_streamed`: A^T blocks loaded for every N
@@ -152,14 +165,14 @@ class _Plan:
 
 
 class _Buffers:
-    """The kernel's tiles, made once for all batch elements: two A^T strips, B_BUFS B blocks,
+    """The kernel's tiles, made once for all batch elements: two A^T strips, `nb` B blocks,
     the PSUM accumulators, two output blocks, and for TensorE transposes a load buffer and a
     PSUM tile."""
 
-    def __init__(self, b: KernelBuilder, p: _Plan):
+    def __init__(self, b: KernelBuilder, p: _Plan, nb: int = B_BUFS):
         P, kt = p.P, math.ceil(p.K / p.P)
         self.strips = [b.tile("aT", "sbuf", (P, kt * P * p.mt), p.a_dt) for _ in range(2)]
-        self.bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(B_BUFS)]
+        self.bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(nb)]
         width = (p.mt - 1) * p.acc_stride + p.NB
         self.accs = [b.psum("acc", (P, width), dtype("float32")) for _ in range(p.psum_sets)]
         self.outs = [b.tile("o", "sbuf", (P, p.NB), p.out_dt) for _ in range(2)]
@@ -169,14 +182,14 @@ class _Buffers:
 
 
 class _StreamBuffers:
-    """The K-streamed kernel's tiles: A_BUFS rotating A^T blocks [128, 128 * mt], B_BUFS B
+    """The K-streamed kernel's tiles: A_BUFS rotating A^T blocks [128, 128 * mt], `nb` B
     blocks, one PSUM tile per bank (per 128-row block: an accumulator waits only for its own
     bank's evacuation), in `psum_sets` sets, and two output blocks."""
 
-    def __init__(self, b: KernelBuilder, p: _Plan):
+    def __init__(self, b: KernelBuilder, p: _Plan, nb: int = B_BUFS):
         P = p.P
         self.abufs = [b.tile("aT", "sbuf", (P, P * p.mt), p.a_dt) for _ in range(A_BUFS)]
-        self.bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(B_BUFS)]
+        self.bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(nb)]
         f32 = dtype("float32")
         self.sets = [
             [b.psum("acc", (P, p.NB), f32) for _ in range(p.mt)] for _ in range(p.psum_sets)
@@ -213,7 +226,7 @@ def _one_streamed(
                 src = ap(a_name, *ab, slice(m0, end), slice(k0, k0 + kw))
                 dst = ap(at, slice(0, kw), slice(0, end - m0))
                 b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q.load(), transpose=True)
-                bt = _load_b(b, p, bufs.bbufs[n_b % B_BUFS], bm, k0, kw, n0, nw, q)
+                bt = _load_b(b, p, bufs.bbufs[n_b % len(bufs.bbufs)], bm, k0, kw, n0, nw, q)
                 n_b += 1
                 for j, (_, mw) in enumerate(ms):
                     st, d = ap(at, slice(0, kw), slice(j * P, j * P + mw)), ds[j]
@@ -279,7 +292,7 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
                 for j, (_, mw) in enumerate(ms)
             ]
             for k, kw in enumerate(kws):
-                dst = _load_b(b, p, bbufs[n_b % B_BUFS], bm, k * P, kw, n0, nw, q)
+                dst = _load_b(b, p, bbufs[n_b % len(bbufs)], bm, k * P, kw, n0, nw, q)
                 n_b += 1
                 for st, d in zip(sts[k], ds):
                     b.emit(
