@@ -20,11 +20,12 @@ from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, 
 # 2^16 + 1, and a row of three segments (300001 fp32)
 LENGTHS = (16385, 20479, 50257, 65537, 300001)
 # the ragged time at most this times the neighbour's (trn2 LNC 2, measured: softmax and
-# log_softmax 1.01 - 1.03, sum and amax 1.00 - 1.24, rms_norm 0.84 - 1.34, layer_norm 0.85 -
-# 1.60 at [129, 65537]: two output passes where the multiple of 128's tuned kernel spreads
-# three over more engines; argmax 0.85 - 2.25: three passes where the chunk maxima take one)
+# log_softmax 1.01 - 1.04, sum and amax 1.00 - 1.24, rms_norm 0.81 - 1.34, layer_norm 0.85 -
+# 1.71 at [129, 65537]: two output passes shared by VectorE and GpSimd where the multiple of
+# 128's tuned kernel spreads them over more engines (its factor leaves room for that kernel
+# getting faster); argmax 0.85 - 2.25: three passes where the chunk maxima take one)
 FACTOR = {"softmax": 1.2, "log_softmax": 1.2, "sum": 1.4, "amax": 1.4, "rms_norm": 1.5,
-          "layer_norm": 1.8, "argmax": 2.5}  # fmt: skip
+          "layer_norm": 2.5, "argmax": 2.6}  # fmt: skip
 
 
 REDUCTIONS = ("sum", "mean", "amax", "amin", "argmax")

@@ -152,7 +152,7 @@ class _Norm:
                     if s == rag.t - 1 and rag.r:
                         src = ap(v, slice(rag.k * rag.m, rag.d))
                         dst = ap(t, slice(j * rag.k, j * rag.k + rag.r), slice(w, w + 1))
-                        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self._affine_q())
+                        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.small.load())
                 tiles.append(t)
             self.rows[v] = tiles
 
