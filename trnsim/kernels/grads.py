@@ -21,7 +21,9 @@ index, VectorE and GpSimd in turn), and each 512-column chunk accumulates over t
 in one PSUM bank (TensorE), is copied out (VectorE and ScalarE in turn) and stored. Tokens at
 padding_idx get index -1 (no row). TensorE does V/128 x N/128 x D/512 matmuls.
 
-Both run whole on one physical core (`training.ONE_CORE`).
+native_layer_norm_backward runs whole on one physical core (`training.ONE_CORE`);
+embedding_dense_backward's vocabulary rows are shared between the cores of an LNC 2 core
+(each reads every token's gradient and index).
 """
 
 from __future__ import annotations
@@ -249,6 +251,9 @@ def lower_embedding_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
     if args.get("scale_grad_by_freq"):
         raise TraceError(f"{op}: scale_grad_by_freq is not lowered yet")
     P, PS = cfg.core.sbuf.partitions, _chunk(cfg)
+    lo, hi = b.share(to.shape) or (0, v)  # this core's vocabulary rows (LNC 2: half each)
+    if lo >= hi:
+        return
     blocks = list(row_blocks(tuple(tg.shape), P))
     mdt = tg.dtype if tg.dtype.name != "float32" else F32  # the one-hot: the gradient's kind
     most, hots = _budget(cfg, STRIP_BYTES), _budget(cfg, HOTS)
@@ -271,8 +276,8 @@ def lower_embedding_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: d
             src = ap(g, *full, slice(s0, s0 + sw))
             b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
             grads.append(t)
-        for vb, v0 in enumerate(range(0, v, P)):
-            vw = min(P, v - v0)
+        for vb, v0 in enumerate(range(lo, hi, P)):
+            vw = min(P, hi - v0)
             hots, htile = [], row_tile(b, f"oh{vb % 2}", (P, nb * P), mdt)
             for n, (_, rows) in enumerate(blocks):
                 oh = ap(htile, slice(0, rows), slice(n * P, n * P + vw))

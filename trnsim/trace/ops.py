@@ -319,7 +319,8 @@ def _table() -> dict[str, Op]:
     t["embedding_dense_backward"] = Op(
         {"grad_output": "tensor", "indices": "tensor", "num_weights?": "value",
          "padding_idx?": "value", "scale_grad_by_freq?": "value", "out": "tensor"},
-        "trnsim.kernels.grads:lower_embedding_backward", _B, split="first_core",
+        "trnsim.kernels.grads:lower_embedding_backward", _B,
+        whole=("grad_output", "indices"),
     )  # fmt: skip
     t["nll_loss_backward"] = Op(
         {"grad_output": "tensor", "x": "tensor", "target": "tensor", "weight?": "tensor",
