@@ -156,6 +156,11 @@ def test_argmax_takes_the_first_of_equal_maxima(tmp_path):
         ((200, 300), [1, 0]),  # a swap of the last two: a transpose
         ((2, 130, 600), [0, 2, 1]),
         ((700,), [0]),
+        # x's last dim moved elsewhere (`transpose.lower_moved_last`): attention's
+        # [B, T, H, hd] -> [B, H, hd, T] under torch.compile, and others
+        ((2, 130, 3, 40), [0, 2, 3, 1]),
+        ((3, 5, 200), [2, 0, 1]),
+        ((4, 6, 7, 300), [3, 1, 0, 2]),
     ],
 )
 @pytest.mark.parametrize("dt", ["bfloat16", "float32"])
@@ -344,8 +349,6 @@ def _tensors(**shapes):
          r"permute: dims \[0, 0\] for x \[4, 6\]; expected a permutation of 0..1"),
         ("permute", {"x": "x", "out": "o", "dims": [1, 0]}, {"x": (4, 6), "o": (4, 6)},
          r"permute: x \[4, 6\] float32 -> out \[4, 6\] float32; expected out \[6, 4\]"),
-        ("permute", {"x": "x", "out": "o", "dims": [2, 0, 1]},
-         {"x": (2, 3, 4), "o": (4, 2, 3)}, r"permute: dims \[2, 0, 1\] move x's last dim"),
         ("cat", {"tensors": ["x", "y"], "out": "o", "dim": 1}, {"x": (4, 6), "y": (3, 2),
          "o": (4, 8)}, r"cat: y \[3, 2\] does not fit out \[4, 8\] along dim 1"),
         ("cat", {"tensors": ["x", "y"], "out": "o"}, {"x": (4, 6), "y": (3, 6), "o": (8, 6)},
@@ -379,6 +382,30 @@ def _tensors(**shapes):
 def test_what_is_not_lowered_is_an_error_naming_the_op_and_line(op, args, shapes, match):
     with pytest.raises(TraceError, match="t.yaml:9: " + match):
         lower([OpSpec(op, args, line=9)], _tensors(**shapes), load_chip("trn2"), "t.yaml")
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_a_permute_moving_the_last_dim_turns_slices_by_dma(cores):
+    """[2, 130, 3, 40] -> [2, 3, 40, 130]: per (batch, head) one [130, 40] slice of x turned
+    by DMA transpose, in blocks of 128 of out's rows; at LNC 2 each core stores the rows of
+    its share (was refused: 'move x's last dim elsewhere than a swap of the last two')."""
+    from tests.kernels.test_ops import _run_cores
+
+    t = {"x": ((2, 130, 3, 40), "float32", "normal"), "out": ((2, 3, 40, 130), "float32", None)}
+    args = {"x": "x", "out": "out", "dims": [0, 2, 3, 1]}
+    r, progs = _run_cores(t, [("permute", args)], cores)
+    np.testing.assert_array_equal(r.tensor("out"), np.transpose(r.tensor("x"), [0, 2, 3, 1]))
+    # one block a slice (40 rows of out, 130 of x's rows); at LNC 2 out's 240 rows are cut at
+    # 128, inside slice (1, 0): 4 blocks on core 0 (the last its rows 0..8), 3 on core 1
+    turned = [sum(i.OP == "dma_copy" and i.transpose for i in p.instructions) for p in progs]
+    assert turned == ([6] if cores == 1 else [4, 3])
+
+
+def test_a_permute_moving_the_last_dim_without_dma_transpose_is_an_error():
+    with pytest.raises(TraceError, match=r"permute: dims \[2, 0, 1\] move x's last dim, which "
+                       r"trn1 lowers only as a swap of the last two"):  # fmt: skip
+        lower([OpSpec("permute", {"x": "x", "out": "o", "dims": [2, 0, 1]})],
+              _tensors(x=(2, 3, 4), o=(4, 2, 3)), load_chip("trn1"))  # fmt: skip
 
 
 def _lnc_run(t, ops):

@@ -26,7 +26,7 @@ from trnsim.errors import TraceError
 from trnsim.isa import DmaCopy
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
-from trnsim.kernels.transpose import lower_transpose
+from trnsim.kernels.transpose import lower_moved_last, lower_transpose
 
 __all__ = ["lower_contiguous", "lower_permute", "lower_cat", "lower_split", "Mover", "CHUNK"]
 
@@ -121,11 +121,7 @@ def lower_permute(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dims: lis
         finally:
             b.part = part
     else:
-        raise TraceError(
-            f"permute: dims {list(dims)} move x's last dim elsewhere than a swap of the last "
-            "two; not lowered yet (a permute that keeps the last dim, then a transpose of the "
-            "last two, does it)"
-        )
+        lower_moved_last(b, cfg, x, out, perm)
 
 
 def _permute_rows(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, perm: list[int]) -> None:

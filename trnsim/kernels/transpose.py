@@ -14,6 +14,9 @@ be a multiple of 128).
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.isa import DmaCopy, TensorCopy, Transpose
@@ -21,7 +24,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import core_rows
 from trnsim.kernels.queues import Queues
 
-__all__ = ["lower_transpose"]
+__all__ = ["lower_transpose", "lower_moved_last"]
 
 BUFS = 32  # blocks in flight, each [128, <= ROWS] (32 KiB of a partition at most)
 ROWS = 512  # rows of x per DMA-transpose block (its free size in SBUF)
@@ -80,6 +83,53 @@ def lower_transpose(
                 n += 1
     if turn:
         b.release(turn[1])
+
+
+def lower_moved_last(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, perm: list[int]):
+    """out = x.permute(perm) where x's last dim goes elsewhere than out's second last (the
+    math path's k.transpose(1, 2).transpose(-2, -1): [B, T, H, hd] -> [B, H, hd, T], one
+    permute under torch.compile): for every index of the other dims, the [M, N] slice of x
+    (M: the x dim that ends last in out, N: x's last) is turned as `lower_transpose` turns one
+    (DMA transpose, blocks of 128 of N by up to 512 of M) and stored where out's dim holding
+    N and its last dim cross. At LNC 2 each core stores the rows of out in its share."""
+    tx, to = b.tensors[x], b.tensors[out]
+    nd, P = len(tx.shape), cfg.core.sbuf.partitions
+    a, q = perm[-1], perm.index(nd - 1)  # x's dim that is out's last; out's dim of x's last
+    M, N = tx.shape[a], tx.shape[-1]
+    if not (tx.dtype.itemsize in (2, 4) and cfg.core.dma.transpose_hbm_rate > 0):
+        raise TraceError(
+            f"permute: dims {perm} move x's last dim, which {cfg.name} lowers only as a swap of "
+            f"the last two (it has no DMA transpose for {tx.dtype.name})"
+        )
+    width = min(ROWS, M)
+    tiles = [b.scratch_tile(f"transpose:{i}", "t", (P, width), tx.dtype) for i in range(BUFS)]
+    qs = Queues(cfg)
+    loads, stores = qs.loads(), qs.stores()
+    rows = math.prod(to.shape[:-1])
+    lo, hi = core_rows(tuple(to.shape), b.part) if b.part[1] > 1 else (0, rows)
+    others = [j for j in range(nd - 1) if j != q]  # out's dims fixed per slice
+    step = math.prod(to.shape[q + 1 : nd - 1])  # out's rows between n and n + 1
+    n = 0
+    for combo in itertools.product(*(range(to.shape[j]) for j in others)):
+        at = dict(zip(others, combo))
+        base = sum(at[j] * math.prod(to.shape[j + 1 : nd - 1]) for j in others)
+        first, last = -(-(lo - base) // step), -(-(hi - base) // step)  # n in this core's rows
+        for r0 in range(max(0, first), min(N, last), P):
+            n0, n1 = r0, min(r0 + P, N, last)
+            for m0 in range(0, M, ROWS):
+                mw = min(ROWS, M - m0)
+                t = ap(tiles[n % BUFS], slice(0, n1 - n0), slice(0, mw))
+                sx: list = [None] * nd
+                for j in others:
+                    sx[perm[j]] = at[j]
+                sx[a], sx[nd - 1] = slice(m0, m0 + mw), slice(n0, n1)
+                src = ap(x, *sx)
+                b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n], transpose=True)
+                so = [at.get(j) for j in range(nd)]
+                so[q], so[nd - 1] = slice(n0, n1), slice(m0, m0 + mw)
+                dst = ap(out, *so)
+                b.emit(DmaCopy, [t], [dst], src=t, dst=dst, queue=stores[n])
+                n += 1
 
 
 def _lead(lead: list[int]) -> list[tuple[int, ...]]:
