@@ -114,6 +114,9 @@ def op_key(name: str, args, kwargs) -> tuple:
 MATMULS = {"mm": 0, "bmm": 0, "matmul": 0, "linear": 0, "mv": 0, "dot": 0, "vdot": 0,
            "addmm": 1, "baddbmm": 1, "addbmm": 1, "addmv": 1, "_addmm_activation": 1,
            "_scaled_mm": 0, "_int_mm": 0}  # fmt: skip
+# in-place fills: they write self without reading it (its bytes count once, as written)
+FILLS = ("zero_", "fill_", "normal_", "uniform_", "random_", "exponential_", "cauchy_",
+         "log_normal_", "geometric_")  # fmt: skip
 CONVOLUTIONS = ("convolution_overrideable", "convolution", "_convolution")
 CONVOLUTION_BACKWARDS = ("convolution_backward_overrideable", "convolution_backward")
 
@@ -124,12 +127,13 @@ def roofline_figures(name: str, args, kwargs, r) -> tuple[int, int, str]:
     convolution 2 x (output elements) x (input channels per group x kernel elements) (a
     transposed one by its input elements), its backward that per gradient it computes (the
     bias's: one per output element); any other op one per output element. Bytes: inputs +
-    outputs; the dtype: the first input's."""
+    outputs (an in-place fill, `FILLS`, does not read self); the dtype: the first input's."""
     ins = tensors_in(args) + tensors_in(kwargs.values())
     outs = results(r)
-    nbytes = sum(t.numel() * t.element_size() for t in ins + outs)
-    flops = sum(t.numel() for t in outs)
     base = name.partition(".")[0]
+    read = ins[1:] if base in FILLS and ins else ins
+    nbytes = sum(t.numel() * t.element_size() for t in read + outs)
+    flops = sum(t.numel() for t in outs)
     if base in MATMULS and outs and len(ins) > MATMULS[base]:
         flops = 2 * outs[0].numel() * ins[MATMULS[base]].shape[-1]
         if base == "addbmm":  # the batch is summed into out: K per batch item
