@@ -149,3 +149,50 @@ def test_a_few_rows_stream_b_near_the_dma_bound(m, n):
     r, _ = run_ops(t, [("matmul", {"a": "a", "b": "b", "out": "out"})], lnc=1)
     (row,) = r.summary["ops"]
     assert row["time_ns"] < 1.25 * row["roofline_ns"]
+
+
+@pytest.mark.parametrize(
+    "t,ops",
+    [
+        ({"a": ((1, 300), "float32"), "b": ((300, 1100), "float32"), "y": ((1, 1100), "float32")},
+         [("matmul", {"a": "a", "b": "b", "out": "y"})]),
+        ({"a": ((2, 3, 64), "float32"), "b": ((2, 64, 1500), "float32"),
+          "y": ((2, 3, 1500), "float32")}, [("bmm", {"a": "a", "b": "b", "out": "y"})]),
+        ({"a": ((5, 300), "bfloat16"), "w": ((1500, 300), "bfloat16"),
+          "y": ((5, 1500), "bfloat16")}, [("linear", {"x": "a", "weight": "w", "out": "y"})]),
+        ({"x": ((8, 256), "float32"), "a": ((8, 256), "float32"), "b": ((256, 2048), "float32"),
+          "y": ((8, 2048), "float32"), "z": ((8, 2048), "float32")},
+         [("exp", {"x": "x", "out": "a"}), ("matmul", {"a": "a", "b": "b", "out": "y"}),
+          ("gelu", {"x": "y", "out": "z"}), ("add", {"a": "y", "b": "z", "out": "z"})]),
+    ],
+)  # fmt: skip
+def test_few_rows_are_shared_by_columns_at_lnc_2(t, ops):
+    """A matmul (or a linear without a bias) whose rows are 128 or fewer has its columns cut
+    between the two cores of an LNC 2 logical core (`matmul.columns_split`; by rows one core
+    took them all): --check holds, values equal LNC 1's, the kernel's other ops meet it at a
+    core barrier."""
+    from tests.kernels.test_op_report import ops_program
+    from trnsim.runtime.session import run_program
+
+    progs = [ops_program(t, ops, lnc=lnc, mode="functional") for lnc in (1, 2)]
+    runs = [run_program(p, cfg, "functional", check=True) for p, cfg in progs]
+    for r in runs:
+        assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
+    for name in {a["out"] for _, a in ops}:
+        np.testing.assert_array_equal(runs[0].tensor(name), runs[1].tensor(name))
+
+
+def test_a_gemv_takes_both_cores_at_lnc_2():
+    """[1, 4096] @ [4096, 4096] bf16: 103.6 us on one core; at LNC 2 each core streams half of
+    B's columns, 55.6 us (it was 103.6 us at LNC 2 too: all on one core), 1.2x the DMA bound."""
+    from tests.kernels.test_op_report import run_ops
+
+    t = {
+        "a": ((1, 4096), "bfloat16"),
+        "b": ((4096, 4096), "bfloat16"),
+        "y": ((1, 4096), "bfloat16"),
+    }
+    ops = [("matmul", {"a": "a", "b": "b", "out": "y"})]
+    one, two = (run_ops(t, ops, lnc=lnc)[0].summary["ops"][0] for lnc in (1, 2))
+    assert two["time_ns"] < 0.6 * one["time_ns"]
+    assert two["time_ns"] < 1.3 * two["roofline_ns"]

@@ -24,12 +24,13 @@ C = ChipConfig
 
 
 def matmul(b: B, cfg: C, op: str, a: dict) -> None:
-    lower_matmul(b, cfg, a["a"], a["b"], a["out"])
+    lower_matmul(b, cfg, a["a"], a["b"], a["out"], by_columns=True)
 
 
 def linear(b: B, cfg: C, op: str, a: dict) -> None:
-    """out = x @ weight^T (+ bias, broadcast over the rows)."""
-    lower_matmul(b, cfg, a["x"], a["weight"], a["out"], b_transposed=True)
+    """out = x @ weight^T (+ bias, broadcast over the rows: then shared by rows)."""
+    by_columns = a.get("bias") is None
+    lower_matmul(b, cfg, a["x"], a["weight"], a["out"], b_transposed=True, by_columns=by_columns)
     if a.get("bias") is not None:
         b.barrier()  # the add reads what the matmul wrote: a generation of its own
         lower_binary(b, cfg, "add", a["out"], a["bias"], a["out"])

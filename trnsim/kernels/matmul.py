@@ -38,7 +38,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
 from trnsim.trace.program import TensorSpec
 
-__all__ = ["lower_matmul"]
+__all__ = ["lower_matmul", "columns_split"]
 
 SBUF_SHARE = 0.75  # of a partition's SBUF the A strip and B buffers may take (rest: headroom)
 B_BUFS = 3  # rotating B blocks: one loading, one in use, one spare for queue jitter
@@ -56,9 +56,12 @@ def lower_matmul(
     b_name: str,
     out_name: str,
     b_transposed: bool = False,
+    by_columns: bool = False,
 ) -> None:
     """Emit out = a @ b (module doc) into builder `b`; with `b_transposed`, b is given as
-    [..., N, K] (a linear layer's weight) and its blocks are loaded by DMA transpose."""
+    [..., N, K] (a linear layer's weight) and its blocks are loaded by DMA transpose. With
+    `by_columns` (an op alone in its work, `kernels.isolated`) and out's rows too few to
+    share (`columns_split`), each physical core computes its share of out's columns."""
     ta, tb, to = (b.tensors[n] for n in (a_name, b_name, out_name))
     (bat, M, K), (bat_b, K2, N), (bat_o, M2, N2) = _dims(ta), _dims(tb), _dims(to)
     if b_transposed:
@@ -77,6 +80,12 @@ def lower_matmul(
             "is not lowered on it yet"
         )
     lo, hi = b.share(to.shape) or (0, math.prod(bat) * M)  # this core's rows of out
+    cols = (0, N)
+    if by_columns and columns_split(to.shape, b.part[1], cfg):  # few rows: the columns cut
+        c, cores = b.part[0], b.part[1]
+        units = math.ceil(N / plan.NB)
+        cols = (plan.NB * (units * c // cores), min(N, plan.NB * (units * (c + 1) // cores)))
+        lo, hi = 0, math.prod(bat) * M
     streamed = plan.stream_k(min(M, hi - lo), cfg)
     if not streamed and not plan.resident_fits and hi > lo:
         raise TraceError(
@@ -94,8 +103,17 @@ def lower_matmul(
         rows = (max(lo - i * M, 0), min(hi - i * M, M))
         if rows[0] < rows[1]:
             kb = batch if bat_b else ()
-            one(b, plan, bufs, (a_name, batch), (b_name, kb), (out_name, batch), rows)
+            one(b, plan, bufs, (a_name, batch), (b_name, kb), (out_name, batch), rows, cols)
     b.release(*bufs.accs, *(bufs.turn[1:] if bufs.turn else ()))
+
+
+def columns_split(out_shape, cores: int, cfg: ChipConfig) -> bool:
+    """Whether the cores of a logical core share a matmul by out's columns: its rows fit one
+    core's share of 128 (`layout.core_rows` would give them all to one core: decode's [8, K] @
+    [K, N] ran on one of the two) and its columns make at least a block of 512 for each."""
+    *lead, n = out_shape
+    moving = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+    return cores > 1 and math.prod(lead) <= cfg.core.tensor.rows and n >= cores * moving
 
 
 def _dims(t: TensorSpec) -> tuple[tuple[int, ...], int, int]:
@@ -200,8 +218,9 @@ class _StreamBuffers:
 
 
 def _one_streamed(
-    b: KernelBuilder, p: _Plan, bufs: _StreamBuffers, a: tuple, bm: tuple, out: tuple, rows
-):
+    b: KernelBuilder, p: _Plan, bufs: _StreamBuffers, a: tuple, bm: tuple, out: tuple, rows,
+    cols: tuple[int, int],
+):  # fmt: skip
     """One batch element, K streamed: for each strip of up to mt 128-row blocks and each N
     block, every K block loads A^T[k, strip] (one DMA transpose) and B[k, n] and runs the strip's
     matmuls into their PSUM banks; then the banks are emptied and stored. A is read once per N
@@ -214,8 +233,8 @@ def _one_streamed(
     for m0 in range(rows[0], rows[1], MB):
         end = min(m0 + MB, rows[1])
         ms = [(m, min(P, end - m)) for m in range(m0, end, P)]
-        for n0 in range(0, p.N, p.NB):
-            nw = min(p.NB, p.N - n0)
+        for n0 in range(cols[0], cols[1], p.NB):
+            nw = min(p.NB, cols[1] - n0)
             accs = bufs.sets[n_set % len(bufs.sets)]
             n_set += 1
             ds = [ap(accs[j], slice(0, mw), slice(0, nw)) for j, (_, mw) in enumerate(ms)]
@@ -262,8 +281,10 @@ def _load_b(b: KernelBuilder, p: _Plan, bt: str, bm: tuple, k0, kw, n0, nw, q) -
     return dst
 
 
-def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: tuple, rows):
-    """One batch element: out[m0:m1, N] = a[m0:m1, K] @ b[K, N], (m0, m1) = `rows`."""
+def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: tuple, rows,
+         cols: tuple[int, int]):  # fmt: skip
+    """One batch element: out[m0:m1, n0:n1] = a[m0:m1, K] @ b[K, n0:n1], (m0, m1) = `rows`,
+    (n0, n1) = `cols`."""
     a_name, ab = a
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
@@ -283,8 +304,8 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
             ]
             for k, kw in enumerate(kws)
         ]
-        for n0 in range(0, p.N, p.NB):
-            nw = min(p.NB, p.N - n0)
+        for n0 in range(cols[0], cols[1], p.NB):
+            nw = min(p.NB, cols[1] - n0)
             acc = accs[n_acc % len(accs)]
             n_acc += 1
             ds = [
