@@ -267,6 +267,33 @@ def test_embedding_dense_backward_shares_the_vocabulary_between_two_cores(tmp_pa
     assert [sum(i.OP == "matmul" for i in p.instructions) for p in progs] == [1 * 2, 2 * 2]
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("shape,dt", [((130, 5000), "float32"), ((2, 3, 300), "bfloat16")])
+def test_log_softmax_backward_against_torch(shape, dt, cores):
+    """g - exp(y) * sum(g) over rows of the partitions, chunked (`log_softmax_backward`)."""
+    torch = pytest.importorskip("torch")
+    from tests.kernels.test_ops import _run_cores
+
+    t = {"g": (shape, dt, "normal"), "y": (shape, dt, "normal"), "out": (shape, dt, None)}
+    args = {"grad_output": "g", "output": "y", "dim": -1, "out": "out"}
+    r, _ = _run_cores(t, [("_log_softmax_backward_data", args)], cores)
+    g, y = (torch.tensor(r.tensor(n).astype(np.float64)) for n in "gy")
+    want = torch.ops.aten._log_softmax_backward_data(g, y, -1, torch.float64)
+    close(r.tensor("out"), want.numpy(), dt)
+
+
+def test_log_softmax_backward_of_a_vocabulary_is_near_its_four_passes():
+    """[128, 20000] fp32 on one trn2 core: g read twice, y once, out written once; within
+    1.5x of the roofline's three passes (the library's exp, sum, mul and sub made seven)."""
+    from tests.kernels.helpers import timed
+
+    s = (128, 20000)
+    t = {"g": (s, "float32", None), "y": (s, "float32", None), "out": (s, "float32", None)}
+    args = {"grad_output": "g", "output": "y", "dim": -1, "out": "out"}
+    got, roof = timed(t, "_log_softmax_backward_data", args)
+    assert roof < got < 1.5 * roof
+
+
 def test_embedding_dense_backward_on_trn3_accumulates_in_one_bank_per_chunk(tmp_path):
     """NC-v4's moving limit is 8 PSUM banks: the two accumulators stay one bank each (two of
     4096 fp32 columns would need 32 KiB of PSUM's 16)."""
@@ -296,6 +323,8 @@ EXAMPLES = {  # op -> (tensors name -> shape, args): a small example of every tr
                       {"grad_output": "g", "output": "y", "out": "o"}),
     "_softmax_backward_data": ({"g": (4, 8), "y": (4, 8), "o": (4, 8)},
                                {"grad_output": "g", "output": "y", "dim": -1, "out": "o"}),
+    "_log_softmax_backward_data": ({"g": (4, 8), "y": (4, 8), "o": (4, 8)},
+                                   {"grad_output": "g", "output": "y", "dim": -1, "out": "o"}),
     "native_layer_norm_backward": (
         {"g": (4, 8), "x": (4, 8), "m": (4, 1), "r": (4, 1), "o": (4, 8)},
         {"grad_out": "g", "input": "x", "mean": "m", "rstd": "r", "out": ["o"]}),

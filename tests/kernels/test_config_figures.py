@@ -248,6 +248,7 @@ CASES = {  # label -> (op, tensors name -> (shape, dtype, init), args but out)
     "sigmoid_backward": _grad("sigmoid_backward", "output"),
     "tanh_backward": _grad("tanh_backward", "output"),
     "_softmax_backward_data": _grad("_softmax_backward_data", "output", shape=(300, 1000)),
+    "_log_softmax_backward_data": _grad("_log_softmax_backward_data", "output", shape=(300, 1000)),
     "native_layer_norm_backward": (
         "native_layer_norm_backward",
         {

@@ -231,6 +231,9 @@ def _one(op: str, args: dict, val):
     if op == "_softmax_backward_data":
         g, y = val("grad_output"), val("output")
         return y * (g - (g * y).sum(axis=args.get("dim", -1), keepdims=True))
+    if op == "_log_softmax_backward_data":
+        g, y = val("grad_output"), val("output")
+        return g - np.exp(y) * g.sum(axis=args.get("dim", -1), keepdims=True)
     if op == "native_layer_norm_backward":
         w = val("weight")
         mask = args.get("output_mask") or [True, w is not None, args.get("bias") is not None]

@@ -28,6 +28,7 @@ COMMUTE = ("add", "mul", "maximum", "minimum")  # a number first: swapped
 REDUCE = ("sum", "mean", "amax", "amin")
 REDUCTION = {0: "none", 1: "mean", 2: "sum"}  # aten's reduction enum
 MAPPERS: dict = {}
+FUSED_LOG_SOFTMAX_ROWS = 64  # rows from which log_softmax's backward is the library's one op
 
 
 def library_ops(base: str, overload: str, args, kwargs, r):
@@ -422,10 +423,14 @@ def _softmax_backward(name, ov, a, kw, out, r):
 
 @_maps("_log_softmax_backward_data")
 def _log_softmax_backward(name, ov, a, kw, out, r):
-    """g - exp(y) * sum(g): four library ops (the library has no fused one)."""
+    """The library's `_log_softmax_backward_data` (g - exp(y) * sum(g), rows on the
+    partitions); for rows too few to fill them, four library ops on flat layouts."""
     g, y = a[0], a[1]
     if not _last(a[2], y.dim()):
         return None
+    if y.numel() // max(y.shape[-1], 1) >= FUSED_LOG_SOFTMAX_ROWS:
+        t = {"grad_output": g, "output": y, "out": out}
+        return _one("_log_softmax_backward_data", {**{k: k for k in t}, "dim": -1}, t)
     t = {"g": g, "y": y, "p": _meta(y.shape, y.dtype), "s": _meta((*g.shape[:-1], 1), g.dtype),
          "out": out}  # fmt: skip
     ops = [

@@ -309,6 +309,11 @@ def _table() -> dict[str, Op]:
          "out": "tensor"},
         "trnsim.kernels.softmax_backward:lower_softmax_backward", _B, rounds_bf16=True,
     )  # fmt: skip
+    t["_log_softmax_backward_data"] = Op(
+        {"grad_output": "tensor", "output": "tensor", "dim?": "value", "input_dtype?": "value",
+         "out": "tensor"},
+        "trnsim.kernels.log_softmax_backward:lower_log_softmax_backward", _B,
+    )  # fmt: skip
     t["native_layer_norm_backward"] = Op(
         {"grad_out": "tensor", "input": "tensor", "normalized_shape?": "value", "mean": "tensor",
          "rstd": "tensor", "weight?": "tensor", "bias?": "tensor", "output_mask?": "value",
