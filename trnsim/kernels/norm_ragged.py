@@ -2,21 +2,25 @@
 multiple of 128: the pieces with a remainder column (`ragged`), a unit of g rows a tile (or a
 row of t segments).
 
-Per unit, in two stages a unit apart (the next unit's loads and statistics run while this one
-is finished):
+Per unit, in three stages a unit and two apart (emitted the latest unit's last, then
+re-emitted in a list schedule's order, `schedule.Scheduled`):
 
 1. load; layer_norm's **shift** x0, each row's first element (its first partition's, spread
-   over the row's partitions by TensorE, `Groups.firsts`); each partition's sums over its main
-   columns on ScalarE (an `activation` with its add reduction, two a segment): layer_norm
-   sum(x - x0) and sum((x - x0)^2) (with -x0 as the bias: exact where x and x0 are close, so a
-   row of mean 10^4 keeps its digits; fp32 rows are shifted in place by the first, so the
-   normalisation subtracts a small mean), rms_norm sum(x^2); the remainder column's element
-   (its x - x0) masked to 0 where the partition holds none, and added (and its square);
+   over the row's partitions by TensorE, `Groups.firsts`); each partition's sums on ScalarE
+   (an `activation` with its add reduction, two a segment): layer_norm sum(x - x0) and
+   sum((x - x0)^2) (with -x0 as the bias: exact where x and x0 are close, so a row of mean
+   10^4 keeps its digits; fp32 rows are shifted in place by the first, so the normalisation
+   subtracts a small mean), rms_norm sum(x^2). The remainder column is masked to 0 where a
+   partition holds no element: in place (after its shift) for rms_norm and fp32 layer_norm, so
+   the squares' pass takes it with the main columns, its x - x0 added to the sum; else (16-bit
+   layer_norm, not shifted in place) its x - x0 into a column of its own, and its square;
 2. the row's sums over its k partitions (`Groups.sums`, TensorE: each partition gets its
    row's), mean' = S1 / d, var = S2 / d - mean'^2 (of the shifted values: no cancellation for
-   a spread comparable to the mean's distance from x0), rstd = (var + eps)^-0.5; the output
-   in two passes at most: (x - mean) * w then * rstd + b (`scalar_tensor_tensor`, VectorE
-   then GpSimd), rms_norm's (x * rstd) * w in one; store.
+   a spread comparable to the mean's distance from x0), rstd = (var + eps)^-0.5;
+3. the output in two passes at most: (x - mean) * w then * rstd + b (`scalar_tensor_tensor`s,
+   each on VectorE or GpSimd as the list schedule finds either free sooner; the first's main
+   columns apart from the remainder column, an even count: N for bf16), rms_norm's
+   (x * rstd) * w in one; store.
 
 Every partition of a row holds the same count of its main columns, so no weights are needed;
 only the remainder column's empty partitions are masked. The weight and bias are loaded once in
@@ -108,7 +112,11 @@ class _Norm:
         self.nl = self.ns = 0
         self.rows: dict[str, list[str]] = {}  # the weight's and bias' tiles, a segment each
         self.xs: dict[int, list[str]] = {}  # each unit's x tiles, a segment each
-        self.cols = rag.t + (1 if rag.r else 0)  # the sums' columns: the segments', remainder
+        # the remainder column masked in place (0 where empty), so ScalarE's squares take it
+        # with the main columns: rms_norm, and fp32 layer_norm shifted in place; else its
+        # element apart, a column of the sums of its own
+        self.inplace = bool(rag.r) and (not self.layer or self.shift)
+        self.cols = rag.t + (1 if rag.r and not self.inplace else 0)  # the sums' columns
 
     def _load_q(self):
         q = self.loads[self.nl]
@@ -176,6 +184,12 @@ class _Norm:
                    operand0=-1.0)  # fmt: skip
         a1 = ap(self.col("a1", n, self.cols), slice(0, p))
         a2 = ap(self.col("a2", n, self.cols), slice(0, p))
+        if self.inplace:  # the remainder column (x - x0 for layer_norm), 0 where empty
+            w = rag.main(rag.t - 1)
+            col = ap(xs[-1], slice(0, p), slice(w, w + 1))
+            if self.layer:
+                b.emit(TensorScalar, [col, nx], [col], src=col, dst=col, op0="add", operand0=nx)
+            rag.mask(b, xs[-1], 0.0, p)
         for s, t in enumerate(xs):
             xa = ap(t, slice(0, p), slice(0, rag.main(s)))
             c1, c2 = (ap(c.name, slice(0, p), slice(s, s + 1)) for c in (a1, a2))
@@ -191,11 +205,14 @@ class _Norm:
                     sq_bias = nx
             else:
                 sq_bias = 0.0
-            junk = self.junk(s, p)
+            junk = self.junk(s, p, whole=self.inplace)
+            if self.inplace:  # (the remainder column with the main ones)
+                xa = ap(t, slice(0, p))
             reads = [xa] + ([sq_bias] if not isinstance(sq_bias, float) else [])
             b.emit(Activation, reads, [junk, c2], func="square", src=xa, dst=junk, bias=sq_bias,
                    reduce="add", reduce_dst=c2)  # fmt: skip
-        if rag.r:  # the remainder column: its x - x0 (x^2), 0 where the partition has none
+        if rag.r and not self.inplace:  # the remainder column: its x - x0 (and square), 0 where
+            # the partition has none
             e1, e2 = (ap(c.name, slice(0, p), slice(rag.t, rag.t + 1)) for c in (a1, a2))
             w = rag.main(rag.t - 1)
             col = ap(xs[-1], slice(0, p), slice(w, w + 1))
@@ -210,10 +227,11 @@ class _Norm:
             b.emit(TensorTensor, [e1, e1], [e2], alu="multiply", src0=e1, src1=e1, dst=e2)
         self.xs[n] = xs
 
-    def junk(self, s: int, p: int):
+    def junk(self, s: int, p: int, whole: bool = False):
+        """ScalarE's unread results of segment s: its main columns (`whole`: its tile's)."""
         t = self.b.scratch_tile(f"nrg.junk.{s}", "junk", (self.P, self.rag.width(s)),
                                 dtype("bfloat16"))  # fmt: skip
-        return ap(t, slice(0, p), slice(0, self.rag.main(s)))
+        return ap(t, slice(0, p), slice(0, self.rag.width(s) if whole else self.rag.main(s)))
 
     def stats(self, n: int, unit, rows: int) -> None:
         """The rows' statistics over their partitions: rstd, and layer_norm's mean."""
@@ -222,10 +240,22 @@ class _Norm:
         a1 = ap(self.col("a1", n, self.cols), slice(0, p))
         a2 = ap(self.col("a2", n, self.cols), slice(0, p))
         t1, t2 = ap(self.col("t1", n), slice(0, p)), ap(self.col("t2", n), slice(0, p))
-        b.emit(TensorReduce, [a2], [t2], alu="add", src=a2, dst=t2)
+        if self.cols > 1:
+            b.emit(TensorReduce, [a2], [t2], alu="add", src=a2, dst=t2)
+        else:  # (one segment, the remainder column in its squares' sum)
+            t2 = a2
         rs = ap(self.col("rs", n), slice(0, p))
         if self.layer:
-            b.emit(TensorReduce, [a1], [t1], alu="add", src=a1, dst=t1)
+            if self.cols > 1:
+                b.emit(TensorReduce, [a1], [t1], alu="add", src=a1, dst=t1)
+            else:
+                t1 = a1
+            if self.inplace:  # plus the remainder column's x - x0 (0 where empty)
+                w = rag.main(rag.t - 1)
+                col = ap(self.tile("x", n, rag.t - 1, self.xdt), slice(0, p), slice(w, w + 1))
+                t1n = ap(self.col("t1r", n), slice(0, p))
+                b.emit(TensorTensor, [t1, col], [t1n], alu="add", src0=t1, src1=col, dst=t1n)
+                t1 = t1n
             mean = ap(self.col("mean", n), slice(0, p))
             s1 = self.groups.sums(t1, p, dst=None)
             b.emit(TensorScalar, [s1], [mean], src=s1, dst=mean, op0="multiply",
