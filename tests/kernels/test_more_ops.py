@@ -568,3 +568,33 @@ def test_argmax_over_a_leading_dim_takes_the_first_of_equal_maxima(tmp_path):
     want = np.full(130, 5)
     want[7] = 250
     np.testing.assert_array_equal(r.tensor("out"), want)
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize(
+    "op,shape,dims,keepdim,dt",
+    [
+        ("mean", (4, 256, 7, 7), [2, 3], True, "float32"),  # a CNN's global average pool
+        ("amax", (3, 50, 3000), [2], False, "bfloat16"),
+        ("sum", (130, 5, 6), [1, 2], False, "float32"),
+    ],
+)
+def test_a_reduction_of_the_trailing_dims_groups_rows_to_a_partition(cores, op, shape, dims,
+                                                                     keepdim, dt):  # fmt: skip
+    """x [O, R] (the reduced dims last, R <= 4096): several of O's rows to a partition, one
+    load and one `tensor_reduce` over R a block (`Reduce.kept_small` with K = 1), not a
+    [128, R] block of single rows each. trn2 LNC 2 fp32 mean over [32, 2048, 7, 7]'s last two
+    dims: 151.3 -> 30.1 us (roofline 18.1)."""
+    from tests.kernels.test_ops import _run_cores
+
+    out = [1 if d in dims else n for d, n in enumerate(shape) if keepdim or d not in dims]
+    t = {"x": (shape, dt, "normal"), "o": (out, dt, None)}
+    r, progs = _run_cores(t, [(op, {"x": "x", "out": "o", "dim": dims, "keepdim": keepdim})],
+                          cores)  # fmt: skip
+    ref = {"mean": np.mean, "amax": np.max, "sum": np.sum}[op]
+    want = ref(r.tensor("x").astype(np.float64), axis=tuple(dims), keepdims=keepdim)
+    tol = 1e-5 if dt == "float32" else 1e-2
+    np.testing.assert_allclose(r.tensor("o").astype(np.float64), want, rtol=tol, atol=tol)
+    if op == "mean":  # 1024 rows of 49: 83 a partition, a block a core (were 8 blocks)
+        loads = sum(i.OP == "dma_copy" and i.src.name == "x" for p in progs for i in p.instructions)
+        assert loads == cores

@@ -16,7 +16,8 @@ out), runs of one kind merged into groups, so x is [..., K, R] or [..., R, K] in
   slabs of K elements laid flat over all 128 partitions (`layout.flat_walk`, the same blocks
   for every slab) and the slabs added elementwise, alternating VectorE and GpSimd, when that
   takes fewer DMAs than blocks of R's few rows (R of the 128 partitions busy) by 512 columns;
-- **[O, R, K]** with an item's R x K in a partition (`kept_small`): O's items on the
+- **[O, R, K]** with an item's R x K in a partition (`kept_small`; [O, R], the reduced dims
+  last and R short, as [O, R, 1]: a CNN's global average pool): O's items on the
   partitions (several to one when many), one load and one `tensor_reduce` over the R axis a
   block, not blocks of R's rows by K's few columns for every item of O;
 - **everything reduced**: flat blocks over all 128 partitions, combined into a [128, 1]
@@ -157,6 +158,8 @@ def lower_any(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, dim,
             b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=r.loads[0])
     elif len(groups) == 1:
         r.everything()
+    elif [g[0] for g in groups] == [False, True] and groups[1][2] <= CHUNK:
+        r.kept_small([*groups, (False, [], 1)], dims, keepdim)  # [O, R] as [O, R, 1]
     elif groups[-1][0]:
         r.kept_rows(groups)
     elif [g[0] for g in groups] == [False, True, False] and groups[1][2] * groups[2][2] <= CHUNK:
