@@ -24,7 +24,7 @@ from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.isa import Activation, Ap, DmaCopy, Select, TensorCopy, TensorScalar, TensorTensor
 from trnsim.kernels.balance import dma_queues
-from trnsim.kernels.broadcast import lower_broadcast
+from trnsim.kernels.broadcast import lower_broadcast, spread
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import flat_blocks
 from trnsim.kernels.queues import Queues, Stream
@@ -132,7 +132,8 @@ def lower_binary(b: KernelBuilder, cfg: ChipConfig, op: str, a, bb, out: str) ->
 
 def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out: str) -> None:
     """out = a <op> b where one of them has out's shape and the other is a row ([D], or
-    [1, ..., D]) or a column (out's shape with a last dim of 1): `broadcast.lower_broadcast`."""
+    [1, ..., D]) or a column (out's shape with a last dim of 1): `broadcast.lower_broadcast`;
+    or one element (`_scalar_tensor`)."""
     to = b.tensors[out]
     shapes = {k: tuple(b.tensors[v].shape) for k, v in (("a", a), ("b", bb))}
     full = [k for k in ("a", "b") if shapes[k] == tuple(to.shape)]
@@ -141,14 +142,39 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
     part = shapes[other]
     is_row = math.prod(part) == d and part[-1:] == (d,)
     is_col = part == tuple(to.shape[:-1]) + (1,)
+    names = {"a": a, "b": bb}
+    if len(full) == 1 and math.prod(part) == 1 and d > 1 and len(part) <= len(to.shape):  # [1]
+        _scalar_tensor(b, cfg, op, names[full[0]], names[other], out, other == "a")
+        return
     if len(full) != 1 or not (is_row or is_col):
         raise TraceError(
             f"{op}: a {list(shapes['a'])}, b {list(shapes['b'])} -> out {list(to.shape)}: this "
             "broadcast is not lowered yet; expected one operand of out's shape and the other "
-            "of its last dim [D] or of out's shape with a last dim of 1"
+            "of its last dim [D], of out's shape with a last dim of 1, or of one element"
         )
-    names = {"a": a, "b": bb}
     lower_broadcast(b, cfg, BINARY[op], names[full[0]], names[other], out, other == "a", is_row)
+
+
+def _scalar_tensor(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, s: str, out: str,
+                   first: bool) -> None:  # fmt: skip
+    """out = x <op> s (s <op> x when `first`), s a tensor of one element: spread once over the
+    partitions (`broadcast.spread`, a [128, 1] column), then x's flat blocks as with a number,
+    the column the `tensor_scalar`'s per-partition operand."""
+    to, dx = b.tensors[out], b.tensors[x].dtype
+    col = spread(b, cfg, [(ap(s), 1)], b.tensors[s].dtype, f"{s}_col")
+    inplace = dx == to.dtype
+    blocks, big = _plan(b, cfg, to.shape, [dx] + [to.dtype] * (not inplace))
+    loads, stores = _queues(cfg, 1, big, dx)
+    for n, (index, p, f) in enumerate(blocks):
+        t = ap(_buf(b, "a", n, big, dx), slice(0, p), slice(0, f))
+        src = ap(x, *index)
+        b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
+        o = t if inplace else ap(_buf(b, "o", n, big, to.dtype), slice(0, p), slice(0, f))
+        c = ap(col, slice(0, p))
+        b.emit(TensorScalar, [t, c], [o], src=t, dst=o, op0=BINARY[op], operand0=c,
+               reverse0=first)  # fmt: skip
+        dst = ap(out, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
 
 
 def _plan(b: KernelBuilder, cfg: ChipConfig, shape, dtypes: list) -> tuple[list, tuple]:
