@@ -12,6 +12,8 @@ accumulated in fp32 and rounded once to it, which lets VectorE reduce at its bf1
 
 from __future__ import annotations
 
+import math
+
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
 from trnsim.isa import DmaCopy, Engine, TensorReduce
@@ -20,6 +22,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.pointwise import work_dtype
 from trnsim.kernels.queues import Queues
+from trnsim.kernels.softmax_backward_pieces import lower_softmax_backward_pieces
 
 __all__ = ["lower_softmax_backward", "row_tile", "row_buffers"]
 
@@ -68,6 +71,13 @@ def lower_softmax_backward(b: KernelBuilder, cfg: ChipConfig, op: str, args: dic
     # g, y, and one tile for g * y, then g - sum, then (in place, when of out's dtype) out
     per = tg.dtype.itemsize + ty.dtype.itemsize + wdt.itemsize
     per += to.dtype.itemsize if to.dtype != wdt else 0
+    budget = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE)
+    # in pieces: rows past one VectorE instruction, or too long for two buffers (one buffer
+    # reused while its block's last step is still pending gave a lowering error, `_finish`)
+    if d > cfg.core.vector.dve_max_free_elements or budget < 2 * d * per:
+        rows = b.share(to.shape) or (0, math.prod(to.shape[:-1]))
+        lower_softmax_backward_pieces(b, cfg, g, y, out, rows)
+        return
     bufs = row_buffers(cfg, op, d, per)
     pending = None  # the previous block's last step, emitted after this block's first ones
     qs = Queues(cfg)
