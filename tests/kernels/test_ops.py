@@ -557,6 +557,19 @@ def test_where_and_masked_fill(shape):
     np.testing.assert_array_equal(r.tensor("out3"), np.where(c, np.float32(2.5), r.tensor("o")))
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_where_of_two_numbers_is_a_select_of_a_filled_tile(cores):
+    """where(mask, 0.0, -inf): a causal mask made from a boolean one (SDPA's math path under
+    is_causal, every GPT-2 and Llama forward) was refused ('a and other are both numbers')."""
+    t = {"c": ((300, 256), "uint8", "random"), "out": ((300, 256), "float32", None)}
+    args = {"condition": "c", "a": 0.0, "other": float("-inf"), "out": "out"}
+    r, progs = _run_cores(t, [("where", args)], cores)
+    c = r.tensor("c") != 0
+    assert 0 < c.mean() < 1
+    np.testing.assert_array_equal(r.tensor("out"), np.where(c, np.float32(0), np.float32("-inf")))
+    assert [sum(i.OP == "memset" for i in p.instructions) for p in progs] == [1] * cores
+
+
 def test_a_run_of_elementwise_ops_is_fused_and_keeps_its_intermediates_on_chip():
     """h = h + x; h = gelu(h); y = h * 2.0; y = exp(y): one pass over the blocks that reads h
     and x once and writes h and y once (unfused: 4 reads and 4 writes of that shape), with the

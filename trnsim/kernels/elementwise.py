@@ -22,7 +22,16 @@ import math
 
 from trnsim.config import ChipConfig
 from trnsim.errors import TraceError
-from trnsim.isa import Activation, Ap, DmaCopy, Select, TensorCopy, TensorScalar, TensorTensor
+from trnsim.isa import (
+    Activation,
+    Ap,
+    DmaCopy,
+    Memset,
+    Select,
+    TensorCopy,
+    TensorScalar,
+    TensorTensor,
+)
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.broadcast import lower_broadcast, spread
 from trnsim.kernels.builder import KernelBuilder, ap
@@ -219,9 +228,35 @@ def _same_shape(op: str, *named) -> None:
         )
 
 
+def _where_numbers(b: KernelBuilder, cfg: ChipConfig, cond: str, a: float, other: float,
+                   out: str) -> None:  # fmt: skip
+    """out = where(cond, a, other), both numbers (a causal mask made from a boolean one:
+    where(mask, 0.0, -inf)): one tile of `a` set once, then per flat block a load of the
+    condition, a `select` of that tile or `other`, and a store."""
+    to, tc = b.tensors[out], b.tensors[cond]
+    blocks, big = _plan(b, cfg, to.shape, [tc.dtype, to.dtype])
+    loads, stores = _queues(cfg, 1, big, tc.dtype)
+    if not blocks:
+        return
+    fill = b.tile("where_a", "sbuf", big, to.dtype)
+    b.emit(Memset, [], [ap(fill)], dst=ap(fill), value=a)
+    for n, (index, p, f) in enumerate(blocks):
+        r = (slice(0, p), slice(0, f))
+        pred = ap(_buf(b, "c", n, big, tc.dtype), *r)
+        src = ap(cond, *index)
+        b.emit(DmaCopy, [src], [pred], src=src, dst=pred, queue=loads[n])
+        on_true = ap(fill, *r)
+        o = ap(_buf(b, "o", n, big, to.dtype), *r)
+        b.emit(Select, [pred, on_true], [o], predicate=pred, on_true=on_true, on_false=other,
+               dst=o)  # fmt: skip
+        dst = ap(out, *index)
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
+
+
 def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str) -> None:
     """out = where(cond, a, other) (`masked_fill(x, mask, value)` is where(mask, value, x)):
-    `cond` and the tensors among `a`, `other` of out's shape; `a` or `other` may be a number.
+    `cond` and the tensors among `a`, `other` of out's shape; `a` or `other` may be a number
+    (both: `_where_numbers`).
     Flat blocks, each a VectorE `select` (a number `a` is first swapped with `other` by
     negating the condition, as select takes a number only when false)."""
     to = b.tensors[out]
@@ -229,7 +264,8 @@ def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str
                                         if isinstance(v, str)]  # fmt: skip
     _same_shape("where", *[(k, b.tensors[v]) for k, v in tensors], ("out", to))
     if not isinstance(a, str) and not isinstance(other, str):
-        raise TraceError("where: a and other are both numbers; expected at least one tensor")
+        _where_numbers(b, cfg, cond, float(a), float(other), out)
+        return
     negate = not isinstance(a, str)  # select(pred, on_true: tile, on_false: tile or number)
     if negate:
         a, other = other, a
