@@ -2,7 +2,8 @@
 (dims of 1, 2, 3, 5, 7, 13, 127, 129, 131; ranks 1 to 4; fp32 and bf16), run at LNC 1 and 2
 with `--check`, as a user's trace would be (issue 26: a sweep of such shapes found a broadcast
 over [2, 3, 5, 2] at 11 us, transposes refused at LNC 2, a linear's bias overflowing PSUM and
-cross_entropy wrong over rows of 1025 to 2053).
+cross_entropy wrong over rows of 1025 to 2053; a one-element tensor's broadcast was refused;
+matmuls of few rows are cut by columns at LNC 2).
 
 For every example:
 - it lowers and runs (an unsupported shape is a TraceError naming what is missing; none of
@@ -41,16 +42,16 @@ def shapes(draw, least: int = 1):
 @st.composite
 def cases(draw):
     """(tensors: name -> (shape, dtype), [(op, args)], exact across LNC)."""
-    kind = draw(st.sampled_from(["unary", "binary", "row", "col", "transpose", "reduce",
-                                 "softmax", "linear", "loss"]))  # fmt: skip
+    kind = draw(st.sampled_from(["unary", "binary", "row", "col", "one", "transpose", "reduce",
+                                 "softmax", "linear", "loss", "gemv"]))  # fmt: skip
     dt = draw(st.sampled_from(DTYPES))
-    shape = draw(shapes(2 if kind in ("col", "transpose", "linear") else 1))
+    shape = draw(shapes(2 if kind in ("col", "transpose", "linear", "gemv") else 1))
     t = {"x": (shape, dt)}
     if kind == "unary":
         op = draw(st.sampled_from(["exp", "gelu", "tanh", "neg"]))
         return {**t, "y": (shape, dt)}, [(op, {"x": "x", "out": "y"})], True
-    if kind in ("binary", "row", "col"):
-        v = shape if kind == "binary" else (shape[-1],) if kind == "row" else (*shape[:-1], 1)
+    if kind in ("binary", "row", "col", "one"):
+        v = {"binary": shape, "row": (shape[-1],), "col": (*shape[:-1], 1), "one": (1,)}[kind]
         op = draw(st.sampled_from(["add", "mul", "sub", "maximum"]))
         a, b = ("v", "x") if draw(st.booleans()) else ("x", "v")
         return {**t, "v": (v, dt), "y": (shape, dt)}, [(op, {"a": a, "b": b, "out": "y"})], True
@@ -71,6 +72,11 @@ def cases(draw):
                                       "reduction": "none"})], True  # fmt: skip
     if kind == "softmax":
         return {**t, "y": (shape, dt)}, [("softmax", {"x": "x", "out": "y"})], False
+    if kind == "gemv":  # few rows, many columns: cut between the cores by columns at LNC 2
+        k, n = draw(st.sampled_from(DIMS)), draw(st.sampled_from([1024, 1031, 2053]))
+        m = shape[-2]  # up to 131 rows
+        t = {"x": ((m, k), dt), "w": ((k, n), dt), "y": ((m, n), dt)}
+        return t, [("matmul", {"a": "x", "b": "w", "out": "y"})], False
     n = draw(st.sampled_from(DIMS[:7]))
     t = {**t, "w": ((n, shape[-1]), dt), "bias": ((n,), dt), "y": ((*shape[:-1], n), dt)}
     return t, [("linear", {"x": "x", "weight": "w", "bias": "bias", "out": "y"})], False
