@@ -570,6 +570,22 @@ def test_where_of_two_numbers_is_a_select_of_a_filled_tile(cores):
     assert [sum(i.OP == "memset" for i in p.instructions) for p in progs] == [1] * cores
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("a,other", [(0.0, "x"), ("x", "y"), ("x", -1.5)])
+def test_where_of_a_column_condition_selects_whole_rows(cores, a, other):
+    """where(cond [.., T, 1], 0.0, scores [.., T, T]): SDPA's math path zeroing fully masked
+    rows, in every causal GPT-2 and Llama forward on neuron, was refused ('shapes differ')."""
+    shape = (2, 3, 130, 300)
+    t = {"c": (shape[:-1] + (1,), "uint8", "random"), "x": (shape, "float32", "normal"),
+         "y": (shape, "float32", "normal"), "out": (shape, "float32", None)}  # fmt: skip
+    args = {"condition": "c", "a": a, "other": other, "out": "out"}
+    r, _ = _run_cores(t, [("where", args)], cores)
+    c = r.tensor("c") != 0
+    assert 0 < c.mean() < 1
+    val = {k: r.tensor(k) if isinstance(k, str) else np.float32(k) for k in (a, other)}
+    np.testing.assert_array_equal(r.tensor("out"), np.where(c, val[a], val[other]))
+
+
 def test_a_run_of_elementwise_ops_is_fused_and_keeps_its_intermediates_on_chip():
     """h = h + x; h = gelu(h); y = h * 2.0; y = exp(y): one pass over the blocks that reads h
     and x once and writes h and y once (unfused: 4 reads and 4 writes of that shape), with the

@@ -21,11 +21,13 @@ from __future__ import annotations
 import math
 
 from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import (
     Activation,
     Ap,
     DmaCopy,
+    Engine,
     Memset,
     Select,
     TensorCopy,
@@ -35,7 +37,7 @@ from trnsim.isa import (
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.broadcast import lower_broadcast, spread
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import flat_blocks
+from trnsim.kernels.layout import flat_blocks, row_blocks
 from trnsim.kernels.queues import Queues, Stream
 
 __all__ = ["UNARY", "BINARY", "lower_unary", "lower_binary", "lower_where", "FREE"]
@@ -253,6 +255,61 @@ def _where_numbers(b: KernelBuilder, cfg: ChipConfig, cond: str, a: float, other
         b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
 
 
+def _where_column(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str) -> None:
+    """out = where(cond, a, other) with cond a column ([..., 1]: one value a row of out) and a,
+    other tensors of out's shape or one a number (SDPA's math path zeroes the rows of a fully
+    masked score matrix so: where(all(-inf), 0.0, scores)). Up to 128 rows a block (this
+    core's share), in column chunks of at most FREE: the block's column loaded once and
+    widened to the chunk by one `tensor_scalar` on a zero tile (VectorE or GpSimd in turn), then
+    the tensors loaded, one `select`, a store."""
+    to, tc = b.tensors[out], b.tensors[cond]
+    if not isinstance(a, str):  # select takes a number only when false: flip the condition
+        a, other, flip = other, a, True
+    else:
+        flip = False
+    _same_shape("where", *[(k, b.tensors[v]) for k, v in (("a", a), ("other", other))
+                           if isinstance(v, str)], ("out", to))  # fmt: skip
+    P, d, nd = cfg.core.sbuf.partitions, to.shape[-1], len(to.shape)
+    free = min(FREE, d)
+    tensors = [v for v in (a, other) if isinstance(v, str)]
+    loads, stores = _queues(cfg, len(tensors), (P, free), *(b.tensors[v].dtype for v in tensors))
+    f32 = dtype("float32")
+    zero = b.tile("where_zero", "sbuf", (P, free), f32)
+    b.emit(Memset, [], [ap(zero)], dst=ap(zero), value=0.0)
+    n = 0
+    for i, (index, rows) in enumerate(row_blocks(tuple(to.shape), P, b.share(to.shape))):
+        r = slice(0, rows)
+        lead = (*index, *(slice(None),) * (nd - 1 - len(index)))
+        col = ap(b.scratch_tile(f"wc{i % 2}", "wc", (P, 1), tc.dtype), r)
+        src = ap(cond, *lead, slice(0, 1))
+        b.emit(DmaCopy, [src], [col], src=src, dst=col, queue=loads[n])
+        colf = ap(b.scratch_tile(f"wcf{i % 2}", "wcf", (P, 1), f32), r)
+        b.emit(TensorScalar, [col], [colf], src=col, dst=colf, op0="add", operand0=0.0,
+               **({"op1": "equal", "operand1": 0.0} if flip else {}))  # fmt: skip
+        for c0 in range(0, d, free):
+            cw = min(free, d - c0)
+            cols = slice(c0, c0 + cw)
+            pred = ap(_buf(b, "wp", n, (P, free), f32), r, slice(0, cw))
+            b.emit(TensorScalar, [ap(zero, r, slice(0, cw)), colf], [pred],
+                   src=ap(zero, r, slice(0, cw)), dst=pred, op0="add", operand0=colf,
+                   engine=(Engine.VECTOR, Engine.GPSIMD)[n % 2])  # fmt: skip
+            loaded = {}
+            for k, v in enumerate(tensors):
+                t = ap(_buf(b, f"w{k}", n, (P, free), b.tensors[v].dtype), r, slice(0, cw))
+                src = ap(v, *lead, cols)
+                b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[len(tensors) * n + k])
+                loaded[v] = t
+            on_true = loaded[a]
+            on_false = loaded[other] if isinstance(other, str) else float(other)
+            o = ap(_buf(b, "wo", n, (P, free), to.dtype), r, slice(0, cw))
+            reads = [pred, on_true] + ([on_false] if isinstance(on_false, Ap) else [])
+            b.emit(Select, reads, [o], predicate=pred, on_true=on_true, on_false=on_false,
+                   dst=o)  # fmt: skip
+            dst = ap(out, *lead, cols)
+            b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=stores[n])
+            n += 1
+
+
 def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str) -> None:
     """out = where(cond, a, other) (`masked_fill(x, mask, value)` is where(mask, value, x)):
     `cond` and the tensors among `a`, `other` of out's shape; `a` or `other` may be a number
@@ -260,6 +317,11 @@ def lower_where(b: KernelBuilder, cfg: ChipConfig, cond: str, a, other, out: str
     Flat blocks, each a VectorE `select` (a number `a` is first swapped with `other` by
     negating the condition, as select takes a number only when false)."""
     to = b.tensors[out]
+    tc = b.tensors[cond]
+    if to.shape and tuple(tc.shape) == (*to.shape[:-1], 1) and to.shape[-1] > 1:
+        if isinstance(a, str) or isinstance(other, str):
+            _where_column(b, cfg, cond, a, other, out)
+            return
     tensors = [("condition", cond)] + [(k, v) for k, v in (("a", a), ("other", other))
                                         if isinstance(v, str)]  # fmt: skip
     _same_shape("where", *[(k, b.tensors[v]) for k, v in tensors], ("out", to))
