@@ -405,9 +405,9 @@ def test_a_refused_op_in_a_compiled_graph_is_estimated_with_the_reason():
     timing.timer().refused.pop("add.Tensor", None)
 
     def f(y, b):
-        return y + b  # a broadcast of a middle dim: not lowered
+        return y + b  # a column of a middle dim: not lowered
 
-    y, b = torch.randn(8, 6, 7, device="neuron"), torch.randn(8, 1, 7, device="neuron")
+    y, b = torch.randn(8, 6, 7, device="neuron"), torch.randn(6, 1, device="neuron")
     before = _snapshot()
     got = torch.compile(f, backend="neuron")(y, b)
     assert _deltas(before)["add.Tensor"][0] == 1  # the graph's one kernel, not an eager op

@@ -138,6 +138,25 @@ def test_a_trailing_broadcast_writes_its_result_in_place(tmp_path):
     assert all(c["ok"] for c in r["check"].values()), r["check"]
 
 
+def test_a_broadcast_per_batch_item_writes_each_item_in_place(tmp_path):
+    """x [2, 3, 4, 5] + mask [2, 1, 1, 5] is one library op per batch item (`aten._per_item`)
+    on views of the result's memory at each item's offset: the replay computes z."""
+    x, y = torch.randn(2, 3, 4, 5), torch.randn(2, 1, 1, 5)
+    with trnsim.torch.record(tmp_path / "run.yaml", values=True) as rec:
+        z = x.to("neuron") + y.to("neuron")
+        rec.output("z", z)
+    prog = load(tmp_path / "run.yaml")
+    (kernel,) = prog.kernels.values()
+    outs = [prog.tensors[op.args["out"]] for op in kernel.ops]
+    assert [o.offset for o in outs] == [0, 3 * 4 * 5] and {o.view for o in outs} == {
+        prog.tensors["z"].view
+    }
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "run.yaml"), "--out-dir",
+                                    str(tmp_path / "out")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "z.npy").reshape(2, 3, 4, 5), x + y)
+
+
 def test_without_values_no_files_and_timing_mode(tmp_path):
     model = _mlp()
     x = torch.randn(16, 64).to("neuron")

@@ -124,7 +124,7 @@ def test_a_refused_shape_falls_back_to_the_estimate_with_the_reason():
     t = timing.timer()
     assert t.stats["sum.dim_IntList"].modelled and t.stats["amax.default"].modelled
     y = torch.randn(8, 6, 7, device="neuron")
-    y + torch.randn(8, 1, 7, device="neuron")  # a broadcast of a middle dim: not lowered
+    y + torch.randn(6, 1, device="neuron")  # a column of a middle dim: not lowered
     assert t.stats["add.Tensor"].estimated >= 1
     assert "this broadcast is not lowered yet" in t.refused["add.Tensor"]
 
@@ -145,6 +145,8 @@ OTHERS = {  # aten op -> code that issues it on neuron tensors x [64, 48], y [64
     "add.Tensor": lambda x, y, m: x.view(4, 16, 48) + y[:16],
     "sub.Tensor": lambda x, y, m: y[:16] - x.view(1, 4, 16, 48),
     "add_.Tensor": lambda x, y, m: x.view(2, 2, 16, 48).add_(y[16:32]),
+    # a [B, 1, 1, T] padding mask over [B, H, T, T] scores (BERT): an op per batch item
+    "div.Tensor": lambda x, y, m: x.view(4, 2, 8, 48) / y[:4].view(4, 1, 1, 48).exp(),
 }  # fmt: skip
 
 

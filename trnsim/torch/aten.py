@@ -11,6 +11,9 @@ out of another shape than aten's (a loss's [1] for aten's 0-dim), is a `meta` te
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import torch
 
 from trnsim.trace.program import OpSpec
@@ -125,7 +128,9 @@ def _binary(name, ov, a, kw, out, r):
     if isinstance(y, Tensor) and y.dim():
         t["b"] = y
         _trailing(t)
-        return _one(BINARY[name], {"a": "a", "b": "b", "out": "out"}, t)
+        return _per_item(BINARY[name], t) or _one(
+            BINARY[name], {"a": "a", "b": "b", "out": "out"}, t
+        )
     return _one(BINARY[name], {"a": "a", "b": _num(y), "out": "out"}, t)
 
 
@@ -147,6 +152,38 @@ def _trailing(t: dict) -> None:
     n = small.numel()
     for key, v in t.items():
         t[key] = v.view(n) if v is small else v.view(-1, n)
+
+
+PER_ITEM = 64  # leading items at most of a broadcast lowered as one op per item
+
+
+def _per_item(op: str, t: dict):
+    """A tensor [B, 1, ..., 1, T..] over out [B, H, .., T..] (BERT's padding mask [B, 1, 1, T]
+    added to attention's scores [B, H, T, T]): one library op per leading item, each a row
+    broadcast of [H x .., T..] views (contiguous tensors, PER_ITEM items at most); None
+    when `t` is not so."""
+    a, b, out = t["a"], t["b"], t["out"]
+    small = b if tuple(a.shape) == tuple(out.shape) else a
+    full = [v for v in (a, b) if v is not small]
+    if len(full) != 1 or small.dim() != out.dim() or small.dim() < 3:
+        return None
+    shape, lead = tuple(small.shape), 0
+    while lead < out.dim() and shape[lead] == out.shape[lead] != 1:
+        lead += 1
+    rest = lead
+    while rest < out.dim() and shape[rest] == 1 != out.shape[rest]:
+        rest += 1
+    items = math.prod(out.shape[:lead])
+    if (not lead or rest == lead or rest == out.dim() or shape[rest:] != tuple(out.shape[rest:])
+            or items > PER_ITEM or not all(v.is_contiguous() for v in (a, b, out))):  # fmt: skip
+        return None
+    n = math.prod(out.shape[rest:])
+    ops, tensors = [], {}
+    for i, idx in enumerate(itertools.product(*(range(k) for k in out.shape[:lead]))):
+        for key, v in t.items():
+            tensors[f"{key}{i}"] = v[idx].reshape(n) if v is small else v[idx].view(-1, n)
+        ops.append(OpSpec(op, {k: f"{k}{i}" for k in t}))
+    return ops, tensors
 
 
 @_maps("_softmax", "_log_softmax")

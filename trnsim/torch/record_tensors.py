@@ -37,9 +37,10 @@ class TraceTensors:
                 ptr = r.untyped_storage().data_ptr()  # with it, the views of it named so far
                 here = [(x, n) for x, n in self.pending if x.untyped_storage().data_ptr() == ptr]
                 self.pending = [(x, n) for x, n in self.pending if all(n != m for _, m in here)]
-                for x, n in here:
+                for x, n in here:  # (a view of it at its offset: `aten._per_item`'s items)
                     stride = x.stride() if _dense(x) else contiguous_stride(x.shape)
-                    self._view(blk, x.dtype, tuple(x.shape), tuple(stride), 0, n)
+                    at = x.storage_offset() - r.storage_offset()
+                    self._view(blk, x.dtype, tuple(x.shape), tuple(stride), at, n)
 
     def _settle(self) -> None:
         """Results never copied to the device (an `out=` temporary): tensors of their own."""
