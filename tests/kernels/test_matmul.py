@@ -50,6 +50,18 @@ def test_shapes_that_do_not_agree_are_an_error():
         _mm(((4, 5), (6, 7), (4, 7)))
 
 
+def test_operands_of_two_dtypes_are_an_error():
+    """bf16 @ fp32: B's tiles take A's dtype, so the fp32 operand was rounded to bf16 and
+    --check failed at fp32's tolerance ([129, 127] @ [127, 131]: errors of 0.086); torch.matmul
+    refuses it, and so does the lowering now, in one line."""
+    with pytest.raises(TraceError, match=r"matmul: a is bfloat16 and b float32; expected the two"):
+        run_lowered(
+            {"a": ((7, 13), "bfloat16", "normal"), "b": ((13, 5), "float32", "normal"),
+             "out": ((7, 5), "float32", None)},
+            lambda bl, cfg: lower_matmul(bl, cfg, "a", "b", "out"),
+        )  # fmt: skip
+
+
 def test_one_block_is_load_multiply_evacuate_store():
     """128 x 128 x 512 on trn2: A^T by DMA transpose, B by DMA, one matmul, one copy out of
     PSUM, one store: 5 instructions, each waiting only for what it reads."""

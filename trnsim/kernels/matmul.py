@@ -72,6 +72,11 @@ def lower_matmul(
             f"matmul: a {list(ta.shape)} @ b {list(tb.shape)} -> out {list(to.shape)}: "
             f"shapes do not agree; expected a [..., M, K], b {want}, out [..., M, N]"
         )
+    if ta.dtype != tb.dtype:  # B's tiles take A's dtype: the other operand would be rounded
+        raise TraceError(
+            f"matmul: {a_name} is {ta.dtype.name} and {b_name} {tb.dtype.name}; expected the "
+            "two operands of one dtype (as torch.matmul): cast one first (copy)"
+        )
     plan = _Plan(cfg, ta.dtype, to.dtype, M, N, K)
     plan.b_transposed = b_transposed
     if b_transposed and not plan.dma_transpose:
