@@ -23,7 +23,10 @@ two strips of one 128-row block do not fit in SBUF (K past ~41K bf16, ~20K fp32:
 vocabulary as the K of its tied embedding's gradient matmul).
 
 Ragged sizes (M, N, K not multiples of the tile) use partial tiles. Leading (batch) dims of a
-and b loop around the whole: a and b both [B, M, K] / [B, K, N], or b 2-D and shared.
+and b loop around the whole: a and b both [B, M, K] / [B, K, N], or b 2-D and shared. The
+buffers and queues rotate on across batch elements (each restarted at its first buffer and
+queue before, so a head's loads waited for the previous head's matmuls: attention's [24, 128,
+128] @ [24, 128, 64] fp32 took 43.6 us on one trn2 core for 8.7 us of bytes).
 """
 
 from __future__ import annotations
@@ -202,6 +205,14 @@ class _Buffers:
         self.turn = None
         if not p.dma_transpose:
             self.turn = (b.tile("a_raw", "sbuf", (P, P), p.a_dt), b.psum("a_tp", (P, P), p.a_dt))
+        self.n = (0, 0, 0, 0)  # accumulators, B blocks, outputs, strips used so far
+        self._turns = None
+
+    def turns(self, p: _Plan):
+        """The DMA queues in turn, one rotation for all batch elements."""
+        if self._turns is None:
+            self._turns = p.queues.turns()
+        return self._turns
 
 
 class _StreamBuffers:
@@ -220,6 +231,10 @@ class _StreamBuffers:
         self.accs = [t for s in self.sets for t in s]
         self.outs = [b.tile("o", "sbuf", (P, p.NB), p.out_dt) for _ in range(2)]
         self.turn = None
+        self.n = (0, 0, 0, 0)  # A blocks, B blocks, PSUM sets, outputs used so far
+        self._turns = None
+
+    turns = _Buffers.turns
 
 
 def _one_streamed(
@@ -233,8 +248,8 @@ def _one_streamed(
     a_name, ab = a
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
-    q = p.queues.turns()
-    n_a = n_b = n_set = n_out = 0
+    q = bufs.turns(p)
+    n_a, n_b, n_set, n_out = bufs.n  # rotations go on across batch elements (module doc)
     for m0 in range(rows[0], rows[1], MB):
         end = min(m0 + MB, rows[1])
         ms = [(m, min(P, end - m)) for m in range(m0, end, P)]
@@ -256,6 +271,7 @@ def _one_streamed(
                     st, d = ap(at, slice(0, kw), slice(j * P, j * P + mw)), ds[j]
                     b.emit(Matmul, [st, bt], [d], stationary=st, moving=bt, dst=d, accumulate=k > 0)
             n_out = _evacuate(b, p, bufs.outs, n_out, ds, ms, out, n0, nw, q)
+    bufs.n = (n_a, n_b, n_set, n_out)
 
 
 def _evacuate(b: KernelBuilder, p: _Plan, outs, n_out: int, ds, ms, out, n0, nw, q) -> int:
@@ -294,10 +310,11 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
     P, MB = p.P, p.P * p.mt
     kt = math.ceil(p.K / P)
     strips, bbufs, accs, outs, turn = bufs.strips, bufs.bbufs, bufs.accs, bufs.outs, bufs.turn
-    q = p.queues.turns()
-    n_acc = n_b = n_out = 0
-    for si, m0 in enumerate(range(rows[0], rows[1], MB)):
-        strip = strips[si % 2]
+    q = bufs.turns(p)
+    n_acc, n_b, n_out, n_strip = bufs.n  # rotations go on across batch elements (module doc)
+    for m0 in range(rows[0], rows[1], MB):
+        strip = strips[n_strip % 2]
+        n_strip += 1
         end = min(m0 + MB, rows[1])
         ms = [(m, min(P, end - m)) for m in range(m0, end, P)]
         _load_strip(b, p, strip, (a_name, ab), ms, kt, q, turn)
@@ -325,6 +342,7 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
                         Matmul, [st, dst], [d], stationary=st, moving=dst, dst=d, accumulate=k > 0
                     )
             n_out = _evacuate(b, p, outs, n_out, ds, ms, out, n0, nw, q)
+    bufs.n = (n_acc, n_b, n_out, n_strip)
 
 
 def _load_strip(
