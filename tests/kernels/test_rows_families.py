@@ -40,11 +40,9 @@ SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
             "blocks' fused pass at two cycles an element, its first at 9 us, behind the whole "
             "statistics chain and the weight), VectorE 49 (the rest of the statistics, 11 "
             "[p, 1] steps a block), TensorE 47 (three matmuls a bank, the last blocks' after "
-            "GpSimd's last pass: 6.8 us from it to the end). The row's mean first "
-            "(`norms.PE_MEAN`: TensorE's sums, ScalarE's squares one pass about it, GpSimd's "
-            "first pass at 5.6 us) reaches 62.4 us (74.8%) only with rstd's bf16 rounding "
-            "alone, the values' RMS error 7-23% above the plain plan's (not taken); with "
-            "diag(rstd)'s second part TensorE is busiest (72 us)"
+            "GpSimd's last pass: 6.8 us from it to the end). The row's mean first (TensorE's "
+            "sums) reaches 62.4 us (74.8%) only with rstd's bf16 rounding alone, the values' "
+            "RMS error 7-23% above the plain plan's (not kept; docs/kernels.md)"
         )
     ),
 }

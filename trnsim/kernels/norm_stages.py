@@ -20,7 +20,6 @@ from trnsim.isa import (
     TensorTensor,
 )
 from trnsim.kernels.builder import ap
-from trnsim.kernels.norm_pe_mean import pe_mean_second, pe_mean_stats
 from trnsim.kernels.norm_plan import Lane
 from trnsim.kernels.norm_sums import square_stats, sum_stats
 from trnsim.kernels.row_plan import G, S, Spread, V, runs
@@ -111,12 +110,6 @@ class NormStages:
         # scalar_tensor_tensor (`_third_stt`), rstd applied by TensorE (`stt_scales`)
         self.stt_lo = True  # ... as diag(rstd) in two bf16 parts (hi + lo), not one
         self.split_loads = False  # rows in pieces: a block's load in two halves (`load_halves`)
-        self.pe_mean = False  # `stt`: the row's mean first, TensorE's sums (`norm_pe_mean`)
-        self.pe_mean_s = False  # ... their PSUM columns reduced by ScalarE (not VectorE)
-        self.pe_mean_cols = 512  # ... the PSUM columns they accumulate into
-        self.pe_ones = None  # ... the stationary of its sums (`norm_pe_mean._ones`)
-        self.stt_g = None  # ... the share of the blocks whose fused pass is GpSimd's (else
-        # the plan's: it does not cost these statistics)
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
@@ -240,9 +233,6 @@ class NormStages:
             b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[len(self.lanes) * n + i])
         if self.sums:  # (`norm_sums`)
             square_stats(self, n, p)
-            return
-        if self.pe_mean:  # (`norm_pe_mean`)
-            pe_mean_stats(self, n, p)
             return
         if self.shift:
             self.shifted(n, p, self.shifts())
@@ -384,9 +374,6 @@ class NormStages:
         if self.sums:  # (`norm_sums`)
             self._second_sums(n, p)
             return
-        if self.pe_mean:  # (`norm_pe_mean`)
-            pe_mean_second(self, n, p)
-            return
         if self.one_triple:  # mean = S / n, var = n^2 M2 / n^3 (no triple, no bn_aggr)
             sa = self.tile("sa1.", n, (self.P, self.per, 2))
             for u, f in ((0, 1.0 / c), (1, 1.0 / c**3)):
@@ -492,9 +479,8 @@ class NormStages:
         diagonal rstd rounded), dl = I rstd - dh (the rest, rounded; `stt_lo`), so dh v + dl v
         is rstd v to about 16 bits (the products exact in fp32 PSUM)."""
         b, ident = self.b, ap(self.pe.ident, slice(0, p), slice(0, p))
-        if mean is not None:  # (else in mn already: `norm_pe_mean`)
-            mn = self.col("mn", n, p)
-            b.emit(TensorCopy, [mean], [mn], src=mean, dst=mn)
+        mn = self.col("mn", n, p)
+        b.emit(TensorCopy, [mean], [mn], src=mean, dst=mn)
         dh = ap(self.tile("dh", n, (self.P, self.P), self.odt), slice(0, p), slice(0, p))
         ops = [(TensorScalar, [ident, rs], [dh], dict(src=ident, dst=dh, op0="multiply",
                                                       operand0=rs, engine=e))
@@ -602,16 +588,6 @@ class NormStages:
             if not self.pe_lane(lane):
                 self.store(n, index, p, i, self.lane_tile("o", n, i, p))
 
-    def stt_out(self, n: int, i: int, p: int, j: int):
-        """`_third_stt`'s output of lane i, row slot j: in place (x's tile), or, with
-        `pe_mean`, a tile of its own (y), so the pass need not wait for the block's statistics'
-        reads of x (its mean is in before them)."""
-        if not self.pe_mean:
-            return self.lane_tile("o", n, i, p, j)
-        lane = self.lanes[i]
-        t = self.tile(f"y{i}.{lane.lo}.", n, (self.P, self.tper, lane.hi - lane.lo), self.odt)
-        return ap(t, slice(0, p), j, slice(None))
-
     def _third_stt(self, n: int, p: int) -> None:
         """`third` of `stt`: each lane's (x - mean) * weight in place, one scalar_tensor_tensor
         (VectorE N cycles an element in bf16, GpSimd 2N; the list schedule's pick with
@@ -619,7 +595,7 @@ class NormStages:
         b = self.b
         for i, lane in enumerate(self.lanes):
             for j in range(self.per):
-                xj, oj = self.lane_tile("x", n, i, p, j), self.stt_out(n, i, p, j)
+                xj, oj = self.lane_tile("x", n, i, p, j), self.lane_tile("o", n, i, p, j)
                 mj, w = self.col("mn", n, p, j), ap(self.rows[self.weight], slice(0, p),
                                                     slice(lane.lo, lane.hi))  # fmt: skip
                 es = [lane.weight] + [e for e in (V, G) if self.flex and e != lane.weight]
@@ -799,9 +775,8 @@ class NormStages:
             elif self.pe_lane(lane):
                 diag = self.stt_diag(n, p) if self.stt else None
                 for j in range(self.per):
-                    src = self.stt_out(n, i, p, j) if self.stt else self.lane_tile("o", n, i, p, j)
-                    self.pe.add(src, self.lane_tile("f", n, i, p, j), lane.lo, lane.hi - lane.lo,
-                                p, self.pe_span, diag)  # fmt: skip
+                    self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile("f", n, i, p, j),
+                                lane.lo, lane.hi - lane.lo, p, self.pe_span, diag)  # fmt: skip
                 self.store(n, index, p, i, self.lane_tile("f", n, i, p))
 
     def pe_lane(self, lane: Lane) -> bool:

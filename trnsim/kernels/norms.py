@@ -72,7 +72,6 @@ from trnsim.kernels.norm_affine import (
     spread,
     spread_psum,
 )
-from trnsim.kernels.norm_pe_mean import pe_mean_fits
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import lower_norm_ragged
 from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP, NormStages
@@ -80,7 +79,7 @@ from trnsim.kernels.queues import Queues
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
 from trnsim.kernels.row_pieces import Groups
 from trnsim.kernels.row_pieces import layout as pieces_layout
-from trnsim.kernels.row_plan import G, S, Spread, V, bank_runs
+from trnsim.kernels.row_plan import G, S, V, bank_runs
 from trnsim.kernels.rows import core_share
 from trnsim.kernels.schedule import Scheduled
 
@@ -167,14 +166,6 @@ SEG_SUMS = {"seg_affine": True, "sums": True, "pe_span": 2, "seg_cycle": ("VGS",
 # rstd's bf16 rounding alone, one matmul a bank fewer: 64.5 us, but 7% above it)
 STT = {"pe_pieces": True, "small_waits": False, "psum_combine": True, "pe_span": 2,
        "stt": True, "piece_bufs": 10, "split_loads": True, "lag": (0, 2, 4)}  # fmt: skip
-# `STT` with the row's mean first (`norm_pe_mean`: TensorE's sums of x and a reduction of
-# their PSUM columns by ScalarE give the mean, the fused pass writes a tile of its own and starts
-# then; ScalarE's statistics one pass about that mean, on 7/16 of the columns), GpSimd the fused
-# pass of 14 blocks of 16 (`stt_g`). Not in VARIANTS: only with rstd's bf16 rounding alone
-# (`stt_lo` off) is it faster, bf16 rows of 64K 67.0 -> 62.4 us (69.6% -> 74.8%), their RMS
-# error 7% above the plain plan's (`STT`'s: 15% below); with dl TensorE is busiest (72 us)
-PE_MEAN = STT | {"pe_mean": True, "stt_lo": False, "c_share": 7 / 16, "c_min": 7 / 16,
-                 "pe_mean_cols": 128, "pe_mean_s": True, "stt_g": 7 / 8}  # fmt: skip
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -367,7 +358,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     k.pe_ok = bias is not None and to.dtype == tx.dtype and (
         to.dtype.itemsize == 2 or k.pe_fp32) and (room - f) // base >= PE_BUFS  # fmt: skip
     room -= f if k.pe_ok else 0
-    k.stt = k.pe_mean = False  # (rows in pieces only: `_lower_pieces`)
+    k.stt = False  # (rows in pieces only: `_lower_pieces`)
     k.pipe = k.pipe and k.layer and not k.shift and weight is not None and d < LONG_ROW
     row_bytes = PIPE_ROW_BYTES if k.pipe else LAYER_ROW_BYTES if k.layer else ROW_BYTES
     group = max(1, row_bytes // tx.dtype.itemsize // d)
@@ -542,8 +533,6 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         to.dtype.itemsize == 2 or k.pe_fp32) and not k.rows_first  # fmt: skip
     k.stt = (k.stt and k.pe_ok and not seg and weight is not None and k.layer
              and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
-    k.pe_mean = k.pe_mean and pe_mean_fits(k)
-    base += width * to.dtype.itemsize if k.pe_mean else 0  # (its pass's own output, y)
     room -= F_BUFS * width * to.dtype.itemsize if k.pe_ok else 0
     blocks = list(row_blocks(tx.shape, lay.g, rows))
     if not blocks:  # (this core has none of the rows: one row at LNC 2)
@@ -563,10 +552,6 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     if seg:  # the plan's choices of engines mixed over the segments (one lane each)
         k.blocks *= lay.t
     plan(k)
-    if k.pe_mean and k.stt_g is not None:  # (`norm_pe_mean`: its own mix of the fused pass)
-        k.block_lanes = [[Lane(0, width, e, e, S)]
-                         for e in Spread({V: 1 - k.stt_g, G: k.stt_g}, k.blocks).order]  # fmt: skip
-        k.lanes = k.block_lanes[0]
     if seg:
         k.blocks //= lay.t
         order = [ls[0] for ls in k.block_lanes] or [k.lanes[0]]
