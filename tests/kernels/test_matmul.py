@@ -172,6 +172,10 @@ def test_a_few_rows_stream_b_near_the_dma_bound(m, n):
           "y": ((2, 3, 1500), "float32")}, [("bmm", {"a": "a", "b": "b", "out": "y"})]),
         ({"a": ((5, 300), "bfloat16"), "w": ((1500, 300), "bfloat16"),
           "y": ((5, 1500), "bfloat16")}, [("linear", {"x": "a", "weight": "w", "out": "y"})]),
+        ({"a": ((5, 300), "float32"), "w": ((1500, 300), "float32"), "c": ((1500,), "float32"),
+          "y": ((5, 1500), "float32"), "z": ((5, 1500), "float32")},
+         [("linear", {"x": "a", "weight": "w", "bias": "c", "out": "y"}),
+          ("gelu", {"x": "y", "out": "z"})]),
         ({"x": ((8, 256), "float32"), "a": ((8, 256), "float32"), "b": ((256, 2048), "float32"),
           "y": ((8, 2048), "float32"), "z": ((8, 2048), "float32")},
          [("exp", {"x": "x", "out": "a"}), ("matmul", {"a": "a", "b": "b", "out": "y"}),
@@ -179,10 +183,11 @@ def test_a_few_rows_stream_b_near_the_dma_bound(m, n):
     ],
 )  # fmt: skip
 def test_few_rows_are_shared_by_columns_at_lnc_2(t, ops):
-    """A matmul (or a linear without a bias) whose rows are 128 or fewer has its columns cut
-    between the two cores of an LNC 2 logical core (`matmul.columns_split`; by rows one core
-    took them all): --check holds, values equal LNC 1's, the kernel's other ops meet it at a
-    core barrier."""
+    """A matmul (or a linear, its bias added on the way out of PSUM) whose rows are 128 or
+    fewer has its columns cut between the two cores of an LNC 2 logical core
+    (`matmul.columns_split`; by rows one core took them all): --check holds, values equal LNC
+    1's (fp32: the bias added to the same fp32 sums), the kernel's other ops meet it at a core
+    barrier."""
     from tests.kernels.test_op_report import ops_program
     from trnsim.runtime.session import run_program
 
@@ -221,3 +226,16 @@ def test_batch_elements_overlap_their_loads():
          "out": ((24, 128, 64), "float32", None)}  # fmt: skip
     got, roof = timed(t, "matmul", {"a": "a", "b": "b", "out": "out"})
     assert got < 2.5 * roof
+
+
+def test_a_linear_with_a_bias_and_few_rows_takes_both_cores_at_lnc_2():
+    """x [1, 4096] @ weight^T [4096, 4096] + bias, bf16: 116.9 us at LNC 1 and 2 (the bias add
+    after the matmul shared by rows, one core); at LNC 2 each core its columns with the bias
+    added on the way out of PSUM: 61.0 us."""
+    from tests.kernels.test_op_report import run_ops
+
+    t = {"x": ((1, 4096), "bfloat16"), "w": ((4096, 4096), "bfloat16"),
+         "c": ((4096,), "bfloat16"), "y": ((1, 4096), "bfloat16")}  # fmt: skip
+    ops = [("linear", {"x": "x", "weight": "w", "bias": "c", "out": "y"})]
+    one, two = (run_ops(t, ops, lnc=lnc)[0].summary["ops"][0] for lnc in (1, 2))
+    assert two["time_ns"] < 0.6 * one["time_ns"]

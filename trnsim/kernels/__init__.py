@@ -29,7 +29,7 @@ from trnsim.kernels import flat_split
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.elementwise import BINARY, UNARY  # noqa: F401
 from trnsim.kernels.fusion import chains, lower_chain
-from trnsim.kernels.matmul import columns_split
+from trnsim.kernels.matmul import columns_split, fused_bias
 from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import rows_fit
@@ -81,14 +81,16 @@ def isolated(op: OpSpec, tensors: dict[str, TensorSpec], cfg: ChipConfig) -> boo
     """Whether `op` shares its work between physical cores otherwise than by rows (its record's
     `split`: "alone"; "reduce_rows" over other dims than the last or over rows too long for
     `rows`, which `reduce.lower_any` shares otherwise; "last_dim_rows" over another dim; a
-    matmul, or a linear without a bias, whose rows are too few to share, `matmul.
-    columns_split`: by out's columns)."""
+    matmul, or a linear (its bias added on the way out of PSUM, `matmul.fused_bias`), whose
+    rows are too few to share, `matmul.columns_split`: by out's columns)."""
     split = OPS[op.op].split
     if split == "alone":
         return True
-    if op.op in BY_COLUMNS and (op.op != "linear" or op.args.get("bias") is None):
-        out = tensors.get(op.args.get("out"))  # few rows: the cores cut the columns
-        return out is not None and columns_split(out.shape, 2, cfg)
+    if op.op in BY_COLUMNS:
+        out, bias = tensors.get(op.args.get("out")), op.args.get("bias")
+        if out is None or not columns_split(out.shape, 2, cfg):  # few rows: columns cut
+            return False
+        return bias is None or bias in tensors and fused_bias(out.shape, tensors[bias].dtype, 2)
     x = op.args.get("x")
     if split in ("reduce_rows", "last_dim_rows") and x in tensors:
         tx = tensors[x]

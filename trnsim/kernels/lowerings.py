@@ -12,7 +12,7 @@ from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.elementwise import lower_binary, lower_unary, lower_where
 from trnsim.kernels.gather import lower_embedding
 from trnsim.kernels.loss import lower_loss
-from trnsim.kernels.matmul import lower_matmul
+from trnsim.kernels.matmul import columns_split, fused_bias, lower_matmul
 from trnsim.kernels.movement import lower_cat, lower_contiguous, lower_permute, lower_split
 from trnsim.kernels.norms import lower_norm
 from trnsim.kernels.rows import lower_reduction
@@ -28,10 +28,15 @@ def matmul(b: B, cfg: C, op: str, a: dict) -> None:
 
 
 def linear(b: B, cfg: C, op: str, a: dict) -> None:
-    """out = x @ weight^T (+ bias, broadcast over the rows: then shared by rows)."""
-    by_columns = a.get("bias") is None
-    lower_matmul(b, cfg, a["x"], a["weight"], a["out"], b_transposed=True, by_columns=by_columns)
-    if a.get("bias") is not None:
+    """out = x @ weight^T (+ bias, broadcast over the rows; by columns, `matmul.columns_split`,
+    added on the way out of PSUM when it fits, `matmul.fused_bias`)."""
+    bias, out = a.get("bias"), a["out"]
+    shape = b.tensors[out].shape
+    fuse = bias is not None and columns_split(shape, b.part[1], cfg) and fused_bias(
+        shape, b.tensors[bias].dtype, b.part[1])  # fmt: skip
+    lower_matmul(b, cfg, a["x"], a["weight"], out, b_transposed=True,
+                 by_columns=bias is None or fuse, bias=bias if fuse else None)  # fmt: skip
+    if bias is not None and not fuse:
         b.barrier()  # the add reads what the matmul wrote: a generation of its own
         lower_binary(b, cfg, "add", a["out"], a["bias"], a["out"])
 

@@ -36,12 +36,13 @@ import math
 from trnsim.config import ChipConfig
 from trnsim.dtypes import DType, dtype
 from trnsim.errors import TraceError
-from trnsim.isa import Activation, DmaCopy, Engine, Matmul, TensorCopy, Transpose
+from trnsim.isa import Activation, DmaCopy, Engine, Matmul, TensorCopy, TensorTensor, Transpose
+from trnsim.kernels.broadcast import spread
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
 from trnsim.trace.program import TensorSpec
 
-__all__ = ["lower_matmul", "columns_split"]
+__all__ = ["lower_matmul", "columns_split", "fused_bias"]
 
 SBUF_SHARE = 0.75  # of a partition's SBUF the A strip and B buffers may take (rest: headroom)
 B_BUFS = 3  # rotating B blocks: one loading, one in use, one spare for queue jitter
@@ -60,11 +61,13 @@ def lower_matmul(
     out_name: str,
     b_transposed: bool = False,
     by_columns: bool = False,
+    bias: str | None = None,
 ) -> None:
     """Emit out = a @ b (module doc) into builder `b`; with `b_transposed`, b is given as
     [..., N, K] (a linear layer's weight) and its blocks are loaded by DMA transpose. With
     `by_columns` (an op alone in its work, `kernels.isolated`) and out's rows too few to
-    share (`columns_split`), each physical core computes its share of out's columns."""
+    share (`columns_split`), each physical core computes its share of out's columns, and adds
+    `bias` (a row [N], if given) to them on the way out of PSUM (`fused_bias`)."""
     ta, tb, to = (b.tensors[n] for n in (a_name, b_name, out_name))
     (bat, M, K), (bat_b, K2, N), (bat_o, M2, N2) = _dims(ta), _dims(tb), _dims(to)
     if b_transposed:
@@ -94,6 +97,10 @@ def lower_matmul(
         units = math.ceil(N / plan.NB)
         cols = (plan.NB * (units * c // cores), min(N, plan.NB * (units * (c + 1) // cores)))
         lo, hi = 0, math.prod(bat) * M
+        if bias is not None and cols[0] < cols[1]:  # the core's bias columns on every partition
+            src = ap(bias, slice(cols[0], cols[1]))
+            plan.bias = (spread(b, cfg, [(src, cols[1] - cols[0])], b.tensors[bias].dtype,
+                                f"{bias}_cols"), cols[0])  # fmt: skip
     streamed = plan.stream_k(min(M, hi - lo), cfg)
     if not streamed and not plan.resident_fits and hi > lo:
         raise TraceError(
@@ -113,6 +120,16 @@ def lower_matmul(
             kb = batch if bat_b else ()
             one(b, plan, bufs, (a_name, batch), (b_name, kb), (out_name, batch), rows, cols)
     b.release(*bufs.accs, *(bufs.turn[1:] if bufs.turn else ()))
+
+
+FUSED_BIAS_BYTES = 16384  # a core's bias columns, spread over the partitions, at most this
+
+
+def fused_bias(out_shape, bias_dt, cores: int) -> bool:
+    """Whether a linear's bias over a matmul cut by columns is added on the way out of PSUM:
+    its share of the columns takes at most FUSED_BIAS_BYTES of a partition (else the op
+    shares its work by rows, the bias added after it)."""
+    return -(-out_shape[-1] // cores) * bias_dt.itemsize <= FUSED_BIAS_BYTES
 
 
 def columns_split(out_shape, cores: int, cfg: ChipConfig) -> bool:
@@ -165,6 +182,7 @@ class _Plan:
         self.queues = Queues(cfg)  # loads over the load queues, stores over the store ones
         self.b_transposed = False
         self.evac = (Engine.VECTOR, Engine.SCALAR)
+        self.bias = None  # (tile, its first column): a bias added on the way out of PSUM
 
     def fits_b(self, nb: int) -> bool:
         """Whether the resident kernel's SBUF takes `nb` B blocks, not B_BUFS."""
@@ -282,7 +300,12 @@ def _evacuate(b: KernelBuilder, p: _Plan, outs, n_out: int, ds, ms, out, n0, nw,
         o, engine = outs[n_out % 2], p.evac[n_out % 2]
         n_out += 1
         dst = ap(o, slice(0, mw), slice(0, nw))
-        _copy(b, engine, src, dst)
+        if p.bias is None:
+            _copy(b, engine, src, dst)
+        else:  # + the bias's columns (VectorE: it reads PSUM)
+            t, c0 = p.bias
+            w = ap(t, slice(0, mw), slice(n0 - c0, n0 - c0 + nw))
+            b.emit(TensorTensor, [src, w], [dst], alu="add", src0=src, src1=w, dst=dst)
         hbm = ap(o_name, *ob, slice(m, m + mw), slice(n0, n0 + nw))
         b.emit(DmaCopy, [dst], [hbm], src=dst, dst=hbm, queue=q.store())
     return n_out
