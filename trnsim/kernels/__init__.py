@@ -29,7 +29,7 @@ from trnsim.kernels import flat_split
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.elementwise import BINARY, UNARY  # noqa: F401
 from trnsim.kernels.fusion import chains, lower_chain
-from trnsim.kernels.matmul import columns_split, fused_bias
+from trnsim.kernels.matmul import addmm_bias, columns_split, fused_bias
 from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import rows_fit
@@ -38,7 +38,7 @@ from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
 
 __all__ = ["lower", "lower_cores", "lower_op", "reference", "OPS"]
 
-BY_COLUMNS = ("matmul", "mm", "bmm", "linear")  # shared by out's columns when its rows are few
+BY_COLUMNS = ("matmul", "mm", "bmm", "linear", "addmm")  # by out's columns when rows are few
 
 
 def lower(
@@ -90,6 +90,10 @@ def isolated(op: OpSpec, tensors: dict[str, TensorSpec], cfg: ChipConfig) -> boo
         out, bias = tensors.get(op.args.get("out")), op.args.get("bias")
         if out is None or not columns_split(out.shape, 2, cfg):  # few rows: columns cut
             return False
+        if op.op == "addmm":  # only as a linear layer: out = mat1 @ mat2 + a row
+            bias = addmm_bias(op.args, tensors)
+            if bias is None:
+                return False
         return bias is None or bias in tensors and fused_bias(out.shape, tensors[bias].dtype, 2)
     x = op.args.get("x")
     if split in ("reduce_rows", "last_dim_rows") and x in tensors:

@@ -12,7 +12,7 @@ from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.elementwise import lower_binary, lower_unary, lower_where
 from trnsim.kernels.gather import lower_embedding
 from trnsim.kernels.loss import lower_loss
-from trnsim.kernels.matmul import columns_split, fused_bias, lower_matmul
+from trnsim.kernels.matmul import addmm_bias, columns_split, fused_bias, lower_matmul
 from trnsim.kernels.movement import lower_cat, lower_contiguous, lower_permute, lower_split
 from trnsim.kernels.norms import lower_norm
 from trnsim.kernels.rows import lower_reduction
@@ -118,6 +118,12 @@ def lower_addmm(b: B, cfg: C, inp, m1, m2, out, beta=1, alpha=1) -> None:
     for k, v in (("beta", beta), ("alpha", alpha)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise TraceError(f"addmm: {k} {v!r}; expected a number")
+    shape = b.tensors[out].shape
+    bias = addmm_bias({"input": inp, "out": out, "beta": beta, "alpha": alpha}, b.tensors)
+    if (bias is not None and columns_split(shape, b.part[1], cfg)
+            and fused_bias(shape, b.tensors[bias].dtype, b.part[1])):  # fmt: skip
+        lower_matmul(b, cfg, m1, m2, out, by_columns=True, bias=bias)  # as a linear layer's
+        return
     lower_matmul(b, cfg, m1, m2, out)
     scale = alpha / beta if beta else alpha
     steps = [("mul", scale)] if scale != 1 else []

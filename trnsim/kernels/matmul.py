@@ -42,7 +42,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
 from trnsim.trace.program import TensorSpec
 
-__all__ = ["lower_matmul", "columns_split", "fused_bias"]
+__all__ = ["lower_matmul", "columns_split", "fused_bias", "addmm_bias"]
 
 SBUF_SHARE = 0.75  # of a partition's SBUF the A strip and B buffers may take (rest: headroom)
 B_BUFS = 3  # rotating B blocks: one loading, one in use, one spare for queue jitter
@@ -130,6 +130,16 @@ def fused_bias(out_shape, bias_dt, cores: int) -> bool:
     its share of the columns takes at most FUSED_BIAS_BYTES of a partition (else the op
     shares its work by rows, the bias added after it)."""
     return -(-out_shape[-1] // cores) * bias_dt.itemsize <= FUSED_BIAS_BYTES
+
+
+def addmm_bias(args: dict, tensors: dict) -> str | None:
+    """The input of an `addmm` that is a linear layer's bias (beta and alpha 1, a row [N] of
+    out's columns), which a matmul cut by columns adds on the way out of PSUM; else None."""
+    inp, out = args.get("input"), args.get("out")
+    if args.get("beta", 1) != 1 or args.get("alpha", 1) != 1 or inp not in tensors:
+        return None
+    shape = tuple(tensors[inp].shape)
+    return inp if out in tensors and shape == tuple(tensors[out].shape[-1:]) else None
 
 
 def columns_split(out_shape, cores: int, cfg: ChipConfig) -> bool:
