@@ -42,7 +42,8 @@ __all__ = ["lower_argmax_ragged"]
 
 G, V = Engine.GPSIMD, Engine.VECTOR
 PIECE_BYTES = 4096  # a tile's main columns' bytes a partition at most
-BUFS = 6  # units resident
+BUFS = 6  # units resident, at most (fewer where a unit's x would not fit: `_bufs`)
+SBUF_SHARE = 0.9  # of a partition's SBUF for x's units, the keys and the indices
 LAG = 2  # units between a unit's maxima and its keys, and between those and its indices
 LOWEST = -3.4028234663852886e38
 
@@ -69,6 +70,16 @@ def lower_argmax_ragged(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
     k.groups.done()
 
 
+def _bufs(cfg: ChipConfig, rag: RaggedLayout, itemsize: int) -> int:
+    """Units of x resident: BUFS, or as many as SBUF_SHARE of a partition holds beside the
+    indices and the two units' keys (fp32, a row's width each) where a unit is long (a row of
+    10^6 fp32 elements: 31 KiB a partition; six of them and the rest overflowed SBUF), at least
+    LAG + 1 (a unit's x is read LAG units after its load)."""
+    width = sum(rag.width(s) for s in range(rag.t))  # a unit's columns a partition
+    room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - 3 * 4 * width
+    return max(LAG + 1, min(BUFS, room // max(1, width * itemsize)))
+
+
 class _Argmax:
     def __init__(self, b, cfg, x, out, rag: RaggedLayout):
         self.b, self.cfg, self.x, self.out, self.rag = b, cfg, x, out, rag
@@ -81,16 +92,17 @@ class _Argmax:
         self.small = Small(cfg)
         self.nl = self.ns = 0
         self.idx: list[str] = []
+        self.bufs = _bufs(cfg, rag, self.xdt.itemsize)
 
     def _load_q(self):
         self.nl += 1
         return self.loads[self.nl - 1]
 
     def tile(self, key: str, n: int, s: int, w: int, dt) -> str:
-        return self.b.scratch_tile(f"amr.{key}{n % BUFS}.{s}", key, (self.P, w), dt)
+        return self.b.scratch_tile(f"amr.{key}{n % self.bufs}.{s}", key, (self.P, w), dt)
 
     def col(self, key: str, n: int, w: int = 1) -> str:
-        return self.b.scratch_tile(f"amr.{key}{n % BUFS}", key, (self.P, w), self.f32)
+        return self.b.scratch_tile(f"amr.{key}{n % self.bufs}", key, (self.P, w), self.f32)
 
     def indices(self) -> None:
         """Per segment [P, width]: each element's index in its row over BIG (module doc): main
@@ -151,8 +163,8 @@ class _Argmax:
                 rag.mask(b, t, LOWEST, p)
             xa, m = ap(t, slice(0, p)), ap(mx, slice(0, p), slice(s, s + 1))
             if self.low is not self.f32:  # 16-bit: the max at two elements a cycle, exact
-                m16 = ap(self.b.scratch_tile(f"amr.m16{n % BUFS}", "m16", (self.P, 1), self.low),
-                         slice(0, p))  # fmt: skip
+                m16 = ap(self.b.scratch_tile(f"amr.m16{n % self.bufs}", "m16", (self.P, 1),
+                                             self.low), slice(0, p))  # fmt: skip
                 b.emit(TensorReduce, [xa], [m16], alu="max", src=xa, dst=m16)
                 b.emit(TensorCopy, [m16], [m], src=m16, dst=m, engine=G)
             else:
@@ -207,7 +219,7 @@ class _Argmax:
             b.emit(TensorReduce, [kmin], [kp], alu="max", src=kmin, dst=kp)
         first = self.groups.row_maxes(kp, p, alu="max")  # [1, rows]: -(the rows' min keys)
         to = b.tensors[self.out]
-        res = ap(b.scratch_tile(f"amr.res{n % BUFS}", "res", (1, rag.g), to.dtype),
+        res = ap(b.scratch_tile(f"amr.res{n % self.bufs}", "res", (1, rag.g), to.dtype),
                  slice(0, 1), slice(0, rows))  # fmt: skip
         b.emit(TensorScalar, [first], [res], src=first, dst=res, op0="multiply",
                operand0=-self.big)  # fmt: skip
