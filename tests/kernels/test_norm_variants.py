@@ -132,31 +132,14 @@ def test_stt_on_other_rows_in_pieces(monkeypatch, shape):
         checked_layer_norm(specs, lnc)
 
 
-@pytest.mark.parametrize("shape", [(4097, 1000), (1023, 4095)])
+@pytest.mark.parametrize("shape", [(4097, 1000), (1023, 4095), (8, 128 * 513)])
 def test_fp32_affine_in_psum_any_width(shape):
     """fp32 rows whose width is not a multiple of a PSUM bank's 512 columns (1000: the weight
     and bias kept in PSUM whole, 4000 bytes a partition across two banks; 4095: their first
-    columns): each matmul into them stays within a bank (it crossed one at 1000, a lowering
-    error), --check holds, and LNC 1 and 2 give the same values."""
-    specs = {
-        "x": TensorSpec("x", shape, F32, "normal"),
-        "w": TensorSpec("w", shape[-1:], F32, "normal"),
-        "b": TensorSpec("b", shape[-1:], F32, "normal"),
-        "out": TensorSpec("out", shape, F32, None),
-    }
-    out = []
-    for lnc in (1, 2):
-        norms._CHOSEN.clear()
-        out.append(checked_layer_norm(specs, lnc))
-    assert np.array_equal(out[0], out[1])
-
-
-def test_fp32_pieces_of_513_columns_stay_within_a_bank():
-    """fp32 rows of 128 x 513 (a partition's piece is one column past a PSUM bank): the row's
-    statistics repeated over the partitions (`_psum_copy`) are written a bank's columns a
-    matmul; they were cut 256 + 257, the second across a bank boundary (a lowering error).
-    --check holds and LNC 1 and 2 give the same values."""
-    shape = (8, 128 * 513)
+    columns; 128 x 513, in pieces: the row's statistics repeated over the partitions,
+    `_psum_copy`, were cut 256 + 257): each matmul into them stays within a bank (it crossed
+    one at 1000 and at 513, a lowering error), --check holds, and LNC 1 and 2 give the same
+    values."""
     specs = {
         "x": TensorSpec("x", shape, F32, "normal"),
         "w": TensorSpec("w", shape[-1:], F32, "normal"),

@@ -56,21 +56,28 @@ def lower_reduction_pieces(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, o
     else:
         units = [((r,), 1) for r in range(*rows)]
     k.spread = Spread(k.shares(), len(units) * lay.t)
-    # a batch: consecutive units of one run of out (2-D x), up to 128 and STORE_ROWS rows
-    per = max(1, min(k.P, STORE_ROWS // lay.g)) if len(tx.shape) <= 2 else 1
-    r0, batches = rows[0], []
-    for j0 in range(0, len(units), per):  # a last unit of fewer rows: a batch of its own
-        batch = units[j0 : j0 + per]
-        if len(batch) > 1 and batch[-1][1] < batch[0][1]:
-            batches += [batch[:-1], batch[-1:]]
-        else:
-            batches.append(batch)
-    for batch in batches:
+    r0 = rows[0]
+    for batch in batches(units, k.P, lay.g, len(tx.shape)):
         for j, (index, n) in enumerate(batch):
             k.unit(j, index, n)
         k.combine(batch, r0)
         r0 += sum(n for _, n in batch)
     k.groups.done()
+
+
+def batches(units: list, P: int, g: int, rank: int) -> list[list]:
+    """`units` ((index, rows) pairs) in batches whose partials combine and store at once:
+    consecutive units of one run of out (2-D x), up to P and STORE_ROWS rows (g rows a unit);
+    a last unit of fewer rows a batch of its own."""
+    per = max(1, min(P, STORE_ROWS // g)) if rank <= 2 else 1
+    out = []
+    for j0 in range(0, len(units), per):
+        batch = units[j0 : j0 + per]
+        if len(batch) > 1 and batch[-1][1] < batch[0][1]:
+            out += [batch[:-1], batch[-1:]]
+        else:
+            out.append(batch)
+    return out
 
 
 class _Red:

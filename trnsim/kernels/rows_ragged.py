@@ -16,7 +16,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.ragged import RaggedLayout, Small, units
 from trnsim.kernels.row_pieces import PieceLayout
 from trnsim.kernels.row_plan import Spread
-from trnsim.kernels.rows_pieces import STORE_ROWS, _Red
+from trnsim.kernels.rows_pieces import _Red, batches
 
 __all__ = ["lower_reduction_ragged"]
 
@@ -36,15 +36,8 @@ def lower_reduction_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, o
     k = _Ragged(b, cfg, op, x, out, rag)
     todo = units(tx.shape, rag, rows)
     k.spread = Spread(k.shares(), len(todo) * rag.t)
-    per = max(1, min(k.P, STORE_ROWS // rag.g)) if len(tx.shape) <= 2 else 1
-    r0, batches = rows[0], []
-    for j0 in range(0, len(todo), per):  # a last unit of fewer rows: a batch of its own
-        batch = todo[j0 : j0 + per]
-        if len(batch) > 1 and batch[-1][1] < batch[0][1]:
-            batches += [batch[:-1], batch[-1:]]
-        else:
-            batches.append(batch)
-    for batch in batches:
+    r0 = rows[0]
+    for batch in batches(todo, k.P, rag.g, len(tx.shape)):
         for j, (unit, n) in enumerate(batch):
             k.ragged_unit(j, unit, n)
         # (`_Red.combine`'s units: an index of x's rows, or a row's flat index in segments)
