@@ -227,8 +227,9 @@ def test_norms(op, affine, shape):
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
 @pytest.mark.parametrize(
     "full,part",
-    [((300, 70), (70,)), ((2, 130, 33), (1, 1, 33)), ((300, 70), (300, 1)), ((2, 5, 9), (2, 5, 1))],
-)
+    [((300, 70), (70,)), ((2, 130, 33), (1, 1, 33)), ((300, 70), (300, 1)), ((2, 5, 9), (2, 5, 1)),
+     ((2, 3, 200, 24), (200, 24)), ((2, 3, 130, 9), (2, 1, 130, 9))],
+)  # fmt: skip
 @pytest.mark.parametrize("part_first", [False, True])
 def test_binary_broadcast(op, full, part, part_first):
     t = {
@@ -239,6 +240,20 @@ def test_binary_broadcast(op, full, part, part_first):
     args = {"a": "p", "b": "f"} if part_first else {"a": "f", "b": "p"}
     r = _run(t, [(op, {**args, "out": "out"})])
     _check(r, op, args)
+
+
+@pytest.mark.parametrize("full,part", [((1, 16, 256, 64), (256, 64)), ((2, 3, 300, 33), (2, 1, 300, 33)),
+                                       ((3, 130, 2500), (130, 2500))])  # fmt: skip
+def test_a_table_broadcast_splits_its_rows_between_two_cores(full, part):
+    """A table of out's last two dims [T, D] (a rotary table over [B, H, T, hd]) at LNC 2:
+    each core takes its rows (a share starting off a partition step loads its table rows
+    again, `broadcast_table`); the values are one core's."""
+    t = {"f": (full, "float32", "normal"), "p": (part, "float32", "random"),
+         "out": (full, "float32", None)}  # fmt: skip
+    ops = [("mul", {"a": "f", "b": "p", "out": "out"})]
+    two, progs = _run_cores(t, ops, 2)
+    np.testing.assert_array_equal(two.tensor("out"), _run(t, ops).tensor("out"))
+    assert all(p.instructions for p in progs)
 
 
 def test_a_broadcast_that_is_not_lowered_names_the_shapes():

@@ -138,6 +138,22 @@ def test_a_trailing_broadcast_writes_its_result_in_place(tmp_path):
     assert all(c["ok"] for c in r["check"].values()), r["check"]
 
 
+def test_a_rotary_table_times_a_transposed_q_replays_on_its_strided_view(tmp_path):
+    """q [2, 40, 3, 16].transpose(1, 2) * cos [40, 16] is the library's table broadcast
+    (`kernels.broadcast_table`) on q's strided view: the replay computes z and --check holds."""
+    q, c = torch.randn(2, 40, 3, 16), torch.randn(40, 16)
+    with trnsim.torch.record(tmp_path / "run.yaml", values=True) as rec:
+        z = q.to("neuron").transpose(1, 2) * c.to("neuron")
+        rec.output("z", z)
+    assert "- {mul: " in (tmp_path / "run.yaml").read_text()
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "run.yaml"), "--out-dir",
+                                    str(tmp_path / "out")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "z.npy"), q.transpose(1, 2) * c)
+    r = _replay(tmp_path / "run.yaml", "--check")
+    assert all(c["ok"] for c in r["check"].values()), r["check"]
+
+
 def test_a_broadcast_per_batch_item_writes_each_item_in_place(tmp_path):
     """x [2, 3, 4, 5] + mask [2, 1, 1, 5] is one library op per batch item (`aten._per_item`)
     on views of the result's memory at each item's offset: the replay computes z."""

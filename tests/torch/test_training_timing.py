@@ -162,6 +162,28 @@ def test_more_ops_are_modelled_and_match_cpu(name):
     assert t.stats[name].modelled == before + 1, t.refused.get(name)
 
 
+@pytest.mark.parametrize("table", [(40, 16), (1, 1, 40, 16), (2, 1, 40, 16)])
+def test_a_rotary_table_times_a_transposed_q_is_modelled_and_matches_cpu(table):
+    """Llama's rotary embedding: q [B, T, H, hd] after transpose(1, 2) (a strided view, not
+    the row broadcast of [rows, T x hd] views) times cos [T, hd] (Hugging Face's [B, 1, T,
+    hd]), plus the rotated halves times sin: the library's table broadcast
+    (`kernels.broadcast_table`); mul.Tensor was refused and estimated."""
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 40, 3, 16, generator=gen)
+    cos, sin = torch.randn(table, generator=gen), torch.randn(table, generator=gen)
+
+    def rope(q, cos, sin):
+        x = q.transpose(1, 2)
+        rot = torch.cat([-x[..., 8:], x[..., :8]], -1)
+        return x * cos + rot * sin
+
+    t = timing.timer()
+    before = t.stats["mul.Tensor"].modelled if "mul.Tensor" in t.stats else 0
+    got = rope(q.to("neuron"), cos.to("neuron"), sin.to("neuron"))
+    torch.testing.assert_close(got.cpu(), rope(q, cos, sin), rtol=0, atol=0)
+    assert t.stats["mul.Tensor"].modelled == before + 2, t.refused.get("mul.Tensor")
+
+
 def test_a_permuted_view_made_contiguous_is_the_librarys_permute():
     x = torch.randn(4, 32, 8, 16, device="neuron")
     t = timing.timer()

@@ -36,6 +36,7 @@ from trnsim.isa import (
 )
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.broadcast import lower_broadcast, spread
+from trnsim.kernels.broadcast_table import is_table, lower_table
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import flat_blocks, row_blocks
 from trnsim.kernels.queues import Queues, Stream
@@ -157,11 +158,15 @@ def _broadcast(b: KernelBuilder, cfg: ChipConfig, op: str, a: str, bb: str, out:
     if len(full) == 1 and math.prod(part) == 1 and d > 1 and len(part) <= len(to.shape):  # [1]
         _scalar_tensor(b, cfg, op, names[full[0]], names[other], out, other == "a")
         return
+    if len(full) == 1 and not (is_row or is_col) and is_table(part, tuple(to.shape)):
+        lower_table(b, cfg, BINARY[op], names[full[0]], names[other], out, other == "a")
+        return
     if len(full) != 1 or not (is_row or is_col):
         raise TraceError(
             f"{op}: a {list(shapes['a'])}, b {list(shapes['b'])} -> out {list(to.shape)}: this "
             "broadcast is not lowered yet; expected one operand of out's shape and the other "
-            "of its last dim [D], of out's shape with a last dim of 1, or of one element"
+            "of its last dim [D], of its last two [T, D], of out's shape with a last dim of 1, or "
+            "of one element"
         )
     lower_broadcast(b, cfg, BINARY[op], names[full[0]], names[other], out, other == "a", is_row)
 
