@@ -260,3 +260,42 @@ def test_an_addmm_as_a_linear_layer_takes_both_cores_at_lnc_2():
     np.testing.assert_array_equal(runs[0].tensor("y"), runs[1].tensor("y"))
     one, two = (r.summary["ops"][0]["time_ns"] for r in runs)
     assert two < 0.6 * one
+
+
+@pytest.mark.parametrize("m,k,n,out_dt", [(8, 2048, 600, "float32"), (1, 1000, 640, "bfloat16"),
+                                          (64, 520, 1100, "float32"), (17, 1024, 512, "float32"),
+                                          (8, 4096, 100, "float32")])  # fmt: skip
+def test_fp32_with_few_rows_puts_b_stationary_with_values_of_numpy(m, k, n, out_dt):
+    """fp32 with 64 rows or fewer and enough K blocks to save TensorE a third of its cycles
+    (`_Plan.swaps`): B's 128-column blocks stationary, A^T's rows moving, out^T turned back by
+    TensorE (`matmul._swapped`): each matmul's [m] moving columns, one per 128 columns of a K
+    block, and a transpose per 128 columns of out."""
+    got, ref, b = _mm(((m, k), (k, n), (m, n)), "float32", out_dt)
+    tol = 1e-5 if out_dt == "float32" else 8e-3
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
+    mms = [i for i in b.instructions if i.OP == "matmul"]
+    assert len(mms) == -(-k // 128) * -(-n // 128)
+    cols = [(i.moving.index[-1], i.stationary.index[-1]) for i in mms]  # (start, stop, step)
+    assert all(mv[1] - mv[0] == m and st[1] - st[0] <= 128 for mv, st in cols)
+    assert sum(i.OP == "transpose" for i in b.instructions) == -(-n // 128)
+
+
+def test_fp32_with_few_rows_is_bound_by_b_not_tensore():
+    """fp32 [8, 2048] @ [2048, 4096] on one trn2 core. A^T stationary, each K block's matmul
+    streamed 512 columns of B at 4 cycles a column (fp32): 16 x 8 x 2048 cycles = 109.2 us of
+    TensorE at 2.4 GHz, above B's DMA bound (32 MiB: 91.7 us), 120.7 us in all. B stationary,
+    16 x 32 matmuls of max(64, 8) x 4 = 256 cycles (+ 32 of LoadStationary at most, exposed
+    when a matmul waits) and 32 transposes of 128 / 0.5 = 256 cycles: 64.9 us at most; the
+    op now 107.9 us, within 1.2x of its DMA bound."""
+    from tests.kernels.test_op_report import run_ops
+
+    t = {"a": ((8, 2048), "float32"), "b": ((2048, 4096), "float32"),
+         "out": ((8, 4096), "float32")}  # fmt: skip
+    r, cfg = run_ops(t, [("matmul", {"a": "a", "b": "b", "out": "out"})], lnc=1)
+    (row,) = r.summary["ops"]
+    te = cfg.core.tensor
+    mm = max(te.stationary_min_cycles, 8) / te.fp32_rate + te.load_stationary_cycles
+    cycles = 16 * 32 * mm + 32 * 128 / te.transpose_fp32_rate
+    assert cycles == 155648
+    assert r.summary["engines"]["core0.tensor"]["busy_ns"] <= cycles / te.clock_hz * 1e9
+    assert row["bound"] == "dma" and row["time_ns"] < 1.2 * row["roofline_ns"]

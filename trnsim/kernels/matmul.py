@@ -22,6 +22,10 @@ one on a tie: its loads are larger), on chips with DMA transpose; the streamed o
 two strips of one 128-row block do not fit in SBUF (K past ~41K bf16, ~20K fp32: GPT-2's
 vocabulary as the K of its tied embedding's gradient matmul).
 
+In fp32 with few rows (M <= SWAP_ROWS) B's 128-column blocks are the stationary and A^T's rows
+move (`_swapped`): TensorE's cost is per moving column, 4 cycles each in fp32, so streaming B's
+columns kept TensorE, not the DMA, the bound; out^T is turned back by TensorE per 128 columns.
+
 Ragged sizes (M, N, K not multiples of the tile) use partial tiles. Leading (batch) dims of a
 and b loop around the whole: a and b both [B, M, K] / [B, K, N], or b 2-D and shared. The
 buffers and queues rotate on across batch elements (each restarted at its first buffer and
@@ -51,6 +55,8 @@ B_BUFS_ONE_STRIP = 6  # ... where this core's rows are one strip and B is the la
 # needs more loads in flight to keep the DMA busy (with 3, [1, 4096] @ [4096, 4096] bf16 took
 # 1.85x its DMA bound); where A is the larger, more B loads only delay its strip's
 A_BUFS = 4  # rotating A^T blocks of the K-streamed kernel (each load is a few us of DMA)
+SWAP_ROWS = 64  # fp32 with this many rows of A or fewer: B's blocks stationary (`_swapped`)
+SWAP_GAIN = 2 / 3  # ... when TensorE's cycles fall to this fraction or less (`_Plan.swaps`)
 
 
 def lower_matmul(
@@ -101,7 +107,8 @@ def lower_matmul(
             src = ap(bias, slice(cols[0], cols[1]))
             plan.bias = (spread(b, cfg, [(src, cols[1] - cols[0])], b.tensors[bias].dtype,
                                 f"{bias}_cols"), cols[0])  # fmt: skip
-    streamed = plan.stream_k(min(M, hi - lo), cfg)
+    swap = plan.swaps(cfg)
+    streamed = not swap and plan.stream_k(min(M, hi - lo), cfg)
     if not streamed and not plan.resident_fits and hi > lo:
         raise TraceError(
             f"matmul: a {list(ta.shape)} @ b {list(tb.shape)}: K = {K} leaves no room for a "
@@ -112,6 +119,7 @@ def lower_matmul(
     nb = B_BUFS_ONE_STRIP if math.ceil(rows / plan.P) <= plan.mt and N >= rows else B_BUFS
     if not streamed and not plan.fits_b(nb):
         nb = B_BUFS
+    plan.swap = swap
     bufs = _StreamBuffers(b, plan, nb) if streamed else _Buffers(b, plan, nb)
     one = _one_streamed if streamed else _one
     for i, batch in enumerate(_batches(bat)):
@@ -119,7 +127,7 @@ def lower_matmul(
         if rows[0] < rows[1]:
             kb = batch if bat_b else ()
             one(b, plan, bufs, (a_name, batch), (b_name, kb), (out_name, batch), rows, cols)
-    b.release(*bufs.accs, *(bufs.turn[1:] if bufs.turn else ()))
+    b.release(*bufs.accs, *bufs.backs, *(bufs.turn[1:] if bufs.turn else ()))
 
 
 FUSED_BIAS_BYTES = 16384  # a core's bias columns, spread over the partitions, at most this
@@ -193,6 +201,22 @@ class _Plan:
         self.b_transposed = False
         self.evac = (Engine.VECTOR, Engine.SCALAR)
         self.bias = None  # (tile, its first column): a bias added on the way out of PSUM
+        self.swap = False  # B's blocks stationary, A^T's rows moving (`_swapped`)
+
+    def swaps(self, cfg: ChipConfig) -> bool:
+        """Put B's blocks stationary (`_swapped`)? fp32 with at most SWAP_ROWS rows, a resident
+        strip, and TensorE's cycles, B's [128] columns stationary and out^T turned back, at most
+        SWAP_GAIN of A^T stationary's (N moving columns a K block): the turn-back lengthens the
+        chain to the last store, so a small saving is a loss (fp32 [32, 256] @ [256, 4096],
+        0.75: 22.3 -> 24.7 us on one trn2 core; [8, 512] @ [512, 2048], 0.63: 21.6 -> 20.2)."""
+        t = cfg.core.tensor
+        if self.a_dt.name != "float32" or self.M > SWAP_ROWS or not self.resident_fits:
+            return False
+        kt, blocks = math.ceil(self.K / self.P), math.ceil(self.N / self.P)
+        plain = kt * self.N / t.fp32_rate
+        mm = max(t.stationary_min_cycles, self.M) / t.fp32_rate
+        swapped = blocks * (kt * max(mm, t.mm_init_latency_cycles) + self.P / t.transpose_fp32_rate)
+        return swapped <= SWAP_GAIN * plain
 
     def fits_b(self, nb: int) -> bool:
         """Whether the resident kernel's SBUF takes `nb` B blocks, not B_BUFS."""
@@ -228,9 +252,15 @@ class _Buffers:
         self.strips = [b.tile("aT", "sbuf", (P, kt * P * p.mt), p.a_dt) for _ in range(2)]
         self.bbufs = [b.tile("b", "sbuf", (P, p.NB), p.a_dt) for _ in range(nb)]
         width = (p.mt - 1) * p.acc_stride + p.NB
+        if p.swap:  # out^T: M columns for each 128 of N (more than NB when N is narrow)
+            width = max(width, math.ceil(p.NB / P) * p.M)
         self.accs = [b.psum("acc", (P, width), dtype("float32")) for _ in range(p.psum_sets)]
         self.outs = [b.tile("o", "sbuf", (P, p.NB), p.out_dt) for _ in range(2)]
-        self.turn = None
+        self.turn, self.backs, self.outs_t = None, [], []
+        if p.swap:  # out^T [128, 4 x rows] in accs, copied to SBUF, turned back into PSUM
+            f32 = dtype("float32")
+            self.outs_t = [b.tile("oT", "sbuf", (P, width), f32) for _ in range(2)]
+            self.backs = [b.psum("acc_b", (P, p.NB), f32) for _ in range(2)]
         if not p.dma_transpose:
             self.turn = (b.tile("a_raw", "sbuf", (P, P), p.a_dt), b.psum("a_tp", (P, P), p.a_dt))
         self.n = (0, 0, 0, 0)  # accumulators, B blocks, outputs, strips used so far
@@ -258,7 +288,7 @@ class _StreamBuffers:
         ]
         self.accs = [t for s in self.sets for t in s]
         self.outs = [b.tile("o", "sbuf", (P, p.NB), p.out_dt) for _ in range(2)]
-        self.turn = None
+        self.turn, self.backs = None, []
         self.n = (0, 0, 0, 0)  # A blocks, B blocks, PSUM sets, outputs used so far
         self._turns = None
 
@@ -363,6 +393,16 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
             nw = min(p.NB, cols[1] - n0)
             acc = accs[n_acc % len(accs)]
             n_acc += 1
+            if p.swap:
+                (_, mw), back = ms[0], bufs.backs[n_acc % 2]
+                for k, kw in enumerate(kws):
+                    bt = bufs.bbufs[n_b % len(bbufs)]
+                    _load_b(b, p, bt, bm, k * P, kw, n0, nw, q)
+                    n_b += 1
+                    _swapped(b, p, acc, bt, sts[k][0], kw, mw, nw, k > 0)
+                ds = [_turned_back(b, p, acc, bufs.outs_t[n_acc % 2], back, mw, nw)]
+                n_out = _evacuate(b, p, outs, n_out, ds, ms, out, n0, nw, q)
+                continue
             ds = [
                 ap(acc, slice(0, mw), slice(j * p.acc_stride, j * p.acc_stride + nw))
                 for j, (_, mw) in enumerate(ms)
@@ -376,6 +416,33 @@ def _one(b: KernelBuilder, p: _Plan, bufs: _Buffers, a: tuple, bm: tuple, out: t
                     )
             n_out = _evacuate(b, p, outs, n_out, ds, ms, out, n0, nw, q)
     bufs.n = (n_acc, n_b, n_out, n_strip)
+
+
+def _swapped(b: KernelBuilder, p: _Plan, acc, bt, st, kw, mw, nw, accumulate: bool) -> None:
+    """out^T's K block for a few rows: each 128 columns of B's block [kw, nw] stationary, A^T's
+    [kw, mw] moving, into acc[:, j * mw] (j the 128-column block). TensorE's cost is per moving
+    column (`engines.tensor`): max(64, mw) cycles a 128 columns of out against 128 with A^T
+    stationary, each x 4 in fp32, where TensorE, not B's DMA, bound few rows (fp32 [8, 2048] @
+    [2048, 512]: 16 matmuls of 2048 cycles, 13.7 us, for 11.4 us of B's DMA)."""
+    mv = st  # A^T's [kw, mw]
+    for j, c0 in enumerate(range(0, nw, p.P)):
+        cw = min(p.P, nw - c0)
+        s = ap(bt, slice(0, kw), slice(c0, c0 + cw))
+        d = ap(acc, slice(0, cw), slice(j * mw, (j + 1) * mw))
+        b.emit(Matmul, [s, mv], [d], stationary=s, moving=mv, dst=d, accumulate=accumulate)
+
+
+def _turned_back(b: KernelBuilder, p: _Plan, acc, t_sb, back, mw, nw):
+    """out^T in `acc` (`_swapped`) copied to SBUF `t_sb` in fp32 (rounded once, at the last
+    evacuation) and turned back by TensorE (`transpose`) into `back` [mw, nw]; its operand."""
+    for j, c0 in enumerate(range(0, nw, p.P)):
+        cw = min(p.P, nw - c0)
+        src = ap(acc, slice(0, cw), slice(j * mw, (j + 1) * mw))
+        mid = ap(t_sb, slice(0, cw), slice(j * mw, (j + 1) * mw))
+        _copy(b, p.evac[j % 2], src, mid)
+        t = ap(back, slice(0, mw), slice(c0, c0 + cw))
+        b.emit(Transpose, [mid], [t], src=mid, dst=t)
+    return ap(back, slice(0, mw), slice(0, nw))
 
 
 def _load_strip(
