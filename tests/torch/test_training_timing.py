@@ -11,6 +11,7 @@ from torch.nn import functional as F  # noqa: E402
 import trnsim.torch  # noqa: E402,F401
 from trnsim.torch import timing  # noqa: E402
 from trnsim.torch.listeners import Listener  # noqa: E402
+from trnsim.torch.measure import op_key  # noqa: E402
 
 VOCAB, WIDTH, TOKENS = 96, 64, 256
 
@@ -182,6 +183,27 @@ def test_a_rotary_table_times_a_transposed_q_is_modelled_and_matches_cpu(table):
     got = rope(q.to("neuron"), cos.to("neuron"), sin.to("neuron"))
     torch.testing.assert_close(got.cpu(), rope(q, cos, sin), rtol=0, atol=0)
     assert t.stats["mul.Tensor"].modelled == before + 2, t.refused.get("mul.Tensor")
+
+
+def test_a_strided_view_is_timed_apart_from_a_contiguous_tensor_of_its_shape():
+    """The timer keeps one measurement per signature: a transposed q ([B, H, T, hd] view of
+    [B, T, H, hd]) times a table lowers otherwise than a contiguous q of the same shape, so its
+    strides are part of the signature; they were not, and whichever came first set both
+    times (a transposed q after a contiguous one took the contiguous one's)."""
+    gen = torch.Generator().manual_seed(4)
+    cos = torch.randn(64, 32, generator=gen).to("neuron")
+    q = torch.randn(1, 64, 8, 32, generator=gen).to("neuron").transpose(1, 2)
+    t = timing.timer()
+
+    def timed(x) -> int:
+        x * cos
+        return t.measure.memo[op_key("mul.Tensor", (x, cos), {})].duration_ps
+
+    t.measure.memo.clear()
+    contiguous = timed(q.contiguous())
+    strided = timed(q)
+    t.measure.memo.clear()
+    assert timed(q) == strided != contiguous
 
 
 def test_a_permuted_view_made_contiguous_is_the_librarys_permute():

@@ -90,13 +90,14 @@ def results(r) -> list[Tensor]:
 
 
 def signature(args) -> list:
-    """What an op's time depends on: its tensors' shapes and dtypes, its int, bool and string
-    arguments (dims, flags, modes); not float values (an optimizer's step sizes change every
-    step and would make every step's ops new)."""
+    """What an op's time depends on: its tensors' shapes and dtypes (and a strided view's
+    strides: it may lower otherwise, as a transposed q's rotary multiply does), its int, bool
+    and string arguments (dims, flags, modes); not float values (an optimizer's step sizes
+    change every step and would make every step's ops new)."""
     out = []
     for a in args:
         if isinstance(a, Tensor):
-            out.append((a.shape, a.dtype))
+            out.append((a.shape, a.dtype) if a.is_contiguous() else (a.shape, a.dtype, a.stride()))
         elif type(a) in (list, tuple):
             out.append(tuple(signature(a)))
         elif type(a) is float:
