@@ -103,6 +103,13 @@ def core_share(b: KernelBuilder, cfg: ChipConfig, tx) -> tuple[int, int]:
     if rows_fit(cfg, tx):
         lo, hi = b.share(tx.shape)
         return lo, hi
+    return even_share(b, tx)
+
+
+def even_share(b: KernelBuilder, tx) -> tuple[int, int]:
+    """This physical core's flattened rows of x, x's rows cut evenly between the cores."""
+    total = math.prod(tx.shape[:-1]) if tx.shape else 1
+    c, n = b.part
     return total * c // n, total * (c + 1) // n
 
 

@@ -11,8 +11,6 @@ are shared evenly between the cores of an LNC 2 logical core (the op is isolated
 
 from __future__ import annotations
 
-import math
-
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.isa import (
@@ -32,6 +30,7 @@ from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import _unravel
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_plan import Spread
+from trnsim.kernels.rows import even_share
 
 __all__ = ["lower_reduction_pieces"]
 
@@ -45,9 +44,7 @@ def lower_reduction_pieces(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, o
                            lay: PieceLayout, f: int) -> None:  # fmt: skip
     """out = op(x, -1) over rows laid out as `lay` (module doc)."""
     tx = b.tensors[x]
-    total = math.prod(tx.shape[:-1])
-    c, cores = b.part
-    rows = (total * c // cores, total * (c + 1) // cores)
+    rows = even_share(b, tx)
     if rows[0] >= rows[1]:
         return
     k = _Red(b, cfg, op, x, out, lay)

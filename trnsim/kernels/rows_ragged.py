@@ -8,14 +8,13 @@ partition in chunks, 26x the time of the multiple of 128 next to it ([8, 50257] 
 
 from __future__ import annotations
 
-import math
-
 from trnsim.config import ChipConfig
 from trnsim.isa import TensorReduce
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.ragged import RaggedLayout, Small, units
 from trnsim.kernels.row_pieces import PieceLayout
 from trnsim.kernels.row_plan import Spread
+from trnsim.kernels.rows import even_share
 from trnsim.kernels.rows_pieces import _Red, batches
 
 __all__ = ["lower_reduction_ragged"]
@@ -28,9 +27,7 @@ def lower_reduction_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, o
                            rag: RaggedLayout) -> None:  # fmt: skip
     """out = op(x, -1) over rows laid out as `rag` (module doc), this core's share."""
     tx = b.tensors[x]
-    total = math.prod(tx.shape[:-1])
-    c, cores = b.part
-    rows = (total * c // cores, total * (c + 1) // cores)
+    rows = even_share(b, tx)
     if rows[0] >= rows[1]:
         return
     k = _Ragged(b, cfg, op, x, out, rag)
