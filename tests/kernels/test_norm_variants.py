@@ -229,3 +229,27 @@ def test_segment_sums_instructions(monkeypatch):
             if type(i).__name__ == "Matmul" and "ones" in i.stationary.name]  # fmt: skip
     assert "BnStats" not in ops
     assert len(squares) == 2 * 4 and len(sums) == 2 * 4 * 4
+
+
+def test_stt_loads_in_parts_the_weight_and_bias_behind(monkeypatch):
+    """`norms.STT` (bf16 rows of 64K, 4 rows a block, 8 blocks a core at LNC 2): each block's
+    load is four copies of a row each (32 partitions) on four queues, and the weight's and the
+    bias' row copies go on those queues behind blocks 2 and 4 (`load_parts`, `affine_at`):
+    each queue moves block 0, 1 and 2's rows, then the weight's row on its partitions, block
+    3's, 4's, then the bias' row."""
+    monkeypatch.setattr(norms, "_variant", lambda *a: norms.STT)
+    shape = (64, 65536)
+    prog, cfg = ops_program({"x": (shape, "bfloat16"), "out": (shape, "bfloat16"),
+                             "w": (shape[-1:], "bfloat16"), "b": (shape[-1:], "bfloat16")},
+                            [("layer_norm", {"x": "x", "out": "out", "weight": "w", "bias": "b"})],
+                            lnc=2)  # fmt: skip
+    (core, *_) = lower_cores(prog.kernels["k"].ops, prog.tensors, cfg, 2)
+    queues: dict = {}
+    for i in core.instructions:
+        if type(i).__name__ == "DmaCopy" and i.src.name in ("x", "w", "b"):
+            queues.setdefault(i.queue, []).append(i)
+    assert len(queues) == 4
+    for q, ins in queues.items():
+        assert [i.src.name for i in ins[:7]] == ["x", "x", "x", "w", "x", "x", "b"], q
+        rows = {i.dst.index[0][:2] for i in ins}  # (each queue's partitions: a row's)
+        assert len(rows) == 1 and [b - a for a, b in rows] == [32], rows

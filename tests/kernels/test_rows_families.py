@@ -34,11 +34,11 @@ BUSY = (
 SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
     ("layer_norm", "bfloat16", 65536): PIECES.format(
         BUSY.format(
-            "70% (63% before (x - mean) * weight in one scalar_tensor_tensor, rstd and the "
-            "bias by TensorE, `norms.STT`): 67.0 us, ScalarE 53 us busy (its 3/8 of the "
-            "statistics, TensorE's sums copied out) from 3.9 us on, GpSimd 52 (12 of the 16 "
-            "blocks' fused pass at two cycles an element, its first at 9 us, behind the whole "
-            "statistics chain and the weight), VectorE 49 (the rest of the statistics, 11 "
+            "72% (63% before (x - mean) * weight in one scalar_tensor_tensor, rstd and the "
+            "bias by TensorE, `norms.STT`): 65.1 us, ScalarE 53 us busy (its 3/8 of the "
+            "statistics, TensorE's sums copied out) from 2.4 us on, GpSimd 52 (12 of the 16 "
+            "blocks' fused pass at two cycles an element, its first at 6.6 us, behind the "
+            "first block's statistics chain), VectorE 49 (the rest of the statistics, 11 "
             "[p, 1] steps a block), TensorE 47 (three matmuls a bank, the last blocks' after "
             "GpSimd's last pass: 6.8 us from it to the end). The row's mean first (TensorE's "
             "sums) reaches 62.4 us (74.8%) only with rstd's bf16 rounding alone, the values' "

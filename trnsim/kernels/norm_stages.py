@@ -110,6 +110,10 @@ class NormStages:
         # scalar_tensor_tensor (`_third_stt`), rstd applied by TensorE (`stt_scales`)
         self.stt_lo = True  # ... as diag(rstd) in two bf16 parts (hi + lo), not one
         self.split_loads = False  # rows in pieces: a block's load in two halves (`load_halves`)
+        self.load_parts = 2  # ... or in this many parts, a queue each
+        self.behind: dict = {}  # block -> loads emitted behind its own (`norms._emit`)
+        self.affine_at: tuple[int, int] | None = None  # ... the weight's row copies loaded
+        # behind block a's loads, the bias' behind block b's (`norms._load_behind`)
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
@@ -250,16 +254,21 @@ class NormStages:
         if self.c:
             self.scalar_stats(n, p)
 
+    def load_cuts(self, rows: int) -> list[int]:
+        """The first row of each of a block's `load_parts` parts (`load_halves`), and rows."""
+        m = max(1, min(self.load_parts, rows))
+        return [rows * i // m for i in range(m + 1)]
+
     def load_halves(self, n: int, index: tuple, rows: int, p: int) -> None:
-        """Block n's tile of rows in pieces (one lane) loaded as two copies, its first rows'
-        partitions on one queue and the rest's on another: each copy on DMA engines of its
-        own, so a block's load takes the engines whole and the blocks arrive one after
+        """Block n's tile of rows in pieces (one lane) loaded as two copies (`load_parts`), its
+        first rows' partitions on one queue and the rest's on another: each copy on DMA engines
+        of its own, so a block's load takes the engines whole and the blocks arrive one after
         another, the first soonest (two blocks at once on the two queues shared every engine:
         the first arrived with the second)."""
         b, kk, last = self.b, min(self.pieces.k, self.P), index[-1]
-        h = rows // 2
+        cuts = [last.start + r for r in self.load_cuts(rows)]
         xa = self.lane_tile("x", n, 0, p)
-        for q, (r0, r1) in enumerate(((last.start, last.start + h), (last.start + h, last.stop))):
+        for q, (r0, r1) in enumerate(zip(cuts, cuts[1:])):
             src = ap(self.x, *index[:-1], slice(r0, r1))
             a, z = (r0 - last.start) * kk, (r1 - last.start) * kk
             dst = ap(xa.name, slice(a, z), slice(0, self.per), slice(None))

@@ -163,9 +163,15 @@ SEG_SUMS = {"seg_affine": True, "sums": True, "pe_span": 2, "seg_cycle": ("VGS",
 # another, the first at 3.9 us instead of 5.5), 10 buffers, the stages 0, 2 and 4 blocks
 # behind the loads (`lag`; 1, 2, 3 with 6 buffers: 70.7 us): bf16 rows of 64K 63.1% -> 69.6%
 # (73.9 -> 67.0 us), the values' RMS error against float64 15% below the plain plan's (with
-# rstd's bf16 rounding alone, one matmul a bank fewer: 64.5 us, but 7% above it)
+# rstd's bf16 rounding alone, one matmul a bank fewer: 64.5 us, but 7% above it); then each
+# block's load in four parts (a row each, on a queue and DMA engines of its own), the weight's
+# copies loaded behind block 2's parts and the bias' behind block 4's on their partitions'
+# queues (`load_parts`, `affine_at`; all 1 MiB of them took the engines beside block 0 before):
+# the first block in at 2.4 us instead of 3.9, GpSimd's first fused pass at 6.6 instead of 9.0,
+# 67.0 -> 65.1 us (the weight behind block 0, 1: 66.8, 65.6 us; two parts: 69.7)
 STT = {"pe_pieces": True, "small_waits": False, "psum_combine": True, "pe_span": 2,
-       "stt": True, "piece_bufs": 10, "split_loads": True, "lag": (0, 2, 4)}  # fmt: skip
+       "stt": True, "piece_bufs": 10, "split_loads": True, "lag": (0, 2, 4), "load_parts": 4,
+       "affine_at": (2, 4)}  # fmt: skip
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -547,7 +553,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     # on one queue, the weight and bias behind the first, so the first tile arrives first
     # instead of sharing the engines with the others (and its engines start sooner)
     big = width * tx.dtype.itemsize >= BIG_PIECES or k.piece_big
-    n = 1 if big else max(2, q)
+    n = 1 if big else max(k.load_parts if k.split_loads else 2, q)
     k.loads, k.stores = qs.loads().take(n), qs.stores().take(SEG_STORES if seg else max(2, q))
     if seg:  # the plan's choices of engines mixed over the segments (one lane each)
         k.blocks *= lay.t
@@ -587,6 +593,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
             k.pe.pieces_row = k.rows[bias]
 
     k.spread, k.spread_first = spread, big
+    if k.affine_at and k.split_loads and not seg and not k.psum_affine:
+        _load_behind(k, cfg, lay, {weight: k.affine_at[0], bias: k.affine_at[1]})
     if k.interleave:  # each row's stages at once (`_emit`): its segments follow its loads
         k.lag = SEG_LAG if not k.spread_at else (0, k.spread_at, k.spread_at)
     with _scheduled(k) as s:
@@ -598,6 +606,28 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     if k.pe_bias:
         k.pe.done()
     return getattr(s, "makespan", 0.0)
+
+
+def _load_behind(k, cfg: ChipConfig, lay, at: dict) -> None:
+    """The weight and bias (`at`: tensor -> block) of rows in pieces loaded in parts
+    (`affine_at`): each tensor's row copies behind block at[tensor]'s loads, copy r on the
+    queue of the block's part that holds its partitions (`load_cuts`), so they take those
+    DMA engines after the part (the first blocks arrive sooner: the weight is needed only by
+    the first weighting, the bias by the first block's matmuls), each no later than its
+    stage's lag (`_lags`: the weight's third, the bias' fourth)."""
+    cuts, lag = k.load_cuts(lay.g), _lags(k)
+    queues = [k.loads[next(i for i in range(len(cuts) - 1) if r < cuts[i + 1])]
+              for r in range(lay.g)]  # fmt: skip
+
+    def load(v):
+        k.rows[v] = _piece_rows(k.b, cfg, v, lay, queues, lay.g)
+        if v == k.bias and k.pe_bias:
+            k.pe.pieces_row = k.rows[v]
+
+    k.spread, k.spread_first, k.behind = (lambda: None), True, {}
+    for v, most in ((k.weight, lag[1]), (k.bias, lag[2])):
+        if v is not None:
+            k.behind.setdefault(min(at[v], most), []).append(lambda v=v: load(v))
 
 
 def _seg_cycle(k, lay) -> None:
@@ -726,15 +756,15 @@ def _emit(k, blocks) -> None:
     if k.rows_first and k.segments and k.bufs >= len(blocks):
         _emit_rows_first(k, blocks)
         return
-    lag = (min(1, k.bufs - 1), min(2, k.bufs - 1), max(min(2, k.bufs - 1), min(3, k.bufs - 2)))
-    if k.lag is not None:
-        lag = k.lag
+    lag = _lags(k)
     stages = (k.second, k.third, k.fourth)
     if not k.spread_first:
         k.spread()  # the engines have nothing else to do until the first block is loaded
     for n in range(len(blocks) + max(lag)):
         if n < len(blocks):
             k.first(n, *blocks[n])
+        for load in k.behind.get(n, ()):  # (`_load_behind`)
+            load()
         if n == k.spread_at and k.spread_first:  # its loads behind the first block's
             # (`_lower_pieces`; or block `spread_at`'s)
             k.spread()
@@ -744,6 +774,14 @@ def _emit(k, blocks) -> None:
             m = n - late
             if 0 <= m < len(blocks) and not (stage == k.second and m == 0):
                 stage(m, *blocks[m])
+
+
+def _lags(k) -> tuple[int, int, int]:
+    """Stages 2, 3 and 4's lags behind stage 1, in blocks (`_emit`)."""
+    if k.lag is not None:
+        return k.lag
+    b = k.bufs
+    return min(1, b - 1), min(2, b - 1), max(min(2, b - 1), min(3, b - 2))
 
 
 def _emit_rows_first(k, blocks) -> None:
