@@ -87,11 +87,14 @@ def test_pieces_variants_same_values(monkeypatch, shape, dt, fast):
     assert np.array_equal(out[0], out[1])
 
 
-def test_stt_values_no_worse_than_the_plain_plan(monkeypatch):
+@pytest.mark.parametrize("name", ["STT", "STT_LANES"])
+def test_stt_values_no_worse_than_the_plain_plan(monkeypatch, name):
     """bf16 rows of 64K with (x - mean) * weight in one scalar_tensor_tensor and rstd by
-    TensorE as diag(rstd) in two bf16 parts (`norms.STT`): --check holds, LNC 1 and 2 give the
-    same values, and their error against float64 is no larger than the plain plan's (its
-    roundings differ: not bit for bit)."""
+    TensorE as diag(rstd) in two bf16 parts (`norms.STT`; `STT_LANES`: a block in two lanes,
+    two blocks' [p, 1] steps at once): --check holds, LNC 1 and 2 give the same values, and
+    their error against float64 is no larger than the plain plan's (its roundings differ: not
+    bit for bit)."""
+    stt = getattr(norms, name)
     t, shape = dtype("bfloat16"), (16, 65536)
     specs = {
         "x": TensorSpec("x", shape, t, "normal"),
@@ -99,13 +102,13 @@ def test_stt_values_no_worse_than_the_plain_plan(monkeypatch):
         "b": TensorSpec("b", shape[-1:], t, "normal"),
         "out": TensorSpec("out", shape, t, None),
     }
-    assert norms.STT in norms.VARIANTS
+    assert stt in norms.VARIANTS
     out = {}
-    for name, v, lnc in (("plain", {}, 2), ("stt", norms.STT, 2), ("stt1", norms.STT, 1)):
+    for key, v, lnc in (("plain", {}, 2), ("stt", stt, 2), ("stt1", stt, 1)):
         monkeypatch.setattr(norms, "VARIANTS", (v,))
         norms._CHOSEN.clear()
         got, *inputs = checked_layer_norm(specs, lnc, inputs=True)
-        out[name] = got.astype(np.float64)
+        out[key] = got.astype(np.float64)
     norms._CHOSEN.clear()
     assert np.array_equal(out["stt"], out["stt1"])
     assert not np.array_equal(out["stt"], out["plain"])
@@ -115,11 +118,13 @@ def test_stt_values_no_worse_than_the_plain_plan(monkeypatch):
     assert rms["stt"] <= rms["plain"], rms
 
 
-@pytest.mark.parametrize("shape", [(3, 65536), (2, 3, 16384), (9, 2048)])
-def test_stt_on_other_rows_in_pieces(monkeypatch, shape):
-    """`norms.STT` forced on smaller bf16 rows in pieces (an odd number of rows, so a block's
-    load halves differ; rows of a 3-d x, whose blocks are not one range of rows and load
-    whole; two rows' pieces a partition): --check holds at LNC 1 and 2."""
+@pytest.mark.parametrize("name", ["STT", "STT_LANES"])
+@pytest.mark.parametrize("shape", [(3, 65536), (2, 3, 16384), (9, 2048), (40, 8192)])
+def test_stt_on_other_rows_in_pieces(monkeypatch, shape, name):
+    """`norms.STT` (and `STT_LANES`) forced on smaller bf16 rows in pieces (an odd number of
+    rows, so a block's load halves differ; rows of a 3-d x, whose blocks are not one range of
+    rows and load whole; two rows' pieces a partition; an odd number of blocks, the last
+    alone in its group of [p, 1] steps): --check holds at LNC 1 and 2."""
     t = dtype("bfloat16")
     specs = {
         "x": TensorSpec("x", shape, t, "normal"),
@@ -127,7 +132,7 @@ def test_stt_on_other_rows_in_pieces(monkeypatch, shape):
         "b": TensorSpec("b", shape[-1:], t, "normal"),
         "out": TensorSpec("out", shape, t, None),
     }
-    monkeypatch.setattr(norms, "_variant", lambda *a: norms.STT)
+    monkeypatch.setattr(norms, "_variant", lambda *a: getattr(norms, name))
     for lnc in (1, 2):
         checked_layer_norm(specs, lnc)
 

@@ -208,8 +208,12 @@ class _Costs:
             # triple copied and one combine step on GpSimd, `small_g`, and dl)
             moved = (1 if c else 0) + 1
             steps += 1 - moved
-            g = (moved + 2) * cost_ns(b, cfg, TensorScalar, G, waits=True, src=self.tab,
-                                      dst=self.tab, op0="add", operand0=1.0)  # fmt: skip
+            gs, grp = moved + 2, k.stat_group
+            if grp > 1 and c:  # (`NormStages._second_group`: dh and dl a block; the triple,
+                # d, d * d, + var, rstd and the mean's copy once a group)
+                steps, gs = 1 + 3 / grp, 2 + 3 / grp
+            g = gs * cost_ns(b, cfg, TensorScalar, G, waits=True, src=self.tab, dst=self.tab,
+                             op0="add", operand0=1.0)  # fmt: skip
         s = 0.0
         if c:
             js = ap(self.tile((k.P, c), k.xdt))

@@ -85,6 +85,7 @@ class NormStages:
         self.spread_at = 0  # ... (or this block's; a row in segments' stages then behind it)
         self.rows_first = False  # ... after every row in segments' stage 1 (`_emit_rows_first`)
         self.seg_rows: dict[str, list[str]] = {}  # ... then in a tile a segment (`_segment_rows`)
+        self.lane_rows: dict[str, list[str]] = {}  # ... or a lane (`piece_lanes`, `_lane_rows`)
         self.seg_affine = False  # rows in segments: their weight and bias so, behind the first
         self.sums = False  # ... (16-bit) their statistics as sums (`norm_sums`)
         self.seg_cycle: tuple[str, ...] = ()  # ... segment m's engines (`norms._seg_cycle`)
@@ -114,6 +115,12 @@ class NormStages:
         self.behind: dict = {}  # block -> loads emitted behind its own (`norms._emit`)
         self.affine_at: tuple[int, int] | None = None  # ... the weight's row copies loaded
         # behind block a's loads, the bias' behind block b's (`norms._load_behind`)
+        self.piece_lanes = 1  # ... a block's columns in this many lanes (`norms._lower_pieces`)
+        self.tail_flex = 0  # `stt`: the last this many blocks' passes on the engine the list
+        # schedule picks (`flex`)
+        self.stat_group = 1  # `stt`: this many blocks' [p, 1] steps taken together, each
+        # step over their [p, stat_group] columns at once (`_second_group`)
+        self.parts_of: dict[int, int] = {}  # each block's partitions (`first`)
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
@@ -152,10 +159,13 @@ class NormStages:
         return self.segments and not self.pe_bias
 
     def xcols(self, lane: Lane) -> tuple[int, int]:
-        """Lane's columns of x's rows: its own, or, a segment of a row in pieces (columns [s f,
-        (s + 1) f) of each partition), the row's [s 128 f, (s + 1) 128 f)."""
-        if self.pieces and self.pieces.t > 1:
-            return lane.lo * self.P, lane.hi * self.P
+        """Lane's columns of x's rows: its own, or, rows in pieces (k a row's partitions in a
+        tile), the row's [lo k, hi k): a segment (columns [s f, (s + 1) f) of each partition)
+        the row's [s 128 f, (s + 1) 128 f), a lane of a tile of whole rows (`piece_lanes`)
+        partition i's columns [lo k + i (hi - lo), lo k + (i + 1) (hi - lo))."""
+        if self.pieces:
+            kk = min(self.pieces.k, self.P)
+            return lane.lo * kk, lane.hi * kk
         return lane.lo, lane.hi
 
     def lane_cols(self, lo: int, hi: int):
@@ -188,15 +198,34 @@ class NormStages:
 
     def stat(self, n: int, p: int, j=None, cols=(0, None)):
         """Block n's statistics ([p, per, width]), or slot j's ([p, width]), over cols."""
-        t = self.tile(f"st{self.c}.{self.width}.", n, (self.P, self.tper, max(1, self.width)))
-        return ap(t, slice(0, p), slice(0, self.per) if j is None else j, slice(*cols))
+        t, a = self.stile(f"st{self.c}.{self.width}.", n, max(1, self.width))
+        return ap(t, slice(0, p), slice(a, a + self.per) if j is None else a + j, slice(*cols))
 
     def agg(self, n: int, p: int, k: int, j=None):
         """Block n's mean (k = 0) or variance (k = 1): [p, per], or slot j's [p, 1]."""
-        t = self.tile("ag", n, (self.P, self.tper, 2))
+        t, a = self.stile("ag", n, 2)
         if j is None:
-            return ap(t, slice(0, p), slice(0, self.per), k)
-        return ap(t, slice(0, p), j, slice(k, k + 1))
+            return ap(t, slice(0, p), slice(a, a + self.per), k)
+        return ap(t, slice(0, p), a + j, slice(k, k + 1))
+
+    def stile(self, key: str, n: int, width: int) -> tuple[str, int]:
+        """(tile, first row slot) of block n's statistics tile `key` ([P, per, width]); with
+        `stat_group` (one row slot a block) the group's tile, a row slot a block of it."""
+        g = self.stat_group
+        if g == 1:
+            return self.tile(key, n, (self.P, self.tper, width)), 0
+        return self.tile(key, n // g, (self.P, g, width)), n % g
+
+    def gcol(self, key: str, n: int, p: int, whole: bool = False):
+        """Block n's [p, 1] column `key` of a `stat_group` tile ([p, blocks of the group]:
+        `whole`); without one, `col`."""
+        g = self.stat_group
+        if g == 1:
+            return self.col(key, n, p, None if whole else 0)
+        t = self.tile(f"g{key}", n // g, (self.P, g))
+        lo = n - n % g
+        cols = slice(0, min(g, self.blocks - lo)) if whole else slice(n % g, n % g + 1)
+        return ap(t, slice(0, p), cols)
 
     @property
     def halves(self) -> bool:
@@ -219,14 +248,15 @@ class NormStages:
     def first(self, n: int, index: tuple, rows: int) -> None:
         self.at(n)
         b, p = self.b, self.parts(rows)
+        self.parts_of[n] = p
         full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
         # (`split_loads`: a block a range of rows of x's last batch dim, as `load_halves` cuts)
-        halves = (self.split_loads and self.pieces and len(self.lanes) == 1 and rows > 1
-                  and len(index) == len(b.tensors[self.x].shape) - 1
+        halves = (self.split_loads and self.pieces and (len(self.lanes) == 1 or not self.segments)
+                  and rows > 1 and len(index) == len(b.tensors[self.x].shape) - 1
                   and isinstance(index[-1], slice))  # fmt: skip
         for i, lane in enumerate(self.lanes):
             if halves:  # (`split_loads`)
-                self.load_halves(n, index, rows, p)
+                self.load_halves(n, index, rows, p, i)
                 continue
             xa = self.lane_tile("x", n, i, p)
             src = (
@@ -259,17 +289,18 @@ class NormStages:
         m = max(1, min(self.load_parts, rows))
         return [rows * i // m for i in range(m + 1)]
 
-    def load_halves(self, n: int, index: tuple, rows: int, p: int) -> None:
-        """Block n's tile of rows in pieces (one lane) loaded as two copies (`load_parts`), its
+    def load_halves(self, n: int, index: tuple, rows: int, p: int, i: int = 0) -> None:
+        """Block n's tile of rows in pieces (lane i's) loaded as two copies (`load_parts`), its
         first rows' partitions on one queue and the rest's on another: each copy on DMA engines
         of its own, so a block's load takes the engines whole and the blocks arrive one after
         another, the first soonest (two blocks at once on the two queues shared every engine:
         the first arrived with the second)."""
         b, kk, last = self.b, min(self.pieces.k, self.P), index[-1]
         cuts = [last.start + r for r in self.load_cuts(rows)]
-        xa = self.lane_tile("x", n, 0, p)
+        xa = self.lane_tile("x", n, i, p)
+        cols = (slice(*self.xcols(self.lanes[i])),) if len(self.lanes) > 1 else ()
         for q, (r0, r1) in enumerate(zip(cuts, cuts[1:])):
-            src = ap(self.x, *index[:-1], slice(r0, r1))
+            src = ap(self.x, *index[:-1], slice(r0, r1), *cols)
             a, z = (r0 - last.start) * kk, (r1 - last.start) * kk
             dst = ap(xa.name, slice(a, z), slice(0, self.per), slice(None))
             b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads[q])
@@ -307,7 +338,7 @@ class NormStages:
         seg = self.pieces and self.pieces.t > 1  # a scratch of a segment's width, else c's
         most = max(hi - lo for _, lo, hi in pieces) if seg else self.c
         b, junk = self.b, ap(self.tile("junk", 0, (self.P, most), self.xdt), slice(0, p))
-        sa = self.tile(f"sa{len(pieces)}.", n, (self.P, self.tper, 2 * len(pieces)))
+        sa, a0 = self.stile(f"sa{len(pieces)}.", n, 2 * len(pieces))
         for q, (i, lo, hi) in enumerate(pieces):
             jk = ap(junk.name, slice(0, p), slice(0, hi - lo))
             for j in range(self.per):
@@ -317,7 +348,7 @@ class NormStages:
                     b.emit(Activation, [xs], [jk, ss], func="square", src=xs, dst=jk,
                            scale=1 / math.sqrt(self.d), reduce="add", reduce_dst=ss)  # fmt: skip
                     continue
-                m = ap(sa, slice(0, p), j, slice(2 * q, 2 * q + 1))
+                m = ap(sa, slice(0, p), a0 + j, slice(2 * q, 2 * q + 1))
                 if self.folded:  # x - x0 in place, and its sum S
                     nx = self.col("nx", n, p, j)
                     b.emit(Activation, [xs, nx], [xs, m], func="copy", src=xs, dst=xs, bias=nx,
@@ -331,8 +362,8 @@ class NormStages:
             scale = -float(hi - lo) if self.folded else -1.0
             for j in range(self.per):
                 xs = self.lane_tile("x", n, i, p, j, (lo, hi))
-                m = ap(sa, slice(0, p), j, slice(2 * q, 2 * q + 1))
-                m2 = ap(sa, slice(0, p), j, slice(2 * q + 1, 2 * q + 2))
+                m = ap(sa, slice(0, p), a0 + j, slice(2 * q, 2 * q + 1))
+                m2 = ap(sa, slice(0, p), a0 + j, slice(2 * q + 1, 2 * q + 2))
                 b.emit(Activation, [xs, m], [jk, m2], func="square", src=xs, dst=jk, scale=scale,
                        bias=m, reduce="add", reduce_dst=m2)  # fmt: skip
 
@@ -382,6 +413,10 @@ class NormStages:
         b, p, c = self.b, self.parts(rows), self.c
         if self.sums:  # (`norm_sums`)
             self._second_sums(n, p)
+            return
+        if self.stat_group > 1:
+            if n % self.stat_group == self.stat_group - 1 or n == self.blocks - 1:
+                self._second_group(n, p)
             return
         if self.one_triple:  # mean = S / n, var = n^2 M2 / n^3 (no triple, no bn_aggr)
             sa = self.tile("sa1.", n, (self.P, self.per, 2))
@@ -455,6 +490,55 @@ class NormStages:
                 for j in range(self.per):
                     self.normalized(n, p, i, j)
 
+    def _second_group(self, n: int, p: int) -> None:
+        """`second` of `stt` for the `stat_group` blocks up to n (one row slot a block, in the
+        group's statistics tiles, `stile`): ScalarE's triples copied, each block's `bn_aggr`,
+        then each [p, 1] step of `combine` and `stt_scales` once over the group's columns (each
+        step's cost is almost all its fixed overhead), and each block's diag(rstd)."""
+        b, g, c = self.b, self.stat_group, self.c
+        lo = n - n % g
+        blocks = range(lo, n + 1)
+        u, p = len(blocks), max(self.parts_of[m] for m in range(lo, n + 1))  # (the first's)
+        k, gr = min(self.pieces.k, self.P), self.groups
+        if c:  # ScalarE's triples: count (once per buffer), mean and M2
+            sa, _ = self.stile(f"sa{len(self.spieces)}.", n, 2 * len(self.spieces))
+            st, _ = self.stile(f"st{c}.{self.width}.", n, max(1, self.width))
+            a = 6 * len(self.chunks)
+            if lo // g < self.bufs:
+                cnt = ap(st, slice(None), slice(None), slice(a, a + 1))
+                b.emit(Memset, [], [cnt], dst=cnt, value=float(c))
+            src = ap(sa, slice(0, p), slice(0, u), slice(0, 2))
+            dst = ap(st, slice(0, p), slice(0, u), slice(a + 1, a + 3))
+            b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=self.small_g)
+        for m in blocks:
+            q = self.parts_of[m]
+            st, ag = self.stat(n=m, p=q, j=0), ap(self.stile("ag", m, 2)[0], slice(0, q), m % g)
+            b.emit(BnAggr, [st], [ag], src=st, dst=ag)
+        ag = self.stile("ag", n, 2)[0]
+        mean, var = (ap(ag, slice(0, p), slice(0, u), x) for x in (0, 1))
+        rm = gr.sums(mean, p, scale=1.0 / k, dst=self.gpsum("rm", n, p, u))
+        d = self.gcol("dm", n, p, whole=True)
+        b.emit(TensorTensor, [mean, rm], [d], alu="subtract", src0=mean, src1=rm, dst=d)
+        b.emit(TensorTensor, [d, d], [d], alu="multiply", src0=d, src1=d, dst=d,
+               engine=self.small_g)  # fmt: skip
+        b.emit(TensorTensor, [d, var], [d], alu="add", src0=d, src1=var, dst=d,
+               engine=self.small_g)  # fmt: skip
+        vr = gr.sums(d, p, scale=1.0 / k, dst=self.gpsum("vr", n, p, u))
+        rs, mn = self.gcol("rs", n, p, whole=True), self.gcol("mn", n, p, whole=True)
+        b.emit(TensorScalar, [vr], [rs], src=vr, dst=rs, op0="add", operand0=self.eps,
+               op1="pow", operand1=-0.5)  # fmt: skip
+        b.emit(TensorCopy, [rm], [mn], src=rm, dst=mn)
+        for m in blocks:
+            q = self.parts_of[m]
+            self.stt_diags(m, q, self.gcol("rs", m, q))
+
+    def gpsum(self, key: str, n: int, p: int, u: int):
+        """Block n's group's [p, u] PSUM tile `key` (`psum_col`)."""
+        slot = (f"g{key}", n // self.stat_group % self.bufs)
+        if slot not in self.psum_cols:
+            self.psum_cols[slot] = self.b.psum(f"n{key}", (self.P, self.stat_group), self.f32)
+        return ap(self.psum_cols[slot], slice(0, p), slice(0, u))
+
     def diagonals(self, n: int, p: int) -> None:
         """Block n's diag(rstd) of each row slot ([p, p], the output's dtype: `diagonal`), the
         identity times the slot's rstd, on VectorE or GpSimd as the list schedule finds
@@ -487,9 +571,13 @@ class NormStages:
         TensorE's stationary operands ([p, p], the output's 16-bit dtype): dh = I rstd (its
         diagonal rstd rounded), dl = I rstd - dh (the rest, rounded; `stt_lo`), so dh v + dl v
         is rstd v to about 16 bits (the products exact in fp32 PSUM)."""
-        b, ident = self.b, ap(self.pe.ident, slice(0, p), slice(0, p))
         mn = self.col("mn", n, p)
-        b.emit(TensorCopy, [mean], [mn], src=mean, dst=mn)
+        self.b.emit(TensorCopy, [mean], [mn], src=mean, dst=mn)
+        self.stt_diags(n, p, rs)
+
+    def stt_diags(self, n: int, p: int, rs) -> None:
+        """Block n's dh and dl (`stt_scales`) from its rstd `rs` ([p, 1])."""
+        b, ident = self.b, ap(self.pe.ident, slice(0, p), slice(0, p))
         dh = ap(self.tile("dh", n, (self.P, self.P), self.odt), slice(0, p), slice(0, p))
         ops = [(TensorScalar, [ident, rs], [dh], dict(src=ident, dst=dh, op0="multiply",
                                                       operand0=rs, engine=e))
@@ -605,9 +693,13 @@ class NormStages:
         for i, lane in enumerate(self.lanes):
             for j in range(self.per):
                 xj, oj = self.lane_tile("x", n, i, p, j), self.lane_tile("o", n, i, p, j)
-                mj, w = self.col("mn", n, p, j), ap(self.rows[self.weight], slice(0, p),
-                                                    slice(lane.lo, lane.hi))  # fmt: skip
-                es = [lane.weight] + [e for e in (V, G) if self.flex and e != lane.weight]
+                mj = self.gcol("mn", n, p)
+                if self.lane_rows:
+                    w = ap(self.lane_rows[self.weight][i], slice(0, p), slice(None))
+                else:
+                    w = ap(self.rows[self.weight], slice(0, p), slice(lane.lo, lane.hi))
+                flex = self.flex or n >= self.blocks - self.tail_flex
+                es = [lane.weight] + [e for e in (V, G) if flex and e != lane.weight]
                 ops = [(ScalarTensorTensor, [xj, mj, w], [oj], dict(
                            data=xj, op0="subtract", operand0=mj, op1="multiply", operand1=w,
                            dst=oj, engine=e)) for e in es]  # fmt: skip

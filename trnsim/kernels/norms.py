@@ -172,6 +172,18 @@ SEG_SUMS = {"seg_affine": True, "sums": True, "pe_span": 2, "seg_cycle": ("VGS",
 STT = {"pe_pieces": True, "small_waits": False, "psum_combine": True, "pe_span": 2,
        "stt": True, "piece_bufs": 10, "split_loads": True, "lag": (0, 2, 4), "load_parts": 4,
        "affine_at": (2, 4)}  # fmt: skip
+# and (`STT_LANES`): a block's columns in two lanes, each its own tiles, loads (in four parts
+# each), weight and bias tiles, passes and stores (`piece_lanes`: a lane's passes, TensorE's
+# and the store go once its own are done, so the last block's store starts half a block
+# sooner); the [p, 1] steps of two blocks at once (`stat_group`: each step's cost is almost
+# all its fixed overhead and its wait on another engine; VectorE's fell 6 us, and the plan
+# gives it more of the fused passes), the last three blocks' (x - mean) * weight on the
+# engine the list schedule finds free sooner (`tail_flex`), ScalarE's statistics on 10/32 of
+# the columns (VectorE, relieved, takes the rest), the weight behind block 1, the bias behind
+# block 3: 65.1 -> 63.8 us (TensorE's three matmuls a bank pace the copies out from about 50 us
+# on; with one matmul fewer, `stt_lo` off as a probe: 64.5 -> 60.4 us)
+STT_LANES = STT | {"piece_lanes": 2, "piece_bufs": 8, "stat_group": 2, "tail_flex": 3,
+                   "c_share": 10 / 32, "c_min": 10 / 32, "affine_at": (1, 3)}  # fmt: skip
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -232,6 +244,7 @@ VARIANTS = (
     SEG_AFFINE,
     SEG_SUMS,
     STT,
+    STT_LANES,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
@@ -364,7 +377,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     k.pe_ok = bias is not None and to.dtype == tx.dtype and (
         to.dtype.itemsize == 2 or k.pe_fp32) and (room - f) // base >= PE_BUFS  # fmt: skip
     room -= f if k.pe_ok else 0
-    k.stt = False  # (rows in pieces only: `_lower_pieces`)
+    k.stt, k.stat_group = False, 1  # (rows in pieces only: `_lower_pieces`)
     k.pipe = k.pipe and k.layer and not k.shift and weight is not None and d < LONG_ROW
     row_bytes = PIPE_ROW_BYTES if k.pipe else LAYER_ROW_BYTES if k.layer else ROW_BYTES
     group = max(1, row_bytes // tx.dtype.itemsize // d)
@@ -570,6 +583,16 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
             k.block_lanes[row][s] = Lane(lane.lo, lane.hi, lane.norm, V, lane.bias)
         _seg_cycle(k, lay)
         k.lanes = k.block_lanes[0]
+    elif k.piece_lanes > 1 and lay.f % k.piece_lanes == 0:  # a block's columns in lanes
+        k.block_lanes = [_split(ls, lay.f // k.piece_lanes) for ls in (k.block_lanes or [k.lanes])]
+        k.lanes = k.block_lanes[0]
+    # (`stat_group`: `stt`'s blocks of one row slot, ScalarE's statistics one piece; the
+    # weight's stage emitted after its group's statistics)
+    if not (k.stt and k.per == 1 and len(k.spieces) <= 1 and k.lag is not None):
+        k.stat_group = 1
+    if k.stat_group > 1:
+        a, z, w = k.lag
+        k.lag = (a, max(z, a + k.stat_group - 1), max(w, a + k.stat_group))
     affine = [v for v in (weight, bias) if v is not None]
     queues = k.loads if big else Queues(cfg).loads(1 / 2, 1)
 
@@ -579,6 +602,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         once = k.psum_affine and 1 < lay.g <= REPEAT_ROWS
         if (k.rows_first or k.seg_affine) and seg:  # a tile a segment, in turn
             k.seg_rows = _segment_rows(b, cfg, affine, lay, queues)
+        elif len(k.lanes) > 1 and not seg:  # a tile a lane, in turn
+            k.lane_rows = _lane_rows(b, cfg, affine, lay, queues, k.lanes)
         else:
             k.rows.update({v: _piece_rows(b, cfg, v, lay, queues, 1 if once else lay.g)
                            for v in affine})  # fmt: skip
@@ -589,6 +614,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
             }
         if k.pe_bias and k.seg_rows:
             k.pe.pieces_segs = (k.seg_rows[bias], lay.f)
+        elif k.pe_bias and k.lane_rows:
+            k.pe.pieces_segs = (k.lane_rows[bias], lay.f // len(k.lanes))
         elif k.pe_bias:
             k.pe.pieces_row = k.rows[bias]
 
@@ -620,6 +647,11 @@ def _load_behind(k, cfg: ChipConfig, lay, at: dict) -> None:
               for r in range(lay.g)]  # fmt: skip
 
     def load(v):
+        if len(k.lanes) > 1:  # (`piece_lanes`: a tile a lane)
+            k.lane_rows.update(_lane_rows(k.b, cfg, [v], lay, queues, k.lanes, by_row=True))
+            if v == k.bias and k.pe_bias:
+                k.pe.pieces_segs = (k.lane_rows[v], lay.f // len(k.lanes))
+            return
         k.rows[v] = _piece_rows(k.b, cfg, v, lay, queues, lay.g)
         if v == k.bias and k.pe_bias:
             k.pe.pieces_row = k.rows[v]
@@ -727,6 +759,27 @@ def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads, copies
     for r in range(lay.g if copies is None else copies):
         src, dst = ap(name), ap(rows, slice(r * lay.k, (r + 1) * lay.k))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[r])
+    return rows
+
+
+def _lane_rows(b: KernelBuilder, cfg: ChipConfig, names, lay, loads, lanes,
+               by_row: bool = False) -> dict:  # fmt: skip
+    """Each of `names` ([d]) in the pieces' pattern of a tile in lanes (`NormStages.xcols`), a
+    tile a lane ([128, hi - lo]: a lane's passes wait only for its own), loaded a DMA per row
+    of the tile and lane, lane 0's of every tensor first, each on the next of `loads` (or,
+    `by_row`, row r's on loads[r])."""
+    P, q = cfg.core.sbuf.partitions, 0
+    rows: dict[str, list[str]] = {v: [] for v in names}
+    for lane in lanes:
+        for v in names:
+            t = b.scratch_tile(f"norm.lanes.{v}.{lay.k}.{lane.lo}", f"{v}_lane",
+                               (P, lane.hi - lane.lo), b.tensors[v].dtype)  # fmt: skip
+            rows[v].append(t)
+            for r in range(lay.g):
+                src = ap(v, slice(lane.lo * lay.k, lane.hi * lay.k))
+                dst = ap(t, slice(r * lay.k, (r + 1) * lay.k))
+                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[r if by_row else q])
+                q += 1
     return rows
 
 
