@@ -123,7 +123,7 @@ class PeBias:
     98 us of 124 copying out slot by slot)."""
 
     def __init__(self, b: KernelBuilder, cfg: ChipConfig, bias: str, d: int, odt,
-                 pieces: bool = False, group: int = 1):  # fmt: skip
+                 pieces: bool = False, group: int = 1, tiles: int = PE_TILES):  # fmt: skip
         P, self.b, self.P = cfg.core.sbuf.partitions, b, cfg.core.sbuf.partitions
         dt = b.tensors[bias].dtype
         self.step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
@@ -149,6 +149,7 @@ class PeBias:
                     dst = ap(self.rows, slice(None), r)
                     b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queue)
         self.ps: list[str] = []  # taken at the first add (after `spread` released its own)
+        self.tiles = tiles  # ... this many, in turn
         self.turn = 0
 
     def add(self, o: Ap, f: Ap, lo: int, w: int, p: int, span: int = 1, diag=None) -> None:
@@ -161,10 +162,11 @@ class PeBias:
         b = self.b
         if not self.ps:
             f32 = dtype("float32")
-            self.ps = [b.psum("bias", (self.P, span * self.step), f32) for _ in range(PE_TILES)]
+            self.ps = [b.psum("bias", (self.P, span * self.step), f32)
+                       for _ in range(self.tiles)]  # fmt: skip
         for a0 in range(0, w, span * self.step):
             a1 = min(w, a0 + span * self.step)
-            tile = self.ps[self.turn % PE_TILES]
+            tile = self.ps[self.turn % self.tiles]
             self.turn += 1
             for c0 in range(a0, a1, self.step):
                 self._pair(o, tile, lo, c0, min(a1, c0 + self.step), p, a0, diag)

@@ -20,6 +20,7 @@ from trnsim.isa import (
     TensorTensor,
 )
 from trnsim.kernels.builder import ap
+from trnsim.kernels.norm_affine import PE_TILES
 from trnsim.kernels.norm_plan import Lane
 from trnsim.kernels.norm_sums import square_stats, sum_stats
 from trnsim.kernels.row_plan import G, S, Spread, V, runs
@@ -121,6 +122,7 @@ class NormStages:
         self.stat_group = 1  # `stt`: this many blocks' [p, 1] steps taken together, each
         # step over their [p, stat_group] columns at once (`_second_group`)
         self.parts_of: dict[int, int] = {}  # each block's partitions (`first`)
+        self.pe_tiles = PE_TILES  # rows in pieces: TensorE's bias' PSUM tiles, in turn
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
