@@ -7,9 +7,10 @@ import pytest
 
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
-from trnsim.isa import Activation, Engine, TensorScalar, TensorTensor
+from trnsim.isa import Activation, DmaCopy, Engine, TensorScalar, TensorTensor
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.schedule import Scheduled, _Graph
+from trnsim.trace.program import TensorSpec
 
 F32 = dtype("float32")
 
@@ -96,3 +97,28 @@ def test_an_instruction_goes_to_the_choice_that_ends_it_soonest():
             assert [i.engine for i in b.instructions] == [Engine.VECTOR, Engine.GPSIMD,
                                                           Engine.VECTOR]  # fmt: skip
             assert s.makespan == pytest.approx(end, rel=1e-9)
+
+
+def test_fluid_transfers_share_the_dma_engines_of_their_partitions():
+    """`fluid`: two loads into the halves of one tile (queues 0 and 1: no order between them)
+    and a third into partitions 0-63 of another (queue 2). Each [64, 1024] fp32 load moves on
+    the 8 DMA engines of its 64 partitions after its setup (transfer_setup and 7 staggers):
+    the second alone on engines 8-15, the first and third sharing engines 0-7 at half the rate
+    each; the last ends the completion latency after its data."""
+    cfg = load_chip("trn2")
+    d = cfg.core.dma
+    b = KernelBuilder({n: TensorSpec(n, (128, 1024), F32, None) for n in ("x", "y")})
+    a, c = (b.tile(n, "sbuf", (128, 1024), F32) for n in ("a", "c"))
+    with Scheduled(b, cfg, shared_dma=True, fluid=True) as s:
+        for q, (src, dst, lo) in enumerate((("x", a, 0), ("x", a, 64), ("y", c, 0))):
+            rows = slice(lo, lo + 64)
+            b.emit(DmaCopy, [ap(src, rows)], [ap(dst, rows)], src=ap(src, rows),
+                   dst=ap(dst, rows), queue=q)  # fmt: skip
+    setup = (d.transfer_setup + 7 * d.engine_stagger) * 1e9
+    data = 64 * 1024 * 4 / 8 / (d.engine_bandwidth / 1e9)  # ns on 8 engines at the full rate
+    assert s.makespan == pytest.approx(setup + 2 * data + d.load_completion_latency * 1e9)
+    graph = _Graph(b, cfg, s.recorded, True, s.choices, s.groups, fluid=True)
+    assert graph.preds == [[], [], []]  # (the halves of a: no write after write)
+    # the serial model: each transfer's data after the data of those scheduled before it
+    serial = _Graph(b, cfg, s.recorded, True, s.choices, s.groups)
+    assert serial.preds[1] == [0]

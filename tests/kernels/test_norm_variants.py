@@ -87,13 +87,14 @@ def test_pieces_variants_same_values(monkeypatch, shape, dt, fast):
     assert np.array_equal(out[0], out[1])
 
 
-@pytest.mark.parametrize("name", ["STT", "STT_LANES"])
+@pytest.mark.parametrize("name", ["STT", "STT_LANES", "STT_LANES_SEARCH"])
 def test_stt_values_no_worse_than_the_plain_plan(monkeypatch, name):
     """bf16 rows of 64K with (x - mean) * weight in one scalar_tensor_tensor and rstd by
     TensorE as diag(rstd) in two bf16 parts (`norms.STT`; `STT_LANES`: a block in two lanes,
-    two blocks' [p, 1] steps at once): --check holds, LNC 1 and 2 give the same values, and
-    their error against float64 is no larger than the plain plan's (its roundings differ: not
-    bit for bit)."""
+    two blocks' [p, 1] steps at once; `STT_LANES_SEARCH`: its passes on the engines the list
+    schedule's search picks): --check holds, LNC 1 and 2 give the same values, and their error
+    against float64 is no larger than the plain plan's (its roundings differ: not bit for
+    bit)."""
     stt = getattr(norms, name)
     t, shape = dtype("bfloat16"), (16, 65536)
     specs = {
@@ -118,13 +119,30 @@ def test_stt_values_no_worse_than_the_plain_plan(monkeypatch, name):
     assert rms["stt"] <= rms["plain"], rms
 
 
-@pytest.mark.parametrize("name", ["STT", "STT_LANES"])
+def test_stt_lanes_search_gives_stt_lanes_values(monkeypatch):
+    """`norms.STT_LANES_SEARCH`: STT_LANES's passes, each fused pass and rstd's diagonals on
+    the engine the list schedule's search picks (the same operations on the same numbers on
+    VectorE or GpSimd): the same values, bit for bit, at LNC 2."""
+    t, shape = dtype("bfloat16"), (16, 65536)
+    specs = {n: TensorSpec(n, s, t, "normal" if n != "out" else None) for n, s in
+             (("x", shape), ("w", shape[-1:]), ("b", shape[-1:]), ("out", shape))}  # fmt: skip
+    out = []
+    for v in (norms.STT_LANES, norms.STT_LANES_SEARCH):
+        monkeypatch.setattr(norms, "VARIANTS", (v,))
+        norms._CHOSEN.clear()
+        out.append(checked_layer_norm(specs, 2))
+    norms._CHOSEN.clear()
+    assert np.array_equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("name", ["STT", "STT_LANES", "STT_LANES_SEARCH"])
 @pytest.mark.parametrize("shape", [(3, 65536), (2, 3, 16384), (9, 2048), (40, 8192)])
 def test_stt_on_other_rows_in_pieces(monkeypatch, shape, name):
-    """`norms.STT` (and `STT_LANES`) forced on smaller bf16 rows in pieces (an odd number of
-    rows, so a block's load halves differ; rows of a 3-d x, whose blocks are not one range of
-    rows and load whole; two rows' pieces a partition; an odd number of blocks, the last
-    alone in its group of [p, 1] steps): --check holds at LNC 1 and 2."""
+    """`norms.STT` (and `STT_LANES`, `STT_LANES_SEARCH`) forced on smaller bf16 rows in
+    pieces (an odd number of rows, so a block's load halves differ; rows of a 3-d x, whose
+    blocks are not one range of rows and load whole; two rows' pieces a partition; an odd
+    number of blocks, the last alone in its group of [p, 1] steps): --check holds at LNC 1
+    and 2."""
     t = dtype("bfloat16")
     specs = {
         "x": TensorSpec("x", shape, t, "normal"),

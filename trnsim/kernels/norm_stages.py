@@ -66,6 +66,8 @@ class NormStages:
         self.flex_norm = "SVG"  # ... the normalisation's engines it picks from
         self.dma_parts = False  # the estimate's transfers on their partitions' DMA engines
         # only (`schedule.Scheduled`)
+        self.fluid = False  # ... its transfers sharing the DMA engines as the chip's do
+        self.search = 0  # ... a descent over `flex`'s choices of at most this many schedules
         self.psum_combine = False  # ... the row's mean and variance read from PSUM (`combine`)
         self.psum_cols: dict = {}  # (key, buffer) -> its PSUM tile (`psum_col`)
         self.piece_bufs = BUFS  # buffers of rows in pieces

@@ -187,6 +187,12 @@ STT = {"pe_pieces": True, "small_waits": False, "psum_combine": True, "pe_span":
 STT_LANES = STT | {"piece_lanes": 2, "piece_bufs": 8, "stat_group": 2, "tail_flex": 3,
                    "c_share": 10 / 32, "c_min": 10 / 32, "affine_at": (1, 3),
                    "pe_tiles": 3}  # fmt: skip
+# and STT_LANES with each block's fused pass and rstd's diagonals on VectorE or GpSimd by a
+# descent over those choices (`flex`, `search`: 300 list schedules at most; the greedy pick
+# gave VectorE too many), estimated with the transfers sharing the DMA engines as the chip's
+# do and TensorE's warm-up (`fluid`: the serial model estimated STT_LANES at 67.5 us for a
+# 63.1 us run; fluid, 61.9 for a 61.8 us run of its order): 63.1 -> 61.4 us (500: 61.2)
+STT_LANES_SEARCH = STT_LANES | {"flex": True, "fluid": True, "search": 300}
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -248,6 +254,7 @@ VARIANTS = (
     SEG_SUMS,
     STT,
     STT_LANES,
+    STT_LANES_SEARCH,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
@@ -865,7 +872,8 @@ def _scheduled(k):
     variant, took each queue at the engines' whole bandwidth: 4 us short at fp32 rows of 512)."""
     if not k.layer:
         return contextlib.nullcontext()
-    return Scheduled(k.b, k.cfg, shared_dma=True, dma_parts=k.dma_parts)
+    return Scheduled(k.b, k.cfg, shared_dma=True, dma_parts=k.dma_parts, fluid=k.fluid,
+                     search=k.search)  # fmt: skip
 
 
 def norm_rows(cfg: ChipConfig, tx, to, affine_bytes: int) -> bool:
