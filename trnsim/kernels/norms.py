@@ -191,8 +191,11 @@ STT_LANES = STT | {"piece_lanes": 2, "piece_bufs": 8, "stat_group": 2, "tail_fle
 # descent over those choices (`flex`, `search`: 300 list schedules at most; the greedy pick
 # gave VectorE too many), estimated with the transfers sharing the DMA engines as the chip's
 # do and TensorE's warm-up (`fluid`: the serial model estimated STT_LANES at 67.5 us for a
-# 63.1 us run; fluid, 61.9 for a 61.8 us run of its order): 63.1 -> 61.4 us (500: 61.2)
-STT_LANES_SEARCH = STT_LANES | {"flex": True, "fluid": True, "search": 300}
+# 63.1 us run; fluid, 61.9 for a 61.8 us run of its order): 63.1 -> 61.4 us (500: 61.2); the
+# weight behind block 2 and the bias behind block 4 (`affine_at`; GpSimd, its first fused pass
+# later, takes fewer): 61.4 -> 61.2 us (behind 1 and 2: 61.2; 1 and 4: 61.6; without the
+# search: 63.1 -> 63.5)
+STT_LANES_SEARCH = STT_LANES | {"flex": True, "fluid": True, "search": 300, "affine_at": (2, 4)}
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
