@@ -194,8 +194,11 @@ STT_LANES = STT | {"piece_lanes": 2, "piece_bufs": 8, "stat_group": 2, "tail_fle
 # 63.1 us run; fluid, 61.9 for a 61.8 us run of its order): 63.1 -> 61.4 us (500: 61.2); the
 # weight behind block 2 and the bias behind block 4 (`affine_at`; GpSimd, its first fused pass
 # later, takes fewer): 61.4 -> 61.2 us (behind 1 and 2: 61.2; 1 and 4: 61.6; without the
-# search: 63.1 -> 63.5)
-STT_LANES_SEARCH = STT_LANES | {"flex": True, "fluid": True, "search": 300, "affine_at": (2, 4)}
+# search: 63.1 -> 63.5); then a descent from each of the list schedule's starts (the choices as
+# recorded, the greedy's by index and by rank: where one ends depends on where it starts), 150
+# schedules each: 60.7 us with the weight behind block 1 and the bias behind block 3 again
+# (behind 2 and 4: 61.2; 300 schedules each: 60.7, 61.2)
+STT_LANES_SEARCH = STT_LANES | {"flex": True, "fluid": True, "search": 450}
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)

@@ -34,8 +34,9 @@ the DMA engines of their SBUF partitions, each engine shared fairly (the serial 
 transfer's data wait for all those scheduled before it: bf16 rows of 64K saw the weight in at
 9.3 us, not 3.8, and put the first fused pass behind the rstd steps that wait for it). A write
 then waits only for the writes of the tile it overlaps (the builder's rule: a block's halves,
-on two queues, load at once). `search`: a descent over the choices (`_Graph.search`), kept per
-graph (a variant's trial, and each core's share of the op, are one graph).
+on two queues, load at once). `search`: a descent over the choices (`_Graph.search`) from
+each of the list schedules' starts, kept per graph (a variant's trial, and each core's share of
+the op, are one graph).
 """
 
 from __future__ import annotations
@@ -115,7 +116,11 @@ class Scheduled:
                 g.use(first)  # (the choices as recorded, each queue's order by the list schedule)
                 fixed = g._run(None, [0.0] * len(first), True)
                 starts = [(fixed[1], fixed[0], first)] + [(m, o, p) for m, _, o, p in options[1:]]
-                _SEARCHED[key] = g.search(*min(starts, key=lambda x: x[0])[1:], self.search)
+                # (a descent from each: where one ends depends on where it starts)
+                _SEARCHED[key] = min(
+                    (g.search(o, p, self.search // len(starts)) for _, o, p in starts),
+                    key=lambda x: x[0],
+                )
             span, order, picks = _SEARCHED[key]
             options.append((span, 3, order, picks))
         self.makespan, _, order, picks = min(options)  # (ties: the emitted order)
@@ -229,11 +234,11 @@ class _Graph:
         """(estimated end, order, picks): from `picks` (and their list schedule, `order`), a
         descent over the choices: each instruction's (each group's) other choices, and two
         instructions of one kind (the same class on the same queues) on different queues
-        swapped, each tried by the list schedule of the choices so fixed
-        (`greedy`), the first that ends sooner kept; until no move gains or `evals` list
-        schedules were tried (the nearest pairs first). A choice's engine by the end it gives
-        the whole schedule, not the instruction: the greedy pick evens the engines' load block
-        by block, ending a chain sooner at the expense of work after it."""
+        swapped (the nearest pairs first), each tried by the list schedule of the choices so
+        fixed (`greedy`), each that ends sooner kept; until a pass gains nothing or `evals`
+        list schedules were tried. A choice's engine by
+        the end it gives the whole schedule, not the instruction: the greedy pick evens the
+        engines' load block by block, ending a chain sooner at the expense of work after it."""
         n, zero = len(self.rec), [0.0] * len(self.rec)
         units: dict = {}  # a group's instructions, or one instruction
         for i in range(n):
@@ -519,10 +524,12 @@ class _Fluid:
         self.left: dict[int, float] = {}  # transfer moving data -> its work left (ns at rate 1)
         self.rate: dict[int, float] = {}
         self.uses: dict[int, tuple] = {}  # transfer -> its engines
+        self.next: float | None | bool = False  # (`next_event`; False: not known)
 
     def submit(self, i: int, t: float) -> None:
         """Transfer i issued at t (no event before t is left)."""
         self._advance(t)
+        self.next = False
         g, q = self.g, self.g.queue[i]
         es, store = self._engines(i)
         self.uses[i] = es
@@ -533,6 +540,11 @@ class _Fluid:
 
     def next_event(self) -> float | None:
         """The time of the next data start or end (None: no transfer in flight)."""
+        if self.next is False:  # (kept until a transfer is issued, or an event passes)
+            self.next = self._next_event()
+        return self.next
+
+    def _next_event(self) -> float | None:
         t = None
         for q, w in self.waiting.items():
             if w and q not in self.busy:
@@ -545,6 +557,7 @@ class _Fluid:
     def step(self, t: float) -> list[tuple[int, float]]:
         """Advance to event time t: [(transfer, its completion)] of the data ended then."""
         self._advance(t)
+        self.next = False
         out = []
         for i in [i for i in self.rate if self.left[i] <= 1e-6 * max(1.0, t)]:
             del self.left[i], self.rate[i]
