@@ -152,13 +152,16 @@ class PeBias:
         self.tiles = tiles  # ... this many, in turn
         self.turn = 0
 
-    def add(self, o: Ap, f: Ap, lo: int, w: int, p: int, span: int = 1, diag=None) -> None:
+    def add(self, o: Ap, f: Ap, lo: int, w: int, p: int, span: int = 1, diag=None,
+            split: bool = False) -> None:  # fmt: skip
         """f = o + bias[lo:lo + w] (o, f: [p, w] views of SBUF tiles, the last index a range
         starting at 0), per PSUM bank: the matmul pair; then ScalarE's copy out, one for each
         `span` banks (a PSUM tile of `span` banks: fewer copies, each waiting on TensorE once,
         as the attention kernels' scores read two banks at once). `diag`: a [p, p] stationary in
         place of the identity (f = diag o + bias: a normalisation's diag(rstd)), or a tuple of
-        them whose sum is that (`NormStages.stt_scales`: rstd in two bf16 parts)."""
+        them whose sum is that (`NormStages.stt_scales`: rstd in two bf16 parts). `split`: a copy
+        out a bank, on ScalarE and VectorE in turn (the same rounding to the output's dtype on
+        either), so a tile's copies run side by side."""
         b = self.b
         if not self.ps:
             f32 = dtype("float32")
@@ -170,6 +173,16 @@ class PeBias:
             self.turn += 1
             for c0 in range(a0, a1, self.step):
                 self._pair(o, tile, lo, c0, min(a1, c0 + self.step), p, a0, diag)
+            if split and a1 - a0 > self.step:  # a bank each on ScalarE and VectorE
+                for c0 in range(a0, a1, self.step):
+                    c1 = min(a1, c0 + self.step)
+                    acc = ap(tile, slice(0, p), slice(c0 - a0, c1 - a0))
+                    out = _cols(f, c0, c1)
+                    if (c0 - a0) // self.step % 2:
+                        b.emit(TensorCopy, [acc], [out], src=acc, dst=out, engine=V)
+                    else:
+                        b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
+                continue
             acc, out = ap(tile, slice(0, p), slice(0, a1 - a0)), _cols(f, a0, a1)
             b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
 

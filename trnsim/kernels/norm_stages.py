@@ -125,6 +125,8 @@ class NormStages:
         # step over their [p, stat_group] columns at once (`_second_group`)
         self.parts_of: dict[int, int] = {}  # each block's partitions (`first`)
         self.pe_tiles = PE_TILES  # rows in pieces: TensorE's bias' PSUM tiles, in turn
+        self.tail_copies = 0  # ... the last this many blocks' copies out a bank each, on ScalarE
+        # and VectorE in turn (the last copies end sooner: the last store goes sooner)
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
@@ -879,9 +881,11 @@ class NormStages:
                 self.store(n, index, p, i, self.lane_tile("f", n, i, p))
             elif self.pe_lane(lane):
                 diag = self.stt_diag(n, p) if self.stt else None
+                split = n >= self.blocks - self.tail_copies  # (`PeBias.add`'s `split`)
                 for j in range(self.per):
                     self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile("f", n, i, p, j),
-                                lane.lo, lane.hi - lane.lo, p, self.pe_span, diag)  # fmt: skip
+                                lane.lo, lane.hi - lane.lo, p, self.pe_span, diag,
+                                split)  # fmt: skip
                 self.store(n, index, p, i, self.lane_tile("f", n, i, p))
 
     def pe_lane(self, lane: Lane) -> bool:

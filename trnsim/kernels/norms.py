@@ -183,10 +183,12 @@ STT = {"pe_pieces": True, "small_waits": False, "psum_combine": True, "pe_span":
 # block 3: 65.1 -> 63.8 us (TensorE's three matmuls a bank pace the copies out from about 50 us
 # on; with one matmul fewer, `stt_lo` off as a probe: 64.5 -> 60.4 us); TensorE's bias in three
 # PSUM tiles in turn, not two (`pe_tiles`: its bias matmuls run a lane further ahead of the
-# fused passes they wait for): 63.8 -> 63.1 us (60.2 with `stt_lo` off)
+# fused passes they wait for): 63.8 -> 63.1 us (60.2 with `stt_lo` off); the last block's
+# copies out a bank each, on ScalarE and VectorE in turn (`tail_copies`: the last store goes
+# sooner): 63.1 -> 62.9 us (59.8)
 STT_LANES = STT | {"piece_lanes": 2, "piece_bufs": 8, "stat_group": 2, "tail_flex": 3,
                    "c_share": 10 / 32, "c_min": 10 / 32, "affine_at": (1, 3),
-                   "pe_tiles": 3}  # fmt: skip
+                   "pe_tiles": 3, "tail_copies": 1}  # fmt: skip
 # and STT_LANES with each block's fused pass and rstd's diagonals on VectorE or GpSimd by a
 # descent over those choices (`flex`, `search`: 300 list schedules at most; the greedy pick
 # gave VectorE too many), estimated with the transfers sharing the DMA engines as the chip's
