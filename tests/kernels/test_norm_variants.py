@@ -87,14 +87,15 @@ def test_pieces_variants_same_values(monkeypatch, shape, dt, fast):
     assert np.array_equal(out[0], out[1])
 
 
-@pytest.mark.parametrize("name", ["STT", "STT_LANES", "STT_LANES_SEARCH"])
+@pytest.mark.parametrize("name", ["STT", "STT_LANES", "STT_LANES_SEARCH", "STT_TSUMS"])
 def test_stt_values_no_worse_than_the_plain_plan(monkeypatch, name):
     """bf16 rows of 64K with (x - mean) * weight in one scalar_tensor_tensor and rstd by
     TensorE as diag(rstd) in two bf16 parts (`norms.STT`; `STT_LANES`: a block in two lanes,
     two blocks' [p, 1] steps at once; `STT_LANES_SEARCH`: its passes on the engines the list
-    schedule's search picks): --check holds, LNC 1 and 2 give the same values, and their error
-    against float64 is no larger than the plain plan's (its roundings differ: not bit for
-    bit)."""
+    schedule's search picks; `STT_TSUMS`: rstd as ScalarE's scale as it copies out, std in two
+    parts, the row's mean on TensorE): --check holds, LNC 1 and 2 give the same values, and
+    their error against float64 is no larger than the plain plan's (its roundings differ: not
+    bit for bit)."""
     stt = getattr(norms, name)
     t, shape = dtype("bfloat16"), (16, 65536)
     specs = {
@@ -135,11 +136,13 @@ def test_stt_lanes_search_gives_stt_lanes_values(monkeypatch):
     assert np.array_equal(out[0], out[1])
 
 
-@pytest.mark.parametrize("name", ["STT", "STT_LANES", "STT_LANES_SEARCH"])
+@pytest.mark.parametrize("name", ["STT", "STT_LANES", "STT_LANES_SEARCH", "STT_STD", "STT_TSUMS"])
 @pytest.mark.parametrize("shape", [(3, 65536), (2, 3, 16384), (9, 2048), (40, 8192)])
 def test_stt_on_other_rows_in_pieces(monkeypatch, shape, name):
-    """`norms.STT` (and `STT_LANES`, `STT_LANES_SEARCH`) forced on smaller bf16 rows in
-    pieces (an odd number of rows, so a block's load halves differ; rows of a 3-d x, whose
+    """`norms.STT` (and `STT_LANES`, `STT_LANES_SEARCH`, `STT_STD`: rstd as ScalarE's scale
+    and std's second part on the row k partitions on, `STT_TSUMS`: the row's mean on TensorE)
+    forced on smaller bf16 rows in pieces (3 rows of 64K: 96 partitions, the shift wraps at
+    p; an odd number of rows, so a block's load halves differ; rows of a 3-d x, whose
     blocks are not one range of rows and load whole; two rows' pieces a partition; an odd
     number of blocks, the last alone in its group of [p, 1] steps): --check holds at LNC 1
     and 2."""
@@ -151,6 +154,22 @@ def test_stt_on_other_rows_in_pieces(monkeypatch, shape, name):
         "out": TensorSpec("out", shape, t, None),
     }
     monkeypatch.setattr(norms, "_variant", lambda *a: getattr(norms, name))
+    for lnc in (1, 2):
+        checked_layer_norm(specs, lnc)
+
+
+def test_stt_tsums_far_from_zero(monkeypatch):
+    """`norms.STT_TSUMS` (the row's mean on TensorE, ScalarE's squares about it) on rows whose
+    mean is far from zero (x = arange: means up to 2^17, their spread 2^14): --check holds at
+    LNC 1 and 2."""
+    t, shape = dtype("bfloat16"), (3, 65536)
+    specs = {
+        "x": TensorSpec("x", shape, t, "arange"),
+        "w": TensorSpec("w", shape[-1:], t, "normal"),
+        "b": TensorSpec("b", shape[-1:], t, "normal"),
+        "out": TensorSpec("out", shape, t, None),
+    }
+    monkeypatch.setattr(norms, "_variant", lambda *a: norms.STT_TSUMS)
     for lnc in (1, 2):
         checked_layer_norm(specs, lnc)
 

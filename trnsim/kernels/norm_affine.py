@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
-from trnsim.isa import Activation, AffineSelect, Ap, DmaCopy, Matmul, Memset, TensorCopy
+from trnsim.isa import (
+    Activation,
+    AffineSelect,
+    Ap,
+    DmaCopy,
+    Matmul,
+    Memset,
+    TensorCopy,
+    TensorScalar,
+)
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, V, bank_runs, runs
@@ -153,7 +162,7 @@ class PeBias:
         self.turn = 0
 
     def add(self, o: Ap, f: Ap, lo: int, w: int, p: int, span: int = 1, diag=None,
-            split: bool = False) -> None:  # fmt: skip
+            split: bool = False, bias_st=None, scale=None) -> None:  # fmt: skip
         """f = o + bias[lo:lo + w] (o, f: [p, w] views of SBUF tiles, the last index a range
         starting at 0), per PSUM bank: the matmul pair; then ScalarE's copy out, one for each
         `span` banks (a PSUM tile of `span` banks: fewer copies, each waiting on TensorE once,
@@ -161,7 +170,9 @@ class PeBias:
         place of the identity (f = diag o + bias: a normalisation's diag(rstd)), or a tuple of
         them whose sum is that (`NormStages.stt_scales`: rstd in two bf16 parts). `split`: a copy
         out a bank, on ScalarE and VectorE in turn (the same rounding to the output's dtype on
-        either), so a tile's copies run side by side."""
+        either), so a tile's copies run side by side. `bias_st`: a [p, p] stationary in place of
+        the identity for the bias' pieces, `scale` ([p, 1]) the copy out's
+        (`NormStages.std_scales`: f = scale (o + bias_st^T bias), fp32 products on either)."""
         b = self.b
         if not self.ps:
             f32 = dtype("float32")
@@ -171,20 +182,32 @@ class PeBias:
             a1 = min(w, a0 + span * self.step)
             tile = self.ps[self.turn % self.tiles]
             self.turn += 1
-            for c0 in range(a0, a1, self.step):
+            if bias_st is not None:
+                self._std_pairs(o, tile, lo, a0, a1, p, bias_st)
+            for c0 in range(a0, a1, self.step) if bias_st is None else ():
                 self._pair(o, tile, lo, c0, min(a1, c0 + self.step), p, a0, diag)
             if split and a1 - a0 > self.step:  # a bank each on ScalarE and VectorE
                 for c0 in range(a0, a1, self.step):
                     c1 = min(a1, c0 + self.step)
                     acc = ap(tile, slice(0, p), slice(c0 - a0, c1 - a0))
                     out = _cols(f, c0, c1)
-                    if (c0 - a0) // self.step % 2:
+                    if (c0 - a0) // self.step % 2 and scale is not None:
+                        b.emit(TensorScalar, [acc, scale], [out], src=acc, dst=out,
+                               op0="multiply", operand0=scale, engine=V)  # fmt: skip
+                    elif (c0 - a0) // self.step % 2:
                         b.emit(TensorCopy, [acc], [out], src=acc, dst=out, engine=V)
+                    elif scale is not None:
+                        b.emit(Activation, [acc, scale], [out], func="copy", src=acc, dst=out,
+                               scale=scale)  # fmt: skip
                     else:
                         b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
                 continue
             acc, out = ap(tile, slice(0, p), slice(0, a1 - a0)), _cols(f, a0, a1)
-            b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
+            if scale is None:
+                b.emit(Activation, [acc], [out], func="copy", src=acc, dst=out)
+            else:
+                b.emit(Activation, [acc, scale], [out], func="copy", src=acc, dst=out,
+                       scale=scale)  # fmt: skip
 
     def add_group(self, os_: list[Ap], f: Ap, lo: int, w: int, p: int, span: int,
                   diags=None) -> None:  # fmt: skip
@@ -232,6 +255,23 @@ class PeBias:
         sts = (diag or ident,) if diag is None or isinstance(diag, Ap) else diag  # (Ap: a tuple)
         for st in sts:
             b.emit(Matmul, [st, part], [acc], stationary=st, moving=part, dst=acc,
+                   accumulate=True)  # fmt: skip
+
+    def _std_pairs(self, o: Ap, tile: str, lo: int, a0: int, a1: int, p: int,
+                   bias_st: Ap) -> None:  # fmt: skip
+        """`add`'s matmul pairs of o's columns [a0, a1) with `bias_st` (`NormStages.std_scales`):
+        the identity times the values into each bank, then bias_st times the bias' pieces,
+        accumulated (the values' first: they wait on no statistic, TensorE's queue in order)."""
+        b, step = self.b, self.step
+        ident = ap(self.ident, slice(0, p), slice(0, p))
+        for c0 in range(a0, a1, step):
+            acc, part = ap(tile, slice(0, p), slice(c0 - a0, min(a1, c0 + step) - a0)), _cols(
+                o, c0, min(a1, c0 + step))  # fmt: skip
+            b.emit(Matmul, [ident, part], [acc], stationary=ident, moving=part, dst=acc)
+        for c0 in range(a0, a1, step):
+            acc = ap(tile, slice(0, p), slice(c0 - a0, min(a1, c0 + step) - a0))
+            row = self._piece_cols(p, lo + c0, lo + min(a1, c0 + step))
+            b.emit(Matmul, [bias_st, row], [acc], stationary=bias_st, moving=row, dst=acc,
                    accumulate=True)  # fmt: skip
 
     def add_slots(self, o: Ap, f: Ap, r: int, p: int) -> None:

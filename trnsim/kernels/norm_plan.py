@@ -287,7 +287,8 @@ class _Costs:
         # its stationary's rate)
         per_el = sum(1 / t.fp32_rate if dt.itemsize == 4 else 1.0
                      for dt in (k.b.tensors[k.bias].dtype, k.odt))  # fmt: skip
-        per_el += 1.0 if k.stt and k.stt_lo else 0.0  # (diag(rstd)'s second part, bf16)
+        # (diag(rstd)'s second part, bf16; not with `stt_std`: C times the bias' pieces)
+        per_el += 1.0 if k.stt and k.stt_lo and not (k.stt_std and k.stat_group > 1) else 0.0
         g = 1 if k.pieces or w != k.d else pe_group(self.cfg, w, k.per)
         if g > 1:  # `g` row slots a pair of matmuls and a copy (`PeBias.add_slots`)
             n, last = divmod(k.per, g)

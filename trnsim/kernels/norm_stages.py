@@ -10,9 +10,11 @@ import math
 from trnsim.dtypes import dtype
 from trnsim.isa import (
     Activation,
+    AffineSelect,
     BnAggr,
     BnStats,
     DmaCopy,
+    Matmul,
     Memset,
     ScalarTensorTensor,
     TensorCopy,
@@ -23,6 +25,8 @@ from trnsim.kernels.builder import ap
 from trnsim.kernels.norm_affine import PE_TILES
 from trnsim.kernels.norm_plan import Lane
 from trnsim.kernels.norm_sums import square_stats, sum_stats
+from trnsim.kernels.norm_tsums import applies as tsum_applies
+from trnsim.kernels.norm_tsums import row_mean
 from trnsim.kernels.row_plan import G, S, Spread, V, runs
 
 __all__ = ["NormStages", "BUFS", "F_BUFS", "LONG_ROW", "OUT_BUFS", "S_GROUP"]
@@ -31,6 +35,10 @@ BUFS = 6
 LONG_ROW = 8192  # rows this long: two lanes (and `norms.LONG_SHARE` of SBUF)
 F_BUFS = 2  # buffers of TensorE's copies out (the bias added on TensorE)
 S_GROUP = 4  # ... those of the last `srows` of every S_GROUP row slots (`NormStages.s_slot`)
+STD_COLS = (V,)  # `std_scales`' [p, 2u] steps' engines (trn2 LNC 2, bf16 rows of 64K: 63.1
+# us; GpSimd 66.6, either as the list schedule picks 64.3)
+STD_DIAGS = ((V,), (G,))  # ... and its dh's and C's (63.1 us; either as the list schedule picks
+# 66.5)
 OUT_BUFS = 3  # ... the blocks whose output pieces rotate through tiles of their own
 
 
@@ -121,6 +129,11 @@ class NormStages:
         self.piece_lanes = 1  # ... a block's columns in this many lanes (`norms._lower_pieces`)
         self.tail_flex = 0  # `stt`: the last this many blocks' passes on the engine the list
         # schedule picks (`flex`)
+        self.stt_std = False  # `stat_group`: rstd as ScalarE's scale as it copies PSUM out,
+        # TensorE's identity times the values and C times the bias (`std_scales`)
+        self.std_of: dict = {}  # ... each block's rstd, the scale (blocks that take it)
+        self.tsums = False  # `stat_group`: the row's mean on TensorE, ScalarE's statistics one
+        # pass (`norm_tsums`)
         self.stat_group = 1  # `stt`: this many blocks' [p, 1] steps taken together, each
         # step over their [p, stat_group] columns at once (`_second_group`)
         self.parts_of: dict[int, int] = {}  # each block's partitions (`first`)
@@ -287,7 +300,9 @@ class NormStages:
                     self.stat(n, p, j, (6 * q, 6 * q + 6)),
                 )
                 b.emit(BnStats, [xs], [st], src=xs, dst=st)
-        if self.c:
+        if self.c and tsum_applies(self):  # (`norm_tsums`)
+            row_mean(self, n, p)
+        elif self.c:
             self.scalar_stats(n, p)
 
     def load_cuts(self, rows: int) -> list[int]:
@@ -506,7 +521,8 @@ class NormStages:
         blocks = range(lo, n + 1)
         u, p = len(blocks), max(self.parts_of[m] for m in range(lo, n + 1))  # (the first's)
         k, gr = min(self.pieces.k, self.P), self.groups
-        if c:  # ScalarE's triples: count (once per buffer), mean and M2
+        ts = tsum_applies(self)  # (`norm_tsums`: the row's mean TensorE's, S2 ScalarE's)
+        if c and not ts:  # ScalarE's triples: count (once per buffer), mean and M2
             sa, _ = self.stile(f"sa{len(self.spieces)}.", n, 2 * len(self.spieces))
             st, _ = self.stile(f"st{c}.{self.width}.", n, max(1, self.width))
             a = 6 * len(self.chunks)
@@ -519,30 +535,135 @@ class NormStages:
         for m in blocks:
             q = self.parts_of[m]
             st, ag = self.stat(n=m, p=q, j=0), ap(self.stile("ag", m, 2)[0], slice(0, q), m % g)
+            if ts:  # (VectorE's chunks only)
+                st = self.stat(n=m, p=q, j=0, cols=(0, 6 * len(self.chunks)))
             b.emit(BnAggr, [st], [ag], src=st, dst=ag)
         ag = self.stile("ag", n, 2)[0]
         mean, var = (ap(ag, slice(0, p), slice(0, u), x) for x in (0, 1))
-        rm = gr.sums(mean, p, scale=1.0 / k, dst=self.gpsum("rm", n, p, u))
+        if ts:  # (`row_mean`'s)
+            rm = self.gpsum("rm", n, p, u)
+        else:
+            rm = gr.sums(mean, p, scale=1.0 / k, dst=self.gpsum("rm", n, p, u))
         d = self.gcol("dm", n, p, whole=True)
         b.emit(TensorTensor, [mean, rm], [d], alu="subtract", src0=mean, src1=rm, dst=d)
         b.emit(TensorTensor, [d, d], [d], alu="multiply", src0=d, src1=d, dst=d,
                engine=self.small_g)  # fmt: skip
         b.emit(TensorTensor, [d, var], [d], alu="add", src0=d, src1=var, dst=d,
                engine=self.small_g)  # fmt: skip
-        vr = gr.sums(d, p, scale=1.0 / k, dst=self.gpsum("vr", n, p, u))
-        rs, mn = self.gcol("rs", n, p, whole=True), self.gcol("mn", n, p, whole=True)
+        scale = 1.0 / k
+        if ts:  # S2 + n_V (v_V + (m_V - M)^2), summed over the row's partitions, / N
+            s2 = ap(self.tile("gs2", n // g, (self.P, g)), slice(0, p), slice(0, u))
+            b.emit(ScalarTensorTensor, [d, s2], [d], data=d, op0="multiply",
+                   operand0=float(self.d - c), op1="add", operand1=s2, dst=d,
+                   engine=self.small_g)  # fmt: skip
+            scale = 1.0 / (self.d * k)
+        std = (self.stt_std and 32 <= k and 2 * k <= p
+               and all(self.parts_of[m] == p for m in blocks))  # fmt: skip
+        if std:  # (`std_scales`: the variance of the row k partitions back beside each)
+            vr = self.gpsum("vs", n, p, 2 * u)
+            gr.sums(d, p, scale=scale, dst=ap(vr.name, slice(0, p), slice(0, u)))
+            back, dst = self.back_sums(p, scale), ap(vr.name, slice(0, p), slice(u, 2 * u))
+            b.emit(Matmul, [back, d], [dst], stationary=back, moving=d, dst=dst)
+            rs = ap(self.tile("grs2", self.gslot(n), (self.P, 2 * g)), slice(0, p),
+                    slice(0, 2 * u))  # fmt: skip
+        else:
+            vr = gr.sums(d, p, scale=scale, dst=self.gpsum("vr", n, p, u))
+            rs = self.gcol("rs", n, p, whole=True)
+        mn = self.gcol("mn", n, p, whole=True)
         b.emit(TensorScalar, [vr], [rs], src=vr, dst=rs, op0="add", operand0=self.eps,
                op1="pow", operand1=-0.5)  # fmt: skip
         b.emit(TensorCopy, [rm], [mn], src=rm, dst=mn)
+        if std:
+            self.std_scales(n, p, rs, u)
+            return
         for m in blocks:
             q = self.parts_of[m]
             self.stt_diags(m, q, self.gcol("rs", m, q))
 
+    def std_scales(self, n: int, p: int, rs, u: int) -> None:
+        """`stt_std` for the `stat_group` blocks up to n, from rs ([p, 2u]: each block's rstd,
+        then that of the row k partitions back's): out = rstd (v + C^T b), v = (x - mean)
+        weight (`_third_stt`), b the bias' pieces (partition r k + i holds piece i, every row
+        group alike), rstd ScalarE's scale as it copies PSUM out: TensorE's identity times v and
+        C times b, two matmuls a bank (not three). C [p, p] (bf16, TensorE's stationary) gives
+        output partition m std_hi(m) b[m] + std_lo(m) b[m + k]: C[m, m] = std_hi = bf16(std),
+        C[m + k (mod p), m] = std_lo = bf16(std - std_hi), std = 1 / rstd (so rstd (std_hi +
+        std_lo) is 1 to about 2^-16, each product exact in fp32 PSUM). Two [p, 2u] steps (std_hi
+        of both, std_lo of the row back), then per block dh = I std_hi and C = J std_lo' + dh
+        (J the identity shifted k partitions on), as many [p, p] steps as `stt_diags`."""
+        b, g = self.b, self.stat_group
+        kk, lo = min(self.pieces.k, self.P), n - n % g
+        hl = self.tile("ghl", self.gslot(n), (self.P, 3 * g), self.odt)  # (std_hi, std_lo')
+        hi = ap(hl, slice(0, p), slice(0, 2 * u))
+        es = (V, G) if self.flex else STD_COLS
+        ops = [(TensorScalar, [rs], [hi], dict(src=rs, dst=hi, op0="pow", operand0=-1.0,
+                                               engine=e)) for e in es]  # fmt: skip
+        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+        back, hb = (ap(t.name, slice(0, p), slice(u, 2 * u)) for t in (rs, hi))
+        sl = ap(hl, slice(0, p), slice(2 * u, 3 * u))  # (bf16: C's rounding, no other)
+        ops = [(ScalarTensorTensor, [back, hb], [sl], dict(
+                   data=back, op0="pow", operand0=-1.0, op1="subtract", operand1=hb, dst=sl,
+                   engine=e)) for e in es]  # fmt: skip
+        b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+        ident = ap(self.pe.ident, slice(0, p), slice(0, p))
+        j = self.shifted_ident(p, kk, self.odt)
+        for m in range(lo, n + 1):
+            self.std_of[m] = ap(rs.name, slice(0, p), slice(m - lo, m - lo + 1))
+            h, sm = (ap(hl, slice(0, p), slice(a + m - lo, a + m - lo + 1)) for a in (0, 2 * u))
+            dh, c = (ap(self.tile(x, m, (self.P, self.P), self.odt), slice(0, p), slice(0, p))
+                     for x in ("dh", "dl"))  # fmt: skip
+            ops = [(TensorScalar, [ident, h], [dh], dict(src=ident, dst=dh, op0="multiply",
+                                                         operand0=h, engine=e))
+                   for e in ((V, G) if self.flex else STD_DIAGS[0])]  # fmt: skip
+            b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+            ops = [(ScalarTensorTensor, [j, sm, dh], [c], dict(
+                       data=j, op0="multiply", operand0=sm, op1="add", operand1=dh, dst=c,
+                       engine=e)) for e in ((G, V) if self.flex else STD_DIAGS[1])]  # fmt: skip
+            b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
+
+    def gslot(self, n: int) -> int:
+        """Block n's group's slot of `std_scales`' tiles: bufs / stat_group of them (a block's
+        later stages are at most bufs - 1 behind its load; a core has 256 semaphores)."""
+        return n // self.stat_group % max(1, self.bufs // self.stat_group)
+
+    def back_sums(self, p: int, scale: float):
+        """[p, p] fp32: 1 / k where partition r's row is the row k partitions back from
+        partition m's (mod p; `std_scales`), made once per p: zeros, then a memset of 1 / k per
+        row group (k >= 32 partitions: a start GpSimd can address; no TensorE, no PSUM)."""
+        kk = min(self.pieces.k, self.P)
+        key = f"norm.back{p}.{scale}"
+        new = f"{key}:float32:{(self.P, self.P)}" not in self.b.scratch
+        a = ap(self.b.scratch_tile(key, "back", (self.P, self.P), self.f32), slice(0, p),
+               slice(0, p))  # fmt: skip
+        if new:
+            self.b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+            for r in range(0, p, kk):  # rows [r, r + k) read the row at columns' r + k
+                c = (r + kk) % p
+                q = ap(a.name, slice(r, r + kk), slice(c, c + kk))
+                self.b.emit(Memset, [], [q], dst=q, value=scale, engine=G)
+        return a
+
+    def shifted_ident(self, p: int, s: int, dt):
+        """[p, p] of dtype dt, 1 where row r = (column m + s) mod p (the identity shifted by s
+        partitions), made once per op."""
+        key = f"norm.shift{s}.{p}"
+        new = f"{key}:{dt.name}:{(self.P, self.P)}" not in self.b.scratch
+        a = ap(self.b.scratch_tile(key, "shift", (self.P, self.P), dt), slice(0, p), slice(0, p))
+        if new:
+            self.b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+            for start in (-s, p - s):  # r - m - s = 0, r - m - s + p = 0
+                self.b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0,
+                            cmp="not_equal", start=start, partition_step=1, step=-1,
+                            engine=G)  # fmt: skip
+        return a
+
     def gpsum(self, key: str, n: int, p: int, u: int):
-        """Block n's group's [p, u] PSUM tile `key` (`psum_col`)."""
+        """Block n's group's [p, u] PSUM tile `key` (`psum_col`; `stat_group` columns, or
+        twice that for `std_scales`' "vs")."""
         slot = (f"g{key}", n // self.stat_group % self.bufs)
         if slot not in self.psum_cols:
-            self.psum_cols[slot] = self.b.psum(f"n{key}", (self.P, self.stat_group), self.f32)
+            w = self.stat_group * (2 if key == "vs" else 1)
+            self.psum_cols[slot] = self.b.psum(f"n{key}", (self.P, w), self.f32)
         return ap(self.psum_cols[slot], slice(0, p), slice(0, u))
 
     def diagonals(self, n: int, p: int) -> None:
@@ -882,10 +1003,14 @@ class NormStages:
             elif self.pe_lane(lane):
                 diag = self.stt_diag(n, p) if self.stt else None
                 split = n >= self.blocks - self.tail_copies  # (`PeBias.add`'s `split`)
+                std = {}
+                if n in self.std_of:  # (`std_scales`: C times the bias, rstd the copy's scale)
+                    c = ap(self.tile("dl", n, (self.P, self.P), self.odt), slice(0, p), slice(0, p))
+                    std, diag = dict(bias_st=c, scale=self.std_of[n]), None
                 for j in range(self.per):
                     self.pe.add(self.lane_tile("o", n, i, p, j), self.lane_tile("f", n, i, p, j),
-                                lane.lo, lane.hi - lane.lo, p, self.pe_span, diag,
-                                split)  # fmt: skip
+                                lane.lo, lane.hi - lane.lo, p, self.pe_span, diag, split,
+                                **std)  # fmt: skip
                 self.store(n, index, p, i, self.lane_tile("f", n, i, p))
 
     def pe_lane(self, lane: Lane) -> bool:

@@ -201,6 +201,21 @@ STT_LANES = STT | {"piece_lanes": 2, "piece_bufs": 8, "stat_group": 2, "tail_fle
 # schedules each: 60.7 us with the weight behind block 1 and the bias behind block 3 again
 # (behind 2 and 4: 61.2; 300 schedules each: 60.7, 61.2)
 STT_LANES_SEARCH = STT_LANES | {"flex": True, "fluid": True, "search": 450}
+# ... and (`STT_STD`) rstd as ScalarE's scale as it copies PSUM out, TensorE's identity times
+# the values and C times the bias' pieces (std in two bf16 parts, the second on the partition
+# of the row k partitions on, which holds the same pieces: `stt_std`, `std_scales`): two
+# matmuls a PSUM bank, not three), TensorE's bias in two PSUM tiles (the values' matmuls first,
+# `PeBias._std_pairs`; three: 63.3 us), the weight behind block 2: bf16 rows of 64K 63.1 -> 62.4
+# us (TensorE busy 45.6 -> 34.2 us; VectorE, 53.3, binds), the RMS error against float64 STT's
+STT_STD = STT_LANES | {"stt_std": True, "pe_tiles": 2, "affine_at": (2, 4)}
+# ... and (`STT_TSUMS`, with STT_LANES_SEARCH's search) the row's mean on TensorE, COLS columns
+# of x a matmul as its stationary operand, ScalarE's statistics one pass about it (`tsums`,
+# `norm_tsums`: its squares; ScalarE then takes half the columns, a lane): bf16 rows of 64K
+# 60.5 -> 59.3 us (ScalarE, VectorE, GpSimd, TensorE busy 45.8, 51.5, 43.7, 42.2 us; three PSUM
+# tiles, two 60.0; the last block's copies a bank each, `tail_copies`, 59.5), the RMS error
+# against float64 STT's
+STT_TSUMS = STT_STD | {"tsums": True, "c_share": 0.5, "c_min": 0.5, "pe_tiles": 3, "flex": True,
+                       "fluid": True, "search": 300, "tail_copies": 0}  # fmt: skip
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -263,6 +278,7 @@ VARIANTS = (
     STT,
     STT_LANES,
     STT_LANES_SEARCH,
+    STT_TSUMS,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
