@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from trnsim.isa import Activation, AffineSelect, Matmul, Memset, TensorCopy
 from trnsim.kernels.builder import ap
-from trnsim.kernels.row_plan import G, V
+from trnsim.kernels.row_plan import G, S, V
 
 __all__ = ["TSUM_BUFS", "applies", "row_mean"]
 
 TSUM_BUFS = 3  # buffers of a block's partial sums (few: each tile takes semaphores)
+COPY_ON = S  # the engine of the partial sums' and means' copies out of PSUM
 COLS = 128  # columns of x a stationary operand (TensorE's rows)
 
 
@@ -72,6 +73,14 @@ def _ones(k, total: int):
     return _const(k, f"tsum_n{total}", (COLS, 1), k.f32, fill)
 
 
+def _copy(b, src, dst) -> None:
+    """A copy out of PSUM on COPY_ON (ScalarE: the statistics leave it the time)."""
+    if COPY_ON == S:
+        b.emit(Activation, [src], [dst], func="copy", src=src, dst=dst)
+    else:
+        b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=V)
+
+
 def row_mean(k, n: int, p: int) -> None:
     """Stage 1 of block n (after its bn_stats): the rows' means on TensorE (module doc) into
     its column of the group's PSUM tile rm, then ScalarE's S2 about them over its c columns
@@ -93,13 +102,13 @@ def row_mean(k, n: int, p: int) -> None:
                    accumulate=not first)  # fmt: skip
             first = False
     part = ap(sb, slice(0, COLS), slice(0, rows))
-    b.emit(TensorCopy, [sums], [part], src=sums, dst=part, engine=V)
+    _copy(b, sums, part)
     g0 = k.P // kk
     mean = ap(ps, slice(0, rows), slice(g0, g0 + 1))
     ones = ap(_ones(k, k.d * kk), slice(0, COLS), slice(None))
     b.emit(Matmul, [part, ones], [mean], stationary=part, moving=ones, dst=mean)
     mcol = ap(sb, slice(0, rows), slice(g0, g0 + 1))
-    b.emit(TensorCopy, [mean], [mcol], src=mean, dst=mcol, engine=V)
+    _copy(b, mean, mcol)
     m = ap(k.gpsum("rm", n, p, g).name, slice(0, p), slice(u, u + 1))
     e = ap(k.groups.e, slice(0, rows), slice(0, p))
     b.emit(Matmul, [e, mcol], [m], stationary=e, moving=mcol, dst=m)

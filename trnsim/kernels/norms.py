@@ -212,10 +212,13 @@ STT_STD = STT_LANES | {"stt_std": True, "pe_tiles": 2, "affine_at": (2, 4)}
 # of x a matmul as its stationary operand, ScalarE's statistics one pass about it (`tsums`,
 # `norm_tsums`: its squares; ScalarE then takes half the columns, a lane): bf16 rows of 64K
 # 60.5 -> 59.3 us (ScalarE, VectorE, GpSimd, TensorE busy 45.8, 51.5, 43.7, 42.2 us; three PSUM
-# tiles, two 60.0; the last block's copies a bank each, `tail_copies`, 59.5), the RMS error
-# against float64 STT's
+# tiles, two 60.0); the partial sums and means copied out of PSUM by ScalarE, not VectorE
+# (`norm_tsums.COPY_ON`), the last block's copies a bank each (`tail_copies`), the weight and
+# bias behind blocks 1 and 3: 59.3 -> 57.6 us (ScalarE, VectorE, GpSimd, TensorE busy 49.3,
+# 46.0, 45.1, 41.9 us; with the weight behind block 2 58.3), the RMS error against float64 STT's
 STT_TSUMS = STT_STD | {"tsums": True, "c_share": 0.5, "c_min": 0.5, "pe_tiles": 3, "flex": True,
-                       "fluid": True, "search": 300, "tail_copies": 0}  # fmt: skip
+                       "fluid": True, "search": 300, "tail_copies": 1,
+                       "affine_at": (1, 3)}  # fmt: skip
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
