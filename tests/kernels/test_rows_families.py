@@ -23,36 +23,8 @@ TOTAL = 16 << 20  # bytes of x
 LENGTHS = (64, 512, 4096, 65536, 1 << 20)
 OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "sum", "mean", "amax")
 
-PIECES = "rows in pieces (split evenly between the cores, the op isolated): {}"
-BUSY = (
-    "its passes (fp32: the shift, or its remainder past ScalarE's statistics' columns; the "
-    "statistics; at rows in pieces their combination on TensorE; the normalisation, weight "
-    "and bias), as `norm_plan` spreads them, keep the busiest engine busy longer than 80% of "
-    "the bound allows, or nearly, and the first block's chain and the last's add to it (the "
-    "blocks' instructions in a list schedule's order, `schedule.Scheduled`): {}"
-)
-SHORT = {  # (op, dtype, row length): why it does not reach 80% yet
-    ("layer_norm", "bfloat16", 65536): PIECES.format(
-        BUSY.format(
-            "81% (63% before (x - mean) * weight in one scalar_tensor_tensor, rstd and the "
-            "bias by TensorE, `norms.STT`, 72% so; 63.1 us with two lanes a block and two "
-            "blocks' [p, 1] steps at once, `STT_LANES`, TensorE's three matmuls a bank pacing "
-            "the copies out from 50 us on; 60.5 us with the fused passes' engines picked by "
-            "the list schedule's search on its fluid DMA estimate, `STT_LANES_SEARCH`, "
-            "ScalarE, VectorE, GpSimd, TensorE busy 50, 51, 48, 46 us; 57.6 us with rstd as "
-            "ScalarE's scale, two matmuls a bank, and the row's mean on TensorE, ScalarE's "
-            "statistics one pass, `STT_TSUMS`). `STT`: 65.1 us, "
-            "ScalarE 53 us busy (its 3/8 of the "
-            "statistics, TensorE's sums copied out) from 2.4 us on, GpSimd 52 (12 of the 16 "
-            "blocks' fused pass at two cycles an element, its first at 6.6 us, behind the "
-            "first block's statistics chain), VectorE 49 (the rest of the statistics, 11 "
-            "[p, 1] steps a block), TensorE 47 (three matmuls a bank, the last blocks' after "
-            "GpSimd's last pass: 6.8 us from it to the end). The row's mean first (TensorE's "
-            "sums) reaches 62.4 us (74.8%) only with rstd's bf16 rounding alone, the values' "
-            "RMS error 7-23% above the plain plan's (not kept; docs/kernels.md)"
-        )
-    ),
-}
+SHORT: dict = {}  # (op, dtype, row length): why it does not reach 80% yet (none: layer_norm
+# bf16 rows of 64K, the last, reaches 81.7% with `norms.STT_TSUMS`, docs/kernels.md)
 
 
 def case(op: str, d: int, dt: str):

@@ -25,7 +25,9 @@ from trnsim.kernels.row_plan import G, S, V
 __all__ = ["TSUM_BUFS", "applies", "row_mean"]
 
 TSUM_BUFS = 3  # buffers of a block's partial sums (few: each tile takes semaphores)
-COPY_ON = S  # the engine of the partial sums' and means' copies out of PSUM
+COPY_ON = (S, V)  # the engines of the partial sums' and the means' copies out of PSUM
+# (the first on ScalarE: its one statistics pass leaves it the time; both there 57.6 us, the
+# second there 57.4, neither 59.3)
 COLS = 128  # columns of x a stationary operand (TensorE's rows)
 
 
@@ -73,9 +75,9 @@ def _ones(k, total: int):
     return _const(k, f"tsum_n{total}", (COLS, 1), k.f32, fill)
 
 
-def _copy(b, src, dst) -> None:
-    """A copy out of PSUM on COPY_ON (ScalarE: the statistics leave it the time)."""
-    if COPY_ON == S:
+def _copy(b, src, dst, e) -> None:
+    """A copy out of PSUM on engine e (`COPY_ON`)."""
+    if e == S:
         b.emit(Activation, [src], [dst], func="copy", src=src, dst=dst)
     else:
         b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=V)
@@ -102,13 +104,13 @@ def row_mean(k, n: int, p: int) -> None:
                    accumulate=not first)  # fmt: skip
             first = False
     part = ap(sb, slice(0, COLS), slice(0, rows))
-    _copy(b, sums, part)
+    _copy(b, sums, part, COPY_ON[0])
     g0 = k.P // kk
     mean = ap(ps, slice(0, rows), slice(g0, g0 + 1))
     ones = ap(_ones(k, k.d * kk), slice(0, COLS), slice(None))
     b.emit(Matmul, [part, ones], [mean], stationary=part, moving=ones, dst=mean)
     mcol = ap(sb, slice(0, rows), slice(g0, g0 + 1))
-    _copy(b, mean, mcol)
+    _copy(b, mean, mcol, COPY_ON[1])
     m = ap(k.gpsum("rm", n, p, g).name, slice(0, p), slice(u, u + 1))
     e = ap(k.groups.e, slice(0, rows), slice(0, p))
     b.emit(Matmul, [e, mcol], [m], stationary=e, moving=mcol, dst=m)

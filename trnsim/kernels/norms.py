@@ -215,7 +215,8 @@ STT_STD = STT_LANES | {"stt_std": True, "pe_tiles": 2, "affine_at": (2, 4)}
 # tiles, two 60.0); the partial sums and means copied out of PSUM by ScalarE, not VectorE
 # (`norm_tsums.COPY_ON`), the last block's copies a bank each (`tail_copies`), the weight and
 # bias behind blocks 1 and 3: 59.3 -> 57.6 us (ScalarE, VectorE, GpSimd, TensorE busy 49.3,
-# 46.0, 45.1, 41.9 us; with the weight behind block 2 58.3), the RMS error against float64 STT's
+# 46.0, 45.1, 41.9 us; with the weight behind block 2 58.3); the means' copies on VectorE: 57.0
+# us (ScalarE, VectorE busy 47.1, 49.8 us), the RMS error against float64 STT's
 STT_TSUMS = STT_STD | {"tsums": True, "c_share": 0.5, "c_min": 0.5, "pe_tiles": 3, "flex": True,
                        "fluid": True, "search": 300, "tail_copies": 1,
                        "affine_at": (1, 3)}  # fmt: skip
