@@ -272,11 +272,13 @@ def row_family(chip: str, total: int = 16 << 20) -> None:
     """The row ops over rows of 64 to 2^20 elements, `total` bytes of x each, fp32 and bf16, at
     the chip's default LNC, printed as a table: the simulated time, the roofline (the DMA and
     HBM bounds), the engine-throughput bound (`kernels.row_bounds`) and the fraction of the
-    larger reached (the acceptance of issue 26, tests/kernels/test_rows_families.py)."""
+    larger reached (the acceptance of issue 26, tests/kernels/test_rows_families.py), and the
+    wall time the op took to lower and simulate (a layer_norm of 2 MiB or more tries its plan
+    variants, some with a search over the list schedule's choices: `kernels.schedule`)."""
     from trnsim.kernels.row_bounds import engine_bound_ns
 
     cfg = load_chip(chip)
-    print(f"| op | dtype | row | simulated | roofline | engines | reached |\n{'|---' * 7}|")
+    print(f"| op | dtype | row | simulated | roofline | engines | reached | wall |\n{'|---' * 8}|")
     for op in ROW_OPS:
         for dt in (F32, BF16):
             for d in (64, 512, 4096, 65536, 1 << 20):
@@ -296,17 +298,19 @@ def row_family(chip: str, total: int = 16 << 20) -> None:
                 elif op not in ("softmax", "log_softmax"):
                     tensors["out"] = ((rows,), "int32" if op == "argmax" else dt)
                     args["dim"] = -1
+                start = time.perf_counter()
                 try:
                     _, _, result, _ = run_case(chip, tensors, args, cfg.lnc)
                 except Exception as e:  # an op this checkout does not lower
-                    print(f"| {op} | {dt} | {d} | {str(e).split(': ')[-1][:60]} | | | |")
+                    print(f"| {op} | {dt} | {d} | {str(e).split(': ')[-1][:60]} | | | | |")
                     continue
                 row = result.summary["ops"][0]
                 eng = engine_bound_ns(cfg, op, d, isz, rows / cfg.lnc, d < 65536)
                 bound = max(row["roofline_ns"], eng)
                 print(f"| {op} | {dt} | {d} | {row['time_ns'] / 1e3:.1f} us | "
                       f"{row['roofline_ns'] / 1e3:.1f} us | {eng / 1e3:.1f} us | "
-                      f"{bound / row['time_ns']:.0%} |")  # fmt: skip
+                      f"{bound / row['time_ns']:.0%} | "
+                      f"{time.perf_counter() - start:.1f} s |")  # fmt: skip
 
 
 SHAPES = [(4096, 4096), (16, 1 << 20), (1 << 24,), (1 << 20, 16), (4097, 4095),
