@@ -19,12 +19,13 @@ F32 = dtype("float32")
 SHAPE = (2048, 512)  # 4 MiB of fp32: past TRIAL_BYTES
 
 
-def _specs() -> dict:
+def _specs(shape=SHAPE, t=F32, x: str = "normal") -> dict:
+    """A layer_norm's x (filled by `x`), weight, bias (normal) and out of `shape` and `t`."""
     return {
-        "x": TensorSpec("x", SHAPE, F32, "normal"),
-        "w": TensorSpec("w", SHAPE[-1:], F32, "normal"),
-        "b": TensorSpec("b", SHAPE[-1:], F32, "normal"),
-        "out": TensorSpec("out", SHAPE, F32, None),
+        "x": TensorSpec("x", shape, t, x),
+        "w": TensorSpec("w", shape[-1:], t, "normal"),
+        "b": TensorSpec("b", shape[-1:], t, "normal"),
+        "out": TensorSpec("out", shape, t, None),
     }
 
 
@@ -71,12 +72,7 @@ def test_pieces_variants_same_values(monkeypatch, shape, dt, fast):
     PSUM (`psum_combine`), give the plain plan's values, bit for bit, and numpy's
     (--check); both past TRIAL_BYTES."""
     t = dtype(dt)
-    specs = {
-        "x": TensorSpec("x", shape, t, "normal"),
-        "w": TensorSpec("w", shape[-1:], t, "normal"),
-        "b": TensorSpec("b", shape[-1:], t, "normal"),
-        "out": TensorSpec("out", shape, t, None),
-    }
+    specs = _specs(shape, t)
     assert fast in norms.VARIANTS
     out = []
     for v in ({}, fast):
@@ -98,12 +94,7 @@ def test_stt_values_no_worse_than_the_plain_plan(monkeypatch, name):
     bit for bit)."""
     stt = getattr(norms, name)
     t, shape = dtype("bfloat16"), (16, 65536)
-    specs = {
-        "x": TensorSpec("x", shape, t, "normal"),
-        "w": TensorSpec("w", shape[-1:], t, "normal"),
-        "b": TensorSpec("b", shape[-1:], t, "normal"),
-        "out": TensorSpec("out", shape, t, None),
-    }
+    specs = _specs(shape, t)
     assert stt in norms.VARIANTS
     out = {}
     for key, v, lnc in (("plain", {}, 2), ("stt", stt, 2), ("stt1", stt, 1)):
@@ -125,8 +116,7 @@ def test_stt_lanes_search_gives_stt_lanes_values(monkeypatch):
     the engine the list schedule's search picks (the same operations on the same numbers on
     VectorE or GpSimd): the same values, bit for bit, at LNC 2."""
     t, shape = dtype("bfloat16"), (16, 65536)
-    specs = {n: TensorSpec(n, s, t, "normal" if n != "out" else None) for n, s in
-             (("x", shape), ("w", shape[-1:]), ("b", shape[-1:]), ("out", shape))}  # fmt: skip
+    specs = _specs(shape, t)
     out = []
     for v in (norms.STT_LANES, norms.STT_LANES_SEARCH):
         monkeypatch.setattr(norms, "VARIANTS", (v,))
@@ -147,12 +137,7 @@ def test_stt_on_other_rows_in_pieces(monkeypatch, shape, name):
     number of blocks, the last alone in its group of [p, 1] steps): --check holds at LNC 1
     and 2."""
     t = dtype("bfloat16")
-    specs = {
-        "x": TensorSpec("x", shape, t, "normal"),
-        "w": TensorSpec("w", shape[-1:], t, "normal"),
-        "b": TensorSpec("b", shape[-1:], t, "normal"),
-        "out": TensorSpec("out", shape, t, None),
-    }
+    specs = _specs(shape, t)
     monkeypatch.setattr(norms, "_variant", lambda *a: getattr(norms, name))
     for lnc in (1, 2):
         checked_layer_norm(specs, lnc)
@@ -163,12 +148,7 @@ def test_stt_tsums_far_from_zero(monkeypatch):
     mean is far from zero (x = arange: means up to 2^17, their spread 2^14): --check holds at
     LNC 1 and 2."""
     t, shape = dtype("bfloat16"), (3, 65536)
-    specs = {
-        "x": TensorSpec("x", shape, t, "arange"),
-        "w": TensorSpec("w", shape[-1:], t, "normal"),
-        "b": TensorSpec("b", shape[-1:], t, "normal"),
-        "out": TensorSpec("out", shape, t, None),
-    }
+    specs = _specs(shape, t, x="arange")
     monkeypatch.setattr(norms, "_variant", lambda *a: norms.STT_TSUMS)
     for lnc in (1, 2):
         checked_layer_norm(specs, lnc)
@@ -182,12 +162,7 @@ def test_fp32_affine_in_psum_any_width(shape):
     `_psum_copy`, were cut 256 + 257): each matmul into them stays within a bank (it crossed
     one at 1000 and at 513, a lowering error), --check holds, and LNC 1 and 2 give the same
     values."""
-    specs = {
-        "x": TensorSpec("x", shape, F32, "normal"),
-        "w": TensorSpec("w", shape[-1:], F32, "normal"),
-        "b": TensorSpec("b", shape[-1:], F32, "normal"),
-        "out": TensorSpec("out", shape, F32, None),
-    }
+    specs = _specs(shape)
     out = []
     for lnc in (1, 2):
         norms._CHOSEN.clear()
