@@ -101,6 +101,16 @@ MAX_PIECE_BYTES = 32768  # a row of 2^20 fp32 in one tile (its 128 pieces)
 BIG_PIECES = 16384  # piece tiles this large a partition (2 MiB and more) load one at a time
 PIECE_ROWS = 2048  # rows this long go in pieces when a core has no more rows than partitions
 # (one block, which nothing would overlap)
+RMS_PIECE_BLOCKS = 2  # rms_norm's: when it has no more than this many blocks of a row a
+# partition (two 4 MiB blocks: the second's load overlaps only the first's passes, the first's
+# store nothing): trn2 LNC 2, 16 MiB, fp32 rows of 8192 68.5 -> 58.7 us, bf16 of 16384 83.6 ->
+# 61.9 us; and with RMS_PIECES 52.1 and 52.3 us (67.6% -> 88.9%, 55.4% -> 88.6%)
+RMS_PIECES = {"split_loads": True, "load_parts": 4, "piece_bufs": 10, "small_waits": False}
+# (rms_norm's rows in pieces, not segments: each block's load in four parts on queues of their
+# own, so the first block arrives sooner; 10 buffers; the plan's [p, per] steps costed without
+# a semaphore wait. trn2 LNC 2, 16 MiB, us: fp32 rows of 8192 58.7 -> 52.1, 16384 52.8 -> 51.6,
+# 262144 59.4 -> 55.4; bf16 16384 61.9 -> 52.3, 32768 57.0 -> 50.8, 262144 56.5 -> 49.4; parts
+# alone 54.3 and 57.8, 8 parts 58.0 and 61.6; in segments, fp32 rows of 2^20, 63.0 -> 65.6)
 SEG_BYTES = 4096  # a row whose pieces would take BIG_PIECES a partition or more goes in segments
 # of 128 pieces of this many bytes, each a tile of its own (`_lower_pieces`)
 SEG_STORES = 1  # store queues of a row in segments (its last row's stores, after its
@@ -388,10 +398,12 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     share = core_share(b, cfg, tx)  # rows that do not fit: split evenly (isolated)
     rows = share[1] - share[0]
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v, _ in affine)
-    if not norm_rows(cfg, tx, to, affine_bytes) or (rows <= cfg.core.sbuf.partitions and
-                                                     d >= PIECE_ROWS):  # fmt: skip
+    few = cfg.core.sbuf.partitions * (RMS_PIECE_BLOCKS if op == "rms_norm" else 1)
+    if not norm_rows(cfg, tx, to, affine_bytes) or (rows <= few and d >= PIECE_ROWS):
         lay = _piece_layout(cfg, tx, d)
         if lay is not None:
+            if op == "rms_norm" and lay.t == 1:
+                variant = RMS_PIECES | variant
             return _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay, share,
                                  variant)  # fmt: skip
         if not norm_rows(cfg, tx, to, affine_bytes):  # (not a multiple of 128: `norm_ragged`)
