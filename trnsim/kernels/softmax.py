@@ -64,7 +64,11 @@ SHORT_SHARE = 0.45  # their buffers' share of SBUF (with the scratch: 8 blocks o
 PIECE_BYTES = 8192  # a piece tile's bytes a partition (1 MiB tiles: many, so loads overlap)
 PIECE_SHARE = 0.45  # what piece tiles may take (a row of 2^20 fp32 and the next one)
 PIECE_ROWS = 2048  # rows this long go in pieces (`softmax_pieces`) when a core has fewer rows
-# than partitions (a row a partition would leave partitions idle)
+# than partitions (a row a partition would leave partitions idle), or when BUFFER_SHARE holds
+# fewer than PACKED_BUFS of them a partition (fp32 rows of 8K and 16K, bf16 of 16K on trn2:
+# one or two blocks in flight left the load, the passes and the store in turn, 48-70% of the
+# DMA bound; in pieces 83-92%)
+PACKED_BUFS = 3
 
 
 def _pieces(cfg: ChipConfig, tx, d: int):
@@ -101,7 +105,10 @@ def lower_softmax(
     vmax = cfg.core.vector.dve_max_free_elements
     share = core_share(b, cfg, tx)  # rows that do not fit: split evenly (isolated)
     rows = share[1] - share[0]
-    long = bufs < 1 or d > vmax or (rows < cfg.core.sbuf.partitions and d >= PIECE_ROWS)
+    few = rows < cfg.core.sbuf.partitions or min(budget, int(sbuf * BUFFER_SHARE)) < (
+        PACKED_BUFS * per_row
+    )  # a row a partition would leave partitions idle, or too few blocks in flight
+    long = bufs < 1 or d > vmax or (few and d >= PIECE_ROWS)
     lay, room = _pieces(cfg, tx, d) if long else (None, 0)
     if lay is not None:
         lower_softmax_pieces(b, cfg, x, out, lay, log, room, share)
