@@ -79,7 +79,8 @@ class NormStages:
         self.psum_combine = False  # ... the row's mean and variance read from PSUM (`combine`)
         self.psum_cols: dict = {}  # (key, buffer) -> its PSUM tile (`psum_col`)
         self.piece_bufs = BUFS  # buffers of rows in pieces
-        self.piece_big = False  # ... loaded as BIG_PIECES are
+        self.piece_big = False  # ... loaded as BIG_LOADS are
+        self.row_tiles = False  # (a variant's tag: rows of a tile each, `norms.ROW_TILES`)
         self.psum_affine = False  # fp32 rows in pieces: VectorE's weight and bias out of PSUM
         self.psum_rows: dict[str, str] = {}  # ... copies of `rows` there (`_psum_copy`)
         self.psum_width = 1 << 30  # ... the columns there (`_spread_psum`)
@@ -961,6 +962,10 @@ class NormStages:
         elif v in self.seg_rows:  # (within one segment's tile)
             s, f = lo // self.pieces.f, self.pieces.f
             t = ap(self.seg_rows[v][s], slice(0, p), slice(lo - s * f, hi - s * f))
+        elif v in self.lane_rows:  # (within one lane's tile, `piece_lanes`)
+            ln = next(ln for ln in self.lanes if ln.lo <= lo and hi <= ln.hi)
+            t = ap(self.lane_rows[v][self.lanes.index(ln)], slice(0, p),
+                   slice(lo - ln.lo, hi - ln.lo))  # fmt: skip
         else:
             t = ap(self.rows[v], slice(0, p), slice(lo, hi))
         return TensorTensor, [o, t], [o], dict(alu=alu, src0=o, src1=t, dst=o, engine=e)

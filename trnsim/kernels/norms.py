@@ -98,7 +98,12 @@ LAYER_ROW_BYTES = 4096  # layer_norm's (blocks of 512 KiB: its longer chain of p
 PE_BUFS = 5  # TensorE adds the bias only when this many buffers of x fit beside its own
 PIECE_BYTES = 4096  # a piece tile's bytes a partition (512 KiB tiles: many, so loads overlap)
 MAX_PIECE_BYTES = 32768  # a row of 2^20 fp32 in one tile (its 128 pieces)
-BIG_PIECES = 16384  # piece tiles this large a partition (2 MiB and more) load one at a time
+BIG_PIECES = 16384  # piece tiles this large a partition (2 MiB and more) go in segments, and
+# load one at a time (one after another on one queue)
+BIG_LOADS = 8192  # layer_norm's piece tiles this large a partition (1 MiB and more: a row of
+# 256K fp32 or 512K bf16 a tile, 8 a core) load so too, the first arriving first: trn2 LNC 2,
+# 16 MiB, fp32 rows of 256K 74.8 -> 68.8 us, bf16 of 512K 78.7 -> 66.6 us (rms_norm's keep
+# BIG_PIECES: fp32 rows of 256K ran 55.4 -> 55.9 us so; bf16 of 512K 58.4 -> 54.6)
 PIECE_ROWS = 2048  # rows this long go in pieces when a core has no more rows than partitions
 # (one block, which nothing would overlap)
 RMS_PIECE_BLOCKS = 2  # rms_norm's: when it has no more than this many blocks of a row a
@@ -230,6 +235,12 @@ STT_STD = STT_LANES | {"stt_std": True, "pe_tiles": 2, "affine_at": (2, 4)}
 STT_TSUMS = STT_STD | {"tsums": True, "c_share": 0.5, "c_min": 0.5, "pe_tiles": 3, "flex": True,
                        "fluid": True, "search": 300, "tail_copies": 1,
                        "affine_at": (1, 3)}  # fmt: skip
+# rows a tile each (256K fp32, 256K and 512K bf16: 8 to 16 a core): a tile's columns in two
+# lanes (its weight and bias a tile a lane), the engines of each pass picked by the list
+# schedule and a descent over them, the row's statistics read from PSUM. trn2 LNC 2, 16 MiB,
+# fp32 rows of 256K 68.8 -> 61.4 us (without the lanes 63.8, without the descent 66.2)
+ROW_TILES = {"row_tiles": True, "small_waits": False, "flex": True, "flex_norm": "SG",
+             "psum_combine": True, "search": 300, "piece_lanes": 2}  # fmt: skip
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -293,6 +304,7 @@ VARIANTS = (
     STT_LANES,
     STT_LANES_SEARCH,
     STT_TSUMS,
+    ROW_TILES,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
@@ -375,6 +387,7 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     if not fits and lay is None:  # (a remainder column, `norm_ragged`: no variants)
         return [0]
     segments = not fits and lay is not None and lay.t > 1  # rows in segments
+    row_tiles = not fits and lay is not None and lay.t == 1 and lay.g == 1  # a tile a row
     # (`stt`: bf16 x and weight in pieces, not segments; TensorE's bias)
     stt = (pe and weight is not None and lay is not None and lay.t == 1
            and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
@@ -386,6 +399,7 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or ("spread_first" in v and not fits)
                           or ("pipe" in v and not pipe)
                           or ("stt" in v and not stt)
+                          or ("row_tiles" in v and not row_tiles)
                           or (SEGMENTS_ONLY & set(v) and not segments)))]  # fmt: skip
 
 
@@ -615,7 +629,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     # large tiles (rows of 2^20: a few a core): loaded one after another
     # on one queue, the weight and bias behind the first, so the first tile arrives first
     # instead of sharing the engines with the others (and its engines start sooner)
-    big = width * tx.dtype.itemsize >= BIG_PIECES or k.piece_big
+    big = width * tx.dtype.itemsize >= (BIG_LOADS if k.layer else BIG_PIECES) or k.piece_big
     n = 1 if big else max(k.load_parts if k.split_loads else 2, q)
     k.loads, k.stores = qs.loads().take(n), qs.stores().take(SEG_STORES if seg else max(2, q))
     if seg:  # the plan's choices of engines mixed over the segments (one lane each)
