@@ -67,7 +67,8 @@ PIECE_ROWS = 2048  # rows this long go in pieces (`softmax_pieces`) when a core 
 # than partitions (a row a partition would leave partitions idle), or when BUFFER_SHARE holds
 # fewer than PACKED_BUFS of them a partition (fp32 rows of 8K and 16K, bf16 of 16K on trn2:
 # one or two blocks in flight left the load, the passes and the store in turn, 48-70% of the
-# DMA bound; in pieces 83-92%)
+# DMA bound; in pieces 83-97%); a length not a multiple of 128 then goes with a remainder
+# column (`softmax_ragged`: fp32 rows of 8000 45% -> 90%)
 PACKED_BUFS = 3
 
 
@@ -113,7 +114,7 @@ def lower_softmax(
     if lay is not None:
         lower_softmax_pieces(b, cfg, x, out, lay, log, room, share)
         return
-    if bufs < 1 or d > vmax:  # not a multiple of 128: a row a unit, a remainder column
+    if bufs < 1 or d > vmax or long:  # long, not a multiple of 128: with a remainder column
         rag = ragged_layout(d, max(1, PIECE_BYTES // tx.dtype.itemsize), cfg.core.sbuf.partitions)
         lower_softmax_ragged(b, cfg, x, out, rag, log, room_for(cfg, tx), share)
         return
