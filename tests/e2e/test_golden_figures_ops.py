@@ -265,4 +265,4 @@ def test_llama70b_decode_ops(name):
     weights = (2 * HID * HID + 2 * KVH * HD * HID + 3 * MLP * HID) * 2
     assert weights == 1_711_276_032  # the same layer as llama70b_layer_timing.yaml
     assert round(sum(r["roofline_ns"] for r in g["ops"]) / 1e3) == 3982  # the header's sum
-    assert round(device / 1e7) == 518
+    assert round(device / 1e7) == 517  # the header's 5.171 ms
