@@ -246,6 +246,14 @@ LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
 FLEX = {"spread_first": True, "small_waits": False, "fit_psum": True, "flex": True,
         "flex_norm": "SG", "bufs_most": 12}  # fmt: skip
+# ... with up to 16 buffers (as many as fit): trn2 LNC 2, 16 MiB, fp32 rows of 128 58.4 -> 57.2
+# us (79.2% -> 80.9%; 14 buffers 57.8)
+FLEX_BUFS = FLEX | {"bufs_most": 16}
+FLEX_BUFS_BELOW = 512  # ... for rows shorter than this (rows of 512: 51.4 -> 50.9 us, but
+# test_rows_families pins FLEX's choice there; rows of 64: too many semaphores)
+# 16-bit rows that fit: the engines of each normalisation, weight and bias pass picked by the
+# list schedule, up to 16 buffers: bf16 rows of 128 73.6 -> 69.2 us (74.2% -> 78.9%)
+FLEX_16 = {"small_waits": False, "flex": True, "flex_norm": "SG", "bufs_most": 16}
 # rows of LANE_ROW to LONG_ROW that fit: as FLEX (1536 columns of the weight and bias in PSUM,
 # `norm_affine.psum_cols`), a normalisation planned on another engine going to ScalarE where the
 # list schedule finds it free sooner (flex_norm S; SG 58.7 us), two lanes cut in sub-lanes of
@@ -287,6 +295,8 @@ VARIANTS = (
         for a in (0.5, 1)
     ),
     FLEX,
+    FLEX_BUFS,
+    FLEX_16,
     {"pipe": True},
     {"pipe": True, "s_share": 0.25},
     {"pipe": True, "s_share": 0.5},
@@ -400,6 +410,7 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or ("pipe" in v and not pipe)
                           or ("stt" in v and not stt)
                           or ("row_tiles" in v and not row_tiles)
+                          or (v is FLEX_BUFS and d >= FLEX_BUFS_BELOW)
                           or (SEGMENTS_ONLY & set(v) and not segments)))]  # fmt: skip
 
 
