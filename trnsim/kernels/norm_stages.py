@@ -63,6 +63,7 @@ class NormStages:
         self.small_after = True  # ... and as reading what the step before wrote (VectorE's
         # commit latency; the list schedule may put another block's work between them)
         self.pe_pieces = False  # TensorE may add the bias of rows in pieces (not in segments)
+        self.in_pieces = False  # rows that fit a partition lowered in pieces all the same
         self.pe_fp32 = False  # ... an fp32 bias of rows that fit (its two fp32 matmuls take
         # TensorE 8 cycles an element; a 16-bit one always may)
         self.weight = self.bias = None

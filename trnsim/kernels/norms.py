@@ -241,6 +241,31 @@ STT_TSUMS = STT_STD | {"tsums": True, "c_share": 0.5, "c_min": 0.5, "pe_tiles": 
 # fp32 rows of 256K 68.8 -> 61.4 us (without the lanes 63.8, without the descent 66.2)
 ROW_TILES = {"row_tiles": True, "small_waits": False, "flex": True, "flex_norm": "SG",
              "psum_combine": True, "search": 300, "piece_lanes": 2}  # fmt: skip
+# fp32 rows in pieces, their weight and bias in PSUM for VectorE (`psum_affine`, VARIANTS' doc)
+PSUM_PIECES = tuple(
+    {
+        "psum_affine": True,
+        "flex": True,
+        "flex_norm": "SG",
+        "piece_big": True,
+        "piece_bufs": bufs,
+        "small_waits": False,
+        "small_after": a,
+        "dma_parts": True,
+        "psum_combine": True,
+    }
+    for bufs in (9, 10, 11)
+    for a in (0.5, 1)
+)
+# rows of LONG_ROW or more that fit a partition but are many (more than the chip's LNC's
+# partitions: `_lower` would give each a partition, with SBUF nearly full and few buffers)
+# lowered in pieces all the same (`in_pieces`), as rows of 64K are: trn2 LNC 2, 16 MiB, bf16 rows
+# of 16384 with TensorE's bias 112.7 -> 70.7 us (41% -> 66%; STT_LANES_SEARCH), fp32 rows of
+# 8192 with their weight and bias in PSUM (10 buffers; the other PSUM_PIECES, estimated sooner,
+# ran 58.4 to 59.8 us) 89.8 -> 57.7 us (52% -> 80%, REPEAT_ROWS)
+FIT_PIECES = tuple(
+    v | {"in_pieces": True} for v in (PSUM_PIECES[2], STT, STT_LANES, STT_LANES_SEARCH, STT_TSUMS)
+)
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -279,21 +304,7 @@ VARIANTS = (
     {"spread_first": True, "small_waits": False},
     {"pe_fp32": True, "spread_first": True},
     {"pe_fp32": True, "small_waits": False, "spread_first": True},
-    *(
-        {
-            "psum_affine": True,
-            "flex": True,
-            "flex_norm": "SG",
-            "piece_big": True,
-            "piece_bufs": bufs,
-            "small_waits": False,
-            "small_after": a,
-            "dma_parts": True,
-            "psum_combine": True,
-        }
-        for bufs in (9, 10, 11)
-        for a in (0.5, 1)
-    ),
+    *PSUM_PIECES,
     FLEX,
     FLEX_BUFS,
     FLEX_16,
@@ -315,6 +326,7 @@ VARIANTS = (
     STT_LANES_SEARCH,
     STT_TSUMS,
     ROW_TILES,
+    *FIT_PIECES,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
@@ -326,7 +338,9 @@ PSUM_AFFINE_BYTES = 8192  # fp32 weight and bias of rows in pieces kept in PSUM 
 # tensor_tensors (N cycles an element with one input in PSUM, not 2N) when a partition's pieces
 # of them take this much at most (4 of its 8 banks; `row_pieces.Groups` has its small tiles in
 # the others)
-REPEAT_ROWS = 4  # `psum_affine`: rows a tile up to which the weight and bias load once
+REPEAT_ROWS = 16  # `psum_affine`: rows a tile up to which the weight and bias load once (fp32
+# rows of 8192 in pieces, 16 a tile, loaded 16 times with 4 here: trn2 LNC 2, 16 MiB, 99.3 ->
+# 57.7 us, FIT_PIECES; of 16384, 8 a tile, 75.3 -> 56.8 us, 62% -> 82%)
 TRIAL_BYTES = 2 << 20  # layer_norms of x this large try the VARIANTS
 CHOSEN_MOST = 256  # the choices kept (`_variant`), by shapes
 _CHOSEN: dict = {}
@@ -398,6 +412,10 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
         return [0]
     segments = not fits and lay is not None and lay.t > 1  # rows in segments
     row_tiles = not fits and lay is not None and lay.t == 1 and lay.g == 1  # a tile a row
+    # (rows that fit but are many, more than the chip's LNC's partitions: also in pieces,
+    # `in_pieces`; the same choices at any LNC, as `_variant`'s)
+    rows = math.prod(tx.shape[:-1])
+    many = fits and d >= LONG_ROW and rows > cfg.core.sbuf.partitions * max(1, cfg.lnc)
     # (`stt`: bf16 x and weight in pieces, not segments; TensorE's bias)
     stt = (pe and weight is not None and lay is not None and lay.t == 1
            and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
@@ -411,7 +429,8 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or ("stt" in v and not stt)
                           or ("row_tiles" in v and not row_tiles)
                           or (v is FLEX_BUFS and d >= FLEX_BUFS_BELOW)
-                          or (SEGMENTS_ONLY & set(v) and not segments)))]  # fmt: skip
+                          or (SEGMENTS_ONLY & set(v) and not segments)))
+            and not ("in_pieces" in v and not many)]  # fmt: skip
 
 
 def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, variant) -> float:
@@ -424,7 +443,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     rows = share[1] - share[0]
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v, _ in affine)
     few = cfg.core.sbuf.partitions * (RMS_PIECE_BLOCKS if op == "rms_norm" else 1)
-    if not norm_rows(cfg, tx, to, affine_bytes) or (rows <= few and d >= PIECE_ROWS):
+    if not norm_rows(cfg, tx, to, affine_bytes) or d >= PIECE_ROWS and (
+            rows <= few or variant.get("in_pieces")):  # fmt: skip
         lay = _piece_layout(cfg, tx, d)
         if lay is not None:
             if op == "rms_norm" and lay.t == 1:
