@@ -145,6 +145,9 @@ SEG_SHARE = 0.6  # what a row in segments' buffers (and the weight and bias) may
 # finished as its weight and bias arrive, the engines of each pass picked by the list schedule
 # (`rows_first`, `_emit_rows_first`): fp32 rows of 2^20 67.9% -> 82.3% (85.2 -> 70.3 us)
 ROWS_FIRST = {"rows_first": True, "small_waits": False, "flex": True}
+# ... the rows' statistics read from PSUM, a descent of 300 schedules over the engines: trn2
+# LNC 2, 16 MiB, fp32 rows of 512K 67.2 -> 63.9 us (77.4% -> 81.5%; without the descent 65.1)
+ROWS_FIRST_SEARCH = ROWS_FIRST | {"psum_combine": True, "search": 300}
 # rows in segments: the weight and bias loaded behind the second row rather than the first
 # (`spread_at`), the engines the list schedule's pick: bf16 rows of 2^20 69.2% -> 74.8% (75.3
 # -> 69.6 us; TensorE adds the bias)
@@ -318,6 +321,7 @@ VARIANTS = (
     {"pipe": True, "pe_rstd": True, "s_share": 0.25},
     LONG_FLEX,
     ROWS_FIRST,
+    ROWS_FIRST_SEARCH,
     SPREAD_LATER,
     SEG_AFFINE,
     SEG_SUMS,
