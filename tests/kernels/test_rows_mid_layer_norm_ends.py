@@ -12,12 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.kernels.helpers import checked_layer_norm
 from tests.kernels.test_rows_families import case, reached
-from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
-from trnsim.runtime.session import run_program
-from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+from trnsim.trace.program import TensorSpec
 
 REACHED = {("float32", 128): 0.8, ("float32", 262144): 0.8, ("float32", 524288): 0.8,
            ("bfloat16", 128): 0.785, ("bfloat16", 524288): 0.735}  # fmt: skip
@@ -44,16 +43,9 @@ def test_row_ends_check(dt, shape, only, monkeypatch):
         monkeypatch.setattr(norms, "VARIANTS", [getattr(norms, only)])
         monkeypatch.setattr(norms, "_CHOSEN", {})
     t = dtype(dt)
-    specs = {"x": TensorSpec("x", shape, t, "normal"), "w": TensorSpec("w", shape[-1:], t,
-             "normal"), "b": TensorSpec("b", shape[-1:], t, "normal"),
-             "out": TensorSpec("out", shape, t, None)}  # fmt: skip
-    args = {"x": "x", "out": "out", "weight": "w", "bias": "b"}
-    outs = []
-    for lnc in (1, 2):
-        prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
-                       {"k": KernelSpec("k", ops=[OpSpec("layer_norm", args, 1)])},
-                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-        r = run_program(prog, load_chip("trn2"), "functional", check=True)
-        assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
-        outs.append(r.tensor("out"))
+    specs = {
+        n: TensorSpec(n, s, t, None if n == "out" else "normal")
+        for n, s in (("x", shape), ("w", shape[-1:]), ("b", shape[-1:]), ("out", shape))
+    }
+    outs = [checked_layer_norm(specs, lnc) for lnc in (1, 2)]
     np.testing.assert_array_equal(outs[0], outs[1])
