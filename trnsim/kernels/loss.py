@@ -82,7 +82,8 @@ def lower_loss(
         lay = piece_layout(c_, ti.dtype.itemsize, rows[1] - rows[0], L.P)
     if op == "cross_entropy" and (lay is not None or c_ * ti.dtype.itemsize <= ROW_BYTES):
         col = lower_cross_entropy_rows(b, cfg, L.r, inp, target, rows, reduction, lay)
-    elif op == "cross_entropy" and c_ % L.P:  # in pieces with a remainder column
+    elif op == "cross_entropy":  # in pieces with a remainder column (not a multiple of 128,
+        # or its even segments too narrow: `row_pieces.layout`)
         col = lower_cross_entropy_ragged(b, cfg, L.r, inp, target, rows, reduction)
     else:
         items = []

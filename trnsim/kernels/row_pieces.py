@@ -67,10 +67,13 @@ class PieceLayout:
 
 def layout(d: int, most: int, partitions: int = 128) -> PieceLayout | None:
     """How rows of d elements go in pieces of at most `most` elements (a tile's share of a
-    partition), or None when d is not a multiple of `partitions` (not lowered yet): k the fewest
-    pieces (a power of two, up to `partitions`) that fit, so a tile holds as many rows as it
-    can; a row longer than `partitions` pieces of `most` in t segments (t the fewest that
-    divide it evenly)."""
+    partition), or None when d is not a multiple of `partitions`, or when its even segments
+    would be narrow (the callers then take the remainder-column layout, `ragged`, whose
+    segments need not be even): k the fewest pieces (a power of two, up to `partitions`) that
+    fit, so a tile holds as many rows as it can; a row longer than `partitions` pieces of
+    `most` in t segments (t the fewest that divide it evenly), each at least half of `most`
+    wide (rows of 128 x 1187 fp32, 1187 prime, went in 1187 segments of one element a
+    partition: 150x the time of the rows of 128 x 1002 next to them)."""
     if d % partitions:
         return None
     m = d // partitions  # a partition's elements when a row fills them all
@@ -80,6 +83,8 @@ def layout(d: int, most: int, partitions: int = 128) -> PieceLayout | None:
             k *= 2
         return PieceLayout(d, d // k, k, partitions // k, 1)
     t = next(t for t in range(2, m + 1) if m % t == 0 and m // t <= most)
+    if 2 * (m // t) < most:
+        return None
     return PieceLayout(d, m // t, partitions * t, 1, t)
 
 
