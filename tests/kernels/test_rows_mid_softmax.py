@@ -1,6 +1,7 @@
 """softmax and log_softmax over rows of 8K and 16K (issue 26; the hidden sizes of Llama-2/3-70B
-and larger): rows whose packed plan holds fewer than `softmax.PACKED_BUFS` blocks in SBUF's
-BUFFER_SHARE go in pieces over the partitions (`softmax_pieces`). Packed, one or two blocks in
+and larger): rows of `softmax.PIECE_ROWS` or more go in pieces over the partitions
+(`softmax_pieces`; before, only those whose packed plan held fewer than three blocks in SBUF's
+BUFFER_SHARE, or fewer rows than partitions). Packed, one or two blocks in
 flight left the load, the passes and the store in turn: fp32 rows of 8K and 16K reached 70%
 and 48% of their bound, bf16 rows of 16K 70% (trn2, LNC 2, 16 MiB); in pieces 83-92%. Each
 within 80% of the larger of its DMA and engine bounds (`test_rows_families.reached`), and

@@ -180,10 +180,11 @@ class Groups:
         self.b.emit(Matmul, [st, part], [ps], stationary=st, moving=part, dst=ps)
         return ps
 
-    def maxes(self, part, p: int, c: int, dst, alu: str = "max"):
+    def maxes(self, part, p: int, c: int, dst, alu: str = "max", negated: bool = False):
         """dst ([p, c], SBUF) = each partition's row's max (or min) of `part` ([p, c], SBUF,
         fp32): turned into PSUM [c, rows, k], reduced over k, turned back ([rows, c]) and
-        spread over each row's partitions by E."""
+        spread over each row's partitions by E; `negated`: -max, by the copy out of PSUM
+        (softmax's bias, one instruction fewer in its chain)."""
         b, k, rows = self.b, self.kk, p // self.kk
         tp = self._ps((c, self.g, k))
         t = ap(tp, slice(0, c), slice(0, rows), slice(None))
@@ -199,7 +200,11 @@ class Groups:
         spread = ap(self._ps((self.P, c)), slice(0, p), slice(0, c))
         e = ap(self.e, slice(0, rows), slice(0, p))
         b.emit(Matmul, [e, mt], [spread], stationary=e, moving=mt, dst=spread)
-        b.emit(TensorCopy, [spread], [dst], src=spread, dst=dst)
+        if negated:
+            b.emit(TensorScalar, [spread], [dst], src=spread, dst=dst, op0="multiply",
+                   operand0=-1.0)  # fmt: skip
+        else:
+            b.emit(TensorCopy, [spread], [dst], src=spread, dst=dst)
 
     def firsts(self, col, p: int):
         """PSUM [p, 1]: each partition's row's value of `col` ([p, 1], fp32) on the row's

@@ -63,13 +63,12 @@ E_SLOTS = 3  # scratch blocks of exp's values (written in stage 2, read in stage
 SHORT_SHARE = 0.45  # their buffers' share of SBUF (with the scratch: 8 blocks of fp32 rows)
 PIECE_BYTES = 8192  # a piece tile's bytes a partition (1 MiB tiles: many, so loads overlap)
 PIECE_SHARE = 0.45  # what piece tiles may take (a row of 2^20 fp32 and the next one)
-PIECE_ROWS = 2048  # rows this long go in pieces (`softmax_pieces`) when a core has fewer rows
-# than partitions (a row a partition would leave partitions idle), or when BUFFER_SHARE holds
-# fewer than PACKED_BUFS of them a partition (fp32 rows of 8K and 16K, bf16 of 16K on trn2:
-# one or two blocks in flight left the load, the passes and the store in turn, 48-70% of the
-# DMA bound; in pieces 83-97%); a length not a multiple of 128 then goes with a remainder
-# column (`softmax_ragged`: fp32 rows of 8000 45% -> 90%)
-PACKED_BUFS = 3
+PIECE_ROWS = 1024  # rows this long go in pieces (`softmax_pieces`; a row a partition, k = 1,
+# for rows up to a tile's share), whatever their count: its three stages under the list
+# schedule keep every engine busy where the packed plan's blocks, few in flight, left the load,
+# the passes and the store in turn (trn2 LNC 2, 16 MiB: fp32 rows of 4544 and 5120 71% and
+# 65% -> 93%, bf16 of 10240 64% -> 86%; rows of 2048 to 8K packed 82-96%, in pieces 86-98%);
+# a length not a multiple of 128 goes with a remainder column (`softmax_ragged`)
 
 
 def _pieces(cfg: ChipConfig, tx, d: int):
@@ -105,11 +104,7 @@ def lower_softmax(
     bufs = min(BUFS, budget // per_row)
     vmax = cfg.core.vector.dve_max_free_elements
     share = core_share(b, cfg, tx)  # rows that do not fit: split evenly (isolated)
-    rows = share[1] - share[0]
-    few = rows < cfg.core.sbuf.partitions or min(budget, int(sbuf * BUFFER_SHARE)) < (
-        PACKED_BUFS * per_row
-    )  # a row a partition would leave partitions idle, or too few blocks in flight
-    long = bufs < 1 or d > vmax or (few and d >= PIECE_ROWS)
+    long = bufs < 1 or d > vmax or d >= PIECE_ROWS
     lay, room = _pieces(cfg, tx, d) if long else (None, 0)
     if lay is not None:
         lower_softmax_pieces(b, cfg, x, out, lay, log, room, share)

@@ -33,6 +33,7 @@ from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.reduce import _unravel
 from trnsim.kernels.row_pieces import Groups, PieceLayout
+from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["lower_softmax_pieces", "staged"]
 
@@ -57,12 +58,18 @@ def lower_softmax_pieces(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, la
 
 def staged(k: _Pieces, groups: list) -> None:
     """The groups' three stages, a group apart: load and max (VectorE), exp (ScalarE), the
-    rest; each engine's queue then holds work of different groups, none waiting on another's."""
+    rest; each engine's queue then holds work of different groups, none waiting on another's.
+    Emitted in the list schedule's order (`schedule.Scheduled`, the transfers sharing the DMA
+    engines as the chip's do): a group's chain of small steps (its row max and sum over the
+    partitions on TensorE, VectorE, ScalarE and GpSimd in turn) then no longer holds each
+    engine's queue in turn while the next group's bulk passes wait behind it (bf16 rows of
+    12288, trn2 LNC 2, 16 MiB: 64.1 -> 54.1 us)."""
     skew = max(0, min(2, k.bufs - 2))
-    for n in range(len(groups) + skew):
-        for stage, late in ((k.first, 0), (k.mid, min(1, skew)), (k.second, skew)):
-            if 0 <= n - late < len(groups) and (late or n < len(groups)):
-                stage(n - late, *groups[n - late])
+    with Scheduled(k.b, k.cfg, shared_dma=True, fluid=True):
+        for n in range(len(groups) + skew):
+            for stage, late in ((k.first, 0), (k.mid, min(1, skew)), (k.second, skew)):
+                if 0 <= n - late < len(groups) and (late or n < len(groups)):
+                    stage(n - late, *groups[n - late])
     k.groups.done()
 
 
@@ -166,38 +173,46 @@ class _Pieces:
             b.emit(TensorReduce, [c], [sp], alu="add", src=c, dst=sp)
         else:
             mp, sp = m, z
-        big, nbig = self.col("M", n, p), self.col("nM", n, p)  # the row's max M, -M
-        self.groups.maxes(mp, p, 1, big)
-        b.emit(TensorScalar, [big], [nbig], src=big, dst=nbig, op0="multiply", operand0=-1.0,
-               engine=G)  # fmt: skip
-        c = self.col("c", n, p)  # exp(M_p - M), times S_p, summed over the row
-        b.emit(Activation, [mp, nbig], [c], func="exp", src=mp, dst=c, bias=nbig)
-        b.emit(TensorTensor, [c, sp], [c], alu="multiply", src0=c, src1=sp, dst=c, engine=G)
-        total = self.groups.sums(c, p)
+        if self.lay.k == 1:  # a row a partition: its max and sum are the partition's
+            nbig, total = self.col("nm0.", n, p), sp
+        else:
+            nbig = self.col("nM", n, p)  # the row's max M, negated
+            self.groups.maxes(mp, p, 1, nbig, negated=True)
+            c = self.col("c", n, p)  # exp(M_p - M), times S_p, summed over the row
+            b.emit(Activation, [mp, nbig], [c], func="exp", src=mp, dst=c, bias=nbig)
+            b.emit(TensorTensor, [c, sp], [c], alu="multiply", src0=c, src1=sp, dst=c, engine=G)
+            total = self.groups.sums(c, p)
         if self.log or not self.resident:  # bias -(M + log S): x + bias, or exp(x + bias)
             ls, bias = self.col("ls", n, p), self.col("bias", n, p)
             b.emit(Activation, [total], [ls], func="log", src=total, dst=ls)
             b.emit(TensorTensor, [nbig, ls], [bias], alu="subtract", src0=nbig, src1=ls,
-                   dst=bias)  # fmt: skip
+                   dst=bias, engine=G)  # fmt: skip
             for s in range(t):
                 xa = self.xtile(n, s, p) if self.resident else self.load(n, s, index, p)
                 o = self.out_tile(n, s, xa, p)
                 if self.log:
-                    b.emit(TensorScalar, [xa, bias], [o], src=xa, dst=o, op0="add",
-                           operand0=bias, engine=self.scale)  # fmt: skip
+                    self.scaled(xa, o, "add", bias)
                 else:
                     b.emit(Activation, [xa, bias], [o], func="exp", src=xa, dst=o, bias=bias)
                 self.store(o, index, s)
             return
         f = self.col("f", n, p, t)  # exp(m - M) / S per segment
-        b.emit(Activation, [m, nbig], [f], func="exp", src=m, dst=f, bias=nbig)
-        b.emit(TensorScalar, [f, total], [f], src=f, dst=f, op0="divide", operand0=total)
+        if self.lay.k == 1:  # 1 / S
+            b.emit(TensorScalar, [total], [f], src=total, dst=f, op0="divide", operand0=1.0,
+                   reverse0=True, engine=G)  # fmt: skip
+        else:
+            b.emit(Activation, [m, nbig], [f], func="exp", src=m, dst=f, bias=nbig)
+            b.emit(TensorScalar, [f, total], [f], src=f, dst=f, op0="divide", operand0=total)
         for s in range(t):
             xa, fs = self.xtile(n, s, p), ap(f.name, slice(0, p), slice(s, s + 1))
             o = self.out_tile(n, s, xa, p)  # (holding the exp: `exps`)
-            b.emit(TensorScalar, [o, fs], [o], src=o, dst=o, op0="multiply", operand0=fs,
-                   engine=self.scale)  # fmt: skip
+            self.scaled(o, o, "multiply", fs)
             self.store(o, index, s)
+
+    def scaled(self, src, dst, op: str, c) -> None:
+        """dst = src op c (a per-partition column), on `scale`'s engine."""
+        self.b.emit(TensorScalar, [src, c], [dst], src=src, dst=dst, op0=op, operand0=c,
+                    engine=self.scale)  # fmt: skip
 
     def out_tile(self, n: int, s: int, xa, p: int):
         if self.odt == self.xdt:
