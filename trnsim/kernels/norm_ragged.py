@@ -59,8 +59,10 @@ LAG = (1, 2)  # the row statistics' and the output's stages emitted this many un
 
 
 def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, weight,
-                      bias, eps: float, rows: tuple[int, int]) -> None:  # fmt: skip
-    """out = layer_norm or rms_norm of this core's flattened rows [lo, hi) (module doc)."""
+                      bias, eps: float, rows: tuple[int, int],
+                      bufs_most: int = BUFS) -> None:  # fmt: skip
+    """out = layer_norm or rms_norm of this core's flattened rows [lo, hi) (module doc), up to
+    `bufs_most` units resident."""
     tx, to = b.tensors[x], b.tensors[out]
     d, P = tx.shape[-1], cfg.core.sbuf.partitions
     rag = ragged_layout(d, max(1, PIECE_BYTES // tx.dtype.itemsize), P)
@@ -68,7 +70,7 @@ def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: s
     affine = sum(b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)
     per = width * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - width * affine
-    bufs = min(BUFS, room // per)
+    bufs = min(bufs_most, room // per)
     if bufs < 1:
         most = int(cfg.core.sbuf.partition_bytes * SHARE)
         raise TraceError(

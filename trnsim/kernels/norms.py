@@ -43,7 +43,8 @@ one `scalar_tensor_tensor`, and TensorE's stationary diag(rstd) in place of the 
 choices of the lane's engines (a share of the blocks each, `NormStages.at`), so that a pass one
 engine would take whole (rms_norm's weight on GpSimd, two cycles an element) is shared. Blocks
 rotate through up to BUFS buffers within BUFFER_SHARE of SBUF. rms_norm's rows of
-`rms_short.SHORT_ROW` or fewer go to `rms_short` (three stages, whole-block passes).
+`rms_short.SHORT_ROW` or fewer go to `rms_short` (three stages, whole-block passes); its rows of
+PIECE_ROWS or more that fit go in pieces where the estimate says so (`rms_plan`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import lower_norm_ragged
 from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP, NormStages
 from trnsim.kernels.queues import Queues
+from trnsim.kernels.rms_plan import RAGGED_BUFS, rms_variant
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
 from trnsim.kernels.row_pieces import Groups
 from trnsim.kernels.row_pieces import layout as pieces_layout
@@ -364,7 +366,19 @@ def lower_norm(
                 f"{op}: {k} {v} has shape {list(b.tensors[v].shape)}; expected [{d}] (x's last dim)"
             )
     args = (cfg, op, x, out, weight, bias, eps)
-    _lower(b, *args, _variant(b, *args))
+    _lower(b, *args, _rms_variant(b, *args) if op == "rms_norm" else _variant(b, *args))
+
+
+def _rms_variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -> dict:
+    """rms_norm's rows of PIECE_ROWS or more that fit a partition, TRIAL_BYTES of x or more: in
+    pieces or a row a partition, as the estimate says (`rms_plan`)."""
+    tx, to = b.tensors[x], b.tensors[out]
+    affine = b.tensors[weight].dtype.itemsize if weight is not None else 0
+    if (tx.shape[-1] < PIECE_ROWS or not norm_rows(cfg, tx, to, affine)
+            or math.prod(tx.shape) * tx.dtype.itemsize < TRIAL_BYTES):  # fmt: skip
+        return {}
+    return rms_variant(b, cfg, x, out, weight,
+                       lambda tb, v: _lower(tb, cfg, op, x, out, weight, bias, eps, v))  # fmt: skip
 
 
 def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -> dict:
@@ -455,8 +469,11 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
                 variant = RMS_PIECES | variant
             return _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay, share,
                                  variant)  # fmt: skip
-        if not norm_rows(cfg, tx, to, affine_bytes):  # (not a multiple of 128: `norm_ragged`)
-            lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share)
+        rms = op == "rms_norm"  # (rms_norm's rows that fit too, as `rms_plan` chose)
+        if not norm_rows(cfg, tx, to, affine_bytes) or rms and variant.get("in_pieces"):
+            # (not a multiple of 128: `norm_ragged`)
+            lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share,
+                              *((RAGGED_BUFS,) if rms else ()))  # fmt: skip
             return 0.0
     if op == "rms_norm" and d <= SHORT_ROW:
         lower_rms_short(b, cfg, x, out, weight, float(eps), share)

@@ -92,11 +92,15 @@ class Scheduled:
             self.choices.append([rec[-1], *choices])
             self.groups.append(group)
 
+        self.outer = self.b.__dict__.get("emit")  # (an enclosing Scheduled's: it then records
+        # this one's order, so a trial may estimate a lowering that schedules its own)
         self.b.emit = record  # an attribute of the instance hides the class's method
         return self
 
     def __exit__(self, kind, value, tb) -> None:
         del self.b.emit
+        if self.outer is not None:
+            self.b.emit = self.outer
         if kind is not None or not self.recorded:
             return
         g = _Graph(self.b, self.cfg, self.recorded, self.shared_dma, self.choices, self.groups,

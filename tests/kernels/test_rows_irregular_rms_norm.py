@@ -1,0 +1,75 @@
+"""rms_norm at row lengths of real models that are not powers of two (issue 26), 1000 elements
+and more: rows that fit a partition but are few blocks a core (fp32 5120, 6144; bf16 10240 to
+20000) go in pieces, or with a remainder column, where the estimate says so (`rms_plan`), and
+rows with a remainder column (`norm_ragged`) keep RAGGED_BUFS units resident: each within 80%
+of its bound (they reached 47% to 79%); --check holds on those paths at LNC 1 and 2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.kernels.test_rows_families import case, reached
+from trnsim.config import load_chip
+from trnsim.dtypes import dtype
+from trnsim.kernels import norms
+from trnsim.kernels.builder import KernelBuilder
+from trnsim.kernels.rms_plan import IN_PIECES
+from trnsim.runtime.session import run_program
+from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+
+LENGTHS = (
+    ("float32", 5120),  # Llama-2-13B's hidden size: 70.9% before
+    ("float32", 6144),
+    ("float32", 20000),
+    ("float32", 100000),
+    ("bfloat16", 10240),
+    ("bfloat16", 12288),
+    ("bfloat16", 14336),  # Llama-3-70B's FFN width: 56.1% before
+    ("bfloat16", 20000),
+    ("bfloat16", 50257),
+    ("bfloat16", 100000),
+)
+
+
+@pytest.mark.parametrize("dt,d", LENGTHS)
+def test_rms_norm_irregular_rows_reach_80_percent_of_their_bound(dt, d):
+    got, row, engines = reached(*case("rms_norm", d, dt), "rms_norm", dt, d)
+    assert got >= 0.8, (row["time_ns"], row["roofline_ns"], engines)
+
+
+# fp32 [640, 5120] (rows that fit, in pieces: 13 MiB, above `norms.TRIAL_BYTES`) and bf16
+# [300, 20000] (rows that fit, with a remainder column, `norm_ragged`)
+CHECKS = (("float32", (640, 5120)), ("bfloat16", (300, 20000)))
+
+
+@pytest.mark.parametrize("dt,shape", CHECKS)
+def test_rms_norm_irregular_rows_go_in_pieces(dt, shape):
+    """The estimate puts CHECKS' rows in pieces (the paths the check below runs)."""
+    t, d = dtype(dt), shape[-1]
+    b = KernelBuilder({"x": TensorSpec("x", shape, t, None), "w": TensorSpec("w", (d,), t, None),
+                       "out": TensorSpec("out", shape, t, None)})  # fmt: skip
+    got = norms._rms_variant(b, load_chip("trn2"), "rms_norm", "x", "out", "w", None, 1e-5)
+    assert got == IN_PIECES
+
+
+@pytest.mark.parametrize("dt,shape", CHECKS)
+def test_rms_norm_irregular_rows_check(dt, shape):
+    """--check holds at LNC 1 (a core's rows all) and 2, on the plan `rms_plan` chose, with the
+    same values."""
+    t, d = dtype(dt), shape[-1]
+    specs = {"x": TensorSpec("x", shape, t, "normal"), "w": TensorSpec("w", (d,), t, "normal"),
+             "out": TensorSpec("out", shape, t, None)}  # fmt: skip
+    args = {"x": "x", "out": "out", "weight": "w", "eps": 1e-5}
+    outs = []
+    for lnc in (1, 2):
+        prog = Program("irr", "trn2", 0, "functional", lnc, [], specs,
+                       {"k": KernelSpec("k", ops=[OpSpec("rms_norm", args, 1)])},
+                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+        r = run_program(prog, load_chip("trn2"), "functional", check=True)
+        assert r.summary["check"] and all(c["ok"] for c in r.summary["check"].values()), (
+            lnc,
+            r.summary["check"],
+        )
+        outs.append(r.tensor("out"))
+    np.testing.assert_array_equal(outs[0], outs[1])
