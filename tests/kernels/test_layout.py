@@ -77,7 +77,31 @@ def test_few_small_items_longer_than_a_block_s_free_size_go_as_one_block():
     assert flat_walk((3, 5), 0, 15, 128, 1) == [((slice(0, 3),), 15, 1)]
     # 10 items of 2500 (more than F = 2048): one [125, 200] block, not 20 of [10, 1250]
     assert flat_walk((10, 2500), 0, 25000, 128, 2048) == [((slice(0, 10),), 125, 200)]
-    # no p x f = n with p <= 128, f <= F: one to a partition, as before
+    # no p x f = n with p <= 128, f <= F: the items walked together (`layout._across`), a
+    # piece of 64 elements of each item, [128, 2], then the rest of each, [6, 1] (they were
+    # 66 blocks of [2, 2], one item to a partition)
     assert flat_walk((2, 131), 0, 262, 128, 2) == [
-        ((slice(0, 2), slice(i, min(i + 2, 131))), 2, min(2, 131 - i)) for i in range(0, 131, 2)
+        ((slice(0, 2), slice(0, 128)), 128, 2),
+        ((slice(0, 2), slice(128, 131)), 6, 1),
     ]
+
+
+@pytest.mark.parametrize(
+    "dims,blocks",
+    [
+        # 63 items of [4095, 4] (a core's share of [127, 4095, 1, 4] bf16): 4 blocks on all
+        # partitions, not 8 of [63, 2048] (half the DMA engines: 48% of the DMA bound at LNC 2)
+        ((63, 4095, 4), [(128, 2016)] * 3 + [(126, 2046)]),
+        # 77 rows of 50257 (the rest of [333, 50257] after 256 rows one to a partition): 17
+        # blocks, not 77 of [128, 392] and 77 of [81, 1]
+        ((77, 50257), [(128, 1925)] * 15 + [(128, 1309), (99, 63)]),
+    ],
+)
+def test_few_large_items_are_walked_together_on_all_partitions(dims, blocks):
+    data = np.arange(math.prod(dims)).reshape(dims)
+    got = flat_walk(dims, 0, data.size, 128, 2048)
+    assert sorted((p, f) for _, p, f in got) == sorted(blocks)
+    assert all(np.asarray(data[ix]).size == p * f for ix, p, f in got)
+    assert sorted(v for ix, _, _ in got for v in data[ix].reshape(-1).tolist()) == list(
+        range(data.size)
+    )

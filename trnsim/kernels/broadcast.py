@@ -34,6 +34,7 @@ import numpy as np
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.isa import (
+    AffineSelect,
     Ap,
     DmaCopy,
     Engine,
@@ -46,7 +47,7 @@ from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import flat_ranges, flat_walk, row_blocks
 from trnsim.kernels.queues import Queues, Stream
-from trnsim.kernels.spread import G, Spread, V
+from trnsim.kernels.spread import G, S, Spread, V
 
 __all__ = ["spread_rows", "spread", "lower_broadcast"]
 
@@ -67,19 +68,31 @@ def spread_rows(b: KernelBuilder, cfg: ChipConfig, name: str, d: int) -> str:
 
 def spread(
     b: KernelBuilder, cfg: ChipConfig, srcs: list[tuple[Ap, int]], dt, base: str,
-    repeat: int = 1, tile: str | None = None, queue: int | None = None,
+    repeat: int = 1, tile: str | None = None, queue: int | None = None, slot: int | None = None,
+    sp: Spread | None = None,
 ) -> str:  # fmt: skip
     """A [128, repeat x d] tile (`tile`, or a new one named after `base`) holding on every
     partition the d elements that `srcs` (operands and their element counts) select, in
     order, `repeat` times along the free dim: loaded into one partition (on `queue`, by
     default the first load queue), spread by TensorE (a ones column times the row, K = 1) in
-    PSUM banks, copied out, then doubled along the free dim by copies."""
+    PSUM banks, copied out, then doubled along the free dim by copies. With a `slot` (an op
+    spreading many pieces of a row in turn) the one-partition row is that slot's scratch tile
+    and the ones column one set once, not new tiles each call (a row of 83886 fp32 in 47
+    pieces took 47 of each: more than SBUF). With `sp` the copies out of PSUM go to the
+    engine that finishes them first (VectorE, else: a row over one row block of [300, 27962]
+    bf16 copied as much on VectorE as it computed, 57% of the DMA bound)."""
     P, f32 = cfg.core.sbuf.partitions, dtype("float32")
     d = sum(n for _, n in srcs)
-    row = b.tile("row", "sbuf", (1, d), dt)
-    ones = b.tile("ones", "sbuf", (1, P), dt)
+    if slot is None:
+        row, ones = b.tile("row", "sbuf", (1, d), dt), b.tile("ones", "sbuf", (1, P), dt)
+        fresh = True
+    else:
+        row = b.scratch_tile(f"spread.row{slot}", "row", (1, d), dt)
+        fresh = f"spread.ones:{dt.name}:{(1, P)}" not in b.scratch
+        ones = b.scratch_tile("spread.ones", "ones", (1, P), dt)
     out = tile or b.tile(base, "sbuf", (P, repeat * d), dt)
-    b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
+    if fresh:
+        b.emit(Memset, [], [ap(ones)], dst=ap(ones), value=1.0)
     at = 0
     for src, n in srcs:
         dst = ap(row) if n == d else ap(row, slice(None), slice(at, at + n))
@@ -97,7 +110,10 @@ def spread(
         mv = ap(row, slice(None), slice(c, c + w))
         b.emit(Matmul, [ap(ones), mv], [acc], stationary=ap(ones), moving=mv, dst=acc)
         o = ap(out, slice(None), slice(c, c + w))
-        b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
+        if sp is None:
+            b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
+        else:
+            sp.emit(TensorCopy, [acc], [o], (V, S), src=acc, dst=o)
     b.release(*dict.fromkeys(ps))
     w = d
     while w < repeat * d:  # the row repeated along the free dim, doubling
@@ -125,13 +141,30 @@ def lower_broadcast(
         return
     ((lo, hi),) = runs
     rows = hi // d - lo // d
-    if lo % d or hi % d or rows * (d // k.P + 256) < d:  # few long rows, or a share cut in one
+    if lo % d or hi % d or _few_cheaper(rows, d, k.P, k.free, is_row):  # or a share cut in one
         spans = {r: (max(lo - r * d, 0), min(hi - r * d, d)) for r in range(lo // d, -(-hi // d))}
         k.few(rdims, spans, d, is_row)
     elif 2 * d <= k.free:
         k.short(rdims, lo // d, hi // d, d, is_row)
     else:
         k.long(rdims, lo // d, hi // d, d, is_row)
+
+
+FIXED = 256  # a block's fixed cost in element-steps a partition (as `layout.FIXED`)
+
+
+def _few_cheaper(rows: int, d: int, P: int, free: int, is_row: bool) -> bool:
+    """Whether `rows` rows of d are walked flat (`_Kernel.few`: a block a row's [128, f]
+    piece) in fewer element-steps a partition than in row blocks by column chunks
+    (`_Kernel.long`, a block of up to 64 rows folded onto k pieces a row): rows x (d / 128 +
+    FIXED) against d / k + FIXED a chunk, plus for a row broadcast over one row block its
+    spread, a pass over each chunk that only that block takes, counted as half its elements
+    (an assumption: it runs beside the block's DMA; 127 rows of 132104 bf16 in row blocks
+    took 61% of the DMA bound, engine-bound)."""
+    k = max(1, P // rows)
+    chunks = -(-d // (k * free))
+    long = d // k + FIXED * chunks + (d // 2 if is_row and rows <= P else 0)
+    return rows * (d // P + FIXED) < long
 
 
 class _Kernel:
@@ -150,15 +183,22 @@ class _Kernel:
         per_col = DEPTH * per_elem + ROW_SLOTS * self.vdt.itemsize  # bytes a column of a block
         room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // per_col
         self.free = max(1, min(FREE, room))
-        qs, nq = Queues(cfg), dma_queues(cfg, self.free * self.fdt.itemsize)
+        self.queues(self.free)
+        self.side = Queues(cfg).loads(1 / 2, 1)  # the row's or column's loads, not behind full's
+        self.n = 0  # blocks so far
+        self.turns = {}  # buffers so far of each kind with a count of its own (`_buf`)
+        self.sp = Spread(b, cfg)  # each pass on the engine that finishes it first
+
+    def queues(self, free: int) -> None:
+        """The load and store queues for blocks of up to `free` elements a partition
+        (`balance.dma_queues`: more for smaller blocks, whose setups would otherwise leave the
+        engines idle; rows of 125829 bf16 walked flat in [128, 983] pieces on the one queue of
+        [128, 2048] blocks took 72% of the DMA bound)."""
+        qs, nq = Queues(self.cfg), dma_queues(self.cfg, free * self.fdt.itemsize)
         self.loads, self.stores = qs.loads(0, 1 / 2).take(nq), qs.stores().take(nq)
         # blocks on fewer partitions (a row part's last elements) on queues of their own: their
         # setups overlap the full blocks' transfers instead of queueing before them
         self.small = (_after(qs.loads(0, 1 / 2), nq), _after(qs.stores(), nq))
-        self.side = qs.loads(1 / 2, 1)  # the row's or column's loads, not behind full's
-        self.n = 0  # blocks so far
-        self.turns = {}  # buffers so far of each kind with a count of its own (`_buf`)
-        self.sp = Spread(b, cfg)  # each pass on the engine that finishes it first
 
     def _buf(self, kind: str, shape: tuple, dt, slots: int = DEPTH, own: bool = False) -> str:
         """Buffer `kind`'s next slot in turn: by the blocks so far, or when `own` by the
@@ -243,12 +283,17 @@ class _Kernel:
         """Up to 128 rows a block, in column chunks; a row's chunk spread once (module doc)."""
         chunks = -(-d // self.free)
         size = -(-d // chunks)
-        blocks = flat_walk(rdims, lo, hi, self.P, 1) if rdims else [((), 1, 1)]
+        walk = flat_walk(rdims, lo, hi, self.P, 1) if rdims else [((), 1, 1)]
+        blocks = [blk for blk in walk if 2 * blk[1] > self.P]
         big = (self.P, size)
 
         def cols(index: tuple, c0: int, c: int) -> tuple:  # index: rows; then a column chunk
             return (*index, *(slice(None),) * (len(rdims) - len(index)), slice(c0, c0 + c))
 
+        for index, p, _ in walk:  # blocks of half the partitions or fewer: folded
+            if 2 * p <= self.P:
+                self.folded(p, d, size, lambda c0, c, index=index: cols(index, c0, c),
+                            index, is_row)  # fmt: skip
         if is_row:
             for j, c0 in enumerate(range(0, d, size)):
                 c = min(size, d - c0)
@@ -257,7 +302,7 @@ class _Kernel:
                     self.b.scratch[key] = self.b.tile("bc_row", "sbuf", big, self.vdt)
                 src = ap(self.vec, *self.lead, slice(c0, c0 + c))
                 w = spread(self.b, self.cfg, [(src, c)], self.vdt, "", tile=self.b.scratch[key],
-                           queue=self.side[j])  # fmt: skip
+                           queue=self.side[j], slot=j % 2, sp=self.sp)  # fmt: skip
                 for index, p, _ in blocks:
                     wa = ap(w, slice(0, p), slice(0, c))
                     self.block(cols(index, c0, c), (p, c), big, lambda x, o, wa=wa: self.tt(
@@ -271,6 +316,97 @@ class _Kernel:
                 c = min(size, d - c0)
                 self.block(cols(index, c0, c), (p, c), big, lambda x, o, col=col: self.ts(
                     x, col, o))  # fmt: skip
+
+    def folded(self, p: int, d: int, size: int, cols, index: tuple, is_row: bool) -> None:
+        """A block of p <= 64 rows (`index`; `cols(c0, c)` its columns [c0, c0 + c)) folded
+        onto k = 128 // p partitions a row (module doc): chunks of k f columns as [p k, f]
+        tiles, f <= `size`, partition j holding row j // k's piece j % k; the row's chunk
+        loaded as [k, f] and put on the pieces' partitions by a matmul with the selector T
+        (T[m, j] = 1 where j % k = m), the column widened once by S (S[i, j] = 1 where
+        j // k = i); a chunk's last columns that do not fill k pieces as [p, c] with the
+        row's piece spread (or the column as is)."""
+        b, P = self.b, self.P
+        k = P // p
+        q, f32 = p * k, dtype("float32")
+        n = -(-d // (k * size))
+        f = -(-d // (n * k))
+        big = (P, size)
+        if is_row:
+            sel = self._selector(k, q, True)
+        else:
+            c = ap(self._buf("c", (P, 1), self.vdt), slice(0, p), slice(0, 1))
+            src = ap(self.vec, *index)
+            b.emit(DmaCopy, [src], [c], src=src, dst=c, queue=self.side[self.n])
+            ps = ap(b.psum("fold", (P, 1), f32), slice(0, q), slice(0, 1))
+            sel = self._selector(p, q, False)
+            b.emit(Matmul, [sel, c], [ps], stationary=sel, moving=c, dst=ps)
+            cw = ap(self._buf("cw", (P, 1), self.vdt), slice(0, q), slice(0, 1))
+            b.emit(TensorCopy, [ps], [cw], src=ps, dst=cw)
+            b.release(ps.name)
+        step = min(self.cfg.core.tensor.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
+        for c0 in range(0, d, k * f):
+            w = min(k * f, d - c0)
+            fc, tail = w // k, w % k
+            if fc and is_row:
+                vk = ap(self._buf("vk", (P, size), self.vdt, 2, own=True), slice(0, k),
+                        slice(0, fc))  # fmt: skip
+                src = ap(self.vec, *self.lead, slice(c0, c0 + k * fc))
+                b.emit(DmaCopy, [src], [vk], src=src, dst=vk, queue=self.side[self.n])
+                wt = self._buf("wf", big, self.vdt, 2, own=True)
+                for s0 in range(0, fc, step):
+                    sw = min(step, fc - s0)
+                    ps = ap(b.psum("fold", (P, min(step, size)), f32), slice(0, q), slice(0, sw))
+                    mv = ap(vk.name, slice(0, k), slice(s0, s0 + sw))
+                    b.emit(Matmul, [sel, mv], [ps], stationary=sel, moving=mv, dst=ps)
+                    o = ap(wt, slice(0, q), slice(s0, s0 + sw))
+                    self.sp.emit(TensorCopy, [ps], [o], (V, S), src=ps, dst=o)
+                    b.release(ps.name)
+                wa = ap(wt, slice(0, q), slice(0, fc))
+                self.block(cols(c0, k * fc), (q, fc), big, lambda x, o, wa=wa: self.tt(x, wa, o))
+            elif fc:
+                self.block(cols(c0, k * fc), (q, fc), big, lambda x, o, cw=cw: self.ts(x, cw, o))
+            if not tail:
+                continue
+            t0 = c0 + k * fc
+            if is_row:
+                src = ap(self.vec, *self.lead, slice(t0, t0 + tail))
+                tw = self._buf("tw", (P, tail), self.vdt, 1, own=True)
+                spread(b, self.cfg, [(src, tail)], self.vdt, "", tile=tw, queue=self.side[0],
+                       slot=2)  # fmt: skip
+                wa = ap(tw, slice(0, p), slice(0, tail))
+                self.block(cols(t0, tail), (p, tail), big, lambda x, o, wa=wa: self.tt(x, wa, o))
+            else:
+                self.block(cols(t0, tail), (p, tail), big, lambda x, o, c=c: self.ts(x, c, o))
+
+    def _selector(self, rows: int, q: int, by_piece: bool) -> Ap:
+        """The [rows, q] 0/1 matrix of `folded` (made once an op): T (rows = k; by_piece)
+        from a [k, k] identity repeated along the free dim by copies, or S (rows = p),
+        ones where rows * i <= j < rows * i + q / rows, by two affine selects."""
+        b = self.b
+        key = f"bc.sel:{rows}:{q}:{by_piece}:{self.vdt.name}"
+        if key in b.scratch:
+            return ap(b.scratch[key], slice(0, rows), slice(0, q))
+        t = b.scratch[key] = b.tile("fold_sel", "sbuf", (rows, q), self.vdt)
+        if by_piece:
+            eye = ap(t, slice(0, rows), slice(0, rows))
+            b.emit(Memset, [], [eye], dst=eye, value=0.0, engine=G)
+            b.emit(AffineSelect, [eye], [eye], on_true=eye, dst=eye, on_false=1.0,
+                   cmp="not_equal", start=0, partition_step=1, step=-1)  # fmt: skip
+            w = rows
+            while w < q:
+                n = min(w, q - w)
+                s0, o = ap(t, slice(0, rows), slice(0, n)), ap(t, slice(0, rows), slice(w, w + n))
+                b.emit(TensorCopy, [s0], [o], src=s0, dst=o)
+                w += n
+            return ap(t)
+        k = q // rows
+        a = ap(t)
+        b.emit(Memset, [], [a], dst=a, value=1.0, engine=G)
+        b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=0.0, cmp="greater_equal",
+               start=0, partition_step=-k, step=1)  # fmt: skip
+        b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=0.0, cmp="greater_equal",
+               start=k - 1, partition_step=k, step=-1)  # fmt: skip
+        return a
 
     def few(self, rdims, spans: dict, d, is_row) -> None:
         """The elements [a, z) of each row r of out (`spans`: r -> (a, z), rows in order), each
@@ -288,16 +424,51 @@ class _Kernel:
         # a piece on fewer partitions (a row part's last elements) first: its transfers' fixed
         # costs hide behind the full pieces' instead of trailing after them
         pieces.sort(key=lambda piece: piece[1] == self.P)
+        self.queues(max(f for _, _, f in pieces))
         for j, (ix, p, f) in enumerate(pieces):
             s0 = ix[0].start if isinstance(ix[0], slice) else ix[0]
             s1 = s0 + p * f
             rows = [r for r, (a, z) in spans.items() if a <= s0 and s1 <= z]
             parts += [(r, max(a, s0), min(z, s1)) for r, (a, z) in spans.items()
                       if a < s1 and s0 < z and r not in rows]  # fmt: skip
+            if p < self.P and len(rows) > 1:
+                self.tails(rdims, d, s0, s1, rows, is_row)
+                continue
             self._rows_of(rdims, ix, p, f, rows, r0, j, cols if not is_row else None)
         for r, a, z in parts:
             for ix, p, f in flat_walk((d,), a, z, self.P, self.free):
                 self._rows_of(rdims, ix, p, f, [r], r0, r, cols if not is_row else None)
+
+    def tails(self, rdims, d: int, s0: int, s1: int, rows: list, is_row: bool) -> None:
+        """Columns [s0, s1) (a piece on fewer than 128 partitions: the last elements of rows
+        walked flat) of each of `rows` together, a row to a partition ([n, s1 - s0] blocks of
+        up to 128 rows), with the row's piece spread once or the rows' column values loaded
+        (they were a block a row: 50 rows of 20971 bf16 took 50 loads of [107, 1] on one
+        queue, 2 us each, 16% of the DMA bound)."""
+        b, w = self.b, s1 - s0
+        wa = None
+        if is_row:
+            src = ap(self.vec, *self.lead, slice(s0, s1))
+            tw = self._buf("tw", (self.P, w), self.vdt, 1, own=True)
+            wa = spread(b, self.cfg, [(src, w)], self.vdt, "", tile=tw, queue=self.side[0],
+                        slot=2)  # fmt: skip
+        runs, start = [], 0
+        for i in range(1, len(rows) + 1):  # runs of consecutive rows
+            if i == len(rows) or rows[i] != rows[i - 1] + 1:
+                runs.append((rows[start], rows[i - 1] + 1))
+                start = i
+        for ra, rb in runs:
+            for index, n in row_blocks(rdims + (d,), self.P, (ra, rb)):
+                lead = (*index, *(slice(None),) * (len(rdims) - len(index)))
+                if is_row:
+                    t = ap(wa, slice(0, n), slice(0, w))
+                    op = lambda x, o, t=t: self.tt(x, t, o)  # noqa: E731
+                else:
+                    t = ap(self._buf("c", (self.P, 1), self.vdt), slice(0, n), slice(0, 1))
+                    src = ap(self.vec, *lead, slice(0, 1))
+                    b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=self.side[self.n])
+                    op = lambda x, o, t=t: self.ts(x, t, o)  # noqa: E731
+                self.block((*lead, slice(s0, s1)), (n, w), (self.P, w), op, True)
 
     def _rows_of(self, rdims, ix, p, f, rows, r0, j, cols) -> None:
         """Piece `ix` ([p, f] elements of a row) of each of `rows`: with the row's piece loaded

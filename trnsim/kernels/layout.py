@@ -288,25 +288,170 @@ def _items(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tu
 
 
 def _few(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tuple]:
-    """The blocks of whole items [a, b) of dims[0], fewer than fill P partitions: each item
-    walked on its own (and a piece that fills fewer partitions taken for several items at
-    once) when that takes fewer element-steps per partition, counting an instruction's fixed
-    cost as 256 (VectorE's 144 cycles and a DMA's setup); else one item to a partition."""
+    """The blocks of whole items [a, b) of dims[0], fewer than fill P partitions: one item to
+    a partition (`_one_each`) when each item is shorter than a walk of it on its own would
+    cost in fixed costs (FIXED), else each item walked on its own (`_each`); or all the items
+    together by pieces of their sub-items (`_across`, `_across_runs`), or whole items several
+    to a block (`_packed`), when that costs less (`_cost`)."""
     inner, r = math.prod(dims[1:]), b - a
     if r <= 0:
         return
-    if r * (inner // P + 256) >= inner:
-        one = _one_block(r * inner, P, F) if inner > F else None
-        if one:  # one block instead of each item cut in pieces one to a partition
-            yield (slice(a, b),), *one
-            return
-        yield from _on_partitions(dims, a, b, P, F)
-        return
-    for index, p, f in _flat(dims[1:], 0, inner, P, F):
+    if r * (inner // P + FIXED) >= inner:
+        walk = _one_each(dims, a, b, P, F)
+    else:
+        walk = _each(dims, a, b, P, F)
+    best, cost = walk, _key(dims, walk)
+    others = (_across(dims, a, b, P, F), _across_runs(dims, a, b, P, F), _packed(dims, a, b, P, F))
+    for other in others:
+        if other is not None and (c := _key(dims, other)) < cost:
+            best, cost = other, c
+    yield from best
+
+
+def _key(dims: tuple[int, ...], blocks: list[tuple]) -> tuple[int, int]:
+    """`_cost`, ties broken for the blocks whose partitions are fuller (the larger sum of p
+    squared): a broadcast walks rows with F = 1 and folds a block of up to 64 rows onto more
+    partitions, so [126, 1] and [24, 1] rows beat [100, 1] and [50, 1]."""
+    return _cost(dims, blocks), -sum(p * p for _, p, _ in blocks)
+
+
+FIXED = 256  # a block's fixed cost in element-steps a partition: VectorE's 144 cycles and a
+# DMA's setup (an assumption, as `_few` weighed it before)
+DESCRIPTOR = 16  # a DMA descriptor's cost in element-steps a partition (an assumption: the
+# config's 2 ns a descriptor on an engine serving 8 partitions at 23 B/ns, 11 to 23 elements)
+
+
+def _cost(dims: tuple[int, ...], blocks: list[tuple]) -> int:
+    """Element-steps a partition the blocks of an array of `dims` take: each block FIXED more,
+    and DESCRIPTOR more for each contiguous run of HBM a partition's f elements take in
+    (`_run`). The partitions move in parallel (a DMA engine serves 8 of them in turn, so a
+    block on fewer takes as long)."""
+    return sum(f + FIXED + DESCRIPTOR * -(-f // min(f, _run(dims, ix))) for ix, _, f in blocks)
+
+
+def _run(dims: tuple[int, ...], index: tuple) -> int:
+    """Elements of the block `index` selects that lie contiguous in memory (as
+    `dma.descriptors.run_elements` counts them)."""
+    run = 1
+    for k in range(len(dims) - 1, -1, -1):
+        i = index[k] if k < len(index) else slice(None)
+        if isinstance(i, slice):
+            n = len(range(*i.indices(dims[k])))
+            run *= n
+            if n != dims[k]:
+                break
+        else:
+            break
+    return run
+
+
+def _one_each(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> list[tuple]:
+    """Items [a, b) one to a partition in pieces of at most F (`_on_partitions`), or, when
+    they are longer than F, one block of their elements when it fits (`_one_block`)."""
+    inner = math.prod(dims[1:])
+    one = _one_block((b - a) * inner, P, F) if inner > F else None
+    if one:  # one block instead of each item cut in pieces one to a partition
+        return [((slice(a, b),), *one)]
+    return list(_on_partitions(dims, a, b, P, F))
+
+
+def _each(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> list[tuple]:
+    """Each item walked on its own; a piece that fills fewer partitions taken for several
+    items at once."""
+    out = []
+    for index, p, f in _flat(dims[1:], 0, math.prod(dims[1:]), P, F):
         k = max(1, P // p)
         for i in range(a, b, k):
             j = min(b, i + k)
-            yield ((i, *index), p, f) if k == 1 else ((slice(i, j), *index), p * (j - i), f)
+            out.append(((i, *index), p, f) if k == 1 else ((slice(i, j), *index), p * (j - i), f))
+    return out
+
+
+def _across(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> list[tuple] | None:
+    """The r = b - a items together: one item's elements walked in pieces of g x f (g = P /
+    gcd(r, P), so that r pieces fill whole partitions; `_flat` with g partitions), each piece
+    taken for all r items at once, a block of [P, r g f / P] (63 items of [4095, 4]: 4 blocks
+    of [128, 2016], not 8 of [63, 2048] on half the DMA engines, nor 63 of [128, 128]); a
+    remainder piece as [r p, f] or one block (`_one_block`), else for a few items at a time.
+    None when r pieces of g elements are more than a block."""
+    r = b - a
+    g = P // math.gcd(r, P)
+    most = P * F // (r * g)  # f of a piece at most
+    if r < 2 or most < 1:
+        return None
+    out = []
+    for index, p, f in _flat(dims[1:], 0, math.prod(dims[1:]), g, most):
+        n = r * p * f
+        if p == g:
+            out.append(((slice(a, b), *index), P, n // P))
+        elif r * p <= P:
+            out.append(((slice(a, b), *index), r * p, f))
+        elif one := _one_block(n, P, F):
+            out.append(((slice(a, b), *index), *one))
+        else:
+            k = max(1, P // p)
+            for i in range(a, b, k):
+                j = min(b, i + k)
+                out.append(((slice(i, j), *index), p * (j - i), f))
+    return out
+
+
+def _across_runs(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> list | None:
+    """The r = b - a items together, one item's elements in contiguous runs of sub-items of
+    at most P F / r elements, each run taken for all r items at once as one block of [p, f]
+    (`_one_block`): 50 items of [125, 1000] as 25 blocks of [125, 2000] (5 rows of each),
+    whose HBM runs are 5000 elements, not `_across`'s [128, f] of runs of 81. The run length
+    (sub-items a run) the cheapest (`_cost`) of the RUN_TRIES longest whose runs all make a
+    block (83 items of [1000, 100]: runs of 30 rows, [125, 1992], where 31 make none); when a
+    sub-item is longer than that, its even pieces (`_pieces`). None when r is 1 or no run
+    length makes blocks."""
+    r = b - a
+    if r < 2 or len(dims) < 2:
+        return None
+    most, d1, inner2 = P * F // r, dims[1], math.prod(dims[2:])
+    if inner2 > most:
+        tries = [_pieces(dims[1:], most)]
+    else:
+        top = min(d1 - 1, most // inner2)  # all of each item in one block: `_one_each`'s
+        tries = [
+            [
+                ((slice(i, min(i + per, d1)),), (min(i + per, d1) - i) * inner2)
+                for i in range(0, d1, per)
+            ]
+            for per in range(top, max(0, top - RUN_TRIES), -1)
+        ]
+    best = cost = None
+    for pieces in tries:
+        shapes = {m: _one_block(r * m, P, F) for m in {m for _, m in pieces}}
+        if not all(shapes.values()):
+            continue
+        out = [((slice(a, b), *index), *shapes[m]) for index, m in pieces]
+        c = _cost(dims, out)
+        if best is None or c < cost:
+            best, cost = out, c
+    return best
+
+
+def _packed(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> list | None:
+    """Items [a, b) m at a time, each group one block of [p, f] (`_one_block`) that need not
+    fill whole partitions: 100 rows of [15] walked with F = 1 (a broadcast's row blocks) as 12
+    blocks of [120, 1] and one of [60, 1], not 15 of [100, 1]. m the cheapest (`_cost`) of the
+    RUN_TRIES largest whose groups all make a block; None when no m of 2 or more does."""
+    inner, r = math.prod(dims[1:]), b - a
+    top = min(r - 1, P * F // inner)  # all the items in one block: `_one_each`'s
+    best = cost = None
+    for m in range(top, max(1, top - RUN_TRIES), -1):
+        shapes = {k: _one_block(k * inner, P, F) for k in {m, r % m} if k}
+        if not all(shapes.values()):
+            continue
+        out = [((slice(i, min(i + m, b)),), *shapes[min(m, b - i)]) for i in range(a, b, m)]
+        c = _cost(dims, out)
+        if best is None or c < cost:
+            best, cost = out, c
+    return best
+
+
+RUN_TRIES = 32  # run lengths `_across_runs` tries at most
 
 
 def _one_block(n: int, P: int, F: int) -> tuple[int, int] | None:
@@ -314,9 +459,9 @@ def _one_block(n: int, P: int, F: int) -> tuple[int, int] | None:
     or None when n has no such divisor. Items few and small but longer than F (a broadcast's
     row groups walked with F = 1: [2, 3, 5] rows went as 15 blocks of [2, 1]) fill more
     partitions in one block than one to a partition in pieces."""
-    for f in range(max(1, -(-n // P)), min(F, n) + 1):
-        if n % f == 0:
-            return n // f, f
+    for p in range(min(P, n), 0, -1):
+        if n % p == 0:
+            return (p, n // p) if n // p <= F else None
     return None
 
 
