@@ -17,6 +17,8 @@ import pytest
 from tests.kernels.test_rows_families import case, reached
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
+from trnsim.isa import CoreBarrier
+from trnsim.kernels import lower_cores
 from trnsim.runtime.session import run_program
 from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
 
@@ -66,3 +68,32 @@ def test_irregular_rows_check(op, dt, shape, tmp_path):
         assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])
         outs.append(np.asarray(r.tensor("out")))
     assert np.array_equal(outs[0], outs[1])
+
+
+def test_uneven_rows_in_pieces_split_evenly_with_the_other_ops(tmp_path):
+    """Rows in pieces whose cut at multiples of 128 rows is uneven (682 rows: 384 and 298) go
+    341 and 341 (the op alone, `softmax.evenly`): between a mul and an add that keep the
+    128-row cut, the cores meet before the softmax and after it (a barrier each on both), and
+    the values are numpy's and the same at LNC 1 and 2. An even 128-row cut (768 rows) keeps
+    its rows and meets nowhere."""
+    rng = np.random.default_rng(11)
+    for rows, barriers in ((682, [2, 2]), (768, [0, 0])):
+        shape = (rows, 2048)
+        path = tmp_path / f"x{rows}.npy"
+        np.save(path, rng.standard_normal(shape).astype(np.float32))
+        specs = {n: TensorSpec(n, shape, dtype("float32"), ("file", str(path)) if n == "x"
+                               else None) for n in ("x", "a", "p", "q")}  # fmt: skip
+        ops = [OpSpec("mul", {"a": "x", "b": 2.0, "out": "a"}, 1),
+               OpSpec("log_softmax", {"x": "a", "out": "p"}, 2),
+               OpSpec("add", {"a": "p", "b": 1.0, "out": "q"}, 3)]  # fmt: skip
+        progs = lower_cores(ops, specs, load_chip("trn2"), 2)
+        assert [sum(type(i) is CoreBarrier for i in p.instructions) for p in progs] == barriers
+        got = []
+        for lnc in (1, 2):
+            prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
+                           {"k": KernelSpec("k", ops=ops)},
+                           [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+            r = run_program(prog, load_chip("trn2"), "functional", check=True)
+            assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])
+            got.append(np.asarray(r.tensor("q")))
+        assert np.array_equal(got[0], got[1])

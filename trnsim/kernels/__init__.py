@@ -33,6 +33,7 @@ from trnsim.kernels.matmul import addmm_bias, columns_split, fused_bias
 from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
 from trnsim.kernels.rows import rows_fit
+from trnsim.kernels.softmax import evenly as softmax_evenly
 from trnsim.trace.ops import OPS, problem
 from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
 
@@ -99,6 +100,8 @@ def isolated(op: OpSpec, tensors: dict[str, TensorSpec], cfg: ChipConfig) -> boo
     if split in ("reduce_rows", "last_dim_rows") and x in tensors:
         tx = tensors[x]
         last = on_last_dim(op.args.get("dim", -1), len(tx.shape))
+        if last and op.op in ("softmax", "log_softmax") and softmax_evenly(cfg, tx):
+            return True
         return not (last and (split == "last_dim_rows" or rows_fit(cfg, tx)))
     return False
 

@@ -33,17 +33,19 @@ Rows in pieces over the partitions are in `softmax_pieces`.
 
 from __future__ import annotations
 
+import math
+
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
 from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import row_groups
+from trnsim.kernels.layout import core_rows, row_groups
 from trnsim.kernels.queues import Queues, Stream
 from trnsim.kernels.ragged import ragged_layout
 from trnsim.kernels.row_pieces import layout as pieces_layout
-from trnsim.kernels.rows import core_share
+from trnsim.kernels.rows import core_share, even_share, rows_fit
 from trnsim.kernels.softmax_pieces import lower_softmax_pieces
 from trnsim.kernels.softmax_ragged import lower_softmax_ragged
 
@@ -69,6 +71,19 @@ PIECE_ROWS = 1024  # rows this long go in pieces (`softmax_pieces`; a row a part
 # the passes and the store in turn (trn2 LNC 2, 16 MiB: fp32 rows of 4544 and 5120 71% and
 # 65% -> 93%, bf16 of 10240 64% -> 86%; rows of 2048 to 8K packed 82-96%, in pieces 86-98%);
 # a length not a multiple of 128 goes with a remainder column (`softmax_ragged`)
+
+
+def evenly(cfg: ChipConfig, tx) -> bool:
+    """Whether x's rows, though they fit (`rows.rows_fit`), are cut evenly between the cores
+    (the op alone, `kernels.isolated`): rows in pieces (PIECE_ROWS or more) whose cut at
+    multiples of 128 rows (`layout.core_rows`) gives one core more than the other, each core's
+    time in pieces going by its rows (bf16 rows of 14336, 585 rows: 256 and 329, 57.1 us, 81%
+    of the bound; at 292 and 293 51.0 us, 91%). A meeting costs a `core.barrier_latency`, and
+    an even 128-row cut (the attention's scores of many rows) none."""
+    if not tx.shape or tx.shape[-1] < PIECE_ROWS or not rows_fit(cfg, tx):
+        return False
+    total = math.prod(tx.shape[:-1])
+    return core_rows(tuple(tx.shape), (0, 2)) != (0, total // 2)
 
 
 def _pieces(cfg: ChipConfig, tx, d: int):
@@ -103,7 +118,8 @@ def lower_softmax(
     budget = int(sbuf * SBUF_SHARE) - (d * tx.dtype.itemsize if log else 0)
     bufs = min(BUFS, budget // per_row)
     vmax = cfg.core.vector.dve_max_free_elements
-    share = core_share(b, cfg, tx)  # rows that do not fit: split evenly (isolated)
+    # rows that do not fit, or in pieces with an uneven 128-row cut: split evenly (isolated)
+    share = even_share(b, tx) if b.part[1] > 1 and evenly(cfg, tx) else core_share(b, cfg, tx)
     long = bufs < 1 or d > vmax or d >= PIECE_ROWS
     lay, room = _pieces(cfg, tx, d) if long else (None, 0)
     if lay is not None:

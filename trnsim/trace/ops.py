@@ -41,7 +41,8 @@ OUTPUTS = ("out", "outs")  # the arguments an op writes; every other tensor argu
 SPLITS = {
     "rows": "each physical core computes its share of the output's rows (`layout.core_rows`)",
     "reduce_rows": "by the input's rows over the last dim when they fit (`kernels.rows.rows_fit`: "
-    "reductions, softmax, the norms), else alone, the rows cut evenly (`rows.core_share`)",
+    "reductions, softmax, the norms; softmax's rows in pieces with an uneven 128-row cut not, "
+    "`softmax.evenly`), else alone, the rows cut evenly (`rows.core_share`)",
     "last_dim_rows": "by the input's rows over the last dim, else alone",
     "first_core": "computed whole on the first physical core (its outputs sum over rows)",
     "alone": "shares its work otherwise than by rows: no other op of the kernel may touch its "
