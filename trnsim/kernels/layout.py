@@ -76,6 +76,56 @@ def row_groups(
         per = fit
 
 
+def row_tiles(
+    shape: tuple[int, ...], partitions: int, rows: tuple[int, int] | None, *most: int, unit: int = 1
+) -> tuple[int, list[tuple[tuple, int, int]]]:
+    """(per, blocks): as `row_groups`, but `per` need not divide the rows: each block is
+    (index, rows, k), k rows to each of rows / k partitions (a tile [rows / k, k, D]); k = per
+    in a block of partitions * per rows, and in a smaller one (the rows left at the end of a
+    share, or of an item of the outer dims) the fewest that spread its rows over the
+    partitions, its largest multiple of k rows so and the few left (fewer than k) one to a
+    partition, each part a block (`_tail`). So a core's share of 21802 rows of 96 goes 16 to a
+    partition but for its last 1322 rows (11 to each of 120 partitions, 2 left; `row_groups`'
+    common divisor was 2: 8x the instructions, bf16 softmax at 22% of its bound), and 98 rows
+    left go one to each of 98 partitions, not 4 to each of 24 (which cost an engine as much
+    as 512).
+
+    With `unit` (dividing per), every k is a multiple of it (a block's rows left under k go
+    `unit` to a partition) but for the rows left under a multiple of `unit` at the end of a
+    block: a share that starts at such a multiple (`core_rows`') and is walked in blocks that
+    do (2-D x) has such rows only at x's end, one to a partition however the cores share x. So
+    row slot j of every other block holds rows r = j (mod unit), at any LNC (what
+    `norms._aligned` asks to give some slots' statistics to ScalarE)."""
+    lo, hi = rows if rows is not None else (0, math.prod(shape[:-1]))
+    spread = 1 << (max(1, -(-(hi - lo) // partitions)) - 1).bit_length()
+    per = 1 << (max(1, min(*most, spread)).bit_length() - 1)
+    u = unit if per % unit == 0 else 1
+    return per, list(_tail(tuple(shape), partitions, per, u, lo, hi))
+
+
+def _tail(
+    shape: tuple, P: int, per: int, u: int, lo: int, hi: int
+) -> Iterator[tuple[tuple, int, int]]:
+    """`row_tiles`' blocks of rows [lo, hi): `row_blocks` of P * per rows; one of fewer rows
+    (n) goes k to a partition, k = ceil(n / P) up to a multiple of u, and when k does not
+    divide n, its first multiple of k rows (walked again: they may span items of the outer
+    dims), then of u rows u to a partition, then the rest one to a partition."""
+    at = lo
+    for index, n in row_blocks(shape, P * per, (lo, hi)):
+        spread = -(-n // P)
+        k = min(per, -(-spread // u) * u)
+        if n % k == 0:
+            yield index, n, k
+        else:
+            cuts = [at, at + n // k * k, at + n // u * u, at + n]
+            if cuts[1] > cuts[0]:
+                yield from _tail(shape, P, k, u, cuts[0], cuts[1])
+            for (a, z), q in zip(zip(cuts[1:], cuts[2:]), (u, 1)):
+                for rest, m in row_blocks(shape, P * q, (a, z)) if a < z else ():
+                    yield rest, m, q
+        at += n
+
+
 def _blocks(dims: tuple[int, ...], most: int, lo: int, hi: int) -> Iterator[tuple[tuple, int]]:
     """The blocks of rows [lo, hi) (0 <= lo < hi <= prod(dims)) of an array of `dims`."""
     if not dims:

@@ -87,8 +87,11 @@ def plan(k) -> None:
     # each pass on one engine for a block, the blocks' engines spread so the shares even out
     single = [n for n, (ls, _) in enumerate(lanes) if len(ls) == 1]
     mixes = [(j, j, 0.0) for j in range(len(lanes))]
-    if k.blocks > 1:  # (not with a pass of fp32 layer_norm's shift, spread over the blocks
-        # too: the mixes the costs favour ran slower, rows of 64 by 12%, of 64K by 5%; below)
+    # (the whole x's blocks, as one core lowers it: c, which changes the values' rounding, is
+    # then the same however the cores share the rows; a core of one block mixed none before)
+    if (k.plan_blocks or k.blocks) > 1:  # (not with a pass of fp32 layer_norm's shift, spread
+        # over the blocks too: the mixes the costs favour ran slower, rows of 64 by 12%, of 64K
+        # by 5%; below)
         mixes += [(a, c, w / MIX) for n, a in enumerate(single) for c in single[n + 1 :]
                   for w in range(1, MIX)]  # fmt: skip
     mixed = np.array([(1 - w) * lane_ns[a] + w * lane_ns[c] for a, c, w in mixes])

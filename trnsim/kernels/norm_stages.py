@@ -58,6 +58,7 @@ class NormStages:
         self.most = cfg.core.vector.dve_max_free_elements
         self.per, self.bufs, self.blocks, self.c = 1, 1, 0, 0
         self.plan_per = 1  # the rows a partition of the layout `_plan` costs
+        self.plan_blocks = 0  # ... and its blocks (0: k.blocks)
         self.long_row = LONG_ROW
         self.small_waits = True  # the plan costs its [p, per] steps as waiting on a semaphore
         self.small_after = True  # ... and as reading what the step before wrote (VectorE's
@@ -411,7 +412,7 @@ class NormStages:
         if self.folded and self.c >= self.d:
             e = S
         b, nx, ne = self.b, self.col("nx", n, p), e
-        first = ap(self.lane_tile("x", n, 0, p).name, slice(0, p), slice(None), 0)
+        first = ap(self.lane_tile("x", n, 0, p).name, slice(0, p), slice(0, self.per), 0)
         if self.pieces:  # the row's first element is its first partition's
             f32 = self.col("x0", n, p)
             b.emit(TensorCopy, [first], [f32], src=first, dst=f32, engine=G)
@@ -442,9 +443,9 @@ class NormStages:
                 self._second_group(n, p)
             return
         if self.one_triple:  # mean = S / n, var = n^2 M2 / n^3 (no triple, no bn_aggr)
-            sa = self.tile("sa1.", n, (self.P, self.per, 2))
+            sa = self.tile("sa1.", n, (self.P, self.tper, 2))
             for u, f in ((0, 1.0 / c), (1, 1.0 / c**3)):
-                src = ap(sa, slice(0, p), slice(None), u)
+                src = ap(sa, slice(0, p), slice(0, self.per), u)
                 self.alu(self.agg(n, p, u), src, ("multiply", f))
         elif c and self.layer:  # ScalarE's triples: count (once per buffer), mean and M2
             pieces = self.spieces
@@ -779,8 +780,8 @@ class NormStages:
         """Block n's [p, per] PSUM tile `key` (one a buffer, `psum_cols`)."""
         slot = (key, n % self.bufs)
         if slot not in self.psum_cols:
-            self.psum_cols[slot] = self.b.psum(f"n{key}", (self.P, self.per), self.f32)
-        return ap(self.psum_cols[slot], slice(0, p), slice(None))
+            self.psum_cols[slot] = self.b.psum(f"n{key}", (self.P, self.tper), self.f32)
+        return ap(self.psum_cols[slot], slice(0, p), slice(0, self.per))
 
     # -- stage 3: weight and bias, store -------------------------------------------------------
 

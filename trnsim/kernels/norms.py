@@ -2,7 +2,7 @@
 
 Rows that fit a partition (`norm_rows`; longer rows: `norm_pieces`) go in blocks of [p, per,
 D]: `per` rows to each of up to 128 partitions (short rows several to a partition, up to
-ROW_BYTES, `layout.row_groups`). A block's columns are cut in one or two **lanes**, each
+ROW_BYTES, `layout.row_tiles`). A block's columns are cut in one or two **lanes**, each
 loaded into a tile of its own and normalised, weighted, biased and stored on engines of its
 own (`norm_plan.Lane`), so the two lanes' engines never wait for each other (the builder orders
 a tile's accesses tile by tile). Per block, in three stages emitted a block apart (so each
@@ -64,7 +64,7 @@ from trnsim.isa import (
 )
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import row_blocks, row_groups
+from trnsim.kernels.layout import row_blocks, row_tiles
 from trnsim.kernels.norm_affine import (
     PE_TILES,
     PeBias,
@@ -497,8 +497,13 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     k.pipe = k.pipe and k.layer and not k.shift and weight is not None and d < LONG_ROW
     row_bytes = PIPE_ROW_BYTES if k.pipe else LAYER_ROW_BYTES if k.layer else ROW_BYTES
     group = max(1, row_bytes // tx.dtype.itemsize // d)
-    k.per, blocks = row_groups(tx.shape, k.P, share, group,
-                               max(1, room // (BUFS * base)))  # fmt: skip
+    # (row slots of S_GROUP rows' residues for ScalarE's whole-row statistics: `_aligned`)
+    unit = S_GROUP if k.pipe and round(k.s_share * S_GROUP) else 1
+    k.per, tiles = row_tiles(tx.shape, k.P, share, group, max(1, room // (BUFS * base)),
+                             unit=unit)  # fmt: skip
+    blocks = [(index, rows) for index, rows, _ in tiles]
+    if any(q != k.per for _, _, q in tiles):  # (the rows left over: `layout.row_tiles`)
+        k.block_per = [q for _, _, q in tiles]
     k.tper = k.per
     if k.pipe and _pieces_fit(tx, blocks):  # (module doc, "pipelined")
         k.out_pieces, k.flex, k.flex_norm = PIPE_PIECE, True, ""
@@ -508,7 +513,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         srows = round(k.s_share * S_GROUP)
         if srows and _aligned(b, cfg, tx, group, max(1, room // (BUFS * base))):
             k.srows = srows
-        blocks, k.block_per = _taper(blocks, k.per, TAPER_S if k.srows else TAPER)
+        blocks, k.block_per = _taper(tiles, k.per, TAPER_S if k.srows else TAPER)
         room -= OUT_BUFS * k.per * d * to.dtype.itemsize  # (the pieces' tiles)
     # (a folded normalisation's diag(rstd) stationaries, a row slot's [P, P] each, rotate
     # with the buffers: `NormStages.diagonal`)
@@ -521,9 +526,9 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     # planned for the whole tensor's layout, as one core would lower it: the choices that
     # change the values' rounding (ScalarE's statistics, the halves) are then the same
     # however an LNC 2 logical core's cores share the rows
-    per, k.per = k.per, row_groups(tx.shape, k.P, None, group,
-                                   max(1, room // (BUFS * base)))[0]  # fmt: skip
-    k.plan_per = k.per
+    per, whole = k.per, row_tiles(tx.shape, k.P, None, group, max(1, room // (BUFS * base)))
+    k.per = k.plan_per = whole[0]
+    k.plan_blocks = len(whole[1])  # (whether it may mix two choices of engines, and so of c)
     kept = _fit_psum(cfg, tx, to, len(affine), d, k.pe_ok) if k.fit_psum else 0
     k.psum_affine = kept > 0  # (the plan costs VectorE's weight and bias out of PSUM)
     plan(k)
@@ -568,16 +573,17 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
 
 
 def _taper(blocks, per: int, parts):
-    """(blocks, each one's rows a partition): the first and last of `blocks` ([p, per, D], a
-    range of rows each, `_pieces_fit`) cut into blocks of per / part rows a partition for each
-    part of `parts` (and the rest), so the first loads sooner and the last one's chain is
-    short (as `rms_short._taper`)."""
-    pers = [per] * len(blocks)
+    """(blocks, each one's rows a partition): the first and last of `blocks` ((index, rows, k):
+    [p, k, D], a range of rows each, `_pieces_fit`) cut, where k is per, into blocks of per /
+    part rows a partition for each part of `parts` (and the rest), so the first loads sooner
+    and the last one's chain is short (as `rms_short._taper`)."""
     if len(blocks) < 3 or any(per % part for part in parts):
-        return blocks, pers
+        return [(i, r) for i, r, _ in blocks], [q for _, _, q in blocks]
 
     def cut(block, order):
-        index, rows = block
+        index, rows, q = block
+        if q != per:  # (rows left over, fewer a partition: `layout.row_tiles`)
+            return [block]
         last, out, lo = index[-1], [], index[-1].start
         for part in order:
             n = rows // part
@@ -588,7 +594,7 @@ def _taper(blocks, per: int, parts):
                         per * (last.stop - lo) // rows))  # fmt: skip
         return out
 
-    cuts = cut(blocks[0], parts) + [(i, r, per) for i, r in blocks[1:-1]]
+    cuts = cut(blocks[0], parts) + list(blocks[1:-1])
     cuts += cut(blocks[-1], parts[::-1])
     return [(i, r) for i, r, _ in cuts], [q for _, _, q in cuts]
 
@@ -602,19 +608,23 @@ def _pieces_fit(tx, blocks) -> bool:
 
 
 def _aligned(b: KernelBuilder, cfg: ChipConfig, tx, *most: int) -> bool:
-    """Whether every core's blocks, at LNC 1 and the chip's and the run's, have rows a partition
-    and first rows multiples of S_GROUP (and so those `_taper` cuts): then row slot j holds the
-    rows r = j (mod S_GROUP) however the cores share them, so ScalarE's statistics of the slots
-    `NormStages.s_slot` gives (which round apart from VectorE's) take the same rows at any LNC."""
-    P = cfg.core.sbuf.partitions
+    """Whether every core's blocks (`layout.row_tiles` with S_GROUP its unit), at LNC 1 and the
+    chip's and the run's, have rows a partition and first rows multiples of S_GROUP (and so
+    those `_taper` cuts), but for a 2-D x's last rows under a multiple of it (one a partition,
+    the same at any LNC): then row slot j holds the rows r = j (mod S_GROUP) however the cores
+    share them, so ScalarE's statistics of the slots `NormStages.s_slot` gives (which round
+    apart from VectorE's) take the same rows at any LNC."""
+    P, total = cfg.core.sbuf.partitions, math.prod(tx.shape[:-1])
+    end = total - total % S_GROUP if len(tx.shape) == 2 else total
     for n in sorted({1, max(1, cfg.lnc), b.part[1]}):
         for c in range(n):
             tb = KernelBuilder(b.tensors)
             tb.part = (c, n)
-            got, blocks = row_groups(tx.shape, P, core_share(tb, cfg, tx), *most)
-            if got % S_GROUP or not _pieces_fit(tx, blocks):
+            got, tiles = row_tiles(tx.shape, P, core_share(tb, cfg, tx), *most, unit=S_GROUP)
+            if not _pieces_fit(tx, [(index, rows) for index, rows, _ in tiles]):
                 return False
-            if any(index[-1].start % S_GROUP for index, _ in blocks):
+            if any((q % S_GROUP or index[-1].start % S_GROUP) and index[-1].start < end
+                   for index, _, q in tiles):  # fmt: skip
                 return False
     return True
 

@@ -39,7 +39,7 @@ from trnsim.dtypes import dtype
 from trnsim.isa import Activation, DmaCopy, TensorReduce, TensorScalar, TensorTensor
 from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import row_groups
+from trnsim.kernels.layout import row_tiles
 from trnsim.kernels.norm_affine import spread
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, S, Spread, V
@@ -71,7 +71,7 @@ def lower_rms_short(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight,
     per_row = d * (tx.dtype.itemsize + (k.odt.itemsize if k.odt != k.xdt else 0))
     most = max(1, BLOCK_BYTES // tx.dtype.itemsize // d)  # rows a partition
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - SQ_SLOTS * most * d * 4 - d * 4
-    k.per, blocks = row_groups(tx.shape, P, share, most, max(1, room // (BUFS * per_row)))
+    k.per, blocks = row_tiles(tx.shape, P, share, most, max(1, room // (BUFS * per_row)))
     k.bufs = max(1, min(BUFS, room // (k.per * per_row)))
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)
     k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
@@ -171,18 +171,19 @@ def _span(k: _Rms, blocks: list, steps: list) -> float:
 
 
 def _taper(blocks, per: int, parts: list[int]):
-    """(index, rows, per) of each block: the first and last of `blocks` ([p, per, D] each)
-    cut into blocks of per / part rows a partition for each part of `parts` (rows of a 2-D
-    run of x only), so the first block loads sooner and the last one's chain is short."""
-    out = [(index, rows, per) for index, rows in blocks]
+    """(index, rows, per) of each block: the first and last of `blocks` ((index, rows, k):
+    [p, k, D] each) cut, where k is per, into blocks of per / part rows a partition for each
+    part of `parts` (rows of a 2-D run of x only), so the first block loads sooner and the last
+    one's chain is short."""
+    out = list(blocks)
     if not parts or len(blocks) < 3:
         return out
 
     def cut(block, order):
-        index, rows, _ = block
+        index, rows, q = block
         last = index[-1] if index else None
         whole = isinstance(last, slice) and last.stop - last.start == rows
-        if not whole or any(per % part for part in order):
+        if not whole or q != per or any(per % part for part in order):
             return [block]
         pieces, lo = [], last.start
         for part in order:

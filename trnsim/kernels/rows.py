@@ -2,9 +2,10 @@
 in `norms`, other dims in `reduce`).
 
 **Rows that fit a partition** (`rows_fit`) go in blocks of [p, per, D] (short rows several to a
-partition, up to ROW_ELEMENTS, `layout.row_groups`): one VectorE `tensor_reduce` over the last
-axis gives the block's [p, per] results at once (into out's dtype when 16-bit: a bf16 sum or
-max at two elements a cycle, the sum rounded once), `mean` scales them, and one DMA stores
+partition, up to ROW_ELEMENTS, `layout.row_tiles`): one VectorE `tensor_reduce` over the
+last axis gives the block's [p, per] results at once (into out's dtype when 16-bit, a bf16 sum
+or max at two elements a cycle, the sum rounded once, or fp32), `mean` scales them on GpSimd
+(on VectorE, each scale waited for its sum and the next sum for it), and one DMA stores
 them (a partition's rows are consecutive in out). Blocks rotate through BUFS buffers and load
 on as many queues as hide the next transfer's setup (`balance.dma_queues`).
 
@@ -24,10 +25,10 @@ import math
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
-from trnsim.isa import DmaCopy, TensorCopy, TensorReduce, TensorScalar
+from trnsim.isa import DmaCopy, Engine, TensorCopy, TensorReduce, TensorScalar
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import row_groups
+from trnsim.kernels.layout import row_tiles
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.ragged import ragged_layout
 from trnsim.kernels.reduce import lower_any, on_last_dim
@@ -124,8 +125,8 @@ def _packed(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) -> Non
     tx, to = b.tensors[x], b.tensors[out]
     d, P, f32 = tx.shape[-1], cfg.core.sbuf.partitions, dtype("float32")
     room = int(cfg.core.sbuf.partition_bytes * BUFFER_SHARE)
-    per, blocks = row_groups(tx.shape, P, b.share(tx.shape), max(1, ROW_ELEMENTS // d),
-                             max(1, room // (BUFS * d * tx.dtype.itemsize)))  # fmt: skip
+    per, blocks = row_tiles(tx.shape, P, b.share(tx.shape), max(1, ROW_ELEMENTS // d),
+                            max(1, room // (BUFS * d * tx.dtype.itemsize)))  # fmt: skip
     chunks = [(0, d)] if per > 1 or d <= ROW_ELEMENTS else _runs(d, ROW_ELEMENTS)
     w = max(hi - lo for lo, hi in chunks)
     bufs = max(1, min(BUFS * len(chunks), room // (per * w * tx.dtype.itemsize)))
@@ -133,23 +134,25 @@ def _packed(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) -> Non
     loads, stores = qs.loads().take(q), qs.stores(0, 1 / 2)
     # into out's dtype straight from the reduction when it is 16-bit (bf16 sums and maxima at
     # two elements a cycle, rounded once; a mean's sum then scaled in place, rounded again, as
-    # are the chunks' partial sums: within a unit or two in the last place); else fp32, cast
-    direct = to.dtype.itemsize == 2 and to.dtype.is_float
+    # are the chunks' partial sums: within a unit or two in the last place) or fp32; else fp32,
+    # cast
+    direct = to.dtype.is_float and (to.dtype.itemsize == 2 or to.dtype == f32)
     nd = len(tx.shape)
     n = 0
-    for m, (index, rows) in enumerate(blocks):
-        p = rows // per
+    for m, (index, rows, k) in enumerate(blocks):
+        p = rows // k
         full = tuple(index) + (slice(None),) * (nd - 1 - len(index))
-        res = ap(b.scratch_tile(f"rows.r{m % BUFS}", "r", (P, per), to.dtype), slice(0, p))
+        res = ap(b.scratch_tile(f"rows.r{m % BUFS}", "r", (P, per), to.dtype), slice(0, p),
+                 slice(0, k))  # fmt: skip
         acc = res if direct else ap(b.scratch_tile(f"rows.c{m % BUFS}", "c", (P, per), f32),
-                                    slice(0, p))  # fmt: skip
+                                    slice(0, p), slice(0, k))  # fmt: skip
         if len(chunks) > 1:
             pdt = to.dtype if direct else f32
             parts = ap(b.scratch_tile(f"rows.p{m % BUFS}", "p", (P, len(chunks)), pdt),
                        slice(0, p))  # fmt: skip
         for i, (lo, hi) in enumerate(chunks):
             xa = ap(b.scratch_tile(f"rows.x{n % bufs}", "x", (P, per, w), tx.dtype), slice(0, p),
-                    slice(None), slice(0, hi - lo))  # fmt: skip
+                    slice(0, k), slice(0, hi - lo))  # fmt: skip
             src = ap(x, *index) if len(chunks) == 1 else ap(x, *full, slice(lo, hi))
             b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=loads[n])
             n += 1
@@ -157,8 +160,10 @@ def _packed(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) -> Non
             b.emit(TensorReduce, [xa], [dst], alu=REDUCTIONS[op], src=xa, dst=dst)
         if len(chunks) > 1:
             b.emit(TensorReduce, [parts], [acc], alu=REDUCTIONS[op], src=parts, dst=acc)
-        if op == "mean":
-            b.emit(TensorScalar, [acc], [res], src=acc, dst=res, op0="multiply", operand0=1.0 / d)
+        if op == "mean":  # on GpSimd, idle: on VectorE it waited for the sum before it, and
+            # the next block's reduction for it (bf16 rows of 80, trn2 LNC 2: 29.7 -> 26.7 us)
+            b.emit(TensorScalar, [acc], [res], src=acc, dst=res, op0="multiply", operand0=1.0 / d,
+                   engine=Engine.GPSIMD)  # fmt: skip
         elif not direct:
             b.emit(TensorCopy, [acc], [res], src=acc, dst=res)
         dst = ap(out, *index) if b.tensors[out].shape else ap(out)

@@ -1,7 +1,7 @@
 """`softmax` and `log_softmax` over the last dim.
 
 The kernel, per block of rows (`per` rows to each of up to 128 partitions, the whole row in the
-free dim: short rows go several to a partition, up to ROW_ELEMENTS, `layout.row_groups`, so the
+free dim: short rows go several to a partition, up to ROW_ELEMENTS, `layout.row_tiles`, so the
 max, the [rows, 1] steps and the transfers take a whole block at once): load; the row maximum
 on VectorE (`tensor_reduce max`, into a column of x's dtype, which holds it exactly and lets a
 bf16 row reduce at two elements a cycle); its negation on GpSimd ([rows, 1]); exp(x - max) on
@@ -41,7 +41,7 @@ from trnsim.errors import TraceError
 from trnsim.isa import Activation, DmaCopy, Engine, TensorReduce, TensorScalar, TensorTensor
 from trnsim.kernels.balance import cost_ns, dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
-from trnsim.kernels.layout import core_rows, row_groups
+from trnsim.kernels.layout import core_rows, row_tiles
 from trnsim.kernels.queues import Queues, Stream
 from trnsim.kernels.ragged import ragged_layout
 from trnsim.kernels.row_pieces import layout as pieces_layout
@@ -138,7 +138,7 @@ def lower_softmax(
     if short:  # the scratch blocks of exp's fp32 values (`e_block`)
         room -= E_SLOTS * SHORT_ELEMENTS * 4
     most = min(SHORT_ELEMENTS if short else ROW_ELEMENTS, vmax) // d
-    per, blocks = row_groups(tx.shape, P, share, most, room // (BUFS * per_row))
+    per, blocks = row_tiles(tx.shape, P, share, most, room // (BUFS * per_row))
     bufs = max(1, min(SHORT_BUFS if short else BUFS, room // (per * per_row)))
     k = _Kernel(b, x, out, tx.dtype, to.dtype, d, P, bufs, in_place, log)
     q, qs = dma_queues(cfg, per * d * tx.dtype.itemsize), Queues(cfg)  # load (and store) queues
@@ -173,29 +173,33 @@ class _Kernel:
     def tile(self, key: str, n: int, shape, dt) -> str:
         return self.b.scratch_tile(f"softmax.{key}{n % self.bufs}", key, shape, dt)
 
-    def col(self, key: str, n: int, p: int, j=None, dt=None):
-        """Block n's [rows, 1] column tile (p partitions): all its row slots, or slot j."""
+    def col(self, key: str, n: int, p: int, j=None, dt=None, k=None):
+        """Block n's [rows, 1] column tile (p partitions): its first k row slots (all), or
+        slot j."""
         t = self.tile(key, n, (self.P, self.per), dt or self.f32)
-        return ap(t, slice(0, p), slice(None) if j is None else slice(j, j + 1))
+        return ap(t, slice(0, p), slice(0, k or self.per) if j is None else slice(j, j + 1))
 
-    def rows(self, key: str, n: int, p: int, dt, j=None):
-        """Block n's [p, per, D] tile of `key`, or its row slot j ([p, D])."""
+    def rows(self, key: str, n: int, p: int, dt, j=None, k=None):
+        """Block n's [p, k, D] tile of `key` (k row slots of its per: all but in a block of
+        the rows left over, `layout.row_tiles`), or its row slot j ([p, D])."""
         t = self.tile(key, n, (self.P, self.per, self.d), dt)
-        return ap(t, slice(0, p)) if j is None else ap(t, slice(0, p), j)
+        if j is None:
+            return ap(t, slice(0, p), slice(0, k or self.per))
+        return ap(t, slice(0, p), j)
 
-    def first(self, n: int, index: tuple, rows: int) -> None:
-        b, p = self.b, rows // self.per
-        xa, src = self.rows("x", n, p, self.xdt), ap(self.x, *index)
+    def first(self, n: int, index: tuple, rows: int, k: int) -> None:
+        b, p = self.b, rows // k
+        xa, src = self.rows("x", n, p, self.xdt, k=k), ap(self.x, *index)
         b.emit(DmaCopy, [src], [xa], src=src, dst=xa, queue=self.loads[n])
-        m, nm = self.col("mx", n, p, dt=self.xdt), self.col("nmx", n, p)
+        m, nm = self.col("mx", n, p, dt=self.xdt, k=k), self.col("nmx", n, p, k=k)
         b.emit(TensorReduce, [xa], [m], alu="max", src=xa, dst=m)
         b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0,
                engine=GPSIMD)  # fmt: skip
 
-    def second(self, n: int, index: tuple, rows: int) -> None:
-        b, p, x, o = self.b, rows // self.per, "x", "x" if self.in_place else "o"
+    def second(self, n: int, index: tuple, rows: int, k: int) -> None:
+        b, p, x, o = self.b, rows // k, "x", "x" if self.in_place else "o"
         odt = self.xdt if self.in_place else self.odt
-        for j in range(self.per):  # exp(x - max) with the row sum, row slot by row slot
+        for j in range(k):  # exp(x - max) with the row sum, row slot by row slot
             xa, nm, s = self.rows(x, n, p, self.xdt, j), self.col("nmx", n, p, j), \
                 self.col("sum", n, p, j)  # fmt: skip
             # in place (softmax), or into a scratch row of ScalarE's (log_softmax, which adds
@@ -204,22 +208,22 @@ class _Kernel:
                 else self.rows(o, n, p, odt, j)  # fmt: skip
             b.emit(Activation, [xa, nm], [e, s], func="exp", src=xa, dst=e, bias=nm,
                    reduce="add", reduce_dst=s)  # fmt: skip
-        self.factor(n, p)
-        for j in range(self.per):  # e * (1 / sum), or x - (max + log(sum))
+        self.factor(n, p, k)
+        for j in range(k):  # e * (1 / sum), or x - (max + log(sum))
             src = self.rows(x if self.log else o, n, p, self.xdt if self.log else odt, j)
             oj, cj = self.rows(o, n, p, odt, j), self.col("c", n, p, j)
             op = "add" if self.log else "multiply"
             b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, op0=op, operand0=cj)
-        src, dst = self.rows(o, n, p, odt), ap(self.out, *index)
+        src, dst = self.rows(o, n, p, odt, k=k), ap(self.out, *index)
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[n])
 
-    def factor(self, n: int, p: int) -> None:
+    def factor(self, n: int, p: int, k: int) -> None:
         """Column c, the rows' factor from their sums and negated maxima: 1 / sum, or
         -(max + log(sum)) for log_softmax (ScalarE's log, the rest on GpSimd)."""
         b = self.b
-        s, nm, c = self.col("sum", n, p), self.col("nmx", n, p), self.col("c", n, p)
+        s, nm, c = self.col("sum", n, p, k=k), self.col("nmx", n, p, k=k), self.col("c", n, p, k=k)
         if self.log:
-            ls = self.col("ls", n, p)
+            ls = self.col("ls", n, p, k=k)
             b.emit(Activation, [s], [ls], func="log", src=s, dst=ls)
             b.emit(TensorTensor, [nm, ls], [c], alu="subtract", src0=nm, src1=ls, dst=c,
                    engine=GPSIMD)  # fmt: skip
@@ -227,22 +231,22 @@ class _Kernel:
             b.emit(TensorScalar, [s], [c], src=s, dst=c, op0="divide", operand0=1.0,
                    reverse0=True, engine=GPSIMD)  # fmt: skip
 
-    def e_block(self, n: int, p: int):
+    def e_block(self, n: int, p: int, k: int):
         """Short rows: block n's exp(x - max), fp32 scratch (written in stage 2, read by the
         sum and, for softmax, by the scale in stage 3)."""
         t = self.b.scratch_tile(f"softmax.e32{n % E_SLOTS}", "e32", (self.P, self.per, self.d),
                                 self.f32)  # fmt: skip
-        return ap(t, slice(0, p))
+        return ap(t, slice(0, p), slice(0, k))
 
-    def exps(self, n: int, index: tuple, rows: int) -> None:
+    def exps(self, n: int, index: tuple, rows: int, k: int) -> None:
         """Short rows, stage 2: exp(x - max) row by row on ScalarE (a row of 64 costs its
         MIN_II either way), the sums of the first `js` row slots by its reduction, the others'
         by one VectorE `tensor_reduce` over the last axis of the block (into x's dtype at two
         elements a cycle when `sdt` is 16-bit, else fp32)."""
-        b, p, js = self.b, rows // self.per, self.js
-        e = self.e_block(n, p)
-        s = self.col("sum", n, p)
-        for j in range(self.per):
+        b, p, js = self.b, rows // k, min(self.js, k)
+        e = self.e_block(n, p, k)
+        s = self.col("sum", n, p, k=k)
+        for j in range(k):
             xj, nm = self.rows("x", n, p, self.xdt, j), self.col("nmx", n, p, j)
             ej = ap(e.name, slice(0, p), j)
             if j < js:
@@ -251,24 +255,24 @@ class _Kernel:
                        reduce="add", reduce_dst=sj)  # fmt: skip
             else:
                 b.emit(Activation, [xj, nm], [ej], func="exp", src=xj, dst=ej, bias=nm)
-        if js < self.per:
-            rest = ap(e.name, slice(0, p), slice(js, self.per))
-            sr = ap(s.name, slice(0, p), slice(js, self.per))
+        if js < k:
+            rest = ap(e.name, slice(0, p), slice(js, k))
+            sr = ap(s.name, slice(0, p), slice(js, k))
             b.emit(TensorReduce, [rest], [sr], alu="add", src=rest, dst=sr)
 
-    def scaled(self, n: int, index: tuple, rows: int) -> None:
+    def scaled(self, n: int, index: tuple, rows: int, k: int) -> None:
         """Short rows, stage 3: the factor ([rows, per]), the scale or shift on GpSimd row by
         row, the store."""
-        b, p = self.b, rows // self.per
-        self.factor(n, p)
+        b, p = self.b, rows // k
+        self.factor(n, p, k)
         o, odt = ("x", self.xdt) if self.in_place else ("o", self.odt)
-        e = None if self.log else self.e_block(n, p)
-        for j in range(self.per):
+        e = None if self.log else self.e_block(n, p, k)
+        for j in range(k):
             src = self.rows("x", n, p, self.xdt, j) if self.log else ap(e.name, slice(0, p), j)
             oj, cj = self.rows(o, n, p, odt, j), self.col("c", n, p, j)
             b.emit(TensorScalar, [src, cj], [oj], src=src, dst=oj, engine=GPSIMD,
                    op0="add" if self.log else "multiply", operand0=cj)  # fmt: skip
-        src, dst = self.rows(o, n, p, odt), ap(self.out, *index)
+        src, dst = self.rows(o, n, p, odt, k=k), ap(self.out, *index)
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[n])
 
 
