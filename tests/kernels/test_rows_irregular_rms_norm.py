@@ -19,6 +19,7 @@ from trnsim.runtime.session import run_program
 from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
 
 LENGTHS = (
+    ("bfloat16", 1536),  # rows a partition, 5461 (odd) in all: `layout.row_tiles` (73.3% before)
     ("float32", 5120),  # Llama-2-13B's hidden size: 70.9% before
     ("float32", 6144),
     ("float32", 20000),
@@ -39,7 +40,8 @@ def test_rms_norm_irregular_rows_reach_80_percent_of_their_bound(dt, d):
 
 
 # fp32 [640, 5120] (rows that fit, in pieces: 13 MiB, above `norms.TRIAL_BYTES`) and bf16
-# [300, 20000] (rows that fit, with a remainder column, `norm_ragged`)
+# [300, 20000] (rows that fit, with a remainder column, `norm_ragged`); the check also runs bf16
+# [3001, 1536] (rows a partition, an odd count)
 CHECKS = (("float32", (640, 5120)), ("bfloat16", (300, 20000)))
 
 
@@ -53,7 +55,7 @@ def test_rms_norm_irregular_rows_go_in_pieces(dt, shape):
     assert got == IN_PIECES
 
 
-@pytest.mark.parametrize("dt,shape", CHECKS)
+@pytest.mark.parametrize("dt,shape", [*CHECKS, ("bfloat16", (3001, 1536))])
 def test_rms_norm_irregular_rows_check(dt, shape):
     """--check holds at LNC 1 (a core's rows all) and 2, on the plan `rms_plan` chose, with the
     same values."""
