@@ -47,8 +47,10 @@ from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["SHORT_ROW", "lower_rms_short"]
 
-SHORT_ROW = 128  # rows this short go here (`norms.lower_norm`; bf16 rows of 256: 89% before,
-# 88% here)
+SHORT_ROW = 320  # rows this short go here (`norms.lower_norm`; at 128 before: trn2 LNC 2, 16
+# MiB, us, bf16 rows of 129 58.7 -> 50.6, 200 52.7 -> 52.0, 256 52.0 -> 51.0, 320 53.3 -> 51.9;
+# fp32 200 51.9 -> 49.7, 256 51.9 -> 49.5, 320 51.6 -> 49.2; bf16 rows of 384 and fp32 of 512
+# ran slower here, 50.6 -> 51.2, 48.7 -> 49.1)
 BLOCK_BYTES = 4096  # x's bytes a partition of a block (512 KiB blocks: 16 a core at 16 MiB)
 TAPER = (4, 2)  # the first and last blocks cut in blocks of a quarter, a half (and a quarter):
 # the first loads sooner, the last one's chain is short (bf16 rows of 64: 76.7 -> 78.4%)
