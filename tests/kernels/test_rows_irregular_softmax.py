@@ -97,3 +97,33 @@ def test_uneven_rows_in_pieces_split_evenly_with_the_other_ops(tmp_path):
             assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])
             got.append(np.asarray(r.tensor("q")))
         assert np.array_equal(got[0], got[1])
+
+
+@pytest.mark.parametrize(
+    "op,dt,shape",
+    [("softmax", "float32", (64, 4096)), ("log_softmax", "float32", (64, 4096)),
+     ("softmax", "bfloat16", (6, 50257)), ("log_softmax", "float32", (2, 151936))],
+)  # fmt: skip
+def test_rows_whose_first_pieces_are_all_minus_inf(op, dt, shape, tmp_path):
+    """A causal mask's rows (the first three quarters -inf): their first pieces' max is -inf,
+    and exp(x - max) gave NaN (every row of the tile, through TensorE's 0 * -inf) before each
+    piece's max was kept at least the most negative fp32 (`softmax_pieces.LOWEST`): numpy's
+    values, 0 (softmax) or -inf (log_softmax) where masked, at LNC 2."""
+    x = np.random.default_rng(13).standard_normal(shape).astype(np.float32)
+    x[..., : shape[-1] * 3 // 4] = -np.inf
+    path = tmp_path / "x.npy"
+    np.save(path, x)
+    specs = {"x": TensorSpec("x", shape, dtype(dt), ("file", str(path))),
+             "out": TensorSpec("out", shape, dtype(dt), None)}  # fmt: skip
+    prog = Program("p", "trn2", 0, "functional", 2, [], specs,
+                   {"k": KernelSpec("k", ops=[OpSpec(op, {"x": "x", "out": "out"}, 1)])},
+                   [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+    got = np.asarray(run_program(prog, load_chip("trn2"), "functional").tensor("out"), np.float64)
+    xs = x.astype(dtype(dt).np).astype(np.float64)
+    shifted = xs - xs.max(-1, keepdims=True)
+    want = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    if op == "softmax":
+        want = np.exp(want)
+    assert not np.isnan(got).any()
+    tol = 1e-2 if dt == "bfloat16" else 1e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

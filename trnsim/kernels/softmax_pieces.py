@@ -22,7 +22,6 @@ from trnsim.isa import (
     Activation,
     DmaCopy,
     Engine,
-    TensorCopy,
     TensorReduce,
     TensorScalar,
     TensorTensor,
@@ -38,6 +37,7 @@ from trnsim.kernels.schedule import Scheduled
 __all__ = ["lower_softmax_pieces", "staged"]
 
 G, V, S = Engine.GPSIMD, Engine.VECTOR, Engine.SCALAR
+LOWEST = -3.4028234663852886e38  # the most negative fp32: a piece's max at least this
 BUFS = 8  # groups resident at most (loads run this many groups ahead of the stores)
 # (6 before: fp32 rows of 8K to 256K, 16 MiB, trn2 LNC 2, 92% -> 97% of the DMA bound with 8;
 # bf16 rows, bound by VectorE, the same; 10 no better)
@@ -123,15 +123,15 @@ class _Pieces:
         self.ns += 1
 
     def maxes(self, n: int, s: int, xa, p: int) -> None:
-        """Column s of m: each piece's max; and its negation (the exp's bias)."""
+        """Column s of m: each piece's max, at least LOWEST (a piece all -inf, as a causal
+        mask leaves the first pieces of a row, would give exp(-inf + inf) = NaN, and TensorE
+        0 * -inf = NaN for every row of its tile); and its negation (the exp's bias)."""
         b = self.b
         m = ap(self.col("m", n, p, self.lay.t).name, slice(0, p), slice(s, s + 1))
-        if self.low is not self.f32:  # 16-bit: the max at two elements a cycle, then fp32
-            m16 = self.col(f"m16.{s}.", n, p, 1, self.low)
-            b.emit(TensorReduce, [xa], [m16], alu="max", src=xa, dst=m16)
-            b.emit(TensorCopy, [m16], [m], src=m16, dst=m, engine=G)
-        else:
-            b.emit(TensorReduce, [xa], [m], alu="max", src=xa, dst=m)
+        # 16-bit: the max at two elements a cycle (exact), then fp32
+        raw = self.col(f"m16.{s}.", n, p, 1, self.low)
+        b.emit(TensorReduce, [xa], [raw], alu="max", src=xa, dst=raw)
+        b.emit(TensorScalar, [raw], [m], src=raw, dst=m, op0="max", operand0=LOWEST, engine=G)
         nm = self.col(f"nm{s}.", n, p)
         b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0, engine=G)
 

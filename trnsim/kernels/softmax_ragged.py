@@ -12,11 +12,9 @@ from trnsim.isa import Activation
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.ragged import RaggedLayout, Small, units
 from trnsim.kernels.row_pieces import PieceLayout
-from trnsim.kernels.softmax_pieces import _Pieces, staged
+from trnsim.kernels.softmax_pieces import LOWEST, _Pieces, staged
 
 __all__ = ["lower_softmax_ragged"]
-
-LOWEST = -3.4028234663852886e38  # the pads: below every value (and -inf in bf16)
 
 
 def lower_softmax_ragged(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
