@@ -83,17 +83,21 @@ def test_pieces_variants_same_values(monkeypatch, shape, dt, fast):
     assert np.array_equal(out[0], out[1])
 
 
-@pytest.mark.parametrize("name", ["STT", "STT_LANES", "STT_LANES_SEARCH", "STT_TSUMS"])
-def test_stt_values_no_worse_than_the_plain_plan(monkeypatch, name):
+@pytest.mark.parametrize("name,shape", [
+    *((n, (16, 65536)) for n in ("STT", "STT_LANES", "STT_LANES_SEARCH", "STT_TSUMS")),
+    ("STT_PARTS", (64, 16384)),  # (rows of 8 pieces: `std_rolled`)
+])  # fmt: skip
+def test_stt_values_no_worse_than_the_plain_plan(monkeypatch, name, shape):
     """bf16 rows of 64K with (x - mean) * weight in one scalar_tensor_tensor and rstd by
     TensorE as diag(rstd) in two bf16 parts (`norms.STT`; `STT_LANES`: a block in two lanes,
     two blocks' [p, 1] steps at once; `STT_LANES_SEARCH`: its passes on the engines the list
     schedule's search picks; `STT_TSUMS`: rstd as ScalarE's scale as it copies out, std in two
-    parts, the row's mean on TensorE): --check holds, LNC 1 and 2 give the same values, and
-    their error against float64 is no larger than the plain plan's (its roundings differ: not
-    bit for bit)."""
+    parts, the row's mean on TensorE; `STT_PARTS`, bf16 rows of 16384: STT_TSUMS with std's
+    second part on the row 8 partitions on): --check holds, LNC 1 and 2 give the same values,
+    and their error against float64 is no larger than the plain plan's (its roundings differ:
+    not bit for bit)."""
     stt = getattr(norms, name)
-    t, shape = dtype("bfloat16"), (16, 65536)
+    t = dtype("bfloat16")
     specs = _specs(shape, t)
     assert stt in norms.VARIANTS
     out = {}
@@ -126,11 +130,13 @@ def test_stt_lanes_search_gives_stt_lanes_values(monkeypatch):
     assert np.array_equal(out[0], out[1])
 
 
-@pytest.mark.parametrize("name", ["STT", "STT_LANES", "STT_LANES_SEARCH", "STT_STD", "STT_TSUMS"])
+@pytest.mark.parametrize("name", ["STT", "STT_LANES", "STT_LANES_SEARCH", "STT_STD", "STT_TSUMS",
+                                  "STT_PARTS"])  # fmt: skip
 @pytest.mark.parametrize("shape", [(3, 65536), (2, 3, 16384), (9, 2048), (40, 8192)])
 def test_stt_on_other_rows_in_pieces(monkeypatch, shape, name):
     """`norms.STT` (and `STT_LANES`, `STT_LANES_SEARCH`, `STT_STD`: rstd as ScalarE's scale
-    and std's second part on the row k partitions on, `STT_TSUMS`: the row's mean on TensorE)
+    and std's second part on the row k partitions on, `STT_TSUMS`: the row's mean on TensorE,
+    `STT_PARTS`: as STT_TSUMS, std's second part so also for rows of fewer than 32 pieces)
     forced on smaller bf16 rows in pieces (3 rows of 64K: 96 partitions, the shift wraps at
     p; an odd number of rows, so a block's load halves differ; rows of a 3-d x, whose
     blocks are not one range of rows and load whole; two rows' pieces a partition; an odd
@@ -200,6 +206,33 @@ def test_no_variant_over_the_core_semaphores():
     )
     (row,) = r.summary["ops"]
     assert row["time_ns"] >= row["roofline_ns"]
+
+
+def test_variant_fits_the_semaphores_at_lnc_1_too(monkeypatch):
+    """[512, 16384] bf16 (rows in pieces, `in_pieces`): STT_LANES with 10 buffers and its loads
+    in eight parts fits the 256 semaphores with a core's 16 blocks (LNC 2), not with 32 (LNC 1:
+    its `stat_group` tiles take 10 buffers, not 8); `_variant`, which chooses at the default
+    LNC for both, takes the plain plan instead, estimated later. With those tiles in 5 buffers
+    (`stat_slots`) it fits at both and is taken."""
+    cfg = load_chip("trn2")
+    specs = _specs((512, 16384), dtype("bfloat16"))
+    args = (cfg, "layer_norm", "x", "out", "w", "b", 1e-5)
+    big = norms.STT_LANES | {"load_parts": 8, "piece_bufs": 10, "in_pieces": True}
+    sems, spans = [], []
+    for part in ((0, 2), (0, 1)):
+        tb = KernelBuilder(specs)
+        tb.part = part
+        spans.append(norms._lower(tb, *args, big))
+        sems.append(norms._sems(tb))
+    assert sems[0] <= cfg.core.semaphores < sems[1], sems
+    tb = KernelBuilder(specs)
+    tb.part = (0, 2)
+    assert spans[0] < norms._lower(tb, *args, {})
+    for v, taken in ((big, {}), (big | {"stat_slots": 5}, big | {"stat_slots": 5})):
+        monkeypatch.setattr(norms, "VARIANTS", ({}, v))
+        norms._CHOSEN.clear()
+        assert norms._variant(KernelBuilder(specs), *args) == taken
+    norms._CHOSEN.clear()
 
 
 def test_segment_sums_values(monkeypatch, tmp_path):

@@ -139,6 +139,10 @@ class NormStages:
         # pass (`norm_tsums`)
         self.stat_group = 1  # `stt`: this many blocks' [p, 1] steps taken together, each
         # step over their [p, stat_group] columns at once (`_second_group`)
+        self.std_rolled = False  # `stt_std` with rows of fewer than 32 pieces too (the row
+        # back's sums by `Groups.sum_matrix` rolled, not memsets at partition starts)
+        self.stat_slots = 0  # ... their groups' tiles in this many buffers, not `bufs` (two
+        # semaphores a buffer: a core has 256; a group's tiles live about bufs / g blocks)
         self.parts_of: dict[int, int] = {}  # each block's partitions (`first`)
         self.pe_tiles = PE_TILES  # rows in pieces: TensorE's bias' PSUM tiles, in turn
         self.tail_copies = 0  # ... the last this many blocks' copies out a bank each, on ScalarE
@@ -236,7 +240,17 @@ class NormStages:
         g = self.stat_group
         if g == 1:
             return self.tile(key, n, (self.P, self.tper, width)), 0
-        return self.tile(key, n // g, (self.P, g, width)), n % g
+        return self.gtile(key, n, (self.P, g, width)), n % g
+
+    def gtile(self, key: str, n: int, shape) -> str:
+        """Block n's `stat_group` tile `key` (`stat_slots` buffers of it, if set)."""
+        if not self.stat_slots:
+            return self.tile(key, n // self.stat_group, shape)
+        return self.b.scratch_tile(f"norm.{key}{self.gindex(n)}", key, shape, self.f32)
+
+    def gindex(self, n: int) -> int:
+        """Block n's group's buffer of the `stat_group` tiles (`gtile`, `gpsum`)."""
+        return n // self.stat_group % (self.stat_slots or self.bufs)
 
     def gcol(self, key: str, n: int, p: int, whole: bool = False):
         """Block n's [p, 1] column `key` of a `stat_group` tile ([p, blocks of the group]:
@@ -244,7 +258,7 @@ class NormStages:
         g = self.stat_group
         if g == 1:
             return self.col(key, n, p, None if whole else 0)
-        t = self.tile(f"g{key}", n // g, (self.P, g))
+        t = self.gtile(f"g{key}", n, (self.P, g))
         lo = n - n % g
         cols = slice(0, min(g, self.blocks - lo)) if whole else slice(n % g, n % g + 1)
         return ap(t, slice(0, p), cols)
@@ -555,12 +569,12 @@ class NormStages:
                engine=self.small_g)  # fmt: skip
         scale = 1.0 / k
         if ts:  # S2 + n_V (v_V + (m_V - M)^2), summed over the row's partitions, / N
-            s2 = ap(self.tile("gs2", n // g, (self.P, g)), slice(0, p), slice(0, u))
+            s2 = ap(self.gtile("gs2", n, (self.P, g)), slice(0, p), slice(0, u))
             b.emit(ScalarTensorTensor, [d, s2], [d], data=d, op0="multiply",
                    operand0=float(self.d - c), op1="add", operand1=s2, dst=d,
                    engine=self.small_g)  # fmt: skip
             scale = 1.0 / (self.d * k)
-        std = (self.stt_std and 32 <= k and 2 * k <= p
+        std = (self.stt_std and (32 <= k or self.std_rolled) and 2 * k <= p
                and all(self.parts_of[m] == p for m in blocks))  # fmt: skip
         if std:  # (`std_scales`: the variance of the row k partitions back beside each)
             vr = self.gpsum("vs", n, p, 2 * u)
@@ -632,13 +646,22 @@ class NormStages:
     def back_sums(self, p: int, scale: float):
         """[p, p] fp32: 1 / k where partition r's row is the row k partitions back from
         partition m's (mod p; `std_scales`), made once per p: zeros, then a memset of 1 / k per
-        row group (k >= 32 partitions: a start GpSimd can address; no TensorE, no PSUM)."""
+        row group (k >= 32 partitions: a start GpSimd can address; no TensorE, no PSUM); rows
+        of fewer pieces (`std_rolled`): `Groups.sum_matrix` times 1 / k, its columns rolled k
+        on (two copies over all the partitions)."""
         kk = min(self.pieces.k, self.P)
         key = f"norm.back{p}.{scale}"
         new = f"{key}:float32:{(self.P, self.P)}" not in self.b.scratch
         a = ap(self.b.scratch_tile(key, "back", (self.P, self.P), self.f32), slice(0, p),
                slice(0, p))  # fmt: skip
-        if new:
+        if new and kk < 32:  # (`std_rolled`: `Groups.sum_matrix`'s columns rolled k on)
+            src = self.groups.sum_matrix
+            for lo, hi, at in ((kk, p, 0), (0, kk, p - kk)):
+                s = ap(src, slice(0, p), slice(at, at + hi - lo))
+                d = ap(a.name, slice(0, p), slice(lo, hi))
+                self.b.emit(TensorScalar, [s], [d], src=s, dst=d, op0="multiply",
+                            operand0=scale)  # fmt: skip
+        elif new:
             self.b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
             for r in range(0, p, kk):  # rows [r, r + k) read the row at columns' r + k
                 c = (r + kk) % p
@@ -663,7 +686,7 @@ class NormStages:
     def gpsum(self, key: str, n: int, p: int, u: int):
         """Block n's group's [p, u] PSUM tile `key` (`psum_col`; `stat_group` columns, or
         twice that for `std_scales`' "vs")."""
-        slot = (f"g{key}", n // self.stat_group % self.bufs)
+        slot = (f"g{key}", self.gindex(n))
         if slot not in self.psum_cols:
             w = self.stat_group * (2 if key == "vs" else 1)
             self.psum_cols[slot] = self.b.psum(f"n{key}", (self.P, w), self.f32)

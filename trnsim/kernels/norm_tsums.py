@@ -117,6 +117,6 @@ def row_mean(k, n: int, p: int) -> None:
     ((i, lo, hi),) = k.spieces
     junk = ap(k.tile("junk", 0, (k.P, k.c), k.xdt), slice(0, p), slice(0, hi - lo))
     xs = k.lane_tile("x", n, i, p, 0, (lo, hi))
-    s2 = ap(k.tile("gs2", n // g, (k.P, g)), slice(0, p), slice(u, u + 1))
+    s2 = ap(k.gtile("gs2", n, (k.P, g)), slice(0, p), slice(u, u + 1))
     b.emit(Activation, [xs, m], [junk, s2], func="square", src=xs, dst=junk, scale=-1.0,
            bias=m, reduce="add", reduce_dst=s2)  # fmt: skip

@@ -268,9 +268,19 @@ PSUM_PIECES = tuple(
 # of 16384 with TensorE's bias 112.7 -> 70.7 us (41% -> 66%; STT_LANES_SEARCH), fp32 rows of
 # 8192 with their weight and bias in PSUM (10 buffers; the other PSUM_PIECES, estimated sooner,
 # ran 58.4 to 59.8 us) 89.8 -> 57.7 us (52% -> 80%, REPEAT_ROWS)
+# ... and (`STT_PARTS`, rows of 8192 to 32768, 8 to 32 a tile; rows shorter than PARTS_BELOW)
+# STT_TSUMS with each block's load in eight parts, 10 buffers, the weight behind block 2 and the
+# bias behind block 4, `stt_std` for rows of fewer than 32 pieces too (`std_rolled`: two matmuls
+# a PSUM bank, not three; TensorE busy 55.7 -> 42.1 us at 16384) and the `stat_group` tiles in
+# 5 buffers (`stat_slots`: 245 -> 227 semaphores at LNC 2, 277 -> 227 at LNC 1): trn2 LNC 2,
+# 16 MiB, bf16 rows of 8192 76.7 -> 62.3 us, of 16384 70.7 -> 59.5, of 32768 62.8 -> 57.8
+# (STT_LANES_SEARCH with eight parts and 10 buffers: 66.3, 62.7, 61.0 us)
+STT_PARTS = STT_TSUMS | {"load_parts": 8, "piece_bufs": 10, "std_rolled": True, "stat_slots": 5,
+                         "affine_at": (2, 4)}  # fmt: skip
+PARTS_BELOW = 65536  # (rows of 64K: STT_TSUMS 57.0 us, STT_PARTS 58.3)
 FIT_PIECES = tuple(
-    v | {"in_pieces": True} for v in (PSUM_PIECES[2], STT, STT_LANES, STT_LANES_SEARCH, STT_TSUMS)
-)
+    v | {"in_pieces": True} for v in (PSUM_PIECES[2], STT, STT_LANES, STT_PARTS)
+)  # (STT_LANES_SEARCH and STT_TSUMS in pieces ran 70.7 and 72.2 us at 16384: no longer tried)
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -332,6 +342,7 @@ VARIANTS = (
     STT_LANES_SEARCH,
     STT_TSUMS,
     ROW_TILES,
+    STT_PARTS,
     *FIT_PIECES,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
@@ -404,12 +415,33 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
         tb = KernelBuilder(b.tensors)
         tb.part = (0, max(1, cfg.lnc))
         span = _lower(tb, cfg, op, x, out, weight, bias, eps, VARIANTS[i])
-        sems = {s for ins in tb.instructions for s, _ in ins.wait + ins.signal}
-        spans.append((span if len(sems) <= cfg.core.semaphores else math.inf, i))
+        spans.append((span if _sems(tb) <= cfg.core.semaphores else math.inf, i))
+    spans.sort()
+    while len(spans) > 1 and not _fits_lnc1(b, cfg, op, x, out, weight, bias, eps, spans[0][1]):
+        spans.pop(0)
     if len(_CHOSEN) >= CHOSEN_MOST:
         _CHOSEN.clear()
-    _CHOSEN[key] = (cfg, VARIANTS[min(spans)[1]])
+    _CHOSEN[key] = (cfg, VARIANTS[spans[0][1]])
     return _CHOSEN[key][1]
+
+
+def _sems(b: KernelBuilder) -> int:
+    """The semaphores b's instructions count on (a core has `core.semaphores`)."""
+    return len({s for ins in b.instructions for s, _ in ins.wait + ins.signal})
+
+
+def _fits_lnc1(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, i) -> bool:
+    """Whether VARIANTS[i], chosen at the chip's default LNC, also fits a core's semaphores when
+    one core takes all the rows (LNC 1: more blocks, as many buffers of each tile as blocks up
+    to the plan's; `_variant`'s choice holds at any LNC). Checked for plans of more buffers than
+    BUFS only (the others fit either way), without the search (the same tiles)."""
+    v = VARIANTS[i]
+    if cfg.lnc <= 1 or 1 not in cfg.lnc_allowed or v.get("piece_bufs", BUFS) <= BUFS:
+        return True
+    tb = KernelBuilder(b.tensors)
+    tb.part = (0, 1)
+    _lower(tb, cfg, op, x, out, weight, bias, eps, v | {"search": 0})
+    return _sems(tb) <= cfg.core.semaphores
 
 
 def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]:
@@ -447,6 +479,7 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or ("stt" in v and not stt)
                           or ("row_tiles" in v and not row_tiles)
                           or (v is FLEX_BUFS and d >= FLEX_BUFS_BELOW)
+                          or (v.get("std_rolled") and d >= PARTS_BELOW)
                           or (SEGMENTS_ONLY & set(v) and not segments)))
             and not ("in_pieces" in v and not many)]  # fmt: skip
 
