@@ -8,7 +8,9 @@ Rows of 128 m elements with m past a piece tile's columns and no divisor that cu
 segments near that width (m prime: 151936 = 128 x 1187, 262784 = 128 x 2053) went in m
 segments of one element a partition (`row_pieces.layout`): 3829 us, 0.6% of the bound, for
 fp32 rows of 151936 (cross_entropy 7194 us). They now take the remainder-column layout
-(`ragged`), whose segments need not be even."""
+(`ragged`), whose segments need not be even. At mid lengths (1024 to 16K, 70-79% before) a
+core's last rows, too few to fill the partitions, go in pieces (`rows.tail_pieces`,
+`rows_ragged.last_rows`) and the rows go evenly between the cores (`rows.even_rows`)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,12 @@ REACH = [  # (op, dtype, row length) at >= 80%
     ("amax", "float32", 151936),
     ("sum", "float32", 262784),
     ("amax", "bfloat16", 262784),
+    ("sum", "float32", 5120),  # (the rows' tail in pieces, the rows even between the cores)
+    ("amax", "float32", 6144),
+    ("mean", "bfloat16", 10240),
+    ("sum", "bfloat16", 14336),
+    ("sum", "bfloat16", 50257),  # (in pieces with a remainder column)
+    ("amax", "bfloat16", 100000),  # (its last row in more pieces, `rows_ragged.last_rows`)
 ]
 # cross_entropy at such rows: the fraction it keeps (rounded down to 5%; its powers of two
 # reach 70%, test_rows_families_argmax_loss: the log-sum-exp chain after the last load)
@@ -80,16 +88,27 @@ def _saved(tmp_path, **arrays) -> dict:
 
 
 @pytest.mark.parametrize("op", ["sum", "mean", "amax"])
-def test_irregular_reductions_check(op, tmp_path):
-    """Rows of 151936 fp32 (three: a core's share at LNC 2 is one or two): numpy's values at
-    LNC 1 and 2; a max the same at both (a sum's partials fall on VectorE or ScalarE as the
-    cores' shares of tiles do, rounded apart)."""
-    x = (np.random.default_rng(5).standard_normal((3, 151936)) * 3).astype(np.float32)
+@pytest.mark.parametrize("shape,dt", [((3, 151936), "float32"), ((300, 5120), "float32"),
+                                      ((300, 4544), "bfloat16"), ((5, 100000), "bfloat16"),
+                                      ((5, 24576), "float32")])  # fmt: skip
+def test_irregular_reductions_check(op, shape, dt, tmp_path):
+    """numpy's values at LNC 1 and 2, the same at both (but an fp32 sum's: its partials fall on
+    VectorE or ScalarE as the cores' shares of tiles do, rounded apart; a bf16 sum's rows one a
+    partition, whole or in pieces, in fp32 rounded once, `rows.in_fp32`). Rows of 151936 (three: a
+    core's share at LNC 2 is one or two); 300 rows of 5120 or 4544: 150 a core at LNC 2, 128
+    whole and 22 in pieces (`rows.tail_pieces`), 300 at LNC 1, 256 whole and 44 in pieces;
+    rows in pieces whose last are in more pieces (`rows_ragged.last_rows`): 5 of 100000 (2 or
+    3 a core at LNC 2, 2 a tile, one row in 128 pieces; at LNC 1 the fifth), 5 of 24576 fp32
+    (4 a tile in 32 pieces: the fifth in 128; 2 or 3 a core at LNC 2, 2 in 64)."""
+    x = (np.random.default_rng(5).standard_normal(shape) * 3).astype(np.float32)
     specs = _saved(tmp_path, x=x)
-    specs["out"] = TensorSpec("out", (3,), dtype("float32"), None)
-    outs = _run(specs, op, {"x": "x", "out": "out", "dim": -1})
-    if op == "amax":
-        assert np.array_equal(*outs)
+    specs["x"] = TensorSpec("x", shape, dtype(dt), specs["x"].init)
+    specs["out"] = TensorSpec("out", shape[:1], dtype(dt), None)
+    a, b = _run(specs, op, {"x": "x", "out": "out", "dim": -1})
+    if op != "amax" and dt == "float32":
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-4)  # (sums of ~200: 2^-23 units)
+    else:
+        assert np.array_equal(a, b)
 
 
 def test_irregular_cross_entropy_check(tmp_path):

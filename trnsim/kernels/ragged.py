@@ -183,12 +183,13 @@ def units(shape, lay: RaggedLayout, rows: tuple[int, int]) -> list[tuple[tuple, 
 
 
 class Small:
-    """The remainders' queues (`RaggedLayout.load`, `store`): the last quarter of the load and
-    of the store queues, each stream taken in turn (a callable each)."""
+    """The remainders' queues (`RaggedLayout.load`, `store`): the load queues from fraction
+    `first` of them (the last quarter by default) and the last half of the store queues, each
+    stream taken in turn (a callable each)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, first: float = 3 / 4):
         qs = Queues(cfg)
-        self._loads, self._stores = qs.loads(3 / 4, 1), qs.stores(1 / 2, 1)
+        self._loads, self._stores = qs.loads(first, 1), qs.stores(1 / 2, 1)
         self.nl = self.ns = 0
 
     def load(self) -> int:

@@ -43,11 +43,15 @@ ALU = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 def lower_reduction_pieces(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str,
                            lay: PieceLayout, f: int) -> None:  # fmt: skip
     """out = op(x, -1) over rows laid out as `lay` (module doc)."""
+    from trnsim.kernels.rows_ragged import last_rows  # (which imports this module)
+
     tx = b.tensors[x]
     rows = even_share(b, tx)
     if rows[0] >= rows[1]:
         return
     k = _Red(b, cfg, op, x, out, lay)
+    rows, tail = last_rows(b, cfg, op, x, out, lay.k if lay.t == 1 else 0, rows)
+    tail()  # (the last rows first: their chain hidden behind the others' loads)
     if lay.t == 1:
         units = list(row_blocks(tx.shape, lay.g, rows))
     else:
@@ -91,6 +95,7 @@ class _Red:
         # two load queues at least: a load waiting for its buffer holds up only its own queue
         self.loads, self.stores = qs.loads().take(max(2, q)), qs.stores(0, 1 / 2)
         self.nl = self.ns = self.batches = 0
+        self.short = self.low is not self.f32 and self.alu != "add"  # a 16-bit max: exact
 
     def shares(self) -> dict:
         """The partials on VectorE and ScalarE (a sum; a max or min where ScalarE reduces by
@@ -98,7 +103,7 @@ class _Red:
         if self.alu != "add" and not self.cfg.core.scalar.reduce_max:
             return {V: 1.0}
         t = self.b.scratch_tile("rp.x0", "x", (self.P, self.lay.f), self.xdt)
-        c = self.b.scratch_tile("rp.cost", "c", (self.P, 1), self.low if self.alu != "add"
+        c = self.b.scratch_tile("rp.cost", "c", (self.P, 1), self.low if self.short
                                 else self.f32)  # fmt: skip
         v = cost_ns(self.b, self.cfg, TensorReduce, alu=self.alu, src=ap(t), dst=ap(c))
         s = cost_ns(self.b, self.cfg, Activation, func="copy", src=ap(t), dst=ap(t),
@@ -148,7 +153,7 @@ class _Red:
             if neg:
                 b.emit(TensorScalar, [dst], [dst], src=dst, dst=dst, op0="multiply",
                        operand0=-1.0, engine=G)  # fmt: skip
-        elif self.low is not self.f32 and self.alu != "add":  # 16-bit max: exact, fast
+        elif self.short:  # 16-bit max: exact, fast
             m = ap(b.scratch_tile(f"rp.m{self.nl % 2}", "m", (self.P, 1), self.low),
                    slice(0, p))  # fmt: skip
             b.emit(TensorReduce, [xa], [m], alu=self.alu, src=xa, dst=m)
