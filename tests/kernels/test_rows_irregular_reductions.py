@@ -21,6 +21,8 @@ from tests.kernels.test_rows_families import case, reached
 from tests.kernels.test_rows_families_argmax_loss import case as loss_case
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
+from trnsim.isa import CoreBarrier
+from trnsim.kernels import lower_cores
 from trnsim.kernels.row_pieces import layout
 from trnsim.runtime.session import run_program
 from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
@@ -122,3 +124,36 @@ def test_irregular_cross_entropy_check(tmp_path):
     specs["out"] = TensorSpec("out", (3,), dtype("float32"), None)
     args = {"input": "x", "target": "t", "out": "out", "reduction": "none"}
     assert np.array_equal(*_run(specs, "cross_entropy", args))
+
+
+def test_uneven_rows_split_evenly_with_the_other_ops(tmp_path):
+    """Rows one a partition whose cut at multiples of 128 rows is uneven (300 rows of 5120:
+    128 and 172) go 150 and 150 (the op alone, `rows.even_rows`): between a mul and an add
+    that keep the 128-row cut, the cores meet before the amax and after it (a barrier each on
+    both), and the values are numpy's and the same at LNC 1 and 2. An even 128-row cut (512
+    rows) keeps its rows: the cores meet only before the add (m, one row of 512, is cut by
+    elements, as before)."""
+    rng = np.random.default_rng(12)
+    for rows, barriers in ((300, [2, 2]), (512, [1, 1])):
+        shape = (rows, 5120)
+        path = tmp_path / f"x{rows}.npy"
+        np.save(path, rng.standard_normal(shape).astype(np.float32))
+        f32 = dtype("float32")
+        specs = {"x": TensorSpec("x", shape, f32, ("file", str(path))),
+                 "a": TensorSpec("a", shape, f32, None),
+                 "m": TensorSpec("m", (rows,), f32, None),
+                 "q": TensorSpec("q", (rows,), f32, None)}  # fmt: skip
+        ops = [OpSpec("mul", {"a": "x", "b": 2.0, "out": "a"}, 1),
+               OpSpec("amax", {"x": "a", "out": "m", "dim": -1}, 2),
+               OpSpec("add", {"a": "m", "b": 1.0, "out": "q"}, 3)]  # fmt: skip
+        progs = lower_cores(ops, specs, load_chip("trn2"), 2)
+        assert [sum(type(i) is CoreBarrier for i in p.instructions) for p in progs] == barriers
+        got = []
+        for lnc in (1, 2):
+            prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
+                           {"k": KernelSpec("k", ops=ops)},
+                           [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+            r = run_program(prog, load_chip("trn2"), "functional", check=True)
+            assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])
+            got.append(np.asarray(r.tensor("q")))
+        assert np.array_equal(got[0], got[1])
