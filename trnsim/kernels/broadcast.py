@@ -69,7 +69,7 @@ def spread_rows(b: KernelBuilder, cfg: ChipConfig, name: str, d: int) -> str:
 def spread(
     b: KernelBuilder, cfg: ChipConfig, srcs: list[tuple[Ap, int]], dt, base: str,
     repeat: int = 1, tile: str | None = None, queue: int | None = None, slot: int | None = None,
-    sp: Spread | None = None,
+    sp: Spread | None = None, pins: dict | None = None,
 ) -> str:  # fmt: skip
     """A [128, repeat x d] tile (`tile`, or a new one named after `base`) holding on every
     partition the d elements that `srcs` (operands and their element counts) select, in
@@ -78,9 +78,12 @@ def spread(
     PSUM banks, copied out, then doubled along the free dim by copies. With a `slot` (an op
     spreading many pieces of a row in turn) the one-partition row is that slot's scratch tile
     and the ones column one set once, not new tiles each call (a row of 83886 fp32 in 47
-    pieces took 47 of each: more than SBUF). With `sp` the copies out of PSUM go to the
-    engine that finishes them first (VectorE, else: a row over one row block of [300, 27962]
-    bf16 copied as much on VectorE as it computed, 57% of the DMA bound)."""
+    pieces took 47 of each: more than SBUF). With `sp` (and `pins`) the copies out of PSUM go
+    to VectorE or ScalarE, the one that finishes them first, each piece of the tile after the
+    first time to the engine that wrote it then (`pins`: a block of fewer rows reads only part
+    of a piece, and another engine's write over the part unread could not be ordered after
+    it); on VectorE alone a row over one row block of [300, 27962] bf16 copied as much there
+    as it computed, 57% of the DMA bound."""
     P, f32 = cfg.core.sbuf.partitions, dtype("float32")
     d = sum(n for _, n in srcs)
     if slot is None:
@@ -112,8 +115,9 @@ def spread(
         o = ap(out, slice(None), slice(c, c + w))
         if sp is None:
             b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
-        else:
-            sp.emit(TensorCopy, [acc], [o], (V, S), src=acc, dst=o)
+        else:  # a piece of the tile on the engine that wrote it before, if any (`pins`)
+            eng = sp.emit(TensorCopy, [acc], [o], pins.get((out, c), (V, S)), src=acc, dst=o)
+            pins[(out, c)] = (eng,)
     b.release(*dict.fromkeys(ps))
     w = d
     while w < repeat * d:  # the row repeated along the free dim, doubling
@@ -188,6 +192,7 @@ class _Kernel:
         self.n = 0  # blocks so far
         self.turns = {}  # buffers so far of each kind with a count of its own (`_buf`)
         self.sp = Spread(b, cfg)  # each pass on the engine that finishes it first
+        self.pins: dict = {}  # (tile, column) -> the engine that copies into it (`spread`)
 
     def queues(self, free: int) -> None:
         """The load and store queues for blocks of up to `free` elements a partition
@@ -302,7 +307,7 @@ class _Kernel:
                     self.b.scratch[key] = self.b.tile("bc_row", "sbuf", big, self.vdt)
                 src = ap(self.vec, *self.lead, slice(c0, c0 + c))
                 w = spread(self.b, self.cfg, [(src, c)], self.vdt, "", tile=self.b.scratch[key],
-                           queue=self.side[j], slot=j % 2, sp=self.sp)  # fmt: skip
+                           queue=self.side[j], slot=j % 2, sp=self.sp, pins=self.pins)  # fmt: skip
                 for index, p, _ in blocks:
                     wa = ap(w, slice(0, p), slice(0, c))
                     self.block(cols(index, c0, c), (p, c), big, lambda x, o, wa=wa: self.tt(
@@ -359,7 +364,8 @@ class _Kernel:
                     mv = ap(vk.name, slice(0, k), slice(s0, s0 + sw))
                     b.emit(Matmul, [sel, mv], [ps], stationary=sel, moving=mv, dst=ps)
                     o = ap(wt, slice(0, q), slice(s0, s0 + sw))
-                    self.sp.emit(TensorCopy, [ps], [o], (V, S), src=ps, dst=o)
+                    pin = self.pins.get((wt, s0), (V, S))  # as `spread`'s
+                    self.pins[(wt, s0)] = (self.sp.emit(TensorCopy, [ps], [o], pin, src=ps, dst=o),)
                     b.release(ps.name)
                 wa = ap(wt, slice(0, q), slice(0, fc))
                 self.block(cols(c0, k * fc), (q, fc), big, lambda x, o, wa=wa: self.tt(x, wa, o))

@@ -340,16 +340,17 @@ def _items(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tu
 def _few(dims: tuple[int, ...], a: int, b: int, P: int, F: int) -> Iterator[tuple]:
     """The blocks of whole items [a, b) of dims[0], fewer than fill P partitions: one item to
     a partition (`_one_each`) when each item is shorter than a walk of it on its own would
-    cost in fixed costs (FIXED), else each item walked on its own (`_each`); or all the items
+    cost in fixed costs (FIXED) and its pieces cost less (`_key`), else each item walked on
+    its own (`_each`); or all the items
     together by pieces of their sub-items (`_across`, `_across_runs`), or whole items several
     to a block (`_packed`), when that costs less (`_cost`)."""
     inner, r = math.prod(dims[1:]), b - a
     if r <= 0:
         return
-    if r * (inner // P + FIXED) >= inner:
-        walk = _one_each(dims, a, b, P, F)
-    else:
-        walk = _each(dims, a, b, P, F)
+    walk = _each(dims, a, b, P, F)
+    if r * (inner // P + FIXED) >= inner:  # unless the pieces one to a partition cost more
+        one = _one_each(dims, a, b, P, F)  # (an item of 129 with F = 1: 129 blocks of [1, 1])
+        walk = min(one, walk, key=lambda w: _key(dims, w))
     best, cost = walk, _key(dims, walk)
     others = (_across(dims, a, b, P, F), _across_runs(dims, a, b, P, F), _packed(dims, a, b, P, F))
     for other in others:
