@@ -77,7 +77,12 @@ def row_groups(
 
 
 def row_tiles(
-    shape: tuple[int, ...], partitions: int, rows: tuple[int, int] | None, *most: int, unit: int = 1
+    shape: tuple[int, ...],
+    partitions: int,
+    rows: tuple[int, int] | None,
+    *most: int,
+    unit: int = 1,
+    pow2: bool = True,
 ) -> tuple[int, list[tuple[tuple, int, int]]]:
     """(per, blocks): as `row_groups`, but `per` need not divide the rows: each block is
     (index, rows, k), k rows to each of rows / k partitions (a tile [rows / k, k, D]); k = per
@@ -90,6 +95,10 @@ def row_tiles(
     left go one to each of 98 partitions, not 4 to each of 24 (which cost an engine as much
     as 512).
 
+    `per` is a power of two (as `row_groups`'), or with `pow2` false the largest count at most
+    each of `most` (and a multiple of `unit` when above it): 12 rows of 80 fp32 to a partition
+    within 4 KiB, not 8.
+
     With `unit` (dividing per), every k is a multiple of it (a block's rows left under k go
     `unit` to a partition) but for the rows left under a multiple of `unit` at the end of a
     block: a share that starts at such a multiple (`core_rows`') and is walked in blocks that
@@ -98,7 +107,11 @@ def row_tiles(
     `norms._aligned` asks to give some slots' statistics to ScalarE)."""
     lo, hi = rows if rows is not None else (0, math.prod(shape[:-1]))
     spread = 1 << (max(1, -(-(hi - lo) // partitions)) - 1).bit_length()
-    per = 1 << (max(1, min(*most, spread)).bit_length() - 1)
+    per = max(1, min(*most, spread))
+    if pow2:
+        per = 1 << (per.bit_length() - 1)
+    elif per > unit:
+        per -= per % unit
     u = unit if per % unit == 0 else 1
     return per, list(_tail(tuple(shape), partitions, per, u, lo, hi))
 

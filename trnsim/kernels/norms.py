@@ -532,8 +532,13 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     group = max(1, row_bytes // tx.dtype.itemsize // d)
     # (row slots of S_GROUP rows' residues for ScalarE's whole-row statistics: `_aligned`)
     unit = S_GROUP if k.pipe and round(k.s_share * S_GROUP) else 1
+    # (layer_norm's rows a partition not only a power of two, `layout.row_tiles`: trn2 LNC 2,
+    # 16 MiB, fp32 rows of 320 59.4 -> 53.3 us, of 80 66.6 -> 65.2, bf16 of 96 74.1 -> 71.1;
+    # not pipelined, whose taper and ScalarE's whole-row statistics want per / 2 a multiple of
+    # S_GROUP, `_aligned`, and whose bf16 rows of 768 ran slower so, 58.3 -> 59.5; nor
+    # rms_norm's, bf16 rows of 384 50.6 -> 51.2)
     k.per, tiles = row_tiles(tx.shape, k.P, share, group, max(1, room // (BUFS * base)),
-                             unit=unit)  # fmt: skip
+                             unit=unit, pow2=k.pipe or not k.layer)  # fmt: skip
     blocks = [(index, rows) for index, rows, _ in tiles]
     if any(q != k.per for _, _, q in tiles):  # (the rows left over: `layout.row_tiles`)
         k.block_per = [q for _, _, q in tiles]
@@ -559,7 +564,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     # planned for the whole tensor's layout, as one core would lower it: the choices that
     # change the values' rounding (ScalarE's statistics, the halves) are then the same
     # however an LNC 2 logical core's cores share the rows
-    per, whole = k.per, row_tiles(tx.shape, k.P, None, group, max(1, room // (BUFS * base)))
+    per, whole = k.per, row_tiles(tx.shape, k.P, None, group, max(1, room // (BUFS * base)),
+                                  unit=unit, pow2=k.pipe or not k.layer)  # fmt: skip
     k.per = k.plan_per = whole[0]
     k.plan_blocks = len(whole[1])  # (whether it may mix two choices of engines, and so of c)
     kept = _fit_psum(cfg, tx, to, len(affine), d, k.pe_ok) if k.fit_psum else 0
