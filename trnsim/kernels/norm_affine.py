@@ -231,6 +231,9 @@ class PeBias:
         if self.pieces_segs is None:
             return ap(self.pieces_row, slice(0, p), slice(lo, hi))
         segs, f = self.pieces_segs
+        if isinstance(f, list):  # (lanes: each one's first column)
+            s = max(i for i, a in enumerate(f) if a <= lo)
+            return ap(segs[s], slice(0, p), slice(lo - f[s], hi - f[s]))
         s = lo // f
         return ap(segs[s], slice(0, p), slice(lo - s * f, hi - s * f))
 

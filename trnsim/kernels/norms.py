@@ -74,12 +74,12 @@ from trnsim.kernels.norm_affine import (
     spread_psum,
 )
 from trnsim.kernels.norm_plan import Lane, plan
-from trnsim.kernels.norm_ragged import lower_norm_ragged
+from trnsim.kernels.norm_ragged import LAYER_BUFS, lower_norm_ragged
 from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP, NormStages
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.rms_plan import RAGGED_BUFS, rms_variant
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
-from trnsim.kernels.row_pieces import Groups
+from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.row_plan import G, S, V, bank_runs
 from trnsim.kernels.rows import core_share
@@ -281,6 +281,10 @@ PARTS_BELOW = 65536  # (rows of 64K: STT_TSUMS 57.0 us, STT_PARTS 58.3)
 FIT_PIECES = tuple(
     v | {"in_pieces": True} for v in (PSUM_PIECES[2], STT, STT_LANES, STT_PARTS)
 )  # (STT_LANES_SEARCH and STT_TSUMS in pieces ran 70.7 and 72.2 us at 16384: no longer tried)
+# rows not a multiple of 128 that go in pieces of a power of two dividing them
+# (`DIVISOR_PIECES`) may go with a remainder column all the same (`norm_ragged`), as estimated:
+# trn2 LNC 2, 16 MiB, fp32 rows of 20000 66.0 us so, 72.4 in pieces (bf16 91.9, 71.1)
+RAGGED = {"ragged": True}
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
@@ -344,6 +348,7 @@ VARIANTS = (
     ROW_TILES,
     STT_PARTS,
     *FIT_PIECES,
+    RAGGED,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
@@ -358,6 +363,17 @@ PSUM_AFFINE_BYTES = 8192  # fp32 weight and bias of rows in pieces kept in PSUM 
 REPEAT_ROWS = 16  # `psum_affine`: rows a tile up to which the weight and bias load once (fp32
 # rows of 8192 in pieces, 16 a tile, loaded 16 times with 4 here: trn2 LNC 2, 16 MiB, 99.3 ->
 # 57.7 us, FIT_PIECES; of 16384, 8 a tile, 75.3 -> 56.8 us, 62% -> 82%)
+DIVISOR_PIECES = True  # layer_norm rows too long for a partition that are not a multiple of
+# 128 go in k pieces, k a power of two dividing d (`_divisor_layout`), not only with a remainder
+# column (`norm_ragged`, the RAGGED variant: chosen by estimate): trn2 LNC 2, 16 MiB, bf16 rows
+# of 20000 104.6 -> 71.1 us (16 pieces of 1250, STT_LANES_SEARCH), of 100000 109.5 -> 67.2
+DIVISOR_MOST = 4096  # ... the pieces' bytes a partition sought (k the fewest that fit)
+DIVISOR_BYTES = 8192  # ... and at most, where k must be fewer to divide d (fp32 rows of 100000,
+# 32 pieces of 12.5 KiB: 98.6 us, with a remainder column 69.5)
+EVEN_LANES = True  # a tile's columns in lanes (`piece_lanes`) of even widths where f is even,
+# any f (an odd lane beside an even one): bf16 (x - mean) * w runs one element a cycle only
+# over an even count (bf16 rows of 20000, lanes of 625 -> 624 and 626: 76.4 -> 71.1 us; of
+# 151936, 1187 -> 594 and 593, no lanes before: 76.8 -> 72.1 us)
 TRIAL_BYTES = 2 << 20  # layer_norms of x this large try the VARIANTS
 CHOSEN_MOST = 256  # the choices kept (`_variant`), by shapes
 _CHOSEN: dict = {}
@@ -460,6 +476,8 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     lay = _piece_layout(cfg, tx, d)
     if not fits and lay is None:  # (a remainder column, `norm_ragged`: no variants)
         return [0]
+    # (rows in pieces of a power of two dividing d, `DIVISOR_PIECES`: or a remainder column)
+    ragged = not fits and d % cfg.core.sbuf.partitions != 0
     segments = not fits and lay is not None and lay.t > 1  # rows in segments
     row_tiles = not fits and lay is not None and lay.t == 1 and lay.g == 1  # a tile a row
     # (rows that fit but are many, more than the chip's LNC's partitions: also in pieces,
@@ -480,6 +498,7 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or ("row_tiles" in v and not row_tiles)
                           or (v is FLEX_BUFS and d >= FLEX_BUFS_BELOW)
                           or (v.get("std_rolled") and d >= PARTS_BELOW)
+                          or ("ragged" in v and not ragged)
                           or (SEGMENTS_ONLY & set(v) and not segments)))
             and not ("in_pieces" in v and not many)]  # fmt: skip
 
@@ -496,7 +515,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     few = cfg.core.sbuf.partitions * (RMS_PIECE_BLOCKS if op == "rms_norm" else 1)
     if not norm_rows(cfg, tx, to, affine_bytes) or d >= PIECE_ROWS and (
             rows <= few or variant.get("in_pieces")):  # fmt: skip
-        lay = _piece_layout(cfg, tx, d)
+        lay = _piece_layout(cfg, tx, d, op == "layer_norm" and not variant.get("ragged"))
         if lay is not None:
             if op == "rms_norm" and lay.t == 1:
                 variant = RMS_PIECES | variant
@@ -505,9 +524,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         rms = op == "rms_norm"  # (rms_norm's rows that fit too, as `rms_plan` chose)
         if not norm_rows(cfg, tx, to, affine_bytes) or rms and variant.get("in_pieces"):
             # (not a multiple of 128: `norm_ragged`)
-            lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share,
-                              *((RAGGED_BUFS,) if rms else ()))  # fmt: skip
-            return 0.0
+            return lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share,
+                                     RAGGED_BUFS if rms else LAYER_BUFS)  # fmt: skip
     if op == "rms_norm" and d <= SHORT_ROW:
         lower_rms_short(b, cfg, x, out, weight, float(eps), share)
         return
@@ -748,8 +766,10 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
             k.block_lanes[row][s] = Lane(lane.lo, lane.hi, lane.norm, V, lane.bias)
         _seg_cycle(k, lay)
         k.lanes = k.block_lanes[0]
-    elif k.piece_lanes > 1 and lay.f % k.piece_lanes == 0:  # a block's columns in lanes
-        k.block_lanes = [_split(ls, lay.f // k.piece_lanes) for ls in (k.block_lanes or [k.lanes])]
+    elif k.piece_lanes > 1 and (EVEN_LANES or lay.f % k.piece_lanes == 0):  # a block's
+        # columns in lanes (of even widths where f is: `EVEN_LANES`)
+        k.block_lanes = [_split(ls, -(-lay.f // k.piece_lanes), EVEN_LANES)
+                         for ls in (k.block_lanes or [k.lanes])]  # fmt: skip
         k.lanes = k.block_lanes[0]
     # (`stat_group`: `stt`'s blocks of one row slot, ScalarE's statistics one piece; the
     # weight's stage emitted after its group's statistics)
@@ -780,7 +800,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         if k.pe_bias and k.seg_rows:
             k.pe.pieces_segs = (k.seg_rows[bias], lay.f)
         elif k.pe_bias and k.lane_rows:
-            k.pe.pieces_segs = (k.lane_rows[bias], lay.f // len(k.lanes))
+            k.pe.pieces_segs = (k.lane_rows[bias], [ln.lo for ln in k.lanes])
         elif k.pe_bias:
             k.pe.pieces_row = k.rows[bias]
 
@@ -815,7 +835,7 @@ def _load_behind(k, cfg: ChipConfig, lay, at: dict) -> None:
         if len(k.lanes) > 1:  # (`piece_lanes`: a tile a lane)
             k.lane_rows.update(_lane_rows(k.b, cfg, [v], lay, queues, k.lanes, by_row=True))
             if v == k.bias and k.pe_bias:
-                k.pe.pieces_segs = (k.lane_rows[v], lay.f // len(k.lanes))
+                k.pe.pieces_segs = (k.lane_rows[v], [ln.lo for ln in k.lanes])
             return
         k.rows[v] = _piece_rows(k.b, cfg, v, lay, queues, lay.g)
         if v == k.bias and k.pe_bias:
@@ -880,14 +900,16 @@ def _psum_copy(b: KernelBuilder, cfg: ChipConfig, rows: str, k: int) -> str:
     return ps
 
 
-def _split(lanes: list[Lane], most: int) -> list[Lane]:
-    """`lanes` cut in sub-lanes of at most `most` columns (as even as whole columns allow),
+def _split(lanes: list[Lane], most: int, even: bool = False) -> list[Lane]:
+    """`lanes` cut in sub-lanes of at most `most` columns (as even as whole columns allow; or,
+    `even`, of even widths where the lane's is),
     each with its lane's engines."""
     out = []
     for lane in lanes:
         w = lane.hi - lane.lo
         m = -(-w // most)
-        cuts = [lane.lo + round(w * i / m) for i in range(m + 1)]
+        two = 2 if even and w % 2 == 0 else 1
+        cuts = [lane.lo + two * round(w / two * i / m) for i in range(m + 1)]
         out += [Lane(a, z, *_engines(lane)) for a, z in zip(cuts, cuts[1:])]
     return out
 
@@ -896,7 +918,7 @@ def _engines(lane: Lane) -> tuple:
     return lane.norm, lane.weight, lane.bias
 
 
-def _piece_layout(cfg: ChipConfig, tx, d: int):
+def _piece_layout(cfg: ChipConfig, tx, d: int, divisor: bool = True):
     """Rows of d in pieces (`row_pieces.layout`) of PIECE_BYTES a partition, or of one 128th
     of the row when that is longer (a row in one tile), up to MAX_PIECE_BYTES; a row whose
     pieces would take BIG_PIECES or more in segments of 128 pieces of SEG_BYTES."""
@@ -904,7 +926,24 @@ def _piece_layout(cfg: ChipConfig, tx, d: int):
     most = max(PIECE_BYTES // isz, -(-d // P))
     if most * isz >= BIG_PIECES:
         most = SEG_BYTES // isz
+    if d % P and DIVISOR_PIECES and divisor:
+        return _divisor_layout(d, max(most, DIVISOR_MOST // isz), isz, P)
     return pieces_layout(d, most, P) if most * isz <= MAX_PIECE_BYTES else None
+
+
+def _divisor_layout(d: int, most: int, isz: int, P: int):
+    """Rows of d (not a multiple of P) in k pieces of f = d / k, g = P / k rows a tile: k the
+    fewest powers of two whose pieces are at most `most` elements, or the largest that divides d
+    when that is fewer (None: under two pieces, or pieces past DIVISOR_BYTES)."""
+    k = 1
+    while k < P and d // k > most:
+        k *= 2
+    while d % k:
+        k //= 2
+    f = d // k
+    if k < 2 or f * isz > DIVISOR_BYTES:
+        return None
+    return PieceLayout(d, f, k, P // k, 1)
 
 
 def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads, copies=None) -> str:
