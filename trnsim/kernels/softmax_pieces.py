@@ -16,6 +16,8 @@ second pass writes exp(x - M - log S) by one ScalarE `activation` (softmax) or x
 
 from __future__ import annotations
 
+import copy
+
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.isa import (
@@ -41,6 +43,8 @@ LOWEST = -3.4028234663852886e38  # the most negative fp32: a piece's max at leas
 BUFS = 8  # groups resident at most (loads run this many groups ahead of the stores)
 # (6 before: fp32 rows of 8K to 256K, 16 MiB, trn2 LNC 2, 92% -> 97% of the DMA bound with 8;
 # bf16 rows, bound by VectorE, the same; 10 no better)
+SEM_SPARE = 4  # semaphores left for x's and out's counters of an earlier op's generation
+# (`builder`: a tensor an earlier op touched counts on two sets), which a trial alone lacks
 
 
 def lower_softmax_pieces(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, lay: PieceLayout,
@@ -64,6 +68,12 @@ def staged(k: _Pieces, groups: list) -> None:
     partitions on TensorE, VectorE, ScalarE and GpSimd in turn) then no longer holds each
     engine's queue in turn while the next group's bulk passes wait behind it (bf16 rows of
     12288, trn2 LNC 2, 16 MiB: 64.1 -> 54.1 us)."""
+    k.bufs = _fitting_bufs(k, groups)
+    _emit(k, groups)
+
+
+def _emit(k: _Pieces, groups: list) -> None:
+    """`staged`'s stages with k.bufs as set."""
     skew = max(0, min(2, k.bufs - 2))
     with Scheduled(k.b, k.cfg, shared_dma=True, fluid=True):
         for n in range(len(groups) + skew):
@@ -71,6 +81,36 @@ def staged(k: _Pieces, groups: list) -> None:
                 if 0 <= n - late < len(groups) and (late or n < len(groups)):
                     stage(n - late, *groups[n - late])
     k.groups.done()
+
+
+def _fitting_bufs(k: _Pieces, groups: list) -> int:
+    """k.bufs, or fewer where its tiles would count on more semaphores than the core has (two a
+    tile; each slot has 3 t + 10 tiles or so: fp32 rows of 262400 to 262784 in two segments, 8
+    slots, 262 and 280 semaphores at softmax and log_softmax, refused): tried on a builder of
+    its own, a slot fewer each time, where `_most_sems` says it may not fit."""
+    limit = k.cfg.core.semaphores - SEM_SPARE
+    bufs = k.bufs
+    if not k.resident or _most_sems(k, min(bufs, len(groups))) <= limit:
+        return bufs
+    while bufs > 2:
+        tb = KernelBuilder(k.b.tensors)
+        tb.part = k.b.part
+        trial = k.on(tb)
+        trial.bufs = bufs
+        _emit(trial, groups)
+        if len({s for ins in tb.instructions for s, _ in ins.wait + ins.signal}) <= limit:
+            break
+        bufs -= 1
+    return bufs
+
+
+def _most_sems(k: _Pieces, slots: int) -> int:
+    """More than the semaphores `slots` of k's tiles count on (an upper bound: per slot t
+    tiles of x, of out, of each piece's raw and negated max, and 12 columns; the exp's scratch,
+    the `Groups` and remainder tiles; x's and out's counters)."""
+    t = k.lay.t
+    per_slot = 4 * t + 12
+    return 2 * (slots * per_slot + t + 16) + 8
 
 
 class _Pieces:
@@ -92,6 +132,12 @@ class _Pieces:
         # two tiles at a time and every group read twice
         self.resident = 2 * lay.t * per <= room
         self.bufs = max(1, min(BUFS, room // (lay.t * per))) if self.resident else 2
+
+    def on(self, b: KernelBuilder) -> _Pieces:
+        """A copy of this plan emitting into `b` (a trial, `_fitting_bufs`)."""
+        k = copy.copy(self)
+        k.b, k.groups, k.nl, k.ns = b, Groups(b, self.cfg, self.lay.k), 0, 0
+        return k
 
     def tile(self, key: str, n: int, s: int, shape, dt=None) -> str:
         slot = n % self.bufs if self.resident else (n * self.lay.t + s) % self.bufs

@@ -36,6 +36,12 @@ class _Ragged(_Pieces):
         super().__init__(b, cfg, x, out, lay, log, room)
         self.small = Small(cfg)
 
+    def on(self, b):
+        """`_Pieces.on`, its remainders' queues from the first again."""
+        k = super().on(b)
+        k.small = Small(self.cfg)
+        return k
+
     def xtile(self, n: int, s: int, p: int):
         shape = (self.P, self.rag.width(s))
         return ap(self.tile("x", n, s, shape, self.xdt), slice(0, p))
