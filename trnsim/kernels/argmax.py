@@ -31,7 +31,12 @@ from trnsim.isa import (
     TensorTensor,
     Transpose,
 )
-from trnsim.kernels.argmax_chunks import chunk, lower_argmax_chunks, piece_layout
+from trnsim.kernels.argmax_chunks import (
+    chunk,
+    lower_argmax_chunks,
+    piece_layout,
+    remainder_layout,
+)
 from trnsim.kernels.argmax_ragged import lower_argmax_ragged
 from trnsim.kernels.argmax_rows import ROW_ELEMENTS, lower_argmax_rows
 from trnsim.kernels.builder import KernelBuilder, ap
@@ -80,6 +85,8 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
             return
     else:
         lay = piece_layout(d, tx.dtype.itemsize, P)
+        if lay is None:
+            lay = remainder_layout(d, tx.dtype.itemsize, P)
         if lay is not None:
             lower_argmax_chunks(b, cfg, x, out, share, lay)
             return

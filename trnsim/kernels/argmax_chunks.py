@@ -12,6 +12,10 @@ offset off_q in its row. Per tile:
 - that chunk gathered again from HBM (`dma_copy` with `indices`: q L / C + c, rows of C of
   the tile's region of x), and the first index l in it equal to m as above, on C elements;
 - the partition's index off_q + C c + l.
+Rows that no even piece layout fits (50257, GPT-2's vocab) go in k pieces of f = d // k and
+a column of the last r = d - k f elements, one on each of the row's first r partitions
+(`remainder_layout`): at the group's end each partition's (m, index) takes its remainder
+element's where that is strictly larger (`with_rest`), before the pieces meet.
 A group (128 rows in `rows` mode, g rows of k pieces, or one row of t segments) keeps each
 partition's (m, index) per tile in columns; at its end each partition takes the max over its
 tiles and the first index where it is reached, the k pieces of a row meet on TensorE
@@ -34,6 +38,7 @@ from trnsim.isa import (
     Iota,
     Matmul,
     Memset,
+    Select,
     TensorCopy,
     TensorReduce,
     TensorScalar,
@@ -44,12 +49,13 @@ from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.queues import Queues
+from trnsim.kernels.ragged import RaggedLayout
 from trnsim.kernels.reduce import _runs, _unravel, staggered
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.schedule import Scheduled
 
-__all__ = ["lower_argmax_chunks", "chunk", "piece_layout"]
+__all__ = ["lower_argmax_chunks", "chunk", "piece_layout", "remainder_layout"]
 
 G = Engine.GPSIMD
 TILE_BYTES = 8192  # a row's tile's bytes a partition (1 MiB tiles: several a core, so loads
@@ -80,6 +86,24 @@ def piece_layout(d: int, itemsize: int, partitions: int) -> PieceLayout | None:
     """Rows of d in pieces (or segments) of PIECE_BYTES a partition."""
     lay = pieces_layout(d, max(1, PIECE_BYTES // itemsize), partitions)
     return lay if lay is not None and chunk(lay.f) is not None else None
+
+
+def remainder_layout(d: int, itemsize: int, partitions: int) -> PieceLayout | None:
+    """Rows of d that `piece_layout` refuses (d not a multiple of `partitions`, or 128 x a
+    prime) as k pieces of f = d // k, the r = d - k f < k last elements a column of their own
+    (element k f + i on the row's piece i): the layout of the main part, k f. k a power of two,
+    the fewest whose f fits PIECE_BYTES and has a chunk length (50257 fp32: 64 x 785 + 17),
+    else the most below `partitions` whose f has one in twice that (151936 = 128 x 1187: 127 x
+    1196 + 44, a tile one row on 127 partitions); None where none has."""
+    most, k = max(1, PIECE_BYTES // itemsize), 1
+    while k <= partitions:
+        if d // k <= most and chunk(d // k) is not None:
+            return PieceLayout(k * (d // k), d // k, k, partitions // k, 1)
+        k *= 2
+    for k in range(partitions, partitions // 2, -1):  # (any k: rows of 128 x 1187 + r)
+        if d // k <= 2 * most and chunk(d // k) is not None:
+            return PieceLayout(k * (d // k), d // k, k, partitions // k, 1)
+    return None
 
 
 @dataclass(frozen=True)
@@ -119,6 +143,8 @@ class _Chunks:
         self.P, self.f32, self.xdt = cfg.core.sbuf.partitions, dtype("float32"), tx.dtype
         self.low = tx.dtype if tx.dtype.itemsize == 2 and tx.dtype.is_float else self.f32
         self.d = tx.shape[-1]
+        # the remainder column (`remainder_layout`): elements k f .. d of each row
+        self.r = self.d - lay.k * lay.f if lay is not None and lay.t == 1 else 0
         if lay is None:  # a row a partition, its columns in T tiles of L
             most = max(1, TILE_BYTES // tx.dtype.itemsize)
             t = max(1, -(-self.d // most))
@@ -161,7 +187,8 @@ class _Chunks:
                 if self.lay is None:
                     src, p = ap(self.x, *index, slice(s * L, (s + 1) * L)), nr
                 elif self.lay.t == 1:
-                    src, p = ap(self.x, *index, slice(None)), nr * self.kk
+                    cols = slice(0, self.lay.k * L) if self.r else slice(None)
+                    src, p = ap(self.x, *index, cols), nr * self.kk
                 else:
                     seg = L * P
                     src, p = ap(self.x, *index, slice(s * seg, (s + 1) * seg)), P
@@ -199,6 +226,12 @@ class _Chunks:
                    dst=ps)  # fmt: skip
             b.emit(TensorTensor, [ap(self.off), ps], [ap(self.off)], alu="add",
                    src0=ap(self.off), src1=ps, dst=ap(self.off))  # fmt: skip
+        if self.r:  # the remainder column's indices: k f + (q mod kk) = k f + off / L
+            self.ridx = self.b.scratch_tile("amc.ridx", "ridx", (P, 1), self.f32)
+            ri = ap(self.ridx)
+            b.emit(TensorScalar, [ap(self.off)], [ri], src=ap(self.off), dst=ri,
+                   op0="multiply", operand0=1.0 / self.L, op1="add",
+                   operand1=float(self.lay.k * self.L), engine=G)  # fmt: skip
 
     # -- a tile's two halves ----------------------------------------------------------------------
 
@@ -211,6 +244,8 @@ class _Chunks:
         xt = self.tile("x", n, (P, nch, C), self.xdt, BUFS)
         xa = ap(xt, rr)
         b.emit(DmaCopy, [t.src], [xa], src=t.src, dst=xa, queue=self.loads[n])
+        if self.r:
+            self.load_rest(t, n)
         cm2 = ap(self.tile("cm", n, (P, nch), self.low), rr)
         b.emit(TensorReduce, [xa], [cm2], alu="max", src=xa, dst=cm2)
         m = self.col("m", t, n)
@@ -232,6 +267,17 @@ class _Chunks:
         b.emit(DmaCopy, [t.src, pos], [gt], src=t.src, dst=gt, indices=pos,
                queue=self.gathers[n])  # fmt: skip
         return nc, gt, m
+
+    def load_rest(self, t: _Tile, n: int) -> None:
+        """The tile's rows' remainders (`remainder_layout`) into a column (`with_rest` masks
+        the partitions that have none)."""
+        b, grp, kk = self.b, self.info[t.group], self.kk
+        col = ap(self.tile("rest", n, (self.P, 1), self.xdt, BUFS), slice(0, t.p))
+        dims = tuple(b.tensors[self.x].shape[:-1])
+        for j in range(grp.rows):
+            src = ap(self.x, *_unravel(grp.r0 + j, dims), slice(self.d - self.r, self.d))
+            dst = ap(col.name, slice(j * kk, j * kk + self.r))
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.gathers[n * kk + j])
 
     def reduce(self, src, dst, junk, neg: bool) -> None:
         """dst = each partition's max of src (`neg`: minus its min): ScalarE's reduction of
@@ -299,6 +345,8 @@ class _Chunks:
             self.reduce(key, i, junk, True)
             b.emit(TensorScalar, [i], [i], src=i, dst=i, op0="multiply", operand0=-1.0,
                    engine=G)  # fmt: skip
+        if self.r:
+            m, i = self.with_rest(t, m, i)
         to = b.tensors[self.out]
         if self.groups is None:  # a row a partition
             res = ap(self.tile("r", t.group, (P, 1), to.dtype), rr)
@@ -319,6 +367,23 @@ class _Chunks:
         if len(self.batch) == BATCH:
             self.flush()
 
+    def with_rest(self, t: _Tile, m, i):
+        """The partition's (max, index) with its remainder element: the remainder's where it is
+        strictly larger (its index is past the row's main part: a tie keeps the first)."""
+        b, P, rr = self.b, self.P, slice(0, t.p)
+        rest = ap(self.tile("rest", t.group * self.T + t.s, (P, 1), self.xdt, BUFS), rr)
+        rf = ap(self.tile("rf", t.group, (P, 1)), rr)  # -inf where no element: never wins
+        ok = ap(RaggedLayout(self.d, 1, self.kk, P).valid(b), rr)
+        b.emit(Select, [ok, rest], [rf], predicate=ok, on_true=rest, on_false=float("-inf"),
+               dst=rf)  # fmt: skip
+        gt = ap(self.tile("rgt", t.group, (P, 1)), rr)
+        b.emit(TensorTensor, [rf, m], [gt], alu="greater", src0=rf, src1=m, dst=gt, engine=G)
+        m2, i2 = (ap(self.tile(k, t.group, (P, 1)), rr) for k in ("rm", "ri"))
+        b.emit(TensorTensor, [rf, m], [m2], alu="max", src0=rf, src1=m, dst=m2, engine=G)
+        ri = ap(self.ridx, rr)
+        b.emit(Select, [gt, ri, i], [i2], predicate=gt, on_true=ri, on_false=i, dst=i2)
+        return m2, i2
+
     def bcol(self, key: str) -> str:
         return self.b.scratch_tile(f"amc.{key}{self.nb % 2}", key, (self.P, BATCH), self.f32)
 
@@ -329,11 +394,11 @@ class _Chunks:
             return
         b, P, gr, c = self.b, self.P, self.groups, len(self.batch)
         kk, g = self.kk, gr.g
-        m, i = ap(self.bcol("bm"), slice(None), slice(0, c)), ap(self.bcol("bi"), slice(None),
-                                                                  slice(0, c))  # fmt: skip
-        row_max = ap(self.tile("M", self.nb, (P, BATCH), bufs=2), slice(None), slice(0, c))
-        gr.maxes(m, P, c, row_max)
-        cand = ap(self.tile("cand", self.nb, (P, BATCH), bufs=2), slice(None), slice(0, c))
+        pp = g * kk  # the partitions the rows fill (127 for rows in 127 pieces)
+        m, i = (ap(self.bcol(key), slice(0, pp), slice(0, c)) for key in ("bm", "bi"))
+        row_max = ap(self.tile("M", self.nb, (P, BATCH), bufs=2), slice(0, pp), slice(0, c))
+        gr.maxes(m, pp, c, row_max)
+        cand = ap(self.tile("cand", self.nb, (P, BATCH), bufs=2), slice(0, pp), slice(0, c))
         b.emit(TensorTensor, [m, row_max], [cand], alu="not_equal", src0=m, src1=row_max,
                dst=cand, engine=G)  # fmt: skip
         b.emit(TensorScalar, [cand], [cand], src=cand, dst=cand, op0="multiply",
