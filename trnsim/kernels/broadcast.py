@@ -161,13 +161,12 @@ def _few_cheaper(rows: int, d: int, P: int, free: int, is_row: bool) -> bool:
     """Whether `rows` rows of d are walked flat (`_Kernel.few`: a block a row's [128, f]
     piece) in fewer element-steps a partition than in row blocks by column chunks
     (`_Kernel.long`, a block of up to 64 rows folded onto k pieces a row): rows x (d / 128 +
-    FIXED) against d / k + FIXED a chunk, plus for a row broadcast over one row block its
-    spread, a pass over each chunk that only that block takes, counted as half its elements
-    (an assumption: it runs beside the block's DMA; 127 rows of 132104 bf16 in row blocks
-    took 61% of the DMA bound, engine-bound)."""
+    FIXED) against d / k + FIXED a chunk, and for a row folded half as much again (an
+    assumption: its chunks' copies out of PSUM, a pass that only the one block takes, beside
+    the DMA; 64 rows of 132104 bf16 folded took 138 us, walked flat 110 us)."""
     k = max(1, P // rows)
     chunks = -(-d // (k * free))
-    long = d // k + FIXED * chunks + (d // 2 if is_row and rows <= P else 0)
+    long = d // k + FIXED * chunks + (d // (2 * k) if is_row and k > 1 else 0)
     return rows * (d // P + FIXED) < long
 
 
@@ -299,7 +298,7 @@ class _Kernel:
             if 2 * p <= self.P:
                 self.folded(p, d, size, lambda c0, c, index=index: cols(index, c0, c),
                             index, is_row)  # fmt: skip
-        if is_row:
+        if is_row and blocks:  # the row's chunks spread only for blocks that take them
             for j, c0 in enumerate(range(0, d, size)):
                 c = min(size, d - c0)
                 key = f"bc.w{j % 2}:{self.vdt.name}:{size}"
