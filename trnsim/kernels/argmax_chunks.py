@@ -64,6 +64,9 @@ TILE_BYTES = 8192  # a row's tile's bytes a partition (1 MiB tiles: several a co
 PIECE_BYTES = 4096  # a piece tile's bytes a partition, and a segment's past 128 pieces (512
 # KiB tiles: many a core, so the last one's pass and chain after its load are short; 8 KiB
 # ran 1-3 points slower, 2 KiB 20)
+REST_BYTES = 8192  # a piece's bytes at most with a remainder column (`remainder_layout`;
+# 4 KiB, as PIECE_BYTES: fp32 rows of 50257 44.4 us, in 64 pieces; 8 KiB: 36.4, in 32; 16 KiB
+# 39.8)
 BUFS = 5  # x tiles resident
 BATCH = 32  # groups of pieces whose rows meet on TensorE together
 LAG = 2  # tiles between a tile's chunk maxima and its gather's search
@@ -92,16 +95,18 @@ def remainder_layout(d: int, itemsize: int, partitions: int) -> PieceLayout | No
     """Rows of d that `piece_layout` refuses (d not a multiple of `partitions`, or 128 x a
     prime) as k pieces of f = d // k, the r = d - k f < k last elements a column of their own
     (element k f + i on the row's piece i): the layout of the main part, k f. k a power of two,
-    the fewest whose f fits PIECE_BYTES and has a chunk length (50257 fp32: 64 x 785 + 17),
-    else the most below `partitions` whose f has one in twice that (151936 = 128 x 1187: 127 x
-    1196 + 44, a tile one row on 127 partitions); None where none has."""
-    most, k = max(1, PIECE_BYTES // itemsize), 1
-    while k <= partitions:
-        if d // k <= most and chunk(d // k) is not None:
-            return PieceLayout(k * (d // k), d // k, k, partitions // k, 1)
-        k *= 2
-    for k in range(partitions, partitions // 2, -1):  # (any k: rows of 128 x 1187 + r)
-        if d // k <= 2 * most and chunk(d // k) is not None:
+    the fewest whose f fits REST_BYTES and has a chunk length of at most a quarter of f (50257
+    fp32: 32 x 1570 + 17, chunks of 157), else the most below `partitions` whose f has one
+    (151936 = 128 x 1187, prime: 127 x 1196 + 44, a tile one row on 127 partitions); None
+    where none has."""
+    most = max(1, REST_BYTES // itemsize)
+
+    def fits(f: int) -> bool:
+        return f <= most and chunk(f) is not None and f // chunk(f) >= 4
+
+    ks = [1 << e for e in range(partitions.bit_length()) if 1 << e <= partitions]
+    for k in ks + list(range(partitions - 1, partitions // 2, -1)):
+        if fits(d // k):
             return PieceLayout(k * (d // k), d // k, k, partitions // k, 1)
     return None
 
