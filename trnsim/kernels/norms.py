@@ -77,7 +77,7 @@ from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import LAYER_BUFS, lower_norm_ragged
 from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP, NormStages
 from trnsim.kernels.queues import Queues
-from trnsim.kernels.rms_plan import RAGGED_BUFS, rms_variant
+from trnsim.kernels.rms_plan import IN_PIECES, RAGGED_BUFS, rms_variant
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_pieces import layout as pieces_layout
@@ -287,6 +287,11 @@ FIT_PIECES = tuple(
 RAGGED = {"ragged": True}
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
+# rms_norm's rows a partition from LANE_ROW on in two lanes, the plan's [p, per] steps costed
+# without a semaphore wait (`rms_plan`'s choice): trn2 LNC 2, 16 MiB, us: fp32 rows of 2048
+# 51.6 -> 47.8, 4096 55.4 -> 48.2, 4544 59.0 -> 51.7; bf16 4096 51.8 -> 47.8, 5120 55.6 ->
+# 50.5, 6144 (in pieces 58.4) 54.0
+RMS_LANES = {"long_row": LANE_ROW, "small_waits": False}
 FP32_ONLY = ("pe_fp32", "fit_psum")  # (variants of fp32 rows with a bias only)
 FLEX = {"spread_first": True, "small_waits": False, "fit_psum": True, "flex": True,
         "flex_norm": "SG", "bufs_most": 12}  # fmt: skip
@@ -397,15 +402,17 @@ def lower_norm(
 
 
 def _rms_variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -> dict:
-    """rms_norm's rows of PIECE_ROWS or more that fit a partition, TRIAL_BYTES of x or more: in
-    pieces or a row a partition, as the estimate says (`rms_plan`)."""
+    """rms_norm's rows of PIECE_ROWS or more that fit a partition, TRIAL_BYTES of x or more: a
+    row a partition in one lane or two (RMS_LANES), or in pieces, as the estimate says
+    (`rms_plan`)."""
     tx, to = b.tensors[x], b.tensors[out]
     affine = b.tensors[weight].dtype.itemsize if weight is not None else 0
     if (tx.shape[-1] < PIECE_ROWS or not norm_rows(cfg, tx, to, affine)
             or math.prod(tx.shape) * tx.dtype.itemsize < TRIAL_BYTES):  # fmt: skip
         return {}
     return rms_variant(b, cfg, x, out, weight,
-                       lambda tb, v: _lower(tb, cfg, op, x, out, weight, bias, eps, v))  # fmt: skip
+                       lambda tb, v: _lower(tb, cfg, op, x, out, weight, bias, eps, v),
+                       (RMS_LANES, IN_PIECES))  # fmt: skip
 
 
 def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -> dict:
