@@ -1,8 +1,8 @@
 """rms_norm at row lengths of real models that are not powers of two (issue 26), 1000 elements
 and more: rows that fit a partition but are few blocks a core go in two lanes (fp32 4544, bf16
 6144) or in pieces, or with a remainder column (fp32 5120, 6144; bf16 10240 to 20000), where the
-estimate says so (`rms_plan`); rows with a remainder column (`norm_ragged`) keep RAGGED_BUFS
-units resident; rows a partition keep their rows a partition with an odd count of rows (bf16
+estimate says so (`rms_plan`); rows with a remainder column (`norm_ragged`) keep 12 units
+resident and load the weight's copies on every load queue (`rms_plan.RMS_RAGGED`); rows a partition keep their rows a partition with an odd count of rows (bf16
 1536, `layout.row_tiles`): each within 80% of its bound (they reached 47% to 79%); --check holds
 on those paths at LNC 1 and 2, with the same values."""
 

@@ -64,9 +64,12 @@ LAYER_BUFS, LAYER_LAG = 8, (2, 4)  # layer_norm's (its longer chain of passes a 
 
 def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, weight,
                       bias, eps: float, rows: tuple[int, int],
-                      bufs_most: int = BUFS) -> float:  # fmt: skip
+                      bufs_most: int = BUFS, spread_affine: bool = False) -> float:  # fmt: skip
     """out = layer_norm or rms_norm of this core's flattened rows [lo, hi) (module doc), up to
-    `bufs_most` units resident; the list schedule's estimated span (0 without rows)."""
+    `bufs_most` units resident; `spread_affine`: the weight's and bias' copies of a tile of
+    several rows over every load queue (each copy lands on its row's partitions, so on DMA
+    engines of its own; in one quarter of them they arrive one after another); the list
+    schedule's estimated span (0 without rows)."""
     tx, to = b.tensors[x], b.tensors[out]
     d, P = tx.shape[-1], cfg.core.sbuf.partitions
     rag = ragged_layout(d, max(1, PIECE_BYTES // tx.dtype.itemsize), P)
@@ -82,6 +85,8 @@ def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: s
             f"pieces over the {P} partitions, more than {most}; not lowered yet"
         )
     k = _Norm(b, cfg, op, x, out, weight, bias, eps, rag, bufs)
+    if spread_affine and rag.g > 1:
+        k.affine_loads = Queues(cfg).loads()
     todo = units(tx.shape, rag, rows)
     if not todo:
         return 0.0

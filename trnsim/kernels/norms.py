@@ -77,7 +77,7 @@ from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import LAYER_BUFS, lower_norm_ragged
 from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP, NormStages
 from trnsim.kernels.queues import Queues
-from trnsim.kernels.rms_plan import IN_PIECES, RAGGED_BUFS, rms_variant
+from trnsim.kernels.rms_plan import IN_PIECES, RMS_RAGGED, rms_variant
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_pieces import layout as pieces_layout
@@ -531,8 +531,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         rms = op == "rms_norm"  # (rms_norm's rows that fit too, as `rms_plan` chose)
         if not norm_rows(cfg, tx, to, affine_bytes) or rms and variant.get("in_pieces"):
             # (not a multiple of 128: `norm_ragged`)
-            return lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share,
-                                     RAGGED_BUFS if rms else LAYER_BUFS)  # fmt: skip
+            how = RMS_RAGGED if rms else {"bufs_most": LAYER_BUFS}
+            return lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share, **how)
     if op == "rms_norm" and d <= SHORT_ROW:
         lower_rms_short(b, cfg, x, out, weight, float(eps), share)
         return

@@ -21,15 +21,17 @@ from trnsim.config import ChipConfig
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.schedule import Scheduled
 
-__all__ = ["rms_variant", "IN_PIECES", "RAGGED_BUFS"]
+__all__ = ["rms_variant", "IN_PIECES", "RMS_RAGGED"]
 
 IN_PIECES = {"in_pieces": True}  # (the variant `norms._lower` lowers in pieces)
 MARGIN = 0.03  # another plan only when estimated this much sooner: trn2 LNC 2, 16 MiB, bf16
 # rows of 10000 estimated 1.8% sooner in pieces (ragged) ran 2% slower (67.7 -> 69.3 us), of
 # 8192 4% sooner ran 3% faster (57.3 -> 55.7 us)
-RAGGED_BUFS = 12  # rms_norm's units resident in `norm_ragged` (its BUFS, 4, left the loads
-# waiting on the passes: trn2 LNC 2, 16 MiB, fp32 rows of 50257 59.0 -> 51.4 us, bf16 81.1 ->
-# 55.7 us; 8: 52.3, 64.9; 16: 51.8, 56.3)
+RMS_RAGGED = {"bufs_most": 12, "spread_affine": True}  # rms_norm's `norm_ragged`: 12 units
+# resident (its BUFS, 4, left the loads waiting on the passes: trn2 LNC 2, 16 MiB, fp32 rows of
+# 50257 59.0 -> 51.4 us, bf16 81.1 -> 55.7 us; 8: 52.3, 64.9; 16: 51.8, 56.3), the weight's
+# copies over every load queue (in a quarter of them a tile's 16 copies of bf16 rows of 10000
+# took 18 us before any output pass could start: 67.7 -> 58.3 us, 20000 57.8 -> 53.5 us)
 CHOSEN_MOST = 64  # the choices kept, by shapes
 _CHOSEN: dict = {}
 
