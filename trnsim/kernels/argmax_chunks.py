@@ -104,11 +104,14 @@ def remainder_layout(d: int, itemsize: int, partitions: int) -> PieceLayout | No
     def fits(f: int) -> bool:
         return f <= most and chunk(f) is not None and f // chunk(f) >= 4
 
-    ks = [1 << e for e in range(partitions.bit_length()) if 1 << e <= partitions]
-    for k in ks + list(range(partitions - 1, partitions // 2, -1)):
-        if fits(d // k):
-            return PieceLayout(k * (d // k), d // k, k, partitions // k, 1)
-    return None
+    ks = [k for k in range(1, partitions + 1) if fits(d // k)]
+    pow2 = [k for k in ks if k & (k - 1) == 0 and 2 * k <= partitions]
+    if not ks:
+        return None
+    # the fewest power of two pieces where a tile holds two rows or more, else the most rows
+    # a tile and partitions filled (bf16 151936 in 64 x 2374 has chunks of 1187: 41 x 3705)
+    k = pow2[0] if pow2 else max(ks, key=lambda k: (partitions // k, partitions // k * k))
+    return PieceLayout(k * (d // k), d // k, k, partitions // k, 1)
 
 
 @dataclass(frozen=True)
