@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from trnsim.isa import Ap
-from trnsim.kernels.reference import reference, tolerance
+from trnsim.kernels.reference import errors, mismatched, reference, tolerance
 from trnsim.memory.init import initial_values
 from trnsim.trace.ops import OPS, OUTPUTS
 from trnsim.trace.program import Program
@@ -114,18 +114,15 @@ def compare(expected: np.ndarray, got: np.ndarray, dtype_name: str, op: str = ""
     tolerance of `dtype_name`, or of bf16 for an op that rounds to it inside (attention's
     probabilities)."""
     got = np.asarray(got, dtype=np.float64)
-    err = np.abs(got - expected)
+    expected = np.asarray(expected, dtype=np.float64)
     rtol, atol = tolerance(dtype_name)
     if op in OPS and OPS[op].rounds_bf16:  # the kernel rounds to bf16 on the way
         rtol, atol = (max(a, b) for a, b in zip((rtol, atol), tolerance("bfloat16")))
-    scale = max(1.0, float(np.nanmax(np.abs(expected)))) if expected.size else 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(expected != 0, err / np.abs(expected), 0.0)
-    bad = err > atol * scale + rtol * np.abs(expected)
+    max_abs, max_rel = errors(expected, got)
     return {
-        "ok": bool(not bad.any() and np.isfinite(got).all() == np.isfinite(expected).all()),
-        "max_abs_err": float(err.max()) if err.size else 0.0,
-        "max_rel_err": float(rel.max()) if rel.size else 0.0,
+        "ok": not bool(mismatched(expected, got, rtol, atol).any()),
+        "max_abs_err": max_abs,
+        "max_rel_err": max_rel,
     }
 
 

@@ -305,3 +305,33 @@ def tolerance(dtype_name: str) -> tuple[float, float]:
         "float8_e5m2": 2.0**-2,
     }.get(dtype_name, 0.0)
     return max(8 * eps, 1e-5), max(8 * eps, 1e-5)
+
+
+def mismatched(expected: np.ndarray, got: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+    """The elements of `got` that do not match `expected` (both float64, same shape): a NaN
+    where the other has none, an infinity that is not the same infinity, or finite values
+    further apart than rtol of the expected value plus atol of the largest finite expected
+    magnitude. (NaN never compares unequal, so a plain tolerance test passes a NaN output; an
+    infinite reference, log_softmax of a masked -inf, would make the scale infinite.)"""
+    nan_e, nan_g = np.isnan(expected), np.isnan(got)
+    finite = np.isfinite(expected) & np.isfinite(got)
+    fin = np.abs(expected[np.isfinite(expected)])
+    scale = max(1.0, float(fin.max())) if fin.size else 1.0
+    with np.errstate(invalid="ignore"):
+        far = np.abs(got - expected) > atol * scale + rtol * np.abs(expected)
+        other = ~finite & ~(nan_e | nan_g) & (got != expected)  # an infinity against another
+    return (nan_e != nan_g) | other | (finite & far)
+
+
+def errors(expected: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+    """(max abs, max rel) error of `got` over the elements both hold finite; inf when a
+    non-finite element differs (see `mismatched`)."""
+    finite = np.isfinite(expected) & np.isfinite(got)
+    same = (expected == got) | (np.isnan(expected) & np.isnan(got))
+    if (~finite & ~same).any():
+        return float("inf"), float("inf")
+    e, g = expected[finite], got[finite]
+    err = np.abs(g - e)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(e != 0, err / np.abs(e), 0.0)
+    return (float(err.max()) if err.size else 0.0), (float(rel.max()) if rel.size else 0.0)

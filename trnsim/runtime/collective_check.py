@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from trnsim.collectives.schedule import chunk_units
-from trnsim.kernels.reference import tolerance
+from trnsim.kernels.reference import errors, mismatched, tolerance
 
 __all__ = ["check_collective", "expected"]
 
@@ -64,12 +64,8 @@ def check_collective(call, inputs: dict, outputs: dict) -> dict:
     ok, max_abs, max_rel = True, 0.0, 0.0
     for r, ref in want.items():
         got = np.asarray(outputs[r]).astype(np.float64).reshape(-1)
-        err = np.abs(got - ref)
-        scale = max(1.0, float(np.abs(ref).max())) if ref.size else 1.0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.where(ref != 0, err / np.abs(ref), 0.0)
-        ok = ok and not (err > atol * scale + rtol * np.abs(ref)).any()
-        ok = ok and bool((np.isfinite(got) == np.isfinite(ref)).all())
-        max_abs = max(max_abs, float(err.max()) if err.size else 0.0)
-        max_rel = max(max_rel, float(rel.max()) if rel.size else 0.0)
+        ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+        ok = ok and not mismatched(ref, got, rtol, atol).any()
+        a, e = errors(ref, got)
+        max_abs, max_rel = max(max_abs, a), max(max_rel, e)
     return {"ok": bool(ok), "max_abs_err": max_abs, "max_rel_err": max_rel}
