@@ -25,8 +25,10 @@ LENGTHS = (
     ("float32", 4544),  # two lanes (78.5% before)
     ("float32", 5120),  # Llama-2-13B's hidden size: 70.9% before
     ("float32", 6144),
+    ("float32", 7168),  # rows cut evenly between the cores (`rows.even_norm`): 56.9 -> 52.1 us
     ("float32", 20000),
     ("bfloat16", 6144),  # two lanes (74.7% before)
+    ("bfloat16", 10000),  # rows cut evenly (`rows.even_norm`): 58.3 -> 54.3 us (79% before)
     ("bfloat16", 10240),
     ("bfloat16", 14336),  # Llama-3-70B's FFN width: 56.1% before
     ("bfloat16", 20000),
@@ -79,3 +81,31 @@ def test_rms_norm_irregular_rows_check(dt, shape):
         )
         outs.append(r.tensor("out"))
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_rms_norm_rows_cut_evenly_between_the_cores():
+    """rms_norm's rows that fit, four blocks of 128 a core or fewer, go evenly between the cores
+    where `layout.core_rows`' cut at 128 rows is uneven (fp32 [819, 5120]: 384 and 435 rows ->
+    409 and 410; the op is then isolated); not more rows (fp32 [1638, 2560]), an even cut
+    ([1024, 4096]) or layer_norm, which ran as long either way."""
+    from trnsim.kernels import isolated
+    from trnsim.kernels.rows import even_norm, norm_share
+
+    cfg, t = load_chip("trn2"), dtype("float32")
+
+    def x(*shape):
+        return TensorSpec("x", shape, t, None)
+
+    assert even_norm(cfg, "rms_norm", x(819, 5120))
+    assert not even_norm(cfg, "rms_norm", x(1638, 2560))
+    assert not even_norm(cfg, "rms_norm", x(1024, 4096))
+    assert not even_norm(cfg, "layer_norm", x(819, 5120))
+    b = KernelBuilder({"x": x(819, 5120)})
+    got = []
+    for c in (0, 1):
+        b.part = (c, 2)
+        got.append(norm_share(b, cfg, "rms_norm", b.tensors["x"]))
+    assert got == [(0, 409), (409, 819)]
+    specs = {"x": x(819, 5120), "out": TensorSpec("out", (819, 5120), t, None)}
+    assert isolated(OpSpec("rms_norm", {"x": "x", "out": "out"}, 1), specs, cfg)
+    assert not isolated(OpSpec("layer_norm", {"x": "x", "out": "out"}, 1), specs, cfg)

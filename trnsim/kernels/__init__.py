@@ -32,7 +32,7 @@ from trnsim.kernels.fusion import chains, lower_chain
 from trnsim.kernels.matmul import addmm_bias, columns_split, fused_bias
 from trnsim.kernels.reduce import on_last_dim
 from trnsim.kernels.reference import reference
-from trnsim.kernels.rows import REDUCTIONS, even_rows, rows_fit
+from trnsim.kernels.rows import REDUCTIONS, even_norm, even_rows, rows_fit
 from trnsim.kernels.softmax import evenly as softmax_evenly
 from trnsim.trace.ops import OPS, problem
 from trnsim.trace.program import CoreProgram, OpSpec, TensorSpec
@@ -82,9 +82,10 @@ def isolated(op: OpSpec, tensors: dict[str, TensorSpec], cfg: ChipConfig) -> boo
     """Whether `op` shares its work between physical cores otherwise than by rows (its record's
     `split`: "alone"; "reduce_rows" over other dims than the last or over rows too long for
     `rows`, which `reduce.lower_any` shares otherwise, or reductions whose rows go evenly
-    between the cores, `rows.even_rows`; "last_dim_rows" over another dim; a
-    matmul, or a linear (its bias added on the way out of PSUM, `matmul.fused_bias`), whose
-    rows are too few to share, `matmul.columns_split`: by out's columns)."""
+    between the cores, `rows.even_rows`, and norms so, `rows.even_norm`; "last_dim_rows" over
+    another dim; a matmul, or a linear (its bias added on the way out of PSUM,
+    `matmul.fused_bias`), whose rows are too few to share, `matmul.columns_split`: by out's
+    columns)."""
     split = OPS[op.op].split
     if split == "alone":
         return True
@@ -105,6 +106,8 @@ def isolated(op: OpSpec, tensors: dict[str, TensorSpec], cfg: ChipConfig) -> boo
             return True
         if last and op.op in REDUCTIONS and rows_fit(cfg, tx) and even_rows(cfg, tx):
             return True  # (its rows cut evenly between the cores)
+        if last and even_norm(cfg, op.op, tx):
+            return True  # (a norm's rows cut evenly between the cores)
         return not (last and (split == "last_dim_rows" or rows_fit(cfg, tx)))
     return False
 

@@ -82,7 +82,7 @@ from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.row_plan import G, S, V, bank_runs
-from trnsim.kernels.rows import core_share
+from trnsim.kernels.rows import norm_share
 from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["lower_norm", "norm_rows"]
@@ -516,7 +516,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     tx, to = b.tensors[x], b.tensors[out]
     d = tx.shape[-1]
     affine = [(v, alu) for v, alu in ((weight, "multiply"), (bias, "add")) if v is not None]
-    share = core_share(b, cfg, tx)  # rows that do not fit: split evenly (isolated)
+    share = norm_share(b, cfg, op, tx)  # evenly where `rows.even_norm` or they do not fit
     rows = share[1] - share[0]
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v, _ in affine)
     few = cfg.core.sbuf.partitions * (RMS_PIECE_BLOCKS if op == "rms_norm" else 1)
@@ -684,7 +684,8 @@ def _aligned(b: KernelBuilder, cfg: ChipConfig, tx, *most: int) -> bool:
         for c in range(n):
             tb = KernelBuilder(b.tensors)
             tb.part = (c, n)
-            got, tiles = row_tiles(tx.shape, P, core_share(tb, cfg, tx), *most, unit=S_GROUP)
+            share = norm_share(tb, cfg, "layer_norm", tx)
+            got, tiles = row_tiles(tx.shape, P, share, *most, unit=S_GROUP)
             if not _pieces_fit(tx, [(index, rows) for index, rows, _ in tiles]):
                 return False
             if any((q % S_GROUP or index[-1].start % S_GROUP) and index[-1].start < end

@@ -38,7 +38,15 @@ from trnsim.kernels.reduce import lower_any, on_last_dim
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.row_plan import S, Spread, V
 
-__all__ = ["REDUCTIONS", "lower_reduction", "rows_fit", "core_share", "even_rows"]
+__all__ = [
+    "REDUCTIONS",
+    "lower_reduction",
+    "rows_fit",
+    "core_share",
+    "even_rows",
+    "even_norm",
+    "norm_share",
+]
 
 BUFS = 4
 BUFFER_SHARE = 0.3  # what the rotating buffers may take
@@ -47,6 +55,9 @@ ROW_ELEMENTS = 2048  # short rows are grouped up to this many elements a partiti
 PIECE_BYTES = 4096  # a piece tile's bytes a partition (`rows_pieces`: small, so the last tile's
 # reduction after the last load is short)
 REDUCTIONS = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
+EVEN_NORMS = ("rms_norm",)  # norms whose rows may go evenly (`even_norm`; layer_norm's
+# fp32 rows of 5120 ran 72.6 us either way: 410 rows are four blocks a core as 435 are)
+EVEN_NORM_BLOCKS = 4  # ... when a core has at most this many blocks of 128 rows
 
 
 def lower_reduction(
@@ -120,11 +131,39 @@ def even_rows(cfg: ChipConfig, tx) -> bool:
     the core's DMA rate (fp32 rows of 5120, 16 MiB: 819 rows, 384 and 435 a core)."""
     if not tx.shape or 2 * tx.shape[-1] <= ROW_ELEMENTS:
         return False
+    return _uneven(cfg, tx)
+
+
+def _uneven(cfg: ChipConfig, tx) -> bool:
+    """Whether `layout.core_rows`' larger share of x's rows takes longer to load, at the core's
+    DMA rate, than the cores' meeting costs (`core.barrier_latency`)."""
     total = math.prod(tx.shape[:-1])
     aligned = max(hi - lo for lo, hi in (core_rows(tuple(tx.shape), (c, 2)) for c in (0, 1)))
     extra = (aligned - -(-total // 2)) * tx.shape[-1] * tx.dtype.itemsize
     rate = cfg.core.dma.engines * cfg.core.dma.engine_bandwidth  # bytes/s
     return extra / rate > cfg.core.barrier_latency
+
+
+def even_norm(cfg: ChipConfig, op: str, tx) -> bool:
+    """Whether a norm (EVEN_NORMS) over x's rows that fit (`rows_fit`) shares them evenly
+    between the cores of an LNC 2 logical core (it is then isolated, `kernels.isolated`): when
+    `layout.core_rows`' cut at a multiple of 128 rows gives one core more than a meeting costs
+    (`_uneven`), and x has no more than EVEN_NORM_BLOCKS blocks of 128 rows a core: rms_norm's
+    plan (`rms_plan`: in pieces or lanes) then takes as long as its larger share (trn2 LNC 2,
+    16 MiB, fp32 rows of 5120: 384 and 435 rows 53.2 us, 409 and 410 50.2 us; with more rows
+    the cut at 128 rows ran as fast or faster: fp32 rows of 2560 50.5 -> 50.9 us)."""
+    if op not in EVEN_NORMS or not tx.shape or not rows_fit(cfg, tx):
+        return False
+    few = math.prod(tx.shape[:-1]) <= 2 * EVEN_NORM_BLOCKS * cfg.core.sbuf.partitions
+    return few and _uneven(cfg, tx)
+
+
+def norm_share(b: KernelBuilder, cfg: ChipConfig, op: str, tx) -> tuple[int, int]:
+    """This physical core's flattened rows of x in a norm: cut evenly where `even_norm`, else
+    `core_share`."""
+    if b.part[1] > 1 and even_norm(cfg, op, tx):
+        return even_share(b, tx)
+    return core_share(b, cfg, tx)
 
 
 def even_share(b: KernelBuilder, tx) -> tuple[int, int]:
