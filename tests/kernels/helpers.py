@@ -72,3 +72,19 @@ def checked_layer_norm(specs: dict, lnc: int, inputs: bool = False):
     r = run_program(prog, load_chip("trn2"), "functional", check=True)
     assert all(c["ok"] for c in r.summary["check"].values()), r.summary["check"]
     return (r.tensor("out"), *(r.tensor(n) for n in "xwb")) if inputs else r.tensor("out")
+
+
+def checked_at_both_lncs(specs: dict, ops: list, out: str = "out", equal: bool = True) -> list:
+    """`out` after `ops` (OpSpecs over `specs`: name -> TensorSpec) run functionally at LNC 1
+    and at LNC 2, `--check` holding at each; with `equal`, the two are equal, bit for bit."""
+    got = []
+    for lnc in (1, 2):
+        prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
+                       {"k": KernelSpec("k", ops=ops)},
+                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
+        r = run_program(prog, load_chip("trn2"), "functional", check=True)
+        checks = r.summary["check"]
+        assert checks and all(c["ok"] for c in checks.values()), (lnc, checks)
+        got.append(r.tensor(out))
+    assert not equal or (got[0].shape == got[1].shape and (got[0] == got[1]).all())
+    return got

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.kernels.helpers import checked_at_both_lncs
 from tests.kernels.test_rows_families import case, reached
 from tests.kernels.test_rows_families_argmax_loss import case as loss_case
 from trnsim.config import load_chip
@@ -148,12 +149,4 @@ def test_uneven_rows_split_evenly_with_the_other_ops(tmp_path):
                OpSpec("add", {"a": "m", "b": 1.0, "out": "q"}, 3)]  # fmt: skip
         progs = lower_cores(ops, specs, load_chip("trn2"), 2)
         assert [sum(type(i) is CoreBarrier for i in p.instructions) for p in progs] == barriers
-        got = []
-        for lnc in (1, 2):
-            prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
-                           {"k": KernelSpec("k", ops=ops)},
-                           [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-            r = run_program(prog, load_chip("trn2"), "functional", check=True)
-            assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])
-            got.append(np.asarray(r.tensor("q")))
-        assert np.array_equal(got[0], got[1])
+        checked_at_both_lncs(specs, ops, "q")

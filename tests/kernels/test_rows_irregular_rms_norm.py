@@ -8,17 +8,16 @@ on those paths at LNC 1 and 2, with the same values."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
+from tests.kernels.helpers import checked_at_both_lncs
 from tests.kernels.test_rows_families import case, reached
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
 from trnsim.kernels.builder import KernelBuilder
 from trnsim.kernels.rms_plan import IN_PIECES
-from trnsim.runtime.session import run_program
-from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+from trnsim.trace.program import OpSpec, TensorSpec
 
 LENGTHS = (
     ("bfloat16", 1536),  # rows a partition, 5461 (odd) in all: `layout.row_tiles` (73.3% before)
@@ -69,18 +68,7 @@ def test_rms_norm_irregular_rows_check(dt, shape):
     specs = {"x": TensorSpec("x", shape, t, "normal"), "w": TensorSpec("w", (d,), t, "normal"),
              "out": TensorSpec("out", shape, t, None)}  # fmt: skip
     args = {"x": "x", "out": "out", "weight": "w", "eps": 1e-5}
-    outs = []
-    for lnc in (1, 2):
-        prog = Program("irr", "trn2", 0, "functional", lnc, [], specs,
-                       {"k": KernelSpec("k", ops=[OpSpec("rms_norm", args, 1)])},
-                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-        r = run_program(prog, load_chip("trn2"), "functional", check=True)
-        assert r.summary["check"] and all(c["ok"] for c in r.summary["check"].values()), (
-            lnc,
-            r.summary["check"],
-        )
-        outs.append(r.tensor("out"))
-    np.testing.assert_array_equal(outs[0], outs[1])
+    checked_at_both_lncs(specs, [OpSpec("rms_norm", args, 1)])
 
 
 def test_rms_norm_rows_cut_evenly_between_the_cores():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.kernels.helpers import checked_at_both_lncs
 from tests.kernels.test_rows_families import case, reached
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
@@ -59,15 +60,7 @@ def test_irregular_rows_check(op, dt, shape, tmp_path):
     np.save(path, (rng.standard_normal(shape) * 3).astype(np.float32))
     specs = {"x": TensorSpec("x", shape, dtype(dt), ("file", str(path))),
              "out": TensorSpec("out", shape, dtype(dt), None)}  # fmt: skip
-    outs = []
-    for lnc in (1, 2):
-        prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
-                       {"k": KernelSpec("k", ops=[OpSpec(op, {"x": "x", "out": "out"}, 1)])},
-                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-        r = run_program(prog, load_chip("trn2"), "functional", check=True)
-        assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])
-        outs.append(np.asarray(r.tensor("out")))
-    assert np.array_equal(outs[0], outs[1])
+    checked_at_both_lncs(specs, [OpSpec(op, {"x": "x", "out": "out"}, 1)])
 
 
 def test_uneven_rows_in_pieces_split_evenly_with_the_other_ops(tmp_path):
@@ -88,15 +81,7 @@ def test_uneven_rows_in_pieces_split_evenly_with_the_other_ops(tmp_path):
                OpSpec("add", {"a": "p", "b": 1.0, "out": "q"}, 3)]  # fmt: skip
         progs = lower_cores(ops, specs, load_chip("trn2"), 2)
         assert [sum(type(i) is CoreBarrier for i in p.instructions) for p in progs] == barriers
-        got = []
-        for lnc in (1, 2):
-            prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
-                           {"k": KernelSpec("k", ops=ops)},
-                           [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-            r = run_program(prog, load_chip("trn2"), "functional", check=True)
-            assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])
-            got.append(np.asarray(r.tensor("q")))
-        assert np.array_equal(got[0], got[1])
+        checked_at_both_lncs(specs, ops, "q")
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.kernels.helpers import checked_at_both_lncs
 from tests.kernels.test_rows_families import case, reached
-from trnsim.config import load_chip
 from trnsim.dtypes import dtype
-from trnsim.runtime.session import run_program
-from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+from trnsim.trace.program import OpSpec, TensorSpec
 
 LENGTHS = (262783, 262784)  # a remainder column of 127; 128 x 2053 (prime: no pieces divisor)
 
@@ -31,15 +30,7 @@ def test_rows_of_two_segments_lower_with_numpys_values(op, d, tmp_path):
     np.save(path, (rng.standard_normal(shape) * 3).astype(np.float32))
     specs = {"x": TensorSpec("x", shape, dtype("float32"), ("file", str(path))),
              "out": TensorSpec("out", shape, dtype("float32"), None)}  # fmt: skip
-    outs = []
-    for lnc in (1, 2):
-        prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
-                       {"k": KernelSpec("k", ops=[OpSpec(op, {"x": "x", "out": "out"}, 1)])},
-                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-        r = run_program(prog, load_chip("trn2"), "functional", check=True)
-        assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])
-        outs.append(np.asarray(r.tensor("out")))
-    assert np.array_equal(outs[0], outs[1])
+    checked_at_both_lncs(specs, [OpSpec(op, {"x": "x", "out": "out"}, 1)])
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.kernels.helpers import checked_at_both_lncs
 from tests.kernels.test_rows_families import case, reached
-from trnsim.config import load_chip
 from trnsim.dtypes import dtype
-from trnsim.runtime.session import run_program
-from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+from trnsim.trace.program import OpSpec, TensorSpec
 
 MID = (("float32", 8192), ("bfloat16", 16384))
 
@@ -30,12 +29,4 @@ def test_rms_norm_mid_rows_check(dt, d):
     specs = {"x": TensorSpec("x", shape, t, "normal"), "w": TensorSpec("w", (d,), t, "normal"),
              "out": TensorSpec("out", shape, t, None)}  # fmt: skip
     args = {"x": "x", "out": "out", "weight": "w", "eps": 1e-5}
-    for lnc in (1, 2):
-        prog = Program("mid", "trn2", 0, "functional", lnc, [], specs,
-                       {"k": KernelSpec("k", ops=[OpSpec("rms_norm", args, 1)])},
-                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-        r = run_program(prog, load_chip("trn2"), "functional", check=True)
-        assert r.summary["check"] and all(c["ok"] for c in r.summary["check"].values()), (
-            lnc,
-            r.summary["check"],
-        )
+    checked_at_both_lncs(specs, [OpSpec("rms_norm", args, 1)], equal=False)

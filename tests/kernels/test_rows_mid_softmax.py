@@ -13,11 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.kernels.helpers import checked_at_both_lncs
 from tests.kernels.test_rows_families import case, reached
-from trnsim.config import load_chip
 from trnsim.dtypes import dtype
-from trnsim.runtime.session import run_program
-from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
+from trnsim.trace.program import OpSpec, TensorSpec
 
 OPS = ("softmax", "log_softmax")
 LENGTHS = (8192, 16384)
@@ -43,12 +42,4 @@ def test_mid_rows_check(op, dt, shape, tmp_path):
     np.save(path, (rng.standard_normal(shape) * 3).astype(np.float32))
     specs = {"x": TensorSpec("x", shape, dtype(dt), ("file", str(path))),
              "out": TensorSpec("out", shape, dtype(dt), None)}  # fmt: skip
-    outs = []
-    for lnc in (1, 2):
-        prog = Program("p", "trn2", 0, "functional", lnc, [], specs,
-                       {"k": KernelSpec("k", ops=[OpSpec(op, {"x": "x", "out": "out"}, 1)])},
-                       [StreamSpec("s", 0, [Step("launch", "k")])])  # fmt: skip
-        r = run_program(prog, load_chip("trn2"), "functional", check=True)
-        assert all(c["ok"] for c in r.summary["check"].values()), (lnc, r.summary["check"])
-        outs.append(np.asarray(r.tensor("out")))
-    assert np.array_equal(outs[0], outs[1])
+    checked_at_both_lncs(specs, [OpSpec(op, {"x": "x", "out": "out"}, 1)])
