@@ -48,6 +48,7 @@ from trnsim.kernels.reduce import Reduce, staggered
 from trnsim.kernels.row_pieces import Groups, PieceLayout
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.schedule import Scheduled
+from trnsim.kernels.softmax_pieces import LOWEST
 
 __all__ = ["lower_cross_entropy_rows", "piece_layout", "ROW_ELEMENTS"]
 
@@ -236,11 +237,14 @@ class _Rows:
         if self.T > 1 and self.low is not self.f32:  # the max at two elements a cycle
             m16 = ap(self.tile("m16", n, (P, 1), self.low), slice(0, p))
             b.emit(TensorReduce, [x], [m16], alu="max", src=x, dst=m16)
-            b.emit(TensorCopy, [m16], [m], src=m16, dst=m, engine=G)
+            b.emit(TensorScalar, [m16], [m], src=m16, dst=m, op0="max", operand0=LOWEST, engine=G)
         else:
             b.emit(TensorReduce, [x], [m], alu="max", src=x, dst=m)
         nm = ap(self.tile("nm", n, (P, per)), slice(0, p))
-        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0, engine=G)
+        # -max, the max at least LOWEST: a column chunk all -inf (masked) would give
+        # exp(-inf + inf) = NaN; its m stays -inf, which block_end's exp(m - M) takes as 0
+        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="max", operand0=LOWEST,
+               op1="multiply", operand1=-1.0, engine=G)  # fmt: skip
         pk = self.pick(bi, r0, p, per) if s == 0 else None
         return x, nm, pk
 
@@ -386,11 +390,14 @@ class _Rows:
         if self.low is not self.f32:  # 16-bit: the max at two elements a cycle, then fp32
             m16 = ap(self.tile("pm16", n, (P, 1), self.low), slice(0, p))
             b.emit(TensorReduce, [x], [m16], alu="max", src=x, dst=m16)
-            b.emit(TensorCopy, [m16], [m], src=m16, dst=m, engine=G)
+            b.emit(TensorScalar, [m16], [m], src=m16, dst=m, op0="max", operand0=LOWEST, engine=G)
         else:
             b.emit(TensorReduce, [x], [m], alu="max", src=x, dst=m)
         nm = ap(self.tile("pnm", n, (P, 1)), slice(0, p))
-        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0, engine=G)
+        # -max, the max at least LOWEST (a segment all -inf: exp(-inf + inf) = NaN); the
+        # partitions' maxima are kept so too in `per_partition`, before TensorE sees them
+        b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="max", operand0=LOWEST,
+               op1="multiply", operand1=-1.0, engine=G)  # fmt: skip
         pk = None
         if s == 0 and gi not in self.member:
             pk = self.pick(gi, r0, 1, nr)
@@ -422,8 +429,8 @@ class _Rows:
             mp = ap(self.tile("mp", gi, (P, 1)), slice(0, p))
             b.emit(TensorReduce, [m], [mp], alu="max", src=m, dst=mp)
             nmp = ap(self.tile("nmp", gi, (P, 1)), slice(0, p))
-            b.emit(TensorScalar, [mp], [nmp], src=mp, dst=nmp, op0="multiply", operand0=-1.0,
-                   engine=G)  # fmt: skip
+            b.emit(TensorScalar, [mp], [nmp], src=mp, dst=nmp, op0="max", operand0=LOWEST,
+                   op1="multiply", operand1=-1.0, engine=G)  # fmt: skip
             c = self.cols("pc", gi, p)
             b.emit(Activation, [m, nmp], [c], func="exp", src=m, dst=c, bias=nmp)
             b.emit(TensorTensor, [c, z], [c], alu="multiply", src0=c, src1=z, dst=c, engine=G)
@@ -431,6 +438,9 @@ class _Rows:
             b.emit(TensorReduce, [c], [sp], alu="add", src=c, dst=sp)
         else:
             mp, sp = m, z
+        # at least LOWEST: TensorE's transposes and spread would make a partition's -inf
+        # (all its segments masked) 0 * -inf = NaN for every row of the group
+        b.emit(TensorScalar, [mp], [mp], src=mp, dst=mp, op0="max", operand0=LOWEST, engine=G)
         return mp, sp
 
     def group_end(self, gi: int, nr: int, r0: int) -> None:
