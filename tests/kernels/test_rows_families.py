@@ -41,11 +41,14 @@ def case(op: str, d: int, dt: str):
     return {"x": x, "out": ((rows,), dt)}, [(op, {"x": "x", "out": "out", "dim": -1})]
 
 
-PARAMS = [
-    pytest.param(op, dt, d, marks=pytest.mark.xfail(reason=SHORT[(op, dt, d)], strict=False))
-    if (op, dt, d) in SHORT else (op, dt, d)
-    for op in OPS for dt in ("float32", "bfloat16") for d in LENGTHS
-]  # fmt: skip
+def marked(cases, short: dict) -> list:
+    """`cases` (tuples) for parametrize, those in `short` an xfail with its reason there."""
+    return [pytest.param(*c, marks=pytest.mark.xfail(reason=short[c], strict=False))
+            if c in short else c for c in cases]  # fmt: skip
+
+
+PARAMS = marked([(op, dt, d) for op in OPS for dt in ("float32", "bfloat16") for d in LENGTHS],
+                SHORT)  # fmt: skip
 
 
 def reached(tensors: dict, ops: list, op: str, dt: str, d: int) -> tuple[float, dict, float]:

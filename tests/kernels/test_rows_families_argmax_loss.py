@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.kernels.test_rows_families import marked
 from tests.kernels.test_rows_families import reached as rows_reached
 from trnsim.dtypes import dtype
 
@@ -111,10 +112,7 @@ def reached(op: str, dt: str, d: int) -> float:
 
 
 CASES = [(op, dt, d) for op in OPS for dt in ("float32", "bfloat16") for d in LENGTHS]
-PARAMS = [
-    pytest.param(*c, marks=pytest.mark.xfail(reason=SHORT[c], strict=False)) if c in SHORT
-    else c for c in CASES
-]  # fmt: skip
+PARAMS = marked(CASES, SHORT)
 
 
 @pytest.mark.parametrize("op,dt,d", CASES)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.kernels.helpers import checked_layer_norm
-from tests.kernels.test_rows_families import case, reached
+from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
 from trnsim.trace.program import TensorSpec
@@ -27,12 +27,8 @@ SHORT = {  # (dtype, row length): why it does not reach 80% yet
     ("float32", 50257): "67.9 us, 69%: a remainder column (norm_ragged), a unit's [p, 1] "
     "steps on VectorE",
 }
-PARAMS = [
-    pytest.param(dt, d, marks=pytest.mark.xfail(reason=SHORT[(dt, d)], strict=False))
-    if (dt, d) in SHORT else (dt, d)
-    for dt, d in (("float32", 1600), ("bfloat16", 3072), ("bfloat16", 20000),
-                  ("bfloat16", 50257), ("float32", 50257))
-]  # fmt: skip
+PARAMS = marked([("float32", 1600), ("bfloat16", 3072), ("bfloat16", 20000),
+                  ("bfloat16", 50257), ("float32", 50257)], SHORT)  # fmt: skip
 
 
 @pytest.mark.parametrize("dt,d", PARAMS)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.kernels.helpers import checked_layer_norm
-from tests.kernels.test_rows_families import case, reached
+from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
 from trnsim.trace.program import TensorSpec
@@ -21,12 +21,8 @@ SHORT = {  # (dtype, row length): why it does not reach 80% yet
     ("bfloat16", 8192): "62.3 us, 74%, in pieces (STT_PARTS): needs <= 57.9 us",
     ("bfloat16", 16384): "59.5 us, 78%, in pieces (STT_PARTS): needs <= 58.0 us",
 }
-PARAMS = [
-    pytest.param(dt, d, marks=pytest.mark.xfail(reason=SHORT[(dt, d)], strict=False))
-    if (dt, d) in SHORT else (dt, d)
-    for dt, d in (("float32", 8192), ("float32", 16384), ("bfloat16", 8192),
-                  ("bfloat16", 16384), ("bfloat16", 32768))
-]  # fmt: skip
+PARAMS = marked([("float32", 8192), ("float32", 16384), ("bfloat16", 8192),
+                  ("bfloat16", 16384), ("bfloat16", 32768)], SHORT)  # fmt: skip
 
 
 @pytest.mark.parametrize("dt,d", PARAMS)
