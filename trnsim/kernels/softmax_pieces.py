@@ -131,7 +131,9 @@ class _Pieces:
         # two groups' tiles resident (the next one loads while this one is finished), else
         # two tiles at a time and every group read twice
         self.resident = 2 * lay.t * per <= room
-        self.bufs = max(1, min(BUFS, room // (lay.t * per))) if self.resident else 2
+        # (else each pass's segments through rotating buffers, as many as fit up to BUFS)
+        self.bufs = max(1, min(BUFS, room // ((lay.t if self.resident else 1) * per)))
+        self.bufs = self.bufs if self.resident else max(2, self.bufs)
 
     def on(self, b: KernelBuilder) -> _Pieces:
         """A copy of this plan emitting into `b` (a trial, `_fitting_bufs`)."""
@@ -140,8 +142,16 @@ class _Pieces:
         return k
 
     def tile(self, key: str, n: int, s: int, shape, dt=None) -> str:
-        slot = n % self.bufs if self.resident else (n * self.lay.t + s) % self.bufs
-        return self.b.scratch_tile(f"smp.{key}{slot}.{s}", key, shape, dt or self.f32)
+        if not self.resident:  # every segment through the same few buffers
+            slot = (n * self.lay.t + s) % self.bufs
+            return self.b.scratch_tile(f"smp.{key}{slot}", key, shape, dt or self.f32)
+        return self.b.scratch_tile(f"smp.{key}{n % self.bufs}.{s}", key, shape, dt or self.f32)
+
+    def seg(self, s: int) -> int:
+        """The tag of segment s's own columns: s, or (read twice: `first` finishes a segment
+        before the next takes its buffer) one of the buffers' (a row of 2^24 fp32 in 256
+        segments took two columns each: more semaphores than a core has)."""
+        return s if self.resident or self.lay.t == 1 else s % self.bufs
 
     def col(self, key: str, n: int, p: int, w: int = 1, dt=None):
         t = self.b.scratch_tile(f"smp.{key}{n % self.bufs}", key, (self.P, w), dt or self.f32)
@@ -175,17 +185,17 @@ class _Pieces:
         b = self.b
         m = ap(self.col("m", n, p, self.lay.t).name, slice(0, p), slice(s, s + 1))
         # 16-bit: the max at two elements a cycle (exact), then fp32
-        raw = self.col(f"m16.{s}.", n, p, 1, self.low)
+        raw = self.col(f"m16.{self.seg(s)}.", n, p, 1, self.low)
         b.emit(TensorReduce, [xa], [raw], alu="max", src=xa, dst=raw)
         b.emit(TensorScalar, [raw], [m], src=raw, dst=m, op0="max", operand0=LOWEST, engine=G)
-        nm = self.col(f"nm{s}.", n, p)
+        nm = self.col(f"nm{self.seg(s)}.", n, p)
         b.emit(TensorScalar, [m], [nm], src=m, dst=nm, op0="multiply", operand0=-1.0, engine=G)
 
     def exps(self, n: int, s: int, xa, p: int) -> None:
         """Column s of z: the piece's sum of exp(x - m) (exp written in place for a resident
         softmax, to scratch otherwise)."""
         z = ap(self.col("z", n, p, self.lay.t).name, slice(0, p), slice(s, s + 1))
-        nm = self.col(f"nm{s}.", n, p)
+        nm = self.col(f"nm{self.seg(s)}.", n, p)
         keep = self.resident and not self.log
         # (kept: into the output's tile, in out's dtype: an fp32 output of 16-bit x keeps the
         # exp unrounded to x's dtype)
@@ -197,9 +207,14 @@ class _Pieces:
     def first(self, n: int, index: tuple, rows: int) -> None:
         p = rows * min(self.lay.k, self.P)
         for s in range(self.lay.t):
-            self.maxes(n, s, self.load(n, s, index, p), p)
+            xa = self.load(n, s, index, p)
+            self.maxes(n, s, xa, p)
+            if not self.resident:  # its buffer is loaded again before `mid`
+                self.exps(n, s, xa, p)
 
     def mid(self, n: int, index: tuple, rows: int) -> None:
+        if not self.resident:  # (`first`)
+            return
         p = rows * min(self.lay.k, self.P)
         for s in range(self.lay.t):
             self.exps(n, s, self.xtile(n, s, p), p)
