@@ -9,13 +9,14 @@ broadcast operand cheap:
 
 - short rows (D up to FREE / 2): rows grouped, up to FREE / D of them to a partition, by
   `layout.flat_blocks` over the row dims (so rows fill the 128 partitions, and a remainder its
-  own small tile). A row is spread once, repeated along the free dim to [128, per x D]; a
-  column block is loaded as [p, per] (each partition's values contiguous) and widened to
-  [p, per, D] by ScalarE copies doubling along the last dim, then a `tensor_tensor`;
+  own small tile). A row is spread once to [128, D] and read along a partition's rows with
+  stride 0 ([p, *per, D]); a column block is loaded as [p, per] (each partition's values
+  contiguous) and read along the row with stride 0 ([p, per, *D]): one `tensor_tensor`;
 - long rows (D above FREE / 2, enough rows): up to 128 rows a block, one to a partition, in
   even column chunks of at most FREE; a row's chunk is spread once and serves every row block
   (chunks outside, row blocks inside); a column is loaded once per row block, a `tensor_scalar`
-  operand;
+  operand. A block of up to 64 rows is folded (`_Kernel.folded`), and one of 65 to 127 cut
+  into folded ones where that takes fewer steps (`_Kernel._cut`);
 - few long rows (a row has more elements than it would take partitions' worth of fixed costs
   to walk it on its own, `layout._few`'s rule), or a core's share cut inside a row (at LNC 2
   a vector, or 3 rows, are shared by elements, `flat_split`), or the same columns of each row
@@ -37,7 +38,6 @@ from trnsim.isa import (
     AffineSelect,
     Ap,
     DmaCopy,
-    Engine,
     Matmul,
     Memset,
     TensorCopy,
@@ -53,9 +53,9 @@ __all__ = ["spread_rows", "spread", "lower_broadcast"]
 
 FREE = 2048  # elements per partition of a block at most (as `elementwise.FREE`)
 DEPTH = 4  # rotating buffers per operand (as `elementwise.DEPTH`)
-WIDEN = (Engine.SCALAR, Engine.GPSIMD)  # the engines that widen columns
 ROWWISE = 128  # elements of a row from which a column goes by one tensor_scalar per row
 SBUF_SHARE = 0.25  # of a partition for the op's buffers (as `elementwise.SBUF_SHARE`)
+FOLD_BYTES = 4096  # a folded row block's columns at most, a partition (`_Kernel._fold`)
 ROW_SLOTS = 4  # rotating buffers of the row's pieces (few long rows): loaded ahead of their use
 
 
@@ -240,27 +240,27 @@ class _Kernel:
         """Rows grouped up to `per` to a partition (module doc)."""
         per = max(1, min(self.free // d, -(-(hi - lo) // self.P)))
         blocks = flat_walk(rdims, lo, hi, self.P, per) if rdims else [((), 1, 1)]
-        if is_row:
-            w = spread(self.b, self.cfg, [(ap(self.vec), d)], self.vdt, "bc_row", per)
+        if is_row:  # the spread row read f times along a partition's rows (stride 0)
+            w = spread(self.b, self.cfg, [(ap(self.vec), d)], self.vdt, "bc_row")
             for index, p, f in blocks:
-                wa = ap(w, slice(0, p), slice(0, f * d))
-                self.block(index, (p, f * d), (self.P, per * d), lambda x, o, wa=wa: self.tt(
+                wa = ap(w, slice(0, p), slice(0, d))._replace(bcast=((1, f),))
+                self.block(index, (p, f, d), (self.P, per, d), lambda x, o, wa=wa: self.tt(
                     x, wa, o))  # fmt: skip
             return
         for index, p, f in blocks:
             c = ap(self._buf("c", (self.P, per), self.vdt), slice(0, p), slice(0, f))
             src = ap(self.vec, *index)
             self.b.emit(DmaCopy, [src], [c], src=src, dst=c, queue=self.side[self.n])
-            e = self._buf("e", (self.P, per, d), self.vdt)
-            self.block(index, (p, f, d), (self.P, per, d), lambda x, o, c=c, e=e, p=p, f=f:
-                       self._widened(x, o, c, e, p, f, d))  # fmt: skip
+            self.block(index, (p, f, d), (self.P, per, d), lambda x, o, c=c, p=p, f=f:
+                       self._widened(x, o, c, p, f, d))  # fmt: skip
 
-    def _widened(self, x, o, c, e, p, f, d) -> None:
+    def _widened(self, x, o, c, p, f, d) -> None:
         """x <alu> the column c [p, f] along [p, f, d]: for rows of `ROWWISE` or more elements
         one `tensor_scalar` per row of a partition (c's column j its operand), VectorE and
-        GpSimd in turn; for shorter rows c widened to [p, f, d] in tile `e` (ScalarE copies,
-        doubling along the last dim, on ScalarE or GpSimd: the one that would finish the block's
-        copies first), then one `tensor_tensor`."""
+        GpSimd in turn; for shorter rows one `tensor_tensor` with c read d times along the
+        last dim (stride 0: on trn2 it costs what a widened [p, f, d] tile would, where ScalarE
+        copies doubling along the dim took 2.7 us before a block of [4095, 100] fp32 could
+        start)."""
         rows, grp = slice(0, p), slice(0, f)
         if d >= ROWWISE:
             for j in range(f):
@@ -268,32 +268,22 @@ class _Kernel:
                 cj = ap(c.name, rows, slice(j, j + 1))
                 self.ts(xj, cj, oj)
             return
-        first = ap(e, rows, grp, slice(0, 1))
-        steps = [(c, first)]
-        w = 1
-        while w < d:
-            n = min(w, d - w)
-            steps.append((ap(e, rows, grp, slice(0, n)), ap(e, rows, grp, slice(w, w + n))))
-            w += n
-        cost = {g: sum(self.sp.cost(TensorCopy, g, {"src": a, "dst": t}) for a, t in steps)
-                for g in WIDEN}  # fmt: skip
-        eng = min(WIDEN, key=lambda g: self.sp.load[g] + cost[g])  # a block's copies on one
-        for a, t in steps:
-            self.b.emit(TensorCopy, [a], [t], src=a, dst=t, engine=eng)
-        self.sp.add(eng, cost[eng])
-        self.tt(x, ap(e, rows, grp, slice(0, d)), o)
+        self.tt(x, ap(c.name, rows, grp)._replace(bcast=((2, d),)), o)
 
     def long(self, rdims, lo, hi, d, is_row) -> None:
         """Up to 128 rows a block, in column chunks; a row's chunk spread once (module doc)."""
         chunks = -(-d // self.free)
         size = -(-d // chunks)
-        walk = flat_walk(rdims, lo, hi, self.P, 1) if rdims else [((), 1, 1)]
+        walk = self._cut(rdims, lo, hi, d, size, is_row)
         blocks = [blk for blk in walk if 2 * blk[1] > self.P]
         big = (self.P, size)
 
         def cols(index: tuple, c0: int, c: int) -> tuple:  # index: rows; then a column chunk
             return (*index, *(slice(None),) * (len(rdims) - len(index)), slice(c0, c0 + c))
 
+        for _, p, _ in walk:  # the folded blocks' selectors first, before any block's work
+            if 2 * p <= self.P and is_row:
+                self._selector(self.P // p, self.P // p * p, True)
         for index, p, _ in walk:  # blocks of half the partitions or fewer: folded
             if 2 * p <= self.P:
                 self.folded(p, d, size, lambda c0, c, index=index: cols(index, c0, c),
@@ -321,6 +311,54 @@ class _Kernel:
                 self.block(cols(index, c0, c), (p, c), big, lambda x, o, col=col: self.ts(
                     x, col, o))  # fmt: skip
 
+    def _cut(self, rdims, lo: int, hi: int, d: int, size: int, is_row: bool) -> list:
+        """Rows [lo, hi) in blocks of up to 128 (`flat_walk`), a block of more than half the
+        partitions but not all of them cut in two folded ones (64 rows and the rest) where
+        their chunks take fewer element-steps a partition (`_steps`: a block of 65 rows, its
+        DMA on the engines of its partitions only, takes d, folded 64 rows d / 2 and one row
+        d / 128) and, for a row, only a lone such block (the others' spread shared; a lone
+        one spreads d columns, the folded ones d / 2 and d / 128: TensorE takes 4 cycles a
+        column in fp32, [65, 8128] took 13.5 us to spread, more than its DMA's 11.7)."""
+        P, half = self.P, self.P // 2
+        walk = flat_walk(rdims, lo, hi, P, 1) if rdims else [((), 1, 1)]
+        wide = sum(2 * p > P for _, p, _ in walk)
+        out, r0 = [], lo
+        for blk in walk:
+            p = blk[1]
+            cut = [blk]
+            if half < p < P and (wide == 1 or not is_row):
+                cut = flat_walk(rdims, r0, r0 + half, P, 1) + flat_walk(rdims, r0 + half, r0 + p,
+                                                                        P, 1)  # fmt: skip
+                steps = sum(self._steps(q, d, size, is_row) for _, q, _ in cut)
+                cut = cut if steps < self._steps(p, d, size, is_row) else [blk]
+            out += cut
+            r0 += p
+        return out
+
+    def _steps(self, p: int, d: int, size: int, is_row: bool) -> int:
+        """Element-steps a partition of a block of p rows of d on its queues: each of its
+        chunks' transfers the larger of its columns and a transfer's setup in steps (a queue
+        sets up one transfer while the one before it moves its data, `balance.dma_queues`);
+        `folded`'s tails, on queues of their own, FIXED each."""
+        dma, P = self.cfg.core.dma, self.P
+        step = P // dma.engines * self.fdt.itemsize / dma.engine_bandwidth  # ns, a column
+        setup = (dma.transfer_setup + (dma.engines - 1) * dma.engine_stagger) / step
+        if 2 * p > P:
+            return sum(max(min(size, d - c0), setup) for c0 in range(0, d, size))
+        k, _, f = self._fold(p, d, size, is_row)
+        pieces = [min(k * f, d - c0) for c0 in range(0, d, k * f)]
+        return sum(max(w // k, setup) + (FIXED if w % k else 0) for w in pieces)
+
+    def _fold(self, p: int, d: int, size: int, is_row: bool) -> tuple[int, int, int]:
+        """(k, n, f) of `folded`: k pieces a row, n chunks of k f columns; for a row f at most
+        FOLD_BYTES a partition (the DMA's full rate, `elementwise.FREE`), so the first block
+        waits for a short spread: [64, 8128] fp32 in chunks of 1355 columns took 17.1 us, of
+        1016 16.1 us, of 508 17.0 us."""
+        k = self.P // p
+        most = min(size, FOLD_BYTES // self.vdt.itemsize) if is_row else size
+        n = -(-d // (k * most))
+        return k, n, -(-d // (n * k))
+
     def folded(self, p: int, d: int, size: int, cols, index: tuple, is_row: bool) -> None:
         """A block of p <= 64 rows (`index`; `cols(c0, c)` its columns [c0, c0 + c)) folded
         onto k = 128 // p partitions a row (module doc): chunks of k f columns as [p k, f]
@@ -330,10 +368,8 @@ class _Kernel:
         j // k = i); a chunk's last columns that do not fill k pieces as [p, c] with the
         row's piece spread (or the column as is)."""
         b, P = self.b, self.P
-        k = P // p
+        k, n, f = self._fold(p, d, size, is_row)
         q, f32 = p * k, dtype("float32")
-        n = -(-d // (k * size))
-        f = -(-d // (n * k))
         big = (P, size)
         if is_row:
             sel = self._selector(k, q, True)
@@ -348,6 +384,7 @@ class _Kernel:
             b.emit(TensorCopy, [ps], [cw], src=ps, dst=cw)
             b.release(ps.name)
         step = min(self.cfg.core.tensor.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
+        banks, turn = [], 0
         for c0 in range(0, d, k * f):
             w = min(k * f, d - c0)
             fc, tail = w // k, w % k
@@ -359,13 +396,15 @@ class _Kernel:
                 wt = self._buf("wf", big, self.vdt, 2, own=True)
                 for s0 in range(0, fc, step):
                     sw = min(step, fc - s0)
-                    ps = ap(b.psum("fold", (P, min(step, size)), f32), slice(0, q), slice(0, sw))
+                    if len(banks) < 2:  # two banks in turn: the next matmul runs during a copy
+                        banks.append(b.psum("fold", (P, min(step, size)), f32))
+                    ps = ap(banks[turn % 2], slice(0, q), slice(0, sw))
+                    turn += 1
                     mv = ap(vk.name, slice(0, k), slice(s0, s0 + sw))
                     b.emit(Matmul, [sel, mv], [ps], stationary=sel, moving=mv, dst=ps)
                     o = ap(wt, slice(0, q), slice(s0, s0 + sw))
                     pin = self.pins.get((wt, s0), (V, S))  # as `spread`'s
                     self.pins[(wt, s0)] = (self.sp.emit(TensorCopy, [ps], [o], pin, src=ps, dst=o),)
-                    b.release(ps.name)
                 wa = ap(wt, slice(0, q), slice(0, fc))
                 self.block(cols(c0, k * fc), (q, fc), big, lambda x, o, wa=wa: self.tt(x, wa, o))
             elif fc:
@@ -379,9 +418,12 @@ class _Kernel:
                 spread(b, self.cfg, [(src, tail)], self.vdt, "", tile=tw, queue=self.side[0],
                        slot=2)  # fmt: skip
                 wa = ap(tw, slice(0, p), slice(0, tail))
-                self.block(cols(t0, tail), (p, tail), big, lambda x, o, wa=wa: self.tt(x, wa, o))
+                op = lambda x, o, wa=wa: self.tt(x, wa, o)  # noqa: E731
             else:
-                self.block(cols(t0, tail), (p, tail), big, lambda x, o, c=c: self.ts(x, c, o))
+                op = lambda x, o, c=c: self.ts(x, c, o)  # noqa: E731
+            # on the small blocks' queues: its transfers' setups overlap the chunks' own
+            self.block(cols(t0, tail), (p, tail), (P, tail), op, True)
+        b.release(*banks)
 
     def _selector(self, rows: int, q: int, by_piece: bool) -> Ap:
         """The [rows, q] 0/1 matrix of `folded` (made once an op): T (rows = k; by_piece)

@@ -1,0 +1,92 @@
+"""Row and column broadcasts' blocks (`kernels.broadcast`, issue 26): a core's lone block of 65
+to 127 rows cut into folded blocks where that takes fewer element-steps a partition
+(`_Kernel._cut`), short rows against the row or column read with stride 0 (no repeated or
+widened copies), and what that buys: the row fp32 [129, 8128] and column [4095, 100] cases
+of the drawn 4 MiB families within 1.25x of their family's best by byte."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.kernels.test_shape_families import timed
+from trnsim.config import load_chip
+from trnsim.dtypes import dtype
+from trnsim.isa import DmaCopy, Matmul, TensorCopy, TensorTensor
+from trnsim.kernels import lower_cores
+from trnsim.trace.program import OpSpec, TensorSpec
+
+F32, BF16 = "float32", "bfloat16"
+
+
+def _cores(kind: str, shape: tuple, dt: str, lnc: int = 2) -> list:
+    """Each core's instructions of `x + v`, v a row [D] or a column [..., 1] of x's shape."""
+    vec = (shape[-1],) if kind == "row" else (*shape[:-1], 1)
+    t = {
+        "x": TensorSpec("x", shape, dtype(dt)),
+        "v": TensorSpec("v", vec, dtype(dt)),
+        "y": TensorSpec("y", shape, dtype(dt)),
+    }
+    add = OpSpec("add", {"a": "x", "b": "v", "out": "y"})
+    return [p.instructions for p in lower_cores([add], t, load_chip("trn2"), lnc)]
+
+
+def _loads(ins: list) -> list:
+    """The loads of x."""
+    return [i for i in ins if isinstance(i, DmaCopy) and i.src.name == "x"]
+
+
+def _per_byte(kind: str, shape: tuple, dt: str) -> float:
+    row = timed(kind, shape, dt, 2)
+    return row["time_ns"] / (row["bytes_read"] + row["bytes_written"])
+
+
+def test_a_lone_block_of_65_rows_is_folded_so_its_spread_takes_half_the_columns():
+    """[129, 8128] fp32 at LNC 2: a core's 64 or 65 rows. The 65 went as one block with the
+    whole row spread on TensorE (8128 columns at fp32's 4 cycles each, 13.5 us, more than the
+    op's DMA); now 64 rows folded two pieces a row and one row 128 pieces: the matmuls move
+    d / 2 columns on each core, and the one row 63 (its pieces) and 64 (its tail, spread),
+    the blocks fill all 128 partitions."""
+    d = 8128
+    for ins in _cores("row", (129, d), F32):
+        cols = sum(i.moving.index[-1][1] - i.moving.index[-1][0] for i in ins
+                   if isinstance(i, Matmul))  # fmt: skip
+        assert cols <= d // 2 + 2 * -(-d // 128), cols
+        wide = [ld.dst.index for ld in _loads(ins) if ld.dst.index[1][1] > 64]
+        assert wide and all(ix[0] == (0, 128, None) for ix in wide), wide
+
+
+def test_a_block_of_104_rows_of_2097_stays_whole():
+    """Col bf16 [1000, 2097] at LNC 2, a core's 488 rows: 3 blocks of 128 and one of 104,
+    whose two chunks of 1049 take no more setups of its queue than 64 rows folded and 40 would
+    (a chunk of 1048 and 699 with a tail of one column: 13.9 us where whole 13.6): kept."""
+    loads = _loads(_cores("col", (1000, 2097), BF16)[1])
+    assert {ld.dst.index[0] for ld in loads} == {(0, 128, None), (0, 104, None)}
+
+
+@pytest.mark.parametrize("kind", ["row", "col"])
+def test_short_rows_read_the_row_or_column_with_stride_0(kind):
+    """[4095, 100] + a row or a column, fp32 LNC 2: each block one tensor_tensor whose
+    broadcast operand repeats the spread row along a partition's rows (`w[p, *f, d]`) or the
+    column along the row (`c[p, f, *d]`); no copies but the spread's out of PSUM (the row was
+    repeated to [128, f x d] by 5 doubling copies, the column widened by 7 on ScalarE: 2.7 us
+    before the first block)."""
+    for ins in _cores(kind, (4095, 100), F32):
+        tts = [i for i in ins if isinstance(i, TensorTensor)]
+        assert tts and all(i.src1.bcast for i in tts)
+        copies = [i for i in ins if isinstance(i, TensorCopy)]
+        assert len(copies) == (1 if kind == "row" else 0)  # the row's 100 columns out of PSUM
+
+
+@pytest.mark.parametrize(
+    "kind,dt,shape,best",
+    [("row", F32, (129, 8128), (10485, 1, 100)), ("col", F32, (2, 1, 4095, 100), (16, 65536)),
+     ("col", F32, (10485, 100), (16, 65536)), ("col", BF16, (3, 129, 5418), (512, 4095))],
+)  # fmt: skip
+def test_the_drawn_familys_slowest_broadcasts_within_1_25x_of_the_best_by_byte(
+    kind, dt, shape, best
+):
+    """4 MiB at LNC 2, ns by byte moved (python /work/h/lead-probe/fam.py): row fp32 [129, 8128]
+    3.05 -> 1.87 against [10485, 1, 100]'s 1.61; col fp32 [2, 1, 4095, 100] 1.97 -> 1.83 and
+    [10485, 100] 1.77 -> 1.54 against [16, 65536]'s 1.51; col bf16 [3, 129, 5418] 2.08 ->
+    1.68 against [512, 4095]'s 1.54."""
+    assert _per_byte(kind, shape, dt) <= 1.25 * _per_byte(kind, best, dt)
