@@ -122,3 +122,41 @@ def test_a_chip_without_core_barrier_keeps_it_on_one_core():
              "o": TensorSpec("o", (), dtype("float32"))}  # fmt: skip
     progs = lower_cores([OpSpec("sum", {"x": "x", "out": "o", "dim": None})], specs, cfg, 2)
     assert [_barriers(p) for p in progs] == [0, 0] and progs[1].instructions == []
+
+
+@pytest.mark.parametrize("op,dt", [("sum", "float32"), ("amax", "bfloat16"), ("mean", "float32")])
+def test_one_long_row_is_shared_by_both_cores(op, dt):
+    """A 1-D tensor (or [1, n]) too long for a partition, reduced over its only dim, is
+    everything reduced: both cores load half its blocks and meet (it went to one core as a
+    row in pieces, 47% of its bound at 16 MiB); a bf16 sum stays on one core (its partial
+    would be rounded on its way)."""
+    n = 3 * 2**18 + 5  # not a multiple of 128
+    t = {"x": ((n,), dt, "normal"), "o": ((), "float32" if op != "amax" else dt, None)}
+    r, progs = _run_cores(t, [(op, {"x": "x", "out": "o", "dim": 0})], 2)
+    assert [_barriers(p) for p in progs] == [1, 1]
+    n0, n1 = (_loads_of_x(p) for p in progs)
+    assert n0 >= 6 and abs(n0 - n1) <= 1, (n0, n1)
+    x = r.tensor("x").astype(np.float64)
+    rtol, atol = tolerance("float32")
+    np.testing.assert_allclose(float(r.tensor("o")), REF[op](x), rtol=rtol,
+                               atol=atol * max(1.0, np.abs(x).max()))  # fmt: skip
+
+
+def test_a_bf16_sum_of_one_long_row_stays_on_one_core():
+    t = {"x": ((2**20,), "bfloat16", "normal"), "o": ((), "bfloat16", None)}
+    _, progs = _run_cores(t, [("sum", {"x": "x", "out": "o", "dim": 0})], 2)
+    assert [_barriers(p) for p in progs] == [0, 0]
+
+
+@pytest.mark.parametrize("shape", [(4194304,), (2049, 2047), (7, 599186)])
+def test_16_mib_of_fp32_reduced_whole_reach_72_percent_of_the_dma_bound(shape):
+    """Everything reduced, 16 MiB of fp32 at LNC 2: 16 blocks a core or more, each reduced on
+    VectorE or ScalarE, whichever is free first (four blocks a core loaded at once, then
+    reduced on VectorE alone: 57% of the bound; 75-77% now, the loads' last blocks and the
+    meeting after them the rest)."""
+    from tests.kernels.test_op_report import run_ops
+
+    r, _ = run_ops({"x": (shape, "float32"), "out": ((1,), "float32")},
+                   [("sum", {"x": "x", "out": "out", "dim": None})], lnc=2)  # fmt: skip
+    (row,) = r.summary["ops"]
+    assert row["dma_bound_ns"] >= 0.72 * row["time_ns"], (row["time_ns"], row["dma_bound_ns"])

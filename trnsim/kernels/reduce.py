@@ -39,6 +39,7 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.errors import TraceError
 from trnsim.isa import (
+    Activation,
     CoreBarrier,
     DmaCopy,
     Engine,
@@ -48,17 +49,21 @@ from trnsim.isa import (
     TensorTensor,
     Transpose,
 )
+from trnsim.kernels.balance import cost_ns
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.column_folds import BUFS, ByEngines, ByMatmul
 from trnsim.kernels.layout import _blocks, flat_blocks, flat_walk, row_groups
 from trnsim.kernels.queues import Queues
 
-__all__ = ["lower_any", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
+__all__ = ["lower_any", "meets_exactly", "on_last_dim", "reduce_dims", "Reduce", "staggered"]
 
 ALU = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 CHUNK = 4096  # free elements of a [K, R] chunk (16 KiB of fp32 a partition)
 LOADS = 8  # load buffers of [R, K] blocks in flight
 SPREAD = 4  # K blocks a core of `kept_slabs` at least (when each keeps SLAB_MIN a partition)
+FOLD_BLOCKS = 16  # blocks a core at least of everything reduced (`everything`), when ...
+FOLD_MIN = 512  # ... each keeps this many elements a partition (2 KiB of fp32) at least
+FOLD_BUFS = 6  # rotating load buffers of everything reduced
 SLAB_MIN = 128  # elements a partition of a `kept_slabs` block at least (512 B of fp32)
 
 
@@ -73,6 +78,14 @@ def reduce_dims(op: str, dim, nd: int) -> list[int]:
     if len(out) != len(dims):
         raise TraceError(f"{op}: dim {dim!r} names a dim twice")
     return out if nd else []
+
+
+def meets_exactly(cfg: ChipConfig, op: str, out_dtype) -> bool:
+    """Whether everything reduced may be shared by the cores (`Reduce.everything`): they can
+    meet (`core.core_barrier`) and out can carry the second core's partial to the first
+    exactly: fp32, or a max or min (rounding to out's dtype keeps their order)."""
+    exact = out_dtype.name == "float32" or (ALU[op] in ("max", "min") and out_dtype.is_float)
+    return cfg.core.core_barrier and exact
 
 
 def on_last_dim(dim, nd: int) -> bool:
@@ -440,8 +453,12 @@ class Reduce:
         the second core stores its partial to out, both meet at a `core_barrier`, and the
         first loads it back and combines it with its own; otherwise the first core does all."""
         b = self.b
-        blocks = flat_blocks(b.tensors[self.x].shape, self.P, CHUNK)
-        c, cores = b.part
+        shape, c, cores = b.tensors[self.x].shape, *b.part
+        # at least FOLD_BLOCKS blocks a core, so each core's reductions run while its later
+        # blocks load (four blocks of 4096 a partition a core loaded all at once, the cores'
+        # engines idle until the last came: 16 MiB of fp32 at 57% of the DMA bound)
+        most = max(FOLD_MIN, min(CHUNK, -(-math.prod(shape) // (self.P * cores * FOLD_BLOCKS))))
+        blocks = flat_blocks(shape, self.P, most)
         split = cores == 2 and len(blocks) > 1 and self.split()
         if not split and c:
             return
@@ -463,12 +480,8 @@ class Reduce:
             self.store(col, 1, 0)
 
     def split(self) -> bool:
-        """Whether the cores can meet (`core.core_barrier`) and out can carry the second
-        core's partial to the first exactly: fp32, or a max or min (rounding to out's dtype
-        keeps their order)."""
-        dt = self.b.tensors[self.out].dtype
-        exact = dt.name == "float32" or (self.alu in ("max", "min") and dt.is_float)
-        return self.cfg.core.core_barrier and exact
+        """`meets_exactly` for this op."""
+        return meets_exactly(self.cfg, self.op, self.b.tensors[self.out].dtype)
 
     def meet(self) -> None:
         """Both cores meet at a barrier over out: the second core's store of its partial is
@@ -479,17 +492,38 @@ class Reduce:
         b.barrier()
 
     def fold(self, blocks: list) -> tuple[str, int]:
-        """`blocks` of x reduced into one [128, 1] accumulator: (the tile, its rows filled)."""
+        """`blocks` of x reduced into one [128, 1] accumulator: (the tile, its rows filled).
+        Each block's reduction on VectorE or, for a sum or a max where ScalarE's activation
+        reduces so, ScalarE (its copy's reduction, the copy into scratch unread): the engine
+        that is free soonest by their cost models, so two engines keep up with the loads."""
         b, P, tx = self.b, self.P, self.b.tensors[self.x]
         acc, loads = self.tile("acc", (P, 1)), self.queues.loads(0, 1 / 2)
+        # the block on the most partitions first: it fills the accumulator's rows that the
+        # others combine into (a core's share of [2, 130, 600] began with a block of 114)
+        widest = max(range(len(blocks)), key=lambda i: blocks[i][1])
+        blocks = [blocks[widest], *blocks[:widest], *blocks[widest + 1 :]]
+        width = max(f for _, _, f in blocks)
+        on_scalar = self.alu == "add" or (self.alu == "max" and self.cfg.core.scalar.reduce_max)
+        busy = {Engine.VECTOR: 0.0, Engine.SCALAR: 0.0 if on_scalar else math.inf}
         for n, (index, p, f) in enumerate(blocks):
-            t = ap(self.tile(f"x{n % BUFS}", (P, max(f for _, _, f in blocks)), tx.dtype),
-                   slice(0, p), slice(0, f))  # fmt: skip
+            t = ap(self.tile(f"x{n % FOLD_BUFS}", (P, width), tx.dtype), slice(0, p), slice(0, f))
             src = ap(self.x, *index)
             b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
-            dst = ap(acc, slice(0, p)) if n == 0 else ap(self.tile(f"c{n % BUFS}", (P, 1)),
+            dst = ap(acc, slice(0, p)) if n == 0 else ap(self.tile(f"c{n % FOLD_BUFS}", (P, 1)),
                                                           slice(0, p))  # fmt: skip
-            b.emit(TensorReduce, [t], [dst], alu=self.alu, src=t, dst=dst)
+            junk = ap(self.tile("fold_junk", (P, width), dtype("bfloat16")), slice(0, p),
+                      slice(0, f))  # fmt: skip
+            kinds = {
+                Engine.VECTOR: (TensorReduce, {"alu": self.alu, "src": t, "dst": dst}),
+                Engine.SCALAR: (Activation, {"func": "copy", "src": t, "dst": junk,
+                                             "reduce": self.alu, "reduce_dst": dst}),
+            }  # fmt: skip
+            eng = min(busy, key=lambda e: busy[e] + (
+                0.0 if math.isinf(busy[e]) else cost_ns(b, self.cfg, kinds[e][0], **kinds[e][1])))
+            cls, fields = kinds[eng]
+            busy[eng] += cost_ns(b, self.cfg, cls, **fields)
+            outs = [junk, dst] if eng == Engine.SCALAR else [dst]
+            b.emit(cls, [t], outs, **fields)
             if n:
                 self.combine(ap(acc, slice(0, p)), dst)
         return acc, blocks[0][1]

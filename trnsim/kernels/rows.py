@@ -34,7 +34,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import core_rows, row_tiles
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.ragged import RaggedLayout, ragged_layout
-from trnsim.kernels.reduce import lower_any, on_last_dim
+from trnsim.kernels.reduce import lower_any, meets_exactly, on_last_dim
 from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.row_plan import S, Spread, V
 
@@ -66,7 +66,7 @@ def lower_reduction(
     """out = op(x, dim, keepdim): over the last dim here (rows that fit, or in pieces), over
     other dims in `reduce.lower_any`."""
     tx, to = b.tensors[x], b.tensors[out]
-    if not tx.shape or not on_last_dim(dim, len(tx.shape)):
+    if not tx.shape or not on_last_dim(dim, len(tx.shape)) or one_long_row(cfg, op, tx, to):
         lower_any(b, cfg, op, x, out, dim, keepdim)
         return
     want = tuple(tx.shape[:-1]) + ((1,) if keepdim else ())
@@ -89,6 +89,15 @@ def lower_reduction(
         lower_reduction_pieces(b, cfg, op, x, out, lay, PIECE_BYTES // tx.dtype.itemsize)
         return
     _packed(b, cfg, op, x, out)
+
+
+def one_long_row(cfg: ChipConfig, op: str, tx, to) -> bool:
+    """Whether x is one row too long for a partition (a 1-D tensor, or its other dims 1)
+    that the cores can share exactly (`reduce.meets_exactly`): reduced as everything
+    (`reduce.lower_any`), its blocks shared by the cores, not the one row's pieces on one core
+    (a 1-D sum of 2^22 fp32: 47% of its bound at LNC 2)."""
+    return (math.prod(tx.shape[:-1]) == 1 and not rows_fit(cfg, tx)
+            and meets_exactly(cfg, op, to.dtype))  # fmt: skip
 
 
 def rows_fit(cfg: ChipConfig, tx) -> bool:
