@@ -518,8 +518,17 @@ class Reduce:
                 Engine.SCALAR: (Activation, {"func": "copy", "src": t, "dst": junk,
                                              "reduce": self.alu, "reduce_dst": dst}),
             }  # fmt: skip
-            eng = min(busy, key=lambda e: busy[e] + (
-                0.0 if math.isinf(busy[e]) else cost_ns(b, self.cfg, kinds[e][0], **kinds[e][1])))
+            eng = min(
+                busy,
+                key=lambda e: (
+                    busy[e]
+                    + (
+                        0.0
+                        if math.isinf(busy[e])
+                        else cost_ns(b, self.cfg, kinds[e][0], **kinds[e][1])
+                    )
+                ),
+            )
             cls, fields = kinds[eng]
             busy[eng] += cost_ns(b, self.cfg, cls, **fields)
             outs = [junk, dst] if eng == Engine.SCALAR else [dst]
