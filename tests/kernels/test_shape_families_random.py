@@ -64,13 +64,6 @@ def test_16_mib_and_more_of_a_drawn_shape_reach_80_percent_of_the_dma_bound(kind
     assert row["dma_bound_ns"] >= 0.8 * row["time_ns"], row["time_ns"]
 
 
-SHORT = pytest.mark.xfail(
-    strict=True,
-    reason="not yet: row bf16 [3, 699, 1000] 1.25x the family's best by byte (a core's 6 "
-    "blocks, two of 59 and 69 rows, through 4 buffers: the last block's compute and store trail)",
-)
-
-
 TRAILING = pytest.mark.xfail(
     strict=True,
     reason="not yet: exp bf16 [5, 7, 50257] 1.27x the family's best by byte (a core's 17 rows: "
@@ -82,7 +75,7 @@ TRAILING = pytest.mark.xfail(
     "kind,dt",
     [(k, d) for k in ("mul2", "add") for d in (F32, BF16)]
     + [("exp", F32), pytest.param("exp", BF16, marks=TRAILING)]
-    + [("row", F32), pytest.param("row", BF16, marks=SHORT), ("col", F32), ("col", BF16)],
+    + [(k, d) for k in ("row", "col") for d in (F32, BF16)],
 )
 def test_a_drawn_family_of_4_mib_takes_the_same_time_by_byte(kind, dt):
     """Six shapes of 4 MiB (1 to 4 dims) at LNC 2: time by byte moved within 1.25x."""

@@ -11,7 +11,8 @@ broadcast operand cheap:
   `layout.flat_blocks` over the row dims (so rows fill the 128 partitions, and a remainder its
   own small tile). A row is spread once to [128, D] and read along a partition's rows with
   stride 0 ([p, *per, D]); a column block is loaded as [p, per] (each partition's values
-  contiguous) and read along the row with stride 0 ([p, per, *D]): one `tensor_tensor`;
+  contiguous) and read along the row with stride 0 ([p, per, *D]): one `tensor_tensor`; the
+  largest blocks first;
 - long rows (D above FREE / 2, enough rows): up to 128 rows a block, one to a partition, in
   even column chunks of at most FREE; a row's chunk is spread once and serves every row block
   (chunks outside, row blocks inside); a column is loaded once per row block, a `tensor_scalar`
@@ -240,6 +241,9 @@ class _Kernel:
         """Rows grouped up to `per` to a partition (module doc)."""
         per = max(1, min(self.free // d, -(-(hi - lo) // self.P)))
         blocks = flat_walk(rdims, lo, hi, self.P, per) if rdims else [((), 1, 1)]
+        # the largest blocks first: a partial one last (rows of an item's end) ends the op
+        # sooner after its load ([3, 699, 1000] bf16 at LNC 2 15.7 us, 16.7 in order)
+        blocks.sort(key=lambda blk: -blk[1] * blk[2])
         if is_row:  # the spread row read f times along a partition's rows (stride 0)
             w = spread(self.b, self.cfg, [(ap(self.vec), d)], self.vdt, "bc_row")
             for index, p, f in blocks:
