@@ -53,7 +53,8 @@ from trnsim.kernels.spread import G, S, Spread, V
 __all__ = ["spread_rows", "spread", "lower_broadcast"]
 
 FREE = 2048  # elements per partition of a block at most (as `elementwise.FREE`)
-DEPTH = 4  # rotating buffers per operand (as `elementwise.DEPTH`)
+DEPTH = 4  # rotating buffers per operand (as `elementwise.DEPTH`), at least
+MOST_DEPTH = 8  # ... and at most, as many as SBUF_SHARE holds at the blocks' width (`_Kernel`)
 ROWWISE = 128  # elements of a row from which a column goes by one tensor_scalar per row
 SBUF_SHARE = 0.25  # of a partition for the op's buffers (as `elementwise.SBUF_SHARE`)
 FOLD_BYTES = 4096  # a folded row block's columns at most, a partition (`_Kernel._fold`)
@@ -141,6 +142,8 @@ def lower_broadcast(
     if not runs:
         return
     k = _Kernel(b, cfg, alu, full, vec, out, first)
+    if not is_row and d >= ROWWISE:  # tensor_scalar blocks, 4x on 16-bit VectorE: 4 buffers
+        k.depth = DEPTH  # keep the DMA busy (with 8, col bf16 [1449, 1447] 13.7 -> 14.3 us)
     if len(runs) > 1:  # the same columns of each row (`layout.by_columns`)
         k.few(rdims, {a // d: (a % d, a % d + z - a) for a, z in runs}, d, is_row)
         return
@@ -173,7 +176,7 @@ def _few_cheaper(rows: int, d: int, P: int, free: int, is_row: bool) -> bool:
 
 class _Kernel:
     """One broadcast op's blocks: loads of `full`, the op against the broadcast operand,
-    stores, through DEPTH rotating buffers (in `full`'s buffer when out has its dtype)."""
+    stores, through `depth` rotating buffers (in `full`'s buffer when out has its dtype)."""
 
     def __init__(self, b, cfg, alu, full, vec, out, first):
         self.b, self.cfg, self.alu, self.first = b, cfg, alu, first
@@ -185,8 +188,15 @@ class _Kernel:
         self.inplace = self.fdt == self.odt
         per_elem = self.fdt.itemsize + (0 if self.inplace else self.odt.itemsize)
         per_col = DEPTH * per_elem + ROW_SLOTS * self.vdt.itemsize  # bytes a column of a block
-        room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // per_col
-        self.free = max(1, min(FREE, room))
+        share = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE)
+        self.free = max(1, min(FREE, share // per_col))
+        # as many rotating buffers as the share holds at that width: blocks whose
+        # tensor_tensor (VectorE's 16-bit one element a cycle, GpSimd's two) takes about their
+        # DMA's time hold a buffer through load, compute and store, and 4 left the loads of a
+        # row over [1449, 1447] bf16's last blocks waiting for one (16.0 us at LNC 2, 13.3 with
+        # 8)
+        rest = share - ROW_SLOTS * self.vdt.itemsize * self.free
+        self.depth = max(DEPTH, min(MOST_DEPTH, rest // (per_elem * self.free)))
         self.queues(self.free)
         self.side = Queues(cfg).loads(1 / 2, 1)  # the row's or column's loads, not behind full's
         self.n = 0  # blocks so far
@@ -205,10 +215,10 @@ class _Kernel:
         # setups overlap the full blocks' transfers instead of queueing before them
         self.small = (_after(qs.loads(0, 1 / 2), nq), _after(qs.stores(), nq))
 
-    def _buf(self, kind: str, shape: tuple, dt, slots: int = DEPTH, own: bool = False) -> str:
-        """Buffer `kind`'s next slot in turn: by the blocks so far, or when `own` by the
-        buffers of that kind so far."""
-        n = self.n
+    def _buf(self, kind: str, shape: tuple, dt, slots: int = 0, own: bool = False) -> str:
+        """Buffer `kind`'s next slot of `slots` (by default `depth`) in turn: by the blocks so
+        far, or when `own` by the buffers of that kind so far."""
+        n, slots = self.n, slots or self.depth
         if own:
             n = self.turns[kind] = self.turns.get(kind, -1) + 1
         return self.b.scratch_tile(f"bc.{kind}{n % slots}", kind, shape, dt)
@@ -244,8 +254,10 @@ class _Kernel:
         # the largest blocks first: a partial one last (rows of an item's end) ends the op
         # sooner after its load ([3, 699, 1000] bf16 at LNC 2 15.7 us, 16.7 in order)
         blocks.sort(key=lambda blk: -blk[1] * blk[2])
-        if is_row:  # the spread row read f times along a partition's rows (stride 0)
-            w = spread(self.b, self.cfg, [(ap(self.vec), d)], self.vdt, "bc_row")
+        if is_row:  # the spread row read f times along a partition's rows (stride 0); its load
+            # on a side queue, not ahead of the first block's (0.6 us sooner)
+            src = [(ap(self.vec), d)]
+            w = spread(self.b, self.cfg, src, self.vdt, "bc_row", queue=self.side[0])
             for index, p, f in blocks:
                 wa = ap(w, slice(0, p), slice(0, d))._replace(bcast=((1, f),))
                 self.block(index, (p, f, d), (self.P, per, d), lambda x, o, wa=wa: self.tt(
@@ -422,11 +434,11 @@ class _Kernel:
                 spread(b, self.cfg, [(src, tail)], self.vdt, "", tile=tw, queue=self.side[0],
                        slot=2)  # fmt: skip
                 wa = ap(tw, slice(0, p), slice(0, tail))
-                op = lambda x, o, wa=wa: self.tt(x, wa, o)  # noqa: E731
-            else:
+                self.block(cols(t0, tail), (p, tail), big, lambda x, o, wa=wa: self.tt(x, wa, o))
+            else:  # on the small blocks' queues: its transfers' setups overlap the chunks' own
+                # (a row's tail waits for its piece's spread anyway: there 0.5-1% slower)
                 op = lambda x, o, c=c: self.ts(x, c, o)  # noqa: E731
-            # on the small blocks' queues: its transfers' setups overlap the chunks' own
-            self.block(cols(t0, tail), (p, tail), (P, tail), op, True)
+                self.block(cols(t0, tail), (p, tail), (P, tail), op, True)
         b.release(*banks)
 
     def _selector(self, rows: int, q: int, by_piece: bool) -> Ap:
