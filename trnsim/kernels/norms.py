@@ -314,6 +314,12 @@ FLEX_16 = {"small_waits": False, "flex": True, "flex_norm": "SG", "bufs_most": 1
 LONG_FLEX = {"long_row": LANE_ROW, "sub_lanes": 1024, "flex": True, "flex_norm": "S",
              "small_waits": False, "fit_psum": True, "c_share": 0.75,
              "dma_parts": True}  # fmt: skip
+# ... folded, with up to 10 buffers (their LONG_SHARE of SBUF holds them; `bufs_most`, 6 before):
+# trn2 LNC 2, 16 MiB, bf16 rows of 768 58.3 -> 57.5 us (79.4% -> 80.5%), 2560 58.0 -> 57.8
+# (79.8% -> 80.1%), 1536 59.6 -> 59.4 (12 buffers: 57.8, 57.8, 58.8; rows of 200 or fewer
+# need more semaphores than a core has so)
+PIPE_BUFS = tuple({"pipe": True, "pe_rstd": True, "bufs_most": 10} | v
+                  for v in ({}, {"s_share": 0.25}))  # fmt: skip
 VARIANTS = (
     {},
     {"small_waits": False},
@@ -340,6 +346,7 @@ VARIANTS = (
     # LNC 2, 16 MiB, bf16 rows of 512 60.9 -> 56.8 us, of 4096 60.3 -> 56.2 us
     {"pipe": True, "pe_rstd": True},
     {"pipe": True, "pe_rstd": True, "s_share": 0.25},
+    *PIPE_BUFS,
     LONG_FLEX,
     ROWS_FIRST,
     ROWS_FIRST_SEARCH,
@@ -540,8 +547,12 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     k.weight, k.bias = weight, bias
     k.__dict__.update(variant)
     # other ops keep their tiles; rows of LONG_ROW or more take more (a kernel has room for few
-    # such ops), and only they go in two lanes (whose tiles no other norm shares)
-    share_ = LONG_SHARE if d >= LONG_ROW else BUFFER_SHARE
+    # such ops), and only they go in two lanes (whose tiles no other norm shares); so do
+    # pipelined rows (module doc: their output pieces and TensorE's copies out left bf16 rows
+    # of 5120 and 6144 four and three buffers of x, the loads stalling for 12 us; trn2 LNC 2,
+    # 16 MiB, six buffers: 64.9 -> 62.8 us and 69.3 -> 64.1 us)
+    pipe = k.pipe and k.layer and not k.shift and weight is not None and d < LONG_ROW
+    share_ = LONG_SHARE if d >= LONG_ROW or pipe else BUFFER_SHARE
     room = int(cfg.core.sbuf.partition_bytes * share_)
     # a block's x (and its output when the dtypes differ) rotate through `bufs` buffers;
     # TensorE's copies out (the bias on TensorE) through F_BUFS, only if PE_BUFS of the
@@ -552,7 +563,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         to.dtype.itemsize == 2 or k.pe_fp32) and (room - f) // base >= PE_BUFS  # fmt: skip
     room -= f if k.pe_ok else 0
     k.stt, k.stat_group = False, 1  # (rows in pieces only: `_lower_pieces`)
-    k.pipe = k.pipe and k.layer and not k.shift and weight is not None and d < LONG_ROW
+    k.pipe = pipe
     row_bytes = PIPE_ROW_BYTES if k.pipe else LAYER_ROW_BYTES if k.layer else ROW_BYTES
     group = max(1, row_bytes // tx.dtype.itemsize // d)
     # (row slots of S_GROUP rows' residues for ScalarE's whole-row statistics: `_aligned`)
