@@ -190,8 +190,12 @@ def test_layer_norm_fp32_affine_in_psum_check(tmp_path, monkeypatch, d):
     """fp32 rows of 512 and 4096, 16 MiB: the list schedule's choice keeps the weight and bias
     (rows of 4096: their first 1536 columns, in sub-lanes) in PSUM for VectorE (`norms.FLEX`,
     `LONG_FLEX`), each block's weight and bias on VectorE or GpSimd as the list schedule finds
-    free: --check holds at mean 10^4, LNC 1 and 2, and both engines take some."""
+    free: --check holds at mean 10^4, LNC 1 and 2, and both engines take some (`norms.STT_FIT`,
+    which rows of 4096 take when offered, left out: test_rows_irregular_layer_norm_fp32)."""
     monkeypatch.setattr(norms, "_CHOSEN", {})
+    monkeypatch.setattr(
+        norms, "VARIANTS", tuple(v for v in norms.VARIANTS if v is not norms.STT_FIT)
+    )
     for lnc in (1, 2):
         (got,) = _check("layer_norm", 1e4, tmp_path, (TOTAL // 4 // d, d), lnc).values()
         assert got["ok"], got
