@@ -25,7 +25,9 @@ Each of those instructions goes on the engine a list schedule finds free sooner,
 descent of SEARCH schedules over the choices (`schedule.Scheduled`). The weight and bias are
 spread over the partitions once (`spread`: TensorE's ones row times them, through the banks
 their PSUM columns then take). Blocks rotate through as many buffers as SHARE of SBUF holds
-(a core's rows at LNC 2 for the widths this plan is for); the smallest block goes first."""
+(a core's rows at LNC 2 for the widths this plan is for), in x's order (with the smallest, the
+last, first instead: rows of 6144 57.0 -> 57.9 us, 4544 54.9 -> 55.5, 3072 55.4 -> 54.0, 5120
+60.6 -> 60.0)."""
 
 from __future__ import annotations
 
@@ -96,7 +98,7 @@ def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, 
     the list schedule's estimated ns."""
     k = _Stt(b, cfg, x, out, weight, bias, eps)
     _, tiles = row_tiles(b.tensors[x].shape, k.P, share, 1, 1)
-    blocks = sorted(((index, rows) for index, rows, _ in tiles), key=lambda blk: blk[1])
+    blocks = [(index, rows) for index, rows, _ in tiles]
     if not blocks:
         return 0.0
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * k.d * 4 - PART_COLS * 8
