@@ -1,8 +1,9 @@
 """Row and column broadcasts' blocks (`kernels.broadcast`, issue 26): a core's lone block of 65
 to 127 rows cut into folded blocks where that takes fewer element-steps a partition
 (`_Kernel._cut`), short rows against the row or column read with stride 0 (no repeated or
-widened copies), and what that buys: the slowest shapes of the drawn 4 MiB families within
-1.25x of their family's best by byte."""
+widened copies), blocks through as many buffers as the op's share holds (a broadcast's and a
+unary op's, `elementwise._depth`), and what that buys: the slowest shapes of the drawn 4 MiB
+families within 1.25x of their family's best by byte."""
 
 from __future__ import annotations
 
@@ -113,3 +114,16 @@ def test_a_row_over_127_rows_of_66052_bf16_reaches_80_percent_of_the_dma_bound()
     (63% of the DMA bound) with 4 buffers, 49.2 us (86%) with 8."""
     row = timed("row", (127, 66052), BF16, 2)
     assert row["dma_bound_ns"] >= 0.8 * row["time_ns"], row["time_ns"]
+
+
+def test_a_unary_op_s_blocks_rotate_through_as_many_buffers_as_its_share_holds():
+    """bf16 exp on [5, 7, 50257] at LNC 2 (`elementwise._depth`): a core's six blocks (four of
+    [128, 1834]) in six buffers, not four (a block's ScalarE pass takes about its DMA's time:
+    13.5 us with 4, 12.2 with 8); within 1.25x by byte of the family's [2097152] (1.27x with 4).
+    """
+    t = {"x": TensorSpec("x", (5, 7, 50257), dtype(BF16))}
+    t["y"] = TensorSpec("y", (5, 7, 50257), dtype(BF16))
+    exp = OpSpec("exp", {"x": "x", "out": "y"})
+    ins = lower_cores([exp], t, load_chip("trn2"), 2)[0].instructions
+    assert len({ld.dst.name for ld in _loads(ins)}) == 6
+    assert _per_byte("exp", (5, 7, 50257), BF16) <= 1.25 * _per_byte("exp", (2097152,), BF16)

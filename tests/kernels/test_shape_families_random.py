@@ -64,18 +64,9 @@ def test_16_mib_and_more_of_a_drawn_shape_reach_80_percent_of_the_dma_bound(kind
     assert row["dma_bound_ns"] >= 0.8 * row["time_ns"], row["time_ns"]
 
 
-TRAILING = pytest.mark.xfail(
-    strict=True,
-    reason="not yet: exp bf16 [5, 7, 50257] 1.27x the family's best by byte (a core's 17 rows: "
-    "4 large blocks and 2 of [34, 7] and [81, 3], whose transfers' setups trail them)",
-)
-
-
 @pytest.mark.parametrize(
     "kind,dt",
-    [(k, d) for k in ("mul2", "add") for d in (F32, BF16)]
-    + [("exp", F32), pytest.param("exp", BF16, marks=TRAILING)]
-    + [(k, d) for k in ("row", "col") for d in (F32, BF16)],
+    [(k, d) for k in ("mul2", "add", "exp", "row", "col") for d in (F32, BF16)],
 )
 def test_a_drawn_family_of_4_mib_takes_the_same_time_by_byte(kind, dt):
     """Six shapes of 4 MiB (1 to 4 dims) at LNC 2: time by byte moved within 1.25x."""

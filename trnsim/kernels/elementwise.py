@@ -46,6 +46,7 @@ __all__ = ["UNARY", "BINARY", "lower_unary", "lower_binary", "lower_where", "FRE
 FREE = 2048  # elements per partition of a block at most: 4 KiB of bf16, where DMA runs at full rate
 BUFS = 3  # rotating buffers per tensor of a fused run (`fusion`, whose runs hold up to 6 tensors)
 DEPTH = 4  # rotating buffers per operand of one op: blocks in flight (module doc)
+MOST_DEPTH = 8  # ... and of a unary op's, as many as SBUF_SHARE holds up to this (`_depth`)
 SBUF_SHARE = 0.25  # of a partition's bytes for one op's buffers: blocks narrow below FREE to keep
 # DEPTH (the buffers of every op of a kernel are in SBUF at once)
 
@@ -87,9 +88,10 @@ def lower_unary(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str) ->
     cast = to.dtype != tx.dtype
     blocks, big = _plan(b, cfg, to.shape, [tx.dtype] + [to.dtype] * cast)
     loads, stores = _queues(cfg, 1, big, tx.dtype)
+    depth = _depth(cfg, big, [tx.dtype] + [to.dtype] * cast)
     for n, (index, p, f) in enumerate(blocks):
-        xt = _buf(b, "x", n, big, tx.dtype)
-        ot = _buf(b, "o", n, big, to.dtype) if cast else xt
+        xt = _buf(b, "x", n, big, tx.dtype, depth)
+        ot = _buf(b, "o", n, big, to.dtype, depth) if cast else xt
         src, t = ap(x, *index), ap(xt, slice(0, p), slice(0, f))
         b.emit(DmaCopy, [src], [t], src=src, dst=t, queue=loads[n])
         o = ap(ot, slice(0, p), slice(0, f))
@@ -202,6 +204,17 @@ def _plan(b: KernelBuilder, cfg: ChipConfig, shape, dtypes: list) -> tuple[list,
     room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (DEPTH * per_elem)
     blocks = flat_blocks(shape, cfg.core.sbuf.partitions, max(1, min(FREE, room)), b.share(shape))
     return blocks, _largest(blocks)
+
+
+def _depth(cfg: ChipConfig, big: tuple, dtypes: list) -> int:
+    """Rotating buffers of a unary op's blocks of `big`: as many as SBUF_SHARE holds, DEPTH to
+    MOST_DEPTH. A block's ScalarE pass takes about its DMA's time, so it holds its buffer
+    through load, compute and store: with 4, bf16 exp on [5, 7, 50257] at LNC 2 (a core's 4
+    blocks of [128, 1834] and 2 small ones) left the loads waiting for a buffer, 13.5 us; with
+    8 12.2 us (fp32 at 2048 columns takes 7)."""
+    per_elem = sum(dt.itemsize for dt in dtypes)
+    room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) // (big[1] * per_elem)
+    return max(DEPTH, min(MOST_DEPTH, room))
 
 
 def _queues(cfg: ChipConfig, inputs: int, big: tuple, *dts) -> tuple[Stream, Stream]:
