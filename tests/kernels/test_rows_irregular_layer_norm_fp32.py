@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.kernels.helpers import checked_at_both_lncs
+from tests.kernels.test_op_report import run_ops
 from tests.kernels.test_rows_families import _check, case, marked, reached
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
@@ -37,19 +38,30 @@ def stt_only(monkeypatch):
     monkeypatch.setattr(norms, "_CHOSEN", {})
 
 
-@pytest.mark.parametrize("shape", [(520, 2560), (400, 5120)])
-def test_stt_fit_values_at_both_lncs(stt_only, shape):
+def test_stt_fit_values_at_both_lncs(stt_only):
     """Rows of 2560 and 5120 (a core's last block of 8 and 16 rows at LNC 2; more rows a core
     than partitions, or `norms._lower` puts them in pieces): --check holds, LNC 1 and 2 give
     the same values."""
-    assert np.prod(shape) * 4 >= norms.TRIAL_BYTES
     f32 = dtype("float32")
-    specs = {"x": TensorSpec("x", shape, f32, "normal"), "out": TensorSpec("out", shape, f32, None),
-             "w": TensorSpec("w", shape[-1:], f32, "normal"),
-             "b": TensorSpec("b", shape[-1:], f32, "normal")}  # fmt: skip
-    checked_at_both_lncs(specs, [OpSpec("layer_norm", {"x": "x", "out": "out", "weight": "w",
-                                                       "bias": "b"}, 1)])  # fmt: skip
+    for shape in ((520, 2560), (400, 5120)):
+        assert np.prod(shape) * 4 >= norms.TRIAL_BYTES
+        specs = {"x": TensorSpec("x", shape, f32, "normal"),
+                 "out": TensorSpec("out", shape, f32, None),
+                 "w": TensorSpec("w", shape[-1:], f32, "normal"),
+                 "b": TensorSpec("b", shape[-1:], f32, "normal")}  # fmt: skip
+        checked_at_both_lncs(specs, [OpSpec("layer_norm", {"x": "x", "out": "out",
+                                                           "weight": "w", "bias": "b"}, 1)])  # fmt: skip
+    assert {str(v) for _, v in norms._CHOSEN.values()} == {str(norms.STT_FIT)}
+
+
+def test_stt_fit_buffers_within_the_semaphores():
+    """16 MiB of rows of 1024 at LNC 1 (32 blocks on one core): the buffers capped so their
+    tiles' semaphores fit a core's (29 buffers took 309 of 256 and the program was refused)."""
+    norms._CHOSEN.clear()
+    r, _ = run_ops(*case("layer_norm", 1024, "float32"), lnc=1)
     assert [v for _, v in norms._CHOSEN.values()] == [norms.STT_FIT]
+    assert r.summary["ops"][0]["time_ns"] > 0
+    norms._CHOSEN.clear()
 
 
 def test_stt_fit_at_mean_1e4(stt_only, tmp_path):

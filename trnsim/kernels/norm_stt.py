@@ -63,6 +63,9 @@ SEARCH = 300  # the descent's schedules (none: rows of 5120 65.0 us, 6144 67.9)
 NORM_ON = (S, G)  # the engines of a PSUM part's normalisation (the first as emitted)
 FLEX_ON = (V, G)  # ... of the scalar_tensor_tensors and the [p, 1] steps
 COPY_ON = (V,)  # ... of the spread's copies out of PSUM (ScalarE too: 63.3 -> 64.7 us)
+SMALL_TILES = 5  # a block's statistics' tiles (`_Stt.small`: st, x0, m, r, sb)
+SEMS_KEPT = 32  # semaphores left to the rest (the spread's tiles, the junk tile, other ops):
+# rows of 1024 at LNC 1, 16 MiB, took 29 buffers and 309 semaphores of a core's 256
 MIN_ROW = 1024  # rows this long or longer (a row a partition: `norms.LAYER_ROW_BYTES` fp32)
 
 
@@ -102,7 +105,9 @@ def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, 
     if not blocks:
         return 0.0
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * k.d * 4 - PART_COLS * 8
-    k.bufs = max(1, min(len(blocks), room // (k.d * 4)))
+    # (each buffer's tiles count on two semaphores each: a part's and SMALL_TILES' of them)
+    sems = (cfg.core.semaphores - SEMS_KEPT) // (2 * (len(k.cuts) - 1 + SMALL_TILES))
+    k.bufs = max(1, min(len(blocks), room // (k.d * 4), sems))
     with Scheduled(b, cfg, shared_dma=True, fluid=True, dma_parts=True, search=SEARCH) as s:
         for n, block in enumerate(blocks[: k.bufs]):  # (a buffer each, ahead of the rest)
             k.load(n, *block)
