@@ -40,10 +40,11 @@ def stt_only(monkeypatch):
 
 def test_stt_fit_values_at_both_lncs(stt_only):
     """Rows of 2560 and 5120 (a core's last block of 8 and 16 rows at LNC 2; more rows a core
-    than partitions, or `norms._lower` puts them in pieces): --check holds, LNC 1 and 2 give
+    than partitions, or `norms._lower` puts them in pieces), and a 4-D x (blocks of 70 rows, an
+    item of its leading dims each: a part's columns past them): --check holds, LNC 1 and 2 give
     the same values."""
     f32 = dtype("float32")
-    for shape in ((520, 2560), (400, 5120)):
+    for shape in ((520, 2560), (400, 5120), (2, 3, 70, 3000)):
         assert np.prod(shape) * 4 >= norms.TRIAL_BYTES
         specs = {"x": TensorSpec("x", shape, f32, "normal"),
                  "out": TensorSpec("out", shape, f32, None),

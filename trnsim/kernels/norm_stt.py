@@ -130,7 +130,7 @@ class _Stt:
         self.b, self.cfg, self.x, self.out, self.eps = b, cfg, x, out, eps
         self.weight, self.bias = weight, bias
         self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
-        self.d = b.tensors[x].shape[-1]
+        self.d, self.nd = b.tensors[x].shape[-1], len(b.tensors[x].shape)
         self.kept = kept_cols(cfg, self.d)
         lo = self.d - self.kept
         self.cuts = _cuts(lo) + ([lo + c for c in _cuts(self.kept, PSUM_COLS)[1:]]
@@ -203,10 +203,14 @@ class _Stt:
         return self.b.scratch_tile(f"lnstt.{key}{n % self.bufs}", key, (self.P, *shape),
                                    self.f32)  # fmt: skip
 
+    def cols(self, index: tuple, lo: int, hi: int) -> tuple:
+        """A block's `index` (x's leading dims, `layout.row_tiles`) and columns [lo, hi)."""
+        return (*index, *[slice(None)] * (self.nd - 1 - len(index)), slice(lo, hi))
+
     def load(self, n: int, index: tuple, rows: int) -> None:
         """Block n's parts, a load each."""
         for j, (lo, hi) in enumerate(zip(self.cuts, self.cuts[1:])):
-            src, dst = ap(self.x, *index, slice(lo, hi)), self.part(n, j, rows)
+            src, dst = ap(self.x, *self.cols(index, lo, hi)), self.part(n, j, rows)
             self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads.next())
 
     def stats(self, n: int, index: tuple, rows: int) -> None:
@@ -278,7 +282,7 @@ class _Stt:
                           dst=xj)  # fmt: skip
                 self.flex(ScalarTensorTensor, [xj, r, bj], [xj], data=xj, op0="multiply",
                           operand0=r, op1="add", operand1=bj, dst=xj)  # fmt: skip
-            dst = ap(self.out, *index, slice(lo, hi))
+            dst = ap(self.out, *self.cols(index, lo, hi))
             b.emit(DmaCopy, [xj], [dst], src=xj, dst=dst, queue=self.stores.next())
 
     def flex(self, cls, reads: list, writes: list, **fields) -> None:
