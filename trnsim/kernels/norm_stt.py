@@ -63,6 +63,8 @@ SEARCH = 300  # the descent's schedules (none: rows of 5120 65.0 us, 6144 67.9)
 NORM_ON = (S, G)  # the engines of a PSUM part's normalisation (the first as emitted)
 FLEX_ON = (V, G)  # ... of the scalar_tensor_tensors and the [p, 1] steps
 COPY_ON = (V,)  # ... of the spread's copies out of PSUM (ScalarE too: 63.3 -> 64.7 us)
+COPY_BANKS = 2  # ... each of this many PSUM banks (rows of 5120: one 60.6 us, two 59.0, four
+# 59.6)
 SMALL_TILES = 5  # a block's statistics' tiles (`_Stt.small`: st, x0, m, r, sb)
 SEMS_KEPT = 32  # semaphores left to the rest (the spread's tiles, the junk tile, other ops):
 # rows of 1024 at LNC 1, 16 MiB, took 29 buffers and 309 semaphores of a core's 256
@@ -162,21 +164,29 @@ class _Stt:
         lo = self.d - self.kept
         self.ps = [b.psum(f"{v}_kept", (P, self.kept), f32) for v in (self.weight, self.bias)
                    ] if self.kept else []  # fmt: skip
-        if self.kept:  # (through the kept tiles' banks in turn, the kept columns last)
-            ps = [ap(t, slice(None), slice(a, z)) for a, z in bank_runs(self.kept, step)
+        span = COPY_BANKS if self.kept >= COPY_BANKS * step else 1
+        if self.kept:  # (through the kept tiles' banks in turn, `span` at a time, the kept
+            # columns last)
+            ps = [ap(t, slice(None), slice(a, a + span * step))
+                  for a in range(0, self.kept - span * step + 1, span * step)
                   for t in self.ps]  # fmt: skip
             new = []
         else:
             new = [b.psum("spread", (P, step), f32) for _ in range(SPREAD_BANKS)]
             ps = [ap(t, slice(None), slice(0, step)) for t in new]
         turn = 0
-        for a, z in runs(lo, step):
+        for a, z in runs(lo, span * step):
             for row, t in zip(rows, tiles):
                 bank = ps[turn % len(ps)]
-                acc = ap(bank.name, slice(None), slice(bank.index[1][0], bank.index[1][0] + z - a))
                 turn += 1
-                mv, o = ap(row, slice(None), slice(a, z)), ap(t, slice(None), slice(a, z))
-                b.emit(Matmul, [one, mv], [acc], stationary=one, moving=mv, dst=acc)
+                first = bank.index[1][0]
+                for c0 in range(a, z, step):  # (a matmul a bank)
+                    c1 = min(z, c0 + step)
+                    acc = ap(bank.name, slice(None), slice(first + c0 - a, first + c1 - a))
+                    mv = ap(row, slice(None), slice(c0, c1))
+                    b.emit(Matmul, [one, mv], [acc], stationary=one, moving=mv, dst=acc)
+                acc = ap(bank.name, slice(None), slice(first, first + z - a))
+                o = ap(t, slice(None), slice(a, z))
                 act = (Activation, [acc], [o], dict(func="copy", src=acc, dst=o))
                 ops = [act if e == S else (TensorCopy, [acc], [o], dict(src=acc, dst=o, engine=e))
                        for e in COPY_ON]  # fmt: skip
