@@ -282,6 +282,18 @@ PARTS_BELOW = 65536  # (rows of 64K: STT_TSUMS 57.0 us, STT_PARTS 58.3)
 FIT_PIECES = tuple(
     v | {"in_pieces": True} for v in (PSUM_PIECES[2], STT, STT_LANES, STT_PARTS)
 )  # (STT_LANES_SEARCH and STT_TSUMS in pieces ran 70.7 and 72.2 us at 16384: no longer tried)
+# rows in pieces of up to WIDE_BYTES a partition where that takes fewer pieces than PIECE_BYTES
+# (`piece_bytes`; a power of two k pieces a row: rows of 10240 bf16 in 8 pieces of 1280, 4 of
+# 2560 so, fp32 in 16 of 640, 8 of 1280): half the blocks, so half the [p, 1] steps a row. trn2
+# LNC 2, 16 MiB, fp32 rows of 10240 68.7 -> 59.9 us (PSUM_PIECES, its weight and bias in PSUM,
+# WIDE_PSUM_BYTES), bf16 of 10240 70.7 -> 63.1, 12288 66.9 -> 64.4 (STT_PARTS in pieces; the
+# rows cut evenly, `rows.EVEN_LAYER_ROW`); wider pieces ran slower (bf16 rows of 14336 in 4
+# pieces of 3584: 61.9 -> 69.8 us; fp32 12288 in 8 of 1536: 65.6 -> 73.0)
+WIDE_BYTES = 6144
+WIDE_PSUM_BYTES = 10240  # ... fp32 weight and bias kept in PSUM up to this much a partition
+# (two pieces of 1280 fp32, 5 of its 8 banks; of 1792, 14 KiB, PSUM overflowed)
+WIDE_PIECES = (PSUM_PIECES[2] | {"piece_bytes": WIDE_BYTES},
+               FIT_PIECES[3] | {"piece_bytes": WIDE_BYTES})  # fmt: skip
 # rows not a multiple of 128 that go in pieces of a power of two dividing them
 # (`DIVISOR_PIECES`) may go with a remainder column all the same (`norm_ragged`), as estimated:
 # trn2 LNC 2, 16 MiB, fp32 rows of 20000 66.0 us so, 72.4 in pieces (bf16 91.9, 71.1)
@@ -368,6 +380,7 @@ VARIANTS = (
     *FIT_PIECES,
     RAGGED,
     STT_FIT,
+    *WIDE_PIECES,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
@@ -432,7 +445,8 @@ def _rms_variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, ep
 def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -> dict:
     """The VARIANTS entry whose list schedule (`schedule.Scheduled`) ends soonest for a
     layer_norm of TRIAL_BYTES or more: each lowered on a builder of its own for the first
-    core's share at the chip's default LNC, whatever the run's (the choice, which may change c
+    core's share (rows in pieces: the largest, `_busiest`) at the chip's default LNC, whatever
+    the run's (the choice, which may change c
     and so the rounding, is then the same however a logical core's cores share the rows), and
     kept for the next core and the next op of the same shapes. A variant whose instructions
     count on more semaphores than the core has (more buffers of pieces: `piece_bufs`) is not
@@ -450,7 +464,7 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     spans = []
     for i in _tried(b, cfg, x, out, weight, bias):
         tb = KernelBuilder(b.tensors)
-        tb.part = (0, max(1, cfg.lnc))
+        tb.part = (_busiest(b, cfg, op, x, out, weight, bias, VARIANTS[i]), max(1, cfg.lnc))
         span = _lower(tb, cfg, op, x, out, weight, bias, eps, VARIANTS[i])
         spans.append((span if _sems(tb) <= cfg.core.semaphores else math.inf, i))
     spans.sort()
@@ -509,7 +523,8 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     stt = (pe and weight is not None and lay is not None and lay.t == 1
            and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
     return [i for i, v in enumerate(VARIANTS)
-            if (_psum_affine(cfg, tx, to, d, weight, bias) if "psum_affine" in v  # (pieces)
+            if (_psum_affine(cfg, tx, to, d, weight, bias, v.get("piece_bytes", PIECE_BYTES))
+                if "psum_affine" in v  # (pieces)
                 else not (("long_row" in v and not LANE_ROW <= d < LONG_ROW)
                           or ("pe_pieces" in v and not pe)
                           or (any(f in v for f in FP32_ONLY) and not fp32)
@@ -523,7 +538,46 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or (SEGMENTS_ONLY & set(v) and not segments)))
             and not ("in_pieces" in v and not many)
             and not ("stt_fit" in v and not (fits and stt_fits(cfg, tx, to, *(
-                b.tensors[t] if t is not None else None for t in (weight, bias)))))]  # fmt: skip
+                b.tensors[t] if t is not None else None for t in (weight, bias)))))
+            and not ("piece_bytes" in v and not _wide(cfg, tx, d, v["piece_bytes"]))]  # fmt: skip
+
+
+def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant) -> tuple:
+    """(this core's rows, whether they go in pieces or with a remainder column, the pieces'
+    layout) of `_lower` with `variant`: evenly where `rows.even_norm` or they do not fit; a
+    layer_norm in pieces with `stt_std` at a multiple of its groups' rows (its rounding
+    follows its groups of `stat_group` tiles: so every row's group is the same at any LNC)."""
+    tx, to = b.tensors[x], b.tensors[out]
+    d = tx.shape[-1]
+    share = norm_share(b, cfg, op, tx)
+    affine_bytes = sum(b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)
+    few = cfg.core.sbuf.partitions * (RMS_PIECE_BLOCKS if op == "rms_norm" else 1)
+    if norm_rows(cfg, tx, to, affine_bytes) and not (d >= PIECE_ROWS and (
+            share[1] - share[0] <= few or variant.get("in_pieces"))):  # fmt: skip
+        return share, False, None
+    lay = _piece_layout(cfg, tx, d, op == "layer_norm" and not variant.get("ragged"),
+                        variant.get("piece_bytes", PIECE_BYTES))  # fmt: skip
+    if lay is not None and op == "layer_norm" and variant.get("stt_std") and lay.t == 1:
+        share = norm_share(b, cfg, op, tx, lay.g * variant.get("stat_group", 1))
+    return share, True, lay
+
+
+def _busiest(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant) -> int:
+    """The core of the chip's default LNC whose share of rows in pieces (`_share`) takes the
+    most tiles (the first of equals; core 0 where the rows fit a partition): the one
+    `_variant` estimates (bf16 rows of 10240 in 4 pieces, 384 and 435 rows a core, 12 and 14
+    tiles: estimated 57.7 us on core 0, 68.0 run; a row more or fewer in the same tiles changes
+    the estimates as much as a choice between plans: fp32 rows of 12288, 170 and 171 rows,
+    65.6 us so, 66.3 estimated on core 1)."""
+    n, tiles = max(1, cfg.lnc), []
+    for c in range(n):
+        tb = KernelBuilder(b.tensors)
+        tb.part = (c, n)
+        (lo, hi), pieces, lay = _share(tb, cfg, op, x, out, weight, bias, variant)
+        if not pieces:
+            return 0
+        tiles.append(-(-(hi - lo) // lay.g) if lay is not None and lay.t == 1 else hi - lo)
+    return tiles.index(max(tiles))
 
 
 def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, variant) -> float:
@@ -532,13 +586,9 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     tx, to = b.tensors[x], b.tensors[out]
     d = tx.shape[-1]
     affine = [(v, alu) for v, alu in ((weight, "multiply"), (bias, "add")) if v is not None]
-    share = norm_share(b, cfg, op, tx)  # evenly where `rows.even_norm` or they do not fit
-    rows = share[1] - share[0]
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v, _ in affine)
-    few = cfg.core.sbuf.partitions * (RMS_PIECE_BLOCKS if op == "rms_norm" else 1)
-    if not norm_rows(cfg, tx, to, affine_bytes) or d >= PIECE_ROWS and (
-            rows <= few or variant.get("in_pieces")):  # fmt: skip
-        lay = _piece_layout(cfg, tx, d, op == "layer_norm" and not variant.get("ragged"))
+    share, pieces, lay = _share(b, cfg, op, x, out, weight, bias, variant)
+    if pieces:
         if lay is not None:
             if op == "rms_norm" and lay.t == 1:
                 variant = RMS_PIECES | variant
@@ -754,7 +804,9 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     k.weight, k.bias, k.pieces = weight, bias, lay
     k.__dict__.update(variant)
     k.groups = Groups(b, cfg, lay.k)
-    k.psum_affine = k.psum_affine and _psum_affine(cfg, tx, to, lay.d, weight, bias)
+    k.psum_affine = k.psum_affine and _psum_affine(
+        cfg, tx, to, lay.d, weight, bias, variant.get("piece_bytes", PIECE_BYTES)
+    )
     k.sums = k.sums and seg and k.layer and tx.dtype.itemsize == 2  # (`norm_sums`: 16-bit)
     room = int(cfg.core.sbuf.partition_bytes * (SEG_SHARE if seg else BUFFER_SHARE)) - width * sum(
         b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)  # fmt: skip
@@ -894,14 +946,25 @@ def _seg_cycle(k, lay) -> None:
         lane.bias == S for ls in k.block_lanes for lane in ls)  # fmt: skip
 
 
-def _psum_affine(cfg: ChipConfig, tx, to, d: int, weight, bias) -> bool:
-    """Whether fp32 rows of d in pieces (not in segments) may keep their weight and bias in
-    PSUM (`PSUM_AFFINE_BYTES`)."""
-    lay = _piece_layout(cfg, tx, d)
+def _psum_affine(cfg: ChipConfig, tx, to, d: int, weight, bias,
+                 piece_bytes: int = PIECE_BYTES) -> bool:  # fmt: skip
+    """Whether fp32 rows of d in pieces (not in segments) of up to `piece_bytes` a partition
+    may keep their weight and bias in PSUM (`PSUM_AFFINE_BYTES`, WIDE_PSUM_BYTES for
+    WIDE_PIECES)."""
+    lay = _piece_layout(cfg, tx, d, piece_bytes=piece_bytes)
     names = [v for v in (weight, bias) if v is not None]
+    most = PSUM_AFFINE_BYTES if piece_bytes == PIECE_BYTES else WIDE_PSUM_BYTES
     return (lay is not None and lay.t == 1 and bool(names) and tx.dtype.itemsize == 4
-            and to.dtype == tx.dtype
-            and len(names) * lay.f * 4 <= PSUM_AFFINE_BYTES)  # fmt: skip
+            and to.dtype == tx.dtype and len(names) * lay.f * 4 <= most)  # fmt: skip
+
+
+def _wide(cfg: ChipConfig, tx, d: int, piece_bytes: int) -> bool:
+    """Whether rows of d in pieces of up to `piece_bytes` a partition (`WIDE_PIECES`) go in
+    fewer pieces than of PIECE_BYTES (one tile a block, not in segments): else the variant
+    would lower as its narrower twin does."""
+    wide = _piece_layout(cfg, tx, d, piece_bytes=piece_bytes)
+    lay = _piece_layout(cfg, tx, d)
+    return wide is not None and lay is not None and wide.t == 1 and wide.k < lay.k
 
 
 def _psum_copy(b: KernelBuilder, cfg: ChipConfig, rows: str, k: int) -> str:
@@ -948,12 +1011,13 @@ def _engines(lane: Lane) -> tuple:
     return lane.norm, lane.weight, lane.bias
 
 
-def _piece_layout(cfg: ChipConfig, tx, d: int, divisor: bool = True):
+def _piece_layout(cfg: ChipConfig, tx, d: int, divisor: bool = True,
+                  piece_bytes: int = PIECE_BYTES):  # fmt: skip
     """Rows of d in pieces (`row_pieces.layout`) of PIECE_BYTES a partition, or of one 128th
     of the row when that is longer (a row in one tile), up to MAX_PIECE_BYTES; a row whose
     pieces would take BIG_PIECES or more in segments of 128 pieces of SEG_BYTES."""
     P, isz = cfg.core.sbuf.partitions, tx.dtype.itemsize
-    most = max(PIECE_BYTES // isz, -(-d // P))
+    most = max(piece_bytes // isz, -(-d // P))
     if most * isz >= BIG_PIECES:
         most = SEG_BYTES // isz
     if d % P and DIVISOR_PIECES and divisor:

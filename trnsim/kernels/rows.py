@@ -58,6 +58,9 @@ REDUCTIONS = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 EVEN_NORMS = ("rms_norm",)  # norms whose rows may go evenly (`even_norm`; layer_norm's
 # fp32 rows of 5120 ran 72.6 us either way: 410 rows are four blocks a core as 435 are)
 EVEN_NORM_BLOCKS = 4  # ... when a core has at most this many blocks of 128 rows
+EVEN_LAYER_ROW = 8192  # layer_norm's rows this long go evenly so too (they may go in pieces
+# of 16 rows a tile, `norms.FIT_PIECES`, whose time follows a core's rows, not its blocks of
+# 128: trn2 LNC 2, 16 MiB, bf16 rows of 14336, 256 and 329 rows a core, 67.5 -> 61.9 us)
 
 
 def lower_reduction(
@@ -161,25 +164,33 @@ def even_norm(cfg: ChipConfig, op: str, tx) -> bool:
     plan (`rms_plan`: in pieces or lanes) then takes as long as its larger share (trn2 LNC 2,
     16 MiB, fp32 rows of 5120: 384 and 435 rows 53.2 us, 409 and 410 50.2 us; with more rows
     the cut at 128 rows ran as fast or faster: fp32 rows of 2560 50.5 -> 50.9 us)."""
-    if op not in EVEN_NORMS or not tx.shape or not rows_fit(cfg, tx):
+    if not tx.shape or not rows_fit(cfg, tx):
+        return False
+    if op not in EVEN_NORMS and not (op == "layer_norm" and tx.shape[-1] >= EVEN_LAYER_ROW):
         return False
     few = math.prod(tx.shape[:-1]) <= 2 * EVEN_NORM_BLOCKS * cfg.core.sbuf.partitions
     return few and _uneven(cfg, tx)
 
 
-def norm_share(b: KernelBuilder, cfg: ChipConfig, op: str, tx) -> tuple[int, int]:
-    """This physical core's flattened rows of x in a norm: cut evenly where `even_norm`, else
-    `core_share`."""
-    if b.part[1] > 1 and even_norm(cfg, op, tx):
-        return even_share(b, tx)
+def norm_share(b: KernelBuilder, cfg: ChipConfig, op: str, tx, align: int = 1) -> tuple[int, int]:
+    """This physical core's flattened rows of x in a norm: cut evenly where `even_norm` or
+    they do not fit (at a multiple of `align` rows: a plan whose rounding follows its groups
+    of rows, `norms._lower`), else `core_share`."""
+    if b.part[1] > 1 and (even_norm(cfg, op, tx) or not rows_fit(cfg, tx)):
+        return even_share(b, tx, align)
     return core_share(b, cfg, tx)
 
 
-def even_share(b: KernelBuilder, tx) -> tuple[int, int]:
-    """This physical core's flattened rows of x, x's rows cut evenly between the cores."""
+def even_share(b: KernelBuilder, tx, align: int = 1) -> tuple[int, int]:
+    """This physical core's flattened rows of x, x's rows cut evenly between the cores (at the
+    nearest multiples of `align` rows)."""
     total = math.prod(tx.shape[:-1]) if tx.shape else 1
     c, n = b.part
-    return total * c // n, total * (c + 1) // n
+
+    def cut(i):
+        return min(total, round(total * i / n / align) * align) if align > 1 else total * i // n
+
+    return cut(c), total if c + 1 == n else cut(c + 1)
 
 
 def _pieces(cfg: ChipConfig, tx):
