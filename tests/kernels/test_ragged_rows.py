@@ -129,7 +129,8 @@ def test_ragged_rows_time_near_the_neighbour(op, dt, shape):
 def test_ragged_argmax_of_rows_of_a_million_fp32(tmp_path):
     """Rows of 10^6 + 3 fp32 elements (31 KiB a partition a row): at LNC 1 a core's five rows
     kept six units of x resident beside the keys and indices, past SBUF (a SimError, 'SBUF
-    overflow'); now as many as fit (`argmax_ragged._bufs`). numpy's indices at LNC 1 and 2."""
+    overflow'); then as many as fit (`argmax_ragged._bufs`); now a segment at a time
+    (`argmax_stream`). numpy's indices at LNC 1 and 2."""
     a, b = _checked("argmax", (5, 1000003), "float32", tmp_path)
     assert np.array_equal(a, b)
 

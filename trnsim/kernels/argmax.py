@@ -39,6 +39,7 @@ from trnsim.kernels.argmax_chunks import (
 )
 from trnsim.kernels.argmax_ragged import lower_argmax_ragged
 from trnsim.kernels.argmax_rows import ROW_ELEMENTS, lower_argmax_rows
+from trnsim.kernels.argmax_stream import lower_argmax_stream, streams
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_blocks
 from trnsim.kernels.queues import Queues
@@ -91,7 +92,10 @@ def lower_argmax(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, dim=-1, ke
             lower_argmax_chunks(b, cfg, x, out, share, lay)
             return
     if bufs < 1 or d > cfg.core.vector.dve_max_free_elements:  # with a remainder column
-        lower_argmax_ragged(b, cfg, x, out, share)
+        if streams(cfg, tx):  # longer than 128 partitions of a segment
+            lower_argmax_stream(b, cfg, x, out, share)
+        else:
+            lower_argmax_ragged(b, cfg, x, out, share)
         return
     on_scalar = cfg.core.scalar.reduce_max
     qs = Queues(cfg)
