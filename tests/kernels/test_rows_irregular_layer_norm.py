@@ -10,20 +10,24 @@ The plans give numpy's values (--check) and the same values at LNC 1 and 2."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from tests.kernels.helpers import checked_layer_norm
 from tests.kernels.test_rows_families import case, marked, reached
+from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
+from trnsim.kernels.row_pieces import PieceLayout
 from trnsim.trace.program import TensorSpec
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
     ("bfloat16", 20000): "71.1 us, 65%: in 16 pieces (STT_LANES_SEARCH); every engine busy "
     "55-63 us",
-    ("bfloat16", 50257): "96.4 us, 48%: a remainder column (norm_ragged): two ScalarE passes "
-    "and two output passes a row",
+    ("bfloat16", 50257): "74.1 us, 62%: 29 pieces of 1733, 4 rows a tile on 116 partitions "
+    "(norms._any_divisor); every engine busy",
     ("float32", 50257): "67.9 us, 69%: a remainder column (norm_ragged), a unit's [p, 1] "
     "steps on VectorE",
 }
@@ -39,12 +43,28 @@ def test_layer_norm_irregular_rows_reach_80_percent_of_their_bound(dt, d):
 
 def test_divisor_layout():
     """Rows not a multiple of 128 in k pieces, k the power of two dividing d for pieces of at
-    most DIVISOR_MOST bytes (fewer where k must divide d), none past DIVISOR_BYTES."""
+    most DIVISOR_MOST bytes (fewer where k must divide d), none past DIVISOR_BYTES; else any
+    divisor filling 7/8 of the partitions or more (`norms._any_divisor`)."""
     lay = norms._divisor_layout
     assert (lay(20000, 2048, 2, 128).k, lay(20000, 2048, 2, 128).f) == (16, 1250)
     assert (lay(100000, 2048, 2, 128).k, lay(100000, 2048, 2, 128).f) == (32, 3125)
-    assert lay(100000, 1024, 4, 128) is None  # (3125 fp32: 12.5 KiB a partition)
-    assert lay(50257, 2048, 2, 128) is None  # (odd: a remainder column)
+    # (3125 fp32, 12.5 KiB a partition, too wide: 125 pieces of 800, a row a tile)
+    assert lay(100000, 1024, 4, 128) == PieceLayout(100000, 800, 125, 1, 1)
+    assert lay(50257, 2048, 2, 128) == PieceLayout(50257, 1733, 29, 4, 1)  # (29 x 1733)
+    assert lay(16385, 2048, 2, 128) == PieceLayout(16385, 3277, 5, 25, 1)  # (125 partitions)
+    assert lay(16385, 1024, 4, 128) is None  # (29 pieces of 565 fp32: too narrow)
+    assert lay(1000000, 7813, 2, 128) == PieceLayout(1000000, 8000, 125, 1, 1)
+    assert lay(65537, 2048, 2, 128) is None  # (prime: a remainder column)
+
+
+def test_long_odd_pieces_layout():
+    """16-bit rows of 128 odd pieces in 64 even ones (`norms.EVEN_PIECES`), fp32 not; fp32
+    weight and bias of 1187 columns kept in PSUM (`norms.PSUM_AFFINE_BYTES`)."""
+    cfg = load_chip("trn2")
+    bf16, fp32 = (SimpleNamespace(dtype=dtype(dt)) for dt in ("bfloat16", "float32"))
+    assert norms._piece_layout(cfg, bf16, 151936) == PieceLayout(151936, 2374, 64, 2, 1)
+    assert norms._piece_layout(cfg, fp32, 151936) == PieceLayout(151936, 1187, 128, 1, 1)
+    assert norms._psum_affine(cfg, fp32, fp32, 151936, "w", "b")
 
 
 def _specs(shape, t) -> dict:
@@ -58,7 +78,7 @@ def _specs(shape, t) -> dict:
 
 @pytest.mark.parametrize("shape,dt,variant", [
     ((56, 20000), "bfloat16", "STT_LANES"),  # (16 pieces of 1250, lanes of 624 and 626)
-    ((8, 151936), "bfloat16", "STT_LANES"),  # (128 pieces of 1187, lanes of 594 and 593)
+    ((8, 151936), "bfloat16", "STT_LANES"),  # (64 pieces of 2374, EVEN_PIECES)
     ((27, 20000), "float32", "PSUM_PIECES"),  # (32 pieces of 625, 4 rows a tile)
     ((12, 50257), "float32", "RAGGED"),  # (a remainder column, 2 rows a unit, 8 buffers)
 ])  # fmt: skip

@@ -125,6 +125,9 @@ SEG_STORES = 1  # store queues of a row in segments (its last row's stores, afte
 # statistics, are what nothing overlaps)
 SEG_LAG = (0, 0, 0)  # a row in segments (without TensorE's bias): its stages emitted together
 SEG_SHARE = 0.6  # what a row in segments' buffers (and the weight and bias) may take of SBUF
+RESIDENT_BYTES = 12288  # ... and so rows a tile each whose pieces are this wide or more (bytes a
+# partition: bf16 rows of 10^6 in 125 pieces of 8000, 3 buffers of the 4 rows a core, so a row's
+# load waited on the engines; trn2 LNC 2, 16 MiB, 75.6 -> 72.1 us)
 # layer_norm's plan variants, tried by `_variant`: as planned; its [p, per] steps costed without
 # the semaphore wait most of them do not make; two lanes from rows of LANE_ROW on; both. trn2
 # LNC 2, 16 MiB: fp32 rows of 64 59.5% -> 67.7%, 512 72.7% -> 76.0%, 4096 62.2% -> 66.4%, bf16
@@ -388,10 +391,11 @@ PIPE_ROW_BYTES = 8192  # ... its rows a partition of a block, in bytes
 PIPE_PIECE = 1024  # ... and its output pieces' columns (`NormStages.piece`)
 PIPE_BANKS = 4  # ... the PSUM banks its weight and bias are spread through
 PIPE_SPAN = 2  # ... the PSUM banks of each of TensorE's bias tiles, copied out by ScalarE at once
-PSUM_AFFINE_BYTES = 8192  # fp32 weight and bias of rows in pieces kept in PSUM for VectorE's
+PSUM_AFFINE_BYTES = 12288  # fp32 weight and bias of rows in pieces kept in PSUM for VectorE's
 # tensor_tensors (N cycles an element with one input in PSUM, not 2N) when a partition's pieces
-# of them take this much at most (4 of its 8 banks; `row_pieces.Groups` has its small tiles in
-# the others)
+# of them take this much at most (6 of its 8 banks; `row_pieces.Groups` has its small tiles in
+# the others; 8 KiB before: trn2 LNC 2, 16 MiB, fp32 rows of 151936, 128 pieces of 1187, 67.2
+# -> 62.0 us)
 REPEAT_ROWS = 16  # `psum_affine`: rows a tile up to which the weight and bias load once (fp32
 # rows of 8192 in pieces, 16 a tile, loaded 16 times with 4 here: trn2 LNC 2, 16 MiB, 99.3 ->
 # 57.7 us, FIT_PIECES; of 16384, 8 a tile, 75.3 -> 56.8 us, 62% -> 82%)
@@ -402,6 +406,17 @@ DIVISOR_PIECES = True  # layer_norm rows too long for a partition that are not a
 DIVISOR_MOST = 4096  # ... the pieces' bytes a partition sought (k the fewest that fit)
 DIVISOR_BYTES = 8192  # ... and at most, where k must be fewer to divide d (fp32 rows of 100000,
 # 32 pieces of 12.5 KiB: 98.6 us, with a remainder column 69.5)
+DIVISOR_FILL = 7 / 8  # ... or k any divisor of d filling this share of the partitions at
+# least, where no power of two fits (`_any_divisor`): trn2 LNC 2, 16 MiB, bf16 rows of 50257
+# (29 pieces of 1733, 4 rows a tile on 116 partitions) 96.4 -> 74.1 us; of 10^6 (125 pieces of
+# 8000, a row a tile) 101.1 -> 75.6 us (72.1 with `RESIDENT_BYTES`); fp32 of 100000 (125 of 800)
+# 69.5 -> 68.9
+DIVISOR_LEAST = 3072  # ... its pieces' bytes a partition at least (fp32 rows of 16385 in 29
+# pieces of 565, 2260 bytes: 84.8 -> 86.9 us; bf16 in 5 of 3277, 25 rows a tile, 148.4 -> 107.4)
+EVEN_PIECES = True  # 16-bit rows of 128 odd pieces (f odd, a multiple of 128) in half as many
+# pieces, of an even count (bf16 (x - mean) * w runs one element a cycle only over an even
+# count): bf16 rows of 151936, 128 pieces of 1187 -> 64 of 2374, 72.1 -> 63.1 us (fp32, whose
+# passes do not care, ran 67.2 -> 79.6 so)
 EVEN_LANES = True  # a tile's columns in lanes (`piece_lanes`) of even widths where f is even,
 # any f (an odd lane beside an even one): bf16 (x - mean) * w runs one element a cycle only
 # over an even count (bf16 rows of 20000, lanes of 625 -> 624 and 626: 76.4 -> 71.1 us; of
@@ -520,6 +535,10 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     rows = math.prod(tx.shape[:-1])
     many = fits and d >= LONG_ROW and rows > cfg.core.sbuf.partitions * max(1, cfg.lnc)
     # (`stt`: bf16 x and weight in pieces, not segments; TensorE's bias)
+    # (pieces on fewer than all the partitions, `_any_divisor`: not `std_rolled`, whose std
+    # by stat group is taken only where the group's blocks are alike, and a core's blocks
+    # group otherwise at LNC 1 and 2: bf16 [21, 50257], 295 elements apart)
+    part = lay is not None and lay.g * lay.k != cfg.core.sbuf.partitions
     stt = (pe and weight is not None and lay is not None and lay.t == 1
            and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
     return [i for i, v in enumerate(VARIANTS)
@@ -533,7 +552,7 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or ("stt" in v and not stt)
                           or ("row_tiles" in v and not row_tiles)
                           or (v is FLEX_BUFS and d >= FLEX_BUFS_BELOW)
-                          or (v.get("std_rolled") and d >= PARTS_BELOW)
+                          or (v.get("std_rolled") and (d >= PARTS_BELOW or part))
                           or ("ragged" in v and not ragged)
                           or (SEGMENTS_ONLY & set(v) and not segments)))
             and not ("in_pieces" in v and not many)
@@ -559,6 +578,11 @@ def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant)
                         variant.get("piece_bytes", PIECE_BYTES))  # fmt: skip
     if lay is not None and op == "layer_norm" and variant.get("stt_std") and lay.t == 1:
         share = norm_share(b, cfg, op, tx, lay.g * variant.get("stat_group", 1))
+    elif lay is not None and lay.g > 1 and lay.g * lay.k < cfg.core.sbuf.partitions:
+        # (tiles of several rows on part of the partitions, `_any_divisor`: whole tiles a
+        # core, so a row's sums over its partitions, a matmul over the tile's, round alike at
+        # any LNC; cut inside a tile, fp32 rows of 16385 in 29 pieces gave other values)
+        share = norm_share(b, cfg, op, tx, lay.g)
     return share, True, lay
 
 
@@ -808,7 +832,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         cfg, tx, to, lay.d, weight, bias, variant.get("piece_bytes", PIECE_BYTES)
     )
     k.sums = k.sums and seg and k.layer and tx.dtype.itemsize == 2  # (`norm_sums`: 16-bit)
-    room = int(cfg.core.sbuf.partition_bytes * (SEG_SHARE if seg else BUFFER_SHARE)) - width * sum(
+    wide = seg or lay.g == 1 and width * tx.dtype.itemsize >= RESIDENT_BYTES
+    room = int(cfg.core.sbuf.partition_bytes * (SEG_SHARE if wide else BUFFER_SHARE)) - width * sum(
         b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)  # fmt: skip
     base = width * (tx.dtype.itemsize + (to.dtype.itemsize if to.dtype != tx.dtype else 0))
     # a row in segments may have its bias added by TensorE (16-bit: the identity times the
@@ -835,6 +860,10 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     k.loads, k.stores = qs.loads().take(n), qs.stores().take(SEG_STORES if seg else max(2, q))
     if seg:  # the plan's choices of engines mixed over the segments (one lane each)
         k.blocks *= lay.t
+    # (whether the plan may mix two choices, and so c, as one core would lower the whole x:
+    # the same at any LNC; by this core's blocks, fp32 [8, 55456], a block a core at LNC 2,
+    # gave other values at LNC 1 and 2)
+    k.plan_blocks = -(-math.prod(tx.shape[:-1]) // lay.g) * lay.t
     plan(k)
     if seg:
         k.blocks //= lay.t
@@ -856,6 +885,9 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     # (`stat_group`: `stt`'s blocks of one row slot, ScalarE's statistics one piece; the
     # weight's stage emitted after its group's statistics)
     if not (k.stt and k.per == 1 and len(k.spieces) <= 1 and k.lag is not None):
+        k.stat_group = 1
+    elif k.bufs <= max(k.lag) + k.stat_group:  # (too few buffers for a group behind the lags:
+        # bf16 rows of 10^6, 3 buffers, a block's load was emitted over a tile not yet read)
         k.stat_group = 1
     if k.stat_group > 1:
         a, z, w = k.lag
@@ -1022,7 +1054,19 @@ def _piece_layout(cfg: ChipConfig, tx, d: int, divisor: bool = True,
         most = SEG_BYTES // isz
     if d % P and DIVISOR_PIECES and divisor:
         return _divisor_layout(d, max(most, DIVISOR_MOST // isz), isz, P)
-    return pieces_layout(d, most, P) if most * isz <= MAX_PIECE_BYTES else None
+    lay = pieces_layout(d, most, P) if most * isz <= MAX_PIECE_BYTES else None
+    if (
+        divisor
+        and isz == 2
+        and lay is not None
+        and lay.t == 1
+        and lay.f % 2
+        and lay.k % 2 == 0
+        and 2 * lay.f * isz <= DIVISOR_BYTES
+        and EVEN_PIECES
+    ):
+        return PieceLayout(d, 2 * lay.f, lay.k // 2, 2 * lay.g, 1)
+    return lay
 
 
 def _divisor_layout(d: int, most: int, isz: int, P: int):
@@ -1036,8 +1080,24 @@ def _divisor_layout(d: int, most: int, isz: int, P: int):
         k //= 2
     f = d // k
     if k < 2 or f * isz > DIVISOR_BYTES:
-        return None
+        return _any_divisor(d, isz, P)
     return PieceLayout(d, f, k, P // k, 1)
+
+
+def _any_divisor(d: int, isz: int, P: int):
+    """Rows of d with no power-of-two layout (`_divisor_layout`) in k pieces, k any divisor of
+    d up to P (g = P // k rows a tile, g k of the partitions), the most partitions filled, at
+    least DIVISOR_FILL of them, then the fewest pieces; a piece of DIVISOR_LEAST to
+    DIVISOR_BYTES, or MAX_PIECE_BYTES where a row takes a tile (g = 1). None where no k fits (a
+    remainder column, `norm_ragged`). (Tiles of several rows take whole tiles' rows a core,
+    `_share`.)"""
+    fits = [k for k in range(2, P + 1) if d % k == 0 and (P // k) * k >= DIVISOR_FILL * P
+            and DIVISOR_LEAST <= d // k * isz
+            <= (DIVISOR_BYTES if P // k > 1 else MAX_PIECE_BYTES)]  # fmt: skip
+    if not fits:
+        return None
+    k = min(fits, key=lambda k: (-(P // k) * k, k))
+    return PieceLayout(d, d // k, k, P // k, 1)
 
 
 def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads, copies=None) -> str:
