@@ -21,6 +21,13 @@ start while the block's last parts are still being computed):
    (a - s) * rstd on ScalarE or GpSimd, then VectorE's `tensor_tensor`s with the weight and
    the bias out of PSUM (N cycles an element each, not 2N); store.
 
+A 2-D x's last rows past its last multiple of 128, if 64 or fewer (`_tail`), go two partitions
+a row (`segments`: columns [0, D/2) on the first t partitions, [D/2, D) on the next t): half
+the passes' time a row (a block of 51 rows cost a whole block's); each row's sums added over
+its two partitions by a TensorE matmul (`selector`'s pair matrix), its weight and bias halves
+spread by a K = 2 selector once the other blocks' statistics are taken (`spread_tail`: ScalarE
+then copies them out); the weight and bias keep SPREAD_BANKS banks fewer in PSUM for those.
+
 Each of those instructions goes on the engine a list schedule finds free sooner, with a
 descent of SEARCH schedules over the choices (`schedule.Scheduled`). The weight and bias are
 spread over the partitions once (`spread`: TensorE's ones row times them, through the banks
@@ -35,8 +42,10 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.isa import (
     Activation,
+    AffineSelect,
     DmaCopy,
     Matmul,
+    Memset,
     ScalarTensorTensor,
     TensorCopy,
     TensorReduce,
@@ -68,6 +77,8 @@ COPY_BANKS = 2  # ... each of this many PSUM banks (rows of 5120: one 60.6 us, t
 SMALL_TILES = 5  # a block's statistics' tiles (`_Stt.small`: st, x0, m, r, sb)
 SEMS_KEPT = 32  # semaphores left to the rest (the spread's tiles, the junk tile, other ops):
 # rows of 1024 at LNC 1, 16 MiB, took 29 buffers and 309 semaphores of a core's 256
+SPLIT_TAIL = True  # x's last rows, 64 or fewer, two partitions a row (`_Stt.segments`): trn2
+# LNC 2, 16 MiB, fp32 rows of 5120 59.0 -> 57.4 us, 4544 55.1 -> 52.8
 MIN_ROW = 1024  # rows this long or longer (a row a partition: `norms.LAYER_ROW_BYTES` fp32)
 
 
@@ -87,14 +98,24 @@ def _cuts(d: int, most: int | None = None) -> list[int]:
     return [2 * round(d / 2 * i / n) for i in range(n)] + [d]
 
 
-def kept_cols(cfg: ChipConfig, d: int) -> int:
+def kept_cols(cfg: ChipConfig, d: int, spare: bool = False) -> int:
     """The last columns of the weight and bias kept in PSUM for VectorE: whole banks, half of
     PSUM each, leaving PART_COLS or more in SBUF (their scalar_tensor_tensors on GpSimd share
     the work)."""
     p = cfg.core.psum
     step = p.bank_bytes // 4
-    cols = p.banks // 2 * step
+    cols = (p.banks - (SPREAD_BANKS if spare else 0)) // 2 * step
+    if spare:  # (a split tail's columns [0, d / 2) all in SBUF)
+        cols = min(cols, (d - d // 2) // step * step)
     return min(cols, (d - PART_COLS) // step * step, cfg.core.vector.psum_max_free_elements)
+
+
+def _tail(cfg: ChipConfig, tx) -> int:
+    """x's rows past its last multiple of 128 (a 2-D x), if 64 or fewer (0 otherwise): that
+    block goes two partitions a row, half its columns each (`_Stt.segments`)."""
+    P, d = cfg.core.sbuf.partitions, tx.shape[-1]
+    t = tx.shape[0] % P if len(tx.shape) == 2 else 0
+    return t if SPLIT_TAIL and 2 * t <= P and d % 2 == 0 else 0
 
 
 def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, bias: str,
@@ -104,6 +125,7 @@ def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, 
     k = _Stt(b, cfg, x, out, weight, bias, eps)
     _, tiles = row_tiles(b.tensors[x].shape, k.P, share, 1, 1)
     blocks = [(index, rows) for index, rows, _ in tiles]
+    k.split = {n for n, (_, rows) in enumerate(blocks) if k.t and rows == k.t}
     if not blocks:
         return 0.0
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * k.d * 4 - PART_COLS * 8
@@ -116,6 +138,9 @@ def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, 
             if n == 0:
                 k.spread()
         for n, block in enumerate(blocks):
+            if n in k.split:  # (its weight and bias late: ScalarE, its other blocks'
+                # statistics taken, copies them out)
+                k.spread_tail()
             k.stats(n, *block)
             k.rstd(n, *block)
             k.output(n, *block)
@@ -133,12 +158,18 @@ class _Stt:
         self.weight, self.bias = weight, bias
         self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
         self.d, self.nd = b.tensors[x].shape[-1], len(b.tensors[x].shape)
-        self.kept = kept_cols(cfg, self.d)
+        self.t, self.h = _tail(cfg, b.tensors[x]), self.d // 2
+        self.kept = kept_cols(cfg, self.d, self.t > 0)
         lo = self.d - self.kept
-        self.cuts = _cuts(lo) + ([lo + c for c in _cuts(self.kept, PSUM_COLS)[1:]]
+        if self.t and lo > self.h:  # (a cut at h: the split tail's parts, `segments`)
+            cuts = _cuts(self.h) + [self.h + c for c in _cuts(lo - self.h)[1:]]
+        else:
+            cuts = _cuts(lo)
+        self.split: set[int] = set()
+        self.cuts = cuts + ([lo + c for c in _cuts(self.kept, PSUM_COLS)[1:]]
                                  if self.kept else [])  # fmt: skip
         widest = max(hi - lo for lo, hi in zip(self.cuts, self.cuts[1:]))
-        q, qs = dma_queues(cfg, widest * 4), Queues(cfg)
+        q, qs = dma_queues(cfg, widest * 4) * (2 if self.t else 1), Queues(cfg)
         self.loads, self.stores = qs.loads().take(q), qs.stores().take(q)
         self.bufs, self.w, self.b_, self.ps = 1, None, None, []
         self.junk = b.scratch_tile("lnstt.junk", "junk", (self.P, widest), self.f32)
@@ -198,9 +229,79 @@ class _Stt:
                 b.emit(Matmul, [one, mv], [acc], stationary=one, moving=mv, dst=acc)
         b.release(*new)
 
+    def spread_tail(self) -> None:
+        """The split tail's weight and bias ([P, h] tiles `tw`, `tb`): columns [0, h) on
+        partitions [0, t), [h, D) on [t, 2t) (`segments`): TensorE's K = 2 selector
+        (`selector`) times the two halves (loaded on partitions 0 and 1) into PSUM through
+        SPREAD_BANKS spare banks, copied out by VectorE or ScalarE."""
+        b, P, f32, h = self.b, self.P, self.f32, self.h
+        step = min(self.cfg.core.tensor.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
+        queues, sel = Queues(self.cfg).loads(1 / 2, 1), self.selector()
+        ps = [b.psum("tail", (P, step), f32) for _ in range(SPREAD_BANKS)]
+        tiles, turn = [], 0
+        for i, v in enumerate((self.weight, self.bias)):
+            row = b.tile("halves", "sbuf", (2, h), f32)
+            for r in range(2):
+                src, dst = ap(v, slice(r * h, (r + 1) * h)), ap(row, slice(r, r + 1))
+                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queues[i])
+            t = b.scratch_tile(f"lnstt.tail.{v}", f"{v}_tail", (P, h), f32)
+            tiles.append(t)
+            for a, z in runs(h, step):
+                acc = ap(ps[turn % len(ps)], slice(None), slice(0, z - a))
+                turn += 1
+                mv, o = ap(row, slice(None), slice(a, z)), ap(t, slice(None), slice(a, z))
+                b.emit(Matmul, [sel, mv], [acc], stationary=sel, moving=mv, dst=acc)
+                cp = (TensorCopy, [acc], [o], dict(src=acc, dst=o, engine=V))
+                b.emit(Activation, [acc], [o], choices=[cp], func="copy", src=acc, dst=o)
+        b.release(*ps)
+        self.tw, self.tb = tiles
+        self.pm = b.psum("pairs", (P, 2), f32)  # (the pair sums: in a bank the spread left)
+
+    def selector(self):
+        """[2, P]: row 0 ones on partitions [0, t), row 1 ones on [t, 2t) (TensorE's K = 2
+        selector of the split tail's weight and bias halves); and the tail's pair matrix
+        (`pairs`: 1 where m = k or m = k +- t)."""
+        b, P, t = self.b, self.P, self.t
+        sel = b.tile("selector", "sbuf", (2, P), self.f32)
+        a = ap(sel)
+        b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+        for lo, hi, row in ((0, t, 0), (t, 2 * t, 1)):  # (ones on row `row` there)
+            a = ap(sel, slice(None), slice(lo, hi))
+            b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
+                   start=-row, partition_step=1, step=0, engine=G)  # fmt: skip
+        self.pairs = b.tile("pairs", "sbuf", (P, P), self.f32)
+        a = ap(self.pairs)
+        b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+        for r in (0, t, -t):  # (1 where k - m + r = 0)
+            b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
+                   start=r, partition_step=1, step=-1, engine=G)  # fmt: skip
+        return ap(sel)
+
+    def segments(self, n: int, rows: int, lo: int, hi: int) -> list[tuple]:
+        """Block n's part [lo, hi) as (partitions [p0, p1), the block's rows [r0, r1), x's
+        columns [c0, c1)) runs: the split tail's rows (`t` of them) go two partitions each,
+        columns [0, h) on [0, t), [h, D) on [t, 2t) (h = D / 2)."""
+        if n not in self.split:
+            return [(0, rows, 0, rows, lo, hi)]
+        t, h = self.t, self.h
+        return [(0, t, 0, t, lo, hi), (t, 2 * t, 0, t, lo + h, hi + h)]
+
+    def xap(self, name: str, n: int, index: tuple, r0: int, r1: int, c0: int, c1: int):
+        """x's (or out's) rows [r0, r1) of block n (`index`) and columns [c0, c1)."""
+        if n not in self.split:
+            return ap(name, *self.cols(index, c0, c1))
+        first = index[-1].start  # (a split tail: 2-D x)
+        return ap(name, *index[:-1], slice(first + r0, first + r1), slice(c0, c1))
+
+    def parts(self, n: int) -> int:
+        """Block n's parts (a split tail's: those of columns [0, h))."""
+        if n in self.split:
+            return next(j for j, c in enumerate(self.cuts) if c >= self.h)
+        return len(self.cuts) - 1
+
     def done(self) -> None:
         """The kept PSUM tiles released."""
-        self.b.release(*self.ps)
+        self.b.release(*self.ps, *([self.pm] if self.split else []))
 
     def part(self, n: int, j: int, p: int) -> object:
         """Block n's part j ([p, its columns])."""
@@ -218,20 +319,33 @@ class _Stt:
         return (*index, *[slice(None)] * (self.nd - 1 - len(index)), slice(lo, hi))
 
     def load(self, n: int, index: tuple, rows: int) -> None:
-        """Block n's parts, a load each."""
-        for j, (lo, hi) in enumerate(zip(self.cuts, self.cuts[1:])):
-            src, dst = ap(self.x, *self.cols(index, lo, hi)), self.part(n, j, rows)
-            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads.next())
+        """Block n's parts, a load a run (`segments`, each on a queue of its own: its own DMA
+        engines); a split tail's x0 on its second partitions."""
+        p = 2 * rows if n in self.split else rows
+        for j in range(self.parts(n)):
+            lo, hi = self.cuts[j], self.cuts[j + 1]
+            t = self.part(n, j, p).name
+            for i, (p0, p1, r0, r1, c0, c1) in enumerate(self.segments(n, rows, lo, hi)):
+                src, dst = self.xap(self.x, n, index, r0, r1, c0, c1), ap(t, slice(p0, p1))
+                queue = self.loads.next() if not self.t else self.loads[2 * j + i]
+                self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queue)
+            if n in self.split and j == 0:
+                x0 = ap(self.small("x0", n, (1,)), slice(rows, p))
+                src = self.xap(self.x, n, index, 0, rows, 0, 1)
+                self.b.emit(DmaCopy, [src], [x0], src=src, dst=x0, queue=self.loads[1])
 
     def stats(self, n: int, index: tuple, rows: int) -> None:
         """Stage 1: x0 copied aside; ScalarE's s = x0 - x in place with its sum, and the sum
         of s^2, a part at a time."""
-        b, p, c = self.b, rows, len(self.cuts) - 1
+        b, c = self.b, len(self.cuts) - 1
+        p = 2 * rows if n in self.split else rows
         st = self.small("st", n, (2, c))
-        x0 = ap(self.small("x0", n, (1,)), slice(0, p))
-        first = ap(self.part(n, 0, p).name, slice(0, p), slice(0, 1))
-        self.flex(TensorCopy, [first], [x0], src=first, dst=x0)
-        for j in range(c):
+        x0t = self.small("x0", n, (1,))
+        x0, x0a = ap(x0t, slice(0, p)), ap(x0t, slice(0, rows))  # (a split tail's second
+        # partitions' x0: loaded, `load`)
+        first = ap(self.part(n, 0, p).name, slice(0, rows), slice(0, 1))
+        self.flex(TensorCopy, [first], [x0a], src=first, dst=x0a)
+        for j in range(self.parts(n)):
             xj = self.part(n, j, p)
             w = self.cuts[j + 1] - self.cuts[j]
             s1, s2 = (ap(st, slice(0, p), i, slice(j, j + 1)) for i in (0, 1))
@@ -244,12 +358,22 @@ class _Stt:
     def rstd(self, n: int, index: tuple, rows: int) -> None:
         """Stage 2: a = x0 - mean and rstd from the parts' sums (and for ScalarE's
         normalisation of the PSUM parts -rstd and a * rstd, its scale and bias)."""
-        b, p = self.b, rows
+        b, split = self.b, n in self.split
+        p = 2 * rows if split else rows
         st, m = self.small("st", n, (2, len(self.cuts) - 1)), self.small("m", n, (2,))
         r = self.small("r", n, (1,))
-        sa, ma, ra = ap(st, slice(0, p)), ap(m, slice(0, p)), ap(r, slice(0, p))
+        sa = ap(st, slice(0, p), slice(None), slice(0, self.parts(n)))
+        ma, ra = ap(m, slice(0, p)), ap(r, slice(0, p))
         b.emit(TensorReduce, [sa], [ma], alu="add", src=sa, dst=ma, engine=V)
-        self.flex(TensorScalar, [ma], [ma], src=ma, dst=ma, op0="multiply", operand0=1 / self.d)
+        if split:  # each row's two partitions' sums added on TensorE (`selector`'s pairs)
+            pm = ap(self.pm, slice(0, p), slice(0, 2))
+            pairs = ap(self.pairs, slice(0, p), slice(0, p))
+            b.emit(Matmul, [pairs, ma], [pm], stationary=pairs, moving=ma, dst=pm)
+            b.emit(TensorScalar, [pm], [ma], src=pm, dst=ma, op0="multiply",
+                   operand0=1 / self.d, engine=V)  # fmt: skip
+        else:
+            self.flex(TensorScalar, [ma], [ma], src=ma, dst=ma, op0="multiply",
+                      operand0=1 / self.d)  # fmt: skip
         a, q = ap(m, slice(0, p), slice(0, 1)), ap(m, slice(0, p), slice(1, 2))
         self.flex(ScalarTensorTensor, [a, q], [ra], data=a, op0="multiply", operand0=a,
                   op1="subtract", operand1=q, reverse1=True, dst=ra)  # fmt: skip
@@ -264,11 +388,13 @@ class _Stt:
     def output(self, n: int, index: tuple, rows: int) -> None:
         """Stage 3: each part's (a - s) * w, then (. * rstd) + b; or (a - s) * rstd, then the
         weight and the bias out of PSUM; its store."""
-        b, p = self.b, rows
+        b = self.b
+        p = 2 * rows if n in self.split else rows
         a = ap(self.small("m", n, (2,)), slice(0, p), slice(0, 1))
         r = ap(self.small("r", n, (1,)), slice(0, p))
         k = self.d - self.kept
-        for j, (lo, hi) in enumerate(zip(self.cuts, self.cuts[1:])):
+        for j in range(self.parts(n)):
+            lo, hi = self.cuts[j], self.cuts[j + 1]
             xj = self.part(n, j, p)
             if lo >= k:  # (the weight and bias in PSUM)
                 sb = self.small("sb", n, (2,))
@@ -285,15 +411,18 @@ class _Stt:
                     b.emit(TensorTensor, [xj, v], [xj], alu=alu, src0=xj, src1=v, dst=xj,
                            engine=V)  # fmt: skip
             else:
-                w = ap(self.w, slice(0, p), slice(lo, hi))
-                bj = ap(self.b_, slice(0, p), slice(lo, hi))
+                wt, bt = (self.tw, self.tb) if n in self.split else (self.w, self.b_)
+                w, bj = (ap(v, slice(0, p), slice(lo, hi)) for v in (wt, bt))
                 self.flex(ScalarTensorTensor, [xj, a, w], [xj], data=xj, op0="subtract",
                           operand0=a, reverse0=True, op1="multiply", operand1=w,
                           dst=xj)  # fmt: skip
                 self.flex(ScalarTensorTensor, [xj, r, bj], [xj], data=xj, op0="multiply",
                           operand0=r, op1="add", operand1=bj, dst=xj)  # fmt: skip
-            dst = ap(self.out, *self.cols(index, lo, hi))
-            b.emit(DmaCopy, [xj], [dst], src=xj, dst=dst, queue=self.stores.next())
+            for i, (p0, p1, r0, r1, c0, c1) in enumerate(self.segments(n, rows, lo, hi)):
+                src = ap(xj.name, slice(p0, p1))
+                dst = self.xap(self.out, n, index, r0, r1, c0, c1)
+                queue = self.stores.next() if not self.t else self.stores[2 * j + i]
+                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queue)
 
     def flex(self, cls, reads: list, writes: list, **fields) -> None:
         """An instruction on any of FLEX_ON, the list schedule's choice."""

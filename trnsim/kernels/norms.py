@@ -339,7 +339,7 @@ PIPE_BUFS = tuple({"pipe": True, "pe_rstd": True, "bufs_most": 10} | v
 # fp32 rows of norm_stt.MIN_ROW or more that fit, with a weight and a bias: ScalarE's statistics,
 # then two scalar_tensor_tensors a column part (or ScalarE's normalisation and VectorE's weight
 # and bias out of PSUM), column parts a tile each (`norm_stt`): trn2 LNC 2, 16 MiB, us, rows
-# of 2560 58.3 -> 51.4, 4096 56.5 -> 50.9, 5120 72.6 -> 59.0, 6144 70.5 -> 57.1
+# of 2560 58.3 -> 51.4, 4096 56.5 -> 50.9, 5120 72.6 -> 57.4, 6144 70.5 -> 57.3
 STT_FIT = {"stt_fit": True}
 VARIANTS = (
     {},
