@@ -11,11 +11,13 @@ start while the block's last parts are still being computed):
 1. load the parts; ScalarE takes the statistics, two passes a part: s = x0 - x in place (an
    `activation`, scale -1 and the row's first element x0, copied aside, as its bias: exact
    where x is near x0, so a row of mean 10^4 and spread 1 keeps 7 digits) with its sum, then
-   the sum of s^2;
+   the sum of (s - a0)^2, a0 the first part's mean of s (`_Stt.shift`);
 2. VectorE adds the parts' sums (one `tensor_reduce`); a = sum(s) / D = x0 - mean and
-   q = sum(s^2) / D, var = q - a^2 (a shifted variance: exact enough while x0 lies within a
-   few standard deviations of the mean -- an assumption of this plan, where `NormStages`'
-   bn_stats has none), rstd = (var + eps)^-0.5: [p, 1] steps on VectorE or GpSimd;
+   q = sum((s - a0)^2) / D, var = q - (a - a0)^2, rstd = (var + eps)^-0.5: [p, 1] steps on
+   VectorE or GpSimd. a - a0 is the first part's mean of x less the row's: the shifted
+   variance cancels only where that difference is many standard deviations, not where x0 is
+   (with q about x0, a first element 1000 standard deviations out, as an LLM's massive
+   activation channel, gave errors of 0.048);
 3. each part: (a - s) * w = (x - mean) * w, then (. * rstd) + b: two `scalar_tensor_tensor`s
    (2N cycles an element on VectorE or GpSimd); or, where the weight and bias are in PSUM,
    (a - s) * rstd on ScalarE or GpSimd, then VectorE's `tensor_tensor`s with the weight and
@@ -74,7 +76,7 @@ FLEX_ON = (V, G)  # ... of the scalar_tensor_tensors and the [p, 1] steps
 COPY_ON = (V,)  # ... of the spread's copies out of PSUM (ScalarE too: 63.3 -> 64.7 us)
 COPY_BANKS = 2  # ... each of this many PSUM banks (rows of 5120: one 60.6 us, two 59.0, four
 # 59.6)
-SMALL_TILES = 5  # a block's statistics' tiles (`_Stt.small`: st, x0, m, r, sb)
+SMALL_TILES = 6  # a block's statistics' tiles (`_Stt.small`: st, x0, c0, m, r, sb)
 SEMS_KEPT = 32  # semaphores left to the rest (the spread's tiles, the junk tile, other ops):
 # rows of 1024 at LNC 1, 16 MiB, took 29 buffers and 309 semaphores of a core's 256
 SPLIT_TAIL = True  # x's last rows, 64 or fewer, two partitions a row (`_Stt.segments`): trn2
@@ -345,15 +347,42 @@ class _Stt:
         # partitions' x0: loaded, `load`)
         first = ap(self.part(n, 0, p).name, slice(0, rows), slice(0, 1))
         self.flex(TensorCopy, [first], [x0a], src=first, dst=x0a)
+        c0t = self.small("c0", n, (1,))
+        c0 = ap(c0t, slice(0, p))
         for j in range(self.parts(n)):
             xj = self.part(n, j, p)
             w = self.cuts[j + 1] - self.cuts[j]
             s1, s2 = (ap(st, slice(0, p), i, slice(j, j + 1)) for i in (0, 1))
             b.emit(Activation, [xj, x0], [xj, s1], func="identity", src=xj, dst=xj, scale=-1.0,
                    bias=x0, reduce="add", reduce_dst=s1)  # fmt: skip
+            if j == 0:
+                self.shift(n, rows, p, ap(st, slice(0, rows), 0, slice(0, 1)), w, c0t)
             junk = ap(self.junk, slice(0, p), slice(0, w))
-            b.emit(Activation, [xj], [junk, s2], func="square", src=xj, dst=junk, reduce="add",
-                   reduce_dst=s2)  # fmt: skip
+            b.emit(Activation, [xj, c0], [junk, s2], func="square", src=xj, dst=junk, bias=c0,
+                   reduce="add", reduce_dst=s2)  # fmt: skip
+
+    def shift(self, n: int, rows: int, p: int, s10, w0: int, c0t: str) -> None:
+        """c0 = -a0, a0 the row's first part's mean of s (x0 less that part's mean of x), on
+        every partition of the row (a split tail's second ones by `pairs` from its first):
+        the sum of squares is taken about a0, not about x0 (a row whose first element stood
+        1000 standard deviations from its mean, as an LLM's massive activation channel, lost
+        its variance to q - a^2 in fp32: --check failed, 0.048 off). On ScalarE, between its
+        two passes (no other queue's wait; on VectorE or GpSimd: trn2 LNC 2, 16 MiB, fp32 rows
+        of 5120 59.2 us against 60.0 on ScalarE, 6144 58.8 against 58.0)."""
+        b, c0, c0a = self.b, ap(c0t, slice(0, p)), ap(c0t, slice(0, rows))
+        fields = dict(src=s10, dst=c0a, scale=-1.0 / w0)
+        if n not in self.split:
+            b.emit(Activation, [s10], [c0a], func="copy", **fields)
+            return
+        # (the second partitions 0 for `pairs`: a memset starts at partition 0, so all of
+        # them, then the first ones' after it on the same engine)
+        b.emit(Memset, [], [c0], dst=c0, value=0.0, engine=V)
+        b.emit(TensorScalar, [s10], [c0a], src=s10, dst=c0a, op0="multiply",
+               operand0=-1.0 / w0, engine=V)  # fmt: skip
+        pm = ap(self.pm, slice(0, p), slice(0, 1))
+        pairs = ap(self.pairs, slice(0, p), slice(0, p))
+        b.emit(Matmul, [pairs, c0], [pm], stationary=pairs, moving=c0, dst=pm)
+        b.emit(TensorCopy, [pm], [c0], src=pm, dst=c0, engine=V)
 
     def rstd(self, n: int, index: tuple, rows: int) -> None:
         """Stage 2: a = x0 - mean and rstd from the parts' sums (and for ScalarE's
@@ -375,7 +404,9 @@ class _Stt:
             self.flex(TensorScalar, [ma], [ma], src=ma, dst=ma, op0="multiply",
                       operand0=1 / self.d)  # fmt: skip
         a, q = ap(m, slice(0, p), slice(0, 1)), ap(m, slice(0, p), slice(1, 2))
-        self.flex(ScalarTensorTensor, [a, q], [ra], data=a, op0="multiply", operand0=a,
+        c0 = ap(self.small("c0", n, (1,)), slice(0, p))  # var = q - (a - a0)^2 (`shift`)
+        self.flex(TensorScalar, [a, c0], [ra], src=a, dst=ra, op0="add", operand0=c0)
+        self.flex(ScalarTensorTensor, [ra, q], [ra], data=ra, op0="multiply", operand0=ra,
                   op1="subtract", operand1=q, reverse1=True, dst=ra)  # fmt: skip
         self.flex(TensorScalar, [ra], [ra], src=ra, dst=ra, op0="add", operand0=self.eps,
                   op1="pow", operand1=-0.5)  # fmt: skip
