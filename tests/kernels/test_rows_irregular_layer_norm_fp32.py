@@ -58,11 +58,16 @@ def test_stt_fit_values_at_both_lncs(stt_only):
 
 
 def test_stt_fit_buffers_within_the_semaphores():
-    """16 MiB of rows of 1024 at LNC 1 (32 blocks on one core): the buffers capped so their
-    tiles' semaphores fit a core's (29 buffers took 309 of 256 and the program was refused)."""
+    """16 MiB of rows of 2048 at LNC 1 (16 blocks on one core): the buffers capped so their
+    tiles' semaphores fit a core's (rows of 1024, when the plan took them: 29 buffers took 309
+    of 256 and the program was refused)."""
+    from trnsim.kernels import norm_stt
+
     norms._CHOSEN.clear()
-    r, _ = run_ops(*case("layer_norm", 1024, "float32"), lnc=1)
+    r, _ = run_ops(*case("layer_norm", 2048, "float32"), lnc=1)
     assert [v for _, v in norms._CHOSEN.values()] == [norms.STT_FIT]
+    d, room = 2048, int(224 * 1024 * norm_stt.SHARE)
+    assert room // (d * 4) * 2 * (2 + norm_stt.SMALL_TILES) > 256 - norm_stt.SEMS_KEPT
     assert r.summary["ops"][0]["time_ns"] > 0
     norms._CHOSEN.clear()
 

@@ -81,7 +81,9 @@ SEMS_KEPT = 32  # semaphores left to the rest (the spread's tiles, the junk tile
 # rows of 1024 at LNC 1, 16 MiB, took 29 buffers and 309 semaphores of a core's 256
 SPLIT_TAIL = True  # x's last rows, 64 or fewer, two partitions a row (`_Stt.segments`): trn2
 # LNC 2, 16 MiB, fp32 rows of 5120 59.0 -> 57.4 us, 4544 55.1 -> 52.8
-MIN_ROW = 1024  # rows this long or longer (a row a partition: `norms.LAYER_ROW_BYTES` fp32)
+MIN_ROW = 2048  # rows this long or longer (from 1024, a row a partition: `norms.LAYER_ROW_BYTES`
+# fp32; shorter rows run faster in NormStages since the shift, `_Stt.shift`: trn2 LNC 2, 16 MiB,
+# rows of 1024 54.5 us against 52.6, 1600 58.2 against 57.0)
 
 
 def stt_fits(cfg: ChipConfig, tx, to, weight, bias) -> bool:
