@@ -88,3 +88,26 @@ def checked_at_both_lncs(specs: dict, ops: list, out: str = "out", equal: bool =
         got.append(r.tensor(out))
     assert not equal or (got[0].shape == got[1].shape and (got[0] == got[1]).all())
     return got
+
+
+def layer_norm_specs(shape, t) -> dict:
+    """x (normal), w, b (normal) and out of a layer_norm over rows of shape[-1], dtype `t`."""
+    return {
+        "x": TensorSpec("x", shape, t, "normal"),
+        "w": TensorSpec("w", shape[-1:], t, "normal"),
+        "b": TensorSpec("b", shape[-1:], t, "normal"),
+        "out": TensorSpec("out", shape, t, None),
+    }
+
+
+def saved_specs(arrays: dict, t, tmp_path) -> dict:
+    """name -> TensorSpec of dtype `t` initialised from each array, saved as fp32 .npy in
+    `tmp_path`."""
+    import numpy as np
+
+    specs = {}
+    for name, a in arrays.items():
+        path = tmp_path / f"{name}.npy"
+        np.save(path, np.asarray(a, np.float32))
+        specs[name] = TensorSpec(name, a.shape, t, ("file", str(path)))
+    return specs

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.kernels.helpers import saved_specs
 from tests.kernels.test_op_report import run_ops
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
@@ -48,11 +49,7 @@ def _checked(op: str, shape, dt: str, tmp_path, mean: float = 0.0) -> list[np.nd
     d = shape[-1]
     arrays = {"x": rng.standard_normal(shape) * 3 + mean, "w": rng.standard_normal(d),
               "b": rng.standard_normal(d)}  # fmt: skip
-    specs = {}
-    for name, a in arrays.items():
-        path = tmp_path / f"{name}.npy"
-        np.save(path, a.astype(np.float32))
-        specs[name] = TensorSpec(name, a.shape, dtype(dt), ("file", str(path)))
+    specs = saved_specs(arrays, dtype(dt), tmp_path)
     odt = dtype("int32" if op == "argmax" else dt)
     specs["out"] = TensorSpec("out", shape[:-1] if op in REDUCTIONS else shape, odt, None)
     outs = []
@@ -238,11 +235,7 @@ def _softmax_backward(shape, dt: str, tmp_path, lnc: int) -> tuple[np.ndarray, n
     y = np.exp(z - z.max(-1, keepdims=True))
     y /= y.sum(-1, keepdims=True)
     arrays = {"g": rng.standard_normal(shape), "y": y}
-    specs = {}
-    for name, a in arrays.items():
-        path = tmp_path / f"{name}.npy"
-        np.save(path, a.astype(np.float32))
-        specs[name] = TensorSpec(name, a.shape, dtype(dt), ("file", str(path)))
+    specs = saved_specs(arrays, dtype(dt), tmp_path)
     specs["out"] = TensorSpec("out", shape, dtype(dt), None)
     args = {"grad_output": "g", "output": "y", "out": "out", "dim": -1}
     prog = Program("p", "trn2", 0, "functional", lnc, [], specs,

@@ -15,13 +15,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import checked_layer_norm
+from tests.kernels.helpers import checked_layer_norm, layer_norm_specs
 from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
 from trnsim.kernels.row_pieces import PieceLayout
-from trnsim.trace.program import TensorSpec
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
     ("bfloat16", 20000): "71.1 us, 65%: in 16 pieces (STT_LANES_SEARCH); every engine busy "
@@ -67,15 +66,6 @@ def test_long_odd_pieces_layout():
     assert norms._psum_affine(cfg, fp32, fp32, 151936, "w", "b")
 
 
-def _specs(shape, t) -> dict:
-    return {
-        "x": TensorSpec("x", shape, t, "normal"),
-        "w": TensorSpec("w", shape[-1:], t, "normal"),
-        "b": TensorSpec("b", shape[-1:], t, "normal"),
-        "out": TensorSpec("out", shape, t, None),
-    }
-
-
 @pytest.mark.parametrize("shape,dt,variant", [
     ((56, 20000), "bfloat16", "STT_LANES"),  # (16 pieces of 1250, lanes of 624 and 626)
     ((8, 151936), "bfloat16", "STT_LANES"),  # (64 pieces of 2374, EVEN_PIECES)
@@ -92,6 +82,6 @@ def test_irregular_rows_in_pieces_values(monkeypatch, shape, dt, variant):
     out = []
     for lnc in (1, 2):
         norms._CHOSEN.clear()
-        out.append(checked_layer_norm(_specs(shape, dtype(dt)), lnc))
+        out.append(checked_layer_norm(layer_norm_specs(shape, dtype(dt)), lnc))
     norms._CHOSEN.clear()
     assert np.array_equal(out[0], out[1])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import checked_at_both_lncs
+from tests.kernels.helpers import checked_at_both_lncs, saved_specs
 from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
@@ -55,11 +55,7 @@ def test_long_odd_rows_values(shape, dt, mean, tmp_path):
     d = shape[-1]
     arrays = {"x": rng.standard_normal(shape) * 3 + mean, "w": rng.standard_normal(d),
               "b": rng.standard_normal(d)}  # fmt: skip
-    specs = {}
-    for name, a in arrays.items():
-        path = tmp_path / f"{name}.npy"
-        np.save(path, a.astype(np.float32))
-        specs[name] = TensorSpec(name, a.shape, dtype(dt), ("file", str(path)))
+    specs = saved_specs(arrays, dtype(dt), tmp_path)
     specs["out"] = TensorSpec("out", shape, dtype(dt), None)
     op = OpSpec("layer_norm", {"x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)
     norms._CHOSEN.clear()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import checked_layer_norm
+from tests.kernels.helpers import checked_layer_norm, layer_norm_specs
 from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
@@ -77,15 +77,6 @@ def test_even_cut_and_wide_pieces():
     assert not norms._psum_affine(cfg, fp32[1], fp32[1], 12288, "w", "b", wide)
 
 
-def _specs(shape, t) -> dict:
-    return {
-        "x": TensorSpec("x", shape, t, "normal"),
-        "w": TensorSpec("w", shape[-1:], t, "normal"),
-        "b": TensorSpec("b", shape[-1:], t, "normal"),
-        "out": TensorSpec("out", shape, t, None),
-    }
-
-
 @pytest.mark.parametrize("shape,dt,variant", [
     ((64, 10240), "float32", "WIDE_PIECES[0]"),  # (8 pieces of 1280, 16 rows a tile, PSUM
     # weight and bias)
@@ -105,6 +96,6 @@ def test_rows_in_pieces_values(monkeypatch, shape, dt, variant):
     out = []
     for lnc in (1, 2):
         norms._CHOSEN.clear()
-        out.append(checked_layer_norm(_specs(shape, dtype(dt)), lnc))
+        out.append(checked_layer_norm(layer_norm_specs(shape, dtype(dt)), lnc))
     norms._CHOSEN.clear()
     assert np.array_equal(out[0], out[1])

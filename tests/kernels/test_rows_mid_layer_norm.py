@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import checked_layer_norm
+from tests.kernels.helpers import checked_layer_norm, layer_norm_specs
 from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
-from trnsim.trace.program import TensorSpec
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
     ("bfloat16", 8192): "62.3 us, 74%, in pieces (STT_PARTS): needs <= 57.9 us",
@@ -38,15 +37,6 @@ def test_bf16_rows_of_16k_go_in_pieces():
     got, row, _ = reached(*case("layer_norm", 16384, "bfloat16"), "layer_norm", "bfloat16", 16384)
     assert [v.get("in_pieces") for _, v in norms._CHOSEN.values()] == [True]
     assert got >= 0.77, row["time_ns"]
-
-
-def _specs(shape, t) -> dict:
-    return {
-        "x": TensorSpec("x", shape, t, "normal"),
-        "w": TensorSpec("w", shape[-1:], t, "normal"),
-        "b": TensorSpec("b", shape[-1:], t, "normal"),
-        "out": TensorSpec("out", shape, t, None),
-    }
 
 
 @pytest.mark.parametrize("shape,dt", [
@@ -72,6 +62,6 @@ def test_mid_rows_in_pieces_values(monkeypatch, shape, dt):
     out = []
     for lnc in (1, 2):
         norms._CHOSEN.clear()
-        out.append(checked_layer_norm(_specs(shape, dtype(dt)), lnc))
+        out.append(checked_layer_norm(layer_norm_specs(shape, dtype(dt)), lnc))
     norms._CHOSEN.clear()
     assert np.array_equal(out[0], out[1])
