@@ -111,3 +111,18 @@ def saved_specs(arrays: dict, t, tmp_path) -> dict:
         np.save(path, np.asarray(a, np.float32))
         specs[name] = TensorSpec(name, a.shape, t, ("file", str(path)))
     return specs
+
+
+def layer_norm_at_both_lncs(shape, t) -> None:
+    """A layer_norm of `layer_norm_specs` at LNC 1 and 2, its plan chosen afresh at each:
+    --check holds at both, and they give the same values, bit for bit."""
+    import numpy as np
+
+    from trnsim.kernels import norms
+
+    out = []
+    for lnc in (1, 2):
+        norms._CHOSEN.clear()
+        out.append(checked_layer_norm(layer_norm_specs(shape, t), lnc))
+    norms._CHOSEN.clear()
+    assert np.array_equal(out[0], out[1])

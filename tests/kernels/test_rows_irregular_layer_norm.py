@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import checked_layer_norm, layer_norm_specs
+from tests.kernels.helpers import layer_norm_at_both_lncs
 from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
@@ -79,9 +79,4 @@ def test_irregular_rows_in_pieces_values(monkeypatch, shape, dt, variant):
     v = getattr(norms, variant)
     monkeypatch.setattr(norms, "VARIANTS", (v[0] if isinstance(v, tuple) else v,))
     assert np.prod(shape) * dtype(dt).itemsize >= norms.TRIAL_BYTES
-    out = []
-    for lnc in (1, 2):
-        norms._CHOSEN.clear()
-        out.append(checked_layer_norm(layer_norm_specs(shape, dtype(dt)), lnc))
-    norms._CHOSEN.clear()
-    assert np.array_equal(out[0], out[1])
+    layer_norm_at_both_lncs(shape, dtype(dt))

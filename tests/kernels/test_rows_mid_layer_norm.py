@@ -8,10 +8,9 @@ tile of up to `norms.REPEAT_ROWS` rows. The bf16 rows of 8192 and 16384 do not r
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from tests.kernels.helpers import checked_layer_norm, layer_norm_specs
+from tests.kernels.helpers import layer_norm_at_both_lncs
 from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
@@ -59,9 +58,4 @@ def test_mid_rows_in_pieces_values(monkeypatch, shape, dt):
         variant = norms.STT_PARTS | {"in_pieces": True}
         assert variant in norms.FIT_PIECES
     monkeypatch.setattr(norms, "VARIANTS", (variant,))
-    out = []
-    for lnc in (1, 2):
-        norms._CHOSEN.clear()
-        out.append(checked_layer_norm(layer_norm_specs(shape, dtype(dt)), lnc))
-    norms._CHOSEN.clear()
-    assert np.array_equal(out[0], out[1])
+    layer_norm_at_both_lncs(shape, dtype(dt))
