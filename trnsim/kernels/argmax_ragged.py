@@ -72,9 +72,10 @@ def lower_argmax_ragged(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
 
 def _bufs(cfg: ChipConfig, rag: RaggedLayout, itemsize: int) -> int:
     """Units of x resident: BUFS, or as many as SBUF_SHARE of a partition holds beside the
-    indices and the two units' keys (fp32, a row's width each) where a unit is long (a row of
-    10^6 fp32 elements: 31 KiB a partition; six of them and the rest overflowed SBUF), at least
-    LAG + 1 (a unit's x is read LAG units after its load)."""
+    indices and the two units' keys (fp32, a row's width each) where a unit is long, at least
+    LAG + 1 (a unit's x is read LAG units after its load). Rows of more than one segment go to
+    `argmax_stream` instead (a row of 10^6 fp32, 31 KiB a partition, six units and the rest
+    overflowed SBUF here before this cap; rows of 2 * 10^6 bf16 overflowed even at LAG + 1)."""
     width = sum(rag.width(s) for s in range(rag.t))  # a unit's columns a partition
     room = int(cfg.core.sbuf.partition_bytes * SBUF_SHARE) - 3 * 4 * width
     return max(LAG + 1, min(BUFS, room // max(1, width * itemsize)))
