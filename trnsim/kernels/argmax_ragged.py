@@ -222,9 +222,14 @@ class _Argmax:
         to = b.tensors[self.out]
         res = ap(b.scratch_tile(f"amr.res{n % self.bufs}", "res", (1, rag.g), to.dtype),
                  slice(0, 1), slice(0, rows))  # fmt: skip
+        self.store(first, res, unit[1], rows)
+
+    def store(self, first, res, r0: int, rows: int) -> None:
+        """out's rows [r0, r0 + rows) = -first * BIG (first: minus the rows' smallest keys,
+        [1, rows]), cast into `res` and stored."""
+        b, to = self.b, self.b.tensors[self.out]
         b.emit(TensorScalar, [first], [res], src=first, dst=res, op0="multiply",
                operand0=-self.big)  # fmt: skip
-        r0 = unit[1]
         for index, cnt, o in _runs(list(to.shape) or [1], r0, r0 + rows, rows):
             dst = ap(self.out, *index) if to.shape else ap(self.out)
             src = ap(res.name, slice(0, 1), slice(o, o + cnt))

@@ -47,7 +47,6 @@ from trnsim.kernels.argmax_ragged import LOWEST, PIECE_BYTES, _Argmax
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.ragged import RaggedLayout, Small, ragged_layout, units
-from trnsim.kernels.reduce import _runs
 from trnsim.kernels.row_pieces import Groups
 from trnsim.kernels.schedule import Scheduled
 
@@ -116,7 +115,7 @@ def lower_argmax_stream(b: KernelBuilder, cfg: ChipConfig, x: str, out: str,
 
 
 class _Stream:
-    neg_min = _Argmax.neg_min
+    neg_min, store = _Argmax.neg_min, _Argmax.store
 
     def __init__(self, b, cfg, x, out, lay: StreamLayout):
         self.b, self.cfg, self.x, self.out, self.lay = b, cfg, x, out, lay
@@ -267,14 +266,7 @@ class _Stream:
         first = self.groups.row_maxes(kp, P, alu="max")  # [1, 1]: -(the row's first) / BIG
         to = b.tensors[self.out]
         res = ap(b.scratch_tile(f"ams.res{n % 2}", "res", (1, 1), to.dtype))
-        b.emit(TensorScalar, [first], [res], src=first, dst=res, op0="multiply",
-               operand0=-self.big)  # fmt: skip
-        r0 = unit[1]
-        for index, cnt, o in _runs(list(to.shape) or [1], r0, r0 + rows, rows):
-            dst = ap(self.out, *index) if to.shape else ap(self.out)
-            src = ap(res.name, slice(0, 1), slice(o, o + cnt))
-            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[self.ns])
-            self.ns += 1
+        self.store(first, res, unit[1], rows)
 
     def search(self, xa, big, idx, dst, w: int, engine) -> None:
         """dst = minus each partition's smallest key (x != M) + idx of xa ([P, w]), the keys
