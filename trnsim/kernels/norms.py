@@ -75,6 +75,9 @@ from trnsim.kernels.norm_affine import (
 )
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import LAYER_BUFS, lower_norm_ragged
+from trnsim.kernels.norm_short import MIN_ROW as SHORT_MIN
+from trnsim.kernels.norm_short import SHORT_ROW as LAYER_SHORT
+from trnsim.kernels.norm_short import lower_norm_short
 from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP, NormStages
 from trnsim.kernels.norm_stt import lower_stt, stt_fits
 from trnsim.kernels.queues import Queues
@@ -341,6 +344,9 @@ PIPE_BUFS = tuple({"pipe": True, "pe_rstd": True, "bufs_most": 10} | v
 # and bias out of PSUM), column parts a tile each (`norm_stt`): trn2 LNC 2, 16 MiB, us, rows
 # of 2560 58.3 -> 51.4, 4096 56.5 -> 50.9, 5120 72.6 -> 57.4, 6144 70.5 -> 57.3
 STT_FIT = {"stt_fit": True}
+# layer_norm rows of norm_short.MIN_ROW to SHORT_ROW, several to a partition: whole-block passes
+# (`norm_short`)
+SHORT = {"short": True}
 VARIANTS = (
     {},
     {"small_waits": False},
@@ -384,6 +390,7 @@ VARIANTS = (
     RAGGED,
     STT_FIT,
     *WIDE_PIECES,
+    SHORT,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
@@ -541,6 +548,9 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     part = lay is not None and lay.g * lay.k != cfg.core.sbuf.partitions
     stt = (pe and weight is not None and lay is not None and lay.t == 1
            and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
+    # (`norm_short`: fp32 rows of SHORT_MIN to LAYER_SHORT; bf16 rows of 96 ran slower there,
+    # 71.2 -> 74.7 us at best)
+    short = fits and SHORT_MIN <= d <= LAYER_SHORT and tx.dtype.itemsize == to.dtype.itemsize == 4
     return [i for i, v in enumerate(VARIANTS)
             if (_psum_affine(cfg, tx, to, d, weight, bias, v.get("piece_bytes", PIECE_BYTES))
                 if "psum_affine" in v  # (pieces)
@@ -558,7 +568,8 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
             and not ("in_pieces" in v and not many)
             and not ("stt_fit" in v and not (fits and stt_fits(cfg, tx, to, *(
                 b.tensors[t] if t is not None else None for t in (weight, bias)))))
-            and not ("piece_bytes" in v and not _wide(cfg, tx, d, v["piece_bytes"]))]  # fmt: skip
+            and not ("piece_bytes" in v and not _wide(cfg, tx, d, v["piece_bytes"]))
+            and not ("short" in v and not short)]  # fmt: skip
 
 
 def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant) -> tuple:
@@ -623,6 +634,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
             # (not a multiple of 128: `norm_ragged`)
             how = RMS_RAGGED if rms else {"bufs_most": LAYER_BUFS}
             return lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share, **how)
+    if variant.get("short"):
+        return lower_norm_short(b, cfg, x, out, weight, bias, float(eps), share)
     if variant.get("stt_fit"):
         return lower_stt(b, cfg, x, out, weight, bias, float(eps), share)
     if op == "rms_norm" and d <= SHORT_ROW:
