@@ -186,7 +186,9 @@ class _Ln:
     def _halves(self, n: int, p: int, per: int) -> None:
         """mean = mo + (me - mo) ne / D, var D = M2e + M2o + (me - mo)^2 ne no / D (counts ne,
         no of the even and odd halves), rstd = (var + eps) ^ -0.5, nb = -mean * rstd: [p, per]
-        steps on VectorE or GpSimd, none reading what the step before it wrote."""
+        steps on VectorE or GpSimd, each where the list schedule finds it free sooner (q
+        before the mean, which would spare an engine's commit stall, ran slower: trn2 LNC 2, 16
+        MiB, fp32 rows of 96 56.5 -> 58.4 us)."""
         d, ne = self.d, (self.d + 1) // 2
         no = d - ne
         f = [self.stat(n, p, per, i) for i in range(6)]
