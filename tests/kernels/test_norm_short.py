@@ -57,6 +57,8 @@ def _specs(shape, dt, odt=None):
         ((5, 77, 100), "bfloat16", "wb"),
         ((1000, 64), "bfloat16>float32", "wb"),
         ((999, 96), "float32>bfloat16", "wb"),
+        ((1001, 3), "float32", "wb"),  # (MIN_ROW and odd: halves of 2 and 1)
+        ((700, 2), "bfloat16", "wb"),
     ],
 )
 def test_short_rows_check_at_both_lncs(short, shape, dt, affine):
