@@ -102,7 +102,7 @@ def test_affine_is_one_instruction_a_block():
 @pytest.mark.parametrize("d", [96, 100])
 def test_short_rows_reach_80_percent(d):
     """16 MiB of fp32 rows of 96 and 100 (trn2, LNC 2): `_variant` picks SHORT (its estimate
-    ends soonest), which reaches 80% of the DMA bound (61.5 and 60.4 us before it; 56.5 and
+    ends soonest), which reaches 80% of the DMA bound (61.5 and 60.4 us before it; 54.4 and
     55.1 us with it)."""
     from tests.kernels.test_rows_families import case, reached
 

@@ -23,7 +23,7 @@ that frees first (the same values on any), so the engines' shares even out over 
 plan of shares by the engines' cost models, recorded first, changed nothing: fp32 rows of 96
 and 100, 56.5 and 55.1 us either way). The first and last blocks are cut smaller
 (`rms_short._taper`). A row's values do not depend on the block it falls in: the same at LNC 1
-and 2. trn2 LNC 2, 16 MiB, fp32 rows of 96 61.5 -> 56.5 us (75.3% -> 81.9%), of 100 60.4 ->
+and 2. trn2 LNC 2, 16 MiB, fp32 rows of 96 61.5 -> 54.4 us (75.3% -> 85.1%), of 100 60.4 ->
 55.1 us (76.6% -> 84.0%).
 """
 
@@ -51,11 +51,14 @@ from trnsim.kernels.schedule import Scheduled
 __all__ = ["SHORT_ROW", "lower_norm_short"]
 
 SHORT_ROW = 128  # layer_norm rows this short go here (`norms._tried`; fp32 rows of 200 ran
-# slower so: trn2 LNC 2, 16 MiB, 54.3 -> 57.7 us)
+# slower so: trn2 LNC 2, 16 MiB, 54.3 -> 56.0 us)
 MIN_ROW = 2  # ... and at least this long (bn_stats' odd half not empty)
 BLOCK_BYTES = 8192  # x's bytes a partition of a block (trn2 LNC 2, 16 MiB, fp32 rows of 96:
 # 4096 60.3 us, 8192 56.9, 12288 60.4)
 TAPER = (4, 2)  # the first and last blocks cut so (`rms_short._taper`)
+UNIT = 4  # rows a partition a multiple of this, so the taper's quarters apply (trn2 LNC 2, 16
+# MiB, fp32 rows of 96, 21 rows a partition -> 20: 56.5 -> 54.4 us; of 80, 25 -> 24: 58.7 ->
+# 54.9 us)
 LAGS = (0, 1, 2)  # the stages' lags behind stage 1, in blocks
 BUFS = 12  # blocks rotating through buffers (fp32 rows of 96, 100: 8 56.6, 55.6 us; 12 56.5,
 # 55.1; 6 57.7, 55.6)
@@ -76,7 +79,7 @@ def lower_norm_short(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight
     most = max(1, BLOCK_BYTES // tx.dtype.itemsize // d)  # rows a partition
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * d * 4
     k.per, blocks = row_tiles(tx.shape, k.P, share, most, max(1, room // (BUFS * per_row)),
-                              pow2=False)  # fmt: skip
+                              pow2=False, unit=UNIT)  # fmt: skip
     k.bufs = max(1, min(BUFS, room // (k.per * per_row)))
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)
     k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
