@@ -673,6 +673,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     # rms_norm's, bf16 rows of 384 50.6 -> 51.2)
     k.per, tiles = row_tiles(tx.shape, k.P, share, group, max(1, room // (BUFS * base)),
                              unit=unit, pow2=k.pipe or not k.layer)  # fmt: skip
+    if k.pipe and unit == 1 and _pieces_fit(tx, [(i, r) for i, r, _ in tiles]):
+        tiles = _left_over(tiles, k.per, k.P)
     blocks = [(index, rows) for index, rows, _ in tiles]
     if any(q != k.per for _, _, q in tiles):  # (the rows left over: `layout.row_tiles`)
         k.block_per = [q for _, _, q in tiles]
@@ -743,6 +745,27 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         k.pe.done()
     b.release(*k.psum_rows.values())
     return getattr(s, "makespan", 0.0)
+
+
+def _left_over(tiles: list, per: int, P: int) -> list:
+    """`layout.row_tiles`' blocks ((index, rows, rows a partition)) with the rows left over
+    after the whole blocks retiled one a partition, in blocks as even as may be, where that
+    takes fewer row slots (a slot costs each engine pass its whole free size, however few
+    partitions hold it; a pipelined norm computes a row alike in any slot, so the values do
+    not change): trn2 LNC 2, 16 MiB, bf16 rows of 1536, core 1's last 213 rows as 106 two a
+    partition and one alone (three slots) -> two blocks of 107 and 106 rows: 59.4 -> 57.4 us."""
+    n = next((i for i, (_, rows, q) in enumerate(tiles) if q != per or rows != P * per), None)
+    if per == 1 or n is None:
+        return tiles
+    rest, head = tiles[n:], tiles[n][0][:-1]
+    if any(index[:-1] != head for index, _, _ in rest):  # (one run of rows only)
+        return tiles
+    lo, hi = rest[0][0][-1].start, rest[-1][0][-1].stop
+    m = -(-(hi - lo) // P)
+    if m >= sum(q for _, _, q in rest):
+        return tiles
+    cuts = [lo + (hi - lo) * i // m for i in range(m + 1)]
+    return tiles[:n] + [((*head, slice(a, z)), z - a, 1) for a, z in zip(cuts, cuts[1:])]
 
 
 def _taper(blocks, per: int, parts):
