@@ -74,3 +74,7 @@ def test_rows_left_over_go_one_a_partition():
     assert got == whole + [tile(5248, 5354, 1), tile(5354, 5461, 1)]
     even = whole + [tile(5248, 5376, 1)]  # (a block of 128 rows one a partition: as it was)
     assert norms._left_over(even, 2, 128) == even
+    # (rows of 768 at LNC 2, core 1: 436 rows four a partition and 3 alone, five slots in two
+    # blocks; one a partition they would be four blocks, each with its [p, per] steps: as it was)
+    four = [tile(2048, 2560, 4), tile(2560, 2996, 4), tile(2996, 2999, 1)]
+    assert norms._left_over(four, 4, 128) == four

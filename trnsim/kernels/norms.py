@@ -750,10 +750,11 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
 def _left_over(tiles: list, per: int, P: int) -> list:
     """`layout.row_tiles`' blocks ((index, rows, rows a partition)) with the rows left over
     after the whole blocks retiled one a partition, in blocks as even as may be, where that
-    takes fewer row slots (a slot costs each engine pass its whole free size, however few
-    partitions hold it; a pipelined norm computes a row alike in any slot, so the values do
-    not change): trn2 LNC 2, 16 MiB, bf16 rows of 1536, core 1's last 213 rows as 106 two a
-    partition and one alone (three slots) -> two blocks of 107 and 106 rows: 59.4 -> 57.4 us."""
+    takes fewer row slots in no more blocks (a slot costs each engine pass its whole free
+    size, however few partitions hold it; a block, its [p, per] steps; a pipelined norm
+    computes a row alike in any slot, so the values do not change): trn2 LNC 2, 16 MiB, bf16
+    rows of 1536, core 1's last 213 rows as 106 two a partition and one alone (three slots) ->
+    two blocks of 107 and 106 rows: 59.4 -> 57.4 us."""
     n = next((i for i, (_, rows, q) in enumerate(tiles) if q != per or rows != P * per), None)
     if per == 1 or n is None:
         return tiles
@@ -762,7 +763,7 @@ def _left_over(tiles: list, per: int, P: int) -> list:
         return tiles
     lo, hi = rest[0][0][-1].start, rest[-1][0][-1].stop
     m = -(-(hi - lo) // P)
-    if m >= sum(q for _, _, q in rest):
+    if m >= sum(q for _, _, q in rest) or m > len(rest):
         return tiles
     cuts = [lo + (hi - lo) * i // m for i in range(m + 1)]
     return tiles[:n] + [((*head, slice(a, z)), z - a, 1) for a, z in zip(cuts, cuts[1:])]
