@@ -116,6 +116,25 @@ def test_matmul_values_match_numpy(dt):
     np.testing.assert_allclose(d.read(), 2 * ref, rtol=1e-5, atol=2e-4)
 
 
+@pytest.mark.parametrize("n", [1, 3, 64, 512])
+def test_matmul_values_do_not_depend_on_the_moving_operands_width(n):
+    """Each output column is the float64 sum of its products rounded once to fp32, whatever
+    columns share the instruction: an fp32 BLAS product rounded by the host's SIMD kernel and
+    the shapes, and a loss at another LNC (another split of the same columns) differed in its
+    last bit (tests/kernels/test_ragged_rows.py, on an AVX-512 host)."""
+    a, b = rand((128, 64), 5) * 100, rand((128, 512), 6)
+    s = tile("s", "sbuf", [128, 64], "float32", a)
+    e, whole = TensorEngine(TRN2.core), tile("d", "psum", [64, 512], "float32")
+    e.execute(mm(s, tile("m", "sbuf", [128, 512], "float32", b), whole))
+    ref = (a.astype(np.float64).T @ b.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(whole.read(), ref)
+    for c in range(0, 512, n):  # the same columns n at a time
+        w = min(n, 512 - c)
+        part = tile("p", "psum", [64, w], "float32")
+        e.execute(mm(s, tile("m", "sbuf", [128, w], "float32", b[:, c : c + w]), part))
+        np.testing.assert_array_equal(part.read(), ref[:, c : c + w])
+
+
 def test_double_row_values_contract_both_rows():
     a, b = rand((128, 2, 64), 3), rand((128, 2, 100), 4)
     s = tile("s", "sbuf", [128, 2, 64], "float8_e5m2", a)

@@ -143,12 +143,16 @@ class TensorEngine(EngineModel):
 
     def exec_matmul(self, ins: Matmul) -> None:
         _, k, _ = self._mkn(ins)
-        st = ins.stationary.read_f32().reshape(k, -1)
-        mv = ins.moving.read_f32().reshape(k, -1)
-        out = np.ascontiguousarray(st.T) @ mv
+        # the products summed in float64 and rounded once to fp32 (assumption: the PE array's
+        # accumulation order is not published), as VectorE's reductions are: an fp32 BLAS
+        # product rounds by the host's SIMD kernel and the operands' shapes, so the same
+        # values gave other sums at another LNC or on another machine
+        st = ins.stationary.read_f32().reshape(k, -1).astype(np.float64)
+        mv = ins.moving.read_f32().reshape(k, -1).astype(np.float64)
+        out = (st.T @ mv).astype(np.float32)
         if ins.accumulate:
             out = ins.dst.read_f32().reshape(out.shape) + out
-        ins.dst.write(out.astype(np.float32))
+        ins.dst.write(out)
 
     def flops_matmul(self, ins: Matmul) -> int:
         mm, k, n = self._mkn(ins)
