@@ -8,8 +8,9 @@ and signals that order it, so no lowering writes a semaphore by hand:
   (read after write); one that writes a tile waits until every earlier read is done (write
   after read). A write over a region written but not yet read is allowed only on the same
   compute engine (a matmul accumulating into PSUM) or by an instruction that also reads the
-  tile; anything else is a bug of the lowering, refused here. Every access signals its counter
-  when it completes.
+  tile; anything else is a bug of the lowering, refused here. So is a read of a tile region
+  outside everything written to the tile before it (a stage emitted before the one that
+  computes what it reads). Every access signals its counter when it completes.
 - Counting is sound because of those rules: a later write to a tile cannot complete before the
   reads that precede it, so a reader waiting for `w.t >= n` is released by the first n writes
   and by nothing later (and the same for writers waiting on `r.t`).
@@ -127,6 +128,7 @@ class _Buffer:
     # last read
     first: int = -1  # the op step (`KernelBuilder.row`) it was made in
     last: int = -1  # the op step of its last access
+    box: Region | None = None  # the box around every region written so far (`_check_read`)
 
 
 @dataclass
@@ -172,6 +174,7 @@ class KernelBuilder:
         self.part = (0, 1)  # this program is physical core part[0] of part[1] (`share`)
         self.row = -1  # the op row (`lower`'s runs of ops) the instructions emitted now belong to
         self._rows: list[int] = []  # per instruction, its `row`
+        self.check_reads = True  # refuse a read of a tile region nothing wrote (`_check_read`)
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -248,6 +251,8 @@ class KernelBuilder:
             if buf is None:
                 self._floor(waits, seen, queue, a.name)
             else:
+                if self.check_reads:
+                    self._check_read(cls, a, buf)
                 need(waits, seen, queue, buf.sems[1], buf.writes, buf.last_write)
         for a in writes:
             buf = bufs.get(a.name)
@@ -296,6 +301,15 @@ class KernelBuilder:
                     "from another queue (order it with a read first)"
                 )
 
+    @staticmethod
+    def _check_read(cls: type[Instr], a: Ap, buf: _Buffer) -> None:
+        """Refuse a read `a` of a tile region nothing wrote before it (outside the box around
+        every region written so far): it would read what the memory held, a lowering's order
+        bug (a stage emitted before the one that computes what it reads: rows of fp32 10^6 in
+        `norm_ragged` once read their rstd so and gave the bias alone)."""
+        if buf.box is None or not _overlap(region(a, buf.shape), buf.box):
+            raise AssertionError(f"lowering bug: {cls.OP} reads {a}, which nothing wrote before it")
+
     def _floor(self, waits: dict, seen: dict, queue: Any, name: str) -> None:
         """A tensor access waits for every access of the tensor's previous generation (its
         writes and its reads, so generations are ordered one after another)."""
@@ -331,6 +345,13 @@ class KernelBuilder:
         buf.writes += 1
         buf.last_write[queue] = buf.writes
         buf.last = self.row
+        mine = region(a, buf.shape)
+        box = buf.box
+        buf.box = (
+            mine
+            if box is None
+            else tuple((min(s0, s1), max(e0, e1)) for (s0, e0), (s1, e1) in zip(box, mine))
+        )
         written = buf.unread.get(queue)
         if written is None:
             written = buf.unread[queue] = _Unread(buf.shape)
