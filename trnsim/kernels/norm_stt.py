@@ -81,6 +81,10 @@ SEMS_KEPT = 32  # semaphores left to the rest (the spread's tiles, the junk tile
 # rows of 1024 at LNC 1, 16 MiB, took 29 buffers and 309 semaphores of a core's 256
 SPLIT_TAIL = True  # x's last rows, 64 or fewer, two partitions a row (`_Stt.segments`): trn2
 # LNC 2, 16 MiB, fp32 rows of 5120 59.0 -> 57.4 us, 4544 55.1 -> 52.8
+LAG = 2  # a block's second passes (the squares) trail its first ones by this many parts, at most
+# its parts less one, so the shift (`_Stt.shift`) waits for no pass on ScalarE: trn2 LNC 2, 16
+# MiB, fp32 rows of 5120 60.0 -> 59.5 us, 6144 58.0 -> 57.6, 4544 54.7 -> 54.5 (3: 59.1, 56.7,
+# 54.5; 4: 60.3, 56.5, 55.9; rows of 2560 and 3072, two parts, as before)
 MIN_ROW = 2048  # rows this long or longer (from 1024, a row a partition: `norms.LAYER_ROW_BYTES`
 # fp32; shorter rows run faster in NormStages since the shift, `_Stt.shift`: trn2 LNC 2, 16 MiB,
 # rows of 1024 54.5 us against 52.6, 1600 58.2 against 57.0)
@@ -340,7 +344,8 @@ class _Stt:
 
     def stats(self, n: int, index: tuple, rows: int) -> None:
         """Stage 1: x0 copied aside; ScalarE's s = x0 - x in place with its sum, and the sum
-        of s^2, a part at a time."""
+        of (s - a0)^2, a part at a time, LAG parts behind (the shift a0 after the first part's
+        sum, `shift`)."""
         b, c = self.b, len(self.cuts) - 1
         p = 2 * rows if n in self.split else rows
         st = self.small("st", n, (2, c))
@@ -351,17 +356,24 @@ class _Stt:
         self.flex(TensorCopy, [first], [x0a], src=first, dst=x0a)
         c0t = self.small("c0", n, (1,))
         c0 = ap(c0t, slice(0, p))
-        for j in range(self.parts(n)):
-            xj = self.part(n, j, p)
-            w = self.cuts[j + 1] - self.cuts[j]
-            s1, s2 = (ap(st, slice(0, p), i, slice(j, j + 1)) for i in (0, 1))
-            b.emit(Activation, [xj, x0], [xj, s1], func="identity", src=xj, dst=xj, scale=-1.0,
-                   bias=x0, reduce="add", reduce_dst=s1)  # fmt: skip
-            if j == 0:
-                self.shift(n, rows, p, ap(st, slice(0, rows), 0, slice(0, 1)), w, c0t)
-            junk = ap(self.junk, slice(0, p), slice(0, w))
-            b.emit(Activation, [xj, c0], [junk, s2], func="square", src=xj, dst=junk, bias=c0,
-                   reduce="add", reduce_dst=s2)  # fmt: skip
+        m = self.parts(n)
+        lag = max(1, min(LAG, m - 1))
+        for j in range(m + lag):
+            if j < m:
+                xj = self.part(n, j, p)
+                s1 = ap(st, slice(0, p), 0, slice(j, j + 1))
+                b.emit(Activation, [xj, x0], [xj, s1], func="identity", src=xj, dst=xj,
+                       scale=-1.0, bias=x0, reduce="add", reduce_dst=s1)  # fmt: skip
+            if j == lag - 1:
+                w0 = self.cuts[1] - self.cuts[0]
+                self.shift(n, rows, p, ap(st, slice(0, rows), 0, slice(0, 1)), w0, c0t)
+            i = j - lag + 1
+            if 0 <= i < m:
+                xi, w = self.part(n, i, p), self.cuts[i + 1] - self.cuts[i]
+                s2 = ap(st, slice(0, p), 1, slice(i, i + 1))
+                junk = ap(self.junk, slice(0, p), slice(0, w))
+                b.emit(Activation, [xi, c0], [junk, s2], func="square", src=xi, dst=junk,
+                       bias=c0, reduce="add", reduce_dst=s2)  # fmt: skip
 
     def shift(self, n: int, rows: int, p: int, s10, w0: int, c0t: str) -> None:
         """c0 = -a0, a0 the row's first part's mean of s (x0 less that part's mean of x), on
