@@ -40,6 +40,8 @@ last, first instead: rows of 6144 57.0 -> 57.9 us, 4544 54.9 -> 55.5, 3072 55.4 
 
 from __future__ import annotations
 
+import math
+
 from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.isa import (
@@ -60,6 +62,7 @@ from trnsim.kernels.layout import row_tiles
 from trnsim.kernels.norm_affine import ones
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, S, V, bank_runs, runs
+from trnsim.kernels.rows import norm_share
 from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["lower_stt", "stt_fits"]
@@ -77,10 +80,15 @@ COPY_ON = (V,)  # ... of the spread's copies out of PSUM (ScalarE too: 63.3 -> 6
 COPY_BANKS = 2  # ... each of this many PSUM banks (rows of 5120: one 60.6 us, two 59.0, four
 # 59.6)
 SMALL_TILES = 6  # a block's statistics' tiles (`_Stt.small`: st, x0, c0, m, r, sb)
+SMALL_ROOM = 8192  # bytes a partition left to the small tiles (`_Stt.small`, a few words each a
+# buffer) and the rest
 SEMS_KEPT = 32  # semaphores left to the rest (the spread's tiles, the junk tile, other ops):
 # rows of 1024 at LNC 1, 16 MiB, took 29 buffers and 309 semaphores of a core's 256
-SPLIT_TAIL = True  # x's last rows, 64 or fewer, two partitions a row (`_Stt.segments`): trn2
-# LNC 2, 16 MiB, fp32 rows of 5120 59.0 -> 57.4 us, 4544 55.1 -> 52.8
+SPLIT_TAIL = True  # a core's last rows, fewer than 128, in segments (`_Stt.segments`): trn2
+# LNC 2, 16 MiB, fp32 rows of 5120 (two partitions a row) 59.0 -> 57.4 us, 4544 55.1 -> 52.8
+SEGS_MOST = 8  # a tail row's segments at most (each on a DMA queue of its own)
+SEG_COLS = 512  # ... and a segment's columns at least
+TAIL_NS = 1000  # ASSUMED: what a tail block costs beyond its load (`_tails`' estimate)
 LAG = 2  # a block's second passes (the squares) trail its first ones by this many parts, at most
 # its parts less one, so the shift (`_Stt.shift`) waits for no pass on ScalarE: trn2 LNC 2, 16
 # MiB, fp32 rows of 5120 60.0 -> 59.5 us, 6144 58.0 -> 57.6, 4544 54.7 -> 54.5 (3: 59.1, 56.7,
@@ -108,52 +116,101 @@ def _cuts(d: int, most: int | None = None) -> list[int]:
 
 def kept_cols(cfg: ChipConfig, d: int, spare: bool = False) -> int:
     """The last columns of the weight and bias kept in PSUM for VectorE: whole banks, half of
-    PSUM each, leaving PART_COLS or more in SBUF (their scalar_tensor_tensors on GpSimd share
-    the work)."""
+    PSUM each (SPREAD_BANKS fewer where tails spread theirs, `spare`), leaving PART_COLS or
+    more in SBUF (their scalar_tensor_tensors on GpSimd share the work)."""
     p = cfg.core.psum
     step = p.bank_bytes // 4
     cols = (p.banks - (SPREAD_BANKS if spare else 0)) // 2 * step
-    if spare:  # (a split tail's columns [0, d / 2) all in SBUF)
-        cols = min(cols, (d - d // 2) // step * step)
     return min(cols, (d - PART_COLS) // step * step, cfg.core.vector.psum_max_free_elements)
 
 
-def _tail(cfg: ChipConfig, tx) -> int:
-    """x's rows past its last multiple of 128 (a 2-D x), if 64 or fewer (0 otherwise): that
-    block goes two partitions a row, half its columns each (`_Stt.segments`)."""
+def _ranges(b: KernelBuilder, cfg: ChipConfig, tx, share: tuple[int, int]) -> list[tuple]:
+    """`share` cut where the chip's default LNC cuts x's rows between its cores
+    (`rows.norm_share`): a 2-D x's blocks and tails follow those cuts at any LNC, so a row
+    goes the same way (whole or in segments, `_tails`) and gets the same values at LNC 1 and
+    2."""
+    lo, hi = share
+    n = max(1, cfg.lnc)
+    if len(tx.shape) != 2 or n == 1:
+        return [share]
+    cuts = set()
+    for c in range(n):
+        tb = KernelBuilder(b.tensors)
+        tb.part = (c, n)
+        cuts.update(norm_share(tb, cfg, "layer_norm", tx))
+    cuts = sorted({lo, hi} | {c for c in cuts if lo < c < hi})
+    return list(zip(cuts, cuts[1:]))
+
+
+def _tails(cfg: ChipConfig, t: int, d: int) -> list[tuple[int, int]]:
+    """[(g, k)]: a block of t rows (fewer than 128) as blocks of g rows in k segments of d / k
+    columns each (k = 1: whole rows), g * k partitions or fewer, those whose loads take the
+    least time by their busiest DMA engine's bytes (its partitions', `dma.descriptors`), a
+    transfer's setup and TAIL_NS a block: a block of 25 whole rows loads on 4 of 16 engines
+    and costs the engines as much as 128 rows, in 5 segments of 1024 it loads on all 16 and
+    costs a fifth."""
+    P, dma = cfg.core.sbuf.partitions, cfg.core.dma
+    ks = [1] + [k for k in range(2, SEGS_MOST + 1) if SPLIT_TAIL and d % k == 0
+                and d // k % 2 == 0 and d // k >= SEG_COLS]  # fmt: skip
+
+    def ns(g: int, k: int) -> float:
+        busiest = min(P // dma.engines, g * k) * d // k * 4
+        return (busiest / dma.engine_bandwidth + dma.transfer_setup) * 1e9 + TAIL_NS
+
+    best: list[tuple[float, list]] = [(0.0, [])]  # best[m]: the blocks of the last m rows
+    for m in range(1, t + 1):
+        best.append(min((ns(g, k) + best[m - g][0], [(g, k)] + best[m - g][1])
+                        for k in ks for g in [min(m, P // k)]))  # fmt: skip
+    return best[t][1]
+
+
+def _blocks(cfg: ChipConfig, tx, rows: tuple[int, int]) -> list[tuple]:
+    """[(index, rows, k)]: the blocks of rows [lo, hi) (`layout.row_tiles`), a 2-D x's last
+    block of fewer than 128 rows in blocks of rows in k segments each (`_tails`)."""
     P, d = cfg.core.sbuf.partitions, tx.shape[-1]
-    t = tx.shape[0] % P if len(tx.shape) == 2 else 0
-    return t if SPLIT_TAIL and 2 * t <= P and d % 2 == 0 else 0
+    out = []
+    for index, n, _ in row_tiles(tx.shape, P, rows, 1, 1)[1]:
+        if len(tx.shape) != 2 or n == P:
+            out.append((index, n, 1))
+            continue
+        r = index[-1].start
+        for g, k in _tails(cfg, n, d):
+            out.append(((slice(r, r + g),), g, k))
+            r += g
+    return out
 
 
 def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, bias: str,
               eps: float, share: tuple[int, int]) -> float:  # fmt: skip
     """out = layer_norm(x, [D], weight, bias, eps) over rows [lo, hi) of `share` (module doc);
     the list schedule's estimated ns."""
-    k = _Stt(b, cfg, x, out, weight, bias, eps)
-    _, tiles = row_tiles(b.tensors[x].shape, k.P, share, 1, 1)
-    blocks = [(index, rows) for index, rows, _ in tiles]
-    k.split = {n for n, (_, rows) in enumerate(blocks) if k.t and rows == k.t}
+    tx = b.tensors[x]
+    every = [blk for r in _ranges(b, cfg, tx, (0, math.prod(tx.shape[:-1])))
+             for blk in _blocks(cfg, tx, r)]  # fmt: skip
+    k = _Stt(b, cfg, x, out, weight, bias, eps, any(kk > 1 for _, _, kk in every))
+    blocks = [blk for r in _ranges(b, cfg, tx, share) for blk in _blocks(cfg, tx, r)]
     if not blocks:
         return 0.0
+    k.segs = {n: (rows, kk) for n, (_, rows, kk) in enumerate(blocks) if kk > 1}
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * k.d * 4 - PART_COLS * 8
     # (each buffer's tiles count on two semaphores each: a part's and SMALL_TILES' of them)
     sems = (cfg.core.semaphores - SEMS_KEPT) // (2 * (len(k.cuts) - 1 + SMALL_TILES))
-    k.bufs = max(1, min(len(blocks), room // (k.d * 4), sems))
+    fit = (cfg.core.sbuf.partition_bytes - k.fixed_bytes() - SMALL_ROOM) // (k.d * 4)
+    k.bufs = max(1, min(len(blocks), room // (k.d * 4), sems, fit))
     with Scheduled(b, cfg, shared_dma=True, fluid=True, dma_parts=True, search=SEARCH) as s:
         for n, block in enumerate(blocks[: k.bufs]):  # (a buffer each, ahead of the rest)
-            k.load(n, *block)
+            k.load(n, *block[:2])
             if n == 0:
                 k.spread()
         for n, block in enumerate(blocks):
-            if n in k.split:  # (its weight and bias late: ScalarE, its other blocks'
-                # statistics taken, copies them out)
-                k.spread_tail()
-            k.stats(n, *block)
-            k.rstd(n, *block)
-            k.output(n, *block)
+            if n == min(k.segs, default=-1):  # (their weight and bias late: ScalarE, the
+                # other blocks' statistics taken, copies them out)
+                k.spread_tails()
+            k.stats(n, *block[:2])
+            k.rstd(n, *block[:2])
+            k.output(n, *block[:2])
             if n + k.bufs < len(blocks):  # (into this block's buffer, once it is stored)
-                k.load(n + k.bufs, *blocks[n + k.bufs])
+                k.load(n + k.bufs, *blocks[n + k.bufs][:2])
     k.done()
     return s.makespan
 
@@ -161,25 +218,23 @@ def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, 
 class _Stt:
     """One layer_norm's tiles and its stages per block (module doc)."""
 
-    def __init__(self, b, cfg, x, out, weight, bias, eps):
+    def __init__(self, b, cfg, x, out, weight, bias, eps, spare):
         self.b, self.cfg, self.x, self.out, self.eps = b, cfg, x, out, eps
         self.weight, self.bias = weight, bias
         self.P, self.f32 = cfg.core.sbuf.partitions, dtype("float32")
         self.d, self.nd = b.tensors[x].shape[-1], len(b.tensors[x].shape)
-        self.t, self.h = _tail(cfg, b.tensors[x]), self.d // 2
-        self.kept = kept_cols(cfg, self.d, self.t > 0)
+        self.kept = kept_cols(cfg, self.d, spare)
         lo = self.d - self.kept
-        if self.t and lo > self.h:  # (a cut at h: the split tail's parts, `segments`)
-            cuts = _cuts(self.h) + [self.h + c for c in _cuts(lo - self.h)[1:]]
-        else:
-            cuts = _cuts(lo)
-        self.split: set[int] = set()
-        self.cuts = cuts + ([lo + c for c in _cuts(self.kept, PSUM_COLS)[1:]]
+        self.segs: dict[int, tuple[int, int]] = {}  # tail block n: (its rows g, segments k)
+        self.cuts = _cuts(lo) + ([lo + c for c in _cuts(self.kept, PSUM_COLS)[1:]]
                                  if self.kept else [])  # fmt: skip
+        self.most = max(len(self.cuts), len(_cuts(self.d // 2))) - 1  # (a block's parts)
         widest = max(hi - lo for lo, hi in zip(self.cuts, self.cuts[1:]))
-        q, qs = dma_queues(cfg, widest * 4) * (2 if self.t else 1), Queues(cfg)
+        q, qs = dma_queues(cfg, widest * 4), Queues(cfg)
         self.loads, self.stores = qs.loads().take(q), qs.stores().take(q)
-        self.bufs, self.w, self.b_, self.ps = 1, None, None, []
+        self.seg_loads, self.seg_stores = qs.loads(), qs.stores()  # (a tail's segment each)
+        self.bufs, self.w, self.b_, self.ps, self.pm = 1, None, None, [], None
+        self.tails: dict[tuple[int, int], tuple] = {}  # (g, k): weight, bias and pair tiles
         self.junk = b.scratch_tile("lnstt.junk", "junk", (self.P, widest), self.f32)
 
     def spread(self) -> None:
@@ -237,85 +292,131 @@ class _Stt:
                 b.emit(Matmul, [one, mv], [acc], stationary=one, moving=mv, dst=acc)
         b.release(*new)
 
-    def spread_tail(self) -> None:
-        """The split tail's weight and bias ([P, h] tiles `tw`, `tb`): columns [0, h) on
-        partitions [0, t), [h, D) on [t, 2t) (`segments`): TensorE's K = 2 selector
-        (`selector`) times the two halves (loaded on partitions 0 and 1) into PSUM through
-        SPREAD_BANKS spare banks, copied out by VectorE or ScalarE."""
-        b, P, f32, h = self.b, self.P, self.f32, self.h
+    def fixed_bytes(self) -> int:
+        """The bytes a partition of the tiles besides the blocks' buffers (`lower_stt` fits
+        those in the rest): the weight's and bias' rows and spread tiles, the junk tile, the
+        ones, the tails' weight and bias segments, spread tiles, selectors and pairs."""
+        d, P, ks = self.d, self.P, {k for _, k in self.segs.values()}
+        widest = max(hi - lo for lo, hi in zip(self.cuts, self.cuts[1:]))
+        tails = sum(8 * d // k + 4 * (P + P) for _, k in set(self.segs.values()))
+        return 4 * (4 * d + widest + P) + tails + sum(8 * d // k for k in ks)
+
+    def spread_tails(self) -> None:
+        """Each tail's (g rows in k segments, `segs`) weight and bias ([P, D / k] tiles):
+        columns [s D / k, (s + 1) D / k) on partitions [s g, (s + 1) g) (`segments`): TensorE's
+        K = k selector (`selector`) times the weight as [k, D / k] (loaded so, one transfer,
+        once for every tail of k segments) into PSUM through SPREAD_BANKS spare banks, copied
+        out by VectorE or ScalarE; and its pair matrix (`pairs`). (As k one-hot rows times
+        the weight's row, K = 1, accumulated: TensorE's time k times, fp32 rows of 5120 57.4
+        -> 62.7 us)"""
+        b, P, f32 = self.b, self.P, self.f32
         step = min(self.cfg.core.tensor.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
-        queues, sel = Queues(self.cfg).loads(1 / 2, 1), self.selector()
+        queues = Queues(self.cfg).loads(1 / 2, 1)
         ps = [b.psum("tail", (P, step), f32) for _ in range(SPREAD_BANKS)]
-        tiles, turn = [], 0
-        for i, v in enumerate((self.weight, self.bias)):
-            row = b.tile("halves", "sbuf", (2, h), f32)
-            for r in range(2):
-                src, dst = ap(v, slice(r * h, (r + 1) * h)), ap(row, slice(r, r + 1))
-                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queues[i])
-            t = b.scratch_tile(f"lnstt.tail.{v}", f"{v}_tail", (P, h), f32)
-            tiles.append(t)
-            for a, z in runs(h, step):
-                acc = ap(ps[turn % len(ps)], slice(None), slice(0, z - a))
-                turn += 1
-                mv, o = ap(row, slice(None), slice(a, z)), ap(t, slice(None), slice(a, z))
-                b.emit(Matmul, [sel, mv], [acc], stationary=sel, moving=mv, dst=acc)
-                cp = (TensorCopy, [acc], [o], dict(src=acc, dst=o, engine=V))
-                b.emit(Activation, [acc], [o], choices=[cp], func="copy", src=acc, dst=o)
+        turn = 0
+        for g, k in dict.fromkeys(self.segs.values()):
+            w, sel = self.d // k, self.selector(g, k)
+            tiles = []
+            for i, v in enumerate((self.weight, self.bias)):
+                key = f"lnstt.segs{k}.{v}"
+                new = key not in self.b.scratch  # (made once per k)
+                row = b.scratch_tile(key, "segs", (k, w), f32)
+                if new:
+                    src, dst = ap(v), ap(row)
+                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queues[i])
+                t = b.scratch_tile(f"lnstt.tail{g}.{k}.{v}", f"{v}_tail", (P, w), f32)
+                tiles.append(t)
+                for a, z in runs(w, step):
+                    acc = ap(ps[turn % len(ps)], slice(None), slice(0, z - a))
+                    turn += 1
+                    mv, o = ap(row, slice(None), slice(a, z)), ap(t, slice(None), slice(a, z))
+                    b.emit(Matmul, [sel, mv], [acc], stationary=sel, moving=mv, dst=acc)
+                    cp = (TensorCopy, [acc], [o], dict(src=acc, dst=o, engine=V))
+                    b.emit(Activation, [acc], [o], choices=[cp], func="copy", src=acc, dst=o)
+            self.tails[(g, k)] = (*tiles, self.pairs(g, k))
         b.release(*ps)
-        self.tw, self.tb = tiles
         self.pm = b.psum("pairs", (P, 2), f32)  # (the pair sums: in a bank the spread left)
 
-    def selector(self):
-        """[2, P]: row 0 ones on partitions [0, t), row 1 ones on [t, 2t) (TensorE's K = 2
-        selector of the split tail's weight and bias halves); and the tail's pair matrix
-        (`pairs`: 1 where m = k or m = k +- t)."""
-        b, P, t = self.b, self.P, self.t
-        sel = b.tile("selector", "sbuf", (2, P), self.f32)
+    def selector(self, g: int, k: int):
+        """[k, P]: row s ones on partitions [s g, (s + 1) g) (TensorE's K = k selector of a
+        tail's weight and bias segments)."""
+        b, P = self.b, self.P
+        sel = b.tile("selector", "sbuf", (k, P), self.f32)
         a = ap(sel)
         b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
-        for lo, hi, row in ((0, t, 0), (t, 2 * t, 1)):  # (ones on row `row` there)
-            a = ap(sel, slice(None), slice(lo, hi))
+        for s in range(k):  # (ones on row s there)
+            a = ap(sel, slice(None), slice(s * g, (s + 1) * g))
             b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
-                   start=-row, partition_step=1, step=0, engine=G)  # fmt: skip
-        self.pairs = b.tile("pairs", "sbuf", (P, P), self.f32)
-        a = ap(self.pairs)
+                   start=-s, partition_step=1, step=0, engine=G)  # fmt: skip
+        return ap(sel)
+
+    def pairs(self, g: int, k: int) -> str:
+        """[P, P]: 1 where m = m' (mod g) (the partitions of a row of a tail of g rows in k
+        segments: its sums added over them by one matmul)."""
+        b = self.b
+        t = b.tile("pairs", "sbuf", (self.P, self.P), self.f32)
+        a = ap(t)
         b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
-        for r in (0, t, -t):  # (1 where k - m + r = 0)
+        for r in range(-(k - 1) * g, k * g, g):  # (1 where m - m' + r = 0)
             b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
                    start=r, partition_step=1, step=-1, engine=G)  # fmt: skip
-        return ap(sel)
+        return t
+
+    def tail(self, n: int) -> tuple:
+        """Tail block n's (weight, bias, pairs) tiles (`spread_tails`)."""
+        return self.tails[self.segs[n]]
+
+    def width(self, n: int) -> int:
+        """Block n's partitions' columns: D, or a tail's segment's D / k."""
+        return self.d // self.segs[n][1] if n in self.segs else self.d
+
+    def bounds(self, n: int) -> list[int]:
+        """Block n's parts' column bounds (a tail's: over its segment, [0, D / k), in the
+        fewest even parts that fit its buffer's part tiles, `part`)."""
+        if n not in self.segs:
+            return self.cuts
+        w, room = self.width(n), [hi - lo for lo, hi in zip(self.cuts, self.cuts[1:])]
+        for m in range(1, len(room) + 1):
+            cuts = [2 * round(w / 2 * i / m) for i in range(m)] + [w]
+            if all(hi - lo <= r for lo, hi, r in zip(cuts, cuts[1:], room)):
+                return cuts
+        raise AssertionError(f"a tail's segment of {w} columns in parts of {room}")
 
     def segments(self, n: int, rows: int, lo: int, hi: int) -> list[tuple]:
         """Block n's part [lo, hi) as (partitions [p0, p1), the block's rows [r0, r1), x's
-        columns [c0, c1)) runs: the split tail's rows (`t` of them) go two partitions each,
-        columns [0, h) on [0, t), [h, D) on [t, 2t) (h = D / 2)."""
-        if n not in self.split:
+        columns [c0, c1)) runs: a tail's rows (g of them, in k segments) go k partitions
+        each, segment s, columns [s w, (s + 1) w) (w = D / k), on partitions [s g, (s + 1) g)."""
+        if n not in self.segs:
             return [(0, rows, 0, rows, lo, hi)]
-        t, h = self.t, self.h
-        return [(0, t, 0, t, lo, hi), (t, 2 * t, 0, t, lo + h, hi + h)]
+        g, k = self.segs[n]
+        w = self.d // k
+        return [(s * g, (s + 1) * g, 0, g, s * w + lo, s * w + hi) for s in range(k)]
 
     def xap(self, name: str, n: int, index: tuple, r0: int, r1: int, c0: int, c1: int):
         """x's (or out's) rows [r0, r1) of block n (`index`) and columns [c0, c1)."""
-        if n not in self.split:
+        if n not in self.segs:
             return ap(name, *self.cols(index, c0, c1))
-        first = index[-1].start  # (a split tail: 2-D x)
+        first = index[-1].start  # (a tail: 2-D x)
         return ap(name, *index[:-1], slice(first + r0, first + r1), slice(c0, c1))
 
     def parts(self, n: int) -> int:
-        """Block n's parts (a split tail's: those of columns [0, h))."""
-        if n in self.split:
-            return next(j for j, c in enumerate(self.cuts) if c >= self.h)
-        return len(self.cuts) - 1
+        """Block n's parts."""
+        return len(self.bounds(n)) - 1
+
+    def partitions(self, n: int, rows: int) -> int:
+        """Block n's partitions (a tail's: its rows times its segments)."""
+        return rows * self.segs[n][1] if n in self.segs else rows
 
     def done(self) -> None:
         """The kept PSUM tiles released."""
-        self.b.release(*self.ps, *([self.pm] if self.split else []))
+        self.b.release(*self.ps, *([self.pm] if self.pm else []))
 
     def part(self, n: int, j: int, p: int) -> object:
-        """Block n's part j ([p, its columns])."""
-        lo, hi = self.cuts[j], self.cuts[j + 1]
-        t = self.b.scratch_tile(f"lnstt.x{n % self.bufs}.{j}", "x", (self.P, hi - lo), self.f32)
-        return ap(t, slice(0, p))
+        """Block n's part j ([p, its columns]: a tail's, the first columns of its buffer's)."""
+        cuts, lo, hi = self.bounds(n), self.cuts[j], self.cuts[j + 1]
+        t = self.b.scratch_tile(f"lnstt.x{n % self.bufs}.{j}", "x", (self.P, hi - lo),
+                                self.f32)  # fmt: skip
+        return ap(t, slice(0, p), slice(0, cuts[j + 1] - cuts[j]))
 
     def small(self, key: str, n: int, shape: tuple) -> str:
         """Block n's [P, *shape] fp32 tile `key` (the statistics' and their steps')."""
@@ -327,31 +428,31 @@ class _Stt:
         return (*index, *[slice(None)] * (self.nd - 1 - len(index)), slice(lo, hi))
 
     def load(self, n: int, index: tuple, rows: int) -> None:
-        """Block n's parts, a load a run (`segments`, each on a queue of its own: its own DMA
-        engines); a split tail's x0 on its second partitions."""
-        p = 2 * rows if n in self.split else rows
+        """Block n's parts, a load a run (`segments`, a tail's segment each on a queue of its
+        own: its own DMA engines); a tail's x0 on its other segments' partitions."""
+        p, cuts = self.partitions(n, rows), self.bounds(n)
         for j in range(self.parts(n)):
-            lo, hi = self.cuts[j], self.cuts[j + 1]
             t = self.part(n, j, p).name
-            for i, (p0, p1, r0, r1, c0, c1) in enumerate(self.segments(n, rows, lo, hi)):
-                src, dst = self.xap(self.x, n, index, r0, r1, c0, c1), ap(t, slice(p0, p1))
-                queue = self.loads.next() if not self.t else self.loads[2 * j + i]
+            for i, (p0, p1, r0, r1, c0, c1) in enumerate(
+                    self.segments(n, rows, cuts[j], cuts[j + 1])):  # fmt: skip
+                src = self.xap(self.x, n, index, r0, r1, c0, c1)
+                dst = ap(t, slice(p0, p1), slice(0, c1 - c0))
+                queue = self.seg_loads[i] if n in self.segs else self.loads.next()
                 self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queue)
-            if n in self.split and j == 0:
-                x0 = ap(self.small("x0", n, (1,)), slice(rows, p))
-                src = self.xap(self.x, n, index, 0, rows, 0, 1)
-                self.b.emit(DmaCopy, [src], [x0], src=src, dst=x0, queue=self.loads[1])
+                if n in self.segs and j == 0 and i > 0:
+                    x0 = ap(self.small("x0", n, (1,)), slice(p0, p1))
+                    src = self.xap(self.x, n, index, 0, rows, 0, 1)
+                    self.b.emit(DmaCopy, [src], [x0], src=src, dst=x0, queue=queue)
 
     def stats(self, n: int, index: tuple, rows: int) -> None:
         """Stage 1: x0 copied aside; ScalarE's s = x0 - x in place with its sum, and the sum
         of (s - a0)^2, a part at a time, LAG parts behind (the shift a0 after the first part's
         sum, `shift`)."""
-        b, c = self.b, len(self.cuts) - 1
-        p = 2 * rows if n in self.split else rows
-        st = self.small("st", n, (2, c))
+        b, p, cuts = self.b, self.partitions(n, rows), self.bounds(n)
+        st = self.small("st", n, (2, self.most))
         x0t = self.small("x0", n, (1,))
-        x0, x0a = ap(x0t, slice(0, p)), ap(x0t, slice(0, rows))  # (a split tail's second
-        # partitions' x0: loaded, `load`)
+        x0, x0a = ap(x0t, slice(0, p)), ap(x0t, slice(0, rows))  # (a tail's other
+        # segments' partitions' x0: loaded, `load`)
         first = ap(self.part(n, 0, p).name, slice(0, rows), slice(0, 1))
         self.flex(TensorCopy, [first], [x0a], src=first, dst=x0a)
         c0t = self.small("c0", n, (1,))
@@ -365,11 +466,11 @@ class _Stt:
                 b.emit(Activation, [xj, x0], [xj, s1], func="identity", src=xj, dst=xj,
                        scale=-1.0, bias=x0, reduce="add", reduce_dst=s1)  # fmt: skip
             if j == lag - 1:
-                w0 = self.cuts[1] - self.cuts[0]
-                self.shift(n, rows, p, ap(st, slice(0, rows), 0, slice(0, 1)), w0, c0t)
+                s10 = ap(st, slice(0, rows), 0, slice(0, 1))
+                self.shift(n, rows, p, s10, cuts[1] - cuts[0], c0t)
             i = j - lag + 1
             if 0 <= i < m:
-                xi, w = self.part(n, i, p), self.cuts[i + 1] - self.cuts[i]
+                xi, w = self.part(n, i, p), cuts[i + 1] - cuts[i]
                 s2 = ap(st, slice(0, p), 1, slice(i, i + 1))
                 junk = ap(self.junk, slice(0, p), slice(0, w))
                 b.emit(Activation, [xi, c0], [junk, s2], func="square", src=xi, dst=junk,
@@ -377,40 +478,40 @@ class _Stt:
 
     def shift(self, n: int, rows: int, p: int, s10, w0: int, c0t: str) -> None:
         """c0 = -a0, a0 the row's first part's mean of s (x0 less that part's mean of x), on
-        every partition of the row (a split tail's second ones by `pairs` from its first):
+        every partition of the row (a tail's other segments' ones by `pairs` from its first):
         the sum of squares is taken about a0, not about x0 (a row whose first element stood
         1000 standard deviations from its mean, as an LLM's massive activation channel, lost
         its variance to q - a^2 in fp32: --check failed, 0.048 off). On ScalarE, between its
-        two passes (no other queue's wait; on VectorE or GpSimd: trn2 LNC 2, 16 MiB, fp32 rows
+        passes (no other queue's wait; on VectorE or GpSimd: trn2 LNC 2, 16 MiB, fp32 rows
         of 5120 59.2 us against 60.0 on ScalarE, 6144 58.8 against 58.0)."""
         b, c0, c0a = self.b, ap(c0t, slice(0, p)), ap(c0t, slice(0, rows))
         fields = dict(src=s10, dst=c0a, scale=-1.0 / w0)
-        if n not in self.split:
+        if n not in self.segs:
             b.emit(Activation, [s10], [c0a], func="copy", **fields)
             return
-        # (the second partitions 0 for `pairs`: a memset starts at partition 0, so all of
-        # them, then the first ones' after it on the same engine)
+        # (the other segments' partitions 0 for `pairs`: a memset starts at partition 0, so
+        # all of them, then the first ones' after it on the same engine)
         b.emit(Memset, [], [c0], dst=c0, value=0.0, engine=V)
         b.emit(TensorScalar, [s10], [c0a], src=s10, dst=c0a, op0="multiply",
                operand0=-1.0 / w0, engine=V)  # fmt: skip
         pm = ap(self.pm, slice(0, p), slice(0, 1))
-        pairs = ap(self.pairs, slice(0, p), slice(0, p))
+        pairs = ap(self.tail(n)[2], slice(0, p), slice(0, p))
         b.emit(Matmul, [pairs, c0], [pm], stationary=pairs, moving=c0, dst=pm)
         b.emit(TensorCopy, [pm], [c0], src=pm, dst=c0, engine=V)
 
     def rstd(self, n: int, index: tuple, rows: int) -> None:
         """Stage 2: a = x0 - mean and rstd from the parts' sums (and for ScalarE's
         normalisation of the PSUM parts -rstd and a * rstd, its scale and bias)."""
-        b, split = self.b, n in self.split
-        p = 2 * rows if split else rows
-        st, m = self.small("st", n, (2, len(self.cuts) - 1)), self.small("m", n, (2,))
+        b, split = self.b, n in self.segs
+        p = self.partitions(n, rows)
+        st, m = self.small("st", n, (2, self.most)), self.small("m", n, (2,))
         r = self.small("r", n, (1,))
         sa = ap(st, slice(0, p), slice(None), slice(0, self.parts(n)))
         ma, ra = ap(m, slice(0, p)), ap(r, slice(0, p))
         b.emit(TensorReduce, [sa], [ma], alu="add", src=sa, dst=ma, engine=V)
-        if split:  # each row's two partitions' sums added on TensorE (`selector`'s pairs)
+        if split:  # each row's partitions' sums added on TensorE (`pairs`)
             pm = ap(self.pm, slice(0, p), slice(0, 2))
-            pairs = ap(self.pairs, slice(0, p), slice(0, p))
+            pairs = ap(self.tail(n)[2], slice(0, p), slice(0, p))
             b.emit(Matmul, [pairs, ma], [pm], stationary=pairs, moving=ma, dst=pm)
             b.emit(TensorScalar, [pm], [ma], src=pm, dst=ma, op0="multiply",
                    operand0=1 / self.d, engine=V)  # fmt: skip
@@ -424,7 +525,7 @@ class _Stt:
                   op1="subtract", operand1=q, reverse1=True, dst=ra)  # fmt: skip
         self.flex(TensorScalar, [ra], [ra], src=ra, dst=ra, op0="add", operand0=self.eps,
                   op1="pow", operand1=-0.5)  # fmt: skip
-        if self.kept:  # ((a - s) * rstd = s * -rstd + a * rstd)
+        if self.kept and not split:  # ((a - s) * rstd = s * -rstd + a * rstd)
             sb = self.small("sb", n, (2,))
             nr, ar = ap(sb, slice(0, p), slice(0, 1)), ap(sb, slice(0, p), slice(1, 2))
             self.flex(TensorScalar, [ra], [nr], src=ra, dst=nr, op0="multiply", operand0=-1.0)
@@ -433,15 +534,15 @@ class _Stt:
     def output(self, n: int, index: tuple, rows: int) -> None:
         """Stage 3: each part's (a - s) * w, then (. * rstd) + b; or (a - s) * rstd, then the
         weight and the bias out of PSUM; its store."""
-        b = self.b
-        p = 2 * rows if n in self.split else rows
+        b, split = self.b, n in self.segs
+        p, cuts = self.partitions(n, rows), self.bounds(n)
         a = ap(self.small("m", n, (2,)), slice(0, p), slice(0, 1))
         r = ap(self.small("r", n, (1,)), slice(0, p))
         k = self.d - self.kept
         for j in range(self.parts(n)):
-            lo, hi = self.cuts[j], self.cuts[j + 1]
+            lo, hi = cuts[j], cuts[j + 1]
             xj = self.part(n, j, p)
-            if lo >= k:  # (the weight and bias in PSUM)
+            if lo >= k and not split:  # (the weight and bias in PSUM)
                 sb = self.small("sb", n, (2,))
                 nr, ar = ap(sb, slice(0, p), slice(0, 1)), ap(sb, slice(0, p), slice(1, 2))
                 ts = (TensorScalar, [xj, nr, ar], [xj], dict(src=xj, dst=xj, op0="multiply",
@@ -456,7 +557,7 @@ class _Stt:
                     b.emit(TensorTensor, [xj, v], [xj], alu=alu, src0=xj, src1=v, dst=xj,
                            engine=V)  # fmt: skip
             else:
-                wt, bt = (self.tw, self.tb) if n in self.split else (self.w, self.b_)
+                wt, bt = self.tail(n)[:2] if split else (self.w, self.b_)
                 w, bj = (ap(v, slice(0, p), slice(lo, hi)) for v in (wt, bt))
                 self.flex(ScalarTensorTensor, [xj, a, w], [xj], data=xj, op0="subtract",
                           operand0=a, reverse0=True, op1="multiply", operand1=w,
@@ -464,9 +565,9 @@ class _Stt:
                 self.flex(ScalarTensorTensor, [xj, r, bj], [xj], data=xj, op0="multiply",
                           operand0=r, op1="add", operand1=bj, dst=xj)  # fmt: skip
             for i, (p0, p1, r0, r1, c0, c1) in enumerate(self.segments(n, rows, lo, hi)):
-                src = ap(xj.name, slice(p0, p1))
+                src = ap(xj.name, slice(p0, p1), slice(0, hi - lo))
                 dst = self.xap(self.out, n, index, r0, r1, c0, c1)
-                queue = self.stores.next() if not self.t else self.stores[2 * j + i]
+                queue = self.seg_stores[i] if split else self.stores.next()
                 b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queue)
 
     def flex(self, cls, reads: list, writes: list, **fields) -> None:
