@@ -99,3 +99,35 @@ def test_stt_fit_with_a_massive_first_channel(stt_only, tmp_path):
                                                            "weight": "w", "bias": "b"}, 1)],
                              equal=False)  # fmt: skip
     assert {str(v) for _, v in norms._CHOSEN.values()} == {str(norms.STT_FIT)}
+
+
+def test_stt_fit_tails_in_segments_at_both_lncs(stt_only, tmp_path):
+    """A core's last rows in segments a row (`norm_stt._tails`, the rows cut evenly between
+    the cores, `rows.EVEN_LAYER_FP32`): 307 rows of 5120 go 153 and 154 a core, 25 rows in 5
+    segments and 26 in 4; 288 rows, 16 in 8 segments. --check holds, a massive first channel
+    too, and LNC 1 (the same rows in the same segments, `norm_stt._ranges`) gives the LNC 2
+    values bit for bit."""
+    from trnsim.config import load_chip
+    from trnsim.kernels import norm_stt
+
+    cfg = load_chip("trn2")
+    assert norm_stt._tails(cfg, 25, 5120) == [(25, 5)]
+    assert norm_stt._tails(cfg, 26, 5120) == [(26, 4)]
+    assert norm_stt._tails(cfg, 16, 5120) == [(16, 8)]
+    rng = np.random.default_rng(3)
+    for rows, first in ((307, None), (288, 1000.0)):
+        x = rng.standard_normal((rows, 5120)).astype(np.float32)
+        if first is not None:
+            x[:, 0] = first
+        files = {}
+        for name, v in (("x", x), ("w", 1 + 0.1 * rng.standard_normal(5120)),
+                        ("b", 0.1 * rng.standard_normal(5120))):  # fmt: skip
+            files[name] = tmp_path / f"{name}{rows}.npy"
+            np.save(files[name], np.asarray(v, np.float32))
+        f32 = dtype("float32")
+        specs = {n: TensorSpec(n, np.load(files[n]).shape, f32, ("file", str(files[n])))
+                 for n in ("x", "w", "b")}  # fmt: skip
+        specs["out"] = TensorSpec("out", x.shape, f32, None)
+        checked_at_both_lncs(specs, [OpSpec("layer_norm", {"x": "x", "out": "out",
+                                                           "weight": "w", "bias": "b"}, 1)])  # fmt: skip
+    assert {str(v) for _, v in norms._CHOSEN.values()} == {str(norms.STT_FIT)}

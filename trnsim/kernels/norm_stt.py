@@ -23,12 +23,15 @@ start while the block's last parts are still being computed):
    (a - s) * rstd on ScalarE or GpSimd, then VectorE's `tensor_tensor`s with the weight and
    the bias out of PSUM (N cycles an element each, not 2N); store.
 
-A 2-D x's last rows past its last multiple of 128, if 64 or fewer (`_tail`), go two partitions
-a row (`segments`: columns [0, D/2) on the first t partitions, [D/2, D) on the next t): half
-the passes' time a row (a block of 51 rows cost a whole block's); each row's sums added over
-its two partitions by a TensorE matmul (`selector`'s pair matrix), its weight and bias halves
-spread by a K = 2 selector once the other blocks' statistics are taken (`spread_tail`: ScalarE
-then copies them out); the weight and bias keep SPREAD_BANKS banks fewer in PSUM for those.
+A 2-D x's last block of a core, t rows fewer than 128 (at the cut of the chip's default LNC,
+`_ranges`, at any LNC: the same rows so, the same values at LNC 1 and 2), may go in blocks of g
+rows in k segments a row (`_tails`: where that costs less by the estimate of their loads and
+their weight's spread; `segments`: segment s, columns [s D/k, (s+1) D/k), on partitions
+[s g, (s+1) g)): its loads and stores on all the DMA engines, not on t / 8 of them, and 1/k of a
+block's passes (25 rows of 5120 cost a whole block's on 4 of 16 engines; in 5 segments, 125
+partitions); each row's sums added over its partitions by a TensorE matmul (`pairs`), its
+weight and bias segments spread by a K = k selector once the other blocks' statistics are taken
+(`spread_tails`); the weight and bias keep SPREAD_BANKS banks fewer in PSUM for those.
 
 Each of those instructions goes on the engine a list schedule finds free sooner, with a
 descent of SEARCH schedules over the choices (`schedule.Scheduled`). The weight and bias are
@@ -59,7 +62,6 @@ from trnsim.isa import (
 from trnsim.kernels.balance import dma_queues
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_tiles
-from trnsim.kernels.norm_affine import ones
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, S, V, bank_runs, runs
 from trnsim.kernels.rows import norm_share
@@ -80,12 +82,15 @@ COPY_ON = (V,)  # ... of the spread's copies out of PSUM (ScalarE too: 63.3 -> 6
 COPY_BANKS = 2  # ... each of this many PSUM banks (rows of 5120: one 60.6 us, two 59.0, four
 # 59.6)
 SMALL_TILES = 6  # a block's statistics' tiles (`_Stt.small`: st, x0, c0, m, r, sb)
-SMALL_ROOM = 8192  # bytes a partition left to the small tiles (`_Stt.small`, a few words each a
+SMALL_ROOM = 2048  # bytes a partition left to the small tiles (`_Stt.small`, a few words each a
 # buffer) and the rest
 SEMS_KEPT = 32  # semaphores left to the rest (the spread's tiles, the junk tile, other ops):
 # rows of 1024 at LNC 1, 16 MiB, took 29 buffers and 309 semaphores of a core's 256
 SPLIT_TAIL = True  # a core's last rows, fewer than 128, in segments (`_Stt.segments`): trn2
-# LNC 2, 16 MiB, fp32 rows of 5120 (two partitions a row) 59.0 -> 57.4 us, 4544 55.1 -> 52.8
+# LNC 2, 16 MiB, fp32 rows of 5120 (two partitions a row) 59.0 -> 57.4 us, 4544 55.1 -> 52.8;
+# 409 rows a core (`rows.EVEN_LAYER_FP32`), 25 in 5 segments and 26 in 4, 56.9 -> 53.4 (rows of
+# 4544 and 6144 cut so, their tails of 77 and 85 rows whole: in segments of 2 and 8, 59.8 us,
+# of 2 and 6, 71.7: their weights' spread, TensorE's fp32 matmuls, now in `_tails`' estimate)
 SEGS_MOST = 8  # a tail row's segments at most (each on a DMA queue of its own)
 SEG_COLS = 512  # ... and a segment's columns at least
 TAIL_NS = 1000  # ASSUMED: what a tail block costs beyond its load (`_tails`' estimate)
@@ -153,9 +158,14 @@ def _tails(cfg: ChipConfig, t: int, d: int) -> list[tuple[int, int]]:
     ks = [1] + [k for k in range(2, SEGS_MOST + 1) if SPLIT_TAIL and d % k == 0
                 and d // k % 2 == 0 and d // k >= SEG_COLS]  # fmt: skip
 
+    pe, step = cfg.core.tensor, cfg.core.tensor.moving_free_max
+
     def ns(g: int, k: int) -> float:
         busiest = min(P // dma.engines, g * k) * d // k * 4
-        return (busiest / dma.engine_bandwidth + dma.transfer_setup) * 1e9 + TAIL_NS
+        # (in segments: the weight's and bias' spread, `_Stt.spread_tails`, a fp32 matmul a
+        # bank of columns)
+        spread = 2 * -(-d // k // step) * step / pe.fp32_rate / pe.clock_hz if k > 1 else 0
+        return (busiest / dma.engine_bandwidth + dma.transfer_setup + spread) * 1e9 + TAIL_NS
 
     best: list[tuple[float, list]] = [(0.0, [])]  # best[m]: the blocks of the last m rows
     for m in range(1, t + 1):
@@ -192,6 +202,7 @@ def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, 
     if not blocks:
         return 0.0
     k.segs = {n: (rows, kk) for n, (_, rows, kk) in enumerate(blocks) if kk > 1}
+    k.place()
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * k.d * 4 - PART_COLS * 8
     # (each buffer's tiles count on two semaphores each: a part's and SMALL_TILES' of them)
     sems = (cfg.core.semaphores - SEMS_KEPT) // (2 * (len(k.cuts) - 1 + SMALL_TILES))
@@ -204,7 +215,8 @@ def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, 
                 k.spread()
         for n, block in enumerate(blocks):
             if n == min(k.segs, default=-1):  # (their weight and bias late: ScalarE, the
-                # other blocks' statistics taken, copies them out)
+                # other blocks' statistics taken, copies them out; with the weight's: fp32
+                # rows of 5120 53.4 -> 54.4 us)
                 k.spread_tails()
             k.stats(n, *block[:2])
             k.rstd(n, *block[:2])
@@ -235,27 +247,30 @@ class _Stt:
         self.seg_loads, self.seg_stores = qs.loads(), qs.stores()  # (a tail's segment each)
         self.bufs, self.w, self.b_, self.ps, self.pm = 1, None, None, [], None
         self.tails: dict[tuple[int, int], tuple] = {}  # (g, k): weight, bias and pair tiles
+        self.loaded: set[tuple[int, str]] = set()  # (k, weight or bias) in `wb` (`place`)
         self.junk = b.scratch_tile("lnstt.junk", "junk", (self.P, widest), self.f32)
 
     def spread(self) -> None:
-        """The weight and bias on every partition: each loaded into one partition, times a
-        ones row on TensorE (K = 1) into PSUM a bank at a time, the first columns first (the
-        first block's first passes need them); the SBUF columns ([P, D] tiles `w`, `b_`)
-        copied out (by VectorE: idle until the first block's statistics are taken, ScalarE
-        takes them), the kept columns left in their PSUM tiles (`ps`)."""
-        b, P, f32 = self.b, self.P, self.f32
+        """The weight and bias on every partition: each loaded into one partition (of the
+        `wb` tile, `place`), times a ones row on TensorE (K = 1) into PSUM a bank at a time,
+        the first columns first (the first block's first passes need them); the SBUF columns
+        ([P, D - kept] tiles `w`, `b_`) copied out (by VectorE: idle until the first block's
+        statistics are taken, ScalarE takes them), the kept columns left in their PSUM tiles
+        (`ps`)."""
+        b, P, f32, q = self.b, self.P, self.f32, self.q
         step = min(self.cfg.core.tensor.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
         queues = Queues(self.cfg).loads(1 / 2, 1)
-        rows = [b.tile("row", "sbuf", (1, self.d), f32) for _ in range(2)]
-        for i, (v, row) in enumerate(zip((self.weight, self.bias), rows)):
-            src, dst = ap(v), ap(row)
+        for i, v in enumerate((self.weight, self.bias)):
+            src, dst = ap(v), ap(self.wb, slice(i * q, i * q + 1))
             b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queues[i])
+        lo = self.d - self.kept
         self.w, self.b_ = tiles = [
-            b.scratch_tile(f"lnstt.rows.{v}", f"{v}_rows", (P, self.d), f32)
+            b.scratch_tile(f"lnstt.rows.{v}", f"{v}_rows", (P, lo), f32)
             for v in (self.weight, self.bias)
         ]
-        one = ap(ones(b, f32, P))
-        lo = self.d - self.kept
+        one = b.scratch_tile("lnstt.ones", "ones", (q + 1, P), f32)
+        b.emit(Memset, [], [ap(one)], dst=ap(one), value=1.0, engine=V)
+        ones = [ap(one, slice(i * q, i * q + 1)) for i in range(2)]
         self.ps = [b.psum(f"{v}_kept", (P, self.kept), f32) for v in (self.weight, self.bias)
                    ] if self.kept else []  # fmt: skip
         span = COPY_BANKS if self.kept >= COPY_BANKS * step else 1
@@ -270,15 +285,16 @@ class _Stt:
             ps = [ap(t, slice(None), slice(0, step)) for t in new]
         turn = 0
         for a, z in runs(lo, span * step):
-            for row, t in zip(rows, tiles):
+            for i, t in enumerate(tiles):
                 bank = ps[turn % len(ps)]
                 turn += 1
                 first = bank.index[1][0]
                 for c0 in range(a, z, step):  # (a matmul a bank)
                     c1 = min(z, c0 + step)
                     acc = ap(bank.name, slice(None), slice(first + c0 - a, first + c1 - a))
-                    mv = ap(row, slice(None), slice(c0, c1))
-                    b.emit(Matmul, [one, mv], [acc], stationary=one, moving=mv, dst=acc)
+                    mv = ap(self.wb, slice(i * q, i * q + 1), slice(c0, c1))
+                    b.emit(Matmul, [ones[i], mv], [acc], stationary=ones[i], moving=mv,
+                           dst=acc)  # fmt: skip
                 acc = ap(bank.name, slice(None), slice(first, first + z - a))
                 o = ap(t, slice(None), slice(a, z))
                 act = (Activation, [acc], [o], dict(func="copy", src=acc, dst=o))
@@ -286,20 +302,38 @@ class _Stt:
                        for e in COPY_ON]  # fmt: skip
                 b.emit(*ops[0][:3], choices=ops[1:], **ops[0][3])
         for a, z in bank_runs(self.kept, step):
-            for row, t in zip(rows, self.ps):
+            for i, t in enumerate(self.ps):
                 acc = ap(t, slice(None), slice(a, z))
-                mv = ap(row, slice(None), slice(lo + a, lo + z))
-                b.emit(Matmul, [one, mv], [acc], stationary=one, moving=mv, dst=acc)
+                mv = ap(self.wb, slice(i * q, i * q + 1), slice(lo + a, lo + z))
+                b.emit(Matmul, [ones[i], mv], [acc], stationary=ones[i], moving=mv, dst=acc)
         b.release(*new)
+
+    def place(self) -> None:
+        """The `wb` tile ([P, D]): the weight's row on partition 0, the bias' on q (matmul
+        operands start at multiples of q, `core.partition_start_steps`), and for each tail's
+        k the weight as [k, D / k] on partitions [2q, 2q + k), the bias on [3q, 3q + k), after
+        the other k's columns (`at`: k -> (the tile, its first column); in a tile of their
+        own past D)."""
+        self.q = self.cfg.core.partition_start_steps[0]
+        self.wb = self.b.scratch_tile("lnstt.wb", "wb", (self.P, self.d), self.f32)
+        self.at, c = {}, 0
+        for k in dict.fromkeys(k for _, k in self.segs.values()):
+            w = self.d // k
+            if c + w <= self.d:
+                self.at[k], c = (self.wb, c), c + w
+            else:
+                self.at[k] = (self.b.scratch_tile(f"lnstt.segs{k}", "segs", (self.P, w),
+                                                  self.f32), 0)  # fmt: skip
 
     def fixed_bytes(self) -> int:
         """The bytes a partition of the tiles besides the blocks' buffers (`lower_stt` fits
-        those in the rest): the weight's and bias' rows and spread tiles, the junk tile, the
-        ones, the tails' weight and bias segments, spread tiles, selectors and pairs."""
-        d, P, ks = self.d, self.P, {k for _, k in self.segs.values()}
+        those in the rest): the weight's and bias' spread tiles and `wb`, the junk tile, the
+        ones, the tails' weight and bias, selectors and pairs, segments past `wb`."""
+        d, P = self.d, self.P
         widest = max(hi - lo for lo, hi in zip(self.cuts, self.cuts[1:]))
-        tails = sum(8 * d // k + 4 * (P + P) for _, k in set(self.segs.values()))
-        return 4 * (4 * d + widest + P) + tails + sum(8 * d // k for k in ks)
+        tails = sum(8 * d // k + 8 * P for _, k in set(self.segs.values()))
+        own = sum(4 * d // k for k, (t, _) in self.at.items() if t != self.wb)
+        return 4 * (2 * (d - self.kept) + d + widest + 2 * P) + tails + own
 
     def spread_tails(self) -> None:
         """Each tail's (g rows in k segments, `segs`) weight and bias ([P, D / k] tiles):
@@ -315,21 +349,23 @@ class _Stt:
         ps = [b.psum("tail", (P, step), f32) for _ in range(SPREAD_BANKS)]
         turn = 0
         for g, k in dict.fromkeys(self.segs.values()):
-            w, sel = self.d // k, self.selector(g, k)
+            w, sel0 = self.d // k, self.selector(g, k)
             tiles = []
+            t0, c0 = self.at[k]
             for i, v in enumerate((self.weight, self.bias)):
-                key = f"lnstt.segs{k}.{v}"
-                new = key not in self.b.scratch  # (made once per k)
-                row = b.scratch_tile(key, "segs", (k, w), f32)
-                if new:
-                    src, dst = ap(v), ap(row)
-                    b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queues[i])
+                p0 = (2 + i) * self.q
+                row = ap(t0, slice(p0, p0 + k), slice(c0, c0 + w))
+                if (k, v) not in self.loaded:  # (loaded once a k)
+                    self.loaded.add((k, v))
+                    b.emit(DmaCopy, [ap(v)], [row], src=ap(v), dst=row, queue=queues[i])
                 t = b.scratch_tile(f"lnstt.tail{g}.{k}.{v}", f"{v}_tail", (P, w), f32)
                 tiles.append(t)
                 for a, z in runs(w, step):
                     acc = ap(ps[turn % len(ps)], slice(None), slice(0, z - a))
                     turn += 1
-                    mv, o = ap(row, slice(None), slice(a, z)), ap(t, slice(None), slice(a, z))
+                    mv = ap(t0, slice(p0, p0 + k), slice(c0 + a, c0 + z))
+                    o = ap(t, slice(None), slice(a, z))
+                    sel = ap(sel0, slice(p0, p0 + k))
                     b.emit(Matmul, [sel, mv], [acc], stationary=sel, moving=mv, dst=acc)
                     cp = (TensorCopy, [acc], [o], dict(src=acc, dst=o, engine=V))
                     b.emit(Activation, [acc], [o], choices=[cp], func="copy", src=acc, dst=o)
@@ -337,18 +373,21 @@ class _Stt:
         b.release(*ps)
         self.pm = b.psum("pairs", (P, 2), f32)  # (the pair sums: in a bank the spread left)
 
-    def selector(self, g: int, k: int):
-        """[k, P]: row s ones on partitions [s g, (s + 1) g) (TensorE's K = k selector of a
-        tail's weight and bias segments)."""
-        b, P = self.b, self.P
-        sel = b.tile("selector", "sbuf", (k, P), self.f32)
-        a = ap(sel)
-        b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
-        for s in range(k):  # (ones on row s there)
-            a = ap(sel, slice(None), slice(s * g, (s + 1) * g))
-            b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
-                   start=-s, partition_step=1, step=0, engine=G)  # fmt: skip
-        return ap(sel)
+    def selector(self, g: int, k: int) -> str:
+        """[P, P]: on partitions [2q, 2q + k) and [3q, 3q + k) (the weight's and the bias'
+        segments', `place`), row s ones on columns [s g, (s + 1) g) (TensorE's K = k selector
+        of a tail's weight and bias segments), made once."""
+        b, P, key = self.b, self.P, f"lnstt.sel{g}.{k}"
+        new = key not in b.scratch
+        sel = b.scratch_tile(key, "selector", (P, P), self.f32)
+        for p0 in (2 * self.q, 3 * self.q) if new else ():
+            a = ap(sel, slice(p0, p0 + k))
+            b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+            for s in range(k):  # (ones on row s there)
+                a = ap(sel, slice(p0, p0 + k), slice(s * g, (s + 1) * g))
+                b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
+                       start=-s, partition_step=1, step=0, engine=G)  # fmt: skip
+        return sel
 
     def pairs(self, g: int, k: int) -> str:
         """[P, P]: 1 where m = m' (mod g) (the partitions of a row of a tail of g rows in k

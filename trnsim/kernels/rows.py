@@ -61,6 +61,9 @@ EVEN_NORM_BLOCKS = 4  # ... when a core has at most this many blocks of 128 rows
 EVEN_LAYER_ROW = 8192  # layer_norm's rows this long go evenly so too (they may go in pieces
 # of 16 rows a tile, `norms.FIT_PIECES`, whose time follows a core's rows, not its blocks of
 # 128: trn2 LNC 2, 16 MiB, bf16 rows of 14336, 256 and 329 rows a core, 67.5 -> 61.9 us)
+EVEN_LAYER_FP32 = 2048  # ... and fp32 rows this long (`norm_stt`'s plan: a core's last rows in
+# segments a row, `norm_stt._tails`, on all the DMA engines; trn2 LNC 2, 16 MiB, rows of 5120,
+# 384 and 435 rows a core -> 409 and 410: 56.9 -> 53.4 us; 6144 57.3 -> 55.6)
 
 
 def lower_reduction(
@@ -166,7 +169,8 @@ def even_norm(cfg: ChipConfig, op: str, tx) -> bool:
     the cut at 128 rows ran as fast or faster: fp32 rows of 2560 50.5 -> 50.9 us)."""
     if not tx.shape or not rows_fit(cfg, tx):
         return False
-    if op not in EVEN_NORMS and not (op == "layer_norm" and tx.shape[-1] >= EVEN_LAYER_ROW):
+    long = tx.shape[-1] >= (EVEN_LAYER_FP32 if tx.dtype.itemsize == 4 else EVEN_LAYER_ROW)
+    if op not in EVEN_NORMS and not (op == "layer_norm" and long):
         return False
     few = math.prod(tx.shape[:-1]) <= 2 * EVEN_NORM_BLOCKS * cfg.core.sbuf.partitions
     return few and _uneven(cfg, tx)
