@@ -341,7 +341,7 @@ class _Stt:
         K = k selector (`selector`) times the weight as [k, D / k] (loaded so, one transfer,
         once for every tail of k segments) into PSUM through SPREAD_BANKS spare banks, copied
         out by VectorE or ScalarE; and its pair matrix (`pairs`). (As k one-hot rows times
-        the weight's row, K = 1, accumulated: TensorE's time k times, fp32 rows of 5120 57.4
+        the weight's row, K = 1, accumulated: TensorE's time k times, fp32 rows of 5120 56.9
         -> 62.7 us)"""
         b, P, f32 = self.b, self.P, self.f32
         step = min(self.cfg.core.tensor.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
@@ -376,11 +376,10 @@ class _Stt:
     def selector(self, g: int, k: int) -> str:
         """[P, P]: on partitions [2q, 2q + k) and [3q, 3q + k) (the weight's and the bias'
         segments', `place`), row s ones on columns [s g, (s + 1) g) (TensorE's K = k selector
-        of a tail's weight and bias segments), made once."""
-        b, P, key = self.b, self.P, f"lnstt.sel{g}.{k}"
-        new = key not in b.scratch
-        sel = b.scratch_tile(key, "selector", (P, P), self.f32)
-        for p0 in (2 * self.q, 3 * self.q) if new else ():
+        of a tail's weight and bias segments)."""
+        b, P = self.b, self.P
+        sel = b.scratch_tile(f"lnstt.sel{g}.{k}", "selector", (P, P), self.f32)
+        for p0 in (2 * self.q, 3 * self.q):
             a = ap(sel, slice(p0, p0 + k))
             b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
             for s in range(k):  # (ones on row s there)
