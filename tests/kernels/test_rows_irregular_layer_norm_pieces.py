@@ -55,6 +55,8 @@ def test_even_cut_and_wide_pieces():
     assert not even_norm(cfg, "layer_norm", _x((819, 5120), "bfloat16"))
     assert even_norm(cfg, "layer_norm", _x((819, 5120), "float32"))
     assert not even_norm(cfg, "layer_norm", _x((819, 1600), "float32"))
+    assert even_norm(cfg, "layer_norm", _x((1365, 3072), "float32"))  # (EVEN_FP32_BLOCKS)
+    assert not even_norm(cfg, "rms_norm", _x((1365, 3072), "float32"))
     b = KernelBuilder({"x": _x((819, 10240), "bfloat16")})
     got = []
     for c in (0, 1):

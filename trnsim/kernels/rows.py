@@ -64,6 +64,8 @@ EVEN_LAYER_ROW = 8192  # layer_norm's rows this long go evenly so too (they may 
 EVEN_LAYER_FP32 = 2048  # ... and fp32 rows this long (`norm_stt`'s plan: a core's last rows in
 # segments a row, `norm_stt._tails`, on all the DMA engines; trn2 LNC 2, 16 MiB, rows of 5120,
 # 384 and 435 rows a core -> 409 and 410: 56.9 -> 53.4 us; 6144 57.3 -> 55.6)
+EVEN_FP32_BLOCKS = 8  # ... when a core has at most this many blocks of 128 rows (rows of 3072,
+# 640 and 725 rows a core -> 682 and 683: 56.6 -> 54.9 us; 2560 51.8 -> 51.7)
 
 
 def lower_reduction(
@@ -166,13 +168,17 @@ def even_norm(cfg: ChipConfig, op: str, tx) -> bool:
     (`_uneven`), and x has no more than EVEN_NORM_BLOCKS blocks of 128 rows a core: rms_norm's
     plan (`rms_plan`: in pieces or lanes) then takes as long as its larger share (trn2 LNC 2,
     16 MiB, fp32 rows of 5120: 384 and 435 rows 53.2 us, 409 and 410 50.2 us; with more rows
-    the cut at 128 rows ran as fast or faster: fp32 rows of 2560 50.5 -> 50.9 us)."""
+    the cut at 128 rows ran as fast or faster: fp32 rows of 2560 50.5 -> 50.9 us). So too
+    layer_norm's rows of EVEN_LAYER_ROW or more, and its fp32 ones of EVEN_LAYER_FP32 or more
+    up to EVEN_FP32_BLOCKS blocks a core (`norm_stt`'s tails in segments)."""
     if not tx.shape or not rows_fit(cfg, tx):
         return False
-    long = tx.shape[-1] >= (EVEN_LAYER_FP32 if tx.dtype.itemsize == 4 else EVEN_LAYER_ROW)
-    if op not in EVEN_NORMS and not (op == "layer_norm" and long):
+    fp32 = op == "layer_norm" and tx.dtype.itemsize == 4 and tx.shape[-1] >= EVEN_LAYER_FP32
+    long = tx.shape[-1] >= EVEN_LAYER_ROW
+    if op not in EVEN_NORMS and not (op == "layer_norm" and long) and not fp32:
         return False
-    few = math.prod(tx.shape[:-1]) <= 2 * EVEN_NORM_BLOCKS * cfg.core.sbuf.partitions
+    blocks = EVEN_FP32_BLOCKS if fp32 else EVEN_NORM_BLOCKS
+    few = math.prod(tx.shape[:-1]) <= 2 * blocks * cfg.core.sbuf.partitions
     return few and _uneven(cfg, tx)
 
 
