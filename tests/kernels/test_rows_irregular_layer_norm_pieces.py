@@ -29,7 +29,6 @@ SHORT = {  # (dtype, row length): why it does not reach 80% yet
     "(the cut at a multiple of its groups' 64 rows); needs <= 57.9",
     ("bfloat16", 14336): "61.6 us, 75%: 8 pieces of 1792 (STT_PARTS), 288 and 297 rows a core; "
     "needs <= 57.9",
-    ("float32", 10240): "59.9 us, 77%: 8 pieces of 1280 (PSUM_PIECES); needs <= 58.0",
 }
 PARAMS = marked([("bfloat16", 10240), ("bfloat16", 14336), ("float32", 10240)], SHORT)
 

@@ -39,6 +39,12 @@ STD_COLS = (V,)  # `std_scales`' [p, 2u] steps' engines (trn2 LNC 2, bf16 rows o
 # us; GpSimd 66.6, either as the list schedule picks 64.3)
 STD_DIAGS = ((V,), (G,))  # ... and its dh's and C's (63.1 us; either as the list schedule picks
 # 66.5)
+SUM_COMBINE = True  # `NormStages.sum_combine` (VectorE's [p, 1] steps 7 -> 4 a block): trn2
+# LNC 2, 16 MiB, fp32 rows of 12288 (16 pieces of 768, 22 blocks a core; VectorE busy 49.8 us)
+# 65.6 -> 57.7 us, 14336 63.6 -> 58.3, 24576 64.4 -> 57.4, 32000 62.0 -> 58.2
+PSUM_SHIFT = True  # rows in pieces whose shift is all ScalarE's: -x0 its bias from PSUM (no
+# [p, 1] ScalarE step a block): trn2 LNC 2, 16 MiB, with SUM_COMBINE, fp32 rows of 12288 57.7
+# -> 56.6 us, 14336 58.3 -> 55.3, 24576 57.4 -> 55.4, 32000 58.2 -> 54.0
 OUT_BUFS = 3  # ... the blocks whose output pieces rotate through tiles of their own
 
 
@@ -144,6 +150,7 @@ class NormStages:
         self.stat_slots = 0  # ... their groups' tiles in this many buffers, not `bufs` (two
         # semaphores a buffer: a core has 256; a group's tiles live about bufs / g blocks)
         self.parts_of: dict[int, int] = {}  # each block's partitions (`first`)
+        self.nx_psum: dict = {}  # block -> its -x0 in PSUM (`shifted`, PSUM_SHIFT)
         self.pe_tiles = PE_TILES  # rows in pieces: TensorE's bias' PSUM tiles, in turn
         self.tail_copies = 0  # ... the last this many blocks' copies out a bank each, on ScalarE
         # and VectorE in turn (the last copies end sooner: the last store goes sooner)
@@ -388,7 +395,8 @@ class NormStages:
                     continue
                 m = ap(sa, slice(0, p), a0 + j, slice(2 * q, 2 * q + 1))
                 if self.folded:  # x - x0 in place, and its sum S
-                    nx = self.col("nx", n, p, j)
+                    nx = self.nx_psum.get(n)
+                    nx = self.col("nx", n, p, j) if nx is None else nx
                     b.emit(Activation, [xs, nx], [xs, m], func="copy", src=xs, dst=xs, bias=nx,
                            reduce="add", reduce_dst=m)  # fmt: skip
                     continue
@@ -415,6 +423,17 @@ class NormStages:
                 and len(self.spieces) == 1)  # fmt: skip
 
     @property
+    def sum_combine(self) -> bool:
+        """Rows in pieces whose statistics are all ScalarE's, shifted (`folded`): the row's
+        mean and variance straight from ScalarE's sums S and n^2 M2, summed on TensorE and
+        read from PSUM (`_second_sum_combine`), four [p, 1] steps, not seven (two scalings of
+        the triple, bn_aggr, the combine's two, rstd, -mean * rstd), whatever the variant (so
+        all give the same values)."""
+        return (bool(self.pieces) and self.folded and self.c == self.d
+                and len(self.spieces) == 1 and not self.stt and self.stat_group == 1
+                and SUM_COMBINE)  # fmt: skip
+
+    @property
     def folded(self) -> bool:
         """Whether ScalarE's first statistics pass shifts its c columns (`scalar_stats`), the
         shift pass then only over the columns from c on."""
@@ -427,6 +446,14 @@ class NormStages:
             e = S
         b, nx, ne = self.b, self.col("nx", n, p), e
         first = ap(self.lane_tile("x", n, 0, p).name, slice(0, p), slice(0, self.per), 0)
+        if self.pieces and self.folded and self.c >= self.d and PSUM_SHIFT:  # -x0 (GpSimd's
+            # negated copy, exact) spread by TensorE, read from PSUM as ScalarE's bias
+            # (`scalar_stats`): no step between
+            f32 = self.col("x0", n, p)
+            b.emit(TensorScalar, [first], [f32], src=first, dst=f32, op0="multiply",
+                   operand0=-1.0, engine=G)  # fmt: skip
+            self.nx_psum[n] = self.groups.firsts(f32, p)
+            return
         if self.pieces:  # the row's first element is its first partition's
             f32 = self.col("x0", n, p)
             b.emit(TensorCopy, [first], [f32], src=first, dst=f32, engine=G)
@@ -455,6 +482,9 @@ class NormStages:
         if self.stat_group > 1:
             if n % self.stat_group == self.stat_group - 1 or n == self.blocks - 1:
                 self._second_group(n, p)
+            return
+        if self.sum_combine:
+            self._second_sum_combine(n, p)
             return
         if self.one_triple:  # mean = S / n, var = n^2 M2 / n^3 (no triple, no bn_aggr)
             sa = self.tile("sa1.", n, (self.P, self.tper, 2))
@@ -780,6 +810,31 @@ class NormStages:
         else:
             b.emit(TensorScalar, [xj, rj], [oj], src=xj, dst=oj, op0="multiply", operand0=rj,
                    engine=e)  # fmt: skip
+
+    def _second_sum_combine(self, n: int, p: int) -> None:
+        """`second` of `sum_combine`: each partition's piece has n = c columns, ScalarE's sum S
+        and n^2 M2 (M2 its sum of squares about its mean S / n; `scalar_stats`); over the row's
+        k partitions, ns = -sum(S) / k = -n mean (TensorE, a matrix of -1 / k: exact, k a
+        power of two, read from PSUM), e = S + ns = n (S / n - mean), and the variance, the
+        mean of M2 / n + (S / n - mean)^2, is sum(n^2 M2) / (k n^3) + sum(e^2) / (k n^2): two
+        matmuls accumulating in PSUM. Then rstd and -mean * rstd = ns * rstd / n: four [p, 1]
+        steps on VectorE (e, e^2, rstd, -mean * rstd), the same ones in every block."""
+        c, gr, kk = float(self.c), self.groups, min(self.pieces.k, self.P)
+        sa = self.tile("sa1.", n, (self.P, self.tper, 2))
+        s, m2 = (ap(sa, slice(0, p), slice(0, self.per), u) for u in (0, 1))
+        ns = gr.sums(s, p, scale=-1.0 / kk, dst=self.psum_col("rm", n, p))
+        e = self.col("dm", n, p)
+        self.alu(e, s, ("add", ns))
+        self.alu(e, e, ("multiply", e))
+        vr = self.psum_col("vr", n, p)
+        gr.sums(m2, p, scale=1.0 / (kk * c**3), dst=vr)
+        gr.sums(e, p, scale=1.0 / (kk * c * c), dst=vr, accumulate=True)
+        rs = self.col("rs", n, p)
+        self.alu(rs, vr, ("add", self.eps), ("pow", -0.5))
+        self.alu(self.col("nb", n, p), ns, ("multiply", rs), ("multiply", 1.0 / c))
+        if not self.interleave:
+            for i in range(len(self.lanes)):
+                self.normalized(n, p, i, 0)
 
     def combine(self, n: int, p: int, mean, var):
         """The row's mean ([p, 1], returned) and var (written over each partition's piece's),

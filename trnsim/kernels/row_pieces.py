@@ -170,14 +170,16 @@ class Groups:
             self._scaled[scale] = s
         return self._scaled[scale]
 
-    def sums(self, part, p: int, c: int = 1, scale: float = 1.0, dst=None):
+    def sums(self, part, p: int, c: int = 1, scale: float = 1.0, dst=None,
+             accumulate: bool = False):  # fmt: skip
         """PSUM [p, c]: each partition's row's sum of `part` ([p, c], fp32, SBUF) times
         `scale` (by a matrix of `scale`s: the same values where it is a power of two), into
-        `dst` if given."""
+        `dst` if given (added to what it holds: `accumulate`)."""
         ps = dst if dst is not None else ap(self._ps((self.P, c)), slice(0, p), slice(0, c))
         st = ap(self.sum_matrix if scale == 1.0 else self.scaled(scale), slice(0, p),
                 slice(0, p))  # fmt: skip
-        self.b.emit(Matmul, [st, part], [ps], stationary=st, moving=part, dst=ps)
+        self.b.emit(Matmul, [st, part], [ps], stationary=st, moving=part, dst=ps,
+                    accumulate=accumulate)  # fmt: skip
         return ps
 
     def maxes(self, part, p: int, c: int, dst, alu: str = "max", negated: bool = False):
