@@ -300,6 +300,12 @@ WIDE_PSUM_BYTES = 10240  # ... fp32 weight and bias kept in PSUM up to this much
 # (two pieces of 1280 fp32, 5 of its 8 banks; of 1792, 14 KiB, PSUM overflowed)
 WIDE_PIECES = (PSUM_PIECES[2] | {"piece_bytes": WIDE_BYTES},
                FIT_PIECES[3] | {"piece_bytes": WIDE_BYTES})  # fmt: skip
+# STT_PARTS (and in pieces) with the [p, 1] steps of three blocks at once (`stat_group`; the
+# core cut at a multiple of three tiles' rows, `_share`), taken where estimated sooner: trn2 LNC
+# 2, 16 MiB, bf16 rows of 12288 66.2 -> 63.0 us (in pieces), 24576 65.5 -> 62.7 (estimated
+# 65.3 -> 62.9, 65.3 -> 62.4; where it ran slower it was estimated so: rows of 32000 58.5 ->
+# 65.3, estimated 58.9 -> 64.6)
+STT_GROUP3 = (STT_PARTS | {"stat_group": 3}, FIT_PIECES[3] | {"stat_group": 3})
 # rows not a multiple of 128 that go in pieces of a power of two dividing them
 # (`DIVISOR_PIECES`) may go with a remainder column all the same (`norm_ragged`), as estimated:
 # trn2 LNC 2, 16 MiB, fp32 rows of 20000 66.0 us so, 72.4 in pieces (bf16 91.9, 71.1)
@@ -391,6 +397,7 @@ VARIANTS = (
     STT_FIT,
     *WIDE_PIECES,
     SHORT,
+    *STT_GROUP3,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
