@@ -29,6 +29,13 @@ COPY_ON = (S, V)  # the engines of the partial sums' and the means' copies out o
 # (the first on ScalarE: its one statistics pass leaves it the time; both there 57.6 us, the
 # second there 57.4, neither 59.3)
 COLS = 128  # columns of x a stationary operand (TensorE's rows)
+SPREAD = True  # the first matmuls' moving operand the row groups' [p, p] ones (each partition
+# its row's sums), so the second gives each partition its row's mean in PSUM: no copy of the
+# means out of PSUM, no matmul spreading them (TensorE's moving operand p columns, not g):
+# trn2 LNC 2, 16 MiB, bf16 rows of 12288 in pieces (STT_PARTS) 66.2 -> 63.0 us (VectorE's copies
+# a block, 0.22 us each, gone); as chosen, 10240 68.0 -> 66.9, 14336 61.6 -> 60.6, 12288 63.0 ->
+# 62.5, 24576 62.7 -> 63.2
+SPREAD_PSUM = 2  # ... their PSUM tiles ([P, P] fp32: three left TensorE's bias no room)
 
 
 def applies(k) -> bool:
@@ -68,6 +75,16 @@ def _et(k):
     return _const(k, f"tsum_et{kk}", (k.P, g), k.xdt, fill)
 
 
+def _spread(k):
+    """[P, P] in x's dtype: 1 where partitions p and m are in one row (`Groups.sum_matrix`)."""
+
+    def fill(a):
+        src = ap(k.groups.sum_matrix)
+        k.b.emit(TensorCopy, [src], [a], src=src, dst=a, engine=G)
+
+    return _const(k, f"tsum_sum{min(k.pieces.k, k.P)}", (k.P, k.P), k.xdt, fill)
+
+
 def _ones(k, total: int):
     """[COLS, 1] fp32 of 1 / total (the second matmul's moving operand)."""
 
@@ -91,12 +108,17 @@ def row_mean(k, n: int, p: int) -> None:
     into its column of the group's tile s2."""
     b, kk, g = k.b, min(k.pieces.k, k.P), k.stat_group
     rows, slot, u = p // kk, n % TSUM_BUFS, n % g
-    key = ("tsum", slot)
+    wide = k.P if SPREAD else k.P // kk + 1  # (a row's sums on each of its partitions)
+    key = ("tsum", slot % SPREAD_PSUM if SPREAD else slot)  # (PSUM holds few of the wide)
     if key not in k.psum_cols:
-        k.psum_cols[key] = b.psum("ntsum", (k.P, k.P // kk + 1), k.f32)
+        k.psum_cols[key] = b.psum("ntsum", (k.P, wide), k.f32)
     ps = k.psum_cols[key]
-    sb = b.scratch_tile(f"norm.tsum{slot}", "tsum", (k.P, k.P // kk + 1), k.f32)
-    et = ap(_et(k), slice(0, p), slice(0, rows))
+    sb = b.scratch_tile(f"norm.tsum{slot}", "tsum", (k.P, wide), k.f32)
+    if SPREAD:
+        rows = p
+        et = ap(_spread(k), slice(0, p), slice(0, p))
+    else:
+        et = ap(_et(k), slice(0, p), slice(0, rows))
     sums = ap(ps, slice(0, COLS), slice(0, rows))
     first = True
     for i, lane in enumerate(k.lanes):
@@ -109,15 +131,18 @@ def row_mean(k, n: int, p: int) -> None:
             first = False
     part = ap(sb, slice(0, COLS), slice(0, rows))
     _copy(b, sums, part, COPY_ON[0])
-    g0 = k.P // kk
-    mean = ap(ps, slice(0, rows), slice(g0, g0 + 1))
     ones = ap(_ones(k, k.d * kk), slice(0, COLS), slice(None))
-    b.emit(Matmul, [part, ones], [mean], stationary=part, moving=ones, dst=mean)
-    mcol = ap(sb, slice(0, rows), slice(g0, g0 + 1))
-    _copy(b, mean, mcol, COPY_ON[1])
     m = ap(k.gpsum("rm", n, p, g).name, slice(0, p), slice(u, u + 1))
-    e = ap(k.groups.e, slice(0, rows), slice(0, p))
-    b.emit(Matmul, [e, mcol], [m], stationary=e, moving=mcol, dst=m)
+    if SPREAD:  # each partition's row's mean, straight into rm
+        b.emit(Matmul, [part, ones], [m], stationary=part, moving=ones, dst=m)
+    else:
+        g0 = k.P // kk
+        mean = ap(ps, slice(0, rows), slice(g0, g0 + 1))
+        b.emit(Matmul, [part, ones], [mean], stationary=part, moving=ones, dst=mean)
+        mcol = ap(sb, slice(0, rows), slice(g0, g0 + 1))
+        _copy(b, mean, mcol, COPY_ON[1])
+        e = ap(k.groups.e, slice(0, rows), slice(0, p))
+        b.emit(Matmul, [e, mcol], [m], stationary=e, moving=mcol, dst=m)
     ((i, lo, hi),) = k.spieces
     junk = ap(k.tile("junk", 0, (k.P, k.c), k.xdt), slice(0, p), slice(0, hi - lo))
     xs = k.lane_tile("x", n, i, p, 0, (lo, hi))
