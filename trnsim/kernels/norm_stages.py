@@ -44,7 +44,9 @@ SUM_COMBINE = True  # `NormStages.sum_combine` (VectorE's [p, 1] steps 7 -> 4 a 
 # 65.6 -> 57.7 us, 14336 63.6 -> 58.3, 24576 64.4 -> 57.4, 32000 62.0 -> 58.2
 PSUM_SHIFT = True  # rows in pieces whose shift is all ScalarE's: -x0 its bias from PSUM (no
 # [p, 1] ScalarE step a block): trn2 LNC 2, 16 MiB, with SUM_COMBINE, fp32 rows of 12288 57.7
-# -> 56.6 us, 14336 58.3 -> 55.3, 24576 57.4 -> 55.4, 32000 58.2 -> 54.0
+# -> 56.6 us, 14336 58.3 -> 55.3, 24576 57.4 -> 55.4, 32000 58.2 -> 54.0; not for tiles on part
+# of the partitions (`norms._any_divisor`): fp32 rows of 50257 (29 pieces, 116 partitions) were
+# estimated 68.9 us so in pieces and ran 77.5 (with a remainder column, taken otherwise: 67.9)
 OUT_BUFS = 3  # ... the blocks whose output pieces rotate through tiles of their own
 
 
@@ -446,7 +448,8 @@ class NormStages:
             e = S
         b, nx, ne = self.b, self.col("nx", n, p), e
         first = ap(self.lane_tile("x", n, 0, p).name, slice(0, p), slice(0, self.per), 0)
-        if self.pieces and self.folded and self.c >= self.d and PSUM_SHIFT:  # -x0 (GpSimd's
+        whole = self.pieces and self.pieces.g * min(self.pieces.k, self.P) == self.P
+        if whole and self.folded and self.c >= self.d and PSUM_SHIFT:  # -x0 (GpSimd's
             # negated copy, exact) spread by TensorE, read from PSUM as ScalarE's bias
             # (`scalar_stats`): no step between
             f32 = self.col("x0", n, p)

@@ -306,6 +306,9 @@ WIDE_PIECES = (PSUM_PIECES[2] | {"piece_bytes": WIDE_BYTES},
 # 65.3 -> 62.9, 65.3 -> 62.4; where it ran slower it was estimated so: rows of 32000 58.5 ->
 # 65.3, estimated 58.9 -> 64.6)
 STT_GROUP3 = (STT_PARTS | {"stat_group": 3}, FIT_PIECES[3] | {"stat_group": 3})
+WIDE_STT = STT_PARTS | {"piece_bytes": WIDE_BYTES}  # bf16 rows that do not fit, in WIDE_PIECES'
+# fewer pieces: trn2 LNC 2, 16 MiB, rows of 20000 in 8 pieces of 2500 (16 of 1250 before, where
+# STT_PARTS took more semaphores than a core has; STT_LANES_SEARCH) 71.1 -> 65.3 us
 # rows not a multiple of 128 that go in pieces of a power of two dividing them
 # (`DIVISOR_PIECES`) may go with a remainder column all the same (`norm_ragged`), as estimated:
 # trn2 LNC 2, 16 MiB, fp32 rows of 20000 66.0 us so, 72.4 in pieces (bf16 91.9, 71.1)
@@ -398,6 +401,7 @@ VARIANTS = (
     *WIDE_PIECES,
     SHORT,
     *STT_GROUP3,
+    WIDE_STT,
 )
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
