@@ -47,6 +47,8 @@ def test_layer_norm_long_odd_rows_reach_80_percent_of_their_bound(dt, d):
     ((2, 1000000), "bfloat16", 0.0),  # (125 pieces of 8000, a row a tile: one a core)
     ((6, 151936), "float32", 1e4),  # (128 pieces of 1187, weight and bias in 6 PSUM banks)
     ((11, 100000), "bfloat16", 0.0),  # (32 pieces of 3125, `norm_tsums` on lanes of 1562, 1563)
+    ((3, 1000000), "float32", 1e4),  # (a remainder column, a row in 8 segments, 2 buffers: the
+    # output's stage emitted after the statistics', not before, `norm_ragged.order`)
 ])  # fmt: skip
 def test_long_odd_rows_values(shape, dt, mean, tmp_path):
     """--check at LNC 1 and 2, the same values at both (x of TRIAL_BYTES or more: the plan

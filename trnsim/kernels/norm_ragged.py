@@ -96,9 +96,13 @@ def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: s
     # another engine's part of a unit just loaded)
     lag = LAYER_LAG if op == "layer_norm" else LAG
     lags = (0, min(lag[0], bufs - 1), min(lag[1], bufs - 1))
+    # (stages of equal lags, few buffers, in their own order: the output's stage emitted
+    # before the statistics' read a unit's rstd and mean before they were written, the
+    # previous unit's of its buffer or none: fp32 rows of 10^6, 2 buffers, gave the bias)
+    order = sorted(zip((k.first, k.stats, k.second), lags, range(3)), key=lambda s: (-s[1], s[2]))
     with Scheduled(b, cfg, shared_dma=True) as sched:
         for n in range(len(todo) + lags[-1]):
-            for stage, late in reversed(tuple(zip((k.first, k.stats, k.second), lags))):
+            for stage, late, _ in order:
                 if 0 <= n - late < len(todo) and (late or n < len(todo)):
                     stage(n - late, *todo[n - late])
     k.groups.done()
