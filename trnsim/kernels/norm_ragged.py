@@ -9,14 +9,17 @@ re-emitted in a list schedule's order, `schedule.Scheduled`):
    over the row's partitions by TensorE, `Groups.firsts`); each partition's sums on ScalarE
    (an `activation` with its add reduction, two a segment): layer_norm sum(x - x0) and
    sum((x - x0)^2) (with -x0 as the bias: exact where x and x0 are close, so a row of mean
-   10^4 keeps its digits; fp32 rows are shifted in place by the first, so the normalisation
-   subtracts a small mean), rms_norm sum(x^2). The remainder column is masked to 0 where a
-   partition holds no element: in place (after its shift) for rms_norm and fp32 layer_norm, so
-   the squares' pass takes it with the main columns, its x - x0 added to the sum; else (16-bit
-   layer_norm, not shifted in place) its x - x0 into a column of its own, and its square;
+   10^4 keeps its digits), rms_norm sum(x^2). fp32 layer_norm rows are shifted in place, as
+   x0 - x (x times -1 plus x0, read from PSUM), over every column at once: the remainder
+   column's empty partitions set to x0 first, so they hold 0 (`first_shift`: no [p, 1] steps
+   but that mask before ScalarE's two passes; the sign flips back in the output's subtraction).
+   Else the remainder column is masked to 0 where a partition holds no element: in place for
+   rms_norm, so the squares' pass takes it with the main columns; 16-bit layer_norm (not
+   shifted in place) its x - x0 into a column of its own, and its square;
 2. the row's sums over its k partitions (`Groups.sums`, TensorE: each partition gets its
-   row's), mean' = S1 / d, var = S2 / d - mean'^2 (of the shifted values: no cancellation for
-   a spread comparable to the mean's distance from x0), rstd = (var + eps)^-0.5;
+   row's; fp32 layer_norm's S1 and S2 by one matmul, scaled by 1 / d by one instruction),
+   mean' = S1 / d, var = S2 / d - mean'^2 (of the shifted values: no cancellation for a spread
+   comparable to the mean's distance from x0), rstd = (var + eps)^-0.5;
 3. the output in two passes at most: (x - mean) * w then * rstd + b (`scalar_tensor_tensor`s,
    each on VectorE or GpSimd as the list schedule finds either free sooner; the first's main
    columns apart from the remainder column, an even count: N for bf16), rms_norm's
@@ -36,6 +39,7 @@ from trnsim.isa import (
     DmaCopy,
     Engine,
     ScalarTensorTensor,
+    Select,
     TensorCopy,
     TensorReduce,
     TensorScalar,
@@ -90,7 +94,12 @@ def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: s
     todo = units(tx.shape, rag, rows)
     if not todo:
         return 0.0
-    k.affine()
+    # (rows in segments: the weight and bias, each as large as a row, loaded behind the first
+    # unit, not beside it: trn2 LNC 2, 16 MiB, fp32 rows of 10^6 80.5 -> 73.1 us; rows of a
+    # tile or less ran slower so, fp32 rows of 20000 57.4 -> 59.7 us, of 100000 57.1 -> 58.9)
+    behind = rag.t > 1
+    if not behind:
+        k.affine()
     # three stages, up to LAG units apart as the buffers allow, the latest unit's last (each
     # engine's queue then holds the work whose inputs are ready soonest first, none waiting on
     # another engine's part of a unit just loaded)
@@ -105,7 +114,10 @@ def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: s
             for stage, late, _ in order:
                 if 0 <= n - late < len(todo) and (late or n < len(todo)):
                     stage(n - late, *todo[n - late])
+                if behind and stage == k.first and n == 0:
+                    k.affine()
     k.groups.done()
+    b.release(*k.psums.values())
     return sched.makespan
 
 
@@ -134,6 +146,7 @@ class _Norm:
         # element apart, a column of the sums of its own
         self.inplace = bool(rag.r) and (not self.layer or self.shift)
         self.cols = rag.t + (1 if rag.r and not self.inplace else 0)  # the sums' columns
+        self.psums: dict[int, str] = {}  # layer_norm's PSUM [P, 3] a buffer: x0, S1, S2
 
     def _load_q(self):
         q = self.loads[self.nl]
@@ -156,6 +169,13 @@ class _Norm:
 
     def col(self, key: str, n: int, w: int = 1) -> str:
         return self.b.scratch_tile(f"nrg.{key}{n % self.bufs}", key, (self.P, w), self.f32)
+
+    def ps(self, n: int) -> str:
+        """Unit n's PSUM tile (layer_norm): x0 (column 0), the row sums S1 and S2 (1, 2)."""
+        slot = n % self.bufs
+        if slot not in self.psums:
+            self.psums[slot] = self.b.psum("nrg_ps", (self.P, 3), self.f32)
+        return self.psums[slot]
 
     def affine(self) -> None:
         """The weight and bias in the rows' layout: each row slot of a tile its copy (main
@@ -191,6 +211,9 @@ class _Norm:
             t = self.tile("x", n, s, self.xdt)
             rag.load(b, self.x, unit, rows, s, t, self._load_q, self.small.load)
             xs.append(t)
+        if self.shift:
+            self.first_shift(n, xs, p)
+            return
         nx = ap(self.col("nx", n), slice(0, p))  # -x0 (layer_norm)
         if self.layer:
             c0 = ap(self.col("x0", n), slice(0, p))
@@ -244,6 +267,57 @@ class _Norm:
             b.emit(TensorTensor, [e1, e1], [e2], alu="multiply", src0=e1, src1=e1, dst=e2)
         self.xs[n] = xs
 
+    def first_shift(self, n: int, xs: list[str], p: int) -> None:
+        """fp32 layer_norm's stage 1: x0 (TensorE's spread of the first column, read from
+        PSUM), the remainder column's empty partitions set to x0, then x0 - x in place over
+        every column (ScalarE: x times -1 plus x0, exact where x and x0 are close; 0 where
+        empty) with its sum, and its squares' sum: four instructions a unit, none on VectorE
+        but the mask (the sign flips back in the output's subtraction, `finish`)."""
+        b, rag, ps = self.b, self.rag, self.ps(n)
+        x0 = ap(ps, slice(0, p), slice(0, 1))
+        self.groups.firsts(ap(xs[0], slice(0, p), slice(0, 1)), p, dst=x0)
+        if rag.r:
+            w = rag.main(rag.t - 1)
+            col = ap(xs[-1], slice(0, p), slice(w, w + 1))
+            pred = ap(rag.valid(b), slice(0, p))
+            b.emit(Select, [pred, col, x0], [col], predicate=pred, on_true=col, on_false=x0,
+                   dst=col)  # fmt: skip
+        s12 = self.col("s12", n, 2 * rag.t)  # each segment's S1', then each one's S2
+        for s, t in enumerate(xs):
+            xa = ap(t, slice(0, p))
+            c1, c2 = (ap(s12, slice(0, p), slice(j, j + 1)) for j in (s, rag.t + s))
+            b.emit(Activation, [xa, x0], [xa, c1], func="copy", src=xa, dst=xa, scale=-1.0,
+                   bias=x0, reduce="add", reduce_dst=c1)  # fmt: skip
+            junk = self.junk(s, p, whole=True)
+            b.emit(Activation, [xa], [junk, c2], func="square", src=xa, dst=junk,
+                   reduce="add", reduce_dst=c2)  # fmt: skip
+        self.xs[n] = xs
+
+    def stats_shift(self, n: int, p: int) -> None:
+        """fp32 layer_norm's row statistics: S1' = sum(x0 - x) and S2 = sum((x0 - x)^2) over
+        the row's partitions by one matmul, mean' = S1' / d and S2 / d by one instruction
+        (VectorE or ScalarE), -var = mean'^2 - S2 / d, rstd = (eps - (-var))^-0.5."""
+        b, rag = self.b, self.rag
+        s12 = ap(self.col("s12", n, 2 * rag.t), slice(0, p))
+        if rag.t > 1:  # (segments: S1' and S2 of each summed)
+            s12, sums = ap(self.col("s12r", n, 2), slice(0, p)), s12
+            for i in (0, 1):
+                src = ap(sums.name, slice(0, p), slice(i * rag.t, (i + 1) * rag.t))
+                dst = ap(s12.name, slice(0, p), slice(i, i + 1))
+                b.emit(TensorReduce, [src], [dst], alu="add", src=src, dst=dst)
+        tot = self.groups.sums(s12, p, c=2, dst=ap(self.ps(n), slice(0, p), slice(1, 3)))
+        mm = ap(self.col("mm", n, 2), slice(0, p))  # mean', E[x'^2]
+        scale = {"src": tot, "dst": mm, "op0": "multiply", "operand0": 1.0 / rag.d}
+        other = (TensorScalar, [tot], [mm], {**scale, "engine": S})
+        b.emit(TensorScalar, [tot], [mm], choices=[other], **scale)
+        mean, ms = (ap(mm.name, slice(0, p), slice(i, i + 1)) for i in (0, 1))
+        nv = ap(self.col("nv", n), slice(0, p))
+        self.flex(ScalarTensorTensor, [mean, ms], [nv], data=mean, op0="multiply",
+                  operand0=mean, op1="subtract", operand1=ms, dst=nv)  # fmt: skip
+        rs = ap(self.col("rs", n), slice(0, p))
+        self.flex(TensorScalar, [nv], [rs], src=nv, dst=rs, op0="subtract", operand0=self.eps,
+                  reverse0=True, op1="pow", operand1=-0.5)  # fmt: skip
+
     def junk(self, s: int, p: int, whole: bool = False):
         """ScalarE's unread results of segment s: its main columns (`whole`: its tile's)."""
         t = self.b.scratch_tile(f"nrg.junk.{s}", "junk", (self.P, self.rag.width(s)),
@@ -254,6 +328,9 @@ class _Norm:
         """The rows' statistics over their partitions: rstd, and layer_norm's mean."""
         b, rag = self.b, self.rag
         p = rows * rag.k
+        if self.shift:
+            self.stats_shift(n, p)
+            return
         a1 = ap(self.col("a1", n, self.cols), slice(0, p))
         a2 = ap(self.col("a2", n, self.cols), slice(0, p))
         t1, t2 = ap(self.col("t1", n), slice(0, p)), ap(self.col("t2", n), slice(0, p))
@@ -302,6 +379,8 @@ class _Norm:
         b, p = self.b, rows * self.rag.k
         rs = ap(self.col("rs", n), slice(0, p))
         mean = ap(self.col("mean", n), slice(0, p)) if self.layer else None
+        if self.shift:  # (mean' of x0 - x, `stats_shift`)
+            mean = ap(self.col("mm", n, 2), slice(0, p), slice(0, 1))
         for s, t in enumerate(self.xs.pop(n)):
             xa = ap(t, slice(0, p))
             o = xa if self.odt == self.xdt else ap(self.tile("o", n, s, self.odt), slice(0, p))
@@ -323,15 +402,18 @@ class _Norm:
             self.flex(ScalarTensorTensor, [xa, rs, w], [o], data=xa, op0="multiply",
                       operand0=rs, op1="multiply", operand1=w, dst=o)  # fmt: skip
             return
+        neg = self.shift  # (x' = x0 - x: mean' - x' = x - mean)
         if w is None:
             self.flex(TensorScalar, [xa, mean, rs], [o], src=xa, dst=o, op0="subtract",
-                      operand0=mean, op1="multiply", operand1=rs)  # fmt: skip
-        else:  # (main columns apart from the remainder column: an even count runs at N)
+                      operand0=mean, reverse0=neg, op1="multiply", operand1=rs)  # fmt: skip
+        else:  # (16-bit: main columns apart from the remainder column, an even count, run
+            # at N)
             main, width = self.rag.main(s), self.rag.width(s)
-            for lo, hi in ((0, main), (main, width)) if main < width else ((0, width),):
+            for lo, hi in ((0, main), (main, width)) if main < width and not neg else ((0, width),):
                 xc, wc, oc = (ap(a.name, slice(0, p), slice(lo, hi)) for a in (xa, w, o))
                 self.flex(ScalarTensorTensor, [xc, mean, wc], [oc], data=xc, op0="subtract",
-                          operand0=mean, op1="multiply", operand1=wc, dst=oc)  # fmt: skip
+                          operand0=mean, reverse0=neg, op1="multiply", operand1=wc,
+                          dst=oc)  # fmt: skip
             if bias is None:
                 self.flex(TensorScalar, [o, rs], [o], src=o, dst=o, op0="multiply",
                           operand0=rs)  # fmt: skip

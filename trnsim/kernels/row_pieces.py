@@ -208,9 +208,10 @@ class Groups:
         else:
             b.emit(TensorCopy, [spread], [dst], src=spread, dst=dst)
 
-    def firsts(self, col, p: int):
+    def firsts(self, col, p: int, dst=None):
         """PSUM [p, 1]: each partition's row's value of `col` ([p, 1], fp32) on the row's
-        first partition (F1 [P, P], 1 where m = (n // k) k, the stationary operand)."""
+        first partition (F1 [P, P], 1 where m = (n // k) k, the stationary operand), into
+        `dst` if given."""
         if self._first is None:
             b, g, k, P = self.b, self.g, self.kk, self.P
             s1 = b.tile("grp_s1", "sbuf", (g, P), self.f32)  # 1 where m = r k
@@ -223,7 +224,7 @@ class Groups:
             b.emit(Matmul, [a, e], [ps], stationary=a, moving=e, dst=ps)
             b.emit(TensorCopy, [ps], [ap(first)], src=ps, dst=ap(first))
             self._first = first
-        ps = ap(self._ps((self.P, 1)), slice(0, p), slice(0, 1))
+        ps = dst if dst is not None else ap(self._ps((self.P, 1)), slice(0, p), slice(0, 1))
         st = ap(self._first, slice(0, p), slice(0, p))
         self.b.emit(Matmul, [st, col], [ps], stationary=st, moving=col, dst=ps)
         return ps
