@@ -3,9 +3,10 @@
 it; those that do not yet are xfail, each with its time. A row too long for a partition whose
 length is not a multiple of 128 goes in pieces when a power of two k divides it and its k pieces
 fit (`norms.DIVISOR_PIECES`: bf16 rows of 20000, 16 pieces of 1250, 104.6 -> 71.1 us), or with
-a remainder column (`norm_ragged`, 8 units in flight: fp32 rows of 50257 88.7 -> 67.9 us) as the
-list schedule estimates; a tile's lanes take even widths where f is even (`norms.EVEN_LANES`:
-bf16 (x - mean) * w runs one element a cycle only over an even count).
+a remainder column (`norm_ragged`, 10 units in flight, fp32 rows shifted in place as x0 - x:
+fp32 rows of 50257 88.7 -> 54.9 us) as the list schedule estimates; a tile's lanes take even
+widths where f is even (`norms.EVEN_LANES`: bf16 (x - mean) * w runs one element a cycle only
+over an even count).
 The plans give numpy's values (--check) and the same values at LNC 1 and 2."""
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ SHORT = {  # (dtype, row length): why it does not reach 80% yet
     "55-63 us",
     ("bfloat16", 50257): "74.1 us, 62%: 29 pieces of 1733, 4 rows a tile on 116 partitions "
     "(norms._any_divisor); every engine busy",
-    ("float32", 50257): "59.9 us, 78%: a remainder column (norm_ragged), 2 rows a unit; "
-    "the last unit's chain after its load (about 7 us) overlaps only the stores",
 }
 PARAMS = marked([("float32", 1600), ("bfloat16", 3072), ("bfloat16", 20000),
                   ("bfloat16", 50257), ("float32", 50257)], SHORT)  # fmt: skip

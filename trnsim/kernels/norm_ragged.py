@@ -60,10 +60,13 @@ PIECE_BYTES = 4096  # a tile's columns' bytes a partition at most (512 KiB tiles
 SHARE = 0.6  # what the units' buffers, the weight and the bias may take of a partition
 BUFS = 4  # units resident at most
 LAG = (1, 2)  # the row statistics' and the output's stages emitted this many units behind
-LAYER_BUFS, LAYER_LAG = 8, (2, 4)  # layer_norm's (its longer chain of passes a unit, its
+LAYER_BUFS, LAYER_LAG = 10, (2, 5)  # layer_norm's (its longer chain of passes a unit, its
 # [p, 1] steps on VectorE: more units in flight keep the engines busy): trn2 LNC 2, 16 MiB, fp32
 # rows of 50257 88.7 -> 67.9 us, of 100000 80.8 -> 69.5, bf16 of 50257 124.1 -> 96.4 (8
-# buffers alone: 72.9, 77.4, 110.2; 12: more semaphores than a core has)
+# buffers alone: 72.9, 77.4, 110.2; 12: more semaphores than a core has); with fp32's [p, 1]
+# steps fewer (`first_shift`), 10 buffers, the output 5 units behind, not 8 and 4: fp32 rows of
+# 20000 57.4 -> 55.0 us, of 50257 59.9 -> 54.9, of 100000 57.1 -> 53.2 (10 and 4: 55.0, 56.4,
+# 54.0; 12 and 4: 54.7, 57.0, 55.9; 8 and 5: 57.4, 56.7, 56.8; 10 and (3, 6): 55.0, 56.8, 56.3)
 
 
 def lower_norm_ragged(b: KernelBuilder, cfg: ChipConfig, op: str, x: str, out: str, weight,
