@@ -72,6 +72,7 @@ def test_long_odd_pieces_layout():
     ((12, 50257), "float32", "RAGGED"),  # (a remainder column, 2 rows a unit, 8 buffers)
     ((7, 100000), "float32", "RAGGED"),  # (a row a unit over 128 partitions, x0 - x in place)
     ((3, 1000000), "float32", "RAGGED"),  # (a row in 8 segments: S1' and S2 of each summed)
+    ((24, 24576), "float32", "RAGGED"),  # (a multiple of 128, no remainder column: RAGGED_FP32)
 ])  # fmt: skip
 def test_irregular_rows_in_pieces_values(monkeypatch, shape, dt, variant):
     """Rows in pieces of a power of two dividing d (not a multiple of 128), lanes of even or

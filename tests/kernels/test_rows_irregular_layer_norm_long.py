@@ -5,8 +5,10 @@ rows of 50257 in 29 pieces of 1733, 4 rows a tile, the cores' shares whole tiles
 `norms._share`; of 10^6 in 125 pieces of 8000, a row a tile, all 4 of a core's resident,
 `norms.RESIDENT_BYTES`), or with a remainder column as the list schedule estimates (fp32 of
 100000, a row a unit over 128 partitions, shifted in place as x0 - x: `norm_ragged.first_shift`);
-16-bit rows of 128 odd pieces in 64 even ones (`norms.EVEN_PIECES`: bf16 151936); fp32 weight
-and bias kept in PSUM up to 6 banks (`norms.PSUM_AFFINE_BYTES`: fp32 151936); the row mean on
+16-bit rows of 128 odd pieces in 64 even ones (`norms.EVEN_PIECES`: bf16 151936); fp32 rows
+that are a multiple of 128 in `norm_ragged`'s units as estimated (`norms.RAGGED_FP32`: fp32
+151936, 60.4 -> 52.9 us), or their weight and bias kept in PSUM up to 6 banks
+(`norms.PSUM_AFFINE_BYTES`); the row mean on
 TensorE for lanes not a multiple of 128 columns (`norm_tsums`: bf16 100000). Widths that do
 not reach 80% of their bound yet are strict xfails with their time. The plans give numpy's
 values (--check, fp32 rows of mean 10^4 too) and the same values at LNC 1 and 2."""
@@ -25,8 +27,6 @@ from trnsim.trace.program import OpSpec, TensorSpec
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
     ("bfloat16", 1000000): "72.1 us, 69%: 125 pieces of 8000, a row a tile, 4 a core; "
     "2^20's segments (84%) need 128 pieces",
-    ("float32", 151936): "60.4 us, 78%: 128 pieces of 1187 (or norms.WIDE_PIECES), weight "
-    "and bias in PSUM",
 }
 PARAMS = marked([("bfloat16", 1000000), ("float32", 151936), ("float32", 100000)],
                 SHORT)  # fmt: skip

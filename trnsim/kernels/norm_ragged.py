@@ -1,6 +1,7 @@
 """`layer_norm` and `rms_norm` over rows too long for one partition whose length is not a
 multiple of 128: the pieces with a remainder column (`ragged`), a unit of g rows a tile (or a
-row of t segments).
+row of t segments); fp32 layer_norm rows that are a multiple too, as estimated (no remainder
+column: `norms.RAGGED_FP32`).
 
 Per unit, in three stages a unit and two apart (emitted the latest unit's last, then
 re-emitted in a list schedule's order, `schedule.Scheduled`):

@@ -313,6 +313,12 @@ WIDE_STT = STT_PARTS | {"piece_bytes": WIDE_BYTES}  # bf16 rows that do not fit,
 # (`DIVISOR_PIECES`) may go with a remainder column all the same (`norm_ragged`), as estimated:
 # trn2 LNC 2, 16 MiB, fp32 rows of 20000 66.0 us so, 72.4 in pieces (bf16 91.9, 71.1)
 RAGGED = {"ragged": True}
+RAGGED_FP32 = (20000, 262144)  # ... as may fp32 rows of these lengths that are a multiple of
+# 128 (`norm_ragged`'s units of g rows, no remainder column, shifted in place as x0 - x), as
+# estimated: trn2 LNC 2, 16 MiB, us, rows of 24576 64.4 -> 55.8, 32000 62.0 -> 57.7, 65536 56.8
+# -> 54.1, 128256 57.5 -> 52.4, 151936 60.4 -> 52.9, 262144 61.4 -> 56.7 (where the estimate
+# chose it, shorter rows ran: 10240 59.9 -> 61.1, 12288 65.6 -> 62.5, 16384 56.8 -> 65.7; longer:
+# 524288 63.9 -> 64.6)
 SEGMENTS_ONLY = {"rows_first", "spread_at", "seg_affine"}  # (variants of rows in segments)
 LANE_ROW = 2048
 # rms_norm's rows a partition from LANE_ROW on in two lanes, the plan's [p, per] steps costed
@@ -545,7 +551,10 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     if not fits and lay is None:  # (a remainder column, `norm_ragged`: no variants)
         return [0]
     # (rows in pieces of a power of two dividing d, `DIVISOR_PIECES`: or a remainder column)
-    ragged = not fits and d % cfg.core.sbuf.partitions != 0
+    # (or fp32 rows of any length, RAGGED_FP32)
+    ragged = not fits and (d % cfg.core.sbuf.partitions != 0
+                           or RAGGED_FP32[0] <= d <= RAGGED_FP32[1]
+                           and tx.dtype.itemsize == 4)  # fmt: skip
     segments = not fits and lay is not None and lay.t > 1  # rows in segments
     row_tiles = not fits and lay is not None and lay.t == 1 and lay.g == 1  # a tile a row
     # (rows that fit but are many, more than the chip's LNC's partitions: also in pieces,
@@ -598,6 +607,8 @@ def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant)
         return share, False, None
     lay = _piece_layout(cfg, tx, d, op == "layer_norm" and not variant.get("ragged"),
                         variant.get("piece_bytes", PIECE_BYTES))  # fmt: skip
+    if variant.get("ragged"):  # (a multiple of 128 too, RAGGED_FP32: no remainder column)
+        lay = None
     if lay is not None and op == "layer_norm" and variant.get("stt_std") and lay.t == 1:
         share = norm_share(b, cfg, op, tx, lay.g * variant.get("stat_group", 1))
     elif lay is not None and lay.g > 1 and lay.g * lay.k < cfg.core.sbuf.partitions:
