@@ -175,6 +175,8 @@ class KernelBuilder:
         self.row = -1  # the op row (`lower`'s runs of ops) the instructions emitted now belong to
         self._rows: list[int] = []  # per instruction, its `row`
         self.check_reads = True  # refuse a read of a tile region nothing wrote (`_check_read`)
+        self.searching = True  # the list schedule's descents run (`schedule.Scheduled`); off in
+        # a trial that only ranks plans (`norms._variant`)
 
     # -- buffers -------------------------------------------------------------------------------
 

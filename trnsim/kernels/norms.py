@@ -504,6 +504,7 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     for i in _tried(b, cfg, x, out, weight, bias):
         tb = KernelBuilder(b.tensors)
         tb.part = (_busiest(b, cfg, op, x, out, weight, bias, VARIANTS[i]), max(1, cfg.lnc))
+        tb.searching = False  # (ranked by their list schedules without the descents: SEARCHED)
         span = _lower(tb, cfg, op, x, out, weight, bias, eps, VARIANTS[i])
         spans.append((span if _sems(tb) <= cfg.core.semaphores else math.inf, i))
     spans.sort()
@@ -529,8 +530,8 @@ def _fits_lnc1(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps,
     if cfg.lnc <= 1 or 1 not in cfg.lnc_allowed or v.get("piece_bufs", BUFS) <= BUFS:
         return True
     tb = KernelBuilder(b.tensors)
-    tb.part = (0, 1)
-    _lower(tb, cfg, op, x, out, weight, bias, eps, v | {"search": 0})
+    tb.part, tb.searching = (0, 1), False
+    _lower(tb, cfg, op, x, out, weight, bias, eps, v)
     return _sems(tb) <= cfg.core.semaphores
 
 

@@ -112,7 +112,8 @@ class Scheduled:
             greedy = g.greedy(by)
             picks = list(g.pick)
             options.append((g.simulate(greedy), 1 + v, greedy, picks))
-        if self.reorder and self.search and any(len(o) > 1 for o in g.options):
+        if (self.reorder and self.search and self.b.searching
+                and any(len(o) > 1 for o in g.options)):  # fmt: skip
             key = g.signature()
             if key not in _SEARCHED:
                 if len(_SEARCHED) >= SEARCHED_MOST:
