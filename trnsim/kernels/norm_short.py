@@ -44,7 +44,7 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_tiles
 from trnsim.kernels.norm_affine import psum_cols, spread, spread_psum
 from trnsim.kernels.queues import Queues
-from trnsim.kernels.rms_short import _taper
+from trnsim.kernels.rms_short import _taper, block_rows
 from trnsim.kernels.row_plan import G, V
 from trnsim.kernels.schedule import Scheduled
 
@@ -128,13 +128,7 @@ class _Ln:
     def tile(self, key: str, n: int, shape, dt) -> str:
         return self.b.scratch_tile(f"lns.{key}{n % self.bufs}", key, shape, dt)
 
-    def rows_of(self, key: str, n: int, p: int, per: int, j=None):
-        """Block n's x (or out, `o`: x's own tile when the dtypes agree) [p, per, D], or row
-        slot j's [p, D]."""
-        if key == "o" and self.odt == self.xdt:
-            key = "x"
-        t = self.tile(key, n, (self.P, self.per, self.d), self.xdt if key == "x" else self.odt)
-        return ap(t, slice(0, p), slice(0, per)) if j is None else ap(t, slice(0, p), j)
+    rows_of = block_rows
 
     def col(self, key: str, n: int, p: int, per: int, j=None):
         """Block n's fp32 [p, per] column tile `key`, or its row slot j ([p, 1])."""

@@ -205,6 +205,15 @@ def _taper(blocks, per: int, parts: list[int]):
     return cut(out[0], parts) + out[1:-1] + cut(out[-1], parts[::-1])
 
 
+def block_rows(k, key: str, n: int, p: int, per: int, j=None):
+    """Block n's x (or out, `o`: x's own tile when the dtypes agree) [p, per, D], or row slot
+    j's [p, D], of a short-row plan `k` (its `tile`, P, per, d, xdt, odt; `norm_short` too)."""
+    if key == "o" and k.odt == k.xdt:
+        key = "x"
+    t = k.tile(key, n, (k.P, k.per, k.d), k.xdt if key == "x" else k.odt)
+    return ap(t, slice(0, p), slice(0, per)) if j is None else ap(t, slice(0, p), j)
+
+
 class _Rms:
     """One rms_norm's tiles and its three stages per block (module doc)."""
 
@@ -222,13 +231,7 @@ class _Rms:
         slot = n % (slots or self.bufs)
         return self.b.scratch_tile(f"rms.{key}{slot}", key, shape, dt)
 
-    def rows(self, key: str, n: int, p: int, per: int, j=None):
-        """Block n's x (or out, `o`: x's own tile when the dtypes agree) [p, per, D], or row
-        slot j's [p, D]."""
-        if key == "o" and self.odt == self.xdt:
-            key = "x"
-        t = self.tile(key, n, (self.P, self.per, self.d), self.xdt if key == "x" else self.odt)
-        return ap(t, slice(0, p), slice(0, per)) if j is None else ap(t, slice(0, p), j)
+    rows = block_rows
 
     def col(self, key: str, n: int, p: int, lo: int, hi: int):
         """Block n's [p, per] column tile `key` (fp32; the sums `sdt`), its row slots
