@@ -25,10 +25,10 @@ from trnsim.kernels.rows import even_norm, norm_share
 from trnsim.trace.program import TensorSpec
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
-    ("bfloat16", 10240): "68.0 us, 68%: 4 pieces of 2560 (STT_PARTS), 384 and 435 rows a core "
-    "(the cut at a multiple of its groups' 64 rows); needs <= 57.9",
-    ("bfloat16", 14336): "61.6 us, 75%: 8 pieces of 1792 (STT_PARTS), 288 and 297 rows a core; "
-    "needs <= 57.9",
+    ("bfloat16", 10240): "67.3 us, 69%: in pieces, 384 and 435 rows a core (the cut at a "
+    "multiple of its groups' 64 rows); every engine busy 50-56 us; needs <= 57.9",
+    ("bfloat16", 14336): "60.6 us, 76.5%: 8 pieces of 1792 (STT_PARTS), 288 and 297 rows a "
+    "core; needs <= 57.9",
 }
 PARAMS = marked([("bfloat16", 10240), ("bfloat16", 14336), ("float32", 10240)], SHORT)
 
