@@ -5,6 +5,7 @@
     python benchmarks/bench_kernels.py --small      # smaller shapes, a few seconds in all
     python benchmarks/bench_kernels.py --only backward  # the rows whose label has this
     python benchmarks/bench_kernels.py --rows       # the row ops over rows of 64 to 2^20
+    python benchmarks/bench_kernels.py --widths --only layer_norm  # over real models' widths
     python benchmarks/bench_kernels.py --shapes     # x * 2 on 64 MiB in shapes of the same bytes
 
 For each op, on one physical core (or both cores of an LNC 2 logical core, where the label says
@@ -268,20 +269,27 @@ ROW_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "sum", "mean", "a
            "cross_entropy")  # fmt: skip
 
 
-def row_family(chip: str, total: int = 16 << 20) -> None:
-    """The row ops over rows of 64 to 2^20 elements, `total` bytes of x each, fp32 and bf16, at
-    the chip's default LNC, printed as a table: the simulated time, the roofline (the DMA and
-    HBM bounds), the engine-throughput bound (`kernels.row_bounds`) and the fraction of the
-    larger reached (the acceptance of issue 26, tests/kernels/test_rows_families.py), and the
-    wall time the op took to lower and simulate (a layer_norm of 2 MiB or more tries its plan
-    variants, some with a search over the list schedule's choices: `kernels.schedule`)."""
+ROW_LENGTHS = (64, 512, 4096, 65536, 1 << 20)
+# real models' row widths (heads, hidden sizes, vocabularies), most not powers of two
+WIDTHS = (96, 100, 200, 384, 768, 1000, 1536, 1600, 2560, 3072, 4544, 5120, 6144, 10240, 12288,
+          14336, 20000, 24576, 32000, 50257, 100000, 128256, 151936, 1000000)  # fmt: skip
+
+
+def row_family(chip: str, total: int = 16 << 20, lengths=ROW_LENGTHS, only: str = "") -> None:
+    """The row ops (those whose name contains `only`) over rows of `lengths` elements, `total`
+    bytes of x each, fp32 and bf16, at the chip's default LNC, printed as a table: the simulated
+    time, the roofline (the DMA and HBM bounds), the engine-throughput bound
+    (`kernels.row_bounds`) and the fraction of the larger reached (the acceptance of issue 26,
+    tests/kernels/test_rows_families.py), and the wall time the op took to lower and simulate
+    (a layer_norm of 2 MiB or more tries its plan variants, then lowers the one chosen with a
+    search over the list schedule's choices: `kernels.schedule`)."""
     from trnsim.kernels.row_bounds import engine_bound_ns
 
     cfg = load_chip(chip)
     print(f"| op | dtype | row | simulated | roofline | engines | reached | wall |\n{'|---' * 8}|")
-    for op in ROW_OPS:
+    for op in (o for o in ROW_OPS if only in o):
         for dt in (F32, BF16):
-            for d in (64, 512, 4096, 65536, 1 << 20):
+            for d in lengths:
                 isz = dtype(dt).itemsize
                 rows = total // isz // d
                 x = ((rows, d), dt)
@@ -309,7 +317,7 @@ def row_family(chip: str, total: int = 16 << 20) -> None:
                 bound = max(row["roofline_ns"], eng)
                 print(f"| {op} | {dt} | {d} | {row['time_ns'] / 1e3:.1f} us | "
                       f"{row['roofline_ns'] / 1e3:.1f} us | {eng / 1e3:.1f} us | "
-                      f"{bound / row['time_ns']:.0%} | "
+                      f"{bound / row['time_ns']:.1%} | "
                       f"{time.perf_counter() - start:.1f} s |")  # fmt: skip
 
 
@@ -342,10 +350,12 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--only", default="", help="run only the ops whose label contains this")
     ap.add_argument("--rows", action="store_true", help="the row ops over rows of 64 to 2^20")
+    widths = "the row ops (--only: those so named) over real models' row widths"
+    ap.add_argument("--widths", action="store_true", help=widths)
     ap.add_argument("--shapes", action="store_true", help="x * 2 on 64 MiB in every shape")
     a = ap.parse_args()
-    if a.rows:
-        row_family(a.chip)
+    if a.rows or a.widths:
+        row_family(a.chip, lengths=WIDTHS if a.widths else ROW_LENGTHS, only=a.only)
         return
     if a.shapes:
         shape_family(a.chip)
