@@ -504,7 +504,7 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     for i in _tried(b, cfg, x, out, weight, bias):
         tb = KernelBuilder(b.tensors)
         tb.part = (_busiest(b, cfg, op, x, out, weight, bias, VARIANTS[i]), max(1, cfg.lnc))
-        tb.searching = False  # (ranked by their list schedules without the descents: SEARCHED)
+        tb.searching = False  # (ranked by list schedules without their descents: `Scheduled`)
         span = _lower(tb, cfg, op, x, out, weight, bias, eps, VARIANTS[i])
         spans.append((span if _sems(tb) <= cfg.core.semaphores else math.inf, i))
     spans.sort()
