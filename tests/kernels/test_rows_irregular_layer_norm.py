@@ -20,7 +20,7 @@ from tests.kernels.helpers import layer_norm_at_both_lncs
 from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
-from trnsim.kernels import norms
+from trnsim.kernels import norm_columns, norms
 from trnsim.kernels.row_pieces import PieceLayout
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
@@ -80,5 +80,6 @@ def test_irregular_rows_in_pieces_values(monkeypatch, shape, dt, variant):
     more, so the variant applies)."""
     v = getattr(norms, variant)
     monkeypatch.setattr(norms, "VARIANTS", (v[0] if isinstance(v, tuple) else v,))
+    monkeypatch.setattr(norm_columns, "DTYPES", ())  # (the variant, not rows by columns)
     assert np.prod(shape) * dtype(dt).itemsize >= norms.TRIAL_BYTES
     layer_norm_at_both_lncs(shape, dtype(dt))

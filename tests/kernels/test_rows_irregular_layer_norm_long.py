@@ -28,7 +28,8 @@ SHORT = {  # (dtype, row length): why it does not reach 80% yet
     ("bfloat16", 1000000): "72.1 us, 69%: 125 pieces of 8000, a row a tile, 4 a core; "
     "2^20's segments (84%) need 128 pieces",
 }
-PARAMS = marked([("bfloat16", 1000000), ("float32", 151936), ("float32", 100000)],
+PARAMS = marked([("bfloat16", 1000000), ("float32", 151936), ("float32", 100000),
+                 ("float32", 1000000)],
                 SHORT)  # fmt: skip
 
 
@@ -46,8 +47,7 @@ def test_layer_norm_long_odd_rows_reach_80_percent_of_their_bound(dt, d):
     ((6, 151936), "float32", 1e4),  # (128 pieces of 1187, weight and bias in 6 PSUM banks)
     ((11, 100000), "bfloat16", 0.0),  # (32 pieces of 3125, `norm_tsums` on lanes of 1562, 1563)
     ((7, 100000), "float32", 1e4),  # (a remainder column, a row a unit, x0 - x in place)
-    ((3, 1000000), "float32", 1e4),  # (a remainder column, a row in 8 segments, 2 buffers: the
-    # output's stage emitted after the statistics', not before, `norm_ragged.order`)
+    ((3, 1000000), "float32", 1e4),  # (by columns, `norm_columns`: 125 partitions a half)
 ])  # fmt: skip
 def test_long_odd_rows_values(shape, dt, mean, tmp_path):
     """--check at LNC 1 and 2, the same values at both (x of TRIAL_BYTES or more: the plan

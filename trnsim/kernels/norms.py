@@ -73,6 +73,7 @@ from trnsim.kernels.norm_affine import (
     spread,
     spread_psum,
 )
+from trnsim.kernels.norm_columns import by_columns, lower_norm_columns
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import LAYER_BUFS, lower_norm_ragged
 from trnsim.kernels.norm_short import MIN_ROW as SHORT_MIN
@@ -464,6 +465,9 @@ def lower_norm(
                 f"{op}: {k} {v} has shape {list(b.tensors[v].shape)}; expected [{d}] (x's last dim)"
             )
     args = (cfg, op, x, out, weight, bias, eps)
+    if by_columns(cfg, op, tx, to, *(b.tensors[v] if v else None for v in (weight, bias))):
+        lower_norm_columns(b, cfg, x, out, weight, bias, float(eps))  # (few rows of 10^6)
+        return
     _lower(b, *args, _rms_variant(b, *args) if op == "rms_norm" else _variant(b, *args))
 
 
