@@ -71,3 +71,18 @@ def test_columns_16_bit_values(monkeypatch, tmp_path):
     args = {"x": "x", "out": "out", "weight": "w", "bias": "b"}
     norms._CHOSEN.clear()
     checked_at_both_lncs(specs, [OpSpec("layer_norm", args, 1)])
+
+
+@pytest.mark.parametrize("shape", [(3, 1000000), (2, 2, 524288)])
+def test_columns_race_free(shape):
+    """The exchange through out is ordered: each core's store of its totals before the
+    meeting, the other's read after it, the output's stores after the read (the race check
+    finds a race without the first of these barriers)."""
+    from tests.kernels.test_op_report import run_ops
+    from trnsim.trace.races import find_races
+
+    f32 = "float32"
+    t = {"x": (shape, f32), "out": (shape, f32), "w": (shape[-1:], f32), "b": (shape[-1:], f32)}
+    args = {"x": "x", "out": "out", "weight": "w", "bias": "b"}
+    r, _ = run_ops(t, [("layer_norm", args)], lnc=2)
+    assert find_races(r.program) == []
