@@ -17,7 +17,8 @@ from trnsim.trace.program import OpSpec, TensorSpec
 
 def test_layout_and_choice():
     """A half of 10^6 over 125 partitions in 4 chunks of 1000 (4 KB of fp32); of 2^20 over 128;
-    rows of 10^6 by columns for fp32 of few rows, not for bf16 nor shorter rows."""
+    rows of 10^6 by columns for fp32 of few rows (x resident at LNC 1 too: 5 at most), not for
+    bf16 nor shorter rows."""
     cfg = load_chip("trn2")
     assert norm_columns.layout(cfg, 1000000) == (125, [1000] * 4)
     assert norm_columns.layout(cfg, 1 << 20) == (128, [1024] * 4)
@@ -29,13 +30,13 @@ def test_layout_and_choice():
     assert not norm_columns.by_columns(cfg, "rms_norm", x, x, w, None)
     xb = TensorSpec("x", (8, 1000000), bf16, None)
     assert not norm_columns.by_columns(cfg, "layer_norm", xb, xb, None, None)
-    many = TensorSpec("x", (65, 1000000), f32, None)
+    many = TensorSpec("x", (6, 1000000), f32, None)  # (x not resident at LNC 1)
     assert not norm_columns.by_columns(cfg, "layer_norm", many, many, w, w)
 
 
 @pytest.mark.parametrize("shape,mean,affine", [
     ((3, 1000000), 1e4, "wb"),  # (x resident at either LNC)
-    ((4, 1000000), 1e4, "wb"),  # (LNC 1: x reloaded for the output, c - x again)
+    ((4, 1000000), 1e4, "wb"),  # (LNC 1: the weight and bias a chunk at a time beside x)
     ((2, 2, 524288), 0.0, "w"),  # (128 partitions a half; a weight alone)
     ((1, 524288), 1e4, ""),  # (no weight nor bias)
     ((2, 524288), 0.0, "b"),  # (a bias alone)

@@ -31,7 +31,8 @@ Per core, its rows in GROUPS groups (LNC 1: one), in three phases:
 
 trn2 LNC 2, 16 MiB of fp32 rows of 10^6: 73.1 -> 63.4 us (2^19: 63.9 -> 62.9, 2^20: 70.3 ->
 65.0). At LNC 1 one core takes both halves in the same instructions, so the values are the
-same bit for bit; x is reloaded for the output where it does not fit resident, the weight and
+same bit for bit; by columns only where x stays resident at LNC 1 too (x reloaded for the
+output ran fp32 [8, 10^6] at LNC 1 196.7 -> 330.9 us; at LNC 2 117.7 -> 116.8), the weight and
 bias loaded a chunk at a time as the output needs them where they do not fit beside x (fp32
 [4, 10^6] at LNC 1: 115.3 -> 126.0 us; [2, 10^6] 72.1 -> 69.4). The 16-bit path (its totals
 carried in out's dtype as hi + lo, 16 bits of them) is not chosen (DTYPES).
@@ -70,7 +71,6 @@ ROWS_MOST = 64  # ... and this few: the weight and bias a core loads, cut by row
 FILL = 7 / 8  # a half's pieces fill this share of the partitions at least (10^6: 125)
 CHUNK_BYTES = 4096  # a chunk's bytes a partition (a 500 KiB transfer over 125 partitions)
 SHARE = 0.75  # what a core's resident x, the weight and the bias may take of a partition
-X_BUFS = 8  # x's chunks in flight where x does not fit resident (LNC 1)
 OUT_BUFS = 6  # the output chunks' rotating tiles (4: 64.4 us, 10: 63.2)
 STORE_QUEUES = 2  # (`_Columns.stores`)
 AFFINE_BUFS = 4  # the weight's and bias' chunks in flight where they do not fit resident
@@ -103,7 +103,8 @@ def layout(cfg: ChipConfig, d: int) -> tuple[int, list[int]] | None:
 def by_columns(cfg: ChipConfig, op: str, tx, to, weight, bias) -> bool:
     """Whether a norm goes by columns (module doc): a layer_norm of rows of COLUMN_ROW or more,
     ROWS_MOST or fewer, one core's half of them fitting SBUF with the weight's and bias'
-    halves, on a chip whose cores can meet. By the shapes alone, so LNC 1 and 2 agree."""
+    halves, and the whole of them (LNC 1), on a chip whose cores can meet. By the shapes
+    alone, so LNC 1 and 2 agree."""
     if op != "layer_norm" or not cfg.core.core_barrier or len(tx.shape) < 1:
         return False
     if tx.dtype != to.dtype or tx.dtype.name not in DTYPES:
@@ -115,7 +116,8 @@ def by_columns(cfg: ChipConfig, op: str, tx, to, weight, bias) -> bool:
     f = sum(lay[1])
     affine = sum(t.dtype.itemsize for t in (weight, bias) if t is not None)
     room = cfg.core.sbuf.partition_bytes * SHARE
-    return rows * f * tx.dtype.itemsize + f * affine <= room
+    half = rows * f * tx.dtype.itemsize
+    return half + f * affine <= room and 2 * half <= room
 
 
 def lower_norm_columns(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight, bias,
@@ -149,8 +151,7 @@ class _Columns:
         self.pieces = 1 if b.tensors[out].dtype.itemsize == 4 else 2
         affine = sum(b.tensors[t].dtype.itemsize for t in (weight, bias) if t is not None)
         room = cfg.core.sbuf.partition_bytes * SHARE
-        xs = self.f * len(self.units) * self.dt.itemsize
-        self.resident = xs <= room  # x (else reloaded for the output: LNC 1)
+        xs = self.f * len(self.units) * self.dt.itemsize  # (x resident: `by_columns`)
         # the weight and bias (else a chunk's loaded as the output needs it: LNC 1)
         self.resident_affine = xs + self.f * len(self.halves) * affine <= room
         qs = Queues(cfg)
@@ -193,9 +194,8 @@ class _Columns:
         self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queue)
 
     def x_tile(self, u: int, j: int) -> str:
-        """Unit u's chunk j of x: a tile of its own when resident, else a rotating one."""
-        n = u * len(self.fs) + j if self.resident else (u * len(self.fs) + j) % X_BUFS
-        return self.tile(f"x.{n}", (self.k, max(self.fs)), self.dt)
+        """Unit u's chunk j of x: a tile of its own (x resident)."""
+        return self.tile(f"x.{u * len(self.fs) + j}", (self.k, max(self.fs)), self.dt)
 
     # -- phases --------------------------------------------------------------------------------
 
@@ -514,11 +514,6 @@ class _Columns:
         VectorE or GpSimd (whichever is free sooner), stored."""
         b, k, f = self.b, self.k, self.fs[j]
         t = ap(self.x_tile(u, j), slice(0, k), slice(0, f))
-        if not self.resident:
-            self.load(self.hbm(self.x, r, h, j), t)
-            if self.shift:  # (c - x again, as the statistics' pass left it)
-                c = ap(self.cs.name, slice(0, k), slice(r, r + 1))
-                b.emit(Activation, [t, c], [t], func="copy", src=t, dst=t, scale=-1.0, bias=c)
         o = ap(self.tile(f"o.{self.no % OUT_BUFS}", (k, max(self.fs)), b.tensors[self.out].dtype),
                slice(0, k), slice(0, f))  # fmt: skip
         self.no += 1
