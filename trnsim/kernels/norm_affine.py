@@ -162,7 +162,7 @@ class PeBias:
         self.turn = 0
 
     def add(self, o: Ap, f: Ap, lo: int, w: int, p: int, span: int = 1, diag=None,
-            split: bool = False, bias_st=None, scale=None) -> None:  # fmt: skip
+            split: bool = False, bias_st=None, scale=None, sel=None) -> None:  # fmt: skip
         """f = o + bias[lo:lo + w] (o, f: [p, w] views of SBUF tiles, the last index a range
         starting at 0), per PSUM bank: the matmul pair; then ScalarE's copy out, one for each
         `span` banks (a PSUM tile of `span` banks: fewer copies, each waiting on TensorE once,
@@ -172,7 +172,10 @@ class PeBias:
         out a bank, on ScalarE and VectorE in turn (the same rounding to the output's dtype on
         either), so a tile's copies run side by side. `bias_st`: a [p, p] stationary in place of
         the identity for the bias' pieces, `scale` ([p, 1]) the copy out's
-        (`NormStages.std_scales`: f = scale (o + bias_st^T bias), fp32 products on either)."""
+        (`NormStages.std_scales`: f = scale (o + bias_st^T bias), fp32 products on either).
+        `sel`: (S, B, K), the bias as S^T B (S [K, p] TensorE's stationary in place of the ones
+        row, B a tile whose first K partitions are its moving rows: a tail's segments,
+        `norm_tail`)."""
         b = self.b
         if not self.ps:
             f32 = dtype("float32")
@@ -185,7 +188,7 @@ class PeBias:
             if bias_st is not None:
                 self._std_pairs(o, tile, lo, a0, a1, p, bias_st)
             for c0 in range(a0, a1, self.step) if bias_st is None else ():
-                self._pair(o, tile, lo, c0, min(a1, c0 + self.step), p, a0, diag)
+                self._pair(o, tile, lo, c0, min(a1, c0 + self.step), p, a0, diag, sel)
             if split and a1 - a0 > self.step:  # a bank each on ScalarE and VectorE
                 for c0 in range(a0, a1, self.step):
                     c1 = min(a1, c0 + self.step)
@@ -238,13 +241,16 @@ class PeBias:
         return ap(segs[s], slice(0, p), slice(lo - s * f, hi - s * f))
 
     def _pair(self, o: Ap, tile: str, lo: int, c0: int, c1: int, p: int, a0: int,
-              diag=None) -> None:  # fmt: skip
+              diag=None, sel=None) -> None:  # fmt: skip
         """The matmul pair of o's columns [c0, c1) into PSUM tile `tile` from column c0 - a0
         (one bank): the bias row's, then the values' (the identity times them; or each of
         `diag` times them, accumulated: `add`)."""
         b = self.b
         acc = ap(tile, slice(0, p), slice(c0 - a0, c1 - a0))
-        if self.pieces:  # the identity times the bias' pieces
+        if sel is not None:  # (`add`'s `sel`)
+            one, rows, kk = sel
+            row = ap(rows, slice(0, kk), slice(lo + c0, lo + c1))
+        elif self.pieces:  # the identity times the bias' pieces
             one = ap(self.ident, slice(0, p), slice(0, p))
             row = self._piece_cols(p, lo + c0, lo + c1)
         else:

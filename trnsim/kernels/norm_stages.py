@@ -21,6 +21,7 @@ from trnsim.isa import (
     TensorScalar,
     TensorTensor,
 )
+from trnsim.kernels import norm_tail
 from trnsim.kernels.builder import ap
 from trnsim.kernels.norm_affine import PE_TILES
 from trnsim.kernels.norm_plan import Lane
@@ -156,6 +157,12 @@ class NormStages:
         self.pe_tiles = PE_TILES  # rows in pieces: TensorE's bias' PSUM tiles, in turn
         self.tail_copies = 0  # ... the last this many blocks' copies out a bank each, on ScalarE
         # and VectorE in turn (the last copies end sooner: the last store goes sooner)
+        self.segs: dict[int, tuple[int, int]] = {}  # `fused`: block -> (g, k), its rows in k
+        # segments each (`norm_tail`)
+        self.tail_tiles: dict = {}  # ... (g, k) -> their tiles (`norm_tail._setup`)
+        self.tail_bias: set[int] = set()  # ... the k whose bias segments are loaded
+        self.tail_pm = None  # ... their PSUM sums
+        self.seg_loads = None  # ... their segments' load queues
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
@@ -291,6 +298,9 @@ class NormStages:
         return rows * min(self.pieces.k, self.P) if self.pieces else rows // self.per
 
     def first(self, n: int, index: tuple, rows: int) -> None:
+        if n in self.segs:
+            norm_tail.first(self, n, index, rows)
+            return
         self.at(n)
         b, p = self.b, self.parts(rows)
         self.parts_of[n] = p
@@ -477,6 +487,9 @@ class NormStages:
     # -- stage 2: mean and rstd, normalisation -------------------------------------------------
 
     def second(self, n: int, index: tuple, rows: int) -> None:
+        if n in self.segs:
+            norm_tail.second(self, n, index, rows)
+            return
         self.at(n)
         b, p, c = self.b, self.parts(rows), self.c
         if self.sums:  # (`norm_sums`)
@@ -869,6 +882,9 @@ class NormStages:
     def third(self, n: int, index: tuple, rows: int, only=None) -> None:
         """Each lane's (or lane `only`'s) weight and (on VectorE or GpSimd) bias, in place; the
         lanes without TensorE's bias stored."""
+        if n in self.segs:
+            norm_tail.third(self, n, index, rows)
+            return
         self.at(n)
         b, p = self.b, self.parts(rows)
         if self.out_pieces:
@@ -1064,6 +1080,9 @@ class NormStages:
     def fourth(self, n: int, index: tuple, rows: int) -> None:
         """The lanes whose bias TensorE adds (into PSUM, ScalarE copying the sums into tile
         f), stored: a block after their weight, so ScalarE does not wait for it."""
+        if n in self.segs:
+            norm_tail.fourth(self, n, index, rows)
+            return
         self.at(n)
         p = self.parts(rows)
         for i, lane in enumerate(self.lanes):

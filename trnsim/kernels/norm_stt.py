@@ -24,9 +24,9 @@ start while the block's last parts are still being computed):
    the bias out of PSUM (N cycles an element each, not 2N); store.
 
 A 2-D x's last block of a core, t rows fewer than 128 (at the cut of the chip's default LNC,
-`_ranges`, at any LNC: the same rows so, the same values at LNC 1 and 2), may go in blocks of g
-rows in k segments a row (`_tails`: where that costs less by the estimate of their loads and
-their weight's spread; `segments`: segment s, columns [s D/k, (s+1) D/k), on partitions
+`tail_segs.ranges`, at any LNC: the same rows so, the same values at LNC 1 and 2), may go in
+blocks of g rows in k segments a row (`_tails`: where that costs less by the estimate of their
+loads and their weight's spread; `segments`: segment s, columns [s D/k, (s+1) D/k), on partitions
 [s g, (s+1) g)): its loads and stores on all the DMA engines, not on t / 8 of them, and 1/k of a
 block's passes (25 rows of 5120 cost a whole block's on 4 of 16 engines; in 5 segments, 125
 partitions); each row's sums added over its partitions by a TensorE matmul (`pairs`), its
@@ -49,7 +49,6 @@ from trnsim.config import ChipConfig
 from trnsim.dtypes import dtype
 from trnsim.isa import (
     Activation,
-    AffineSelect,
     DmaCopy,
     Matmul,
     Memset,
@@ -64,8 +63,8 @@ from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.layout import row_tiles
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, S, V, bank_runs, runs
-from trnsim.kernels.rows import norm_share
 from trnsim.kernels.schedule import Scheduled
+from trnsim.kernels.tail_segs import pairs, ranges, selector
 
 __all__ = ["lower_stt", "stt_fits"]
 
@@ -129,24 +128,6 @@ def kept_cols(cfg: ChipConfig, d: int, spare: bool = False) -> int:
     return min(cols, (d - PART_COLS) // step * step, cfg.core.vector.psum_max_free_elements)
 
 
-def _ranges(b: KernelBuilder, cfg: ChipConfig, tx, share: tuple[int, int]) -> list[tuple]:
-    """`share` cut where the chip's default LNC cuts x's rows between its cores
-    (`rows.norm_share`): a 2-D x's blocks and tails follow those cuts at any LNC, so a row
-    goes the same way (whole or in segments, `_tails`) and gets the same values at LNC 1 and
-    2."""
-    lo, hi = share
-    n = max(1, cfg.lnc)
-    if len(tx.shape) != 2 or n == 1:
-        return [share]
-    cuts = set()
-    for c in range(n):
-        tb = KernelBuilder(b.tensors)
-        tb.part = (c, n)
-        cuts.update(norm_share(tb, cfg, "layer_norm", tx))
-    cuts = sorted({lo, hi} | {c for c in cuts if lo < c < hi})
-    return list(zip(cuts, cuts[1:]))
-
-
 def _tails(cfg: ChipConfig, t: int, d: int) -> list[tuple[int, int]]:
     """[(g, k)]: a block of t rows (fewer than 128) as blocks of g rows in k segments of d / k
     columns each (k = 1: whole rows), g * k partitions or fewer, those whose loads take the
@@ -195,10 +176,10 @@ def lower_stt(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, 
     """out = layer_norm(x, [D], weight, bias, eps) over rows [lo, hi) of `share` (module doc);
     the list schedule's estimated ns."""
     tx = b.tensors[x]
-    every = [blk for r in _ranges(b, cfg, tx, (0, math.prod(tx.shape[:-1])))
+    every = [blk for r in ranges(b, cfg, tx, (0, math.prod(tx.shape[:-1])))
              for blk in _blocks(cfg, tx, r)]  # fmt: skip
     k = _Stt(b, cfg, x, out, weight, bias, eps, any(kk > 1 for _, _, kk in every))
-    blocks = [blk for r in _ranges(b, cfg, tx, share) for blk in _blocks(cfg, tx, r)]
+    blocks = [blk for r in ranges(b, cfg, tx, share) for blk in _blocks(cfg, tx, r)]
     if not blocks:
         return 0.0
     k.segs = {n: (rows, kk) for n, (_, rows, kk) in enumerate(blocks) if kk > 1}
@@ -374,31 +355,13 @@ class _Stt:
         self.pm = b.psum("pairs", (P, 2), f32)  # (the pair sums: in a bank the spread left)
 
     def selector(self, g: int, k: int) -> str:
-        """[P, P]: on partitions [2q, 2q + k) and [3q, 3q + k) (the weight's and the bias'
-        segments', `place`), row s ones on columns [s g, (s + 1) g) (TensorE's K = k selector
-        of a tail's weight and bias segments)."""
-        b, P = self.b, self.P
-        sel = b.scratch_tile(f"lnstt.sel{g}.{k}", "selector", (P, P), self.f32)
-        for p0 in (2 * self.q, 3 * self.q):
-            a = ap(sel, slice(p0, p0 + k))
-            b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
-            for s in range(k):  # (ones on row s there)
-                a = ap(sel, slice(p0, p0 + k), slice(s * g, (s + 1) * g))
-                b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
-                       start=-s, partition_step=1, step=0, engine=G)  # fmt: skip
-        return sel
+        """`tail_segs.selector` on the weight's and bias' segments' partitions (`place`)."""
+        return selector(self.b, f"lnstt.sel{g}.{k}", self.P, g, k,
+                        (2 * self.q, 3 * self.q), self.f32)  # fmt: skip
 
     def pairs(self, g: int, k: int) -> str:
-        """[P, P]: 1 where m = m' (mod g) (the partitions of a row of a tail of g rows in k
-        segments: its sums added over them by one matmul)."""
-        b = self.b
-        t = b.tile("pairs", "sbuf", (self.P, self.P), self.f32)
-        a = ap(t)
-        b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
-        for r in range(-(k - 1) * g, k * g, g):  # (1 where m - m' + r = 0)
-            b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
-                   start=r, partition_step=1, step=-1, engine=G)  # fmt: skip
-        return t
+        """`tail_segs.pairs` of a tail of g rows in k segments."""
+        return pairs(self.b, self.P, g, k)
 
     def tail(self, n: int) -> tuple:
         """Tail block n's (weight, bias, pairs) tiles (`spread_tails`)."""

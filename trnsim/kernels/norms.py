@@ -81,6 +81,7 @@ from trnsim.kernels.norm_short import SHORT_ROW as LAYER_SHORT
 from trnsim.kernels.norm_short import lower_norm_short
 from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP, NormStages
 from trnsim.kernels.norm_stt import lower_stt, stt_fits
+from trnsim.kernels.norm_tail import tail_blocks
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.rms_plan import IN_PIECES, RMS_RAGGED, rms_variant
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
@@ -89,6 +90,7 @@ from trnsim.kernels.row_pieces import layout as pieces_layout
 from trnsim.kernels.row_plan import G, S, V, bank_runs
 from trnsim.kernels.rows import norm_share
 from trnsim.kernels.schedule import Scheduled
+from trnsim.kernels.tail_segs import ranges
 
 __all__ = ["lower_norm", "norm_rows"]
 
@@ -410,6 +412,7 @@ VARIANTS = (
     *STT_GROUP3,
     WIDE_STT,
 )
+TAIL_SEGS = True  # a fused pipelined layer_norm's core's last rows in segments (`norm_tail`)
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
 PIPE_ROW_BYTES = 8192  # ... its rows a partition of a block, in bytes
@@ -700,6 +703,14 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     # rms_norm's, bf16 rows of 384 50.6 -> 51.2)
     k.per, tiles = row_tiles(tx.shape, k.P, share, group, max(1, room // (BUFS * base)),
                              unit=unit, pow2=k.pipe or not k.layer)  # fmt: skip
+    # (a fused pipelined layer_norm of rows one a partition: a core's last rows, fewer than
+    # 128, in segments, `norm_tail`; its blocks cut where the chip's default LNC cuts the rows)
+    tails = (TAIL_SEGS and k.pipe and k.pe_rstd and k.per == 1 and len(tx.shape) == 2
+             and bias is not None)  # fmt: skip
+    if tails:
+        tiles = [t for r in ranges(b, cfg, tx, share)
+                 for t in row_tiles(tx.shape, k.P, r, group, max(1, room // (BUFS * base)),
+                                    unit=unit, pow2=True)[1]]  # fmt: skip
     if k.pipe and unit == 1 and _pieces_fit(tx, [(i, r) for i, r, _ in tiles]):
         tiles = _left_over(tiles, k.per, k.P)
     blocks = [(index, rows) for index, rows, _ in tiles]
@@ -754,6 +765,14 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
             # start once its first half is in
             k.block_lanes[0] = [Lane(0, h, *_engines(ln)), Lane(h, d, *_engines(ln))]
             k.lanes = k.block_lanes[0]
+    if tails and k.fused:  # (`norm_tail`: the tails on whole-row lanes, their loads' queues)
+        k.segs = tail_blocks(cfg, blocks, d)
+        k.seg_loads = qs.loads()
+        if k.block_lanes:
+            for n in k.segs:
+                k.block_lanes += [k.block_lanes[-1]] * (n + 1 - len(k.block_lanes))
+                ln = k.block_lanes[n][0]
+                k.block_lanes[n] = [Lane(0, d, *_engines(ln))]
     # the weight, and the bias unless TensorE adds it in every block
     on_pe = all(lane.bias == S for ls in k.block_lanes for lane in ls)
     spreads = [v for v in (weight, bias) if v is not None and not (v == bias and on_pe)]
@@ -770,7 +789,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         _emit(k, blocks)
     if k.pe_bias:
         k.pe.done()
-    b.release(*k.psum_rows.values())
+    b.release(*k.psum_rows.values(), *([k.tail_pm] if k.tail_pm else []))
     return getattr(s, "makespan", 0.0)
 
 

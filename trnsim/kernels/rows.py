@@ -64,6 +64,8 @@ EVEN_LAYER_ROW = 8192  # layer_norm's rows this long go evenly so too (they may 
 EVEN_LAYER_FP32 = 2048  # ... and fp32 rows this long (`norm_stt`'s plan: a core's last rows in
 # segments a row, `norm_stt._tails`, on all the DMA engines; trn2 LNC 2, 16 MiB, rows of 5120,
 # 384 and 435 rows a core -> 409 and 410: 56.9 -> 53.4 us; 6144 57.3 -> 55.6)
+EVEN_LAYER_16 = 4096  # ... and 16-bit rows longer than this (one a partition in the
+# pipelined plan, `norms.PIPE_ROW_BYTES`: a core's last rows in segments, `norm_tail`)
 EVEN_FP32_BLOCKS = 8  # ... when a core has at most this many blocks of 128 rows (rows of 3072,
 # 640 and 725 rows a core -> 682 and 683: 56.6 -> 54.9 us; 2560 51.8 -> 51.7)
 
@@ -174,6 +176,7 @@ def even_norm(cfg: ChipConfig, op: str, tx) -> bool:
     if not tx.shape or not rows_fit(cfg, tx):
         return False
     fp32 = op == "layer_norm" and tx.dtype.itemsize == 4 and tx.shape[-1] >= EVEN_LAYER_FP32
+    fp32 = fp32 or (op == "layer_norm" and tx.dtype.itemsize == 2 and tx.shape[-1] > EVEN_LAYER_16)
     long = tx.shape[-1] >= EVEN_LAYER_ROW
     if op not in EVEN_NORMS and not (op == "layer_norm" and long) and not fp32:
         return False
