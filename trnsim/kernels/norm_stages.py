@@ -1091,8 +1091,9 @@ class NormStages:
                     o, f = (self.piece(k, n, i, j, lo, hi, p, g) for k in "pf")
                     ds = [self.diagonal(n, p, j + u) for u in range(g)] if self.fused else None
                     if self.pslots == 1:
+                        split = n >= self.blocks - self.tail_copies
                         self.pe.add(o, f, lane.lo + lo, hi - lo, p, self.pe_span,
-                                    ds and ds[0])  # fmt: skip
+                                    ds and ds[0], split)  # fmt: skip
                     else:  # a bank a row slot, one copy out
                         os_ = [ap(o.name, slice(0, p), u, slice(0, hi - lo)) for u in range(g)]
                         self.pe.add_group(os_, f, lane.lo + lo, hi - lo, p, self.pe_span, ds)

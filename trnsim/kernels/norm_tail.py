@@ -168,7 +168,8 @@ def fourth(st, n: int, index: tuple, rows: int) -> None:
     r0 = index[-1].start
     for lo, hi, width in _pieces(st, f):
         o, fo = (_piece(st, kind, n, p, lo, hi, width) for kind in "pf")
-        st.pe.add(o, fo, lo, hi - lo, p, st.pe_span, st.diagonal(n, p, 0), sel=sel)
+        split = n >= st.blocks - st.tail_copies
+        st.pe.add(o, fo, lo, hi - lo, p, st.pe_span, st.diagonal(n, p, 0), split, sel=sel)
         for s in range(k):
             src = ap(fo.name, slice(s * g, (s + 1) * g), slice(0, hi - lo))
             dst = ap(st.out, *index[:-1], slice(r0, r0 + g), slice(s * f + lo, s * f + hi))

@@ -413,6 +413,10 @@ VARIANTS = (
     WIDE_STT,
 )
 TAIL_SEGS = True  # a fused pipelined layer_norm's core's last rows in segments (`norm_tail`)
+TAIL_COPIES = 1  # ... its last block's copies out of PSUM a bank each on ScalarE and VectorE in
+# turn (`PeBias.add`'s `split`: ScalarE, copying out every block, ends last): trn2 LNC 2, 16
+# MiB, bf16 rows of 4544 60.89 -> 60.87 us, 5120 59.61 -> 59.32, 6144 61.92 -> 61.56 (2 blocks:
+# 63.3, 63.9, 64.8)
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
 PIPE_ROW_BYTES = 8192  # ... its rows a partition of a block, in bytes
@@ -767,6 +771,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
             k.lanes = k.block_lanes[0]
     if tails and k.fused:  # (`norm_tail`: the tails on whole-row lanes, their loads' queues)
         k.segs = tail_blocks(cfg, blocks, d)
+        k.tail_copies = max(k.tail_copies, TAIL_COPIES)
         k.seg_loads = qs.loads()
         if k.block_lanes:
             for n in k.segs:
