@@ -711,10 +711,13 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     # 128, in segments, `norm_tail`; its blocks cut where the chip's default LNC cuts the rows)
     tails = (TAIL_SEGS and k.pipe and k.pe_rstd and k.per == 1 and len(tx.shape) == 2
              and bias is not None)  # fmt: skip
+    starts = [0]  # (the blocks that start a range: split in two lanes, `split_first`)
     if tails:
-        tiles = [t for r in ranges(b, cfg, tx, share)
-                 for t in row_tiles(tx.shape, k.P, r, group, max(1, room // (BUFS * base)),
-                                    unit=unit, pow2=True)[1]]  # fmt: skip
+        tiles, starts = [], []
+        for r in ranges(b, cfg, tx, share):
+            starts.append(len(tiles))
+            tiles += row_tiles(tx.shape, k.P, r, group, max(1, room // (BUFS * base)),
+                               unit=unit, pow2=True)[1]  # fmt: skip
     if k.pipe and unit == 1 and _pieces_fit(tx, [(i, r) for i, r, _ in tiles]):
         tiles = _left_over(tiles, k.per, k.P)
     blocks = [(index, rows) for index, rows, _ in tiles]
@@ -766,8 +769,11 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         h = d // 2 // PIPE_PIECE * PIPE_PIECE
         if k.split_first and len(k.block_lanes) > 1 and len(k.lanes) == 1 and h:
             ln = k.lanes[0]  # the first block in two lanes: ScalarE's and VectorE's statistics
-            # start once its first half is in
-            k.block_lanes[0] = [Lane(0, h, *_engines(ln)), Lane(h, d, *_engines(ln))]
+            # start once its first half is in; so the first of every range (its rows' values
+            # then the same at any LNC: the lanes cut the statistics' chunks)
+            k.block_lanes += [k.block_lanes[-1]] * (max(starts) + 1 - len(k.block_lanes))
+            for m in starts:
+                k.block_lanes[m] = [Lane(0, h, *_engines(ln)), Lane(h, d, *_engines(ln))]
             k.lanes = k.block_lanes[0]
     if tails and k.fused:  # (`norm_tail`: the tails on whole-row lanes, their loads' queues)
         k.segs = tail_blocks(cfg, blocks, d)
