@@ -417,6 +417,10 @@ TAIL_COPIES = 1  # ... its last block's copies out of PSUM a bank each on Scalar
 # turn (`PeBias.add`'s `split`: ScalarE, copying out every block, ends last): trn2 LNC 2, 16
 # MiB, bf16 rows of 4544 60.89 -> 60.87 us, 5120 59.61 -> 59.32, 6144 61.92 -> 61.56 (2 blocks:
 # 63.3, 63.9, 64.8)
+TAIL_LAG = (0, 1, 2)  # ... its stages' lags (`_emit`; (1, 2, 3) before), its estimate's
+# transfers sharing the DMA engines as the chip's do (`fluid`, `schedule.Scheduled`): trn2 LNC 2,
+# 16 MiB, bf16 rows of 4544 60.87 -> 58.93 us (PIPE_BUFS), 5120 59.32 -> 57.24, 6144 61.56 ->
+# 59.68 (fluid alone: 61.24, 57.66, 59.94; lags (1, 2, 2): 60.36, 57.13, 59.94)
 TAPER = (4, 2)  # a pipelined layer_norm's first and last blocks cut so (`_taper`)
 TAPER_S = (2,)  # ... so when ScalarE takes whole row slots' statistics (`S_GROUP` a block)
 PIPE_ROW_BYTES = 8192  # ... its rows a partition of a block, in bytes
@@ -709,8 +713,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
                              unit=unit, pow2=k.pipe or not k.layer)  # fmt: skip
     # (a fused pipelined layer_norm of rows one a partition: a core's last rows, fewer than
     # 128, in segments, `norm_tail`; its blocks cut where the chip's default LNC cuts the rows)
-    tails = (TAIL_SEGS and k.pipe and k.pe_rstd and k.per == 1 and len(tx.shape) == 2
-             and bias is not None)  # fmt: skip
+    tails = (TAIL_SEGS and k.pipe and k.pe_rstd and k.per == 1 and unit == 1
+             and len(tx.shape) == 2 and bias is not None)  # fmt: skip
     starts = [0]  # (the blocks that start a range: split in two lanes, `split_first`)
     if tails:
         tiles, starts = [], []
@@ -778,6 +782,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     if tails and k.fused:  # (`norm_tail`: the tails on whole-row lanes, their loads' queues)
         k.segs = tail_blocks(cfg, blocks, d)
         k.tail_copies = max(k.tail_copies, TAIL_COPIES)
+        k.fluid, k.lag = True, TAIL_LAG
         k.seg_loads = qs.loads()
         if k.block_lanes:
             for n in k.segs:
