@@ -6,7 +6,9 @@ buffers where the estimate says so (`norms.PIPE_BUFS`: rows of 768 58.3 -> 57.5 
 80.5%; 2560 58.0 -> 57.8 us, 79.8% -> 80.1%). Lengths that do not reach 80% of their bound yet
 are xfail, each with its time. The plan gives numpy's values (--check) and the same values at
 LNC 1 and 2. The rows a core has left over after its whole blocks go one a partition where
-that takes fewer row slots (`norms._left_over`: rows of 1536 59.4 -> 57.4 us, 78.0% -> 80.7%)."""
+that takes fewer row slots (`norms._left_over`: rows of 1536 59.4 -> 57.4 us, 78.0% -> 80.7%).
+Rows one a partition (longer than 4096) go evenly between the cores, a core's last rows in
+segments (`norm_tail`: rows of 5120 62.8 -> 57.2 us, 73.7% -> 80.9%)."""
 
 from __future__ import annotations
 
@@ -20,9 +22,8 @@ from trnsim.kernels import norms
 from trnsim.trace.program import TensorSpec
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet (needs 57.9 us)
-    ("bfloat16", 4544): "62.7 us, 73.8%: 950 rows on core 1, 8 blocks",
-    ("bfloat16", 5120): "62.8 us, 73.7%: 870 rows on core 1, 7 blocks; ScalarE busy 53.5 us",
-    ("bfloat16", 6144): "64.1 us, 72.2%: 725 rows on core 1, 6 blocks; ScalarE busy 53.3 us",
+    ("bfloat16", 4544): "58.9 us, 78.6%: 923 rows a core, 7 blocks and 27 rows in 4 segments",
+    ("bfloat16", 6144): "59.7 us, 77.6%: 683 rows on core 1, 5 blocks and 43 in 2 segments",
 }
 PARAMS = marked([("bfloat16", d) for d in (768, 2560, 4544, 5120, 6144, 1536)], SHORT)
 
