@@ -46,12 +46,14 @@ def _x(shape, dt):
 def test_even_cut_and_wide_pieces():
     """bf16 rows of 10240 fit a partition; 819 of them went 384 and 435 a core (the cut at a
     multiple of 128 rows), now evenly (409 and 410, or at a multiple of a plan's groups' rows);
-    shorter bf16 layer_norm rows (5120) keep the cut, fp32 ones of 2048 or more go evenly too
+    bf16 layer_norm rows of 4096 or fewer keep the cut, longer ones (`rows.EVEN_LAYER_16`:
+    `norm_tail`'s tails in segments) and fp32 ones of 2048 or more go evenly too
     (`rows.EVEN_LAYER_FP32`: `norm_stt`'s tails in segments). Where WIDE_PIECES apply."""
     cfg = load_chip("trn2")
     assert even_norm(cfg, "layer_norm", _x((819, 10240), "bfloat16"))
     assert not even_norm(cfg, "layer_norm", _x((1024, 8192), "bfloat16"))  # (an even cut)
-    assert not even_norm(cfg, "layer_norm", _x((819, 5120), "bfloat16"))
+    assert even_norm(cfg, "layer_norm", _x((819, 5120), "bfloat16"))  # (EVEN_LAYER_16)
+    assert not even_norm(cfg, "layer_norm", _x((1365, 3072), "bfloat16"))
     assert even_norm(cfg, "layer_norm", _x((819, 5120), "float32"))
     assert not even_norm(cfg, "layer_norm", _x((819, 1600), "float32"))
     assert even_norm(cfg, "layer_norm", _x((1365, 3072), "float32"))  # (EVEN_FP32_BLOCKS)
