@@ -162,7 +162,6 @@ class NormStages:
         self.tail_tiles: dict = {}  # ... (g, k) -> their tiles (`norm_tail._setup`)
         self.tail_bias: set[int] = set()  # ... the k whose bias segments are loaded
         self.tail_pm = None  # ... their PSUM sums
-        self.seg_loads = None  # ... their segments' load queues
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a

@@ -779,11 +779,10 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
             for m in starts:
                 k.block_lanes[m] = [Lane(0, h, *_engines(ln)), Lane(h, d, *_engines(ln))]
             k.lanes = k.block_lanes[0]
-    if tails and k.fused:  # (`norm_tail`: the tails on whole-row lanes, their loads' queues)
+    if tails and k.fused:  # (`norm_tail`: the tails on whole-row lanes)
         k.segs = tail_blocks(cfg, blocks, d)
         k.tail_copies = max(k.tail_copies, TAIL_COPIES)
         k.fluid, k.lag = True, TAIL_LAG
-        k.seg_loads = qs.loads()
         if k.block_lanes:
             for n in k.segs:
                 k.block_lanes += [k.block_lanes[-1]] * (n + 1 - len(k.block_lanes))
