@@ -1,7 +1,7 @@
 """bf16 layer_norm rows one a partition, pipelined and fused (`norms` {"pipe", "pe_rstd"}): a
 core's last rows, fewer than 128, in k segments a row (`norm_tail`), the cores cut evenly
 (`rows.EVEN_LAYER_16`): --check holds at LNC 1 and 2 (at a mean of 10^4 too) with the same
-values bit for bit, and rows of 5120 run faster (they were at 73.7% of their bound)."""
+values bit for bit, and rows of 5120 reach 80% of their bound (they were at 73.7%)."""
 
 from __future__ import annotations
 
@@ -61,8 +61,8 @@ def test_tail_in_segments_at_mean_1e4(monkeypatch, tmp_path):
 
 def test_bf16_rows_of_5120_reach_more():
     """trn2 LNC 2, 16 MiB: 62.85 us (73.7%) with 768 and 870 rows a core, 7 blocks on core 1;
-    819 a core, the last 51 in 2 segments: 59.3 us (78.1%)."""
+    819 a core, the last 51 in 2 segments: 55.3 us (83.7%)."""
     norms._CHOSEN.clear()
     got, row, _ = reached(*case("layer_norm", 5120, "bfloat16"), "layer_norm", "bfloat16", 5120)
-    assert got >= 0.77, row["time_ns"]
+    assert got >= 0.8, row["time_ns"]
     norms._CHOSEN.clear()

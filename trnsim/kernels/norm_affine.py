@@ -27,17 +27,18 @@ PE_TILES = 2  # PSUM banks the bias is added in by TensorE, in turn (a kernel's 
 
 
 def spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads=None,
-           banks: int = SPREAD_BANKS) -> list[str]:  # fmt: skip
+           banks: int = SPREAD_BANKS, scalar: bool = False) -> list[str]:  # fmt: skip
     """[128, d] tiles: each tensor of `names` ([d]) on every partition: loaded into one
     partition (on `loads`, a `queues.Stream`: a norm's own, so the load waits behind the previous
     op's loads on it), multiplied by a ones row on TensorE (K = 1) into PSUM, copied out by
     VectorE and ScalarE in turn (emitted before a norm's blocks: the engines have nothing else
-    to do until the first block is loaded), through `banks` PSUM banks in turn."""
-    return _spread(b, cfg, names, d, loads, 0, 0, banks)[0]
+    to do until the first block is loaded), or by ScalarE alone (`scalar`), through `banks`
+    PSUM banks in turn."""
+    return _spread(b, cfg, names, d, loads, 0, 0, banks, scalar)[0]
 
 
 def _spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads, kept: int,
-            at: int, banks: int = SPREAD_BANKS):  # fmt: skip
+            at: int, banks: int = SPREAD_BANKS, scalar: bool = False):  # fmt: skip
     """`spread`'s tiles, and (`kept` > 0) [128, kept] fp32 PSUM tiles of each tensor's
     columns [at, at + kept) (`spread_psum`)."""
     P, f32 = cfg.core.sbuf.partitions, dtype("float32")
@@ -63,7 +64,7 @@ def _spread(b: KernelBuilder, cfg: ChipConfig, names: list[str], d: int, loads, 
         mv = ap(row, slice(None), slice(lo, hi))
         b.emit(Matmul, [ap(one), mv], [acc], stationary=ap(one), moving=mv, dst=acc)
         o = ap(t, slice(None), slice(lo, hi))
-        if i % 2:
+        if i % 2 or scalar:
             b.emit(Activation, [acc], [o], func="copy", src=acc, dst=o)
         else:
             b.emit(TensorCopy, [acc], [o], src=acc, dst=o)
