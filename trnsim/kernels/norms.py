@@ -786,7 +786,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     if tails and k.fused:  # (`norm_tail`: the tails on whole-row lanes)
         k.segs = tail_blocks(cfg, blocks, d)
         k.tail_copies = max(k.tail_copies, TAIL_COPIES)
-        k.fluid, k.lag = True, TAIL_LAG
+        k.fluid, k.lag = True, tuple(min(n, k.bufs - 1) for n in TAIL_LAG)
         if k.block_lanes:
             for n in k.segs:
                 k.block_lanes += [k.block_lanes[-1]] * (n + 1 - len(k.block_lanes))
