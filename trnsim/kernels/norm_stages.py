@@ -24,10 +24,13 @@ from trnsim.isa import (
 from trnsim.kernels import norm_tail
 from trnsim.kernels.builder import ap
 from trnsim.kernels.norm_affine import PE_TILES
+from trnsim.kernels.norm_pad import correct as pad_correct
+from trnsim.kernels.norm_pad import load_main, load_short, pad_of, rows_of, store_rows
 from trnsim.kernels.norm_plan import Lane
 from trnsim.kernels.norm_sums import square_stats, sum_stats
 from trnsim.kernels.norm_tsums import applies as tsum_applies
 from trnsim.kernels.norm_tsums import row_mean
+from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, S, Spread, V, runs
 
 __all__ = ["NormStages", "BUFS", "F_BUFS", "LONG_ROW", "OUT_BUFS", "S_GROUP"]
@@ -162,6 +165,12 @@ class NormStages:
         self.tail_tiles: dict = {}  # ... (g, k) -> their tiles (`norm_tail._setup`)
         self.tail_bias: set[int] = set()  # ... the k whose bias segments are loaded
         self.tail_pm = None  # ... their PSUM sums
+        # padded pieces' queues (`norm_pad`): the short partitions' loads on the half of the
+        # load queues a block's parts leave, the rows' stores on half the store queues, the
+        # short partitions' on the other, their pad zeros (a buffer's first loads) on all
+        qs = Queues(cfg)
+        self.pad_loads, self.pad_zeros = qs.loads(1 / 2, 1), qs.stores()
+        self.pad_stores, self.pad_shorts = qs.stores(0, 1 / 2), qs.stores(1 / 2, 1)
 
     def at(self, n: int) -> None:
         """Block n's lanes (the plan may mix two choices of engines over the blocks) and rows a
@@ -186,6 +195,15 @@ class NormStages:
         dt = self.xdt if kind == "x" else self.odt
         t = self.tile(f"{kind}{i}.{lane.lo}.", n, (self.P, self.tper, lane.hi - lane.lo), dt)
         return ap(t, slice(0, p), slice(0, self.per) if j is None else j, slice(*cols))
+
+    @property
+    def pad(self) -> int:
+        """The elements a row's last piece lacks (`norm_pad`: 0 but for padded pieces)."""
+        return pad_of(self.pieces) if self.pieces else 0
+
+    def padded_lane(self, i: int) -> bool:
+        """Whether lane i holds the rows' padding (`norm_pad`: the last lane)."""
+        return bool(self.pad) and self.lanes[i].hi == self.d
 
     @property
     def segments(self) -> bool:
@@ -309,7 +327,7 @@ class NormStages:
                   and rows > 1 and len(index) == len(b.tensors[self.x].shape) - 1
                   and isinstance(index[-1], slice))  # fmt: skip
         for i, lane in enumerate(self.lanes):
-            if halves:  # (`split_loads`)
+            if halves or self.padded_lane(i):  # (`split_loads`; `norm_pad`'s lane: its own)
                 self.load_halves(n, index, rows, p, i)
                 continue
             xa = self.lane_tile("x", n, i, p)
@@ -352,6 +370,23 @@ class NormStages:
         another, the first soonest (two blocks at once on the two queues shared every engine:
         the first arrived with the second)."""
         b, kk, last = self.b, min(self.pieces.k, self.P), index[-1]
+        if self.padded_lane(i):  # (`norm_pad`: a row at a time, the short partitions apart)
+            lane, rows, cuts = self.lanes[i], p // kk, self.load_cuts(p // kk)
+            xa = self.lane_tile("x", n, i, p)
+            w, a = lane.hi - lane.lo, lane.lo * kk + (kk - 1) * (lane.hi - lane.lo)
+            each = rows_of(index, b.tensors[self.x].shape[:-1])
+
+            def dst_of(p0, p1, step, c0, c1):
+                return ap(xa.name, slice(p0, p1, step), slice(0, 1), slice(c0, c1))
+
+            for r, row in enumerate(each):
+                q = next(q for q in range(len(cuts) - 1) if r < cuts[q + 1])
+                load_main(b, lambda a, z, row=row: ap(self.x, *row, slice(a, z)), dst_of,
+                          lane.lo, w, self.pieces, r, self.loads[q])  # fmt: skip
+            load_short(b, lambda r: ap(self.x, *each[r], slice(a, self.pieces.d)), dst_of, w,
+                       self.pieces, rows, self.pad_loads,
+                       self.pad_zeros if n < self.bufs else None)  # fmt: skip
+            return
         cuts = [last.start + r for r in self.load_cuts(rows)]
         xa = self.lane_tile("x", n, i, p)
         cols = (slice(*self.xcols(self.lanes[i])),) if len(self.lanes) > 1 else ()
@@ -618,7 +653,9 @@ class NormStages:
             b.emit(ScalarTensorTensor, [d, s2], [d], data=d, op0="multiply",
                    operand0=float(self.d - c), op1="add", operand1=s2, dst=d,
                    engine=self.small_g)  # fmt: skip
-            scale = 1.0 / (self.d * k)
+            if self.pad:  # (`norm_pad`: the pad zeros' pad M^2 off)
+                pad_correct(b, d, rm, self.pad, k, self.small_g)
+            scale = 1.0 / (self.d * k - self.pad)
         std = (self.stt_std and (32 <= k or self.std_rolled) and 2 * k <= p
                and all(self.parts_of[m] == p for m in blocks))  # fmt: skip
         if std:  # (`std_scales`: the variance of the row k partitions back beside each)
@@ -1127,6 +1164,14 @@ class NormStages:
     def store(self, n: int, index: tuple, p: int, i: int, o) -> None:
         """Lane i's output of block n to out."""
         b, lane = self.b, self.lanes[i]
+        if self.padded_lane(i):  # (`norm_pad`: a row at a time, no padding stored)
+            each = rows_of(index, b.tensors[self.x].shape[:-1])
+            store_rows(b, lambda p0, p1, step, c0, c1: ap(o.name, slice(p0, p1, step),
+                                                          slice(0, 1), slice(c0, c1)),
+                       lambda r, a, z: ap(self.out, *each[r], slice(a, z)), lane.lo,
+                       lane.hi - lane.lo, self.pieces, len(each), self.pad_stores,
+                       self.pad_shorts)  # fmt: skip
+            return
         full = tuple(index) + (slice(None),) * (len(b.tensors[self.x].shape) - 1 - len(index))
         dst = (
             ap(self.out, *index)

@@ -131,7 +131,7 @@ def row_mean(k, n: int, p: int) -> None:
             first = False
     part = ap(sb, slice(0, COLS), slice(0, rows))
     _copy(b, sums, part, COPY_ON[0])
-    ones = ap(_ones(k, k.d * kk), slice(0, COLS), slice(None))
+    ones = ap(_ones(k, k.d * kk - k.pad), slice(0, COLS), slice(None))  # (`norm_pad`)
     m = ap(k.gpsum("rm", n, p, g).name, slice(0, p), slice(u, u + 1))
     if SPREAD:  # each partition's row's mean, straight into rm
         b.emit(Matmul, [part, ones], [m], stationary=part, moving=ones, dst=m)

@@ -74,6 +74,7 @@ from trnsim.kernels.norm_affine import (
     spread_psum,
 )
 from trnsim.kernels.norm_columns import by_columns, lower_norm_columns
+from trnsim.kernels.norm_pad import load_copy, pad_of, padded
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import LAYER_BUFS, lower_norm_ragged
 from trnsim.kernels.norm_short import MIN_ROW as SHORT_MIN
@@ -82,6 +83,7 @@ from trnsim.kernels.norm_short import lower_norm_short
 from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP, NormStages
 from trnsim.kernels.norm_stt import lower_stt, stt_fits
 from trnsim.kernels.norm_tail import tail_blocks
+from trnsim.kernels.norm_tsums import applies as tsum_applies
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.rms_plan import IN_PIECES, RMS_RAGGED, rms_variant
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
@@ -461,6 +463,13 @@ EVEN_LANES = True  # a tile's columns in lanes (`piece_lanes`) of even widths wh
 # any f (an odd lane beside an even one): bf16 (x - mean) * w runs one element a cycle only
 # over an even count (bf16 rows of 20000, lanes of 625 -> 624 and 626: 76.4 -> 71.1 us; of
 # 151936, 1187 -> 594 and 593, no lanes before: 76.8 -> 72.1 us)
+PAD_PIECES = True  # 16-bit layer_norm rows whose pieces would leave partitions empty go in
+# padded pieces over all of them (`norm_pad`) with the plans that take them: trn2 LNC 2, 16
+# MiB, bf16 rows of 50257 (32 pieces of 1571, the last 15 short, not 29 of 1733 on 116
+# partitions; STT_GROUP3, not STT_LANES_SEARCH) 74.2 -> 62.0 us, 62.4% -> 74.6% (rows of 50272,
+# whole pieces of 1571: 61.4 us)
+PAD_PLAN = ("tsums", "split_loads", "affine_at", "stt_std")  # ... those plans: TensorE's row
+# mean (`norm_tsums`, whose sums `norm_pad` corrects), lanes loaded a row at a time
 TRIAL_BYTES = 2 << 20  # layer_norms of x this large try the VARIANTS
 CHOSEN_MOST = 256  # the choices kept (`_variant`), by shapes
 _CHOSEN: dict = {}
@@ -602,7 +611,8 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                           or ("stt" in v and not stt)
                           or ("row_tiles" in v and not row_tiles)
                           or (v is FLEX_BUFS and d >= FLEX_BUFS_BELOW)
-                          or (v.get("std_rolled") and (d >= PARTS_BELOW or part))
+                          or (v.get("std_rolled") and (d >= PARTS_BELOW or part and not
+                                                       _pads(cfg, "layer_norm", tx, lay, v)))
                           or ("ragged" in v and not ragged)
                           or (SEGMENTS_ONLY & set(v) and not segments)))
             and not ("in_pieces" in v and not many)
@@ -629,6 +639,10 @@ def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant)
                         variant.get("piece_bytes", PIECE_BYTES))  # fmt: skip
     if variant.get("ragged"):  # (a multiple of 128 too, RAGGED_FP32: no remainder column)
         lay = None
+    if _pads(cfg, op, tx, lay, variant):  # (`norm_pad`: all the partitions, rows' last piece
+        # short)
+        isz = tx.dtype.itemsize
+        lay = padded(d, max(PIECE_BYTES, DIVISOR_MOST) // isz, cfg.core.sbuf.partitions)
     if lay is not None and op == "layer_norm" and variant.get("stt_std") and lay.t == 1:
         share = norm_share(b, cfg, op, tx, lay.g * variant.get("stat_group", 1))
     elif lay is not None and lay.g > 1 and lay.g * lay.k < cfg.core.sbuf.partitions:
@@ -1025,6 +1039,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         _load_behind(k, cfg, lay, {weight: k.affine_at[0], bias: k.affine_at[1]})
     if k.interleave:  # each row's stages at once (`_emit`): its segments follow its loads
         k.lag = SEG_LAG if not k.spread_at else (0, k.spread_at, k.spread_at)
+    if k.pad and not tsum_applies(k):  # (`norm_pad`: its sums corrected on TensorE's mean's)
+        raise TraceError(f"layer_norm: rows of {lay.d} in padded pieces need `norm_tsums`")
     with _scheduled(k) as s:
         if k.pe_bias:
             k.pe = PeBias(b, cfg, bias, width, to.dtype, pieces=True, tiles=k.pe_tiles)
@@ -1202,6 +1218,17 @@ def _any_divisor(d: int, isz: int, P: int):
     return PieceLayout(d, d // k, k, P // k, 1)
 
 
+def _pads(cfg: ChipConfig, op: str, tx, lay, variant: dict) -> bool:
+    """Whether a 16-bit layer_norm's rows go in padded pieces (`norm_pad`): those whose
+    layout leaves partitions empty (`_any_divisor`: several rows a tile on fewer than all the
+    partitions), with a plan whose statistics `norm_pad` corrects (`PAD_PLAN`: TensorE's row
+    mean, `norm_tsums`, in lanes loaded a row at a time)."""
+    return (PAD_PIECES and op == "layer_norm" and tx.dtype.itemsize == 2 and lay is not None
+            and lay.t == 1 and 1 < lay.g and lay.g * lay.k < cfg.core.sbuf.partitions
+            and all(variant.get(f) for f in PAD_PLAN) and variant.get("piece_lanes", 1) > 1
+            and variant.get("stat_group", 1) > 1)  # fmt: skip
+
+
 def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads, copies=None) -> str:
     """[128, t f]: tensor `name` ([d]) in the pieces' pattern (partition r k + i holds piece
     i; segment s's pieces in columns [s f, (s + 1) f)), loaded once per row of the tile (g DMAs
@@ -1228,7 +1255,7 @@ def _lane_rows(b: KernelBuilder, cfg: ChipConfig, names, lay, loads, lanes,
     tile a lane ([128, hi - lo]: a lane's passes wait only for its own), loaded a DMA per row
     of the tile and lane, lane 0's of every tensor first, each on the next of `loads` (or,
     `by_row`, row r's on loads[r])."""
-    P, q = cfg.core.sbuf.partitions, 0
+    P, q, small = cfg.core.sbuf.partitions, 0, Queues(cfg).loads(1 / 2, 1)
     rows: dict[str, list[str]] = {v: [] for v in names}
     for lane in lanes:
         for v in names:
@@ -1236,10 +1263,14 @@ def _lane_rows(b: KernelBuilder, cfg: ChipConfig, names, lay, loads, lanes,
                                (P, lane.hi - lane.lo), b.tensors[v].dtype)  # fmt: skip
             rows[v].append(t)
             for r in range(lay.g):
+                queue = loads[r if by_row else q]
+                q += 1
+                if pad_of(lay) and lane.hi == lay.f:  # (`norm_pad`: the short piece apart)
+                    load_copy(b, v, t, lane.lo, lane.hi - lane.lo, lay, r, queue, small)
+                    continue
                 src = ap(v, slice(lane.lo * lay.k, lane.hi * lay.k))
                 dst = ap(t, slice(r * lay.k, (r + 1) * lay.k))
-                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=loads[r if by_row else q])
-                q += 1
+                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=queue)
     return rows
 
 
