@@ -1,9 +1,11 @@
 """layer_norm rows too long for one pass a partition, in pieces over the partitions (issue 26):
 16 MiB of x, trn2 LNC 2. Rows that fit a partition but may go in pieces (rows of 8192 or more,
 `norms.FIT_PIECES`) are cut evenly between the cores (`rows.EVEN_LAYER_ROW`: bf16 rows of 14336
-went 256 and 329 a core, 67.5 -> 61.6 us); a plan whose rounding follows its groups of tiles
-(`stt_std`) has the cut at a multiple of a group's rows, so LNC 1 and 2 give the same values
-(`norms._share`; bf16 rows of 24576 in pieces differed before), and the plan is chosen by the
+went 256 and 329 a core, 67.5 -> 61.6 us); a plan that rounds a tile of one row otherwise
+(`stt_std`) moves the cut by a row or so where a core's last tile would hold one row alone
+(`norms._std_share`; a core's last tile, fewer rows than the others, apart from its group's in
+`NormStages.std_scales`: rows of 10240 went 384 and 435 a core, 67.2 -> 62.7 us), so LNC 1 and
+2 give the same values (bf16 rows of 24576 in pieces differed before), and the plan is chosen by the
 estimate of the core with the most rows (`norms._busiest`). Rows whose pieces would be far
 under PIECE_BYTES (a power of two k pieces a row) may go in half as many of up to
 `norms.WIDE_BYTES` (fp32 rows of 10240 in 8 pieces of 1280, not 16 of 640: 68.7 -> 59.9 us).
@@ -25,8 +27,8 @@ from trnsim.kernels.rows import even_norm, norm_share
 from trnsim.trace.program import TensorSpec
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
-    ("bfloat16", 10240): "67.3 us, 69%: in pieces, 384 and 435 rows a core (the cut at a "
-    "multiple of its groups' 64 rows); every engine busy 50-56 us; needs <= 57.9",
+    ("bfloat16", 10240): "62.7 us, 74%: in pieces, 409 and 410 rows a core; every engine "
+    "busy 48-52 us, the weight and bias loaded 32 times a core; needs <= 57.9",
     ("bfloat16", 14336): "60.6 us, 76.5%: 8 pieces of 1792 (STT_PARTS), 288 and 297 rows a "
     "core; needs <= 57.9",
 }
@@ -90,6 +92,13 @@ def test_even_cut_and_wide_pieces():
     # cut 150 and 150, the rows of two groups differed at LNC 1 and 2)
     ((43, 24576), "bfloat16", "STT_PARTS"),  # (16 pieces: 16 and 27 rows, groups of 16; cut
     # 21 and 22, rows 32 to 42 differed)
+    ((300, 10240), "bfloat16", "WIDE_PIECES[1]"),  # (4 pieces, 32 rows a tile: 150 and 150
+    # rows, each core's last tile of 22 rows; at LNC 1 the last of 12 in a group with a whole
+    # one: every row differed at LNC 1 and 2 without `std_scales`' runs of alike blocks)
+    ((289, 10240), "bfloat16", "WIDE_PIECES[1]"),  # (the last row a tile alone at LNC 1: cut
+    # 128 and 161, not 144 and 145)
+    ((23, 65536), "bfloat16", "STT_TSUMS"),  # (32 pieces, 4 rows a tile, not `std_rolled`:
+    # 11 and 12 rows)
 ])  # fmt: skip
 def test_rows_in_pieces_values(monkeypatch, shape, dt, variant):
     """Rows in WIDE_PIECES, bf16 rows that fit cut evenly between the cores, and `stt_std`'s
@@ -100,3 +109,22 @@ def test_rows_in_pieces_values(monkeypatch, shape, dt, variant):
     monkeypatch.setattr(norms, "VARIANTS", (v[int(i[:-1])] if i else v,))
     assert np.prod(shape) * dtype(dt).itemsize >= norms.TRIAL_BYTES
     layer_norm_at_both_lncs(shape, dtype(dt))
+
+
+def test_std_share():
+    """`norms._std_share`: the even cut, moved where a core's last tile would hold one row
+    alone but LNC 1's does not (or the other way)."""
+    b = KernelBuilder({})
+
+    def cut(total, g):
+        got = []
+        for c in (0, 1):
+            b.part = (c, 2)
+            got.append(norms._std_share(b, (total * c // 2, total * (c + 1) // 2), total, g))
+        return got
+
+    assert cut(819, 32) == [(0, 409), (409, 819)]
+    assert cut(419, 16) == [(0, 208), (208, 419)]  # (209 and 210: 209 = 13 * 16 + 1)
+    assert cut(289, 32) == [(0, 128), (128, 289)]  # (289 = 9 * 32 + 1: so core 1's last)
+    b.part = (0, 1)
+    assert norms._std_share(b, (0, 819), 819, 32) == (0, 819)

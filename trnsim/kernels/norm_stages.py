@@ -656,13 +656,22 @@ class NormStages:
             if self.pad:  # (`norm_pad`: the pad zeros' pad M^2 off)
                 pad_correct(b, d, rm, self.pad, k, self.small_g)
             scale = 1.0 / (self.d * k - self.pad)
-        std = (self.stt_std and (32 <= k or self.std_rolled) and 2 * k <= p
-               and all(self.parts_of[m] == p for m in blocks))  # fmt: skip
-        if std:  # (`std_scales`: the variance of the row k partitions back beside each)
+        std = self.stt_std and (32 <= k or self.std_rolled) and 2 * k <= p and (
+            not self.pad or all(self.parts_of[m] == p for m in blocks))  # fmt: skip
+        if std:  # (`std_scales`: the variance of the row k partitions back beside each; the
+            # group's blocks of alike partitions at once, a core's last block apart when it
+            # has fewer: its rows k back wrap round its own partitions)
             vr = self.gpsum("vs", n, p, 2 * u)
-            gr.sums(d, p, scale=scale, dst=ap(vr.name, slice(0, p), slice(0, u)))
-            back, dst = self.back_sums(p, scale), ap(vr.name, slice(0, p), slice(u, 2 * u))
-            b.emit(Matmul, [back, d], [dst], stationary=back, moving=d, dst=dst)
+            for a, z in _alike(self.parts_of, lo, n):
+                q = self.parts_of[lo + a]
+                dq = ap(d.name, slice(0, q), slice(a, z))
+                gr.sums(dq, q, scale=scale, dst=ap(vr.name, slice(0, q), slice(a, z)))
+                dst = ap(vr.name, slice(0, q), slice(u + a, u + z))
+                if 2 * k > q:  # (a block of one row, its own row back: `std_scales`)
+                    gr.sums(dq, q, scale=scale, dst=dst)
+                    continue
+                back = self.back_sums(q, scale)
+                b.emit(Matmul, [back, dq], [dst], stationary=back, moving=dq, dst=dst)
             rs = ap(self.tile("grs2", self.gslot(n), (self.P, 2 * g)), slice(0, p),
                     slice(0, 2 * u))  # fmt: skip
         else:
@@ -704,12 +713,16 @@ class NormStages:
                    data=back, op0="pow", operand0=-1.0, op1="subtract", operand1=hb, dst=sl,
                    engine=e)) for e in es]  # fmt: skip
         b.emit(*ops[0][:3], **ops[0][3], **self.others(ops))
-        ident = ap(self.pe.ident, slice(0, p), slice(0, p))
-        j = self.shifted_ident(p, kk, self.odt)
         for m in range(lo, n + 1):
-            self.std_of[m] = ap(rs.name, slice(0, p), slice(m - lo, m - lo + 1))
-            h, sm = (ap(hl, slice(0, p), slice(a + m - lo, a + m - lo + 1)) for a in (0, 2 * u))
-            dh, c = (ap(self.tile(x, m, (self.P, self.P), self.odt), slice(0, p), slice(0, p))
+            q = self.parts_of[m]  # (a core's last block may have fewer partitions)
+            if 2 * kk > q:  # (a block of one row: no row k partitions back; `stt_diags`)
+                self.stt_diags(m, q, ap(rs.name, slice(0, q), slice(m - lo, m - lo + 1)))
+                continue
+            ident = ap(self.pe.ident, slice(0, q), slice(0, q))
+            j = self.shifted_ident(q, kk, self.odt)
+            self.std_of[m] = ap(rs.name, slice(0, q), slice(m - lo, m - lo + 1))
+            h, sm = (ap(hl, slice(0, q), slice(a + m - lo, a + m - lo + 1)) for a in (0, 2 * u))
+            dh, c = (ap(self.tile(x, m, (self.P, self.P), self.odt), slice(0, q), slice(0, q))
                      for x in ("dh", "dl"))  # fmt: skip
             ops = [(TensorScalar, [ident, h], [dh], dict(src=ident, dst=dh, op0="multiply",
                                                          operand0=h, engine=e))
@@ -1239,3 +1252,14 @@ class NormStages:
             a = dst
         if pending:
             flush(a)
+
+
+def _alike(parts_of: dict, lo: int, n: int) -> list[tuple[int, int]]:
+    """The runs [a, z) of blocks lo + a .. lo + z - 1 (of lo..n, a `stat_group`) of as many
+    partitions each."""
+    runs, a = [], 0
+    for i in range(1, n - lo + 2):
+        if i == n - lo + 1 or parts_of[lo + i] != parts_of[lo + a]:
+            runs.append((a, i))
+            a = i
+    return runs
