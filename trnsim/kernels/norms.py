@@ -643,9 +643,11 @@ def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant)
         # short)
         isz = tx.dtype.itemsize
         lay = padded(d, max(PIECE_BYTES, DIVISOR_MOST) // isz, cfg.core.sbuf.partitions)
+    part = lay is not None and lay.g > 1 and lay.g * lay.k < cfg.core.sbuf.partitions
     if lay is not None and op == "layer_norm" and variant.get("stt_std") and lay.t == 1:
-        share = _std_share(b, share, math.prod(tx.shape[:-1]), lay.g)
-    elif lay is not None and lay.g > 1 and lay.g * lay.k < cfg.core.sbuf.partitions:
+        share = (norm_share(b, cfg, op, tx, lay.g * variant.get("stat_group", 1)) if part
+                 else _std_share(b, share, math.prod(tx.shape[:-1]), lay.g))  # fmt: skip
+    elif part:
         # (tiles of several rows on part of the partitions, `_any_divisor`: whole tiles a
         # core, so a row's sums over its partitions, a matmul over the tile's, round alike at
         # any LNC; cut inside a tile, fp32 rows of 16385 in 29 pieces gave other values)
@@ -654,28 +656,37 @@ def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant)
 
 
 def _std_share(b: KernelBuilder, share: tuple, total: int, g: int) -> tuple:
-    """`share` (the rows cut evenly) with each cut moved by the fewest rows so that a core's
-    last tile of g rows holds one row only where one core's would (the last, of total % g ==
-    1): `stt_std` rounds a tile of one row otherwise (no row k partitions back,
+    """`share` (the rows cut evenly) with each cut moved (`_std_cut`) so that a core's last
+    tile of g rows holds one row only where one core's would (the last, of total % g == 1):
+    `stt_std` rounds a tile of one row otherwise (no row k partitions back,
     `NormStages.std_scales`), the other rows alike in any tile (TensorE's sums in float64),
     so the values are the same at any LNC. Cut at multiples of g * stat_group before (each
     group of tiles the same at any LNC): trn2 LNC 2, 16 MiB, bf16 rows of 10240, 384 and 435
-    rows a core -> 409 and 410: 67.2 -> 62.7 us."""
+    rows a core -> 409 and 410: 67.2 -> 62.7 us. (Tiles on fewer than all the partitions,
+    `_any_divisor`, are still cut so: `_share`.)"""
     c, n = b.part
     if n == 1 or share != (total * c // n, total * (c + 1) // n):  # (not cut evenly)
         return share
     cuts = [0]
     for i in range(1, n):
-        even = total * i // n
-        for x in sorted(range(even - g, even + g + 1), key=lambda x: abs(x - even)):
-            last = i < n - 1 or ((total - x) % g == 1) == (total % g == 1)
-            if cuts[-1] <= x <= total and (x - cuts[-1]) % g != 1 and last:
-                break
-        else:  # (none: at a multiple of g rows from the last cut)
-            x = min(total, cuts[-1] + (even - cuts[-1]) // g * g)
-        cuts.append(x)
+        cuts.append(_std_cut(total, n, g, i, cuts[-1]))
     cuts.append(total)
     return cuts[c], cuts[c + 1]
+
+
+def _std_cut(total: int, n: int, g: int, i: int, at: int) -> int:
+    """`_std_share`'s cut i of n (the last at row `at`): within g rows of the even cut, no tile
+    of one row alone but the last core's where LNC 1's last is; of those, the fewest tiles a
+    core (the later cores' rows alike), then the nearest."""
+    even = total * i // n
+
+    def cost(x):
+        rest = -(-(total - x) // (g * (n - i))) if i == n - 1 else 0
+        return max(-(-(x - at) // g), rest), abs(x - even)
+
+    ok = [x for x in range(max(at, even - g), min(total, even + g) + 1) if (x - at) % g != 1
+          and (i < n - 1 or ((total - x) % g == 1) == (total % g == 1))]  # fmt: skip
+    return min(ok, key=cost) if ok else min(total, at + (even - at) // g * g)
 
 
 def _busiest(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant) -> int:
