@@ -99,6 +99,8 @@ def test_even_cut_and_wide_pieces():
     # 160 and 129, not 144 and 145)
     ((23, 65536), "bfloat16", "STT_TSUMS"),  # (32 pieces, 4 rows a tile, not `std_rolled`:
     # 11 and 12 rows)
+    ((7, 151936), "bfloat16", "STT_TSUMS"),  # (64 pieces, 2 rows a tile: 4 and 3 rows, the
+    # last row a tile alone at LNC 1 and 2, `stt_diags`, the others' C `std_scales`')
 ])  # fmt: skip
 def test_rows_in_pieces_values(monkeypatch, shape, dt, variant):
     """Rows in WIDE_PIECES, bf16 rows that fit cut evenly between the cores, and `stt_std`'s
