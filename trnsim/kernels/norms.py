@@ -639,11 +639,13 @@ def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant)
                         variant.get("piece_bytes", PIECE_BYTES))  # fmt: skip
     if variant.get("ragged"):  # (a multiple of 128 too, RAGGED_FP32: no remainder column)
         lay = None
-    if _pads(cfg, op, tx, lay, variant):  # (`norm_pad`: all the partitions, rows' last piece
-        # short)
+    pads = _pads(cfg, op, tx, lay, variant)
+    if pads:  # (`norm_pad`: all the partitions, rows' last piece short)
         isz = tx.dtype.itemsize
         lay = padded(d, max(PIECE_BYTES, DIVISOR_MOST) // isz, cfg.core.sbuf.partitions)
-    part = lay is not None and lay.g > 1 and lay.g * lay.k < cfg.core.sbuf.partitions
+    # (padded pieces keep the cut at whole groups too: cut evenly, bf16 [43, 50257] gave other
+    # values at LNC 1 and 2)
+    part = lay is not None and lay.g > 1 and (lay.g * lay.k < cfg.core.sbuf.partitions or pads)
     if lay is not None and op == "layer_norm" and variant.get("stt_std") and lay.t == 1:
         share = (norm_share(b, cfg, op, tx, lay.g * variant.get("stat_group", 1)) if part
                  else _std_share(b, share, math.prod(tx.shape[:-1]), lay.g))  # fmt: skip
