@@ -70,22 +70,22 @@ NORM = (G, V)  # the engines beside ScalarE of the normalisation (a row slot eac
 
 
 def lower_norm_short(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight, bias,
-                     eps: float, share: tuple[int, int]) -> float:  # fmt: skip
+                     eps: float, share: tuple[int, int], plan=None) -> float:  # fmt: skip
     """out = layer_norm(x, [D], weight, bias, eps) over rows [lo, hi) of `share` (module
-    doc); the list schedule's estimated span."""
-    k = _Ln(b, cfg, x, out, weight, bias, eps)
+    doc; `plan`: a subclass of `_Ln`, `norm_fused`'s); the list schedule's estimated span."""
+    k = (plan or _Ln)(b, cfg, x, out, weight, bias, eps)
     tx, d = b.tensors[x], k.d
     per_row = d * (tx.dtype.itemsize + (k.odt.itemsize if k.odt != k.xdt else 0))
     most = max(1, BLOCK_BYTES // tx.dtype.itemsize // d)  # rows a partition
-    room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * d * 4
-    k.per, blocks = row_tiles(tx.shape, k.P, share, most, max(1, room // (BUFS * per_row)),
-                              pow2=False, unit=UNIT)  # fmt: skip
-    k.bufs = max(1, min(BUFS, room // (k.per * per_row)))
+    room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * d * 4 - k.ring_bytes(most)
+    k.per, blocks = row_tiles(tx.shape, k.P, share, most, max(1, room // (k.BUFS * per_row)),
+                              pow2=False, unit=k.UNIT)  # fmt: skip
+    k.bufs = max(1, min(k.BUFS, room // (k.per * per_row)))
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)
     k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
     if not blocks:
         return 0.0
-    blocks = _taper(blocks, k.per, TAPER)
+    blocks = _taper(blocks, k.per, k.TAPER)
     with Scheduled(b, cfg, shared_dma=True, search=SEARCH) as s:
         _emit(k, blocks)
     b.release(*k.psum.values())
@@ -102,6 +102,7 @@ def _emit(k: _Ln, blocks: list) -> None:
         k.rows, k.psum = dict(zip(names, tiles)), dict(zip(names, ps))
     elif names:
         k.rows = dict(zip(names, spread(k.b, k.cfg, names, k.d, k.loads)))
+    k.prepare()
     lag = tuple(min(v, k.bufs - 1) for v in LAGS)
     for n in range(len(blocks) + max(lag)):
         for stage, late in zip((k.first, k.second, k.third), lag):
@@ -111,6 +112,8 @@ def _emit(k: _Ln, blocks: list) -> None:
 
 class _Ln:
     """One layer_norm's tiles and its three stages per block (module doc)."""
+
+    BUFS, UNIT, TAPER = BUFS, UNIT, TAPER  # (a subclass' own: `norm_fused`)
 
     def __init__(self, b, cfg, x, out, weight, bias, eps):
         self.b, self.cfg, self.x, self.out, self.eps = b, cfg, x, out, eps
@@ -124,6 +127,14 @@ class _Ln:
         self.rows: dict[str, str] = {}  # the weight and bias spread over the partitions
         self.psum: dict[str, str] = {}  # ... and in PSUM (fp32: `_emit`)
         self.loads = self.stores = None
+
+    def ring_bytes(self, most: int) -> int:
+        """SBUF a partition the plan takes beside its blocks' buffers (of `most` rows a
+        partition at most)."""
+        return 0
+
+    def prepare(self) -> None:
+        """What the plan makes once, after the weight and bias are spread."""
 
     def tile(self, key: str, n: int, shape, dt) -> str:
         return self.b.scratch_tile(f"lns.{key}{n % self.bufs}", key, shape, dt)

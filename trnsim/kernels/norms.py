@@ -74,6 +74,8 @@ from trnsim.kernels.norm_affine import (
     spread_psum,
 )
 from trnsim.kernels.norm_columns import by_columns, lower_norm_columns
+from trnsim.kernels.norm_fused import SHORT_ROW as FUSED_SHORT
+from trnsim.kernels.norm_fused import Fused, fused
 from trnsim.kernels.norm_pad import load_copy, pad_of, padded
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import LAYER_BUFS, lower_norm_ragged
@@ -597,9 +599,11 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     part = lay is not None and lay.g * lay.k != cfg.core.sbuf.partitions
     stt = (pe and weight is not None and lay is not None and lay.t == 1
            and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
-    # (`norm_short`: fp32 rows of SHORT_MIN to LAYER_SHORT; bf16 rows of 96 ran slower there,
-    # 71.2 -> 74.1 us at best, with TensorE adding the bias)
-    short = fits and SHORT_MIN <= d <= LAYER_SHORT and tx.dtype.itemsize == to.dtype.itemsize == 4
+    # (`norm_short`: fp32 rows of SHORT_MIN to LAYER_SHORT; 16-bit rows with a weight and a
+    # bias to FUSED_SHORT, the normalisation folded, `norm_fused`)
+    short = fits and SHORT_MIN <= d and (
+        d <= LAYER_SHORT and tx.dtype.itemsize == to.dtype.itemsize == 4
+        or d <= FUSED_SHORT and fused(b.tensors, x, out, weight, bias))  # fmt: skip
     return [i for i, v in enumerate(VARIANTS)
             if (_psum_affine(cfg, tx, to, d, weight, bias, v.get("piece_bytes", PIECE_BYTES))
                 if "psum_affine" in v  # (pieces)
@@ -729,7 +733,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
             how = RMS_RAGGED if rms else {"bufs_most": LAYER_BUFS}
             return lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share, **how)
     if variant.get("short") and op == "layer_norm":
-        return lower_norm_short(b, cfg, x, out, weight, bias, float(eps), share)
+        how = Fused if fused(b.tensors, x, out, weight, bias) else None
+        return lower_norm_short(b, cfg, x, out, weight, bias, float(eps), share, how)
     if variant.get("stt_fit"):
         return lower_stt(b, cfg, x, out, weight, bias, float(eps), share)
     if op == "rms_norm" and d <= SHORT_ROW:

@@ -1,0 +1,216 @@
+"""`layer_norm` over short 16-bit rows with a weight and a bias (`norm_short`'s blocks, up to
+SHORT_ROW elements, a PSUM bank's fp32 columns), the normalisation folded into the weight and
+TensorE's bias: three passes over the elements, not four. out = rstd (x - mean) w + b is
+
+    out = rstd (y + std b),  y = (x - mean) w,
+
+1. load; VectorE's `bn_stats` a row slot each (`norm_short`);
+2. the block's mean, rstd and std (the halves' [p, per] steps, `norm_short._halves`' formulas),
+   std in two bf16 parts (hi + lo); y a row slot each: one `scalar_tensor_tensor` (x - mean) *
+   w (on VectorE one cycle an element for bf16, as its tensor_tensor: the weight's pass with
+   the mean's subtraction for nothing; or GpSimd); std's parts transposed by TensorE (row slot
+   j's on partitions 2j and 2j + 1);
+3. per PSUM bank (a bank's row slots): the identity times y and the transposed std times the
+   mask M (`prepare`: M[k, j] = b where k // 2 = j, else 0), accumulated: y + std b for the
+   bank's slots in two matmuls; each slot copied out times its rstd (ScalarE's `activation`
+   with rstd its scale, or VectorE's `tensor_scalar`) into x's tile; store.
+
+VectorE's bn_stats is its pass whatever the plan; with the normalisation a pass of its own (a
+row slot each on ScalarE, VectorE or GpSimd: `norm_short`'s, with TensorE's bias) the others
+had four passes to share, and VectorE ran them too (bf16 rows of 96: 69.9 us at best). trn2 LNC
+2, 16 MiB, bf16 rows of 96 71.2 -> 63.3 us (`norms.FLEX_BUFS` before), of 100 70.3 -> 63.6, of
+200 68.6 -> 62.1 (the pipelined `pe_rstd` before). y's bf16 rounding is that of the weighted
+normalised values (relative, as the other plans' y), std b is exact in fp32 (the parts'
+products), rstd std = 1 to fp32's rounding. A row's values depend only on its own
+statistics: the same at LNC 1 and 2.
+"""
+
+from __future__ import annotations
+
+from trnsim.isa import (
+    Activation,
+    AffineSelect,
+    DmaCopy,
+    Matmul,
+    Memset,
+    ScalarTensorTensor,
+    TensorCopy,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.kernels.builder import ap
+from trnsim.kernels.norm_affine import pe_group
+from trnsim.kernels.norm_short import _Ln
+from trnsim.kernels.row_plan import G, S, V
+
+__all__ = ["SHORT_ROW", "Fused", "fused"]
+
+SHORT_ROW = 512  # rows this short (a PSUM bank's fp32 columns: a slot's copy reads one bank)
+BUFS = 8  # blocks rotating through buffers (`norm_short`'s 12: more semaphores than a core's
+# 256; trn2 LNC 2, 16 MiB, bf16 rows of 96, 7: 63.3 us, 6: 63.4)
+UNIT = 2  # rows a partition a multiple of this, and the first and last blocks cut in halves
+TAPER = (2,)  # (`rms_short._taper`; trn2 LNC 2, 16 MiB, bf16 rows of 96, 100, 200, 384: in
+# quarters, 4: 62.9, 64.0, 62.6, 64.4 us; halves, 2: 63.3, 63.6, 61.7, 62.2; neither, 1: 64.2,
+# 64.0, 62.9, 62.5)
+UNIT_BANKS = 2  # PSUM banks of a unit (its row slots' y in a tile of their own, `yslot`)
+PSUM_TILES = 3  # ... the units' PSUM tiles, in turn
+COLS = ("dm", "v", "q", "ve", "mean", "rs", "sd")  # the [p, per] steps' columns, one tile
+
+
+def fused(tensors: dict, x: str, out: str, weight, bias) -> bool:
+    """Whether a layer_norm of rows that fit may go here: 16-bit x, output, weight and bias of
+    one dtype (the mask holds the bias in it)."""
+    if weight is None or bias is None:
+        return False
+    dts = {tensors[n].dtype for n in (x, out, weight, bias)}
+    return len(dts) == 1 and dts.pop().itemsize == 2
+
+
+class Fused(_Ln):
+    """`norm_short`'s plan with the normalisation folded (module doc)."""
+
+    BUFS, UNIT, TAPER = BUFS, UNIT, TAPER
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.g = self.unit = 1  # row slots of a PSUM bank, of a unit
+        self.units = 1  # units of a block
+        self.ring = 1  # y's tiles (`ring_bytes`)
+        self.ident = self.mask = ""
+        self.pe_ps: list[str] = []
+        self.st_ps: list[str] = []
+        self.turn = 0
+
+    def ring_bytes(self, most: int) -> int:
+        """The y tiles: two blocks' units (of `most` rows a partition), in turn (a block's y
+        is written a stage before the one that reads the block before's: `_emit`'s lags)."""
+        unit = min(most, pe_group(self.cfg, self.d, most) * UNIT_BANKS)
+        self.ring = 2 * -(-most // unit)
+        return self.ring * unit * self.d * self.odt.itemsize
+
+    def prepare(self) -> None:
+        """The units' sizes; the identity ([P, P]: TensorE's stationary of y, and its moving
+        of the transposes) and the mask M ([2 per, per, D], module doc), built by VectorE or
+        GpSimd a unit's columns at a time."""
+        b, P, d, per = self.b, self.P, self.d, self.per
+        self.g = pe_group(self.cfg, d, per)
+        self.unit = min(per, self.g * UNIT_BANKS)
+        self.units = -(-per // self.unit)
+        self.ident = b.tile("ident", "sbuf", (P, P), self.odt)
+        a = ap(self.ident)
+        b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+        b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal", start=0,
+               partition_step=1, step=-1, engine=G)  # fmt: skip
+        e2 = ap(b.tile("lnf_e2", "sbuf", (2 * per, per), self.odt))
+        ev, od = (ap(self.ident, slice(0, 2 * per), slice(h, 2 * per, 2)) for h in (0, 1))
+        b.emit(TensorTensor, [ev, od], [e2], alu="add", src0=ev, src1=od, dst=e2, engine=G)
+        self.mask = b.tile("lnf_mask", "sbuf", (2 * per, per, d), self.odt)
+        bias = self.rows[self.bias]
+        for j in range(0, per, self.unit):
+            r = min(per, j + self.unit) - j
+            m = ap(self.mask, slice(None), slice(j, j + r), slice(None))
+            e = ap(e2.name, slice(None), slice(j, j + r))._replace(bcast=((2, d),))
+            bv = ap(bias, slice(0, 2 * per), slice(None))._replace(bcast=((1, r),))
+            self.put([(TensorTensor, [e, bv], [m], dict(alu="multiply", src0=e, src1=bv, dst=m,
+                                                        engine=x)) for x in (G, V)])  # fmt: skip
+        step = min(self.cfg.core.tensor.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
+        self.pe_ps = [b.tile("lnf_bias", "psum", (P, self.unit // self.g, step), self.f32)
+                      for _ in range(PSUM_TILES)]  # fmt: skip
+        self.st_ps = [b.psum("lnf_sT", (P, P), self.f32) for _ in range(2)]
+        self.psum |= {t: t for t in self.pe_ps + self.st_ps}  # (released by `norm_short`)
+
+    def fcol(self, n: int, p: int, per: int, name: str, j=None):
+        """Block n's [p, per] column `name` of COLS (one tile: fewer semaphores), or its slot
+        j's ([p, 1])."""
+        t = self.tile("fc", n, (self.P, len(COLS), self.per), self.f32)
+        return ap(t, slice(0, p), COLS.index(name), slice(0, per) if j is None else slice(j, j + 1))
+
+    def yslot(self, n: int, p: int, j: int):
+        """Row slot j of block n's y: in its unit's tile (`ring` of them in turn)."""
+        u = j // self.unit
+        t = self.b.scratch_tile(f"lnf.y{(n * self.units + u) % self.ring}", "y",
+                                (self.P, self.unit, self.d), self.odt)  # fmt: skip
+        return ap(t, slice(0, p), j - u * self.unit)
+
+    def second(self, n: int, index: tuple, rows: int, per: int) -> None:
+        """Stage 2: mean, rstd and std's parts; their transpose; y a row slot each (module
+        doc)."""
+        b, p, d, ne = self.b, rows // per, self.d, (self.d + 1) // 2
+        no = d - ne
+        f = [self.stat(n, p, per, i) for i in range(6)]
+        dm, v, q, ve, mean, rs, sd = (self.fcol(n, p, per, c) for c in COLS)
+        sh = self.tile("sh", n, (self.P, self.per, 2), self.odt)
+        hi, lo = (ap(sh, slice(0, p), slice(0, per), h) for h in (0, 1))
+        steps = [
+            (TensorTensor, [f[1], f[4]], [dm], dict(alu="subtract", src0=f[1], src1=f[4], dst=dm)),
+            (TensorTensor, [f[2], f[5]], [v], dict(alu="add", src0=f[2], src1=f[5], dst=v)),
+            (TensorTensor, [dm], [q], dict(alu="multiply", src0=dm, src1=dm, dst=q)),
+            (ScalarTensorTensor, [dm, f[4]], [mean],
+             dict(data=dm, op0="multiply", operand0=ne / d, op1="add", operand1=f[4], dst=mean)),
+            (ScalarTensorTensor, [q, v], [v],
+             dict(data=q, op0="multiply", operand0=ne * no / d, op1="add", operand1=v, dst=v)),
+            (TensorScalar, [v], [ve],
+             dict(src=v, dst=ve, op0="multiply", operand0=1.0 / d, op1="add",
+                  operand1=self.eps)),
+            (TensorScalar, [ve], [sd], dict(src=ve, dst=sd, op0="pow", operand0=0.5)),
+            (TensorScalar, [ve], [rs], dict(src=ve, dst=rs, op0="pow", operand0=-0.5)),
+            (TensorScalar, [sd], [hi], dict(src=sd, dst=hi, op0="multiply", operand0=1.0)),
+            (TensorTensor, [sd, hi], [lo], dict(alu="subtract", src0=sd, src1=hi, dst=lo)),
+        ]  # fmt: skip
+        for cls, reads, writes, fields in steps:
+            self.put([(cls, reads, writes, fields | {"engine": e}) for e in (V, G)])
+        tp = self.st_ps[n % len(self.st_ps)]
+        ident = ap(self.ident, slice(0, p), slice(0, p))
+        both = ap(sh, slice(0, p), slice(0, per), slice(None))
+        acc = ap(tp, slice(0, 2 * per), slice(0, p))
+        b.emit(Matmul, [both, ident], [acc], stationary=both, moving=ident, dst=acc)
+        st = self.std_t(n, p, per)
+        self.put([(Activation, [acc], [st], dict(func="copy", src=acc, dst=st, engine=S)),
+                  (TensorCopy, [acc], [st], dict(src=acc, dst=st, engine=V))])  # fmt: skip
+        w = ap(self.rows[self.weight], slice(0, p), slice(None))
+        for j in range(per):
+            xj, yj, mj = self.rows_of("x", n, p, per, j), self.yslot(n, p, j), self.fcol(
+                n, p, per, "mean", j)  # fmt: skip
+            self.put([(ScalarTensorTensor, [xj, mj, w], [yj], dict(
+                data=xj, op0="subtract", operand0=mj, op1="multiply", operand1=w, dst=yj,
+                engine=e)) for e in (V, G)])  # fmt: skip
+
+    def std_t(self, n: int, p: int, per: int):
+        """Block n's transposed std parts ([2 per, p]: slot j's hi, lo on partitions 2j, 2j +
+        1)."""
+        t = self.tile("sT", n, (2 * self.per, self.P), self.odt)
+        return ap(t, slice(0, 2 * per), slice(0, p))
+
+    def third(self, n: int, index: tuple, rows: int, per: int) -> None:
+        """Stage 3: each unit's matmuls and copies out (`unit_out`); store."""
+        p = rows // per
+        for j in range(0, per, self.unit):
+            self.unit_out(n, p, per, j, min(per, j + self.unit) - j)
+        o, dst = self.rows_of("x", n, p, per), ap(self.out, *index)
+        self.b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[n])
+
+    def unit_out(self, n: int, p: int, per: int, j: int, r: int) -> None:
+        """Row slots [j, j + r) (a unit): per PSUM bank the identity times y, then the
+        transposed std times the mask's columns of the bank's slots, accumulated; each slot
+        copied out times its rstd into x's tile by ScalarE or VectorE, as the list schedule
+        finds either free."""
+        b, d, g = self.b, self.d, self.g
+        tile = self.pe_ps[self.turn % len(self.pe_ps)]
+        self.turn += 1
+        ident, y0 = ap(self.ident, slice(0, p), slice(0, p)), self.yslot(n, p, j)
+        st = self.std_t(n, p, per)
+        for k in range(-(-r // g)):
+            a, z = k * g, min(r, k * g + g)
+            acc = ap(tile, slice(0, p), k, slice(0, (z - a) * d))
+            ys = ap(y0.name, slice(0, p), slice(a, z))
+            b.emit(Matmul, [ident, ys], [acc], stationary=ident, moving=ys, dst=acc)
+            mv = ap(self.mask, slice(0, 2 * per), slice(j + a, j + z), slice(None))
+            b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc, accumulate=True)
+        for u in range(r):
+            k, c = divmod(u, g)
+            acc = ap(tile, slice(0, p), k, slice(c * d, c * d + d))
+            f, rj = self.rows_of("x", n, p, per, j + u), self.fcol(n, p, per, "rs", j + u)
+            self.put([(Activation, [acc, rj], [f], dict(func="copy", src=acc, dst=f, scale=rj,
+                                                        engine=S)),
+                      (TensorScalar, [acc, rj], [f], dict(src=acc, dst=f, op0="multiply",
+                                                          operand0=rj, engine=V))])  # fmt: skip
