@@ -43,9 +43,12 @@ from trnsim.kernels.norm_affine import pe_group
 from trnsim.kernels.norm_short import _Ln
 from trnsim.kernels.row_plan import G, S, V
 
-__all__ = ["SHORT_ROW", "Fused", "fused"]
+__all__ = ["MIN_ROW", "SHORT_ROW", "Fused", "fused"]
 
-SHORT_ROW = 512  # rows this short (a PSUM bank's fp32 columns: a slot's copy reads one bank)
+SHORT_ROW = 384  # rows this short (at most a PSUM bank's fp32 columns, 512: a slot's copy
+# reads one bank; trn2 LNC 2, 16 MiB, bf16 rows of 448 and 512 ran 61.1 and 60.1 us so, 60.9
+# and 56.7 pipelined, `norms`)
+MIN_ROW = 64  # ... and this long (shorter: more row slots, each a few instructions)
 BUFS = 8  # blocks rotating through buffers (`norm_short`'s 12: more semaphores than a core's
 # 256; trn2 LNC 2, 16 MiB, bf16 rows of 96, 7: 63.3 us, 6: 63.4)
 UNIT = 2  # rows a partition a multiple of this, and the first and last blocks cut in halves
@@ -54,16 +57,15 @@ TAPER = (2,)  # (`rms_short._taper`; trn2 LNC 2, 16 MiB, bf16 rows of 96, 100, 2
 # 64.0, 62.9, 62.5)
 UNIT_BANKS = 2  # PSUM banks of a unit (its row slots' y in a tile of their own, `yslot`)
 PSUM_TILES = 3  # ... the units' PSUM tiles, in turn
-COLS = ("dm", "v", "q", "ve", "mean", "rs", "sd")  # the [p, per] steps' columns, one tile
+COLS = ("dm", "v", "q", "mean", "rs", "sd")  # the [p, per] steps' columns, one tile
 
 
 def fused(tensors: dict, x: str, out: str, weight, bias) -> bool:
-    """Whether a layer_norm of rows that fit may go here: 16-bit x, output, weight and bias of
-    one dtype (the mask holds the bias in it)."""
+    """Whether a layer_norm of rows that fit may go here: bf16 x, output, weight and bias (the
+    mask holds the bias in x's dtype; VectorE's (x - mean) w one cycle an element for bf16)."""
     if weight is None or bias is None:
         return False
-    dts = {tensors[n].dtype for n in (x, out, weight, bias)}
-    return len(dts) == 1 and dts.pop().itemsize == 2
+    return {tensors[n].dtype.name for n in (x, out, weight, bias)} == {"bfloat16"}
 
 
 class Fused(_Ln):
@@ -114,7 +116,7 @@ class Fused(_Ln):
             self.put([(TensorTensor, [e, bv], [m], dict(alu="multiply", src0=e, src1=bv, dst=m,
                                                         engine=x)) for x in (G, V)])  # fmt: skip
         step = min(self.cfg.core.tensor.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
-        self.pe_ps = [b.tile("lnf_bias", "psum", (P, self.unit // self.g, step), self.f32)
+        self.pe_ps = [b.tile("lnf_bias", "psum", (P, -(-self.unit // self.g), step), self.f32)
                       for _ in range(PSUM_TILES)]  # fmt: skip
         self.st_ps = [b.psum("lnf_sT", (P, P), self.f32) for _ in range(2)]
         self.psum |= {t: t for t in self.pe_ps + self.st_ps}  # (released by `norm_short`)
@@ -138,7 +140,7 @@ class Fused(_Ln):
         b, p, d, ne = self.b, rows // per, self.d, (self.d + 1) // 2
         no = d - ne
         f = [self.stat(n, p, per, i) for i in range(6)]
-        dm, v, q, ve, mean, rs, sd = (self.fcol(n, p, per, c) for c in COLS)
+        dm, v, q, mean, rs, sd = (self.fcol(n, p, per, c) for c in COLS)
         sh = self.tile("sh", n, (self.P, self.per, 2), self.odt)
         hi, lo = (ap(sh, slice(0, p), slice(0, per), h) for h in (0, 1))
         steps = [
@@ -149,16 +151,16 @@ class Fused(_Ln):
              dict(data=dm, op0="multiply", operand0=ne / d, op1="add", operand1=f[4], dst=mean)),
             (ScalarTensorTensor, [q, v], [v],
              dict(data=q, op0="multiply", operand0=ne * no / d, op1="add", operand1=v, dst=v)),
-            (TensorScalar, [v], [ve],
-             dict(src=v, dst=ve, op0="multiply", operand0=1.0 / d, op1="add",
-                  operand1=self.eps)),
-            (TensorScalar, [ve], [sd], dict(src=ve, dst=sd, op0="pow", operand0=0.5)),
-            (TensorScalar, [ve], [rs], dict(src=ve, dst=rs, op0="pow", operand0=-0.5)),
-            (TensorScalar, [sd], [hi], dict(src=sd, dst=hi, op0="multiply", operand0=1.0)),
-            (TensorTensor, [sd, hi], [lo], dict(alu="subtract", src0=sd, src1=hi, dst=lo)),
         ]  # fmt: skip
         for cls, reads, writes, fields in steps:
             self.put([(cls, reads, writes, fields | {"engine": e}) for e in (V, G)])
+        # rstd and std by ScalarE (VectorE and GpSimd busy with the passes; trn2 LNC 2, 16 MiB,
+        # bf16 rows of 96, 200, 384 with `pow` on them: 63.3, 62.1, 62.2 us; so 62.3, 61.3, 61.3)
+        for func, dst in (("rsqrt", rs), ("sqrt", sd)):
+            b.emit(Activation, [v], [dst], func=func, src=v, dst=dst, scale=1.0 / d, bias=self.eps)
+        b.emit(Activation, [sd], [hi], func="copy", src=sd, dst=hi)
+        self.put([(TensorTensor, [sd, hi], [lo], dict(alu="subtract", src0=sd, src1=hi, dst=lo,
+                                                       engine=e)) for e in (V, G)])  # fmt: skip
         tp = self.st_ps[n % len(self.st_ps)]
         ident = ap(self.ident, slice(0, p), slice(0, p))
         both = ap(sh, slice(0, p), slice(0, per), slice(None))
