@@ -1,28 +1,28 @@
-"""`layer_norm` over short 16-bit rows with a weight and a bias (`norm_short`'s blocks, up to
-SHORT_ROW elements, a PSUM bank's fp32 columns), the normalisation folded into the weight and
-TensorE's bias: three passes over the elements, not four. out = rstd (x - mean) w + b is
+"""`layer_norm` over short bf16 rows with a weight and a bias (`norm_short`'s blocks, MIN_ROW to
+SHORT_ROW elements), the normalisation folded into the weight and TensorE's bias: three passes
+over the elements, not four. out = rstd (x - mean) w + b is
 
     out = rstd (y + std b),  y = (x - mean) w,
 
 1. load; VectorE's `bn_stats` a row slot each (`norm_short`);
-2. the block's mean, rstd and std (the halves' [p, per] steps, `norm_short._halves`' formulas),
-   std in two bf16 parts (hi + lo); y a row slot each: one `scalar_tensor_tensor` (x - mean) *
-   w (on VectorE one cycle an element for bf16, as its tensor_tensor: the weight's pass with
-   the mean's subtraction for nothing; or GpSimd); std's parts transposed by TensorE (row slot
-   j's on partitions 2j and 2j + 1);
+2. the block's mean and variance (the halves' [p, per] steps, `norm_short._halves`' formulas),
+   rstd and std (ScalarE's rsqrt and sqrt), std in two bf16 parts (hi + lo); y a row slot
+   each: one `scalar_tensor_tensor` (x - mean) * w (on VectorE one cycle an element for bf16,
+   as its tensor_tensor: the weight's pass with the mean's subtraction for nothing; or
+   GpSimd); std's parts transposed by TensorE (row slot j's on partitions 2j and 2j + 1);
 3. per PSUM bank (a bank's row slots): the identity times y and the transposed std times the
    mask M (`prepare`: M[k, j] = b where k // 2 = j, else 0), accumulated: y + std b for the
    bank's slots in two matmuls; each slot copied out times its rstd (ScalarE's `activation`
    with rstd its scale, or VectorE's `tensor_scalar`) into x's tile; store.
 
 VectorE's bn_stats is its pass whatever the plan; with the normalisation a pass of its own (a
-row slot each on ScalarE, VectorE or GpSimd: `norm_short`'s, with TensorE's bias) the others
-had four passes to share, and VectorE ran them too (bf16 rows of 96: 69.9 us at best). trn2 LNC
-2, 16 MiB, bf16 rows of 96 71.2 -> 63.3 us (`norms.FLEX_BUFS` before), of 100 70.3 -> 63.6, of
-200 68.6 -> 62.1 (the pipelined `pe_rstd` before). y's bf16 rounding is that of the weighted
-normalised values (relative, as the other plans' y), std b is exact in fp32 (the parts'
-products), rstd std = 1 to fp32's rounding. A row's values depend only on its own
-statistics: the same at LNC 1 and 2.
+row slot each on ScalarE, VectorE or GpSimd, as `norm_short`'s, with TensorE's bias) the
+engines had four passes to share and VectorE ran them too (bf16 rows of 96: 69.9 us at best).
+trn2 LNC 2, 16 MiB, bf16 rows of 96 71.2 -> 60.2 us (`norms.FLEX_BUFS` before), of 100 70.3 ->
+60.8, of 200 68.6 -> 60.3 and of 384 65.3 -> 59.9 (pipelined with TensorE's rstd before). y's
+bf16 rounding is that of the weighted normalised values (relative, as the other plans' y), std
+b is exact in fp32 (the parts' products), rstd std = 1 to fp32's rounding. A row's values
+depend only on its own statistics: the same at LNC 1 and 2.
 """
 
 from __future__ import annotations
@@ -48,9 +48,8 @@ __all__ = ["MIN_ROW", "SHORT_ROW", "Fused", "fused"]
 SHORT_ROW = 384  # rows this short (at most a PSUM bank's fp32 columns, 512: a slot's copy
 # reads one bank; trn2 LNC 2, 16 MiB, bf16 rows of 448 and 512 ran 61.1 and 60.1 us so, 60.9
 # and 56.7 pipelined, `norms`)
-MIN_ROW = 64  # ... and this long (shorter: more row slots, each a few instructions)
-BUFS = 8  # blocks rotating through buffers (`norm_short`'s 12: more semaphores than a core's
-# 256; trn2 LNC 2, 16 MiB, bf16 rows of 96, 7: 63.3 us, 6: 63.4)
+MIN_ROW = 64  # ... and this long (shorter: more row slots, each a few instructions; and a
+# block's 2 per partitions of std's parts fit TensorE's 128, `norm_short.BLOCK_BYTES`' 64 rows)
 UNIT = 2  # rows a partition a multiple of this, and the first and last blocks cut in halves
 TAPER = (2,)  # (`rms_short._taper`; trn2 LNC 2, 16 MiB, bf16 rows of 96, 100, 200, 384: in
 # quarters, 4: 62.9, 64.0, 62.6, 64.4 us; halves, 2: 63.3, 63.6, 61.7, 62.2; neither, 1: 64.2,
@@ -71,7 +70,7 @@ def fused(tensors: dict, x: str, out: str, weight, bias) -> bool:
 class Fused(_Ln):
     """`norm_short`'s plan with the normalisation folded (module doc)."""
 
-    BUFS, UNIT, TAPER = BUFS, UNIT, TAPER
+    UNIT, TAPER = UNIT, TAPER
 
     def __init__(self, *a):
         super().__init__(*a)

@@ -78,9 +78,9 @@ def lower_norm_short(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight
     per_row = d * (tx.dtype.itemsize + (k.odt.itemsize if k.odt != k.xdt else 0))
     most = max(1, BLOCK_BYTES // tx.dtype.itemsize // d)  # rows a partition
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * d * 4 - k.ring_bytes(most)
-    k.per, blocks = row_tiles(tx.shape, k.P, share, most, max(1, room // (k.BUFS * per_row)),
+    k.per, blocks = row_tiles(tx.shape, k.P, share, most, max(1, room // (BUFS * per_row)),
                               pow2=False, unit=k.UNIT)  # fmt: skip
-    k.bufs = max(1, min(k.BUFS, room // (k.per * per_row)))
+    k.bufs = max(1, min(BUFS, room // (k.per * per_row)))
     q, qs = dma_queues(cfg, k.per * d * tx.dtype.itemsize), Queues(cfg)
     k.loads, k.stores = qs.loads().take(q), qs.stores().take(q)
     if not blocks:
@@ -113,7 +113,7 @@ def _emit(k: _Ln, blocks: list) -> None:
 class _Ln:
     """One layer_norm's tiles and its three stages per block (module doc)."""
 
-    BUFS, UNIT, TAPER = BUFS, UNIT, TAPER  # (a subclass' own: `norm_fused`)
+    UNIT, TAPER = UNIT, TAPER  # (a subclass' own: `norm_fused`)
 
     def __init__(self, b, cfg, x, out, weight, bias, eps):
         self.b, self.cfg, self.x, self.out, self.eps = b, cfg, x, out, eps

@@ -604,7 +604,8 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
     # alone: the estimates without the descents ranked it behind the pipelined plans, which
     # ran slower, trn2 LNC 2, 16 MiB, rows of 384: estimated 63.9 us against 61.0, ran 61.3
     # against 65.3; of 512, which the pipelined plan runs in 56.7 us, it ran 60.1)
-    if fits and FUSED_MIN <= d <= FUSED_SHORT and fused(b.tensors, x, out, weight, bias):
+    if (fits and FUSED_MIN <= d <= FUSED_SHORT and fused(b.tensors, x, out, weight, bias)
+            and SHORT in VARIANTS):  # fmt: skip
         return [VARIANTS.index(SHORT)]
     # (`norm_short`: fp32 rows of SHORT_MIN to LAYER_SHORT)
     short = fits and SHORT_MIN <= d <= LAYER_SHORT and tx.dtype.itemsize == to.dtype.itemsize == 4
