@@ -26,7 +26,8 @@ def short(monkeypatch):
     monkeypatch.setattr(norms, "_variant", lambda *a: norms.SHORT)
 
 
-@pytest.mark.parametrize("shape", [(20000, 96), (6000, 384), (5, 77, 100), (3001, 200)])
+@pytest.mark.parametrize("shape", [(20000, 96), (6000, 384), (5, 77, 100), (3001, 200),
+                                   (777, 97), (2, 300, 64)])  # fmt: skip
 def test_fused_rows_check_at_both_lncs(short, shape):
     specs = _specs(shape, "bfloat16")
     out = [_run(specs, "wb", lnc)[0] for lnc in (1, 2)]
