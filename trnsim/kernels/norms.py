@@ -531,14 +531,14 @@ def _variant(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps) -
     hit = _CHOSEN.get(key)
     if hit is not None and hit[0] is cfg:
         return hit[1]
-    spans = []
-    for i in _tried(b, cfg, x, out, weight, bias):
+    spans, tried = [], _tried(b, cfg, x, out, weight, bias)
+    for i in tried if len(tried) > 1 else ():  # (one: no trial, `norm_fused`'s rows)
         tb = KernelBuilder(b.tensors)
         tb.part = (_busiest(b, cfg, op, x, out, weight, bias, VARIANTS[i]), max(1, cfg.lnc))
         tb.searching = False  # (ranked by list schedules without their descents: `Scheduled`)
         span = _lower(tb, cfg, op, x, out, weight, bias, eps, VARIANTS[i])
         spans.append((span if _sems(tb) <= cfg.core.semaphores else math.inf, i))
-    spans.sort()
+    spans = sorted(spans) or [(0.0, tried[0])]
     while len(spans) > 1 and not _fits_lnc1(b, cfg, op, x, out, weight, bias, eps, spans[0][1]):
         spans.pop(0)
     if len(_CHOSEN) >= CHOSEN_MOST:
