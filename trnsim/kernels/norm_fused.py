@@ -5,11 +5,11 @@ over the elements, not four. out = rstd (x - mean) w + b is
     out = rstd (y + std b),  y = (x - mean) w,
 
 1. load; VectorE's `bn_stats` a row slot each (`norm_short`);
-2. the block's mean and variance (the halves' [p, per] steps, `norm_short._halves`' formulas),
-   rstd and std (ScalarE's rsqrt and sqrt), std in two bf16 parts (hi + lo); y a row slot
-   each: one `scalar_tensor_tensor` (x - mean) * w (on VectorE one cycle an element for bf16,
-   as its tensor_tensor: the weight's pass with the mean's subtraction for nothing; or
-   GpSimd); std's parts transposed by TensorE (row slot j's on partitions 2j and 2j + 1);
+2. the block's mean, rstd and std (`norm_short._halves`' formulas by TensorE and ScalarE,
+   `stats`), std in two bf16 parts (hi + lo); y a row slot each: one `scalar_tensor_tensor`
+   (x - mean) * w (on VectorE one cycle an element for bf16, as its tensor_tensor: the
+   weight's pass with the mean's subtraction for nothing; or GpSimd); std's parts transposed
+   by TensorE (row slot j's on partitions 2j and 2j + 1);
 3. per PSUM bank (a bank's row slots): the identity times y and the transposed std times the
    mask M (`prepare`: M[k, j] = b where k // 2 = j, else 0), accumulated: y + std b for the
    bank's slots in two matmuls; each slot copied out times its rstd (ScalarE's `activation`
@@ -18,8 +18,8 @@ over the elements, not four. out = rstd (x - mean) w + b is
 VectorE's bn_stats is its pass whatever the plan; with the normalisation a pass of its own (a
 row slot each on ScalarE, VectorE or GpSimd, as `norm_short`'s, with TensorE's bias) the
 engines had four passes to share and VectorE ran them too (bf16 rows of 96: 69.9 us at best).
-trn2 LNC 2, 16 MiB, bf16 rows of 96 71.2 -> 60.2 us (`norms.FLEX_BUFS` before), of 100 70.3 ->
-60.8, of 200 68.6 -> 60.3 and of 384 65.3 -> 59.9 (pipelined with TensorE's rstd before). y's
+trn2 LNC 2, 16 MiB, bf16 rows of 96 71.2 -> 58.7 us (`norms.FLEX_BUFS` before), of 100 70.3 ->
+58.9, of 200 68.6 -> 58.2 and of 384 65.3 -> 58.6 (pipelined with TensorE's rstd before). y's
 bf16 rounding is that of the weighted normalised values (relative, as the other plans' y), std
 b is exact in fp32 (the parts' products), rstd std = 1 to fp32's rounding. A row's values
 depend only on its own statistics: the same at LNC 1 and 2.
@@ -56,7 +56,7 @@ TAPER = (2,)  # (`rms_short._taper`; trn2 LNC 2, 16 MiB, bf16 rows of 96, 100, 2
 # 64.0, 62.9, 62.5)
 UNIT_BANKS = 2  # PSUM banks of a unit (its row slots' y in a tile of their own, `yslot`)
 PSUM_TILES = 3  # ... the units' PSUM tiles, in turn
-COLS = ("dm", "v", "q", "mean", "rs", "sd")  # the [p, per] steps' columns, one tile
+COLS = ("q", "mean", "rs", "sd")  # the [p, per] steps' columns in SBUF, one tile
 
 
 def fused(tensors: dict, x: str, out: str, weight, bias) -> bool:
@@ -80,6 +80,7 @@ class Fused(_Ln):
         self.ident = self.mask = ""
         self.pe_ps: list[str] = []
         self.st_ps: list[str] = []
+        self.ids: dict[str, str] = {}
         self.turn = 0
 
     def ring_bytes(self, most: int) -> int:
@@ -105,6 +106,19 @@ class Fused(_Ln):
         b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
         b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal", start=0,
                partition_step=1, step=-1, engine=G)  # fmt: skip
+        # (`stats`' stationaries: the identity in fp32, times ne / D, no / D, -1; -1 in bf16)
+        f32 = self.f32
+        self.ids = {k: b.tile(f"lnf_i{k}", "sbuf", (P, P), dt) for k, dt in
+                    (("I", f32), ("A", f32), ("B", f32), ("N", f32), ("Nb", self.odt))}  # fmt: skip
+        i0 = ap(self.ids["I"])
+        b.emit(Memset, [], [i0], dst=i0, value=0.0, engine=G)
+        b.emit(AffineSelect, [i0], [i0], on_true=i0, dst=i0, on_false=1.0, cmp="not_equal",
+               start=0, partition_step=1, step=-1, engine=G)  # fmt: skip
+        ne = (d + 1) // 2
+        for k, c in (("A", ne / d), ("B", (d - ne) / d), ("N", -1.0), ("Nb", -1.0)):
+            o = ap(self.ids[k])
+            self.put([(TensorScalar, [i0], [o], dict(
+                src=i0, dst=o, op0="multiply", operand0=c, engine=x)) for x in (V, G)])  # fmt: skip
         e2 = ap(b.tile("lnf_e2", "sbuf", (2 * per, per), self.odt))
         ev, od = (ap(self.ident, slice(0, 2 * per), slice(h, 2 * per, 2)) for h in (0, 1))
         b.emit(TensorTensor, [ev, od], [e2], alu="add", src0=ev, src1=od, dst=e2, engine=G)
@@ -120,7 +134,7 @@ class Fused(_Ln):
         step = min(self.cfg.core.tensor.moving_free_max, self.cfg.core.psum.bank_bytes // 4)
         self.pe_ps = [b.tile("lnf_bias", "psum", (P, -(-self.unit // self.g), step), self.f32)
                       for _ in range(PSUM_TILES)]  # fmt: skip
-        self.st_ps = [b.psum("lnf_sT", (P, P), self.f32) for _ in range(2)]
+        self.st_ps = [b.psum("lnf_sT", (P, P + 4 * 64), self.f32) for _ in range(2)]
         self.psum |= {t: t for t in self.pe_ps + self.st_ps}  # (released by `norm_short`)
 
     def fcol(self, n: int, p: int, per: int, name: str, j=None):
@@ -139,30 +153,11 @@ class Fused(_Ln):
     def second(self, n: int, index: tuple, rows: int, per: int) -> None:
         """Stage 2: mean, rstd and std's parts; their transpose; y a row slot each (module
         doc)."""
-        b, p, d, ne = self.b, rows // per, self.d, (self.d + 1) // 2
-        no = d - ne
+        b, p = self.b, rows // per
         f = [self.stat(n, p, per, i) for i in range(6)]
-        dm, v, q, mean, rs, sd = (self.fcol(n, p, per, c) for c in COLS)
         sh = self.tile("sh", n, (self.P, self.per, 2), self.odt)
         hi, lo = (ap(sh, slice(0, p), slice(0, per), h) for h in (0, 1))
-        steps = [
-            (TensorTensor, [f[1], f[4]], [dm], dict(alu="subtract", src0=f[1], src1=f[4], dst=dm)),
-            (TensorTensor, [f[2], f[5]], [v], dict(alu="add", src0=f[2], src1=f[5], dst=v)),
-            (TensorTensor, [dm], [q], dict(alu="multiply", src0=dm, src1=dm, dst=q)),
-            (ScalarTensorTensor, [dm, f[4]], [mean],
-             dict(data=dm, op0="multiply", operand0=ne / d, op1="add", operand1=f[4], dst=mean)),
-            (ScalarTensorTensor, [q, v], [v],
-             dict(data=q, op0="multiply", operand0=ne * no / d, op1="add", operand1=v, dst=v)),
-        ]  # fmt: skip
-        for cls, reads, writes, fields in steps:
-            self.put([(cls, reads, writes, fields | {"engine": e}) for e in (V, G)])
-        # rstd and std by ScalarE (VectorE and GpSimd busy with the passes; trn2 LNC 2, 16 MiB,
-        # bf16 rows of 96, 200, 384 with `pow` on them: 63.3, 62.1, 62.2 us; so 62.3, 61.3, 61.3)
-        for func, dst in (("rsqrt", rs), ("sqrt", sd)):
-            b.emit(Activation, [v], [dst], func=func, src=v, dst=dst, scale=1.0 / d, bias=self.eps)
-        b.emit(Activation, [sd], [hi], func="copy", src=sd, dst=hi)
-        self.put([(TensorTensor, [sd, hi], [lo], dict(alu="subtract", src0=sd, src1=hi, dst=lo,
-                                                       engine=e)) for e in (V, G)])  # fmt: skip
+        self.stats(n, p, per, f, hi, lo)
         tp = self.st_ps[n % len(self.st_ps)]
         ident = ap(self.ident, slice(0, p), slice(0, p))
         both = ap(sh, slice(0, p), slice(0, per), slice(None))
@@ -178,6 +173,44 @@ class Fused(_Ln):
             self.put([(ScalarTensorTensor, [xj, mj, w], [yj], dict(
                 data=xj, op0="subtract", operand0=mj, op1="multiply", operand1=w, dst=yj,
                 engine=e)) for e in (V, G)])  # fmt: skip
+
+    def stats(self, n: int, p: int, per: int, f: list, hi, lo) -> None:
+        """Block n's mean (into its column, y's operand), rstd and std's parts (hi, lo) from
+        bn_stats' fields f (`norm_short._halves`' formulas: mean = (ne me + no mo) / D, var D =
+        M2e + M2o + (me - mo)^2 ne no / D) by TensorE and ScalarE: the sums as identities (times
+        ne / D, no / D, -1) times the fields accumulated in PSUM, the square and the roots on
+        ScalarE, which reads PSUM; VectorE and GpSimd, busy with the passes, take none of these
+        [p, per] steps (trn2 LNC 2, 16 MiB, bf16 rows of 96, 200, 384: with eight of them on
+        VectorE or GpSimd 59.8, 59.5, 59.3 us; so 58.7, 58.2, 58.6)."""
+        b, d, ne = self.b, self.d, (self.d + 1) // 2
+        no = d - ne
+        q, mean, rs, sd = (self.fcol(n, p, per, c) for c in COLS)
+        t, c = self.st_ps[n % len(self.st_ps)], self.P  # (beside the transposes' columns)
+        reg = {k: ap(t, slice(0, p), slice(c + i * 64, c + i * 64 + per)) for i, k in
+               enumerate(("dm", "v", "mean", "lo"))}  # fmt: skip
+        one, ca, cb, neg, negb = (ap(self.ids[k], slice(0, p), slice(0, p))
+                                  for k in ("I", "A", "B", "N", "Nb"))  # fmt: skip
+
+        def mm(dst, pairs):
+            for i, (st, mv) in enumerate(pairs):
+                b.emit(Matmul, [st, mv], [dst], stationary=st, moving=mv, dst=dst,
+                       accumulate=i > 0)  # fmt: skip
+
+        mm(reg["dm"], [(one, f[1]), (neg, f[4])])
+        mm(reg["mean"], [(ca, f[1]), (cb, f[4])])
+        b.emit(Activation, [reg["dm"]], [q], func="square", src=reg["dm"], dst=q,
+               scale=(ne * no / d) ** 0.5)  # fmt: skip
+        self.put([(Activation, [reg["mean"]], [mean], dict(func="copy", src=reg["mean"],
+                                                            dst=mean, engine=S)),
+                  (TensorCopy, [reg["mean"]], [mean], dict(src=reg["mean"], dst=mean,
+                                                           engine=V))])  # fmt: skip
+        mm(reg["v"], [(one, f[2]), (one, f[5]), (one, q)])
+        for func, dst in (("rsqrt", rs), ("sqrt", sd)):
+            b.emit(Activation, [reg["v"]], [dst], func=func, src=reg["v"], dst=dst,
+                   scale=1.0 / d, bias=self.eps)  # fmt: skip
+        b.emit(Activation, [sd], [hi], func="copy", src=sd, dst=hi)
+        mm(reg["lo"], [(one, sd), (negb, hi)])
+        b.emit(Activation, [reg["lo"]], [lo], func="copy", src=reg["lo"], dst=lo)
 
     def std_t(self, n: int, p: int, per: int):
         """Block n's transposed std parts ([2 per, p]: slot j's hi, lo on partitions 2j, 2j +
