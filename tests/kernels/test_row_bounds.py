@@ -24,10 +24,13 @@ def test_layer_norm_bf16_bound_counts_the_folded_normalisation():
 
 def test_the_fold_only_tightens_the_bound(monkeypatch):
     """Without the folded options, the pairs of the normalisation's and the bias' engines give
-    the bound the two passes gave apart (45.87 us for bf16 rows of 512); fp32 rows, which have
-    no fold (their bias not on TensorE), keep theirs."""
+    the bound the two passes gave apart: bf16 rows of 1024 (two bn_stats chunks), 44.27 us
+    apart, 41.81 folded; of 512 (one chunk, no bn_aggr a row) 42.67 us either way (45.87 apart
+    when a row of one chunk paid a bn_aggr of its own). fp32 rows, which have no fold (their
+    bias not on TensorE), keep theirs."""
     cfg = load_chip("trn2")
-    folded = engine_bound_ns(cfg, "layer_norm", 512, 2, 8192, True)
+    folded = engine_bound_ns(cfg, "layer_norm", 1024, 2, 4096, True)
+    at_512 = engine_bound_ns(cfg, "layer_norm", 512, 2, 8192, True)
     fp32 = engine_bound_ns(cfg, "layer_norm", 512, 4, 4096, True)
     passes = row_bounds.passes
 
@@ -36,9 +39,25 @@ def test_the_fold_only_tightens_the_bound(monkeypatch):
         return out[:-1] + [out[-1][:-2]] if isinstance(out[-1], list) else out
 
     monkeypatch.setattr(row_bounds, "passes", unfolded)
-    apart = engine_bound_ns(cfg, "layer_norm", 512, 2, 8192, True)
-    assert folded < apart == pytest.approx(45_866.7, abs=0.1)
+    apart = engine_bound_ns(cfg, "layer_norm", 1024, 2, 4096, True)
+    assert folded == pytest.approx(41_813.3, abs=0.1)
+    assert folded < apart == pytest.approx(44_266.7, abs=0.1)
+    assert engine_bound_ns(cfg, "layer_norm", 512, 2, 8192, True) == at_512
     assert engine_bound_ns(cfg, "layer_norm", 512, 4, 4096, True) == fp32
+
+
+def test_a_row_of_one_chunk_pays_no_bn_aggr_of_its_own():
+    """Rows of 512 elements or fewer are one bn_stats chunk: their two halves (even and odd
+    columns) combine for a block of rows at once, so VectorE's statistics are bn_stats' d
+    cycles a row (MIN_II at least), no bn_aggr's MIN_II a row beside them. bf16 rows of 96,
+    16 MiB over two cores (43690.7 rows a core, 341.3 a partition): VectorE's statistics 96
+    cycles, the weight on GpSimd, the rest shared: 47.79 us, not 56.89 (which `norm_fused`
+    came within 3% of, 58.65 us); rows of 1024 (two chunks) keep their bn_aggr."""
+    cfg = load_chip("trn2")
+    assert row_bounds.passes(cfg, "layer_norm", 96, 2, True)[0]["vector"] == 96
+    assert row_bounds.passes(cfg, "layer_norm", 1024, 2, True)[0]["vector"] == 1024 + 64
+    rows = 16 * 2**20 / 2 / 96 / 2
+    assert engine_bound_ns(cfg, "layer_norm", 96, 2, rows, True) == pytest.approx(47_786.7, abs=1)
 
 
 def test_layer_norm_16_bit_rows_in_pieces_count_the_sums(monkeypatch):

@@ -50,7 +50,11 @@ def passes(cfg: ChipConfig, op: str, d: int, itemsize: int, per_row: bool) -> li
     if op in ("layer_norm", "rms_norm"):
         bn = c.vector.bn_stats_max_free
         chunks = -(-d // bn)
-        aggr = max(vmin, 13 * 2 * chunks) if per_row else 13 * 2 * chunks
+        # bn_aggr of a row's triples (two a chunk: the even and odd columns); a row of one chunk
+        # needs none of its own: its two halves combine for a whole block of rows at once
+        # (Chan's formula on [p, per] columns, as `norm_short` and `norm_fused` do), next to
+        # nothing a row
+        aggr = 0.0 if chunks == 1 else max(vmin, 13 * 2 * chunks) if per_row else 13 * 2 * chunks
         stats = (
             {V: d + aggr, S: 2 * (row(d, smin) + red)}
             if op == "layer_norm"
