@@ -160,6 +160,8 @@ class NormStages:
         self.pe_tiles = PE_TILES  # rows in pieces: TensorE's bias' PSUM tiles, in turn
         self.tail_copies = 0  # ... the last this many blocks' copies out a bank each, on ScalarE
         # and VectorE in turn (the last copies end sooner: the last store goes sooner)
+        self.shared: dict[int, set[int]] = {}  # block -> the lanes this core weights, biases
+        # and stores (`norm_shared`: a tile both cores of a logical core take; all if absent)
         self.segs: dict[int, tuple[int, int]] = {}  # `fused`: block -> (g, k), its rows in k
         # segments each (`norm_tail`)
         self.tail_tiles: dict = {}  # ... (g, k) -> their tiles (`norm_tail._setup`)
@@ -943,7 +945,7 @@ class NormStages:
             self._third_stt(n, p)
             return
         for i, lane in enumerate(self.lanes):
-            if only is not None and i != only:
+            if only is not None and i != only or not self.mine(n, i):
                 continue
             if self.interleave:  # a segment's passes one after another: its store goes soonest
                 self.normalized(n, p, i, 0)
@@ -967,6 +969,8 @@ class NormStages:
         `flex`); TensorE then multiplies by rstd and adds the bias (`fourth`)."""
         b = self.b
         for i, lane in enumerate(self.lanes):
+            if not self.mine(n, i):
+                continue
             for j in range(self.per):
                 xj, oj = self.lane_tile("x", n, i, p, j), self.lane_tile("o", n, i, p, j)
                 mj = self.gcol("mn", n, p)
@@ -987,6 +991,8 @@ class NormStages:
         schedule finds either free (`flex`)."""
         b = self.b
         for i, lane in enumerate(self.lanes):
+            if not self.mine(n, i):
+                continue
             for j, g, lo, hi in self.units(i):
                 o = self.piece("p", n, i, j, lo, hi, p, g)
                 js = j if self.pslots == 1 else slice(j, j + g)
@@ -1135,6 +1141,8 @@ class NormStages:
         self.at(n)
         p = self.parts(rows)
         for i, lane in enumerate(self.lanes):
+            if not self.mine(n, i):
+                continue
             if self.out_pieces and self.pe_lane(lane):
                 for j, g, lo, hi in self.units(i):
                     o, f = (self.piece(k, n, i, j, lo, hi, p, g) for k in "pf")
@@ -1169,6 +1177,10 @@ class NormStages:
                                 lane.lo, lane.hi - lane.lo, p, self.pe_span, diag, split,
                                 **std)  # fmt: skip
                 self.store(n, index, p, i, self.lane_tile("f", n, i, p))
+
+    def mine(self, n: int, i: int) -> bool:
+        """Whether this core weights, biases and stores lane i of block n (`shared`)."""
+        return n not in self.shared or i in self.shared[n]
 
     def pe_lane(self, lane: Lane) -> bool:
         """Whether TensorE adds lane's bias."""

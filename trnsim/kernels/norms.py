@@ -80,6 +80,7 @@ from trnsim.kernels.norm_fused import Fused, fused
 from trnsim.kernels.norm_pad import load_copy, pad_of, padded
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import LAYER_BUFS, lower_norm_ragged
+from trnsim.kernels.norm_shared import shared_blocks
 from trnsim.kernels.norm_short import MIN_ROW as SHORT_MIN
 from trnsim.kernels.norm_short import SHORT_ROW as LAYER_SHORT
 from trnsim.kernels.norm_short import lower_norm_short
@@ -466,6 +467,8 @@ EVEN_LANES = True  # a tile's columns in lanes (`piece_lanes`) of even widths wh
 # any f (an odd lane beside an even one): bf16 (x - mean) * w runs one element a cycle only
 # over an even count (bf16 rows of 20000, lanes of 625 -> 624 and 626: 76.4 -> 71.1 us; of
 # 151936, 1187 -> 594 and 593, no lanes before: 76.8 -> 72.1 us)
+SHARED_TAIL = True  # layer_norm rows in pieces: the later core's one tile more, partial,
+# taken by both cores of an LNC 2 logical core, each storing half its lanes (`norm_shared`)
 PAD_PIECES = True  # 16-bit layer_norm rows whose pieces would leave partitions empty go in
 # padded pieces over all of them (`norm_pad`) with the plans that take them: trn2 LNC 2, 16
 # MiB, bf16 rows of 50257 (32 pieces of 1571, the last 15 short, not 29 of 1733 on 116
@@ -1007,7 +1010,9 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     k.stt = (k.stt and k.pe_ok and not seg and weight is not None and k.layer
              and tx.dtype.name == b.tensors[weight].dtype.name == "bfloat16")  # fmt: skip
     room -= F_BUFS * width * to.dtype.itemsize if k.pe_ok else 0
-    blocks = list(row_blocks(tx.shape, lay.g, rows))
+    blocks, shared = (shared_blocks(b, tx, lay, rows, k.piece_lanes, rows[b.part[0] == 0])
+                      if SHARED_TAIL and k.layer and not seg else (list(row_blocks(
+                          tx.shape, lay.g, rows)), {}))  # fmt: skip
     if not blocks:  # (this core has none of the rows: one row at LNC 2)
         return 0.0
     k.bufs, k.blocks = max(1, min(k.piece_bufs, room // base)), len(blocks)
@@ -1046,6 +1051,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         k.block_lanes = [_split(ls, -(-lay.f // k.piece_lanes), EVEN_LANES)
                          for ls in (k.block_lanes or [k.lanes])]  # fmt: skip
         k.lanes = k.block_lanes[0]
+    k.shared = shared if len(k.lanes) > 1 else {}  # (`norm_shared`; one lane: both store it)
     # (`stat_group`: `stt`'s blocks of one row slot, ScalarE's statistics one piece; the
     # weight's stage emitted after its group's statistics)
     if not (k.stt and k.per == 1 and len(k.spieces) <= 1 and k.lag is not None):
