@@ -293,7 +293,9 @@ PSUM_PIECES = tuple(
 # (STT_LANES_SEARCH with eight parts and 10 buffers: 66.3, 62.7, 61.0 us)
 STT_PARTS = STT_TSUMS | {"load_parts": 8, "piece_bufs": 10, "std_rolled": True, "stat_slots": 5,
                          "affine_at": (2, 4)}  # fmt: skip
-PARTS_BELOW = 65536  # (rows of 64K: STT_TSUMS 57.0 us, STT_PARTS 58.3)
+PARTS_BELOW = 262144  # (rows of 64K: STT_TSUMS 57.0 us, STT_PARTS 58.3, when chosen by hand;
+# trn2 LNC 2, 16 MiB, bf16, the estimate choosing: 65536 56.91 -> 56.68, 128256 58.35 -> 58.04,
+# 151936 60.43 -> 60.32 with 65536 here)
 FIT_PIECES = tuple(
     v | {"in_pieces": True} for v in (PSUM_PIECES[2], STT, STT_LANES, STT_PARTS)
 )  # (STT_LANES_SEARCH and STT_TSUMS in pieces ran 70.7 and 72.2 us at 16384: no longer tried)
