@@ -126,3 +126,17 @@ def layer_norm_at_both_lncs(shape, t) -> None:
         out.append(checked_layer_norm(layer_norm_specs(shape, t), lnc))
     norms._CHOSEN.clear()
     assert np.array_equal(out[0], out[1])
+
+
+def variant_at_both_lncs(monkeypatch, shape, t, variant: str) -> None:
+    """`layer_norm_at_both_lncs` with `norms.VARIANTS` only `variant` (a name, or a name and an
+    index: "STT_GROUP3[0]"), on x of TRIAL_BYTES or more (so the variant applies)."""
+    import numpy as np
+
+    from trnsim.kernels import norms
+
+    name, _, i = variant.partition("[")
+    v = getattr(norms, name)
+    monkeypatch.setattr(norms, "VARIANTS", (v[int(i[:-1])] if i else v,))
+    assert np.prod(shape) * t.itemsize >= norms.TRIAL_BYTES
+    layer_norm_at_both_lncs(shape, t)

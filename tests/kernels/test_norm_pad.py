@@ -4,10 +4,13 @@ TRIAL_BYTES or more: the variant applies), and rows of 50257 faster so."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from tests.kernels.helpers import checked_layer_norm, layer_norm_at_both_lncs, layer_norm_specs
+from tests.kernels.helpers import (
+    checked_layer_norm,
+    layer_norm_specs,
+    variant_at_both_lncs,
+)
 from tests.kernels.test_rows_families import case, reached
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
@@ -38,11 +41,7 @@ def test_padded_layout():
     ((2, 24, 50257), "STT_PARTS"),  # (a 3-D x, a batch row whole tiles and groups)
 ])  # fmt: skip
 def test_padded_values(monkeypatch, shape, variant):
-    name, _, i = variant.partition("[")
-    v = getattr(norms, name)
-    monkeypatch.setattr(norms, "VARIANTS", (v[int(i[:-1])] if i else v,))
-    assert np.prod(shape) * 2 >= norms.TRIAL_BYTES
-    layer_norm_at_both_lncs(shape, dtype("bfloat16"))
+    variant_at_both_lncs(monkeypatch, shape, dtype("bfloat16"), variant)
 
 
 def test_padded_values_batch_rows(monkeypatch):

@@ -5,10 +5,9 @@ the same values (x of TRIAL_BYTES or more: the variant applies); rows of 20000 t
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from tests.kernels.helpers import layer_norm_at_both_lncs
+from tests.kernels.helpers import variant_at_both_lncs
 from tests.kernels.test_rows_families import case, reached
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
@@ -20,11 +19,7 @@ from trnsim.kernels import norms
     ((300, 12288), "STT_GROUP3[1]"),  # (in pieces: 8 of 1536, 16 rows a tile, groups of 48)
 ])  # fmt: skip
 def test_wide_and_grouped_values(monkeypatch, shape, variant):
-    name, _, i = variant.partition("[")
-    v = getattr(norms, name)
-    monkeypatch.setattr(norms, "VARIANTS", (v[int(i[:-1])] if i else v,))
-    assert np.prod(shape) * 2 >= norms.TRIAL_BYTES
-    layer_norm_at_both_lncs(shape, dtype("bfloat16"))
+    variant_at_both_lncs(monkeypatch, shape, dtype("bfloat16"), variant)
 
 
 def test_bf16_rows_of_20000_take_wide_pieces():

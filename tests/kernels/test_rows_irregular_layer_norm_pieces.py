@@ -14,10 +14,9 @@ time. The plans give numpy's values (--check) and the same values at LNC 1 and 2
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from tests.kernels.helpers import layer_norm_at_both_lncs
+from tests.kernels.helpers import variant_at_both_lncs
 from tests.kernels.test_rows_families import case, marked, reached
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
@@ -106,11 +105,7 @@ def test_rows_in_pieces_values(monkeypatch, shape, dt, variant):
     """Rows in WIDE_PIECES, bf16 rows that fit cut evenly between the cores, and `stt_std`'s
     groups: --check holds, and LNC 1 and 2 give the same values (x of TRIAL_BYTES or more: the
     variant applies)."""
-    name, _, i = variant.partition("[")
-    v = getattr(norms, name)
-    monkeypatch.setattr(norms, "VARIANTS", (v[int(i[:-1])] if i else v,))
-    assert np.prod(shape) * dtype(dt).itemsize >= norms.TRIAL_BYTES
-    layer_norm_at_both_lncs(shape, dtype(dt))
+    variant_at_both_lncs(monkeypatch, shape, dtype(dt), variant)
 
 
 def test_std_share():
