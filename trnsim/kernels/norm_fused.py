@@ -19,7 +19,8 @@ VectorE's bn_stats is its pass whatever the plan; with the normalisation a pass 
 row slot each on ScalarE, VectorE or GpSimd, as `norm_short`'s, with TensorE's bias) the
 engines had four passes to share and VectorE ran them too (bf16 rows of 96: 69.9 us at best).
 trn2 LNC 2, 16 MiB, bf16 rows of 96 71.2 -> 58.7 us (`norms.FLEX_BUFS` before), of 100 70.3 ->
-58.9, of 200 68.6 -> 58.2 and of 384 65.3 -> 58.6 (pipelined with TensorE's rstd before). y's
+58.9, of 200 68.6 -> 58.2 -> 57.4 and of 384 65.3 -> 58.6 -> 57.5 (pipelined with TensorE's
+rstd before; then blocks of 10 KiB and a longer descent, `BLOCK_BYTES`, `SEARCH`). y's
 bf16 rounding is that of the weighted normalised values (relative, as the other plans' y), std
 b is exact in fp32 (the parts' products), rstd std = 1 to fp32's rounding. A row's values
 depend only on its own statistics: the same at LNC 1 and 2.
@@ -54,6 +55,13 @@ UNIT = 2  # rows a partition a multiple of this, and the first and last blocks c
 TAPER = (2,)  # (`rms_short._taper`; trn2 LNC 2, 16 MiB, bf16 rows of 96, 100, 200, 384: in
 # quarters, 4: 62.9, 64.0, 62.6, 64.4 us; halves, 2: 63.3, 63.6, 61.7, 62.2; neither, 1: 64.2,
 # 64.0, 62.9, 62.5)
+BLOCK_BYTES = 10240  # x's bytes a partition of a block, rows longer than LONG_ROW (trn2 LNC 2,
+# 16 MiB, bf16 rows of 128, 200, 256, 384 with SEARCH: 8192 58.4, 58.0, 57.7, 58.6 us; 10240 57.8,
+# 57.4, 57.5, 57.5; 6144 made 384 58.1 but 200 58.8; 12288 200 58.5, 384 58.1) ...
+LONG_ROW = 100  # ... and `norm_short.BLOCK_BYTES` up to this (bf16 rows of 96, 100: 8192 57.9,
+# 58.9 us; 10240 58.6, 59.0)
+SEARCH = 300  # the list schedule's descent, schedules at most (`norm_short.SEARCH`'s 150: bf16
+# rows of 96, 128, 200 58.7, 58.6, 57.9 us; 300 57.9, 57.8, 57.4; 400 as 300)
 UNIT_BANKS = 2  # PSUM banks of a unit (its row slots' y in a tile of their own, `yslot`)
 PSUM_TILES = 3  # ... the units' PSUM tiles, in turn
 COLS = ("q", "mean", "rs", "sd")  # the [p, per] steps' columns in SBUF, one tile
@@ -70,7 +78,7 @@ def fused(tensors: dict, x: str, out: str, weight, bias) -> bool:
 class Fused(_Ln):
     """`norm_short`'s plan with the normalisation folded (module doc)."""
 
-    UNIT, TAPER = UNIT, TAPER
+    UNIT, TAPER, SEARCH = UNIT, TAPER, SEARCH
 
     def __init__(self, *a):
         super().__init__(*a)
@@ -82,6 +90,10 @@ class Fused(_Ln):
         self.st_ps: list[str] = []
         self.ids: dict[str, str] = {}
         self.turn = 0
+
+    def block_bytes(self) -> int:
+        """Longer rows' blocks larger (`BLOCK_BYTES`): fewer row slots' fixed costs a row."""
+        return BLOCK_BYTES if self.d > LONG_ROW else super().block_bytes()
 
     def ring_bytes(self, most: int) -> int:
         """The y tiles: two blocks' units (of `most` rows a partition), in turn (a block's y

@@ -76,7 +76,7 @@ def lower_norm_short(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight
     k = (plan or _Ln)(b, cfg, x, out, weight, bias, eps)
     tx, d = b.tensors[x], k.d
     per_row = d * (tx.dtype.itemsize + (k.odt.itemsize if k.odt != k.xdt else 0))
-    most = max(1, BLOCK_BYTES // tx.dtype.itemsize // d)  # rows a partition
+    most = max(1, k.block_bytes() // tx.dtype.itemsize // d)  # rows a partition
     room = int(cfg.core.sbuf.partition_bytes * SHARE) - 2 * d * 4 - k.ring_bytes(most)
     k.per, blocks = row_tiles(tx.shape, k.P, share, most, max(1, room // (BUFS * per_row)),
                               pow2=False, unit=k.UNIT)  # fmt: skip
@@ -86,7 +86,7 @@ def lower_norm_short(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight
     if not blocks:
         return 0.0
     blocks = _taper(blocks, k.per, k.TAPER)
-    with Scheduled(b, cfg, shared_dma=True, search=SEARCH) as s:
+    with Scheduled(b, cfg, shared_dma=True, search=k.SEARCH) as s:
         _emit(k, blocks)
     b.release(*k.psum.values())
     return s.makespan
@@ -113,7 +113,7 @@ def _emit(k: _Ln, blocks: list) -> None:
 class _Ln:
     """One layer_norm's tiles and its three stages per block (module doc)."""
 
-    UNIT, TAPER = UNIT, TAPER  # (a subclass' own: `norm_fused`)
+    UNIT, TAPER, SEARCH = UNIT, TAPER, SEARCH  # (a subclass' own: `norm_fused`)
 
     def __init__(self, b, cfg, x, out, weight, bias, eps):
         self.b, self.cfg, self.x, self.out, self.eps = b, cfg, x, out, eps
@@ -127,6 +127,10 @@ class _Ln:
         self.rows: dict[str, str] = {}  # the weight and bias spread over the partitions
         self.psum: dict[str, str] = {}  # ... and in PSUM (fp32: `_emit`)
         self.loads = self.stores = None
+
+    def block_bytes(self) -> int:
+        """x's bytes a partition of a block (`BLOCK_BYTES`; a subclass' own by row length)."""
+        return BLOCK_BYTES
 
     def ring_bytes(self, most: int) -> int:
         """SBUF a partition the plan takes beside its blocks' buffers (of `most` rows a
