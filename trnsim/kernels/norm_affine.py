@@ -162,6 +162,14 @@ class PeBias:
         self.tiles = tiles  # ... this many, in turn
         self.turn = 0
 
+    def take(self, span: int) -> list[str]:
+        """The PSUM tiles (`tiles` of `span` banks), taken at the first call."""
+        if not self.ps:
+            f32 = dtype("float32")
+            self.ps = [self.b.psum("bias", (self.P, span * self.step), f32)
+                       for _ in range(self.tiles)]  # fmt: skip
+        return self.ps
+
     def add(self, o: Ap, f: Ap, lo: int, w: int, p: int, span: int = 1, diag=None,
             split: bool = False, bias_st=None, scale=None, sel=None) -> None:  # fmt: skip
         """f = o + bias[lo:lo + w] (o, f: [p, w] views of SBUF tiles, the last index a range
@@ -178,10 +186,7 @@ class PeBias:
         row, B a tile whose first K partitions are its moving rows: a tail's segments,
         `norm_tail`)."""
         b = self.b
-        if not self.ps:
-            f32 = dtype("float32")
-            self.ps = [b.psum("bias", (self.P, span * self.step), f32)
-                       for _ in range(self.tiles)]  # fmt: skip
+        self.take(span)
         for a0 in range(0, w, span * self.step):
             a1 = min(w, a0 + span * self.step)
             tile = self.ps[self.turn % self.tiles]

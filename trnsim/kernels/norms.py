@@ -78,6 +78,7 @@ from trnsim.kernels.norm_fused import MIN_ROW as FUSED_MIN
 from trnsim.kernels.norm_fused import SHORT_ROW as FUSED_SHORT
 from trnsim.kernels.norm_fused import Fused, fused
 from trnsim.kernels.norm_pad import load_copy, pad_of, padded
+from trnsim.kernels.norm_pe_rows import pe_rows
 from trnsim.kernels.norm_plan import Lane, plan
 from trnsim.kernels.norm_ragged import LAYER_BUFS, lower_norm_ragged
 from trnsim.kernels.norm_shared import shared_blocks
@@ -446,6 +447,21 @@ PSUM_AFFINE_BYTES = 12288  # fp32 weight and bias of rows in pieces kept in PSUM
 # of them take this much at most (6 of its 8 banks; `row_pieces.Groups` has its small tiles in
 # the others; 8 KiB before: trn2 LNC 2, 16 MiB, fp32 rows of 151936, 128 pieces of 1187, 67.2
 # -> 62.0 us)
+PE_ROWS = True  # bf16 rows in pieces in lanes, TensorE's bias: the weight loaded once a lane
+# ([k, w]) and spread over a tile's rows by TensorE into its bias' first PSUM tile, copied out by
+# ScalarE or VectorE (`norm_pe_rows`), not loaded once per row of a tile (`_pe_rows_of`): trn2
+# LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 59.89 us (74.1% -> 77.4%), 12288 62.45 -> 61.07,
+# 14336 60.58 -> 59.58, 20000 64.01 -> 62.19, 8192 61.30 -> 57.84 (75.6% -> 80.1%), 16384
+# 58.88 -> 57.60 (78.8% -> 80.5%); DMA bytes a core 17.23 -> 16.62 MiB at 10240.
+# The bias spread so too (its copies out as many again: ScalarE busy 49.3 -> 53.5 us at 10240)
+# ran 60.92 us at 10240 and lost at 14336 and wider; SBUF -> SBUF DMAs in place of the loads
+# (no HBM bytes, the same DMA engine bytes) ran 65.6 to 68.5 us at 10240.
+PE_ROWS_MIN = 16  # ... with this many rows a tile or more (k <= 8 pieces: saving (g - 1) D
+# bytes of HBM, about 0.79 of the copy's f / 1.2 GHz or more; with 8, rows of 32000, 16 pieces,
+# ran 58.00 -> 58.63 us, 80.1% -> 79.2%, and 24576 61.52 -> 61.04, 100000 (4 a tile) 60.03 ->
+# 60.63, 151936 (2) 59.98 -> 60.94)
+PE_ROWS_AT = 1  # ... behind this block's loads, when its `affine_at` is later (behind block 0:
+# 10240 59.64 us, 14336 61.32; at `affine_at`'s 2: 60.68, 60.65)
 REPEAT_ROWS = 16  # `psum_affine`: rows a tile up to which the weight and bias load once (fp32
 # rows of 8192 in pieces, 16 a tile, loaded 16 times with 4 here: trn2 LNC 2, 16 MiB, 99.3 ->
 # 57.7 us, FIT_PIECES; of 16384, 8 a tile, 75.3 -> 56.8 us, 62% -> 82%)
@@ -1131,12 +1147,14 @@ def _load_behind(k, cfg: ChipConfig, lay, at: dict) -> None:
     the first weighting, the bias by the first block's matmuls), each no later than its
     stage's lag (`_lags`: the weight's third, the bias' fourth)."""
     cuts, lag = k.load_cuts(lay.g), _lags(k)
+    pe = _pe_rows_of(k, lay)
     queues = [k.loads[next(i for i in range(len(cuts) - 1) if r < cuts[i + 1])]
               for r in range(lay.g)]  # fmt: skip
 
     def load(v):
         if len(k.lanes) > 1:  # (`piece_lanes`: a tile a lane)
-            k.lane_rows.update(_lane_rows(k.b, cfg, [v], lay, queues, k.lanes, by_row=True))
+            ps = k.pe.take(k.pe_span)[0] if v in pe else None  # (`pe_rows`)
+            k.lane_rows.update(_lane_rows(k.b, cfg, [v], lay, queues, k.lanes, True, ps))
             if v == k.bias and k.pe_bias:
                 k.pe.pieces_segs = (k.lane_rows[v], [ln.lo for ln in k.lanes])
             return
@@ -1147,7 +1165,17 @@ def _load_behind(k, cfg: ChipConfig, lay, at: dict) -> None:
     k.spread, k.spread_first, k.behind = (lambda: None), True, {}
     for v, most in ((k.weight, lag[1]), (k.bias, lag[2])):
         if v is not None:
-            k.behind.setdefault(min(at[v], most), []).append(lambda v=v: load(v))
+            at_v = min(PE_ROWS_AT, at[v], most) if v in pe else min(at[v], most)
+            k.behind.setdefault(at_v, []).append(lambda v=v: load(v))
+
+
+def _pe_rows_of(k, lay) -> tuple:
+    """The tensors `_load_behind` loads once and spreads by TensorE (`PE_ROWS`): the weight,
+    16-bit, of rows in pieces in lanes, PE_ROWS_MIN or more a tile, TensorE adding the bias
+    (its PSUM tiles take the spread)."""
+    v = k.weight
+    on = PE_ROWS and k.pe_bias and len(k.lanes) > 1 and lay.g >= PE_ROWS_MIN and not pad_of(lay)
+    return (v,) if on and v is not None and k.b.tensors[v].dtype.itemsize == 2 else ()
 
 
 def _seg_cycle(k, lay) -> None:
@@ -1321,11 +1349,12 @@ def _piece_rows(b: KernelBuilder, cfg: ChipConfig, name: str, lay, loads, copies
 
 
 def _lane_rows(b: KernelBuilder, cfg: ChipConfig, names, lay, loads, lanes,
-               by_row: bool = False) -> dict:  # fmt: skip
+               by_row: bool = False, psum=None) -> dict:  # fmt: skip
     """Each of `names` ([d]) in the pieces' pattern of a tile in lanes (`NormStages.xcols`), a
     tile a lane ([128, hi - lo]: a lane's passes wait only for its own), loaded a DMA per row
     of the tile and lane, lane 0's of every tensor first, each on the next of `loads` (or,
-    `by_row`, row r's on loads[r])."""
+    `by_row`, row r's on loads[r]); or, given `psum` (a PSUM tile of the op's), loaded once and
+    spread by TensorE through it (`norm_pe_rows`)."""
     P, q, small = cfg.core.sbuf.partitions, 0, Queues(cfg).loads(1 / 2, 1)
     rows: dict[str, list[str]] = {v: [] for v in names}
     for lane in lanes:
@@ -1333,6 +1362,11 @@ def _lane_rows(b: KernelBuilder, cfg: ChipConfig, names, lay, loads, lanes,
             t = b.scratch_tile(f"norm.lanes.{v}.{lay.k}.{lane.lo}", f"{v}_lane",
                                (P, lane.hi - lane.lo), b.tensors[v].dtype)  # fmt: skip
             rows[v].append(t)
+            if psum:  # (16-bit, several rows a tile: `norm_pe_rows`)
+                src = ap(v, slice(lane.lo * lay.k, lane.hi * lay.k))
+                pe_rows(b, cfg, src, t, lay.k, lay.g, loads[0 if by_row else q], psum=psum)
+                q += 1
+                continue
             for r in range(lay.g):
                 queue = loads[r if by_row else q]
                 q += 1
