@@ -77,6 +77,7 @@ from trnsim.kernels.norm_columns import by_columns, lower_norm_columns
 from trnsim.kernels.norm_fused import MIN_ROW as FUSED_MIN
 from trnsim.kernels.norm_fused import SHORT_ROW as FUSED_SHORT
 from trnsim.kernels.norm_fused import Fused, fused
+from trnsim.kernels.norm_long import long_rows, lower_norm_long
 from trnsim.kernels.norm_pad import load_copy, pad_of, padded
 from trnsim.kernels.norm_pe_rows import pe_rows
 from trnsim.kernels.norm_plan import Lane, plan
@@ -517,6 +518,9 @@ def lower_norm(
     args = (cfg, op, x, out, weight, bias, eps)
     if by_columns(cfg, op, tx, to, *(b.tensors[v] if v else None for v in (weight, bias))):
         lower_norm_columns(b, cfg, x, out, weight, bias, float(eps))  # (few rows of 10^6)
+        return
+    if long_rows(cfg, op, tx, to, *(b.tensors[v] if v else None for v in (weight, bias))):
+        lower_norm_long(b, cfg, x, out, weight, bias, float(eps))  # (bf16 rows of 2^18, 2^19)
         return
     _lower(b, *args, _rms_variant(b, *args) if op == "rms_norm" else _variant(b, *args))
 

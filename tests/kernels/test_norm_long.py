@@ -1,0 +1,62 @@
+"""bf16 layer_norm over rows of 2^18 and 2^19 (`norm_long`): which norms go there, --check at
+LNC 1 and 2 with the same values bit for bit (rows of mean 10^4 too, a massive first channel,
+an odd count of rows, a core with none), and the rows faster so (trn2 LNC 2, 16 MiB)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.kernels.helpers import checked_at_both_lncs, saved_specs
+from tests.kernels.test_rows_families import case, reached
+from trnsim.config import load_chip
+from trnsim.dtypes import dtype
+from trnsim.kernels import norms
+from trnsim.kernels.norm_long import long_rows
+from trnsim.trace.program import OpSpec, TensorSpec
+
+REACHED = {262144: 0.76, 524288: 0.77}  # (the plans in pieces before: 70.4%, 73.9%)
+
+
+def test_long_rows_applies():
+    """bf16 layer_norms with a weight and a bias at WIDTHS alone."""
+    cfg = load_chip("trn2")
+
+    def ok(d, dt="bfloat16", affine=True, op="layer_norm"):
+        t = TensorSpec("x", (4, d), dtype(dt), "normal")
+        v = TensorSpec("w", (d,), dtype(dt), "normal") if affine else None
+        return long_rows(cfg, op, t, t, v, v)
+
+    assert ok(262144) and ok(524288)
+    assert not ok(262144, "float32")
+    assert not ok(524288, affine=False)
+    assert not ok(262144, op="rms_norm")
+    assert not ok(1 << 20) and not ok(1000000) and not ok(131072)
+
+
+@pytest.mark.parametrize("shape,mean,massive", [
+    ((3, 262144), 0.0, False),  # (1 and 2 rows a core: ScalarE's statistics in each's first)
+    ((2, 524288), 1e4, False),
+    ((2, 262144), 0.0, True),
+    ((1, 262144), 0.0, False),  # (LNC 2: the first core has no row)
+])  # fmt: skip
+def test_long_rows_values(shape, mean, massive, tmp_path):
+    """--check at LNC 1 and 2, the same values at both; rows of mean 10^4 (spread 3), or a
+    first channel 1000 spreads out (an LLM's massive activation)."""
+    rng = np.random.default_rng(11)
+    d = shape[-1]
+    x = rng.standard_normal(shape) * 3 + mean
+    if massive:
+        x[:, 0] = 3000.0
+    arrays = {"x": x, "w": rng.standard_normal(d), "b": rng.standard_normal(d)}
+    specs = saved_specs(arrays, dtype("bfloat16"), tmp_path)
+    specs["out"] = TensorSpec("out", shape, dtype("bfloat16"), None)
+    op = OpSpec("layer_norm", {"x": "x", "out": "out", "weight": "w", "bias": "b"}, 1)
+    checked_at_both_lncs(specs, [op])
+
+
+@pytest.mark.parametrize("d", sorted(REACHED))
+def test_long_rows_reach(d):
+    norms._CHOSEN.clear()
+    got, row, engines = reached(*case("layer_norm", d, "bfloat16"), "layer_norm", "bfloat16", d)
+    assert got >= REACHED[d], (row["time_ns"], row["roofline_ns"], engines)

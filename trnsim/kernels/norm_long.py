@@ -1,0 +1,355 @@
+"""bf16 `layer_norm` over rows of 2^18 and 2^19 (WIDTHS): a row over all 128 partitions, in
+PARTS parts that are loaded, computed and stored on their own.
+
+A row's part j is its contiguous columns [j 128 C, (j + 1) 128 C), laid as [128, C] (partition
+p: C consecutive columns), the weight and bias alike (loaded once a core and resident: all its
+rows use them; the norms' plans in pieces loaded them per tile, 17 MiB of DMA a core either way
+at these widths). Each part is a tile of its own, so a part's passes wait for its load alone
+and its store for its passes alone. Three passes over the elements (`norm_fused`'s folding, out
+= rstd (y + std b), y = (x - mean) w), the row statistics on TensorE and ScalarE:
+
+1. load; VectorE's `bn_stats` over chunks of 512 columns (or ScalarE's mean and M2 of a part,
+   `SCALAR_FIRST`); `bn_aggr`: each partition's mean and variance; TensorE: the row mean as a
+   [128, 128] fp32 stationary of 1/128 times the partition means (on every partition), then the
+   variance as 1/128 times the partitions' variances plus the squares of their means less the
+   row's (Chan's formula for equal counts: no E[x^2] - E[x]^2, so no cancellation at any
+   mean); ScalarE the [p, 1] steps (rstd, std in two bf16 parts hi + lo), std's parts'
+   diagonals on VectorE or GpSimd;
+2. y = (x - mean) w: one `scalar_tensor_tensor` a part (VectorE one cycle an element for bf16,
+   a share VECTOR_Y of the parts; GpSimd two, the rest);
+3. per PSUM bank: the identity times y, diag(hi) times b and diag(lo) times b accumulated (y +
+   std b, std b exact in fp32), copied out times rstd by ScalarE or VectorE into the part's
+   output tile; store.
+
+The stages go in a software pipeline (`LAGS`) and then in the list schedule's order
+(`schedule.Scheduled`). trn2 LNC 2, 16 MiB, bf16 rows of 2^18: 67.8 -> 62.3 us (70.4% ->
+76.7% of the DMA bound), of 2^19: 66.6 -> 63.3 us (73.9% -> 77.7%; the norms' plans in
+pieces before). A core's engines are all busy about 50 us at these widths (VectorE 55: bn_stats
+39 of them; TensorE 49; GpSimd 52, ScalarE 40), the DMA bound 48-49 us. A row's values depend
+on its own elements only, in the same instructions whichever core takes it (ScalarE's part by
+the row's index in x): the same at LNC 1 and 2.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trnsim.config import ChipConfig
+from trnsim.dtypes import dtype
+from trnsim.isa import (
+    Activation,
+    AffineSelect,
+    BnAggr,
+    BnStats,
+    DmaCopy,
+    Engine,
+    Matmul,
+    Memset,
+    ScalarTensorTensor,
+    TensorCopy,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.queues import Queues
+from trnsim.kernels.rows import even_share
+from trnsim.kernels.schedule import Scheduled
+
+__all__ = ["long_rows", "lower_norm_long"]
+
+V, S, G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
+PARTS = 2  # a row's parts (columns a partition: 1024 for rows of 2^18, 2048 for 2^19; trn2 LNC
+# 2, 16 MiB, bf16 rows of 2^18 in 4 parts of 512 ..., of 2^19 in 4 parts of 1024: 64.3 us)
+WIDTHS = (1 << 18, 1 << 19)  # the row lengths that go here (2^20 in 2 parts of 4096: 77.1 us, its
+# segments 59.8)
+X_BUFS = 8  # parts of x in flight
+Y_BUFS = 4  # ... of y
+O_BUFS = 6  # ... of the output
+OUT_BANKS = 6  # PSUM banks of the output's accumulations, in turn ...
+COPY_BANKS = 1  # ... in tiles of this many, each copied out by one activation
+STAT_BUFS = 4  # rows' statistics tiles in turn
+LOAD_QUEUES = 1  # x's, the weight's and the bias' loads on this many queues, in turn (each in
+# order: the first row's parts and the weight's come first, not shared with later ones)
+STORE_QUEUES = 2  # ... the stores
+SCALAR_FIRST = 1  # ScalarE takes the statistics of this many (the last) parts of the first row
+# of each core's half of x, where it has no other work (trn2 LNC 2, 16 MiB, bf16 rows of 2^18
+# 62.55 -> 62.26 us, 2^19 63.32 -> 63.29)
+VECTOR_Y = 0.2  # the parts' y on VectorE (`stt_on`; trn2 LNC 2, 16 MiB, bf16 rows of 2^18: the
+# list schedule's choice 66.9 us, 0.1 67.0, 0.2 66.4, 0.3 67.5, before the pipeline's `LAGS`)
+COPY_ON = (V,)  # the copies out of PSUM besides ScalarE (the list schedule's choice)
+LAGS = (0, 0, 2)  # the pipeline's lags in parts (`run`; trn2 LNC 2, 16 MiB, bf16 rows of 2^18,
+# 2^19: (1, 0, 1) 62.8, 65.8 us; (0, 0, 1) 64.3, 63.7; (0, 1, 1) 63.1, 64.1; (0, 0, 2) 62.5,
+# 63.3; emitted a row at a time, no lags: 66.9, 68.7)
+SEARCH = 300  # the list schedule's descent (`schedule.Scheduled`; 1000: as 300)
+LO = True  # std's low bf16 part too, std b exact (without: a third fewer matmuls, bf16 rows of
+# 2^18 61.2 us, 2^19 60.2, but the output's mean error 1.33 -> 1.59 ulps)
+DIAG_ON = (V, G)  # the engines of std's parts' diagonals (the list schedule's choice) ...
+LO_ON = (V, G)  # ... and of its low part
+
+
+def long_rows(cfg: ChipConfig, op: str, tx, to, weight, bias) -> bool:
+    """Whether a norm goes here: a layer_norm of bf16 x, out, weight and bias, rows of WIDTHS
+    (128 pieces of a whole number of parts). By the shapes alone: LNC 1 and 2 agree."""
+    if op != "layer_norm" or weight is None or bias is None or not tx.shape:
+        return False
+    if {t.dtype.name for t in (tx, to, weight, bias)} != {"bfloat16"}:
+        return False
+    d, P = tx.shape[-1], cfg.core.sbuf.partitions
+    bank = cfg.core.psum.bank_bytes // 4
+    return d in WIDTHS and d % (P * PARTS * bank) == 0
+
+
+def lower_norm_long(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, bias: str,
+                    eps: float) -> float:  # fmt: skip
+    """out = layer_norm(x, weight, bias) over this core's rows (module doc); the estimate."""
+    k = _Long(b, cfg, x, out, weight, bias, eps)
+    with Scheduled(b, cfg, shared_dma=True, fluid=True, dma_parts=True, search=SEARCH) as s:
+        k.run()
+    return s.makespan
+
+
+class _Long:
+    """One layer_norm over long rows: its tiles and stages (module doc)."""
+
+    def __init__(self, b, cfg, x, out, weight, bias, eps):
+        self.b, self.cfg, self.x, self.out, self.eps = b, cfg, x, out, eps
+        self.weight, self.bias = weight, bias
+        tx = b.tensors[x]
+        self.shape = tuple(tx.shape)
+        self.P = cfg.core.sbuf.partitions
+        self.d = self.shape[-1]
+        self.np = PARTS
+        self.C = self.d // (self.P * PARTS)
+        self.bf, self.f32 = tx.dtype, dtype("float32")
+        self.lo, self.hi = even_share(b, tx)
+        self.rows = math.prod(self.shape[:-1])
+        qs = Queues(cfg)
+        self.loads = qs.loads().take(LOAD_QUEUES)
+        self.stores = qs.stores().take(STORE_QUEUES)
+        self.bank = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+        self.nparts = 0  # parts emitted (their buffers in turn)
+        self.nbank = 0
+        self.counted: set = set()  # (st tile, triple) whose count ScalarE's stats have written
+
+    def tile(self, key: str, shape, dt) -> str:
+        return self.b.scratch_tile(f"nlong.{key}", key.rstrip("0123456789"), shape, dt)
+
+    def index(self, r: int) -> list[int]:
+        out = []
+        for n in reversed(self.shape[:-1]):
+            out.append(r % n)
+            r //= n
+        return out[::-1]
+
+    def hbm(self, name: str, r: int | None, j: int):
+        """Part j of row r of `name` (r None: the weight or bias): P C contiguous columns."""
+        cols = slice(j * self.P * self.C, (j + 1) * self.P * self.C)
+        return ap(name, *([] if r is None else self.index(r)), cols)
+
+    def put(self, options: list) -> None:
+        """options[0] emitted, the others the list schedule's choices (the same values)."""
+        cls, reads, writes, fields = options[0]
+        self.b.emit(cls, reads, writes, choices=options[1:], **fields)
+
+    def dma(self, src, dst, stream) -> None:
+        self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=stream.next())
+
+    # -- constants -----------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """The identity (bf16: y's stationary), J ([P, P] fp32 of 1/P: the row statistics), the
+        weight and bias tiles ([P, parts, C], loaded part by part in `run`), the PSUM tiles."""
+        b, P = self.b, self.P
+        self.ident = b.tile("nlong_id", "sbuf", (P, P), self.bf)
+        a = ap(self.ident)
+        b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+        b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal", start=0,
+               partition_step=1, step=-1, engine=G)  # fmt: skip
+        self.jp = b.tile("nlong_jp", "sbuf", (P, P), self.f32)
+        b.emit(Memset, [], [ap(self.jp)], dst=ap(self.jp), value=1.0 / P, engine=G)
+        self.w = b.tile("nlong_w", "sbuf", (P, self.np, self.C), self.bf)
+        self.bb = b.tile("nlong_b", "sbuf", (P, self.np, self.C), self.bf)
+        self.out_ps = [b.psum("nlong_ps", (P, COPY_BANKS, self.bank), self.f32)
+                       for _ in range(OUT_BANKS // COPY_BANKS)]  # fmt: skip
+        self.st_ps = [b.psum("nlong_st", (P, 2), self.f32) for _ in range(STAT_BUFS)]
+
+    def load_affine(self, name: str, t: str, j: int) -> None:
+        """Part j of the weight or bias (`name`) into its tile t."""
+        src, dst = self.hbm(name, None, j), ap(t, slice(None), j, slice(None))
+        self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads.next())
+
+    # -- stages --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The stages emitted in a software pipeline (`lags`): a row's loads and bn_stats (A),
+        its statistics (B) LAGS[0] parts after its last part's A, a part's y (C) LAGS[1] parts
+        after that, its output (D) LAGS[2] parts after its y; the weight after the first row's
+        loads, the bias before the first output."""
+        self.prepare()
+        rows, n_p = list(range(self.lo, self.hi)), self.np
+        lb, lc, ld = LAGS
+        events: dict[int, list] = {}
+        for i, r in enumerate(rows):
+            events.setdefault(i * n_p, []).append((0, i, r, None))
+            t = i * n_p + n_p - 1 + lb
+            events.setdefault(t, []).append((1, i, r, None))
+            for j in range(n_p):
+                tc = i * n_p + j + n_p + lb + lc
+                events.setdefault(tc, []).append((2, i, r, j))
+                events.setdefault(tc + ld, []).append((3, i, r, j))
+        parts: dict[int, list] = {}
+        affine = 0
+        for t in sorted(events):
+            for kind, i, r, j in sorted(events[t], key=lambda e: (e[0], e[1], e[3] or 0)):
+                if kind == 0:
+                    parts[i] = self.first(i, r)
+                    if i == min(1, len(rows) - 1) and affine == 0:
+                        affine = 1
+                        for k in range(n_p):
+                            self.load_affine(self.weight, self.w, k)
+                elif kind == 1:
+                    self.second(i, r)
+                elif kind == 2:
+                    self.ypart(i, j, parts[i][j])
+                else:
+                    if affine == 1:
+                        affine = 2
+                        for k in range(n_p):
+                            self.load_affine(self.bias, self.bb, k)
+                    self.outpart(i, r, j)
+
+    def on_scalar(self, r: int, j: int) -> bool:
+        """Whether ScalarE takes part j's statistics of row r (`SCALAR_FIRST`; by the row's
+        index in x: the same at LNC 1 and 2)."""
+        return r % max(1, self.rows // 2) == 0 and j >= self.np - SCALAR_FIRST
+
+    def triples(self, r: int) -> int:
+        """Row r's (count, mean, M2) triples: two a bn_stats chunk, one a ScalarE part."""
+        return sum(1 if self.on_scalar(r, j) else 2 * self.C // self.bank for j in range(self.np))
+
+    def st(self, i: int, r: int):
+        t = self.triples(r)
+        return ap(self.tile(f"st{i % STAT_BUFS}t{t}", (self.P, t, 3), self.f32))
+
+    def first(self, i: int, r: int) -> list[str]:
+        """Row r (the core's i-th): its parts loaded, bn_stats a chunk of each (or ScalarE's
+        mean and M2 about it, `on_scalar`)."""
+        b, P, C = self.b, self.P, self.C
+        chunks = C // self.bank
+        st = self.st(i, r)
+        parts, t = [], 0
+        for j in range(self.np):
+            x = self.tile(f"x{self.nparts % X_BUFS}", (P, C), self.bf)
+            self.nparts += 1
+            parts.append(x)
+            self.dma(self.hbm(self.x, r, j), ap(x), self.loads)
+            if self.on_scalar(r, j):
+                self.scalar_stats(ap(x), st.name, t)
+                t += 1
+                continue
+            for c in range(chunks):
+                src = ap(x, slice(None), slice(c * self.bank, (c + 1) * self.bank))
+                dst = ap(st.name, slice(None), slice(t, t + 2), slice(None))
+                b.emit(BnStats, [src], [dst], src=src, dst=dst)
+                t += 2
+        return parts
+
+    def scalar_stats(self, xa, st: str, t: int) -> None:
+        """Triple t of st from a part on ScalarE: the count (a memset, once a tile), the mean
+        (a copy times 1 / C with its add reduction), M2 (the square of mean - x, reduced)."""
+        b, C = self.b, self.C
+        cnt, mean, m2 = (ap(st, slice(None), slice(t, t + 1), k) for k in range(3))
+        if (st, t) not in self.counted:
+            self.counted.add((st, t))
+            b.emit(Memset, [], [cnt], dst=cnt, value=float(C), engine=G)
+        junk = ap(self.b.scratch_tile("nlong.junk", "nlong_junk", (self.P, C), self.bf))
+        b.emit(Activation, [xa], [junk, mean], func="copy", src=xa, dst=junk, scale=1.0 / C,
+               reduce="add", reduce_dst=mean)  # fmt: skip
+        b.emit(Activation, [xa, mean], [junk, m2], func="square", src=xa, dst=junk, scale=-1.0,
+               bias=mean, reduce="add", reduce_dst=m2)  # fmt: skip
+
+    def col(self, i: int, name: str, dt=None):
+        t = self.tile(f"c{name}{i % STAT_BUFS}", (self.P, 1), dt or self.f32)
+        return ap(t)
+
+    def second(self, i: int, r: int) -> None:
+        """Row i's mean, rstd, std's parts and their diagonals (module doc, 1)."""
+        b, P = self.b, self.P
+        st = self.st(i, r)
+        mv = ap(self.tile(f"mv{i % STAT_BUFS}", (P, 2), self.f32))
+        b.emit(BnAggr, [st], [mv], src=st, dst=mv)
+        ps = self.st_ps[i % STAT_BUFS]
+        m0, m1 = (ap(mv.name, slice(None), slice(k, k + 1)) for k in (0, 1))
+        mean_ps, var_ps = (ap(ps, slice(None), slice(k, k + 1)) for k in (0, 1))
+        jp = ap(self.jp)
+        b.emit(Matmul, [jp, m0], [mean_ps], stationary=jp, moving=m0, dst=mean_ps)
+        mean, d2 = self.col(i, "mean"), self.col(i, "d2")
+        copy = dict(src=mean_ps, dst=mean)
+        self.put([(Activation, [mean_ps], [mean], dict(func="copy", **copy)),
+                  (TensorCopy, [mean_ps], [mean], dict(engine=V, **copy))])  # fmt: skip
+        b.emit(Activation, [m0, mean], [d2], func="square", src=m0, dst=d2, scale=-1.0, bias=mean)
+        b.emit(Matmul, [jp, m1], [var_ps], stationary=jp, moving=m1, dst=var_ps)
+        b.emit(Matmul, [jp, d2], [var_ps], stationary=jp, moving=d2, dst=var_ps, accumulate=True)
+        rs, sd = self.col(i, "rs"), self.col(i, "sd")
+        for func, dst in (("rsqrt", rs), ("sqrt", sd)):
+            b.emit(Activation, [var_ps], [dst], func=func, src=var_ps, dst=dst, bias=self.eps)
+        hi, lo = self.col(i, "hi", self.bf), self.col(i, "lo", self.bf)
+        self.put([(Activation, [sd], [hi], dict(func="copy", src=sd, dst=hi)),
+                  (TensorCopy, [sd], [hi], dict(src=sd, dst=hi, engine=V))])  # fmt: skip
+        if LO:  # (sd - hi exact in fp32 on either engine)
+            act = (Activation, [hi, sd], [lo], dict(func="copy", src=hi, dst=lo, scale=-1.0,
+                                                    bias=sd))  # fmt: skip
+            self.put([act] * (S in LO_ON) + [(TensorTensor, [sd, hi], [lo], dict(
+                alu="subtract", src0=sd, src1=hi, dst=lo, engine=e))
+                for e in LO_ON if e != S])  # fmt: skip
+        idt = ap(self.ident)
+        for name, s in (("dhi", hi), ("dlo", lo))[: 1 + LO]:
+            dg = ap(self.tile(f"{name}{i % STAT_BUFS}", (P, P), self.bf))
+            act = (Activation, [idt, s], [dg], dict(func="copy", src=idt, dst=dg, scale=s))
+            self.put([act] * (S in DIAG_ON) + [(TensorScalar, [idt, s], [dg], dict(
+                src=idt, dst=dg, op0="multiply", operand0=s, engine=e))
+                for e in DIAG_ON if e != S])  # fmt: skip
+
+    def stt_on(self, n: int) -> tuple:
+        """The engines of the core's n-th part's y: VectorE for a share VECTOR_Y of the parts,
+        spread evenly, GpSimd the rest (None: either, as the list schedule finds them free)."""
+        if VECTOR_Y is None:
+            return (V, G)
+        return (V,) if math.floor((n + 1) * VECTOR_Y) > math.floor(n * VECTOR_Y) else (G,)
+
+    def ypart(self, i: int, j: int, xt: str) -> None:
+        """Row i's part j's y = (x - mean) w (`stt_on`'s engine)."""
+        n = i * self.np + j
+        mean = self.col(i, "mean")
+        xa, w = ap(xt), ap(self.w, slice(None), j, slice(None))
+        y = ap(self.tile(f"y{n % Y_BUFS}", (self.P, self.C), self.bf))
+        self.put([(ScalarTensorTensor, [xa, mean, w], [y], dict(
+            data=xa, op0="subtract", operand0=mean, op1="multiply", operand1=w, dst=y,
+            engine=e)) for e in self.stt_on(n)])  # fmt: skip
+
+    def outpart(self, i: int, r: int, j: int) -> None:
+        """Row i's part j: TensorE's y + std b a bank each, copied out times rstd; stored."""
+        b, P, C, bank = self.b, self.P, self.C, self.bank
+        n = i * self.np + j
+        rs, idt = self.col(i, "rs"), ap(self.ident)
+        dhi, dlo = (ap(self.tile(f"{k}{i % STAT_BUFS}", (P, P), self.bf)) for k in ("dhi", "dlo"))
+        y = ap(self.tile(f"y{n % Y_BUFS}", (P, C), self.bf))
+        o = ap(self.tile(f"o{n % O_BUFS}", (P, C), self.bf))
+        for c0 in range(0, C // bank, COPY_BANKS):
+            acc = self.out_ps[self.nbank % len(self.out_ps)]
+            self.nbank += 1
+            for c in range(c0, min(C // bank, c0 + COPY_BANKS)):
+                cols, dst = slice(c * bank, (c + 1) * bank), ap(acc, slice(None), c - c0)
+                ys, bs = ap(y.name, slice(None), cols), ap(self.bb, slice(None), j, cols)
+                b.emit(Matmul, [idt, ys], [dst], stationary=idt, moving=ys, dst=dst)
+                for dg in (dhi, dlo)[: 1 + LO]:
+                    b.emit(Matmul, [dg, bs], [dst], stationary=dg, moving=bs, dst=dst,
+                           accumulate=True)  # fmt: skip
+            k = min(C // bank - c0, COPY_BANKS)
+            src = ap(acc, slice(None), slice(0, k))
+            oc = ap(o.name, slice(None), slice(c0 * bank, (c0 + k) * bank))
+            self.put([(Activation, [src, rs], [oc], dict(func="copy", src=src, dst=oc, scale=rs))]
+                     + [(TensorScalar, [src, rs], [oc], dict(src=src, dst=oc, op0="multiply",
+                                                             operand0=rs, engine=e))
+                        for e in COPY_ON])  # fmt: skip
+        self.dma(o, self.hbm(self.out, r, j), self.stores)
