@@ -3,7 +3,7 @@ trn2 LNC 2. Rows not a multiple of 128 that no power of two divides into narrow 
 in k pieces, k any divisor filling 7/8 of the partitions or more (`norms._any_divisor`: bf16
 rows of 50257 in 29 pieces of 1733, 4 rows a tile, the cores' shares whole tiles,
 `norms._share`; of 10^6 in 125 pieces of 8000, a row a tile, all 4 of a core's resident,
-`norms.RESIDENT_BYTES`), or with a remainder column as the list schedule estimates (fp32 of
+`norms.RESIDENT_BYTES`; bf16 rows of 10^6 now go to `norm_long`, padded to 128 pieces), or with a remainder column as the list schedule estimates (fp32 of
 100000, a row a unit over 128 partitions, shifted in place as x0 - x: `norm_ragged.first_shift`);
 16-bit rows of 128 odd pieces in 64 even ones (`norms.EVEN_PIECES`: bf16 151936); fp32 rows
 that are a multiple of 128 in `norm_ragged`'s units as estimated (`norms.RAGGED_FP32`: fp32
@@ -26,8 +26,8 @@ from trnsim.kernels import norms
 from trnsim.trace.program import OpSpec, TensorSpec
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
-    ("bfloat16", 1000000): "72.1 us, 69%: 125 pieces of 8000, a row a tile, 4 a core; "
-    "2^20's segments (84%) need 128 pieces",
+    ("bfloat16", 1000000): "68.7 us, 72%: `norm_long`, 128 padded pieces of 7816 in 4 parts "
+    "(72.1 us, 69%, in 125 pieces of 8000 before); its engines all busy ~50 us",
 }
 PARAMS = marked([("bfloat16", 1000000), ("float32", 151936), ("float32", 100000),
                  ("float32", 1000000), ("bfloat16", 128256)],
@@ -44,7 +44,7 @@ def test_layer_norm_long_odd_rows_reach_80_percent_of_their_bound(dt, d):
 @pytest.mark.parametrize("shape,dt,mean", [
     ((21, 50257), "bfloat16", 0.0),  # (29 pieces of 1733, 4 rows a tile: cut 12 and 9)
     ((7, 50257), "float32", 1e4),  # (the same pieces, cut 4 and 3; the plan {}: x of 1.4 MiB)
-    ((2, 1000000), "bfloat16", 0.0),  # (125 pieces of 8000, a row a tile: one a core)
+    ((2, 1000000), "bfloat16", 0.0),  # (`norm_long`: 128 padded pieces, a row a core)
     ((6, 151936), "float32", 1e4),  # (128 pieces of 1187, weight and bias in 6 PSUM banks)
     ((11, 100000), "bfloat16", 0.0),  # (32 pieces of 3125, `norm_tsums` on lanes of 1562, 1563)
     ((7, 100000), "float32", 1e4),  # (a remainder column, a row a unit, x0 - x in place)

@@ -1,20 +1,25 @@
-"""bf16 `layer_norm` over rows of 2^18 and 2^19 (WIDTHS): a row over all 128 partitions, in
-PARTS parts that are loaded, computed and stored on their own.
+"""bf16 `layer_norm` over rows of 2^18, 2^19 and 10^6 (WIDTHS): a row over all 128 partitions,
+in PARTS parts (rows of 10^6: 4, `PARTS_OF`) that are loaded, computed and stored on their own.
 
 A row's part j is its contiguous columns [j 128 C, (j + 1) 128 C), laid as [128, C] (partition
-p: C consecutive columns), the weight and bias alike (loaded once a core and resident: all its
-rows use them; the norms' plans in pieces loaded them per tile, 17 MiB of DMA a core either way
-at these widths). Each part is a tile of its own, so a part's passes wait for its load alone
-and its store for its passes alone. Three passes over the elements (`norm_fused`'s folding, out
-= rstd (y + std b), y = (x - mean) w), the row statistics on TensorE and ScalarE:
+p: C consecutive columns; C even), the weight and bias alike (loaded once a core and resident:
+all its rows use them). Rows of 10^6 are padded (`npad`: 448 columns of 4 x 128 x 1954): the
+last part's first rem columns on partition 0, the rest whole on partitions 1..127 (an engine's
+access starts at partition 0, 32, 64 or 96: the pad is partition 0's end), the pad zeroed once a
+buffer (y's and the output's pad columns 0, not stored), partition 0's bn_stats chunks beyond
+rem emptied (count 0), its npad elements fewer weighed in the partitions' combination (`second`:
+zeros counted and npad mean^2 taken off cancelled at a mean of 10^4). Each part is a tile of
+its own, so a part's passes wait for its load alone and its store for its passes alone. Three
+passes over the elements (`norm_fused`'s folding, out = rstd (y + std b), y = (x - mean) w),
+the row statistics on TensorE and ScalarE:
 
-1. load; VectorE's `bn_stats` over chunks of 512 columns (or ScalarE's mean and M2 of a part,
-   `SCALAR_FIRST`); `bn_aggr`: each partition's mean and variance; TensorE: the row mean as a
-   [128, 128] fp32 stationary of 1/128 times the partition means (on every partition), then the
-   variance as 1/128 times the partitions' variances plus the squares of their means less the
-   row's (Chan's formula for equal counts: no E[x^2] - E[x]^2, so no cancellation at any
-   mean); ScalarE the [p, 1] steps (rstd, std in two bf16 parts hi + lo), std's parts'
-   diagonals on VectorE or GpSimd;
+1. load; VectorE's `bn_stats` over chunks of up to 512 columns (or ScalarE's mean and M2 of a
+   part, `SCALAR_FIRST`); `bn_aggr`: each partition's mean and variance; TensorE: the row mean
+   as a [128, 128] fp32 stationary of parts C / D times the partition means (on every
+   partition; padded, a second of -npad / D in row 0), then the variance as the same times the
+   partitions' variances plus the squares of their means less the row's (Chan's formula: no
+   E[x^2] - E[x]^2, so no cancellation at any mean); ScalarE the [p, 1] steps
+   (rstd, std in two bf16 parts hi + lo), std's parts' diagonals on VectorE or GpSimd;
 2. y = (x - mean) w: one `scalar_tensor_tensor` a part (VectorE one cycle an element for bf16,
    a share VECTOR_Y of the parts; GpSimd two, the rest);
 3. per PSUM bank: the identity times y, diag(hi) times b and diag(lo) times b accumulated (y +
@@ -22,12 +27,13 @@ and its store for its passes alone. Three passes over the elements (`norm_fused`
    output tile; store.
 
 The stages go in a software pipeline (`LAGS`) and then in the list schedule's order
-(`schedule.Scheduled`). trn2 LNC 2, 16 MiB, bf16 rows of 2^18: 67.8 -> 62.3 us (70.4% ->
-76.7% of the DMA bound), of 2^19: 66.6 -> 63.3 us (73.9% -> 77.7%; the norms' plans in
-pieces before). A core's engines are all busy about 50 us at these widths (VectorE 55: bn_stats
-39 of them; TensorE 49; GpSimd 52, ScalarE 40), the DMA bound 48-49 us. A row's values depend
-on its own elements only, in the same instructions whichever core takes it (ScalarE's part by
-the row's index in x): the same at LNC 1 and 2.
+(`schedule.Scheduled`). trn2 LNC 2, 16 MiB, bf16 rows of 2^18: 67.8 -> 62.5 us (70.4% ->
+76.4% of the DMA bound), of 2^19: 66.6 -> 63.3 us (73.9% -> 77.7%; the norms' plans in
+pieces before), of 10^6: 72.1 -> 68.7 us (68.9% -> 72.2%; 125 pieces of 8000 before). A core's
+engines are all busy about 50 us at these widths (rows of 2^18: VectorE 52, bn_stats 38 of
+them; GpSimd 52; TensorE 49; ScalarE 45), the DMA bound 48-50 us. A row's values depend on its
+own elements only, in the same instructions whichever core takes it (ScalarE's part by the
+row's index in x): the same at LNC 1 and 2.
 """
 
 from __future__ import annotations
@@ -58,15 +64,19 @@ from trnsim.kernels.schedule import Scheduled
 __all__ = ["long_rows", "lower_norm_long"]
 
 V, S, G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
+PARTS_OF: dict = {1000000: 4}  # a row's parts by its length, where not PARTS (rows of 10^6 in
+# 2 parts: 75.2 us, 3: 70.5, 4: 68.1, 5: 71.4, before the pad's partition 0 was weighed apart:
+# 4 now 68.7)
 PARTS = 2  # a row's parts (columns a partition: 1024 for rows of 2^18, 2048 for 2^19; trn2 LNC
-# 2, 16 MiB, bf16 rows of 2^18 in 4 parts of 512 ..., of 2^19 in 4 parts of 1024: 64.3 us)
-WIDTHS = (1 << 18, 1 << 19)  # the row lengths that go here (2^20 in 2 parts of 4096: 77.1 us, its
-# segments 59.8)
-X_BUFS = 8  # parts of x in flight
+# 2, 16 MiB, bf16 rows of 2^19 in 4 parts of 1024: 64.3 us, in 2: 63.3)
+WIDTHS = (1 << 18, 1 << 19, 1000000)  # the row lengths that go here (2^20 in 2 parts of 4096:
+# 77.1 us, its segments 59.8)
+X_BUFS = 8  # parts of x in flight (and padded ones in PAD_BUFS more)
+PAD_BUFS = 2
 Y_BUFS = 4  # ... of y
 O_BUFS = 6  # ... of the output
-OUT_BANKS = 6  # PSUM banks of the output's accumulations, in turn ...
-COPY_BANKS = 1  # ... in tiles of this many, each copied out by one activation
+OUT_BANKS = 6  # PSUM banks of the output's accumulations, in turn (each copied out on its own:
+# two banks a copy, 3 tiles, bf16 rows of 2^18 66.4 -> 69.6 us, before the pipeline's `LAGS`)
 STAT_BUFS = 4  # rows' statistics tiles in turn
 LOAD_QUEUES = 1  # x's, the weight's and the bias' loads on this many queues, in turn (each in
 # order: the first row's parts and the weight's come first, not shared with later ones)
@@ -77,6 +87,10 @@ SCALAR_FIRST = 1  # ScalarE takes the statistics of this many (the last) parts o
 VECTOR_Y = 0.2  # the parts' y on VectorE (`stt_on`; trn2 LNC 2, 16 MiB, bf16 rows of 2^18: the
 # list schedule's choice 66.9 us, 0.1 67.0, 0.2 66.4, 0.3 67.5, before the pipeline's `LAGS`)
 COPY_ON = (V,)  # the copies out of PSUM besides ScalarE (the list schedule's choice)
+AFFINE_AFTER = (1, 2)  # the weight's parts loaded behind the core's row this many rows in's
+# parts, the bias' behind this many (each at the latest before its first use) ...
+AFFINE_OF = {1000000: (0, 1)}  # ... by the row length, where not AFFINE_AFTER (rows of 10^6:
+# the weight 2 MB a core; (1, 2) 73.4 us, (0, 1) 68.8; rows of 2^18 (1, 2) 62.5, (0, 1) 63.2)
 LAGS = (0, 0, 2)  # the pipeline's lags in parts (`run`; trn2 LNC 2, 16 MiB, bf16 rows of 2^18,
 # 2^19: (1, 0, 1) 62.8, 65.8 us; (0, 0, 1) 64.3, 63.7; (0, 1, 1) 63.1, 64.1; (0, 0, 2) 62.5,
 # 63.3; emitted a row at a time, no lags: 66.9, 68.7)
@@ -94,9 +108,7 @@ def long_rows(cfg: ChipConfig, op: str, tx, to, weight, bias) -> bool:
         return False
     if {t.dtype.name for t in (tx, to, weight, bias)} != {"bfloat16"}:
         return False
-    d, P = tx.shape[-1], cfg.core.sbuf.partitions
-    bank = cfg.core.psum.bank_bytes // 4
-    return d in WIDTHS and d % (P * PARTS * bank) == 0
+    return tx.shape[-1] in WIDTHS
 
 
 def lower_norm_long(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, bias: str,
@@ -118,16 +130,24 @@ class _Long:
         self.shape = tuple(tx.shape)
         self.P = cfg.core.sbuf.partitions
         self.d = self.shape[-1]
-        self.np = PARTS
-        self.C = self.d // (self.P * PARTS)
+        self.np = PARTS_OF.get(self.d, PARTS)
+        self.C = 2 * -(-self.d // (2 * self.P * self.np))  # (even: y one cycle an element)
+        self.npad = self.P * self.np * self.C - self.d  # (the last part's last partition's)
+        self.loaded: set = set()  # (tile, part) of the weight and bias loaded
+        self.padded: set = set()  # tiles whose pad columns are zeroed (once: nothing else
+        # writes them)
         self.bf, self.f32 = tx.dtype, dtype("float32")
         self.lo, self.hi = even_share(b, tx)
         self.rows = math.prod(self.shape[:-1])
         qs = Queues(cfg)
         self.loads = qs.loads().take(LOAD_QUEUES)
         self.stores = qs.stores().take(STORE_QUEUES)
+        self.small = qs.loads(1 / 2, 1)  # (`move`: a padded part's partition 0)
         self.bank = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
-        self.nparts = 0  # parts emitted (their buffers in turn)
+        self.nparts = 0  # parts emitted (their buffers in turn) ...
+        # ... at least as many as the pipeline holds: part n's buffer is reloaded by the row
+        # of part n + xbufs, whose loads `run` emits after part n's y
+        self.xbufs = max(X_BUFS, 2 * self.np + LAGS[0] + LAGS[1])
         self.nbank = 0
         self.counted: set = set()  # (st tile, triple) whose count ScalarE's stats have written
 
@@ -141,18 +161,65 @@ class _Long:
             r //= n
         return out[::-1]
 
-    def hbm(self, name: str, r: int | None, j: int):
-        """Part j of row r of `name` (r None: the weight or bias): P C contiguous columns."""
-        cols = slice(j * self.P * self.C, (j + 1) * self.P * self.C)
-        return ap(name, *([] if r is None else self.index(r)), cols)
+    def segments(self, j: int) -> list[tuple]:
+        """Part j's (partitions, columns of the tile, columns of the row): all P C columns, or
+        (the last part of a padded row, `npad`) its first rem columns on partition 0 and the
+        rest whole on the next ones (the pad on partition 0: engines' accesses start at
+        partition 0, 32, 64 or 96)."""
+        P, C = self.P, self.C
+        s0 = j * P * C
+        n = min(P * C, self.d - s0)
+        pf, rem = divmod(n, C)
+        if not rem:
+            return [(slice(0, pf), slice(0, C), slice(s0, s0 + pf * C))]
+        out = [(slice(0, 1), slice(0, rem), slice(s0, s0 + rem))]
+        return out + ([(slice(1, 1 + pf), slice(0, C), slice(s0 + rem, s0 + n))] if pf else [])
+
+    def pads(self, j: int) -> list[tuple]:
+        """Part j's (partitions, columns) no load writes (zeroed: counted in the statistics as
+        zeros, `second`'s correction)."""
+        P, C = self.P, self.C
+        n = min(P * C, self.d - j * P * C)
+        pf, rem = divmod(n, C)
+        out = [(slice(0, 1), slice(rem, C))] if rem else []
+        lo = pf + (1 if rem else 0)
+        return out + ([(slice(lo, P), slice(0, C))] if lo < P else [])
+
+    def chunks(self, j: int) -> list[tuple]:
+        """Part j's bn_stats chunks (start, stop, beyond): up to a bank's columns, cut at a
+        padded part's rem, `beyond` where partition 0 holds only pad (its triples emptied)."""
+        C, bank = self.C, self.bank
+        n = min(self.P * C, self.d - j * self.P * C)
+        rem = n % C
+        cuts = sorted(set(range(0, C, bank)) | ({rem} if rem else set()) | {C})
+        return [(a, z, bool(rem) and a >= rem) for a, z in zip(cuts, cuts[1:])]
+
+    def zero(self, t: str, j: int, idx=()) -> None:
+        """Part j's pads of tile t (`pads`), once a tile (a buffer: the same pads each time)."""
+        pads = self.pads(j)
+        key = (t, idx, tuple((p.start, p.stop, c.start, c.stop) for p, c in pads))
+        if key in self.padded:
+            return
+        self.padded.add(key)
+        for ps, cs in pads:
+            a = ap(t, ps, *idx, cs)
+            self.b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+
+    def move(self, name: str, r: int | None, j: int, t: str, stream, store=False, idx=()):
+        """Part j of row r of `name` (r None: the weight or bias) to or from tile t (`idx`:
+        its index between the partitions and the columns), a transfer a segment."""
+        for ps, cs, hc in self.segments(j):
+            h = ap(name, *([] if r is None else self.index(r)), hc)
+            a = ap(t, ps, *idx, cs)
+            src, dst = (a, h) if store else (h, a)
+            q = stream.next() if ps.stop - ps.start > 1 else self.small.next()  # (a queue of
+            # its own: not behind the large ones)
+            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q)
 
     def put(self, options: list) -> None:
         """options[0] emitted, the others the list schedule's choices (the same values)."""
         cls, reads, writes, fields = options[0]
         self.b.emit(cls, reads, writes, choices=options[1:], **fields)
-
-    def dma(self, src, dst, stream) -> None:
-        self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=stream.next())
 
     # -- constants -----------------------------------------------------------------------------
 
@@ -165,18 +232,28 @@ class _Long:
         b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
         b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal", start=0,
                partition_step=1, step=-1, engine=G)  # fmt: skip
-        self.jp = b.tile("nlong_jp", "sbuf", (P, P), self.f32)
-        b.emit(Memset, [], [ap(self.jp)], dst=ap(self.jp), value=1.0 / P, engine=G)
+        self.jp = b.tile("nlong_jp", "sbuf", (P, P), self.f32)  # (a partition's parts C / d:
+        # 1 / P unpadded)
+        v = self.np * self.C / self.d
+        b.emit(Memset, [], [ap(self.jp)], dst=ap(self.jp), value=v, engine=G)
+        if self.npad:  # (`second`: partition 0's npad elements fewer, row 0 of E -npad / d)
+            self.jn = b.tile("nlong_jn", "sbuf", (P, P), self.f32)
+            e = ap(self.jn)
+            b.emit(Memset, [], [e], dst=e, value=0.0, engine=G)
+            b.emit(AffineSelect, [e], [e], on_true=e, dst=e, on_false=-self.npad / self.d,
+                   cmp="not_equal", start=0, partition_step=1, step=0, engine=G)  # fmt: skip
         self.w = b.tile("nlong_w", "sbuf", (P, self.np, self.C), self.bf)
         self.bb = b.tile("nlong_b", "sbuf", (P, self.np, self.C), self.bf)
-        self.out_ps = [b.psum("nlong_ps", (P, COPY_BANKS, self.bank), self.f32)
-                       for _ in range(OUT_BANKS // COPY_BANKS)]  # fmt: skip
+        self.out_ps = [b.psum("nlong_ps", (P, self.bank), self.f32) for _ in range(OUT_BANKS)]
         self.st_ps = [b.psum("nlong_st", (P, 2), self.f32) for _ in range(STAT_BUFS)]
 
     def load_affine(self, name: str, t: str, j: int) -> None:
-        """Part j of the weight or bias (`name`) into its tile t."""
-        src, dst = self.hbm(name, None, j), ap(t, slice(None), j, slice(None))
-        self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads.next())
+        """Part j of the weight or bias (`name`) into its tile t (its pads zeroed), once."""
+        if (t, j) in self.loaded:
+            return
+        self.loaded.add((t, j))
+        self.zero(t, j, (j,))
+        self.move(name, None, j, t, self.loads, idx=(j,))
 
     # -- stages --------------------------------------------------------------------------------
 
@@ -198,59 +275,62 @@ class _Long:
                 events.setdefault(tc, []).append((2, i, r, j))
                 events.setdefault(tc + ld, []).append((3, i, r, j))
         parts: dict[int, list] = {}
-        affine = 0
+        self.after = AFFINE_OF.get(self.d, AFFINE_AFTER)
+        w_at, b_at = (min(k, len(rows) - 1) for k in self.after)
         for t in sorted(events):
             for kind, i, r, j in sorted(events[t], key=lambda e: (e[0], e[1], e[3] or 0)):
                 if kind == 0:
-                    parts[i] = self.first(i, r)
-                    if i == min(1, len(rows) - 1) and affine == 0:
-                        affine = 1
-                        for k in range(n_p):
-                            self.load_affine(self.weight, self.w, k)
+                    parts[i] = self.first(i, r, i in (w_at, b_at))
                 elif kind == 1:
                     self.second(i, r)
                 elif kind == 2:
                     self.ypart(i, j, parts[i][j])
                 else:
-                    if affine == 1:
-                        affine = 2
-                        for k in range(n_p):
-                            self.load_affine(self.bias, self.bb, k)
                     self.outpart(i, r, j)
 
     def on_scalar(self, r: int, j: int) -> bool:
         """Whether ScalarE takes part j's statistics of row r (`SCALAR_FIRST`; by the row's
         index in x: the same at LNC 1 and 2)."""
-        return r % max(1, self.rows // 2) == 0 and j >= self.np - SCALAR_FIRST
+        first = r % max(1, self.rows // 2) == 0 and j >= self.np - SCALAR_FIRST
+        return first and not self.npad  # (padded rows of 10^6 ran 68.8 -> 68.1 us without; and
+        # its triple over the pad's zeros gave NaN at a mean of 10^4)
 
     def triples(self, r: int) -> int:
         """Row r's (count, mean, M2) triples: two a bn_stats chunk, one a ScalarE part."""
-        return sum(1 if self.on_scalar(r, j) else 2 * self.C // self.bank for j in range(self.np))
+        return sum(1 if self.on_scalar(r, j) else 2 * len(self.chunks(j)) for j in range(self.np))
 
     def st(self, i: int, r: int):
         t = self.triples(r)
         return ap(self.tile(f"st{i % STAT_BUFS}t{t}", (self.P, t, 3), self.f32))
 
-    def first(self, i: int, r: int) -> list[str]:
+    def first(self, i: int, r: int, affine: bool = False) -> list[str]:
         """Row r (the core's i-th): its parts loaded, bn_stats a chunk of each (or ScalarE's
         mean and M2 about it, `on_scalar`)."""
         b, P, C = self.b, self.P, self.C
-        chunks = C // self.bank
         st = self.st(i, r)
         parts, t = [], 0
         for j in range(self.np):
-            x = self.tile(f"x{self.nparts % X_BUFS}", (P, C), self.bf)
+            # (a padded part in buffers of its own: its pads zeroed once stay zero)
+            key = f"xp{i % PAD_BUFS}" if self.pads(j) else f"x{self.nparts % self.xbufs}"
+            x = self.tile(key, (P, C), self.bf)
             self.nparts += 1
             parts.append(x)
-            self.dma(self.hbm(self.x, r, j), ap(x), self.loads)
+            self.zero(x, j)
+            self.move(self.x, r, j, x, self.loads)
+            for k, (name, at) in enumerate(((self.weight, self.w), (self.bias, self.bb))):
+                if affine and i == min(self.after[k], self.hi - self.lo - 1):
+                    self.load_affine(name, at, j)  # (part j's, behind x's)
             if self.on_scalar(r, j):
                 self.scalar_stats(ap(x), st.name, t)
                 t += 1
                 continue
-            for c in range(chunks):
-                src = ap(x, slice(None), slice(c * self.bank, (c + 1) * self.bank))
+            for c0, c1, beyond in self.chunks(j):
+                src = ap(x, slice(None), slice(c0, c1))
                 dst = ap(st.name, slice(None), slice(t, t + 2), slice(None))
                 b.emit(BnStats, [src], [dst], src=src, dst=dst)
+                if beyond:  # (partition 0's pad: count 0, no weight in bn_aggr's combination)
+                    e = ap(st.name, slice(0, 1), slice(t, t + 2), slice(None))
+                    b.emit(Memset, [], [e], dst=e, value=0.0, engine=V)
                 t += 2
         return parts
 
@@ -282,14 +362,18 @@ class _Long:
         m0, m1 = (ap(mv.name, slice(None), slice(k, k + 1)) for k in (0, 1))
         mean_ps, var_ps = (ap(ps, slice(None), slice(k, k + 1)) for k in (0, 1))
         jp = ap(self.jp)
-        b.emit(Matmul, [jp, m0], [mean_ps], stationary=jp, moving=m0, dst=mean_ps)
+        pairs = [jp] + ([ap(self.jn)] if self.npad else [])  # (counts: module doc)
+        for k, st_ in enumerate(pairs):
+            b.emit(Matmul, [st_, m0], [mean_ps], stationary=st_, moving=m0, dst=mean_ps,
+                   accumulate=k > 0)  # fmt: skip
         mean, d2 = self.col(i, "mean"), self.col(i, "d2")
         copy = dict(src=mean_ps, dst=mean)
         self.put([(Activation, [mean_ps], [mean], dict(func="copy", **copy)),
                   (TensorCopy, [mean_ps], [mean], dict(engine=V, **copy))])  # fmt: skip
         b.emit(Activation, [m0, mean], [d2], func="square", src=m0, dst=d2, scale=-1.0, bias=mean)
-        b.emit(Matmul, [jp, m1], [var_ps], stationary=jp, moving=m1, dst=var_ps)
-        b.emit(Matmul, [jp, d2], [var_ps], stationary=jp, moving=d2, dst=var_ps, accumulate=True)
+        for k, (st_, mv) in enumerate((a, c) for a in pairs for c in (m1, d2)):
+            b.emit(Matmul, [st_, mv], [var_ps], stationary=st_, moving=mv, dst=var_ps,
+                   accumulate=k > 0)  # fmt: skip
         rs, sd = self.col(i, "rs"), self.col(i, "sd")
         for func, dst in (("rsqrt", rs), ("sqrt", sd)):
             b.emit(Activation, [var_ps], [dst], func=func, src=var_ps, dst=dst, bias=self.eps)
@@ -321,6 +405,7 @@ class _Long:
         """Row i's part j's y = (x - mean) w (`stt_on`'s engine)."""
         n = i * self.np + j
         mean = self.col(i, "mean")
+        self.load_affine(self.weight, self.w, j)  # (if not yet: `AFFINE_AFTER`)
         xa, w = ap(xt), ap(self.w, slice(None), j, slice(None))
         y = ap(self.tile(f"y{n % Y_BUFS}", (self.P, self.C), self.bf))
         self.put([(ScalarTensorTensor, [xa, mean, w], [y], dict(
@@ -331,25 +416,24 @@ class _Long:
         """Row i's part j: TensorE's y + std b a bank each, copied out times rstd; stored."""
         b, P, C, bank = self.b, self.P, self.C, self.bank
         n = i * self.np + j
+        self.load_affine(self.bias, self.bb, j)  # (if not yet: `AFFINE_AFTER`)
         rs, idt = self.col(i, "rs"), ap(self.ident)
         dhi, dlo = (ap(self.tile(f"{k}{i % STAT_BUFS}", (P, P), self.bf)) for k in ("dhi", "dlo"))
         y = ap(self.tile(f"y{n % Y_BUFS}", (P, C), self.bf))
         o = ap(self.tile(f"o{n % O_BUFS}", (P, C), self.bf))
-        for c0 in range(0, C // bank, COPY_BANKS):
+        for c0 in range(0, C, bank):
             acc = self.out_ps[self.nbank % len(self.out_ps)]
             self.nbank += 1
-            for c in range(c0, min(C // bank, c0 + COPY_BANKS)):
-                cols, dst = slice(c * bank, (c + 1) * bank), ap(acc, slice(None), c - c0)
-                ys, bs = ap(y.name, slice(None), cols), ap(self.bb, slice(None), j, cols)
-                b.emit(Matmul, [idt, ys], [dst], stationary=idt, moving=ys, dst=dst)
-                for dg in (dhi, dlo)[: 1 + LO]:
-                    b.emit(Matmul, [dg, bs], [dst], stationary=dg, moving=bs, dst=dst,
-                           accumulate=True)  # fmt: skip
-            k = min(C // bank - c0, COPY_BANKS)
-            src = ap(acc, slice(None), slice(0, k))
-            oc = ap(o.name, slice(None), slice(c0 * bank, (c0 + k) * bank))
-            self.put([(Activation, [src, rs], [oc], dict(func="copy", src=src, dst=oc, scale=rs))]
-                     + [(TensorScalar, [src, rs], [oc], dict(src=src, dst=oc, op0="multiply",
+            cols = slice(c0, min(C, c0 + bank))
+            dst = ap(acc, slice(None), slice(0, cols.stop - c0))
+            ys, bs = ap(y.name, slice(None), cols), ap(self.bb, slice(None), j, cols)
+            b.emit(Matmul, [idt, ys], [dst], stationary=idt, moving=ys, dst=dst)
+            for dg in (dhi, dlo)[: 1 + LO]:
+                b.emit(Matmul, [dg, bs], [dst], stationary=dg, moving=bs, dst=dst,
+                       accumulate=True)  # fmt: skip
+            oc = ap(o.name, slice(None), cols)
+            self.put([(Activation, [dst, rs], [oc], dict(func="copy", src=dst, dst=oc, scale=rs))]
+                     + [(TensorScalar, [dst, rs], [oc], dict(src=dst, dst=oc, op0="multiply",
                                                              operand0=rs, engine=e))
                         for e in COPY_ON])  # fmt: skip
-        self.dma(o, self.hbm(self.out, r, j), self.stores)
+        self.move(self.out, r, j, o.name, self.stores, store=True)
