@@ -20,7 +20,7 @@ REACHED = {262144: 0.76, 524288: 0.77, 1000000: 0.72}  # (before: 70.4%, 73.9%, 
 
 
 def test_long_rows_applies():
-    """bf16 layer_norms with a weight and a bias at WIDTHS alone."""
+    """bf16 layer_norms with a weight and a bias, rows of 2^18 to below 2^20."""
     cfg = load_chip("trn2")
 
     def ok(d, dt="bfloat16", affine=True, op="layer_norm"):
@@ -28,11 +28,11 @@ def test_long_rows_applies():
         v = TensorSpec("w", (d,), dtype(dt), "normal") if affine else None
         return long_rows(cfg, op, t, t, v, v)
 
-    assert ok(262144) and ok(524288) and ok(1000000)
+    assert ok(262144) and ok(524288) and ok(1000000) and ok(300000) and ok((1 << 20) - 2)
     assert not ok(262144, "float32")
     assert not ok(524288, affine=False)
     assert not ok(262144, op="rms_norm")
-    assert not ok(1 << 20) and not ok(131072) and not ok(100000)
+    assert not ok(1 << 20) and not ok(131072) and not ok(100000) and not ok(300001)
 
 
 @pytest.mark.parametrize("shape,mean,massive", [
@@ -43,6 +43,8 @@ def test_long_rows_applies():
     ((3, 1000000), 0.0, False),  # (padded: 448 zeros on the last part's partition 0)
     ((2, 1000000), 1e4, False),
     ((2, 1000000), 0.0, True),
+    ((2, 300000), 1e4, False),  # (2 parts of 128 x 1172, padded)
+    ((2, 700000), 0.0, True),  # (3 parts of 128 x 1824, padded; the weight early)
 ])  # fmt: skip
 def test_long_rows_values(shape, mean, massive, tmp_path):
     """--check at LNC 1 and 2, the same values at both; rows of mean 10^4 (spread 3), or a

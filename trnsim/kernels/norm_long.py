@@ -1,5 +1,6 @@
-"""bf16 `layer_norm` over rows of 2^18, 2^19 and 10^6 (WIDTHS): a row over all 128 partitions,
-in PARTS parts (rows of 10^6: 4, `PARTS_OF`) that are loaded, computed and stored on their own.
+"""bf16 `layer_norm` over even rows of 2^18 to 2^20 (`MIN_D`, `MAX_D`): a row over all 128
+partitions, in parts (`_Long.np`; rows of 2^18 and 2^19: 2, of 10^6: 4) that are loaded, computed
+and stored on their own.
 
 A row's part j is its contiguous columns [j 128 C, (j + 1) 128 C), laid as [128, C] (partition
 p: C consecutive columns; C even), the weight and bias alike (loaded once a core and resident:
@@ -64,13 +65,14 @@ from trnsim.kernels.schedule import Scheduled
 __all__ = ["long_rows", "lower_norm_long"]
 
 V, S, G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
-PARTS_OF: dict = {1000000: 4}  # a row's parts by its length, where not PARTS (rows of 10^6 in
-# 2 parts: 75.2 us, 3: 70.5, 4: 68.1, 5: 71.4, before the pad's partition 0 was weighed apart:
-# 4 now 68.7)
-PARTS = 2  # a row's parts (columns a partition: 1024 for rows of 2^18, 2048 for 2^19; trn2 LNC
-# 2, 16 MiB, bf16 rows of 2^19 in 4 parts of 1024: 64.3 us, in 2: 63.3)
-WIDTHS = (1 << 18, 1 << 19, 1000000)  # the row lengths that go here (2^20 in 2 parts of 4096:
-# 77.1 us, its segments 59.8)
+PART_COLS = 2048  # a part's columns a partition at most, and parts at least MIN_PARTS (`_Long.np`:
+# trn2 LNC 2, 16 MiB, bf16 rows of 2^19 in 4 parts of 1024: 64.3 us, in 2: 63.3; rows of 10^6 in
+# 2 parts: 75.2, 3: 70.5, 4 (1954 columns): 68.1, 5: 71.4; rows of 700000 in 3: 69.8, 4: 67.2)
+MIN_PARTS = 2
+MIN_D = 1 << 18  # the row lengths that go here: from MIN_D (trn2 LNC 2, 16 MiB, bf16, this plan
+# against the others': 2^18 62.5 us against 67.8, 300000 72.0 against 71.8, 400000 67.3 against
+# 73.8, 2^19 63.3 against 66.6, 700000 69.8 against 72.6, 10^6 68.7 against 72.1) ...
+MAX_D = 1 << 20  # ... to below MAX_D (2^20 in 2 parts of 4096: 77.1 us, its segments 59.8)
 X_BUFS = 8  # parts of x in flight (and padded ones in PAD_BUFS more)
 PAD_BUFS = 2
 Y_BUFS = 4  # ... of y
@@ -89,8 +91,9 @@ VECTOR_Y = 0.2  # the parts' y on VectorE (`stt_on`; trn2 LNC 2, 16 MiB, bf16 ro
 COPY_ON = (V,)  # the copies out of PSUM besides ScalarE (the list schedule's choice)
 AFFINE_AFTER = (1, 2)  # the weight's parts loaded behind the core's row this many rows in's
 # parts, the bias' behind this many (each at the latest before its first use) ...
-AFFINE_OF = {1000000: (0, 1)}  # ... by the row length, where not AFFINE_AFTER (rows of 10^6:
-# the weight 2 MB a core; (1, 2) 73.4 us, (0, 1) 68.8; rows of 2^18 (1, 2) 62.5, (0, 1) 63.2)
+AFFINE_EARLY = (0, 1)  # ... rows of more than MIN_PARTS parts (their weight 1.4 MB a core or
+# more: rows of 10^6 (1, 2) 73.4 us, (0, 1) 68.8; 700000 72.5, 69.8; rows of 2^18 in 2 parts
+# (1, 2) 62.5, (0, 1) 63.2)
 LAGS = (0, 0, 2)  # the pipeline's lags in parts (`run`; trn2 LNC 2, 16 MiB, bf16 rows of 2^18,
 # 2^19: (1, 0, 1) 62.8, 65.8 us; (0, 0, 1) 64.3, 63.7; (0, 1, 1) 63.1, 64.1; (0, 0, 2) 62.5,
 # 63.3; emitted a row at a time, no lags: 66.9, 68.7)
@@ -102,13 +105,14 @@ LO_ON = (V, G)  # ... and of its low part
 
 
 def long_rows(cfg: ChipConfig, op: str, tx, to, weight, bias) -> bool:
-    """Whether a norm goes here: a layer_norm of bf16 x, out, weight and bias, rows of WIDTHS
-    (128 pieces of a whole number of parts). By the shapes alone: LNC 1 and 2 agree."""
+    """Whether a norm goes here: a layer_norm of bf16 x, out, weight and bias, even rows of MIN_D
+    to below MAX_D (an odd row's pad is odd: rows of 300001 at a mean of 10^4 were 1.5 off; the
+    other plans take them). By the shapes alone: LNC 1 and 2 agree."""
     if op != "layer_norm" or weight is None or bias is None or not tx.shape:
         return False
     if {t.dtype.name for t in (tx, to, weight, bias)} != {"bfloat16"}:
         return False
-    return tx.shape[-1] in WIDTHS
+    return MIN_D <= tx.shape[-1] < MAX_D and tx.shape[-1] % 2 == 0
 
 
 def lower_norm_long(b: KernelBuilder, cfg: ChipConfig, x: str, out: str, weight: str, bias: str,
@@ -130,7 +134,7 @@ class _Long:
         self.shape = tuple(tx.shape)
         self.P = cfg.core.sbuf.partitions
         self.d = self.shape[-1]
-        self.np = PARTS_OF.get(self.d, PARTS)
+        self.np = max(MIN_PARTS, -(-self.d // (self.P * PART_COLS)))
         self.C = 2 * -(-self.d // (2 * self.P * self.np))  # (even: y one cycle an element)
         self.npad = self.P * self.np * self.C - self.d  # (the last part's last partition's)
         self.loaded: set = set()  # (tile, part) of the weight and bias loaded
@@ -275,7 +279,7 @@ class _Long:
                 events.setdefault(tc, []).append((2, i, r, j))
                 events.setdefault(tc + ld, []).append((3, i, r, j))
         parts: dict[int, list] = {}
-        self.after = AFFINE_OF.get(self.d, AFFINE_AFTER)
+        self.after = AFFINE_EARLY if self.np > MIN_PARTS else AFFINE_AFTER
         w_at, b_at = (min(k, len(rows) - 1) for k in self.after)
         for t in sorted(events):
             for kind, i, r, j in sorted(events[t], key=lambda e: (e[0], e[1], e[3] or 0)):
