@@ -463,6 +463,10 @@ PE_ROWS_MIN = 16  # ... with this many rows a tile or more (k <= 8 pieces: savin
 # 60.63, 151936 (2) 59.98 -> 60.94)
 PE_ROWS_AT = 1  # ... behind this block's loads, when its `affine_at` is later (behind block 0:
 # 10240 59.64 us, 14336 61.32; at `affine_at`'s 2: 60.68, 60.65)
+LANE_SPAN = True  # rows in pieces in lanes, TensorE's bias, each lane over `pe_span` banks
+# but within one more: its bias tiles that one bank wider, one tile fewer (`_lane_span`; trn2 LNC
+# 2, 16 MiB, bf16 rows of 151936, lanes of 1187: ScalarE busy 49.9 -> 47.6 us a core, 59.98 ->
+# 59.43 us; with 4 banks at 100000, lanes of 1563, PSUM held one tile: 60.03 -> 78.88)
 REPEAT_ROWS = 16  # `psum_affine`: rows a tile up to which the weight and bias load once (fp32
 # rows of 8192 in pieces, 16 a tile, loaded 16 times with 4 here: trn2 LNC 2, 16 MiB, 99.3 ->
 # 57.7 us, FIT_PIECES; of 16384, 8 a tile, 75.3 -> 56.8 us, 62% -> 82%)
@@ -1089,6 +1093,7 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
                          for ls in (k.block_lanes or [k.lanes])]  # fmt: skip
         k.lanes = k.block_lanes[0]
     k.shared = shared if len(k.lanes) > 1 else {}  # (`norm_shared`; one lane: both store it)
+    _lane_span(k, cfg)
     # (`stat_group`: `stt`'s blocks of one row slot, ScalarE's statistics one piece; the
     # weight's stage emitted after its group's statistics)
     if not (k.stt and k.per == 1 and len(k.spieces) <= 1 and k.lag is not None):
@@ -1141,6 +1146,17 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
     if k.pe_bias:
         k.pe.done()
     return getattr(s, "makespan", 0.0)
+
+
+def _lane_span(k, cfg: ChipConfig) -> None:
+    """TensorE's bias tiles a bank wider and one fewer (`LANE_SPAN`) where a lane is a little
+    more than `pe_span` banks: each lane's copy out of PSUM one ScalarE instruction, not two (the
+    second on a lane's last few columns, its fixed cost nearly all of it)."""
+    step = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
+    w = max(ln.hi - ln.lo for ln in k.lanes)
+    if (LANE_SPAN and k.pe_bias and k.stt and len(k.lanes) > 1 and k.pe_tiles > 2
+            and k.pe_span * step < w <= (k.pe_span + 1) * step):  # fmt: skip
+        k.pe_span, k.pe_tiles = k.pe_span + 1, k.pe_tiles - 1
 
 
 def _load_behind(k, cfg: ChipConfig, lay, at: dict) -> None:
