@@ -90,6 +90,8 @@ from trnsim.kernels.norm_stages import BUFS, F_BUFS, LONG_ROW, OUT_BUFS, S_GROUP
 from trnsim.kernels.norm_stt import lower_stt, stt_fits
 from trnsim.kernels.norm_tail import tail_blocks
 from trnsim.kernels.norm_tsums import applies as tsum_applies
+from trnsim.kernels.norm_wide import applies as wide_applies
+from trnsim.kernels.norm_wide import lower_wide
 from trnsim.kernels.queues import Queues
 from trnsim.kernels.rms_plan import IN_PIECES, RMS_RAGGED, rms_variant
 from trnsim.kernels.rms_short import SHORT_ROW, lower_rms_short
@@ -324,6 +326,9 @@ STT_GROUP3 = tuple(v | {"stat_group": 3, "piece_bufs": 10} for v in (STT_PARTS, 
 WIDE_STT = STT_PARTS | {"piece_bytes": WIDE_BYTES}  # bf16 rows that do not fit, in WIDE_PIECES'
 # fewer pieces: trn2 LNC 2, 16 MiB, rows of 20000 in 8 pieces of 2500 (16 of 1250 before, where
 # STT_PARTS took more semaphores than a core has; STT_LANES_SEARCH) 71.1 -> 65.3 us
+# bf16 rows in k pieces with the normalisation folded into three passes, the weight and bias
+# spread by TensorE (`norm_wide`)
+WIDE = {"wide": True}
 # rows not a multiple of 128 that go in pieces of a power of two dividing them
 # (`DIVISOR_PIECES`) may go with a remainder column all the same (`norm_ragged`), as estimated:
 # trn2 LNC 2, 16 MiB, fp32 rows of 20000 66.0 us so, 72.4 in pieces (bf16 91.9, 71.1)
@@ -423,6 +428,7 @@ VARIANTS = (
     SHORT,
     *STT_GROUP3,
     WIDE_STT,
+    WIDE,
 )
 TAIL_SEGS = True  # a fused pipelined layer_norm's core's last rows in segments (`norm_tail`)
 TAIL_COPIES = 1  # ... its last block's copies out of PSUM a bank each on ScalarE and VectorE in
@@ -659,7 +665,8 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
             and not ("stt_fit" in v and not (fits and stt_fits(cfg, tx, to, *(
                 b.tensors[t] if t is not None else None for t in (weight, bias)))))
             and not ("piece_bytes" in v and not _wide(cfg, tx, d, v["piece_bytes"]))
-            and not ("short" in v and not short)]  # fmt: skip
+            and not ("short" in v and not short)
+            and not ("wide" in v and not wide_applies(b, cfg, x, out, weight, bias))]  # fmt: skip
 
 
 def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant) -> tuple:
@@ -670,6 +677,8 @@ def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant)
     tx, to = b.tensors[x], b.tensors[out]
     d = tx.shape[-1]
     share = norm_share(b, cfg, op, tx)
+    if variant.get("wide"):  # (`norm_wide`: a row's values its own, any cut)
+        return share, False, None
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)
     few = cfg.core.sbuf.partitions * (RMS_PIECE_BLOCKS if op == "rms_norm" else 1)
     if norm_rows(cfg, tx, to, affine_bytes) and not (d >= PIECE_ROWS and (
@@ -770,6 +779,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     affine = [(v, alu) for v, alu in ((weight, "multiply"), (bias, "add")) if v is not None]
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v, _ in affine)
     share, pieces, lay = _share(b, cfg, op, x, out, weight, bias, variant)
+    if variant.get("wide"):
+        return lower_wide(b, cfg, x, out, weight, bias, float(eps), share)
     if pieces:
         if lay is not None:
             if op == "rms_norm" and lay.t == 1:

@@ -1,0 +1,40 @@
+"""bf16 layer_norm rows in k pieces with the normalisation folded into three passes
+(`norm_wide`, `norms.WIDE`): --check holds and LNC 1 and 2 give the same values (x of
+TRIAL_BYTES or more: the variant applies), partial tiles included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.kernels.helpers import checked_layer_norm, saved_specs, variant_at_both_lncs
+from trnsim.dtypes import dtype
+from trnsim.kernels import norms
+from trnsim.trace.program import TensorSpec
+
+
+@pytest.mark.parametrize("shape", [
+    (120, 10240),  # (4 pieces of 2560, 32 rows a tile: 60 rows a core, a partial tile)
+    (53, 20000),  # (8 pieces of 2500, 16 rows a tile)
+])  # fmt: skip
+def test_wide_values(monkeypatch, shape):
+    variant_at_both_lncs(monkeypatch, shape, dtype("bfloat16"), "WIDE")
+
+
+def test_wide_at_mean_1e4(monkeypatch, tmp_path):
+    """Rows of mean 10^4 (bf16: steps of 64 there) and a massive first channel: the pieces'
+    means and variances combined over a row's partitions (Chan's formula) keep its variance;
+    LNC 1 and 2 agree bit for bit."""
+    monkeypatch.setattr(norms, "VARIANTS", (norms.WIDE,))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((120, 10240)) * 300 + 1e4
+    x[:, 0] += 3e4
+    arrays = {"x": x, "w": rng.standard_normal(10240), "b": rng.standard_normal(10240)}
+    t = dtype("bfloat16")
+    out = []
+    for lnc in (1, 2):
+        specs = saved_specs(arrays, t, tmp_path) | {"out": TensorSpec("out", x.shape, t, None)}
+        norms._CHOSEN.clear()
+        out.append(checked_layer_norm(specs, lnc))
+    norms._CHOSEN.clear()
+    assert np.array_equal(out[0], out[1])

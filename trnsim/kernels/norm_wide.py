@@ -1,0 +1,405 @@
+"""bf16 `layer_norm` rows too long for a partition with a weight and a bias, in k pieces of L =
+D / k columns (L even), the normalisation folded into three passes over the elements (as
+`norm_fused`'s short rows):
+
+    out = rstd (y + std b),   y = (x - mean) w.
+
+A tile is g = P / k rows, row r's piece s on partition r k + s (x's g rows are contiguous:
+one transfer a tile, in flat order). Per tile, in three stages (`LAGS` tiles apart; the list
+schedule, `schedule.Scheduled`, interleaves them):
+
+1. load; VectorE's `bn_stats` over the piece's chunks and `bn_aggr`: each partition's mean
+   m_p and variance v_p;
+2. the row's mean M, the mean of its k pieces' (TensorE: a block matrix, 1 / k where two
+   partitions hold one row, times m; float64 sums rounded once, so a row's values are its own:
+   the same at LNC 1 and 2), its variance, the mean of v_p + (m_p - M)^2 (equal counts, Chan's
+   formula: no E[x^2] - E[x]^2, a mean of 1e4 keeps its digits), rstd and std (ScalarE);
+   diag(std); y by one `scalar_tensor_tensor` (x - M) * w (VectorE one cycle an element for
+   bf16, or GpSimd two: the list schedule's pick);
+3. per PSUM bank: TensorE's identity times y plus diag(std) times the spread bias, copied out
+   times rstd (ScalarE's `activation` with rstd its scale, or VectorE) into x's tile; store.
+
+The weight and bias are loaded once each as [k, L] (one transfer of 2 D bytes, not a copy a
+partition: 1.2 MiB a core at 10240) and spread to [P, L] by TensorE (a K = k selector, 1
+where p = s mod k, times them; copied out once) while the first tile loads.
+"""
+
+from __future__ import annotations
+
+from trnsim.dtypes import dtype
+from trnsim.isa import (
+    Activation,
+    AffineSelect,
+    BnAggr,
+    BnStats,
+    DmaCopy,
+    Matmul,
+    Memset,
+    ScalarTensorTensor,
+    TensorCopy,
+    TensorScalar,
+)
+from trnsim.kernels.balance import dma_queues
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.queues import Queues
+from trnsim.kernels.row_plan import G, S, V, runs
+from trnsim.kernels.schedule import Scheduled
+
+__all__ = ["pieces", "applies", "lower_wide"]
+
+PIECE_MOST = 4096  # a piece's columns at most (k the fewest pieces that fit)
+PIECE_LEAST = 1024  # ... and at least
+BUFS = 16  # tiles of x (and y) rotating
+Y_BUFS = 12  # ... of y and diag(std) (live from stage 2 to 3)
+SPAN = 2  # PSUM banks a copy out reads
+PS_TILES = 3  # ... those PSUM tiles, in turn
+LAGS = (0, 1, 2)  # the stages' lags behind the loads, in tiles
+V_SHARE = None  # VectorE's share of y's columns (the rest GpSimd's; None: the list schedule's
+# pick, part by part)
+STT_PARTS = 8  # y's scalar_tensor_tensor a tile in this many column parts (each its engine)
+WIDE_LEAST = 8192  # rows this long at least (shorter ones fit a partition)
+S_COLS = 0  # ScalarE's statistics a tile, columns (two passes: their sum, the squares about
+# their mean; VectorE's bn_stats the rest)
+SPLIT_STORES = 0  # the last tiles stored a PSUM tile's columns at a time
+W_AFTER = 2  # x's tiles loaded before the weight and bias (on partitions [0, k): one DMA
+# engine, whose share of a tile's transfer moves in lockstep with the others': the first tile
+# in at 4.5 us, not 1.8, with them beside it)
+LOAD_QUEUES = (
+    1  # x a tile at a time (the first at the full rate: on two queues with the second, 4.8 us)
+)
+SETUP_ON = (S, V)  # the engines of the block matrices' and spreads' copies out of PSUM
+SEARCH = 150  # the list schedule's descent, schedules at most
+
+
+K_FORCE: dict = {}  # (experiments: d -> k)
+
+
+def pieces(P: int, d: int) -> int:
+    """k: the fewest power of two pieces a row (2 to P) of an even width within [PIECE_LEAST,
+    PIECE_MOST]; 0 if none."""
+    if d in K_FORCE:
+        return K_FORCE[d]
+    k = 2
+    while k <= P:
+        f = d // k
+        if d % k == 0 and f % 2 == 0 and PIECE_LEAST <= f <= PIECE_MOST:
+            return k
+        k *= 2
+    return 0
+
+
+def applies(b: KernelBuilder, cfg, x: str, out: str, weight, bias) -> bool:
+    """bf16 x, output, weight and bias, 2-D or more, rows that cut into `pieces`."""
+    if weight is None or bias is None:
+        return False
+    if {b.tensors[n].dtype.name for n in (x, out, weight, bias)} != {"bfloat16"}:
+        return False
+    tx = b.tensors[x]
+    return (len(tx.shape) == 2 and tx.shape[-1] >= WIDE_LEAST
+            and pieces(cfg.core.sbuf.partitions, tx.shape[-1]) > 0)  # fmt: skip
+
+
+def lower_wide(b: KernelBuilder, cfg, x, out, weight, bias, eps, share) -> float:
+    """out = layer_norm(x, [D], weight, bias, eps) over rows [lo, hi) of `share` (module doc);
+    the list schedule's estimated span."""
+    w = _Wide(b, cfg, x, out, weight, bias, eps, share)
+    if not w.tiles:
+        return 0.0
+    with Scheduled(b, cfg, shared_dma=True, fluid=True, search=SEARCH) as s:
+        w.emit()
+    b.release(*w.psum)
+    return s.makespan
+
+
+class _Wide:
+    def __init__(self, b, cfg, x, out, weight, bias, eps, share):
+        self.b, self.cfg, self.x, self.out, self.eps = b, cfg, x, out, float(eps)
+        self.weight, self.bias = weight, bias
+        self.P = P = cfg.core.sbuf.partitions
+        self.d = d = b.tensors[x].shape[-1]
+        self.k = k = pieces(P, d)
+        self.L, self.g = d // k, P // k
+        self.bf, self.f32 = b.tensors[x].dtype, dtype("float32")
+        flat = _flat(b.tensors[x].shape)
+        self.xf, self.of = flat(x), flat(out)
+        lo, hi = share
+        self.tiles = [(r, min(hi, r + self.g) - r) for r in range(lo, hi, self.g)]
+        self.bufs = BUFS
+        self.bank = cfg.core.psum.bank_bytes // 4
+        self.c = S_COLS if self.L > 2 * S_COLS else 0  # ScalarE's statistics columns
+        self.chunks = [(self.c + a, self.c + z) for a, z in
+                       runs(self.L - self.c, cfg.core.vector.bn_stats_max_free)]  # fmt: skip
+        qs = Queues(cfg)
+        q = dma_queues(cfg, self.L * self.bf.itemsize)
+        self.loads, self.stores = qs.loads().take(LOAD_QUEUES), qs.stores().take(q)
+        self.wq = self.loads[0]  # (the weight's and bias' queue: behind x's first tiles)
+        self.psum = [b.psum("lnw_ps", (P, SPAN * self.bank), self.f32) for _ in range(PS_TILES)]
+        self.psum += [b.psum("lnw_st", (P, 8), self.f32) for _ in range(2)]
+        self.turn = 0
+
+    def tile(self, key: str, n: int, shape, dt) -> str:
+        return self.b.scratch_tile(f"lnw.{key}{n % self.bufs}", key, shape, dt)
+
+    def put(self, options: list) -> None:
+        cls, reads, writes, fields = options[0]
+        self.b.emit(cls, reads, writes, choices=options[1:], **fields)
+
+    def copy(self, src, dst, scale=None, on=(S, V)) -> None:
+        """dst = src (times the per-partition `scale`) on ScalarE or VectorE (`on`)."""
+        ops = []
+        if scale is None:
+            ops = [
+                (Activation, [src], [dst], dict(func="copy", src=src, dst=dst, engine=S)),
+                (TensorCopy, [src], [dst], dict(src=src, dst=dst, engine=V)),
+            ]
+        else:
+            reads = [src] + ([] if isinstance(scale, float) else [scale])
+            ops = [
+                (
+                    Activation,
+                    reads,
+                    [dst],
+                    dict(func="copy", src=src, dst=dst, scale=scale, engine=S),
+                ),
+                (
+                    TensorScalar,
+                    reads,
+                    [dst],
+                    dict(src=src, dst=dst, op0="multiply", operand0=scale, engine=V),
+                ),
+            ]
+        self.put([o for o in ops if o[3]["engine"] in on])
+
+    def emit(self) -> None:
+        self.loaded = set()
+        for n in range(min(W_AFTER, len(self.tiles))):  # (before the weight and bias: `W_AFTER`)
+            self.load(n, *self.tiles[n])
+        self.setup()
+        lag = tuple(min(v, self.bufs - 1) for v in LAGS)
+        n_t = len(self.tiles)
+        for n in range(n_t + max(lag)):
+            for stage, late in zip((self.first, self.second, self.third), lag):
+                if 0 <= n - late < n_t:
+                    stage(n - late, *self.tiles[n - late])
+
+    def ident(self, name: str, dt) -> str:
+        t = self.b.tile(name, "sbuf", (self.P, self.P), dt)
+        a = ap(t)
+        self.b.emit(Memset, [], [a], dst=a, value=0.0, engine=G)
+        self.b.emit(AffineSelect, [a], [a], on_true=a, dst=a, on_false=1.0, cmp="not_equal",
+                    start=0, partition_step=1, step=-1, engine=G)  # fmt: skip
+        return t
+
+    def setup(self) -> None:
+        """The identities, the selector, the block matrices; the weight and bias in as [k, L]
+        and spread to [P, L] (module doc)."""
+        b, P, k, g, L = self.b, self.P, self.k, self.g, self.L
+        self.ib, self.i32 = self.ident("lnw_ib", self.bf), self.ident("lnw_if", self.f32)
+        rows = {}
+        for v in (self.weight, self.bias):
+            t = b.tile("lnw_wk", "sbuf", (P, L), self.bf)
+            dst = ap(t, slice(0, k))
+            b.emit(DmaCopy, [ap(v)], [dst], src=ap(v), dst=dst, queue=self.wq)
+            rows[v] = t
+        sel = b.tile("lnw_sel", "sbuf", (P, g, k), self.bf)  # [s, r k + s'] = (s == s')
+        src = ap(self.ib, slice(0, k), slice(0, k))._replace(bcast=((1, g),))
+        dst = ap(sel, slice(0, k))
+        b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
+        rsel = b.tile("lnw_rsel", "sbuf", (P, g, k), self.f32)  # [r, r' k + s] = (r == r')
+        src = ap(self.i32, slice(0, g), slice(0, g))._replace(bcast=((2, k),))
+        dst = ap(rsel, slice(0, g))
+        b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
+        ps = self.psum[0]
+        pk = g * k  # (the partitions a whole tile takes)
+        blk = ap(ps, slice(0, pk), slice(0, pk))
+        r = ap(rsel, slice(0, g))
+        b.emit(Matmul, [r, r], [blk], stationary=r, moving=r, dst=blk)
+        self.blk = {}
+        for key, c in (("A", 1.0 / k), ("N", -1.0 / k), ("one", 1.0)):
+            t = b.tile(f"lnw_blk{key}", "sbuf", (P, P), self.f32)
+            self.copy(blk, ap(t, slice(0, pk), slice(0, pk)), c, on=SETUP_ON)
+            self.blk[key] = t
+        self.junk = b.tile("lnw_junk", "sbuf", (P, max(1, self.c)), self.bf)
+        for n in range(min(self.bufs, len(self.tiles)) if self.c else 0):
+            st = self.sm(n, P, "st", 0)
+            a = ap(st.name, slice(None), slice(st.index[1][1] - 3, st.index[1][1] - 2))
+            b.emit(Memset, [], [a], dst=a, value=float(self.c), engine=G)
+        self.spread = {}
+        st = ap(sel, slice(0, k))
+        for v, t in rows.items():
+            sp = b.tile("lnw_sp", "sbuf", (P, L), self.bf)
+            for lo, hi in _banks(L, SPAN * self.bank):
+                ps = self.psum[self.turn % PS_TILES]
+                self.turn += 1
+                for a, z in _banks(hi - lo, self.bank):
+                    mv = ap(t, slice(0, k), slice(lo + a, lo + z))
+                    acc = ap(ps, slice(0, pk), slice(a, z))
+                    b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc)
+                src, dst = (
+                    ap(ps, slice(0, pk), slice(0, hi - lo)),
+                    ap(sp, slice(0, pk), slice(lo, hi)),
+                )
+                self.copy(src, dst, on=SETUP_ON)
+            self.spread[v] = sp
+
+    def xt(self, n: int, p: int, c=None):
+        t = self.tile("x", n, (self.P, self.L), self.bf)
+        return ap(t, slice(0, p), slice(None) if c is None else slice(*c))
+
+    def yt(self, n: int, p: int, c=None):
+        t = self.b.scratch_tile(f"lnw.y{n % Y_BUFS}", "y", (self.P, self.L), self.bf)
+        return ap(t, slice(0, p), slice(None) if c is None else slice(*c))
+
+    def sm(self, n: int, p: int, key: str, w: int = 1):
+        """Tile n's fp32 [p, w] small columns `key` (all in one tile: fewer semaphores)."""
+        nc = len(self.chunks)
+        e = 6 * nc + (3 if self.c else 0)  # (ScalarE's triple after bn_stats')
+        at = {"st": (0, e), "ag": (e, 2), "mn": (e + 2, 2), "q": (e + 4, 1), "rs": (e + 5, 1),
+              "sd": (e + 6, 1), "sum": (e + 7, 1)}[key]  # fmt: skip
+        t = self.tile("sm", n, (self.P, e + 8), self.f32)
+        return ap(t, slice(0, p), slice(at[0], at[0] + min(w, at[1]) if w else at[0] + at[1]))
+
+    def load(self, n: int, r0: int, rows: int) -> None:
+        if n not in self.loaded:
+            self.loaded.add(n)
+            src, dst = ap(self.xf, slice(r0, r0 + rows)), self.xt(n, rows * self.k)
+            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads[n])
+
+    def first(self, n: int, r0: int, rows: int) -> None:
+        """Stage 1: load; bn_stats over the chunks; bn_aggr."""
+        b, p = self.b, rows * self.k
+        self.load(n, r0, rows)
+        st = self.sm(n, p, "st", 0)
+        for q, c in enumerate(self.chunks):
+            xs = self.xt(n, p, c)
+            sd = ap(st.name, slice(0, p), slice(st.index[1][0] + 6 * q, st.index[1][0] + 6 * q + 6))
+            b.emit(BnStats, [xs], [sd], src=xs, dst=sd)
+        if self.c:  # ScalarE's (count, mean, M2) of the first c columns: the count set once
+            # a buffer (`setup`); their sum, mean, squares about it
+            e, c = st.index[1][0] + 6 * len(self.chunks), self.c
+            xs, junk = self.xt(n, p, (0, c)), ap(self.junk, slice(0, p))
+            tot, m, m2 = self.sm(n, p, "sum"), *(ap(st.name, slice(0, p), slice(e + i, e + i + 1))
+                                                  for i in (1, 2))  # fmt: skip
+            b.emit(Activation, [xs], [junk, tot], func="copy", src=xs, dst=junk, reduce="add",
+                   reduce_dst=tot)  # fmt: skip
+            b.emit(Activation, [tot], [m], func="copy", src=tot, dst=m, scale=1.0 / c)
+            b.emit(Activation, [xs, m], [junk, m2], func="square", src=xs, dst=junk, scale=-1.0,
+                   bias=m, reduce="add", reduce_dst=m2)  # fmt: skip
+        s_, a_ = st, self.sm(n, p, "ag", 2)
+        b.emit(BnAggr, [s_], [a_], src=s_, dst=a_)
+
+    def second(self, n: int, r0: int, rows: int) -> None:
+        """Stage 2: the row's mean, rstd, std (module doc); diag(std); y."""
+        b, p, k = self.b, rows * self.k, self.k
+        a0 = self.sm(n, p, "ag", 2).index[1][0]
+        ag = self.sm(n, p, "ag").name
+        m_p, v_p = (
+            ap(ag, slice(0, p), slice(a0, a0 + 1)),
+            ap(ag, slice(0, p), slice(a0 + 1, a0 + 2)),
+        )
+        ps = self.psum[PS_TILES + n % 2]
+        pm = ap(ps, slice(0, p), slice(0, 2))
+        for i, key in enumerate(("A", "N")):
+            st, dst = (
+                ap(self.blk[key], slice(0, p), slice(0, p)),
+                ap(ps, slice(0, p), slice(i, i + 1)),
+            )
+            b.emit(Matmul, [st, m_p], [dst], stationary=st, moving=m_p, dst=dst)
+        m0 = self.sm(n, p, "mn", 2).index[1][0]
+        mean, neg = (ap(ag, slice(0, p), slice(m0 + i, m0 + i + 1)) for i in (0, 1))
+        self.copy(pm, self.sm(n, p, "mn", 2))
+        q = self.sm(n, p, "q")
+        b.emit(Activation, [m_p, neg], [q], func="square", src=m_p, dst=q, bias=neg)
+        one, var = ap(self.blk["one"], slice(0, p), slice(0, p)), ap(ps, slice(0, p), slice(2, 3))
+        b.emit(Matmul, [one, q], [var], stationary=one, moving=q, dst=var)
+        b.emit(Matmul, [one, v_p], [var], stationary=one, moving=v_p, dst=var, accumulate=True)
+        rs, sd = self.sm(n, p, "rs"), self.sm(n, p, "sd")
+        for func, dst in (("rsqrt", rs), ("sqrt", sd)):
+            b.emit(Activation, [var], [dst], func=func, src=var, dst=dst, scale=1.0 / k,
+                   bias=self.eps)  # fmt: skip
+        dg = ap(
+            self.b.scratch_tile(f"lnw.dg{n % Y_BUFS}", "dg", (self.P, self.P), self.bf),
+            slice(0, p),
+            slice(0, p),
+        )
+        ib = ap(self.ib, slice(0, p), slice(0, p))
+        self.put(
+            [(Activation, [ib, sd], [dg], dict(func="copy", src=ib, dst=dg, scale=sd, engine=S))]
+            + [
+                (
+                    TensorScalar,
+                    [ib, sd],
+                    [dg],
+                    dict(src=ib, dst=dg, op0="multiply", operand0=sd, engine=e),
+                )
+                for e in (V, G)
+            ]
+        )
+        cv = round(self.L * (V_SHARE or 0) / 2) * 2  # (VectorE's columns: even, its fast case)
+        parts = [((0, cv), (V,))] if cv else []
+        parts += [(c, (G,)) for c in runs(self.L - cv, -(-(self.L - cv) // STT_PARTS))]
+        for (lo, hi), engines in parts:
+            if V_SHARE is None:
+                engines = (V, G)
+            c = (lo + (cv if engines == (G,) else 0), hi + (cv if engines == (G,) else 0))
+            xs, ys = self.xt(n, p, c), self.yt(n, p, c)
+            w = ap(self.spread[self.weight], slice(0, p), slice(*c))
+            self.put([(ScalarTensorTensor, [xs, mean, w], [ys], dict(
+                data=xs, op0="subtract", operand0=mean, op1="multiply", operand1=w, dst=ys,
+                engine=e)) for e in engines])  # fmt: skip
+
+    def third(self, n: int, r0: int, rows: int) -> None:
+        """Stage 3: per PSUM tile, identity times y plus diag(std) times the bias, copied out
+        times rstd into x's tile; store."""
+        b, p = self.b, rows * self.k
+        ib = ap(self.ib, slice(0, p), slice(0, p))
+        dg = ap(
+            self.b.scratch_tile(f"lnw.dg{n % Y_BUFS}", "dg", (self.P, self.P), self.bf),
+            slice(0, p),
+            slice(0, p),
+        )
+        rs = self.sm(n, p, "rs")
+        for lo, hi in _banks(self.L, SPAN * self.bank):
+            ps = self.psum[self.turn % PS_TILES]
+            self.turn += 1
+            for a, z in _banks(hi - lo, self.bank):
+                acc = ap(ps, slice(0, p), slice(a, z))
+                ys = self.yt(n, p, (lo + a, lo + z))
+                bs = ap(self.spread[self.bias], slice(0, p), slice(lo + a, lo + z))
+                b.emit(Matmul, [ib, ys], [acc], stationary=ib, moving=ys, dst=acc)
+                b.emit(Matmul, [dg, bs], [acc], stationary=dg, moving=bs, dst=acc,
+                       accumulate=True)  # fmt: skip
+            self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
+            if n >= len(self.tiles) - SPLIT_STORES:  # (a store a PSUM tile: the last go sooner)
+                self.store(n, r0, rows, (lo, hi))
+        if n < len(self.tiles) - SPLIT_STORES:
+            self.store(n, r0, rows, (0, self.L))
+
+    def store(self, n: int, r0: int, rows: int, c: tuple) -> None:
+        """Columns c of each of tile n's pieces to out."""
+        p, k, L = rows * self.k, self.k, self.L
+        if c == (0, L):
+            parts = [(self.xt(n, p), ap(self.of, slice(r0, r0 + rows)))]
+        else:  # (piece s of each row: partitions s, s + k, ...)
+            t = self.tile("x", n, (self.P, L), self.bf)
+            parts = [(ap(t, slice(s, p, k), slice(*c)),
+                      ap(self.of, slice(r0, r0 + rows), slice(s * L + c[0], s * L + c[1])))
+                     for s in range(k)]  # fmt: skip
+        for src, dst in parts:
+            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores.next())
+
+
+def _banks(n: int, step: int) -> list[tuple[int, int]]:
+    """[lo, hi) runs of `step` covering [0, n)."""
+    return [(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def _flat(shape):
+    """x's rows as one dim: the tensor name itself where x is 2-D (a view otherwise)."""
+
+    def f(name):
+        if len(shape) != 2:
+            raise NotImplementedError("norm_wide: 2-D x only")
+        return name
+
+    return f
