@@ -47,28 +47,35 @@ from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["pieces", "applies", "lower_wide"]
 
-PIECE_MOST = 4096  # a piece's columns at most (k the fewest pieces that fit)
+PIECE_MOST = 3072  # a piece's columns at most, k the fewest pieces that fit (trn2 LNC 2, 16
+# MiB, bf16 rows of 14336 in 4 pieces of 3584 69.4 us, 8 of 1792 61.7; 32000 in 8 of 4000
+# 68.1, 16 of 2000 62.6; 10240 in 4 of 2560 60.8, 8 of 1280 67.2)
 PIECE_LEAST = 1024  # ... and at least
-BUFS = 16  # tiles of x (and y) rotating
-Y_BUFS = 12  # ... of y and diag(std) (live from stage 2 to 3)
-SPAN = 2  # PSUM banks a copy out reads
-PS_TILES = 3  # ... those PSUM tiles, in turn
-LAGS = (0, 1, 2)  # the stages' lags behind the loads, in tiles
-V_SHARE = None  # VectorE's share of y's columns (the rest GpSimd's; None: the list schedule's
-# pick, part by part)
-STT_PARTS = 8  # y's scalar_tensor_tensor a tile in this many column parts (each its engine)
 WIDE_LEAST = 8192  # rows this long at least (shorter ones fit a partition)
-S_COLS = 0  # ScalarE's statistics a tile, columns (two passes: their sum, the squares about
-# their mean; VectorE's bn_stats the rest)
-SPLIT_STORES = 0  # the last tiles stored a PSUM tile's columns at a time
-W_AFTER = 2  # x's tiles loaded before the weight and bias (on partitions [0, k): one DMA
-# engine, whose share of a tile's transfer moves in lockstep with the others': the first tile
-# in at 4.5 us, not 1.8, with them beside it)
-LOAD_QUEUES = (
-    1  # x a tile at a time (the first at the full rate: on two queues with the second, 4.8 us)
-)
+BUFS = 16  # tiles of x rotating (8: 63.1 us at 10240; 12: 62.2 before the small columns
+# shared a tile, `sm`, and more took more semaphores than a core has)
+Y_BUFS = 12  # ... of y, diag(std) and the mean (4: 63.4 us at 10240)
+SPAN = 2  # PSUM banks a copy out reads (1: 61.2 us at 10240, 65.8 at 12288)
+PS_TILES = 3  # ... those PSUM tiles, in turn
+LAGS = (0, 1, 2)  # the stages' lags behind the loads, in tiles (the list schedule reorders:
+# (0, 1, 3), (0, 2, 3), (0, 2, 4) within 0.6 us)
+STT_PARTS = 8  # y's scalar_tensor_tensor a tile in this many column parts, each on VectorE
+# or GpSimd as the list schedule finds free sooner (1: 64.3 us at 10240, 4: 63.6, 8: 63.1;
+# VectorE's share fixed at 0.1 to 0.25 of the columns: 64.8 to 68.3)
+V_SHARE = None  # (VectorE's fixed share of y's columns, the rest GpSimd's: None, the above)
+S_COLS = 0  # ScalarE's statistics of a tile's first columns, two passes (their sum, then the
+# squares about their mean) beside VectorE's bn_stats of the rest: 128 columns 68.2 us at
+# 10240, 256 67.2 (ScalarE's passes cost more than VectorE's bn_stats saves)
+SPLIT_STORES = 0  # (the last tiles stored a PSUM tile's columns at a time: not expressible
+# with a row's pieces on adjacent partitions, a DMA takes no partition step)
+W_AFTER = 1  # x's tiles emitted before the weight and bias
+LOAD_QUEUES = 1  # x a tile at a time (the first at the full rate: on two queues with the
+# second, in at 4.8 us, not 3.0; trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.9 -> 61.1 us)
 SETUP_ON = (S, V)  # the engines of the block matrices' and spreads' copies out of PSUM
-SEARCH = 150  # the list schedule's descent, schedules at most
+W_ROWS = 32  # the weight and bias loaded as [W_ROWS, D / W_ROWS] where k divides it (4 DMA
+# engines: as [k, L] one engine, 0.9 us for 20 KiB, GpSimd's first y pass at 19.5 us) ...
+W_OWN = True  # ... the weight on a queue of its own (at 10240, 61.05 -> 60.85 us)
+SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
 K_FORCE: dict = {}  # (experiments: d -> k)
@@ -132,7 +139,7 @@ class _Wide:
         qs = Queues(cfg)
         q = dma_queues(cfg, self.L * self.bf.itemsize)
         self.loads, self.stores = qs.loads().take(LOAD_QUEUES), qs.stores().take(q)
-        self.wq = self.loads[0]  # (the weight's and bias' queue: behind x's first tiles)
+        self.wq = qs.loads()[LOAD_QUEUES] if W_OWN else self.loads[0]
         self.psum = [b.psum("lnw_ps", (P, SPAN * self.bank), self.f32) for _ in range(PS_TILES)]
         self.psum += [b.psum("lnw_st", (P, 8), self.f32) for _ in range(2)]
         self.turn = 0
@@ -195,16 +202,24 @@ class _Wide:
         and spread to [P, L] (module doc)."""
         b, P, k, g, L = self.b, self.P, self.k, self.g, self.L
         self.ib, self.i32 = self.ident("lnw_ib", self.bf), self.ident("lnw_if", self.f32)
+        # the weight (bias) as [k nb, L / nb] on nb k partitions (`W_ROWS`: more DMA engines),
+        # and per block j of a piece's nb the selector [q, r k + s] = (q == nb s + j)
+        nb = W_ROWS // k if W_ROWS % k == 0 and L % (W_ROWS // k) == 0 else 1
+        self.nb, lb = nb, L // nb
         rows = {}
-        for v in (self.weight, self.bias):
-            t = b.tile("lnw_wk", "sbuf", (P, L), self.bf)
-            dst = ap(t, slice(0, k))
-            b.emit(DmaCopy, [ap(v)], [dst], src=ap(v), dst=dst, queue=self.wq)
+        for v, q in ((self.weight, self.wq), (self.bias, self.loads[0])):
+            t = b.tile("lnw_wk", "sbuf", (P, lb), self.bf)
+            dst = ap(t, slice(0, k * nb))
+            b.emit(DmaCopy, [ap(v)], [dst], src=ap(v), dst=dst, queue=q)
             rows[v] = t
-        sel = b.tile("lnw_sel", "sbuf", (P, g, k), self.bf)  # [s, r k + s'] = (s == s')
-        src = ap(self.ib, slice(0, k), slice(0, k))._replace(bcast=((1, g),))
-        dst = ap(sel, slice(0, k))
-        b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
+        sels = []
+        for j in range(nb):
+            sel = b.tile("lnw_sel", "sbuf", (P, g, k), self.bf)
+            src = ap(self.ib, slice(0, k * nb), slice(j, j + nb * (k - 1) + 1, nb))
+            src = src._replace(bcast=((1, g),))
+            dst = ap(sel, slice(0, k * nb))
+            b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
+            sels.append(ap(sel, slice(0, k * nb)))
         rsel = b.tile("lnw_rsel", "sbuf", (P, g, k), self.f32)  # [r, r' k + s] = (r == r')
         src = ap(self.i32, slice(0, g), slice(0, g))._replace(bcast=((2, k),))
         dst = ap(rsel, slice(0, g))
@@ -225,16 +240,20 @@ class _Wide:
             a = ap(st.name, slice(None), slice(st.index[1][1] - 3, st.index[1][1] - 2))
             b.emit(Memset, [], [a], dst=a, value=float(self.c), engine=G)
         self.spread = {}
-        st = ap(sel, slice(0, k))
         for v, t in rows.items():
             sp = b.tile("lnw_sp", "sbuf", (P, L), self.bf)
             for lo, hi in _banks(L, SPAN * self.bank):
                 ps = self.psum[self.turn % PS_TILES]
                 self.turn += 1
                 for a, z in _banks(hi - lo, self.bank):
-                    mv = ap(t, slice(0, k), slice(lo + a, lo + z))
-                    acc = ap(ps, slice(0, pk), slice(a, z))
-                    b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc)
+                    cuts = sorted(
+                        {lo + a, lo + z} | {c for c in range(0, L, lb) if lo + a < c < lo + z}
+                    )
+                    for u, w in zip(cuts, cuts[1:]):  # (within one block j)
+                        j = u // lb
+                        mv = ap(t, slice(0, k * nb), slice(u - j * lb, w - j * lb))
+                        acc = ap(ps, slice(0, pk), slice(u - lo, w - lo))
+                        b.emit(Matmul, [sels[j], mv], [acc], stationary=sels[j], moving=mv, dst=acc)
                 src, dst = (
                     ap(ps, slice(0, pk), slice(0, hi - lo)),
                     ap(sp, slice(0, pk), slice(lo, hi)),
@@ -305,9 +324,11 @@ class _Wide:
                 ap(ps, slice(0, p), slice(i, i + 1)),
             )
             b.emit(Matmul, [st, m_p], [dst], stationary=st, moving=m_p, dst=dst)
-        m0 = self.sm(n, p, "mn", 2).index[1][0]
-        mean, neg = (ap(ag, slice(0, p), slice(m0 + i, m0 + i + 1)) for i in (0, 1))
-        self.copy(pm, self.sm(n, p, "mn", 2))
+        # (the mean and -mean in a tile of their own: the list schedule orders a read after
+        # its tile's last write, so y's pass, reading the mean, waited for rstd and std)
+        mn = self.b.scratch_tile(f"lnw.mn{n % Y_BUFS}", "mn", (self.P, 2), self.f32)
+        mean, neg = (ap(mn, slice(0, p), slice(i, i + 1)) for i in (0, 1))
+        self.copy(pm, ap(mn, slice(0, p)))
         q = self.sm(n, p, "q")
         b.emit(Activation, [m_p, neg], [q], func="square", src=m_p, dst=q, bias=neg)
         one, var = ap(self.blk["one"], slice(0, p), slice(0, p)), ap(ps, slice(0, p), slice(2, 3))

@@ -677,8 +677,8 @@ def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant)
     tx, to = b.tensors[x], b.tensors[out]
     d = tx.shape[-1]
     share = norm_share(b, cfg, op, tx)
-    if variant.get("wide"):  # (`norm_wide`: a row's values its own, any cut)
-        return share, False, None
+    if variant.get("wide"):  # (`norm_wide`: a row's values its own, any cut; `_busiest`
+        return share, True, None  # estimates the core of the most rows)
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)
     few = cfg.core.sbuf.partitions * (RMS_PIECE_BLOCKS if op == "rms_norm" else 1)
     if norm_rows(cfg, tx, to, affine_bytes) and not (d >= PIECE_ROWS and (
