@@ -75,6 +75,8 @@ SETUP_ON = (S, V)  # the engines of the block matrices' and spreads' copies out 
 W_ROWS = 32  # the weight and bias loaded as [W_ROWS, D / W_ROWS] where k divides it (4 DMA
 # engines: as [k, L] one engine, 0.9 us for 20 KiB, GpSimd's first y pass at 19.5 us) ...
 W_OWN = True  # ... the weight on a queue of its own (at 10240, 61.05 -> 60.85 us)
+NO_AGGR = True  # the row's mean and variance from bn_stats' fields by TensorE and ScalarE,
+# VectorE's bn_aggr dropped (its chunks of equal even widths)
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
@@ -136,12 +138,14 @@ class _Wide:
         self.c = S_COLS if self.L > 2 * S_COLS else 0  # ScalarE's statistics columns
         self.chunks = [(self.c + a, self.c + z) for a, z in
                        runs(self.L - self.c, cfg.core.vector.bn_stats_max_free)]  # fmt: skip
+        widths = {hi - lo for lo, hi in self.chunks}
+        self.no_aggr = NO_AGGR and not self.c and len(widths) == 1 and min(widths) % 2 == 0
         qs = Queues(cfg)
         q = dma_queues(cfg, self.L * self.bf.itemsize)
         self.loads, self.stores = qs.loads().take(LOAD_QUEUES), qs.stores().take(q)
         self.wq = qs.loads()[LOAD_QUEUES] if W_OWN else self.loads[0]
         self.psum = [b.psum("lnw_ps", (P, SPAN * self.bank), self.f32) for _ in range(PS_TILES)]
-        self.psum += [b.psum("lnw_st", (P, 8), self.f32) for _ in range(2)]
+        self.psum += [b.psum("lnw_st", (P, 2 * len(self.chunks) + 4), self.f32) for _ in range(2)]
         self.turn = 0
 
     def tile(self, key: str, n: int, shape, dt) -> str:
@@ -230,7 +234,12 @@ class _Wide:
         r = ap(rsel, slice(0, g))
         b.emit(Matmul, [r, r], [blk], stationary=r, moving=r, dst=blk)
         self.blk = {}
-        for key, c in (("A", 1.0 / k), ("N", -1.0 / k), ("one", 1.0)):
+        h = 2 * len(self.chunks)  # (bn_stats' halves a partition)
+        consts = (("A", 1.0 / k), ("N", -1.0 / k), ("one", 1.0))
+        if self.no_aggr:
+            consts = (("mA", 1.0 / (h * k)), ("nh", self.L / h), ("one", 1.0))
+        self.jk = b.tile("lnw_jk", "sbuf", (P, h), self.f32)
+        for key, c in consts:
             t = b.tile(f"lnw_blk{key}", "sbuf", (P, P), self.f32)
             self.copy(blk, ap(t, slice(0, pk), slice(0, pk)), c, on=SETUP_ON)
             self.blk[key] = t
@@ -304,12 +313,45 @@ class _Wide:
             b.emit(Activation, [tot], [m], func="copy", src=tot, dst=m, scale=1.0 / c)
             b.emit(Activation, [xs, m], [junk, m2], func="square", src=xs, dst=junk, scale=-1.0,
                    bias=m, reduce="add", reduce_dst=m2)  # fmt: skip
-        s_, a_ = st, self.sm(n, p, "ag", 2)
-        b.emit(BnAggr, [s_], [a_], src=s_, dst=a_)
+        if not self.no_aggr:
+            s_, a_ = st, self.sm(n, p, "ag", 2)
+            b.emit(BnAggr, [s_], [a_], src=s_, dst=a_)
+
+    def stats_fields(self, n: int, p: int) -> tuple:
+        """Tile n's row mean (in its own tile) and, in PSUM, D times the row's variance, from
+        bn_stats' (count, mean, M2) halves without bn_aggr: TensorE sums the halves' means
+        over the row's partitions (times 1 / its halves), ScalarE's copy with its add
+        reduction the mean M; ScalarE's square of (M - mean_i) and copy of M2_i, each summed
+        by its reduction; TensorE: n_i the first plus the second over the row's partitions
+        (equal counts n_i: Chan's formula, every term about the row's own mean)."""
+        b, h = self.b, 2 * len(self.chunks)
+        st = self.sm(n, p, "st", 0).name
+        means, m2 = (ap(st, slice(0, p), slice(i, 3 * h, 3)) for i in (1, 2))
+        ps = self.psum[PS_TILES + n % 2]
+        pm, var = ap(ps, slice(0, p), slice(0, h)), ap(ps, slice(0, p), slice(h, h + 1))
+        ma = ap(self.blk["mA"], slice(0, p), slice(0, p))
+        b.emit(Matmul, [ma, means], [pm], stationary=ma, moving=means, dst=pm)
+        mn = self.b.scratch_tile(f"lnw.mn{n % Y_BUFS}", "mn", (self.P, 2), self.f32)
+        mean, jk = ap(mn, slice(0, p), slice(0, 1)), ap(self.jk, slice(0, p), slice(0, h))
+        b.emit(Activation, [pm], [jk, mean], func="copy", src=pm, dst=jk, reduce="add",
+               reduce_dst=mean)  # fmt: skip
+        q, s2 = self.sm(n, p, "q"), self.sm(n, p, "ag", 1)
+        b.emit(Activation, [means, mean], [jk, q], func="square", src=means, dst=jk, scale=-1.0,
+               bias=mean, reduce="add", reduce_dst=q)  # fmt: skip
+        b.emit(Activation, [m2], [jk, s2], func="copy", src=m2, dst=jk, reduce="add",
+               reduce_dst=s2)  # fmt: skip
+        nh, one = (ap(self.blk[key], slice(0, p), slice(0, p)) for key in ("nh", "one"))
+        b.emit(Matmul, [nh, q], [var], stationary=nh, moving=q, dst=var)
+        b.emit(Matmul, [one, s2], [var], stationary=one, moving=s2, dst=var, accumulate=True)
+        return mean, var, 1.0 / self.d
 
     def second(self, n: int, r0: int, rows: int) -> None:
         """Stage 2: the row's mean, rstd, std (module doc); diag(std); y."""
         b, p, k = self.b, rows * self.k, self.k
+        if self.no_aggr:
+            mean, var, inv = self.stats_fields(n, p)
+            self.finish(n, p, mean, var, inv)
+            return
         a0 = self.sm(n, p, "ag", 2).index[1][0]
         ag = self.sm(n, p, "ag").name
         m_p, v_p = (
@@ -334,9 +376,14 @@ class _Wide:
         one, var = ap(self.blk["one"], slice(0, p), slice(0, p)), ap(ps, slice(0, p), slice(2, 3))
         b.emit(Matmul, [one, q], [var], stationary=one, moving=q, dst=var)
         b.emit(Matmul, [one, v_p], [var], stationary=one, moving=v_p, dst=var, accumulate=True)
+        self.finish(n, p, mean, var, 1.0 / k)
+
+    def finish(self, n: int, p: int, mean, var, inv: float) -> None:
+        """rstd and std of `var` (in PSUM, times 1 / inv); diag(std); y."""
+        b = self.b
         rs, sd = self.sm(n, p, "rs"), self.sm(n, p, "sd")
         for func, dst in (("rsqrt", rs), ("sqrt", sd)):
-            b.emit(Activation, [var], [dst], func=func, src=var, dst=dst, scale=1.0 / k,
+            b.emit(Activation, [var], [dst], func=func, src=var, dst=dst, scale=inv,
                    bias=self.eps)  # fmt: skip
         dg = ap(
             self.b.scratch_tile(f"lnw.dg{n % Y_BUFS}", "dg", (self.P, self.P), self.bf),
