@@ -51,7 +51,9 @@ PIECE_MOST = 3072  # a piece's columns at most, k the fewest pieces that fit (tr
 # MiB, bf16 rows of 14336 in 4 pieces of 3584 69.4 us, 8 of 1792 61.7; 32000 in 8 of 4000
 # 68.1, 16 of 2000 62.6; 10240 in 4 of 2560 60.8, 8 of 1280 67.2)
 PIECE_LEAST = 1024  # ... and at least
-WIDE_LEAST = 8192  # rows this long at least (shorter ones fit a partition)
+K_MOST = 16  # pieces a row at most (8 rows a tile; 64 pieces of 2374, 2 rows a tile, per-tile
+# steps: trn2 LNC 2, 16 MiB, bf16 rows of 151936 62.4 us, STT_GROUP3 60.0) ...
+WIDE_LEAST = 8192  # ... rows this long at least (shorter ones fit a partition)
 BUFS = 16  # tiles of x rotating (8: 63.1 us at 10240; 12: 62.2 before the small columns
 # shared a tile, `sm`, and more took more semaphores than a core has)
 Y_BUFS = 12  # ... of y, diag(std) and the mean (4: 63.4 us at 10240)
@@ -77,6 +79,12 @@ W_ROWS = 32  # the weight and bias loaded as [W_ROWS, D / W_ROWS] where k divide
 W_OWN = True  # ... the weight on a queue of its own (at 10240, 61.05 -> 60.85 us)
 NO_AGGR = True  # the row's mean and variance from bn_stats' fields by TensorE and ScalarE,
 # VectorE's bn_aggr dropped (its chunks of equal even widths)
+DG_ON = (S, V, G)
+BIAS_LATER = True  # the bias spread after the first tile's statistics (ScalarE copied it out
+# first, and GpSimd's first y pass waited)
+BIAS_FIRST = False  # std b into PSUM before y (TensorE ahead of y's passes): trn2 LNC 2, 16
+# MiB, bf16 rows of 10240 58.57 -> 59.62 us, 12288 59.54 -> 58.10, 20000 61.91 -> 61.68 (as a
+# second variant the estimate chose the slower of the two at 10240 and 12288)
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
@@ -98,14 +106,14 @@ def pieces(P: int, d: int) -> int:
 
 
 def applies(b: KernelBuilder, cfg, x: str, out: str, weight, bias) -> bool:
-    """bf16 x, output, weight and bias, 2-D or more, rows that cut into `pieces`."""
+    """bf16 x, output, weight and bias, 2-D x, rows that cut into `pieces` (K_MOST at most)."""
     if weight is None or bias is None:
         return False
     if {b.tensors[n].dtype.name for n in (x, out, weight, bias)} != {"bfloat16"}:
         return False
     tx = b.tensors[x]
-    return (len(tx.shape) == 2 and tx.shape[-1] >= WIDE_LEAST
-            and pieces(cfg.core.sbuf.partitions, tx.shape[-1]) > 0)  # fmt: skip
+    k = pieces(cfg.core.sbuf.partitions, tx.shape[-1])
+    return len(tx.shape) == 2 and tx.shape[-1] >= WIDE_LEAST and 0 < k <= K_MOST
 
 
 def lower_wide(b: KernelBuilder, cfg, x, out, weight, bias, eps, share) -> float:
@@ -136,8 +144,10 @@ class _Wide:
         self.bufs = BUFS
         self.bank = cfg.core.psum.bank_bytes // 4
         self.c = S_COLS if self.L > 2 * S_COLS else 0  # ScalarE's statistics columns
-        self.chunks = [(self.c + a, self.c + z) for a, z in
-                       runs(self.L - self.c, cfg.core.vector.bn_stats_max_free)]  # fmt: skip
+        self.chunks = [
+            (self.c + a, self.c + z)
+            for a, z in _chunks(self.L - self.c, cfg.core.vector.bn_stats_max_free)
+        ]
         widths = {hi - lo for lo, hi in self.chunks}
         self.no_aggr = NO_AGGR and not self.c and len(widths) == 1 and min(widths) % 2 == 0
         qs = Queues(cfg)
@@ -248,27 +258,32 @@ class _Wide:
             st = self.sm(n, P, "st", 0)
             a = ap(st.name, slice(None), slice(st.index[1][1] - 3, st.index[1][1] - 2))
             b.emit(Memset, [], [a], dst=a, value=float(self.c), engine=G)
-        self.spread = {}
-        for v, t in rows.items():
-            sp = b.tile("lnw_sp", "sbuf", (P, L), self.bf)
-            for lo, hi in _banks(L, SPAN * self.bank):
-                ps = self.psum[self.turn % PS_TILES]
-                self.turn += 1
-                for a, z in _banks(hi - lo, self.bank):
-                    cuts = sorted(
-                        {lo + a, lo + z} | {c for c in range(0, L, lb) if lo + a < c < lo + z}
-                    )
-                    for u, w in zip(cuts, cuts[1:]):  # (within one block j)
-                        j = u // lb
-                        mv = ap(t, slice(0, k * nb), slice(u - j * lb, w - j * lb))
-                        acc = ap(ps, slice(0, pk), slice(u - lo, w - lo))
-                        b.emit(Matmul, [sels[j], mv], [acc], stationary=sels[j], moving=mv, dst=acc)
-                src, dst = (
-                    ap(ps, slice(0, pk), slice(0, hi - lo)),
-                    ap(sp, slice(0, pk), slice(lo, hi)),
+        self.spread, self.rows, self.sels, self.lb = {}, rows, sels, lb
+        self.spread_one(self.weight)
+        if not BIAS_LATER:
+            self.spread_one(self.bias)
+
+    def spread_one(self, v: str) -> None:
+        """The weight's (bias') [k nb, L / nb] rows spread to [P, L] by TensorE, a selector a
+        block, copied out of PSUM (`setup`)."""
+        b, k, L, lb, nb, t = self.b, self.k, self.L, self.lb, self.nb, self.rows[v]
+        pk = self.g * k
+        sp = b.tile("lnw_sp", "sbuf", (self.P, L), self.bf)
+        for lo, hi in _banks(L, SPAN * self.bank):
+            ps = self.psum[self.turn % PS_TILES]
+            self.turn += 1
+            for a, z in _banks(hi - lo, self.bank):
+                cuts = sorted(
+                    {lo + a, lo + z} | {c for c in range(0, L, lb) if lo + a < c < lo + z}
                 )
-                self.copy(src, dst, on=SETUP_ON)
-            self.spread[v] = sp
+                for u, w in zip(cuts, cuts[1:]):  # (within one block j)
+                    j = u // lb
+                    mv = ap(t, slice(0, k * nb), slice(u - j * lb, w - j * lb))
+                    acc, st = ap(ps, slice(0, pk), slice(u - lo, w - lo)), self.sels[j]
+                    b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc)
+            src, dst = ap(ps, slice(0, pk), slice(0, hi - lo)), ap(sp, slice(0, pk), slice(lo, hi))
+            self.copy(src, dst, on=SETUP_ON)
+        self.spread[v] = sp
 
     def xt(self, n: int, p: int, c=None):
         t = self.tile("x", n, (self.P, self.L), self.bf)
@@ -347,11 +362,18 @@ class _Wide:
 
     def second(self, n: int, r0: int, rows: int) -> None:
         """Stage 2: the row's mean, rstd, std (module doc); diag(std); y."""
-        b, p, k = self.b, rows * self.k, self.k
+        p = rows * self.k
         if self.no_aggr:
             mean, var, inv = self.stats_fields(n, p)
             self.finish(n, p, mean, var, inv)
-            return
+        else:
+            self.second_aggr(n, p)
+        if n == 0 and BIAS_LATER:
+            self.spread_one(self.bias)
+
+    def second_aggr(self, n: int, p: int) -> None:
+        """`second` after bn_aggr: each partition's mean and variance combined."""
+        b, k = self.b, self.k
         a0 = self.sm(n, p, "ag", 2).index[1][0]
         ag = self.sm(n, p, "ag").name
         m_p, v_p = (
@@ -391,18 +413,10 @@ class _Wide:
             slice(0, p),
         )
         ib = ap(self.ib, slice(0, p), slice(0, p))
-        self.put(
-            [(Activation, [ib, sd], [dg], dict(func="copy", src=ib, dst=dg, scale=sd, engine=S))]
-            + [
-                (
-                    TensorScalar,
-                    [ib, sd],
-                    [dg],
-                    dict(src=ib, dst=dg, op0="multiply", operand0=sd, engine=e),
-                )
-                for e in (V, G)
-            ]
-        )
+        ops = [(Activation, [ib, sd], [dg], dict(func="copy", src=ib, dst=dg, scale=sd, engine=S))]
+        ops += [(TensorScalar, [ib, sd], [dg], dict(src=ib, dst=dg, op0="multiply", operand0=sd,
+                                                    engine=e)) for e in (V, G)]  # fmt: skip
+        self.put([o for o in ops if o[3]["engine"] in DG_ON])
         cv = round(self.L * (V_SHARE or 0) / 2) * 2  # (VectorE's columns: even, its fast case)
         parts = [((0, cv), (V,))] if cv else []
         parts += [(c, (G,)) for c in runs(self.L - cv, -(-(self.L - cv) // STT_PARTS))]
@@ -434,9 +448,10 @@ class _Wide:
                 acc = ap(ps, slice(0, p), slice(a, z))
                 ys = self.yt(n, p, (lo + a, lo + z))
                 bs = ap(self.spread[self.bias], slice(0, p), slice(lo + a, lo + z))
-                b.emit(Matmul, [ib, ys], [acc], stationary=ib, moving=ys, dst=acc)
-                b.emit(Matmul, [dg, bs], [acc], stationary=dg, moving=bs, dst=acc,
-                       accumulate=True)  # fmt: skip
+                mms = [(ib, ys), (dg, bs)]
+                for i, (st, mv) in enumerate(mms[::-1] if BIAS_FIRST else mms):
+                    b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc,
+                           accumulate=i > 0)  # fmt: skip
             self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
             if n >= len(self.tiles) - SPLIT_STORES:  # (a store a PSUM tile: the last go sooner)
                 self.store(n, r0, rows, (lo, hi))
@@ -455,6 +470,15 @@ class _Wide:
                      for s in range(k)]  # fmt: skip
         for src, dst in parts:
             self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores.next())
+
+
+def _chunks(n: int, most: int) -> list[tuple[int, int]]:
+    """bn_stats' [lo, hi) chunks of [0, n), at most `most` each: of one even width where one
+    divides n in as few, or up to twice as few (so `NO_AGGR` applies), else `runs`'."""
+    for c in range(-(-n // most), 2 * -(-n // most) + 1):  # (at most twice as many)
+        if n % c == 0 and n // c % 2 == 0 and n // c <= most:
+            return [(i * n // c, (i + 1) * n // c) for i in range(c)]
+    return runs(n, most)
 
 
 def _banks(n: int, step: int) -> list[tuple[int, int]]:
