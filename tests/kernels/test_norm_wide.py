@@ -16,6 +16,7 @@ from trnsim.trace.program import TensorSpec
 @pytest.mark.parametrize("shape", [
     (120, 10240),  # (4 pieces of 2560, 32 rows a tile: 60 rows a core, a partial tile)
     (53, 20000),  # (8 pieces of 2500, 16 rows a tile)
+    (120, 9496),  # (4 pieces of 2374: bn_stats' chunks unequal, so bn_aggr, `NO_AGGR`'s not)
 ])  # fmt: skip
 def test_wide_values(monkeypatch, shape):
     variant_at_both_lncs(monkeypatch, shape, dtype("bfloat16"), "WIDE")

@@ -37,6 +37,7 @@ from trnsim.isa import (
     Memset,
     ScalarTensorTensor,
     TensorCopy,
+    TensorReduce,
     TensorScalar,
 )
 from trnsim.kernels.balance import dma_queues
@@ -68,8 +69,6 @@ V_SHARE = None  # (VectorE's fixed share of y's columns, the rest GpSimd's: None
 S_COLS = 0  # ScalarE's statistics of a tile's first columns, two passes (their sum, then the
 # squares about their mean) beside VectorE's bn_stats of the rest: 128 columns 68.2 us at
 # 10240, 256 67.2 (ScalarE's passes cost more than VectorE's bn_stats saves)
-SPLIT_STORES = 0  # (the last tiles stored a PSUM tile's columns at a time: not expressible
-# with a row's pieces on adjacent partitions, a DMA takes no partition step)
 W_AFTER = 1  # x's tiles emitted before the weight and bias
 LOAD_QUEUES = 1  # x a tile at a time (the first at the full rate: on two queues with the
 # second, in at 4.8 us, not 3.0; trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.9 -> 61.1 us)
@@ -85,6 +84,12 @@ BIAS_LATER = True  # the bias spread after the first tile's statistics (ScalarE 
 BIAS_FIRST = False  # std b into PSUM before y (TensorE ahead of y's passes): trn2 LNC 2, 16
 # MiB, bf16 rows of 10240 58.57 -> 59.62 us, 12288 59.54 -> 58.10, 20000 61.91 -> 61.68 (as a
 # second variant the estimate chose the slower of the two at 10240 and 12288)
+REDUCE_V = 0  # the sum of M2 (1), and of the means (2), on ScalarE or VectorE as the list
+# schedule finds free (trn2 LNC 2, 16 MiB, bf16 rows of 10240, 12288, 14336, 20000, 24576:
+# 58.57, 59.54, 59.12, 61.91, 59.33 us; 2: 58.28, 60.28, 59.76, 61.17, 60.55; 1: 58.57,
+# 59.54, 59.71, 61.91, 59.33)
+STD_DIVIDE = False  # diag(std) as the identity divided by rstd (GpSimd or VectorE), no sqrt
+# on ScalarE: trn2 LNC 2, 16 MiB, bf16 rows of 10240 58.57 -> 59.06 us, 20000 61.91 -> 63.26
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
@@ -137,8 +142,7 @@ class _Wide:
         self.k = k = pieces(P, d)
         self.L, self.g = d // k, P // k
         self.bf, self.f32 = b.tensors[x].dtype, dtype("float32")
-        flat = _flat(b.tensors[x].shape)
-        self.xf, self.of = flat(x), flat(out)
+        self.xf, self.of = x, out  # (2-D: `applies`)
         lo, hi = share
         self.tiles = [(r, min(hi, r + self.g) - r) for r in range(lo, hi, self.g)]
         self.bufs = BUFS
@@ -348,13 +352,31 @@ class _Wide:
         b.emit(Matmul, [ma, means], [pm], stationary=ma, moving=means, dst=pm)
         mn = self.b.scratch_tile(f"lnw.mn{n % Y_BUFS}", "mn", (self.P, 2), self.f32)
         mean, jk = ap(mn, slice(0, p), slice(0, 1)), ap(self.jk, slice(0, p), slice(0, h))
-        b.emit(Activation, [pm], [jk, mean], func="copy", src=pm, dst=jk, reduce="add",
-               reduce_dst=mean)  # fmt: skip
+        ops = [
+            (
+                Activation,
+                [pm],
+                [jk, mean],
+                dict(func="copy", src=pm, dst=jk, reduce="add", reduce_dst=mean, engine=S),
+            )
+        ]
+        if REDUCE_V > 1:
+            ops.append((TensorReduce, [pm], [mean], dict(alu="add", src=pm, dst=mean, engine=V)))
+        self.put(ops)
         q, s2 = self.sm(n, p, "q"), self.sm(n, p, "ag", 1)
         b.emit(Activation, [means, mean], [jk, q], func="square", src=means, dst=jk, scale=-1.0,
                bias=mean, reduce="add", reduce_dst=q)  # fmt: skip
-        b.emit(Activation, [m2], [jk, s2], func="copy", src=m2, dst=jk, reduce="add",
-               reduce_dst=s2)  # fmt: skip
+        ops = [
+            (
+                Activation,
+                [m2],
+                [jk, s2],
+                dict(func="copy", src=m2, dst=jk, reduce="add", reduce_dst=s2, engine=S),
+            )
+        ]
+        if REDUCE_V:  # (or VectorE's reduction)
+            ops.append((TensorReduce, [m2], [s2], dict(alu="add", src=m2, dst=s2, engine=V)))
+        self.put(ops)
         nh, one = (ap(self.blk[key], slice(0, p), slice(0, p)) for key in ("nh", "one"))
         b.emit(Matmul, [nh, q], [var], stationary=nh, moving=q, dst=var)
         b.emit(Matmul, [one, s2], [var], stationary=one, moving=s2, dst=var, accumulate=True)
@@ -404,7 +426,7 @@ class _Wide:
         """rstd and std of `var` (in PSUM, times 1 / inv); diag(std); y."""
         b = self.b
         rs, sd = self.sm(n, p, "rs"), self.sm(n, p, "sd")
-        for func, dst in (("rsqrt", rs), ("sqrt", sd)):
+        for func, dst in (("rsqrt", rs), ("sqrt", sd))[: 1 if STD_DIVIDE else 2]:
             b.emit(Activation, [var], [dst], func=func, src=var, dst=dst, scale=inv,
                    bias=self.eps)  # fmt: skip
         dg = ap(
@@ -413,10 +435,23 @@ class _Wide:
             slice(0, p),
         )
         ib = ap(self.ib, slice(0, p), slice(0, p))
-        ops = [(Activation, [ib, sd], [dg], dict(func="copy", src=ib, dst=dg, scale=sd, engine=S))]
-        ops += [(TensorScalar, [ib, sd], [dg], dict(src=ib, dst=dg, op0="multiply", operand0=sd,
-                                                    engine=e)) for e in (V, G)]  # fmt: skip
-        self.put([o for o in ops if o[3]["engine"] in DG_ON])
+        if STD_DIVIDE:  # (diag(1 / rstd): no sqrt on ScalarE)
+            self.put([(TensorScalar, [ib, rs], [dg], dict(src=ib, dst=dg, op0="divide",
+                                                          operand0=rs, engine=e))
+                      for e in (G, V)])  # fmt: skip
+        else:
+            ops = [(Activation, [ib, sd], [dg], dict(func="copy", src=ib, dst=dg, scale=sd,
+                                                     engine=S))]  # fmt: skip
+            ops += [
+                (
+                    TensorScalar,
+                    [ib, sd],
+                    [dg],
+                    dict(src=ib, dst=dg, op0="multiply", operand0=sd, engine=e),
+                )
+                for e in (V, G)
+            ]
+            self.put([o for o in ops if o[3]["engine"] in DG_ON])
         cv = round(self.L * (V_SHARE or 0) / 2) * 2  # (VectorE's columns: even, its fast case)
         parts = [((0, cv), (V,))] if cv else []
         parts += [(c, (G,)) for c in runs(self.L - cv, -(-(self.L - cv) // STT_PARTS))]
@@ -453,23 +488,8 @@ class _Wide:
                     b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc,
                            accumulate=i > 0)  # fmt: skip
             self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
-            if n >= len(self.tiles) - SPLIT_STORES:  # (a store a PSUM tile: the last go sooner)
-                self.store(n, r0, rows, (lo, hi))
-        if n < len(self.tiles) - SPLIT_STORES:
-            self.store(n, r0, rows, (0, self.L))
-
-    def store(self, n: int, r0: int, rows: int, c: tuple) -> None:
-        """Columns c of each of tile n's pieces to out."""
-        p, k, L = rows * self.k, self.k, self.L
-        if c == (0, L):
-            parts = [(self.xt(n, p), ap(self.of, slice(r0, r0 + rows)))]
-        else:  # (piece s of each row: partitions s, s + k, ...)
-            t = self.tile("x", n, (self.P, L), self.bf)
-            parts = [(ap(t, slice(s, p, k), slice(*c)),
-                      ap(self.of, slice(r0, r0 + rows), slice(s * L + c[0], s * L + c[1])))
-                     for s in range(k)]  # fmt: skip
-        for src, dst in parts:
-            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores.next())
+        src, dst = self.xt(n, p), ap(self.of, slice(r0, r0 + rows))
+        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores.next())
 
 
 def _chunks(n: int, most: int) -> list[tuple[int, int]]:
@@ -484,14 +504,3 @@ def _chunks(n: int, most: int) -> list[tuple[int, int]]:
 def _banks(n: int, step: int) -> list[tuple[int, int]]:
     """[lo, hi) runs of `step` covering [0, n)."""
     return [(a, min(n, a + step)) for a in range(0, n, step)]
-
-
-def _flat(shape):
-    """x's rows as one dim: the tensor name itself where x is 2-D (a view otherwise)."""
-
-    def f(name):
-        if len(shape) != 2:
-            raise NotImplementedError("norm_wide: 2-D x only")
-        return name
-
-    return f
