@@ -24,8 +24,8 @@ from trnsim.kernels import norm_columns, norms
 from trnsim.kernels.row_pieces import PieceLayout
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
-    ("bfloat16", 20000): "62.2 us, 74.5%: in 8 pieces of 2500 (WIDE_STT), 208 and 211 rows a "
-    "core (13 and 14 tiles of 16 rows); every engine busy 50-56 us against the engine bound's 41",
+    ("bfloat16", 20000): "61.1 us, 75.9%: in 8 pieces of 2500 (`norm_wide`), 209 and 210 rows "
+    "a core (14 tiles of 16 rows, the last of 1 or 2); needs <= 57.9",
     ("bfloat16", 50257): "74.1 us, 62%: 29 pieces of 1733, 4 rows a tile on 116 partitions "
     "(norms._any_divisor); every engine busy",
 }

@@ -52,16 +52,19 @@ PIECE_MOST = 3072  # a piece's columns at most, k the fewest pieces that fit (tr
 # MiB, bf16 rows of 14336 in 4 pieces of 3584 69.4 us, 8 of 1792 61.7; 32000 in 8 of 4000
 # 68.1, 16 of 2000 62.6; 10240 in 4 of 2560 60.8, 8 of 1280 67.2)
 PIECE_LEAST = 1024  # ... and at least
-K_MOST = 16  # pieces a row at most (8 rows a tile; 64 pieces of 2374, 2 rows a tile, per-tile
-# steps: trn2 LNC 2, 16 MiB, bf16 rows of 151936 62.4 us, STT_GROUP3 60.0) ...
+K_MOST = 8  # pieces a row at most (16 rows a tile): the estimate chose WIDE for bf16 rows of
+# 32000 in 16 pieces of 2000, trn2 LNC 2, 16 MiB, 58.75 us against STT_PARTS' 58.00; 64 pieces
+# of 2374 (151936, 2 rows a tile) ran 62.4 us, STT_GROUP3 60.0 ...
 WIDE_LEAST = 8192  # ... rows this long at least (shorter ones fit a partition)
 BUFS = 16  # tiles of x rotating (8: 63.1 us at 10240; 12: 62.2 before the small columns
 # shared a tile, `sm`, and more took more semaphores than a core has)
 Y_BUFS = 12  # ... of y, diag(std) and the mean (4: 63.4 us at 10240)
 SPAN = 2  # PSUM banks a copy out reads (1: 61.2 us at 10240, 65.8 at 12288)
 PS_TILES = 3  # ... those PSUM tiles, in turn
-LAGS = (0, 1, 2)  # the stages' lags behind the loads, in tiles (the list schedule reorders:
-# (0, 1, 3), (0, 2, 3), (0, 2, 4) within 0.6 us)
+LAGS = (0, 2, 5)  # the stages' lags behind the loads, in tiles (ties in the list schedule go
+# in emitted order): trn2 LNC 2, 16 MiB, bf16 rows of 10240, 12288, 14336, 20000, 24576, us:
+# (0, 1, 2) 58.57, 59.54, 59.12, 61.91, 59.33; (0, 2, 4) 57.72, 59.58, 59.12, 61.27, 59.79;
+# (0, 2, 5) 57.17, 58.86, 59.07, 61.05, 60.07; (0, 3, 5) 58.26, 58.96, 59.16, 61.18, 60.01
 STT_PARTS = 8  # y's scalar_tensor_tensor a tile in this many column parts, each on VectorE
 # or GpSimd as the list schedule finds free sooner (1: 64.3 us at 10240, 4: 63.6, 8: 63.1;
 # VectorE's share fixed at 0.1 to 0.25 of the columns: 64.8 to 68.3)
