@@ -1,4 +1,4 @@
-"""bf16 `layer_norm` rows too long for a partition with a weight and a bias, in k pieces of L =
+"""bf16 `layer_norm` rows of WIDE_LEAST or more with a weight and a bias, in k pieces of L =
 D / k columns (L even), the normalisation folded into three passes over the elements (as
 `norm_fused`'s short rows):
 
@@ -8,20 +8,29 @@ A tile is g = P / k rows, row r's piece s on partition r k + s (x's g rows are c
 one transfer a tile, in flat order). Per tile, in three stages (`LAGS` tiles apart; the list
 schedule, `schedule.Scheduled`, interleaves them):
 
-1. load; VectorE's `bn_stats` over the piece's chunks and `bn_aggr`: each partition's mean
-   m_p and variance v_p;
-2. the row's mean M, the mean of its k pieces' (TensorE: a block matrix, 1 / k where two
-   partitions hold one row, times m; float64 sums rounded once, so a row's values are its own:
-   the same at LNC 1 and 2), its variance, the mean of v_p + (m_p - M)^2 (equal counts, Chan's
-   formula: no E[x^2] - E[x]^2, a mean of 1e4 keeps its digits), rstd and std (ScalarE);
-   diag(std); y by one `scalar_tensor_tensor` (x - M) * w (VectorE one cycle an element for
-   bf16, or GpSimd two: the list schedule's pick);
-3. per PSUM bank: TensorE's identity times y plus diag(std) times the spread bias, copied out
-   times rstd (ScalarE's `activation` with rstd its scale, or VectorE) into x's tile; store.
+1. load; VectorE's `bn_stats` over the piece's chunks (of one even width: `_chunks`);
+2. the row's mean M and variance from the chunks' (count, mean, M2) halves, without
+   `bn_aggr` (`stats_fields`, `NO_AGGR`): TensorE sums the halves' means over the row's k
+   partitions (a block matrix, 1 where two partitions hold one row; float64 sums rounded
+   once, so a row's values are its own: the same at LNC 1 and 2), ScalarE's copy with its
+   add reduction makes M; ScalarE's square of (M - mean_i) and copy of M2_i, each summed by
+   its reduction, and TensorE's sums over the row's partitions make D var = sum M2_i + n_i
+   sum (M - mean_i)^2 (Chan's formula, equal counts: no E[x^2] - E[x]^2, a mean of 1e4 keeps
+   its digits); rstd and std (ScalarE); diag(std); y by one `scalar_tensor_tensor` (x - M) w
+   in column parts, each on VectorE (one cycle an element for bf16) or GpSimd (two), the
+   list schedule's pick. (Chunks of unequal widths: `bn_aggr` per partition, then M and
+   the mean of v_p + (m_p - M)^2 over the row's partitions, `second_aggr`.)
+3. per PSUM tile of SPAN banks: TensorE's identity times y plus diag(std) times the spread
+   bias, copied out times rstd (ScalarE's `activation` with rstd its scale, or VectorE)
+   into x's tile; store.
 
-The weight and bias are loaded once each as [k, L] (one transfer of 2 D bytes, not a copy a
-partition: 1.2 MiB a core at 10240) and spread to [P, L] by TensorE (a K = k selector, 1
-where p = s mod k, times them; copied out once) while the first tile loads.
+The weight and bias are loaded once each as [W_ROWS, D / W_ROWS] (one transfer of 2 D bytes
+over 4 DMA engines, not a copy a partition: 1.2 MiB a core at 10240) and spread to [P, L] by
+TensorE (K = W_ROWS selectors, 1 where partition q holds piece p mod k's block, times them;
+copied out once): the weight while the first tile loads, the bias after its statistics.
+trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 57.17 us (74.1% -> 81.0%), 12288 62.45 ->
+58.86, 14336 60.58 -> 59.07, 20000 64.01 -> 61.05, 24576 61.52 -> 60.07, 8192 61.30 -> 56.28,
+16384 58.88 -> 56.31 (`norms.WIDE`, chosen by estimate).
 """
 
 from __future__ import annotations
