@@ -29,7 +29,7 @@ over 4 DMA engines, not a copy a partition: 1.2 MiB a core at 10240) and spread 
 TensorE (K = W_ROWS selectors, 1 where partition q holds piece p mod k's block, times them;
 copied out once): the weight while the first tile loads, the bias after its statistics.
 trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 57.17 us (74.1% -> 81.0%), 12288 62.45 ->
-58.86, 14336 60.58 -> 59.07, 20000 64.01 -> 61.05, 24576 61.52 -> 60.07, 8192 61.30 -> 56.28,
+58.86, 14336 60.58 -> 58.37, 20000 64.01 -> 61.05, 24576 61.52 -> 60.07, 8192 61.30 -> 56.28,
 16384 58.88 -> 56.31 (`norms.WIDE`, chosen by estimate).
 """
 
@@ -96,10 +96,10 @@ BIAS_LATER = True  # the bias spread after the first tile's statistics (ScalarE 
 BIAS_FIRST = False  # std b into PSUM before y (TensorE ahead of y's passes): trn2 LNC 2, 16
 # MiB, bf16 rows of 10240 58.57 -> 59.62 us, 12288 59.54 -> 58.10, 20000 61.91 -> 61.68 (as a
 # second variant the estimate chose the slower of the two at 10240 and 12288)
-REDUCE_V = 0  # the sum of M2 (1), and of the means (2), on ScalarE or VectorE as the list
-# schedule finds free (trn2 LNC 2, 16 MiB, bf16 rows of 10240, 12288, 14336, 20000, 24576:
-# 58.57, 59.54, 59.12, 61.91, 59.33 us; 2: 58.28, 60.28, 59.76, 61.17, 60.55; 1: 58.57,
-# 59.54, 59.71, 61.91, 59.33)
+REDUCE_V = 1  # the sum of M2 (1), and of the means (2), on ScalarE or VectorE as the list
+# schedule finds free (trn2 LNC 2, 16 MiB, bf16 rows of 10240, 12288, 14336, 20000, 24576,
+# 8192, 16384, us: 0: 57.17, 58.86, 59.07, 61.05, 60.07, 56.28, 56.31; 1: the same but 14336
+# 58.37; 2: 14336 59.59, 8192 56.81, 16384 57.30)
 STD_DIVIDE = False  # diag(std) as the identity divided by rstd (GpSimd or VectorE), no sqrt
 # on ScalarE: trn2 LNC 2, 16 MiB, bf16 rows of 10240 58.57 -> 59.06 us, 20000 61.91 -> 63.26
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
