@@ -171,6 +171,8 @@ class KernelBuilder:
         self._names: dict[str, int] = defaultdict(int)
         self.scratch: dict[str, str] = {}  # a lowering's own key -> tile name (reused buffers)
         self._free_psum: list[str] = []  # PSUM tiles released by ops that ended
+        self._banks: dict[str, int] = {}  # tile -> its columns a bank (`banked`)
+        self.bank_of: dict[str, str] = {}  # a bank's buffer name -> its tile
         self.part = (0, 1)  # this program is physical core part[0] of part[1] (`share`)
         self.row = -1  # the op row (`lower`'s runs of ops) the instructions emitted now belong to
         self._rows: list[int] = []  # per instruction, its `row`
@@ -215,6 +217,41 @@ class KernelBuilder:
                 return name
         return self.tile(base, "psum", shape, dtype)
 
+    def banked(self, name: str, cols: int) -> None:
+        """Order PSUM tile `name`'s accesses bank by bank (`cols` columns each), not as one
+        tile: each bank's writes and reads counted apart, so a copy out of one bank waits only
+        for the matmuls into it (a norm's last block: its copies start while TensorE fills the
+        tile's other banks)."""
+        if name in self._banks:
+            return
+        self._banks[name] = cols
+        buf = self._bufs[name]
+        for k in range(-(-buf.shape[-1] // cols)):
+            sub = f"{name}.bank{k}"
+            self.bank_of[sub] = name
+            self._bufs[sub] = _Buffer(buf.shape, (f"r.{sub}", f"w.{sub}"))
+            self._bufs[sub].first = self._bufs[sub].last = self.row
+
+    def split_banks(self, aps: list[Ap], touch: bool = False) -> list[Ap]:
+        """`aps` with each operand of a `banked` tile as one per bank it touches (its index
+        kept); `touch`: the tile's last access now (`_Buffer.last`)."""
+        if not self._banks or not any(a.name in self._banks for a in aps):
+            return aps
+        out = []
+        for a in aps:
+            cols = self._banks.get(a.name)
+            if cols is None:
+                out.append(a)
+                continue
+            buf = self._bufs[a.name]
+            if touch:
+                buf.last = self.row
+            lo, hi = region(a, buf.shape)[-1]
+            out.extend(
+                Ap(f"{a.name}.bank{k}", a.index) for k in range(lo // cols, (hi - 1) // cols + 1)
+            )
+        return out
+
     def release(self, *names: str) -> None:
         """PSUM tiles of an op that ended, for `psum` to hand to the next ops."""
         self._free_psum.extend(n for n in names if self.tiles[n].memory == "psum")
@@ -246,6 +283,8 @@ class KernelBuilder:
         engine = fields.pop("engine", cls.ENGINE)
         queue: Any = self._dma_queue(fields.get("queue", 0)) if engine is _DMA else engine
         seen = self._waited[queue]  # what earlier instructions of this queue waited for
+        if self._banks:
+            reads, writes = self.split_banks(reads, True), self.split_banks(writes, True)
         waits: dict[str, int] = {}
         bufs, need = self._bufs, self._need
         for a in reads:

@@ -68,8 +68,8 @@ def _users(b) -> dict[str, list[tuple]]:
     kind "r" or "w")."""
     out: dict[str, list[tuple]] = {}
     for n, buf in b._bufs.items():
-        u = f"tile {n}"
-        out[u] = [
+        u = f"tile {b.bank_of.get(n, n)}"  # (a bank's counts: its tile's, `banked`)
+        out[u] = out.get(u, []) + [
             (s, u, buf.first, buf.last, c, frozenset(q), k)
             for s, c, q, k in zip(
                 buf.sems, (buf.reads, buf.writes), (buf.last_read, buf.last_write), "rw"

@@ -11,6 +11,7 @@ from trnsim.dtypes import dtype
 from trnsim.isa import (
     Activation,
     AffineSelect,
+    Ap,
     BnAggr,
     BnStats,
     DmaCopy,
@@ -51,6 +52,8 @@ PSUM_SHIFT = True  # rows in pieces whose shift is all ScalarE's: -x0 its bias f
 # -> 56.6 us, 14336 58.3 -> 55.3, 24576 57.4 -> 55.4, 32000 58.2 -> 54.0; not for tiles on part
 # of the partitions (`norms._any_divisor`): fp32 rows of 50257 (29 pieces, 116 partitions) were
 # estimated 68.9 us so in pieces and ran 77.5 (with a remainder column, taken otherwise: 67.9)
+LAST_HALVES = True  # a lane's store of the last block (bias tiles `banked`) in two by partitions
+# on two queues (`last_halves`)
 OUT_BUFS = 3  # ... the blocks whose output pieces rotate through tiles of their own
 
 
@@ -160,6 +163,7 @@ class NormStages:
         self.pe_tiles = PE_TILES  # rows in pieces: TensorE's bias' PSUM tiles, in turn
         self.tail_copies = 0  # ... the last this many blocks' copies out a bank each, on ScalarE
         # and VectorE in turn (the last copies end sooner: the last store goes sooner)
+        self.banked = False  # ... TensorE's bias tiles ordered bank by bank (`PeBias.banked`)
         self.shared: dict[int, set[int]] = {}  # block -> the lanes this core weights, biases
         # and stores (`norm_shared`: a tile both cores of a logical core take; all if absent)
         self.segs: dict[int, tuple[int, int]] = {}  # `fused`: block -> (g, k), its rows in k
@@ -1203,7 +1207,37 @@ class NormStages:
             if len(self.lanes) == 1
             else ap(self.out, *full, slice(*self.xcols(lane)))
         )
-        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[len(self.lanes) * n + i])
+        q = len(self.lanes) * n + i
+        if (
+            LAST_HALVES
+            and n == self.blocks - 1
+            and self.banked
+            and self.per == 1
+            and len(full) == 1
+            and self.pieces.k * (full[0].stop - full[0].start) == p
+        ):
+            for src, dst in self.last_halves(index[0], p, lane, o):
+                b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores[q])
+                q += 1
+            return
+        b.emit(DmaCopy, [o], [dst], src=o, dst=dst, queue=self.stores[q])
+
+    def last_halves(self, rows: slice, p: int, lane: Lane, o) -> list[tuple]:
+        """A lane's store of the last block (rows in pieces, a row slot) in two by partitions,
+        (src, dst) each, on two queues: each transfer's setup staggers over half the DMA
+        engines, and the two set up at once (`store`)."""
+        kk, (c0, c1), w = min(self.pieces.k, self.P), self.xcols(lane), lane.hi - lane.lo
+        r0, r = rows.start, rows.stop - rows.start
+        h = r // 2 * kk if r > 1 else kk // 2
+        out = []
+        for a, z in ((0, h), (h, p)):
+            src = Ap(o.name, ((a, z, None),) + o.index[1:])
+            if r > 1:
+                dst = ap(self.out, slice(r0 + a // kk, r0 + z // kk), slice(c0, c1))
+            else:
+                dst = ap(self.out, slice(r0, r0 + 1), slice(c0 + a * w, c0 + z * w))
+            out.append((src, dst))
+        return out
 
     # -- [p, per] steps ------------------------------------------------------------------------
 

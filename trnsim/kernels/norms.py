@@ -469,6 +469,9 @@ PE_ROWS_MIN = 16  # ... with this many rows a tile or more (k <= 8 pieces: savin
 # 60.63, 151936 (2) 59.98 -> 60.94)
 PE_ROWS_AT = 1  # ... behind this block's loads, when its `affine_at` is later (behind block 0:
 # 10240 59.64 us, 14336 61.32; at `affine_at`'s 2: 60.68, 60.65)
+LANE_TAIL = 2  # ... and the last this many blocks' copies out a bank each (`tail_copies`; the
+# bias tiles ordered bank by bank, `PeBias.banked`: the next block's matmuls into a bank wait
+# only for its copy out): bf16 151936 58.78 -> 58.71 us (3: 59.77)
 LANE_SPAN = True  # rows in pieces in lanes, TensorE's bias, each lane over `pe_span` banks
 # but within one more: its bias tiles that one bank wider, one tile fewer (`_lane_span`; trn2 LNC
 # 2, 16 MiB, bf16 rows of 151936, lanes of 1187: ScalarE busy 49.9 -> 47.6 us a core, 59.98 ->
@@ -1150,7 +1153,8 @@ def _lower_pieces(b, cfg, op, x, out, weight, bias, eps, lay, rows, variant) -> 
         raise TraceError(f"layer_norm: rows of {lay.d} in padded pieces need `norm_tsums`")
     with _scheduled(k) as s:
         if k.pe_bias:
-            k.pe = PeBias(b, cfg, bias, width, to.dtype, pieces=True, tiles=k.pe_tiles)
+            k.pe = PeBias(b, cfg, bias, width, to.dtype, pieces=True, tiles=k.pe_tiles,
+                          banked=k.banked)  # fmt: skip
         _emit(k, blocks)
     k.groups.done()
     b.release(*k.psum_rows.values(), *k.psum_cols.values())
@@ -1168,6 +1172,8 @@ def _lane_span(k, cfg: ChipConfig) -> None:
     if (LANE_SPAN and k.pe_bias and k.stt and len(k.lanes) > 1 and k.pe_tiles > 2
             and k.pe_span * step < w <= (k.pe_span + 1) * step):  # fmt: skip
         k.pe_span, k.pe_tiles = k.pe_span + 1, k.pe_tiles - 1
+        if k.tail_copies and LANE_TAIL:  # (the copies out a bank each, `LANE_TAIL`)
+            k.tail_copies, k.banked = max(k.tail_copies, LANE_TAIL), True
 
 
 def _load_behind(k, cfg: ChipConfig, lay, at: dict) -> None:
