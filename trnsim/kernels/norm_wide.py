@@ -74,9 +74,11 @@ LAGS = (0, 2, 5)  # the stages' lags behind the loads, in tiles (ties in the lis
 # in emitted order): trn2 LNC 2, 16 MiB, bf16 rows of 10240, 12288, 14336, 20000, 24576, us:
 # (0, 1, 2) 58.57, 59.54, 59.12, 61.91, 59.33; (0, 2, 4) 57.72, 59.58, 59.12, 61.27, 59.79;
 # (0, 2, 5) 57.17, 58.86, 59.07, 61.05, 60.07; (0, 3, 5) 58.26, 58.96, 59.16, 61.18, 60.01
-STT_PARTS = 8  # y's scalar_tensor_tensor a tile in this many column parts, each on VectorE
-# or GpSimd as the list schedule finds free sooner (1: 64.3 us at 10240, 4: 63.6, 8: 63.1;
-# VectorE's share fixed at 0.1 to 0.25 of the columns: 64.8 to 68.3)
+STT_PARTS = (8, 16)  # y's scalar_tensor_tensor a tile in this many column parts (pieces
+# shorter than LONG_PIECE, the rest), each on VectorE or GpSimd as the list schedule finds free
+# sooner (1: 64.3 us at 10240, 4: 63.6, 8: 63.1; VectorE's share fixed at 0.1 to 0.25 of the
+# columns: 64.8 to 68.3; 16 parts of pieces of 3072: 12288 58.86 -> 58.43, 24576 60.07 ->
+# 58.92, 20000 61.05 -> 59.69, but 14336's of 1792 58.37 -> 58.47; 10 or 20 parts: 12288 59.72)
 V_SHARE = None  # (VectorE's fixed share of y's columns, the rest GpSimd's: None, the above)
 S_COLS = 0  # ScalarE's statistics of a tile's first columns, two passes (their sum, then the
 # squares about their mean) beside VectorE's bn_stats of the rest: 128 columns 68.2 us at
@@ -93,9 +95,11 @@ NO_AGGR = True  # the row's mean and variance from bn_stats' fields by TensorE a
 DG_ON = (S, V, G)
 BIAS_LATER = True  # the bias spread after the first tile's statistics (ScalarE copied it out
 # first, and GpSimd's first y pass waited)
-BIAS_FIRST = False  # std b into PSUM before y (TensorE ahead of y's passes): trn2 LNC 2, 16
-# MiB, bf16 rows of 10240 58.57 -> 59.62 us, 12288 59.54 -> 58.10, 20000 61.91 -> 61.68 (as a
-# second variant the estimate chose the slower of the two at 10240 and 12288)
+LONG_PIECE = 2048  # pieces of this many columns or more: std b into PSUM before y (TensorE
+# ahead of y's passes) and y in STT_PARTS[1] parts; trn2 LNC 2, 16 MiB, bf16 rows, us, (bias
+# after y, 8 parts) -> (bias first, 16 parts): 8192 56.28 -> 55.78, 10240 57.17 -> 57.03,
+# 12288 58.86 -> 58.08, 16384 56.31 -> 56.12, 20000 61.05 -> 59.64, 24576 60.07 -> 58.48; but
+# 14336 (pieces of 1792) 58.37 -> 59.44 (bias first alone 59.44, 16 parts alone 58.47)
 REDUCE_V = 1  # the sum of M2 (1), and of the means (2), on ScalarE or VectorE as the list
 # schedule finds free (trn2 LNC 2, 16 MiB, bf16 rows of 10240, 12288, 14336, 20000, 24576,
 # 8192, 16384, us: 0: 57.17, 58.86, 59.07, 61.05, 60.07, 56.28, 56.31; 1: the same but 14336
@@ -153,6 +157,7 @@ class _Wide:
         self.d = d = b.tensors[x].shape[-1]
         self.k = k = pieces(P, d)
         self.L, self.g = d // k, P // k
+        self.long = int(self.L >= LONG_PIECE)  # (`LONG_PIECE`)
         self.bf, self.f32 = b.tensors[x].dtype, dtype("float32")
         self.xf, self.of = x, out  # (2-D: `applies`)
         lo, hi = share
@@ -466,7 +471,8 @@ class _Wide:
             self.put([o for o in ops if o[3]["engine"] in DG_ON])
         cv = round(self.L * (V_SHARE or 0) / 2) * 2  # (VectorE's columns: even, its fast case)
         parts = [((0, cv), (V,))] if cv else []
-        parts += [(c, (G,)) for c in runs(self.L - cv, -(-(self.L - cv) // STT_PARTS))]
+        np_ = STT_PARTS[self.long]
+        parts += [(c, (G,)) for c in runs(self.L - cv, -(-(self.L - cv) // np_))]
         for (lo, hi), engines in parts:
             if V_SHARE is None:
                 engines = (V, G)
@@ -496,7 +502,7 @@ class _Wide:
                 ys = self.yt(n, p, (lo + a, lo + z))
                 bs = ap(self.spread[self.bias], slice(0, p), slice(lo + a, lo + z))
                 mms = [(ib, ys), (dg, bs)]
-                for i, (st, mv) in enumerate(mms[::-1] if BIAS_FIRST else mms):
+                for i, (st, mv) in enumerate(mms[::-1] if self.long else mms):
                     b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc,
                            accumulate=i > 0)  # fmt: skip
             self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
