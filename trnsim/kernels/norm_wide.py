@@ -28,9 +28,9 @@ The weight and bias are loaded once each as [W_ROWS, D / W_ROWS] (one transfer o
 over 4 DMA engines, not a copy a partition: 1.2 MiB a core at 10240) and spread to [P, L] by
 TensorE (K = W_ROWS selectors, 1 where partition q holds piece p mod k's block, times them;
 copied out once): the weight while the first tile loads, the bias after its statistics.
-trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 57.17 us (74.1% -> 81.0%), 12288 62.45 ->
-58.86, 14336 60.58 -> 58.37, 20000 64.01 -> 61.05, 24576 61.52 -> 60.07, 8192 61.30 -> 56.28,
-16384 58.88 -> 56.31 (`norms.WIDE`, chosen by estimate).
+trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 57.03 us (74.1% -> 81.2%), 12288 62.45 ->
+58.08, 14336 60.58 -> 57.44, 20000 64.01 -> 59.64, 24576 61.52 -> 58.48, 8192 61.30 -> 55.01,
+16384 58.88 -> 55.56 (`norms.WIDE`, chosen by estimate).
 """
 
 from __future__ import annotations
@@ -92,7 +92,11 @@ W_ROWS = 32  # the weight and bias loaded as [W_ROWS, D / W_ROWS] where k divide
 W_OWN = True  # ... the weight on a queue of its own (at 10240, 61.05 -> 60.85 us)
 NO_AGGR = True  # the row's mean and variance from bn_stats' fields by TensorE and ScalarE,
 # VectorE's bn_aggr dropped (its chunks of equal even widths)
-DG_ON = (S, V, G)
+DG_ON = ((G,), (S, V, G))  # diag(std)'s engines, pieces of at most DG_G columns (GpSimd: a
+# busy VectorE's bn_stats not held up), and longer: trn2 LNC 2, 16 MiB, bf16 rows, us, (S, V,
+# G) -> (G,): 14336 (pieces of 1792) 58.37 -> 57.44, 8192 55.78 -> 55.01, 16384 56.12 -> 55.56;
+# but 10240 57.03 -> 57.66, 12288 58.08 -> 58.87, 20000 59.64 -> 60.34, 24576 58.48 -> 59.52
+DG_G = 2048
 BIAS_LATER = True  # the bias spread after the first tile's statistics (ScalarE copied it out
 # first, and GpSimd's first y pass waited)
 LONG_PIECE = 2048  # pieces of this many columns or more: std b into PSUM before y (TensorE
@@ -468,7 +472,7 @@ class _Wide:
                 )
                 for e in (V, G)
             ]
-            self.put([o for o in ops if o[3]["engine"] in DG_ON])
+            self.put([o for o in ops if o[3]["engine"] in DG_ON[self.L > DG_G]])
         cv = round(self.L * (V_SHARE or 0) / 2) * 2  # (VectorE's columns: even, its fast case)
         parts = [((0, cv), (V,))] if cv else []
         np_ = STT_PARTS[self.long]
