@@ -39,3 +39,25 @@ def test_wide_at_mean_1e4(monkeypatch, tmp_path):
         out.append(checked_layer_norm(specs, lnc))
     norms._CHOSEN.clear()
     assert np.array_equal(out[0], out[1])
+
+
+def test_wide_tail_alu_bits(monkeypatch, tmp_path):
+    """The last tile's columns out of GpSimd or VectorE (`TAIL_ALU`: b times std as bf16 plus
+    y in fp32, then times rstd) hold TensorE's and PSUM's bits: every column of each core's
+    last tile that way against none, rows of mean 10^4 and a massive first channel."""
+    from trnsim.kernels import norm_wide
+
+    monkeypatch.setattr(norms, "VARIANTS", (norms.WIDE,))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((120, 12288)) * 300 + 1e4
+    x[:, 0] += 3e4
+    arrays = {"x": x, "w": rng.standard_normal(12288), "b": rng.standard_normal(12288) * 50}
+    t = dtype("bfloat16")
+    out = []
+    for n in (0, 99999):
+        monkeypatch.setattr(norm_wide, "TAIL_ALU", n)
+        specs = saved_specs(arrays, t, tmp_path) | {"out": TensorSpec("out", x.shape, t, None)}
+        norms._CHOSEN.clear()
+        out.append(checked_layer_norm(specs, 2))
+    norms._CHOSEN.clear()
+    assert np.array_equal(out[0], out[1])

@@ -28,8 +28,8 @@ The weight and bias are loaded once each as [W_ROWS, D / W_ROWS] (one transfer o
 over 4 DMA engines, not a copy a partition: 1.2 MiB a core at 10240) and spread to [P, L] by
 TensorE (K = W_ROWS selectors, 1 where partition q holds piece p mod k's block, times them;
 copied out once): the weight while the first tile loads, the bias after its statistics.
-trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 57.03 us (74.1% -> 81.2%), 12288 62.45 ->
-58.08, 14336 60.58 -> 57.44, 20000 64.01 -> 59.64, 24576 61.52 -> 58.48, 8192 61.30 -> 55.01,
+trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 56.70 us (74.1% -> 81.7%), 12288 62.45 ->
+57.68, 14336 60.58 -> 57.22, 20000 64.01 -> 59.65, 24576 61.52 -> 58.36, 8192 61.30 -> 55.01,
 16384 58.88 -> 55.56 (`norms.WIDE`, chosen by estimate).
 """
 
@@ -110,6 +110,11 @@ REDUCE_V = 1  # the sum of M2 (1), and of the means (2), on ScalarE or VectorE a
 # 58.37; 2: 14336 59.59, 8192 56.81, 16384 57.30)
 STD_DIVIDE = False  # diag(std) as the identity divided by rstd (GpSimd or VectorE), no sqrt
 # on ScalarE: trn2 LNC 2, 16 MiB, bf16 rows of 10240 58.57 -> 59.06 us, 20000 61.91 -> 63.26
+TAIL_ALU = 512  # a partial last tile's first columns without TensorE (`tail_alu`: TensorE,
+# two matmuls a bank, ran behind y at the end): trn2 LNC 2, 16 MiB, bf16 rows, us, 0 -> 512:
+# 12288 58.08 -> 57.68, 10240 57.03 -> 56.70, 14336 57.44 -> 57.22, 24576 58.48 -> 58.36;
+# 1024: 12288 57.72, 10240 57.49; a full last tile the same way lost (8192 55.01 -> 55.45
+# at 1024, 16384 55.56 -> 56.14 at 512), so full last tiles keep TensorE
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
@@ -498,7 +503,11 @@ class _Wide:
             slice(0, p),
         )
         rs = self.sm(n, p, "rs")
-        for lo, hi in _banks(self.L, SPAN * self.bank):
+        c = min(self.L, TAIL_ALU) if n == len(self.tiles) - 1 and rows < self.g else 0
+        if c:  # (`TAIL_ALU`)
+            self.tail_alu(n, p, 0, c, rs)
+        for lo, hi in _banks(self.L - c, SPAN * self.bank):
+            lo, hi = lo + c, hi + c
             ps = self.psum[self.turn % PS_TILES]
             self.turn += 1
             for a, z in _banks(hi - lo, self.bank):
@@ -512,6 +521,23 @@ class _Wide:
             self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
         src, dst = self.xt(n, p), ap(self.of, slice(r0, r0 + rows))
         b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores.next())
+
+    def tail_alu(self, n: int, p: int, lo: int, hi: int, rs) -> None:
+        """Columns [lo, hi) of tile n without TensorE (`TAIL_ALU`): (b times std as bf16, as
+        diag(std) holds it) plus y, in fp32 on GpSimd or VectorE (the product exact, the sum
+        rounded once: the bits of TensorE's float64 sum rounded once into PSUM), copied out
+        times rstd as from PSUM."""
+        b = self.b
+        sd = self.sm(n, p, "sd")
+        sdb = ap(b.scratch_tile("lnw.sdb", "sdb", (self.P, 1), self.bf), slice(0, p))
+        b.emit(TensorCopy, [sd], [sdb], src=sd, dst=sdb, engine=G)
+        t = b.scratch_tile("lnw.tz", "tz", (self.P, hi - lo), self.f32)
+        t = ap(t, slice(0, p), slice(0, hi - lo))
+        bs, ys = ap(self.spread[self.bias], slice(0, p), slice(lo, hi)), self.yt(n, p, (lo, hi))
+        self.put([(ScalarTensorTensor, [bs, sdb, ys], [t], dict(
+            data=bs, op0="multiply", operand0=sdb, op1="add", operand1=ys, dst=t, engine=e))
+            for e in (G, V)])  # fmt: skip
+        self.copy(t, self.xt(n, p, (lo, hi)), rs)
 
 
 def _chunks(n: int, most: int) -> list[tuple[int, int]]:
