@@ -28,8 +28,8 @@ The weight and bias are loaded once each as [W_ROWS, D / W_ROWS] (one transfer o
 over 4 DMA engines, not a copy a partition: 1.2 MiB a core at 10240) and spread to [P, L] by
 TensorE (K = W_ROWS selectors, 1 where partition q holds piece p mod k's block, times them;
 copied out once): the weight while the first tile loads, the bias after its statistics.
-trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 56.70 us (74.1% -> 81.7%), 12288 62.45 ->
-57.68, 14336 60.58 -> 57.22, 20000 64.01 -> 59.65, 24576 61.52 -> 58.36, 8192 61.30 -> 55.01,
+trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 56.61 us (74.1% -> 81.8%), 12288 62.45 ->
+57.58, 14336 60.58 -> 57.10, 20000 64.01 -> 59.35, 24576 61.52 -> 58.02, 8192 61.30 -> 55.01,
 16384 58.88 -> 55.56 (`norms.WIDE`, chosen by estimate).
 """
 
@@ -110,11 +110,17 @@ REDUCE_V = 1  # the sum of M2 (1), and of the means (2), on ScalarE or VectorE a
 # 58.37; 2: 14336 59.59, 8192 56.81, 16384 57.30)
 STD_DIVIDE = False  # diag(std) as the identity divided by rstd (GpSimd or VectorE), no sqrt
 # on ScalarE: trn2 LNC 2, 16 MiB, bf16 rows of 10240 58.57 -> 59.06 us, 20000 61.91 -> 63.26
-TAIL_ALU = 512  # a partial last tile's first columns without TensorE (`tail_alu`: TensorE,
-# two matmuls a bank, ran behind y at the end): trn2 LNC 2, 16 MiB, bf16 rows, us, 0 -> 512:
-# 12288 58.08 -> 57.68, 10240 57.03 -> 56.70, 14336 57.44 -> 57.22, 24576 58.48 -> 58.36;
-# 1024: 12288 57.72, 10240 57.49; a full last tile the same way lost (8192 55.01 -> 55.45
-# at 1024, 16384 55.56 -> 56.14 at 512), so full last tiles keep TensorE
+TAIL_ALU = 3  # a partial last tile's first L / TAIL_ALU columns (in steps of 256) without
+# TensorE (`tail_alu`: TensorE, two matmuls a bank, ran behind y at the end): trn2 LNC 2, 16
+# MiB, bf16 rows, us, none -> 512 columns: 12288 58.08 -> 57.68, 10240 57.03 -> 56.70, 14336
+# 57.44 -> 57.22, 24576 58.48 -> 58.36 (1024: 12288 57.72, 10240 57.49; 256: 12288 57.87;
+# 512 more at the tile's end, or the last 2 tiles: worse); with `EVEN_LAST`, 512 -> L / 3:
+# 12288 57.82 -> 57.58, 24576 58.08 -> 58.02, 10240 56.62 -> 56.61. A full last tile the
+# same way lost (8192 55.01 -> 55.45 at 1024, 16384 55.56 -> 56.14 at 512): it keeps TensorE
+EVEN_LAST = 0.5  # a partial last tile and the one before share their rows, the last this
+# much (evened, the last's y, copies and store shorter): 24576 58.36 -> 58.08 us, 20000 59.65
+# -> 59.31, 14336 57.22 -> 57.10, 10240 56.70 -> 56.62, 12288 57.68 -> 57.82 (0.4, 0.3:
+# 12288 and 24576 unchanged, a tile holds g rows at most)
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
@@ -171,6 +177,10 @@ class _Wide:
         self.xf, self.of = x, out  # (2-D: `applies`)
         lo, hi = share
         self.tiles = [(r, min(hi, r + self.g) - r) for r in range(lo, hi, self.g)]
+        if EVEN_LAST and len(self.tiles) > 1 and self.tiles[-1][1] < self.g:
+            (r, a), (_, z) = self.tiles[-2:]  # (`EVEN_LAST`)
+            h = min(self.g, a + z - int((a + z) * EVEN_LAST))
+            self.tiles[-2:] = [(r, h), (r + h, a + z - h)]
         self.bufs = BUFS
         self.bank = cfg.core.psum.bank_bytes // 4
         self.c = S_COLS if self.L > 2 * S_COLS else 0  # ScalarE's statistics columns
@@ -503,7 +513,7 @@ class _Wide:
             slice(0, p),
         )
         rs = self.sm(n, p, "rs")
-        c = min(self.L, TAIL_ALU) if n == len(self.tiles) - 1 and rows < self.g else 0
+        c = self.L // TAIL_ALU // 256 * 256 if n == len(self.tiles) - 1 and rows < self.g else 0
         if c:  # (`TAIL_ALU`)
             self.tail_alu(n, p, 0, c, rs)
         for lo, hi in _banks(self.L - c, SPAN * self.bank):
