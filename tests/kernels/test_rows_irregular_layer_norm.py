@@ -24,10 +24,10 @@ from trnsim.kernels import norm_columns, norms
 from trnsim.kernels.row_pieces import PieceLayout
 
 SHORT = {  # (dtype, row length): why it does not reach 80% yet
-    ("bfloat16", 20000): "61.1 us, 75.9%: in 8 pieces of 2500 (`norm_wide`), 209 and 210 rows "
-    "a core (14 tiles of 16 rows, the last of 1 or 2); needs <= 57.9",
-    ("bfloat16", 50257): "74.1 us, 62%: 29 pieces of 1733, 4 rows a tile on 116 partitions "
-    "(norms._any_divisor); every engine busy",
+    ("bfloat16", 20000): "59.3 us, 78.1%: in 8 pieces of 2500 (`norm_wide`), 209 and 210 rows "
+    "a core (14 tiles of 16 rows, the last two evened); needs <= 57.9",
+    ("bfloat16", 50257): "62.0 us, 74.6%: 32 padded pieces of 1571 (`norm_pad`), 4 rows a tile; "
+    "every engine busy ~50 us a core; needs <= 57.9",
 }
 PARAMS = marked([("float32", 1600), ("bfloat16", 3072), ("bfloat16", 20000),
                   ("bfloat16", 50257), ("float32", 50257)], SHORT)  # fmt: skip

@@ -16,7 +16,8 @@ from trnsim.dtypes import dtype
 from trnsim.kernels import norms
 
 SHORT: dict = {}  # (dtype, row length): why it does not reach 80% yet (bf16 rows of 8192 and
-# 16384: 56.3 us, 82.3%, in k pieces with the normalisation folded, `norm_wide`)
+# 16384: 55.0 and 55.6 us, 84.2% and 83.5%, in k pieces with the normalisation folded,
+# `norm_wide`)
 PARAMS = marked([("float32", 8192), ("float32", 16384), ("bfloat16", 8192),
                   ("bfloat16", 16384), ("bfloat16", 32768)], SHORT)  # fmt: skip
 
