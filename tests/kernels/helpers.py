@@ -113,6 +113,28 @@ def saved_specs(arrays: dict, t, tmp_path) -> dict:
     return specs
 
 
+def massive_at_both_lncs(shape, tmp_path):
+    """bf16 rows of mean 10^4 (steps of 64 there), spread 300, and a massive first channel
+    (+3 10^4): --check at LNC 1 and 2, the same values bit for bit."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape) * 300 + 1e4
+    x[:, 0] += 3e4
+    d = shape[-1]
+    arrays = {"x": x, "w": rng.standard_normal(d), "b": rng.standard_normal(d)}
+    t = dtype("bfloat16")
+    out = []
+    for lnc in (1, 2):
+        from trnsim.kernels import norms
+
+        specs = saved_specs(arrays, t, tmp_path) | {"out": TensorSpec("out", x.shape, t, None)}
+        norms._CHOSEN.clear()
+        out.append(checked_layer_norm(specs, lnc))
+    norms._CHOSEN.clear()
+    assert np.array_equal(out[0], out[1])
+
+
 def layer_norm_at_both_lncs(shape, t) -> None:
     """A layer_norm of `layer_norm_specs` at LNC 1 and 2, its plan chosen afresh at each:
     --check holds at both, and they give the same values, bit for bit."""

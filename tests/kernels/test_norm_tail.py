@@ -8,11 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import checked_layer_norm, layer_norm_at_both_lncs, saved_specs
+from tests.kernels.helpers import (
+    layer_norm_at_both_lncs,
+    massive_at_both_lncs,
+)
 from tests.kernels.test_rows_families import case, reached
 from trnsim.dtypes import dtype
 from trnsim.kernels import norm_tail, norms
-from trnsim.trace.program import TensorSpec
 
 FUSED = {"pipe": True, "pe_rstd": True}
 
@@ -45,17 +47,7 @@ def test_tail_in_segments_at_mean_1e4(monkeypatch, tmp_path):
     """Rows of mean 10^4 (bf16: steps of 64 there) and a massive first channel: the segments'
     means and variances combined over a row's partitions keep its variance."""
     got = _tails(monkeypatch)
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((300, 5120)) * 300 + 1e4
-    x[:, 0] += 3e4
-    arrays = {"x": x, "w": rng.standard_normal(5120), "b": rng.standard_normal(5120)}
-    t = dtype("bfloat16")
-    out = []
-    for lnc in (1, 2):
-        specs = saved_specs(arrays, t, tmp_path) | {"out": TensorSpec("out", x.shape, t, None)}
-        norms._CHOSEN.clear()
-        out.append(checked_layer_norm(specs, lnc))
-    assert np.array_equal(out[0], out[1])
+    massive_at_both_lncs((300, 5120), tmp_path)
     assert any(t for t in got)
 
 

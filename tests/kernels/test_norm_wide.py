@@ -7,7 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernels.helpers import checked_layer_norm, saved_specs, variant_at_both_lncs
+from tests.kernels.helpers import (
+    checked_layer_norm,
+    massive_at_both_lncs,
+    saved_specs,
+    variant_at_both_lncs,
+)
 from trnsim.dtypes import dtype
 from trnsim.kernels import norms
 from trnsim.trace.program import TensorSpec
@@ -27,18 +32,7 @@ def test_wide_at_mean_1e4(monkeypatch, tmp_path):
     means and variances combined over a row's partitions (Chan's formula) keep its variance;
     LNC 1 and 2 agree bit for bit."""
     monkeypatch.setattr(norms, "VARIANTS", (norms.WIDE,))
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((120, 10240)) * 300 + 1e4
-    x[:, 0] += 3e4
-    arrays = {"x": x, "w": rng.standard_normal(10240), "b": rng.standard_normal(10240)}
-    t = dtype("bfloat16")
-    out = []
-    for lnc in (1, 2):
-        specs = saved_specs(arrays, t, tmp_path) | {"out": TensorSpec("out", x.shape, t, None)}
-        norms._CHOSEN.clear()
-        out.append(checked_layer_norm(specs, lnc))
-    norms._CHOSEN.clear()
-    assert np.array_equal(out[0], out[1])
+    massive_at_both_lncs((120, 10240), tmp_path)
 
 
 def test_wide_tail_alu_bits(monkeypatch, tmp_path):

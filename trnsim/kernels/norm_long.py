@@ -49,7 +49,6 @@ from trnsim.isa import (
     BnAggr,
     BnStats,
     DmaCopy,
-    Engine,
     Matmul,
     Memset,
     ScalarTensorTensor,
@@ -59,12 +58,12 @@ from trnsim.isa import (
 )
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.queues import Queues
+from trnsim.kernels.row_plan import G, S, V
 from trnsim.kernels.rows import even_share
 from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["long_rows", "lower_norm_long"]
 
-V, S, G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
 PART_COLS = 2048  # a part's columns a partition at most, and parts at least MIN_PARTS (`_Long.np`:
 # trn2 LNC 2, 16 MiB, bf16 rows of 2^19 in 4 parts of 1024: 64.3 us, in 2: 63.3; rows of 10^6 in
 # 2 parts: 75.2, 3: 70.5, 4 (1954 columns): 68.1, 5: 71.4; rows of 700000 in 3: 69.8, 4: 67.2)
