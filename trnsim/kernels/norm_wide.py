@@ -74,11 +74,15 @@ LAGS = (0, 2, 5)  # the stages' lags behind the loads, in tiles (ties in the lis
 # in emitted order): trn2 LNC 2, 16 MiB, bf16 rows of 10240, 12288, 14336, 20000, 24576, us:
 # (0, 1, 2) 58.57, 59.54, 59.12, 61.91, 59.33; (0, 2, 4) 57.72, 59.58, 59.12, 61.27, 59.79;
 # (0, 2, 5) 57.17, 58.86, 59.07, 61.05, 60.07; (0, 3, 5) 58.26, 58.96, 59.16, 61.18, 60.01
-STT_PARTS = (8, 16)  # y's scalar_tensor_tensor a tile in this many column parts (pieces
-# shorter than LONG_PIECE, the rest), each on VectorE or GpSimd as the list schedule finds free
-# sooner (1: 64.3 us at 10240, 4: 63.6, 8: 63.1; VectorE's share fixed at 0.1 to 0.25 of the
-# columns: 64.8 to 68.3; 16 parts of pieces of 3072: 12288 58.86 -> 58.43, 24576 60.07 ->
-# 58.92, 20000 61.05 -> 59.69, but 14336's of 1792 58.37 -> 58.47; 10 or 20 parts: 12288 59.72)
+STT_PARTS = (8, 16, 8)  # y's scalar_tensor_tensor a tile in this many column parts of even
+# widths (VectorE's fast case: odd ones cost it twice), pieces shorter than LONG_PIECE, the
+# rest, and those of them not a multiple of a PSUM bank (trn2 LNC 2, 16 MiB, bf16 rows of
+# 20000, pieces of 2500, us: 16 parts 59.45, 8 58.51, 12 58.86, 20 59.42; 8 for all: 10240
+# 56.70 -> 57.20, 12288 57.57 -> 58.52, 24576 57.96 -> 59.24), each on VectorE or GpSimd as
+# the list schedule finds free sooner (1: 64.3 us at 10240, 4: 63.6, 8: 63.1; VectorE's share
+# fixed at 0.1 to 0.25 of the columns: 64.8 to 68.3; 16 parts of pieces of 3072: 12288 58.86
+# -> 58.43, 24576 60.07 -> 58.92, 20000 61.05 -> 59.69, but 14336's of 1792 58.37 -> 58.47;
+# 10 or 20 parts: 12288 59.72)
 V_SHARE = None  # (VectorE's fixed share of y's columns, the rest GpSimd's: None, the above)
 S_COLS = 0  # ScalarE's statistics of a tile's first columns, two passes (their sum, then the
 # squares about their mean) beside VectorE's bn_stats of the rest: 128 columns 68.2 us at
@@ -123,6 +127,9 @@ EVEN_LAST = 0.45  # a partial last tile and the one before share their rows, the
 # 56.62, 12288 57.68 -> 57.82; 0.45 (with TAIL_ALU 3): 24576 58.02 -> 57.96, 12288 57.58 ->
 # 57.57, 20000 59.35 -> 59.33, 14336 57.10 -> 57.08, 10240 56.61 -> 56.70; 0.55: 24576
 # 58.07; 0.4, 0.3: 12288 and 24576 unchanged (a tile holds g rows at most)
+PS_EVEN = True  # stage 3's PSUM tiles of even widths (`runs`), not full ones and a short
+# last: trn2 LNC 2, 16 MiB, bf16 rows of 20000 (pieces of 2500: 1024, 1024, 452 -> 3 of 833)
+# 58.69 -> 58.51 us, 14336 57.08 -> 56.84; 10240, 12288, 24576 the same
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
@@ -492,8 +499,9 @@ class _Wide:
             self.put([o for o in ops if o[3]["engine"] in DG_ON[self.L > DG_G]])
         cv = round(self.L * (V_SHARE or 0) / 2) * 2  # (VectorE's columns: even, its fast case)
         parts = [((0, cv), (V,))] if cv else []
-        np_ = STT_PARTS[self.long]
-        parts += [(c, (G,)) for c in runs(self.L - cv, -(-(self.L - cv) // np_))]
+        np_ = STT_PARTS[self.long + (self.long and self.L % self.bank > 0)]
+        h = (self.L - cv) // 2  # (in column pairs: VectorE's fast case wants even widths)
+        parts += [((2 * a, 2 * z), (G,)) for a, z in runs(h, -(-h // np_))]
         for (lo, hi), engines in parts:
             if V_SHARE is None:
                 engines = (V, G)
@@ -518,7 +526,7 @@ class _Wide:
         c = self.L // TAIL_ALU // 256 * 256 if n == len(self.tiles) - 1 and rows < self.g else 0
         if c:  # (`TAIL_ALU`)
             self.tail_alu(n, p, 0, c, rs)
-        for lo, hi in _banks(self.L - c, SPAN * self.bank):
+        for lo, hi in (runs if PS_EVEN else _banks)(self.L - c, SPAN * self.bank):
             lo, hi = lo + c, hi + c
             ps = self.psum[self.turn % PS_TILES]
             self.turn += 1
