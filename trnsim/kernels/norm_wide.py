@@ -67,7 +67,8 @@ K_MOST = 8  # pieces a row at most (16 rows a tile): the estimate chose WIDE for
 WIDE_LEAST = 8192  # ... rows this long at least (shorter ones fit a partition)
 BUFS = 16  # tiles of x rotating (8: 63.1 us at 10240; 12: 62.2 before the small columns
 # shared a tile, `sm`, and more took more semaphores than a core has)
-Y_BUFS = 12  # ... of y, diag(std) and the mean (4: 63.4 us at 10240)
+Y_BUFS = 14  # ... of y, diag(std) and the mean (4: 63.4 us at 10240; 12 -> 14, trn2 LNC 2, 16
+# MiB, bf16 rows of 20000 58.51 -> 58.34 us, 10240 56.69 -> 56.76, 8192 to 24576 the same)
 SPAN = 2  # PSUM banks a copy out reads (1: 61.2 us at 10240, 65.8 at 12288)
 PS_TILES = 3  # ... those PSUM tiles, in turn
 LAGS = (0, 2, 5)  # the stages' lags behind the loads, in tiles (ties in the list schedule go
