@@ -55,3 +55,15 @@ def test_wide_tail_alu_bits(monkeypatch, tmp_path):
         out.append(checked_layer_norm(specs, 2))
     norms._CHOSEN.clear()
     assert np.array_equal(out[0], out[1])
+
+
+def test_wide_even_parts():
+    """y's column parts are of even widths (VectorE's fast case) and cover the piece: 2500
+    in 16 or 8 (`STT_PARTS`)."""
+    from trnsim.kernels.norm_wide import _even_parts
+
+    for n, k in ((2500, 16), (2500, 8), (3072, 16), (1792, 8)):
+        parts = _even_parts(n, k)
+        assert len(parts) == k and parts[0][0] == 0 and parts[-1][1] == n
+        assert all(a == z for (_, a), (z, _) in zip(parts, parts[1:]))
+        assert all((z - a) % 2 == 0 for a, z in parts)
