@@ -28,9 +28,9 @@ The weight and bias are loaded once each as [W_ROWS, D / W_ROWS] (one transfer o
 over 4 DMA engines, not a copy a partition: 1.2 MiB a core at 10240) and spread to [P, L] by
 TensorE (K = W_ROWS selectors, 1 where partition q holds piece p mod k's block, times them;
 copied out once): the weight while the first tile loads, the bias after its statistics.
-trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 56.70 us (74.1% -> 81.7%), 12288 62.45 ->
-57.57, 14336 60.58 -> 57.08, 20000 64.01 -> 59.33, 24576 61.52 -> 57.96, 8192 61.30 -> 55.01,
-16384 58.88 -> 55.56 (`norms.WIDE`, chosen by estimate).
+trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 56.76 us (74.1% -> 81.6%), 12288 62.45 ->
+57.57, 14336 60.58 -> 56.84, 20000 64.01 -> 58.34 (79.4%), 24576 61.52 -> 57.96, 8192 61.30
+-> 55.01, 16384 58.88 -> 55.56 (`norms.WIDE`, chosen by estimate).
 """
 
 from __future__ import annotations
