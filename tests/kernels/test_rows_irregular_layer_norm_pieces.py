@@ -26,8 +26,8 @@ from trnsim.kernels.rows import even_norm, norm_share
 from trnsim.trace.program import TensorSpec
 
 SHORT: dict = {}  # (dtype, row length): why it does not reach 80% yet (bf16 rows of 10240:
-# 56.7 us, 81.7%, in 4 pieces of 2560 with the normalisation folded, `norm_wide`; 14336: 57.1
-# us, 81.2%, 8 pieces of 1792, diag(std) on GpSimd)
+# 56.8 us, 81.6%, in 4 pieces of 2560 with the normalisation folded, `norm_wide`; 14336: 56.8
+# us, 81.5%, 8 pieces of 1792, diag(std) on GpSimd)
 PARAMS = marked([("bfloat16", 10240), ("bfloat16", 14336), ("float32", 10240)], SHORT)
 
 
