@@ -533,7 +533,7 @@ def lower_norm(
         lower_norm_columns(b, cfg, x, out, weight, bias, float(eps))  # (few rows of 10^6)
         return
     if long_rows(cfg, op, tx, to, *(b.tensors[v] if v else None for v in (weight, bias))):
-        lower_norm_long(b, cfg, x, out, weight, bias, float(eps))  # (bf16 rows of 2^18, 2^19)
+        lower_norm_long(b, cfg, x, out, weight, bias, float(eps))  # (even bf16 rows 2^18-2^20)
         return
     _lower(b, *args, _rms_variant(b, *args) if op == "rms_norm" else _variant(b, *args))
 
