@@ -280,13 +280,17 @@ def row_family(chip: str, total: int = 16 << 20, lengths=ROW_LENGTHS, only: str 
     bytes of x each, fp32 and bf16, at the chip's default LNC, printed as a table: the simulated
     time, the roofline (the DMA and HBM bounds), the engine-throughput bound
     (`kernels.row_bounds`) and the fraction of the larger reached (the acceptance of issue 26,
-    tests/kernels/test_rows_families.py), and the wall time the op took to lower and simulate
+    tests/kernels/test_rows_families.py), the plan its lowering chose (the op report's `plan`,
+    norms only), and the wall time the op took to lower and simulate
     (a layer_norm of 2 MiB or more tries its plan variants, then lowers the one chosen with a
     search over the list schedule's choices: `kernels.schedule`)."""
     from trnsim.kernels.row_bounds import engine_bound_ns
 
     cfg = load_chip(chip)
-    print(f"| op | dtype | row | simulated | roofline | engines | reached | wall |\n{'|---' * 8}|")
+    print(
+        f"| op | dtype | row | simulated | roofline | engines | reached | plan | wall |\n"
+        f"{'|---' * 9}|"
+    )
     for op in (o for o in ROW_OPS if only in o):
         for dt in (F32, BF16):
             for d in lengths:
@@ -310,14 +314,14 @@ def row_family(chip: str, total: int = 16 << 20, lengths=ROW_LENGTHS, only: str 
                 try:
                     _, _, result, _ = run_case(chip, tensors, args, cfg.lnc)
                 except Exception as e:  # an op this checkout does not lower
-                    print(f"| {op} | {dt} | {d} | {str(e).split(': ')[-1][:60]} | | | | |")
+                    print(f"| {op} | {dt} | {d} | {str(e).split(': ')[-1][:60]} | | | | | |")
                     continue
                 row = result.summary["ops"][0]
                 eng = engine_bound_ns(cfg, op, d, isz, rows / cfg.lnc, d < 65536)
                 bound = max(row["roofline_ns"], eng)
                 print(f"| {op} | {dt} | {d} | {row['time_ns'] / 1e3:.1f} us | "
                       f"{row['roofline_ns'] / 1e3:.1f} us | {eng / 1e3:.1f} us | "
-                      f"{bound / row['time_ns']:.1%} | "
+                      f"{bound / row['time_ns']:.1%} | {row.get('plan', '')} | "
                       f"{time.perf_counter() - start:.1f} s |")  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from trnsim.cli import main
 from trnsim.config import load_chip
 from trnsim.dtypes import dtype
+from trnsim.report.text import _format_ops
 from trnsim.runtime.session import run_program
 from trnsim.trace.program import KernelSpec, OpSpec, Program, Step, StreamSpec, TensorSpec
 
@@ -168,3 +169,34 @@ def test_trnsim_run_lowers_the_ops_once(monkeypatch):
     assert session.lowered(program, cfg, 1) is not first and len(calls) == 2
     session.lowered(program, cfg, 2)  # another lnc
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("op,shape,dt,plan", [
+    ("rms_norm", (256, 64), "float32", "rms_short"),  # short rows, several to a partition
+    ("layer_norm", (256, 64), "float32", "rows"),  # a row slot at a time, the default knobs
+    ("layer_norm", (4, 65536), "float32", "pieces"),  # rows over the partitions
+    ("layer_norm", (2, 1 << 18), "bfloat16", "norm_long"),  # even bf16 rows 2^18..2^20: rule
+    ("layer_norm", (2, 10**6), "float32", "norm_columns"),  # few rows too long for SBUF
+])  # fmt: skip
+def test_a_norm_row_names_the_plan_its_lowering_chose(op, shape, dt, plan):
+    """The norms, lowered many ways, name theirs in the op row (`KernelBuilder.plan`), at LNC
+    1 and 2 alike; an op lowered one way (add) has no `plan`."""
+    d = shape[-1]
+    tensors = {"x": (shape, dt), "out": (shape, dt), "w": ((d,), dt), "b": ((d,), dt)}
+    args = {"x": "x", "out": "out", "weight": "w"} | ({"bias": "b"} if op == "layer_norm" else {})
+    for lnc in (1, 2):
+        r, _ = run_ops(tensors, [(op, args), ("add", {"a": "x", "b": "x", "out": "x"})],
+                       lnc=lnc, mode="functional")  # fmt: skip
+        norm, add = r.summary["ops"]
+        assert (norm["plan"], "plan" in add) == (plan, False)
+
+
+def test_the_op_table_shows_a_plan_where_a_row_has_one():
+    rows = [{"kernel": "k", "index": i, "op": op, "time_ns": 2e3, "roofline_ns": 1e3,
+             "bound": "dma", "fraction": 0.5, "shapes": {"x": [4, 8]}, "dtypes": {"x": "float32"}}
+            for i, op in enumerate(("layer_norm", "add"))]  # fmt: skip
+    rows[0]["plan"] = "norm_wide"
+    norm, add, foot = _format_ops(rows)[1:]
+    assert norm.endswith("x 4x8 float32  plan norm_wide") and add.endswith("x 4x8 float32")
+    assert "plan: the lowering chosen" in foot
+    assert "plan" not in _format_ops(rows[1:])[-1]

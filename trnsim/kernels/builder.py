@@ -176,6 +176,7 @@ class KernelBuilder:
         self.part = (0, 1)  # this program is physical core part[0] of part[1] (`share`)
         self.row = -1  # the op row (`lower`'s runs of ops) the instructions emitted now belong to
         self._rows: list[int] = []  # per instruction, its `row`
+        self.plans: dict[int, str] = {}  # op row -> the plan its lowering chose (`plan`)
         self.check_reads = True  # refuse a read of a tile region nothing wrote (`_check_read`)
         self.searching = True  # the list schedule's descents run (`schedule.Scheduled`); off in
         # a trial that only ranks plans (`norms._variant`)
@@ -264,6 +265,11 @@ class KernelBuilder:
         self.row = row
         self.scratch.clear()
         self._free_psum.clear()
+
+    def plan(self, name: str) -> None:
+        """Name the plan the current op row is lowered with, for an op lowered more ways than
+        one (the per-op report's `plan`, so a user can tell why two shapes differ in time)."""
+        self.plans[self.row] = name
 
     def share(self, shape: tuple[int, ...]) -> tuple[int, int] | None:
         """The flattened rows of an op's output of `shape` this core computes (`layout.
@@ -419,4 +425,6 @@ class KernelBuilder:
         semaphores recycled (`liveness.finish`)."""
         if core is not None:
             finish(self, core)
-        return CoreProgram(dict(self.tiles), list(self.instructions), tuple(self._rows))
+        return CoreProgram(
+            dict(self.tiles), list(self.instructions), tuple(self._rows), dict(self.plans)
+        )

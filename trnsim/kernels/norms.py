@@ -530,9 +530,11 @@ def lower_norm(
             )
     args = (cfg, op, x, out, weight, bias, eps)
     if by_columns(cfg, op, tx, to, *(b.tensors[v] if v else None for v in (weight, bias))):
+        b.plan("norm_columns")
         lower_norm_columns(b, cfg, x, out, weight, bias, float(eps))  # (few rows of 10^6)
         return
     if long_rows(cfg, op, tx, to, *(b.tensors[v] if v else None for v in (weight, bias))):
+        b.plan("norm_long")
         lower_norm_long(b, cfg, x, out, weight, bias, float(eps))  # (even bf16 rows 2^18-2^20)
         return
     _lower(b, *args, _rms_variant(b, *args) if op == "rms_norm" else _variant(b, *args))
@@ -782,25 +784,32 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     affine = [(v, alu) for v, alu in ((weight, "multiply"), (bias, "add")) if v is not None]
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v, _ in affine)
     share, pieces, lay = _share(b, cfg, op, x, out, weight, bias, variant)
+    b.plan(_plan_name(variant, "rows"))
     if variant.get("wide"):
+        b.plan("norm_wide")
         return lower_wide(b, cfg, x, out, weight, bias, float(eps), share)
     if pieces:
         if lay is not None:
             if op == "rms_norm" and lay.t == 1:
                 variant = RMS_PIECES | variant
+            b.plan(_plan_name(variant, "norm_pad" if pad_of(lay) else "pieces"))
             return _lower_pieces(b, cfg, op, x, out, weight, bias, float(eps), lay, share,
                                  variant)  # fmt: skip
         rms = op == "rms_norm"  # (rms_norm's rows that fit too, as `rms_plan` chose)
         if not norm_rows(cfg, tx, to, affine_bytes) or rms and variant.get("in_pieces"):
             # (not a multiple of 128: `norm_ragged`)
             how = RMS_RAGGED if rms else {"bufs_most": LAYER_BUFS}
+            b.plan("norm_ragged")
             return lower_norm_ragged(b, cfg, op, x, out, weight, bias, float(eps), share, **how)
     if variant.get("short") and op == "layer_norm":
         how = Fused if fused(b.tensors, x, out, weight, bias) else None
+        b.plan("norm_fused" if how else "norm_short")
         return lower_norm_short(b, cfg, x, out, weight, bias, float(eps), share, how)
     if variant.get("stt_fit"):
+        b.plan("norm_stt")
         return lower_stt(b, cfg, x, out, weight, bias, float(eps), share)
     if op == "rms_norm" and d <= SHORT_ROW:
+        b.plan("rms_short")
         lower_rms_short(b, cfg, x, out, weight, float(eps), share)
         return
     k = NormStages(b, cfg, op, x, out, d, float(eps))
@@ -904,6 +913,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
                 k.block_lanes[m] = [Lane(0, h, *_engines(ln)), Lane(h, d, *_engines(ln))]
             k.lanes = k.block_lanes[0]
     if tails and k.fused:  # (`norm_tail`: the tails on whole-row lanes)
+        b.plan(b.plans[b.row] + " + norm_tail")
         k.segs = tail_blocks(cfg, blocks, d)
         k.tail_copies = max(k.tail_copies, TAIL_COPIES)
         k.fluid, k.lag = True, tuple(min(n, k.bufs - 1) for n in TAIL_LAG)
@@ -930,6 +940,37 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         k.pe.done()
     b.release(*k.psum_rows.values(), *([k.tail_pm] if k.tail_pm else []))
     return getattr(s, "makespan", 0.0)
+
+
+def _plan_name(variant: dict, path: str) -> str:
+    """The per-op report's name of a plan (`KernelBuilder.plan`): the path (rows one a
+    partition, "rows"; in pieces, "pieces"; ...) and the named VARIANTS entry it is (or
+    extends: the one of the most knobs it holds, then the knobs it adds), else the
+    knobs it sets ("rows: pipe, s_share=0.25")."""
+
+    def knobs(d: dict) -> str:
+        return ", ".join(k if v is True else f"{k}={v}" for k, v in d.items())
+
+    if not variant:
+        return path
+    entries = [(n, v) for n, v in globals().items() if n.isupper() and isinstance(v, dict)]
+    entries += [
+        (f"{n}[{i}]", e)
+        for n, v in globals().items()
+        if n.isupper() and isinstance(v, tuple)
+        for i, e in enumerate(v)
+        if isinstance(e, dict)
+    ]
+    named = [(len(v), n, v) for n, v in entries
+             if v and all(variant.get(k, _NO) == x for k, x in v.items())]  # fmt: skip
+    if not named:
+        return f"{path}: {knobs(variant)}"
+    _, name, v = max(named, key=lambda t: t[0])
+    more = {k: x for k, x in variant.items() if k not in v}
+    return f"{path}: {name}" + (f" + {knobs(more)}" if more else "")
+
+
+_NO = object()  # (`_plan_name`: a knob a variant does not set)
 
 
 def _left_over(tiles: list, per: int, P: int) -> list:

@@ -100,9 +100,12 @@ def _format_ops(rows: list[dict]) -> list[str]:
         out.append(
             f"{name[:33]:<34}{fmt_time_ns(r['time_ns']):>12}{fmt_time_ns(r['roofline_ns']):>12}"
             f"  {r['bound']:<9}{r['fraction']:>8.1%}  {tensors}"
+            + (f"  plan {r['plan']}" if r.get("plan") else "")
         )
+    plans = any(r.get("plan") for r in rows)
+    plan = "; plan: the lowering chosen, of an op's several" if plans else ""
     out.append("(time: per launch, first instruction start to last end; roofline: the largest "
-               "of FLOPs / TensorE peak, bytes / DMA, bytes / HBM)")  # fmt: skip
+               f"of FLOPs / TensorE peak, bytes / DMA, bytes / HBM{plan})")  # fmt: skip
     return out
 
 

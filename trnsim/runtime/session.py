@@ -400,15 +400,20 @@ def _fingerprint(program: Program) -> tuple:
 
 def _op_rows(written: Program, program: Program, cfg: ChipConfig, lnc: int) -> dict:
     """For the per-op report: each high-level kernel -> (its op rows with their rooflines on
-    the `lnc` cores, `kernels.roofline.op_rows`; per physical core, its instructions' row tags)."""
-    return {
-        name: (
-            op_rows(k.ops, written.tensors, cfg, lnc),
-            [p.op_of for p in program.kernels[name].per_core],
-        )
-        for name, k in written.kernels.items()
-        if not k.low_level and not k.estimate
-    }
+    the `lnc` cores, `kernels.roofline.op_rows`, and the plan its lowering named, if any,
+    `KernelBuilder.plan`; per physical core, its instructions' row tags)."""
+    out = {}
+    for name, k in written.kernels.items():
+        if k.low_level or k.estimate:
+            continue
+        cores = program.kernels[name].per_core
+        rows = op_rows(k.ops, written.tensors, cfg, lnc)
+        for i, row in enumerate(rows):
+            plan = next((p.plans[i] for p in cores if i in p.plans), None)
+            if plan is not None:
+                row["plan"] = plan
+        out[name] = (rows, [p.op_of for p in cores])
+    return out
 
 
 def _check(program: Program, tensors: dict, initial: dict | None) -> tuple[dict, str | None]:

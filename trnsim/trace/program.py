@@ -54,6 +54,9 @@ class CoreProgram:
     # per instruction, the op (row of the per-op report) a lowering emitted it for; () when
     # the program was written by hand
     op_of: tuple[int, ...] = ()
+    # per op row, the plan its lowering chose where the op has several (`KernelBuilder.
+    # plan`: layer_norm's `norm_wide`, ...); the per-op report shows it
+    plans: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
