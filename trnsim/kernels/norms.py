@@ -78,6 +78,8 @@ from trnsim.kernels.norm_fused import MIN_ROW as FUSED_MIN
 from trnsim.kernels.norm_fused import SHORT_ROW as FUSED_SHORT
 from trnsim.kernels.norm_fused import Fused, fused
 from trnsim.kernels.norm_long import long_rows, lower_norm_long
+from trnsim.kernels.norm_many import applies as many_applies
+from trnsim.kernels.norm_many import lower_many
 from trnsim.kernels.norm_pad import load_copy, pad_of, padded
 from trnsim.kernels.norm_pe_rows import pe_rows
 from trnsim.kernels.norm_plan import Lane, plan
@@ -329,6 +331,9 @@ WIDE_STT = STT_PARTS | {"piece_bytes": WIDE_BYTES}  # bf16 rows that do not fit,
 # bf16 rows in k pieces with the normalisation folded into three passes, the weight and bias
 # spread by TensorE (`norm_wide`)
 WIDE = {"wide": True}
+# bf16 rows of 65536 or more in pieces, `norm_wide`'s passes with the statistics on TensorE and
+# ScalarE, no bn_stats (`norm_many`)
+MANY = {"many": True}
 # rows not a multiple of 128 that go in pieces of a power of two dividing them
 # (`DIVISOR_PIECES`) may go with a remainder column all the same (`norm_ragged`), as estimated:
 # trn2 LNC 2, 16 MiB, fp32 rows of 20000 66.0 us so, 72.4 in pieces (bf16 91.9, 71.1)
@@ -429,6 +434,7 @@ VARIANTS = (
     *STT_GROUP3,
     WIDE_STT,
     WIDE,
+    MANY,
 )
 TAIL_SEGS = True  # a fused pipelined layer_norm's core's last rows in segments (`norm_tail`)
 TAIL_COPIES = 1  # ... its last block's copies out of PSUM a bank each on ScalarE and VectorE in
@@ -671,7 +677,8 @@ def _tried(b: KernelBuilder, cfg: ChipConfig, x, out, weight, bias) -> list[int]
                 b.tensors[t] if t is not None else None for t in (weight, bias)))))
             and not ("piece_bytes" in v and not _wide(cfg, tx, d, v["piece_bytes"]))
             and not ("short" in v and not short)
-            and not ("wide" in v and not wide_applies(b, cfg, x, out, weight, bias))]  # fmt: skip
+            and not ("wide" in v and not wide_applies(b, cfg, x, out, weight, bias))
+            and not ("many" in v and not many_applies(b, cfg, x, out, weight, bias))]  # fmt: skip
 
 
 def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant) -> tuple:
@@ -682,7 +689,8 @@ def _share(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, variant)
     tx, to = b.tensors[x], b.tensors[out]
     d = tx.shape[-1]
     share = norm_share(b, cfg, op, tx)
-    if variant.get("wide"):  # (`norm_wide`: a row's values its own, any cut; `_busiest`
+    if variant.get("wide") or variant.get("many"):  # (`norm_wide`, `norm_many`: a row's values
+        # its own, any cut; `_busiest`
         return share, True, None  # estimates the core of the most rows)
     affine_bytes = sum(b.tensors[v].dtype.itemsize for v in (weight, bias) if v is not None)
     few = cfg.core.sbuf.partitions * (RMS_PIECE_BLOCKS if op == "rms_norm" else 1)
@@ -788,6 +796,8 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
     if variant.get("wide"):
         b.plan("norm_wide")
         return lower_wide(b, cfg, x, out, weight, bias, float(eps), share)
+    if variant.get("many"):
+        return lower_many(b, cfg, x, out, weight, bias, float(eps), share)
     if pieces:
         if lay is not None:
             if op == "rms_norm" and lay.t == 1:

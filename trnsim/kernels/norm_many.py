@@ -1,0 +1,207 @@
+"""bf16 `layer_norm` rows of MANY_LEAST or more with a weight and a bias, in k pieces of L = D /
+k columns (k up to K_MOST, L odd or even), `norm_wide`'s tiles and its three passes (out =
+rstd (y + std b), y = (x - mean) w), but the statistics without VectorE's bn_stats:
+
+1. load; TensorE sums x about the row: x's columns, COLS at a time, as the stationary operand
+   times the tile's block ones ([p, p] bf16, 1 where two partitions hold one row) accumulate
+   into PSUM [COLS, p], entry [c, q] the sum of column position c over q's row's partitions
+   and column groups (a matmul costs TensorE max(64, p) cycles for COLS columns); copied out,
+   a second matmul (fp32 ones of 1 / D) sums them into [p, 1]: each partition its row's mean
+   M (float64 sums rounded once a matmul: a row's values its own, the same at LNC 1 and 2);
+2. ScalarE: S2 = sum((M - x)^2) over its piece (`square` with scale -1 and bias M, its add
+   reduction: one pass, every term about the row's own mean, no cancellation at any mean);
+   TensorE sums S2 over the row's partitions; rstd and std; diag(std); y in column parts
+   (`norm_wide.finish`; an odd last part on GpSimd, VectorE's bf16 fast case being even);
+3. `norm_wide`'s: per PSUM tile, the identity times y plus diag(std) times the spread bias,
+   copied out times rstd; store.
+
+VectorE's bn_stats cost it a cycle an element (a core's rows of 100000: 37.5 us of its 50);
+ScalarE's square costs it 1 / 1.2 ns an element, TensorE's sums half a cycle a column.
+"""
+
+from __future__ import annotations
+
+from trnsim.isa import Activation, Matmul, Memset, ScalarTensorTensor, TensorCopy, TensorScalar
+from trnsim.kernels import norm_wide
+from trnsim.kernels.builder import KernelBuilder, ap
+from trnsim.kernels.norm_wide import _even_parts, _Wide
+from trnsim.kernels.row_plan import G, S, V, runs
+from trnsim.kernels.schedule import Scheduled
+
+__all__ = ["pieces", "applies", "lower_many"]
+
+MANY_LEAST = 65536  # rows this long at least (shorter ones: `norm_wide`, the pieces plan)
+PIECE_MOST = 3200  # a piece's columns at most, k the fewest pieces that fit
+K_MOST = 32  # pieces a row at most (4 rows a tile)
+COLS = 128  # x's columns a stationary operand of the sums (TensorE's rows)
+S_BUFS = 4  # PSUM tiles of the sums, in turn (stage 2 lags stage 1 by 2 tiles: `LAGS`)
+Y_V = 0.35  # VectorE's share of y's columns, GpSimd the rest
+V_PARTS, G_PARTS = 4, 6  # ... in this many parts each
+COPY_S = 0.3  # ScalarE's share of stage 3's copies out of PSUM, VectorE the rest
+SMALL_ON = (V, S)  # the engines of stage 2's small copies out of PSUM
+SEARCH = 150  # the list schedule's descent, schedules at most
+
+
+def pieces(P: int, d: int) -> int:
+    """k: the fewest power of two pieces a row (2 to K_MOST) of at most PIECE_MOST columns
+    dividing d; 0 if none."""
+    k = 2
+    while k <= min(P, K_MOST):
+        if d % k == 0 and d // k <= PIECE_MOST:
+            return k
+        k *= 2
+    return 0
+
+
+def applies(b: KernelBuilder, cfg, x: str, out: str, weight, bias) -> bool:
+    """bf16 x, output, weight and bias, 2-D x, rows of MANY_LEAST or more that cut into
+    `pieces`."""
+    if weight is None or bias is None:
+        return False
+    if {b.tensors[n].dtype.name for n in (x, out, weight, bias)} != {"bfloat16"}:
+        return False
+    tx = b.tensors[x]
+    d = tx.shape[-1]
+    return len(tx.shape) == 2 and d >= MANY_LEAST and pieces(cfg.core.sbuf.partitions, d) > 0
+
+
+def lower_many(b: KernelBuilder, cfg, x, out, weight, bias, eps, share) -> float:
+    """out = layer_norm(x, [D], weight, bias, eps) over rows [lo, hi) of `share` (module doc);
+    the list schedule's estimated span."""
+    w = _Many(b, cfg, x, out, weight, bias, eps, share)
+    if not w.tiles:
+        return 0.0
+    with Scheduled(b, cfg, shared_dma=True, fluid=True, search=SEARCH) as s:
+        w.emit()
+    b.release(*w.psum)
+    return s.makespan
+
+
+class _Many(_Wide):
+    def __init__(self, b, cfg, x, out, weight, bias, eps, share):
+        P = cfg.core.sbuf.partitions
+        k = pieces(P, b.tensors[x].shape[-1])
+        force = dict(norm_wide.K_FORCE)
+        norm_wide.K_FORCE[b.tensors[x].shape[-1]] = k  # (`_Wide` cuts as `pieces` says)
+        try:
+            super().__init__(b, cfg, x, out, weight, bias, eps, share)
+        finally:
+            norm_wide.K_FORCE.clear()
+            norm_wide.K_FORCE.update(force)
+        self.no_aggr = True  # (the block matrices of `setup`: "one" among them)
+        self.psum_s = [b.psum("lnm_s", (P, self.g + 3), self.f32) for _ in range(S_BUFS)]
+        self.psum += self.psum_s
+
+    def sm(self, n: int, p: int, key: str, w: int = 1):
+        """Tile n's fp32 [p, 1] small columns `key` (all in one tile: fewer semaphores)."""
+        at = {"mn": 0, "q": 1, "rs": 2, "sd": 3}[key]
+        t = self.tile("sm", n, (self.P, 4), self.f32)
+        return ap(t, slice(0, p), slice(at, at + 1))
+
+    def setup(self) -> None:
+        super().setup()
+        b, P, g, k = self.b, self.P, self.g, self.k
+        pk = g * k
+        # E^T [pk, g] (bf16, [q, r] = (q // k == r): the block matrix's columns r k)
+        self.et = b.tile("lnm_et", "sbuf", (P, g), self.bf)
+        src, dst = ap(self.blk["one"], slice(0, pk), slice(0, pk, k)), ap(self.et, slice(0, pk))
+        b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
+        self.ones = b.tile("lnm_ones", "sbuf", (P, 1), self.f32)  # 1 / D
+        o = ap(self.ones)
+        b.emit(Memset, [], [o], dst=o, value=1.0 / self.d, engine=G)
+        self.junk = b.tile("lnm_junk", "sbuf", (P, self.L), self.bf)
+
+    def first(self, n: int, r0: int, rows: int) -> None:
+        """Stage 1: load; TensorE's column sums of x over each row's partitions."""
+        b, p = self.b, rows * self.k
+        self.load(n, r0, rows)
+        ps = self.psum_s[n % S_BUFS]
+        blk = ap(self.et, slice(0, p), slice(0, rows))
+        groups = [(a, min(self.L, a + COLS)) for a in range(0, self.L, COLS)]
+        for i, (lo, hi) in enumerate(groups):
+            st = self.xt(n, p, (lo, hi))
+            dst = ap(ps, slice(0, hi - lo), slice(0, rows))
+            b.emit(Matmul, [st, blk], [dst], stationary=st, moving=blk, dst=dst,
+                   accumulate=i > 0)  # fmt: skip
+
+    def second(self, n: int, r0: int, rows: int) -> None:
+        """Stage 2: the row mean (TensorE), S2 about it (ScalarE), its sum over the row's
+        partitions (TensorE); rstd, std, diag(std), y (`finish`)."""
+        b, p = self.b, rows * self.k
+        ps = self.psum_s[n % S_BUFS]
+        c = min(COLS, self.L)
+        # the sums copied out with each row's column repeated over its k partitions' columns
+        # (`bcast`: [c, r k + s] = the sums' [c, r]), then times 1 / D summed over the c
+        # partitions: the row's mean on each of its partitions, in PSUM
+        su = self.b.scratch_tile(f"lnm.su{n % S_BUFS}", "su", (self.P, self.g, self.k), self.f32)
+        src = ap(ps, slice(0, c), slice(0, rows))._replace(bcast=((2, self.k),))
+        sums = ap(su, slice(0, c), slice(0, rows))
+        self.copy(src, sums, on=SMALL_ON)
+        mp = ap(ps, slice(0, p), slice(self.g, self.g + 1))
+        ones = ap(self.ones, slice(0, c))
+        b.emit(Matmul, [sums, ones], [mp], stationary=sums, moving=ones, dst=mp)
+        mean = self.sm(n, p, "mn")
+        self.copy(mp, mean, on=SMALL_ON)
+        q = self.sm(n, p, "q")
+        xs, jk = self.xt(n, p), ap(self.junk, slice(0, p))
+        b.emit(Activation, [xs, mean], [jk, q], func="square", src=xs, dst=jk, scale=-1.0,
+               bias=mean, reduce="add", reduce_dst=q)  # fmt: skip
+        var = ap(ps, slice(0, p), slice(self.g + 1, self.g + 2))
+        one = ap(self.blk["one"], slice(0, p), slice(0, p))
+        b.emit(Matmul, [one, q], [var], stationary=one, moving=q, dst=var)
+        self.finish(n, p, mean, var, 1.0 / self.d)
+        if n == 0 and norm_wide.BIAS_LATER:
+            self.spread_one(self.bias)
+
+    def y_parts(self, n: int):
+        """y's column parts and their engines: VectorE's first Y_V of the columns (even, its
+        bf16 fast case) in V_PARTS, GpSimd's the rest in G_PARTS (Y_V None: even parts,
+        an odd last on GpSimd, each where the list schedule finds an engine free sooner)."""
+        L = self.L
+        if Y_V is not None:
+            cv = round(L * Y_V / 2) * 2
+            parts = [(c, (V,)) for c in _even_parts(cv, V_PARTS)]
+            return parts + [((cv + a, cv + z), (G,)) for a, z in runs(L - cv, -(-(L - cv) //
+                                                                         G_PARTS))]  # fmt: skip
+        np_ = norm_wide.STT_PARTS[self.long + (self.long and L % self.bank > 0)]
+        if L % 2 == 0:
+            return [(c, (V, G)) for c in _even_parts(L, np_)]
+        parts = [(c, (V, G)) for c in _even_parts(L - 1, np_)]
+        (lo, hi), _ = parts[-1]
+        return parts[:-1] + [((lo, L), (G,))]
+
+    def copy(self, src, dst, scale=None, on=(S, V)) -> None:
+        """`_Wide.copy`; stage 3's copies out (scaled by rstd) on ScalarE a COPY_S share of
+        them, in turn, VectorE the rest (COPY_S None: the list schedule's pick)."""
+        if scale is not None and not isinstance(scale, float) and COPY_S is not None:
+            i = self.n_out = getattr(self, "n_out", 0) + 1
+            on = (S,) if int(i * COPY_S) > int((i - 1) * COPY_S) else (V,)
+        super().copy(src, dst, scale, on)
+
+    def finish(self, n: int, p: int, mean, var, inv: float) -> None:
+        """rstd and std of `var` (in PSUM, times 1 / inv); diag(std); y."""
+        b = self.b
+        rs, sd = self.sm(n, p, "rs"), self.sm(n, p, "sd")
+        for func, dst in (("rsqrt", rs), ("sqrt", sd)):
+            b.emit(Activation, [var], [dst], func=func, src=var, dst=dst, scale=inv,
+                   bias=self.eps)  # fmt: skip
+        dg = ap(
+            self.b.scratch_tile(f"lnw.dg{n % norm_wide.Y_BUFS}", "dg", (self.P, self.P), self.bf),
+            slice(0, p),
+            slice(0, p),
+        )
+        ib = ap(self.ib, slice(0, p), slice(0, p))
+        ops = [(Activation, [ib, sd], [dg], dict(func="copy", src=ib, dst=dg, scale=sd,
+                                                 engine=S))]  # fmt: skip
+        ops += [
+            (TensorScalar, [ib, sd], [dg], dict(src=ib, dst=dg, op0="multiply", operand0=sd,
+                                                engine=e))
+            for e in (V, G)
+        ]  # fmt: skip
+        self.put(ops)
+        for c, engines in self.y_parts(n):
+            xs, ys = self.xt(n, p, c), self.yt(n, p, c)
+            w = ap(self.spread[self.weight], slice(0, p), slice(*c))
+            self.put([(ScalarTensorTensor, [xs, mean, w], [ys], dict(
+                data=xs, op0="subtract", operand0=mean, op1="multiply", operand1=w, dst=ys,
+                engine=e)) for e in engines])  # fmt: skip
