@@ -21,10 +21,19 @@ ScalarE's square costs it 1 / 1.2 ns an element, TensorE's sums half a cycle a c
 
 from __future__ import annotations
 
-from trnsim.isa import Activation, Matmul, Memset, ScalarTensorTensor, TensorCopy, TensorScalar
+from trnsim.isa import (
+    Activation,
+    DmaCopy,
+    Matmul,
+    Memset,
+    ScalarTensorTensor,
+    TensorCopy,
+    TensorScalar,
+)
 from trnsim.kernels import norm_wide
 from trnsim.kernels.builder import KernelBuilder, ap
 from trnsim.kernels.norm_wide import _even_parts, _Wide
+from trnsim.kernels.queues import Queues
 from trnsim.kernels.row_plan import G, S, V, runs
 from trnsim.kernels.schedule import Scheduled
 
@@ -35,10 +44,13 @@ PIECE_MOST = 3200  # a piece's columns at most, k the fewest pieces that fit
 K_MOST = 32  # pieces a row at most (4 rows a tile)
 COLS = 128  # x's columns a stationary operand of the sums (TensorE's rows)
 S_BUFS = 4  # PSUM tiles of the sums, in turn (stage 2 lags stage 1 by 2 tiles: `LAGS`)
-Y_V = 0.35  # VectorE's share of y's columns, GpSimd the rest
-V_PARTS, G_PARTS = 4, 6  # ... in this many parts each
-COPY_S = 0.3  # ScalarE's share of stage 3's copies out of PSUM, VectorE the rest
+Y_V = 0.25  # VectorE's share of y's columns, GpSimd the rest
+V_PARTS, G_PARTS = 1, 2  # ... in this many parts each
+COPY_S = 0.35  # ScalarE's share of stage 3's copies out of PSUM, VectorE the rest
+COPY_LAST = 1  # ... but the last this many tiles', each where the list schedule finds free
 SMALL_ON = (V, S)  # the engines of stage 2's small copies out of PSUM
+STD_DIVIDE = True  # diag(std) as the identity divided by rstd, no sqrt on ScalarE
+DG_ON = (V,)  # diag(std)'s engines
 SEARCH = 150  # the list schedule's descent, schedules at most
 
 
@@ -91,6 +103,12 @@ class _Many(_Wide):
         self.no_aggr = True  # (the block matrices of `setup`: "one" among them)
         self.psum_s = [b.psum("lnm_s", (P, self.g + 3), self.f32) for _ in range(S_BUFS)]
         self.psum += self.psum_s
+        self.qs = Queues(cfg).loads()
+        self.turn_n = 0
+
+    def third(self, n: int, r0: int, rows: int) -> None:
+        self.turn_n = n  # (`copy`: the tile's copies out)
+        super().third(n, r0, rows)
 
     def sm(self, n: int, p: int, key: str, w: int = 1):
         """Tile n's fp32 [p, 1] small columns `key` (all in one tile: fewer semaphores)."""
@@ -99,17 +117,53 @@ class _Many(_Wide):
         return ap(t, slice(0, p), slice(at, at + 1))
 
     def setup(self) -> None:
-        super().setup()
+        """The identities, the block matrix of ones ([q, q'] = 1 where q and q' hold one row)
+        and E^T ([q, r] = (q // k == r)), the ones of 1 / D; the weight spread (`spread_one`)."""
         b, P, g, k = self.b, self.P, self.g, self.k
         pk = g * k
-        # E^T [pk, g] (bf16, [q, r] = (q // k == r): the block matrix's columns r k)
+        self.ib, self.i32 = self.ident("lnw_ib", self.bf), self.ident("lnw_if", self.f32)
+        rsel = b.tile("lnm_rsel", "sbuf", (P, g, k), self.f32)  # [r, r' k + s] = (r == r')
+        src = ap(self.i32, slice(0, g), slice(0, g))._replace(bcast=((2, k),))
+        dst = ap(rsel, slice(0, g))
+        b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
+        blk = ap(self.psum[0], slice(0, pk), slice(0, pk))
+        r = ap(rsel, slice(0, g))
+        b.emit(Matmul, [r, r], [blk], stationary=r, moving=r, dst=blk)
+        one = b.tile("lnm_one", "sbuf", (P, P), self.f32)
+        self.copy(blk, ap(one, slice(0, pk), slice(0, pk)), on=(V,))
+        self.blk = {"one": one}
         self.et = b.tile("lnm_et", "sbuf", (P, g), self.bf)
-        src, dst = ap(self.blk["one"], slice(0, pk), slice(0, pk, k)), ap(self.et, slice(0, pk))
+        src, dst = ap(one, slice(0, pk), slice(0, pk, k)), ap(self.et, slice(0, pk))
         b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
         self.ones = b.tile("lnm_ones", "sbuf", (P, 1), self.f32)  # 1 / D
         o = ap(self.ones)
         b.emit(Memset, [], [o], dst=o, value=1.0 / self.d, engine=G)
         self.junk = b.tile("lnm_junk", "sbuf", (P, self.L), self.bf)
+        self.spread = {}
+        self.spread_one(self.weight)
+
+    def spread_one(self, v: str) -> None:
+        """The weight's (bias') [k, L] loaded into each of a tile's g row slots, a transfer a
+        slot on the DMA engines of its partitions (`_Wide.spread_one`'s TensorE spread and
+        copy out of PSUM cost ScalarE or VectorE 2.6 us each at 100000)."""
+        b, k = self.b, self.k
+        sp = b.tile("lnm_sp", "sbuf", (self.P, self.L), self.bf)
+        for r in range(self.g):  # (slot r on load queue r, in turn with x's rows: `load`)
+            dst = ap(sp, slice(r * k, (r + 1) * k))
+            b.emit(DmaCopy, [ap(v)], [dst], src=ap(v), dst=dst, queue=self.qs[r])
+        self.spread[v] = sp
+
+    def load(self, n: int, r0: int, rows: int) -> None:
+        """Tile n's rows, row slot r's on load queue r (the DMA engines of its partitions:
+        each queue's transfers in turn, the weight's and bias' among them)."""
+        if n in self.loaded:
+            return
+        self.loaded.add(n)
+        k = self.k
+        for j in range(rows):
+            src, dst = ap(self.xf, slice(r0 + j, r0 + j + 1)), self.xt(n, self.P)
+            dst = ap(dst.name, slice(j * k, (j + 1) * k))
+            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.qs[j])
 
     def first(self, n: int, r0: int, rows: int) -> None:
         """Stage 1: load; TensorE's column sums of x over each row's partitions."""
@@ -140,7 +194,10 @@ class _Many(_Wide):
         mp = ap(ps, slice(0, p), slice(self.g, self.g + 1))
         ones = ap(self.ones, slice(0, c))
         b.emit(Matmul, [sums, ones], [mp], stationary=sums, moving=ones, dst=mp)
-        mean = self.sm(n, p, "mn")
+        # (the mean in a tile of its own: a read waits for its tile's last write, and y reads
+        # the mean)
+        mn = self.b.scratch_tile(f"lnw.mn{n % norm_wide.Y_BUFS}", "mn", (self.P, 2), self.f32)
+        mean = ap(mn, slice(0, p), slice(0, 1))
         self.copy(mp, mean, on=SMALL_ON)
         q = self.sm(n, p, "q")
         xs, jk = self.xt(n, p), ap(self.junk, slice(0, p))
@@ -173,7 +230,8 @@ class _Many(_Wide):
     def copy(self, src, dst, scale=None, on=(S, V)) -> None:
         """`_Wide.copy`; stage 3's copies out (scaled by rstd) on ScalarE a COPY_S share of
         them, in turn, VectorE the rest (COPY_S None: the list schedule's pick)."""
-        if scale is not None and not isinstance(scale, float) and COPY_S is not None:
+        last = self.turn_n >= len(self.tiles) - COPY_LAST  # (`COPY_LAST`)
+        if scale is not None and not isinstance(scale, float) and COPY_S is not None and not last:
             i = self.n_out = getattr(self, "n_out", 0) + 1
             on = (S,) if int(i * COPY_S) > int((i - 1) * COPY_S) else (V,)
         super().copy(src, dst, scale, on)
@@ -182,7 +240,8 @@ class _Many(_Wide):
         """rstd and std of `var` (in PSUM, times 1 / inv); diag(std); y."""
         b = self.b
         rs, sd = self.sm(n, p, "rs"), self.sm(n, p, "sd")
-        for func, dst in (("rsqrt", rs), ("sqrt", sd)):
+        tail = n == len(self.tiles) - 1 and p < self.P  # (`tail_alu` reads std)
+        for func, dst in (("rsqrt", rs), ("sqrt", sd))[: 1 if STD_DIVIDE and not tail else 2]:
             b.emit(Activation, [var], [dst], func=func, src=var, dst=dst, scale=inv,
                    bias=self.eps)  # fmt: skip
         dg = ap(
@@ -191,17 +250,24 @@ class _Many(_Wide):
             slice(0, p),
         )
         ib = ap(self.ib, slice(0, p), slice(0, p))
-        ops = [(Activation, [ib, sd], [dg], dict(func="copy", src=ib, dst=dg, scale=sd,
-                                                 engine=S))]  # fmt: skip
-        ops += [
-            (TensorScalar, [ib, sd], [dg], dict(src=ib, dst=dg, op0="multiply", operand0=sd,
-                                                engine=e))
-            for e in (V, G)
-        ]  # fmt: skip
-        self.put(ops)
         for c, engines in self.y_parts(n):
             xs, ys = self.xt(n, p, c), self.yt(n, p, c)
             w = ap(self.spread[self.weight], slice(0, p), slice(*c))
             self.put([(ScalarTensorTensor, [xs, mean, w], [ys], dict(
                 data=xs, op0="subtract", operand0=mean, op1="multiply", operand1=w, dst=ys,
                 engine=e)) for e in engines])  # fmt: skip
+        # (diag(std) after y: an engine's instructions go in their order, and y waits for the
+        # mean alone, diag(std) for the squares' sums)
+        if STD_DIVIDE:  # (diag(1 / rstd): no sqrt on ScalarE)
+            ops = [(TensorScalar, [ib, rs], [dg], dict(src=ib, dst=dg, op0="divide", operand0=rs,
+                                                       engine=e)) for e in DG_ON]  # fmt: skip
+        else:
+            ops = [(Activation, [ib, sd], [dg], dict(func="copy", src=ib, dst=dg, scale=sd,
+                                                     engine=S))]  # fmt: skip
+            ops += [
+                (TensorScalar, [ib, sd], [dg], dict(src=ib, dst=dg, op0="multiply", operand0=sd,
+                                                    engine=e))
+                for e in (V, G)
+            ]  # fmt: skip
+            ops = [o for o in ops if o[3]["engine"] in DG_ON]
+        self.put(ops)
