@@ -21,6 +21,8 @@ ScalarE's square costs it 1 / 1.2 ns an element, TensorE's sums half a cycle a c
 
 from __future__ import annotations
 
+import math
+
 from trnsim.isa import (
     Activation,
     DmaCopy,
@@ -39,7 +41,7 @@ from trnsim.kernels.schedule import Scheduled
 
 __all__ = ["pieces", "applies", "lower_many"]
 
-MANY_LEAST = 65536  # rows this long at least (shorter ones: `norm_wide`, the pieces plan)
+MANY_LEAST = 50000  # rows this long at least (shorter ones: `norm_wide`, the pieces plan)
 PIECE_MOST = 3200  # a piece's columns at most, k the fewest pieces that fit
 K_MOST = 32  # pieces a row at most (4 rows a tile)
 COLS = 128  # x's columns a stationary operand of the sums (TensorE's rows)
@@ -51,18 +53,28 @@ COPY_LAST = 1  # ... but the last this many tiles', each where the list schedule
 SMALL_ON = (V, S)  # the engines of stage 2's small copies out of PSUM
 STD_DIVIDE = True  # diag(std) as the identity divided by rstd, no sqrt on ScalarE
 DG_ON = (V,)  # diag(std)'s engines
+W_STORE_QUEUES = False  # the weight's and bias' loads on the store queues' second half (idle
+# until the stores begin), beside x's, not after its first tile
 SEARCH = 150  # the list schedule's descent, schedules at most
 
 
 def pieces(P: int, d: int) -> int:
     """k: the fewest power of two pieces a row (2 to K_MOST) of at most PIECE_MOST columns
-    dividing d; 0 if none."""
+    dividing d; else K_MOST padded pieces of ceil(d / K_MOST) columns (`padded`) if that is at
+    most PIECE_MOST; 0 if neither."""
     k = 2
     while k <= min(P, K_MOST):
         if d % k == 0 and d // k <= PIECE_MOST:
             return k
         k *= 2
-    return 0
+    return K_MOST if padded(d)[0] <= PIECE_MOST and K_MOST <= P else 0
+
+
+def padded(d: int) -> tuple[int, int]:
+    """(L, pad) of a row in K_MOST pieces of L = ceil(d / K_MOST) columns, the last `pad`
+    short."""
+    L = -(-d // K_MOST)
+    return L, K_MOST * L - d
 
 
 def applies(b: KernelBuilder, cfg, x: str, out: str, weight, bias) -> bool:
@@ -101,14 +113,37 @@ class _Many(_Wide):
             norm_wide.K_FORCE.clear()
             norm_wide.K_FORCE.update(force)
         self.no_aggr = True  # (the block matrices of `setup`: "one" among them)
+        self.pad = 0
+        if self.d % k:  # (padded pieces: the last `pad` columns of a row's last piece zeros)
+            self.L, self.pad = padded(self.d)
+            self.long = int(self.L >= norm_wide.LONG_PIECE)
         self.psum_s = [b.psum("lnm_s", (P, self.g + 3), self.f32) for _ in range(S_BUFS)]
         self.psum += self.psum_s
         self.qs = Queues(cfg).loads()
+        self.st_qs = Queues(cfg).stores()
         self.turn_n = 0
 
     def third(self, n: int, r0: int, rows: int) -> None:
+        """`_Wide.third`, its store a transfer a row (`rows_dma`: padded, the pad not
+        stored)."""
         self.turn_n = n  # (`copy`: the tile's copies out)
-        super().third(n, r0, rows)
+        emit, b = self.b.emit, self.b
+        last = []
+
+        def hold(cls, *a, **kw):  # (the tile's store: kept, then a transfer a row)
+            if cls is DmaCopy and kw.get("dst") is not None and kw["dst"].name == self.of:
+                last.append(kw)
+                return None
+            return emit(cls, *a, **kw)
+
+        b.emit = hold
+        try:
+            super().third(n, r0, rows)
+        finally:
+            b.emit = emit
+        t = self.xt(n, self.P).name
+        for j in range(rows):
+            self.rows_dma(self.of, r0 + j, t, j, store=True)
 
     def sm(self, n: int, p: int, key: str, w: int = 1):
         """Tile n's fp32 [p, 1] small columns `key` (all in one tile: fewer semaphores)."""
@@ -132,6 +167,10 @@ class _Many(_Wide):
         one = b.tile("lnm_one", "sbuf", (P, P), self.f32)
         self.copy(blk, ap(one, slice(0, pk), slice(0, pk)), on=(V,))
         self.blk = {"one": one}
+        if self.pad:
+            neg = b.tile("lnm_neg", "sbuf", (P, P), self.f32)
+            self.copy(blk, ap(neg, slice(0, pk), slice(0, pk)), -1.0, on=(V,))
+            self.blk["neg"] = neg
         self.et = b.tile("lnm_et", "sbuf", (P, g), self.bf)
         src, dst = ap(one, slice(0, pk), slice(0, pk, k)), ap(self.et, slice(0, pk))
         b.emit(TensorCopy, [src], [dst], src=src, dst=dst, engine=G)
@@ -149,8 +188,7 @@ class _Many(_Wide):
         b, k = self.b, self.k
         sp = b.tile("lnm_sp", "sbuf", (self.P, self.L), self.bf)
         for r in range(self.g):  # (slot r on load queue r, in turn with x's rows: `load`)
-            dst = ap(sp, slice(r * k, (r + 1) * k))
-            b.emit(DmaCopy, [ap(v)], [dst], src=ap(v), dst=dst, queue=self.qs[r])
+            self.rows_dma(v, None, sp, r, zeros=True)
         self.spread[v] = sp
 
     def load(self, n: int, r0: int, rows: int) -> None:
@@ -159,11 +197,44 @@ class _Many(_Wide):
         if n in self.loaded:
             return
         self.loaded.add(n)
-        k = self.k
-        for j in range(rows):
-            src, dst = ap(self.xf, slice(r0 + j, r0 + j + 1)), self.xt(n, self.P)
-            dst = ap(dst.name, slice(j * k, (j + 1) * k))
-            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.qs[j])
+        t = self.xt(n, self.P).name
+        for j in range(rows):  # (a buffer's first use: the pad columns zeros, kept so by the
+            # output's, the weight's and bias' being 0)
+            self.rows_dma(self.xf, r0 + j, t, j, zeros=n < self.bufs)
+
+    def rows_dma(self, v: str, r, t: str, j: int, store: bool = False, zeros=False) -> None:
+        """Row r of v (x's or out's; r None: the weight's or bias' [d]) to (from, `store`) row
+        slot j of tile t on queue j (the DMA engines of its partitions); padded, its last piece
+        on a queue of its own, and with `zeros` its pad columns from a zero tile before."""
+        k, L, pad = self.k, self.L, self.pad
+
+        def row(a, z):
+            return ap(v, slice(a, z)) if r is None else ap(v, slice(r, r + 1), slice(a, z))
+
+        qs = self.st_qs if store else self.qs
+        if r is None and W_STORE_QUEUES:  # (the weight's and bias': `W_STORE_QUEUES`)
+            qs = Queues(self.cfg).stores(1 / 2, 1)
+        parts = [(row(0, self.d), ap(t, slice(j * k, (j + 1) * k)), qs[j])]
+        if pad:
+            a = (k - 1) * L
+            parts = [
+                (row(0, a), ap(t, slice(j * k, (j + 1) * k - 1)), qs[j]),
+                (row(a, self.d), ap(t, slice((j + 1) * k - 1, (j + 1) * k), slice(0, L - pad)),
+                 qs[self.g + j]),
+            ]  # fmt: skip
+            if zeros:
+                if not hasattr(self, "zeros"):  # ([1, pad] zeros, made at their first use)
+                    self.zeros = self.b.tile("lnm_zeros", "sbuf", (1, pad), self.bf)
+                    self.b.emit(Memset, [], [ap(self.zeros)], dst=ap(self.zeros), value=0.0,
+                                engine=G)  # fmt: skip
+                z = ap(t, slice((j + 1) * k - 1, (j + 1) * k), slice(L - pad, L))
+                qz = Queues(self.cfg).stores(1 / 2, 1)  # (queues of their own: they wait for
+                # the zero tile's memset, and the list schedule would put them, and the
+                # transfers behind them, after every load ready sooner)
+                parts.append((ap(self.zeros), z, qz[j]))
+        for a, z, q in parts:
+            src, dst = (z, a) if store else (a, z)
+            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q)
 
     def first(self, n: int, r0: int, rows: int) -> None:
         """Stage 1: load; TensorE's column sums of x over each row's partitions."""
@@ -206,6 +277,14 @@ class _Many(_Wide):
         var = ap(ps, slice(0, p), slice(self.g + 1, self.g + 2))
         one = ap(self.blk["one"], slice(0, p), slice(0, p))
         b.emit(Matmul, [one, q], [var], stationary=one, moving=q, dst=var)
+        if self.pad:  # (the pad zeros' squares about M, pad M^2 a row, taken off: pad / k M^2
+            # on each of its k partitions, summed by -1s; as `norm_pad.correct`)
+            sq = ap(self.b.scratch_tile(f"lnm.sq{n % S_BUFS}", "sq", (self.P, 1), self.f32),
+                    slice(0, p))  # fmt: skip
+            b.emit(Activation, [mean], [sq], func="square", src=mean, dst=sq,
+                   scale=math.sqrt(self.pad / self.k))  # fmt: skip
+            neg = ap(self.blk["neg"], slice(0, p), slice(0, p))
+            b.emit(Matmul, [neg, sq], [var], stationary=neg, moving=sq, dst=var, accumulate=True)
         self.finish(n, p, mean, var, 1.0 / self.d)
         if n == 0 and norm_wide.BIAS_LATER:
             self.spread_one(self.bias)
