@@ -15,20 +15,35 @@ from trnsim.kernels import norm_many, norms
 @pytest.mark.parametrize("shape", [
     (11, 100000),  # (32 pieces of 3125, odd: 4 rows a tile; 5 and 6 rows a core, partial tiles)
     (17, 65536),  # (32 pieces of 2048; a core of 8 rows, the other 9)
+    (23, 50257),  # (32 padded pieces of 1571; 11 and 12 rows a core)
 ])  # fmt: skip
 def test_many_values(monkeypatch, shape):
     variant_at_both_lncs(monkeypatch, shape, dtype("bfloat16"), "MANY")
 
 
-def test_many_at_mean_1e4(monkeypatch, tmp_path):
+@pytest.mark.parametrize("shape", [(11, 100000), (23, 50257)])
+def test_many_at_mean_1e4(monkeypatch, tmp_path, shape):
     """Rows of mean 10^4 (bf16: steps of 64 there) and a massive first channel: the mean from
-    TensorE's sums, the squares about it on ScalarE; LNC 1 and 2 agree bit for bit."""
+    TensorE's sums, the squares about it on ScalarE (padded: the pad's M^2 taken off); LNC 1
+    and 2 agree bit for bit."""
     monkeypatch.setattr(norms, "VARIANTS", (norms.MANY,))
-    massive_at_both_lncs((11, 100000), tmp_path)
+    massive_at_both_lncs(shape, tmp_path)
+
+
+def test_many_padded_buffers_reused(monkeypatch):
+    """Padded pieces in x's buffers used again (2 of them, 5 tiles a core at LNC 2): the pad
+    zeroed at a buffer's first load stays 0 (the output's pad columns 0: the weight's and
+    bias' are)."""
+    from trnsim.kernels import norm_wide
+
+    monkeypatch.setattr(norm_wide, "BUFS", 2)
+    variant_at_both_lncs(monkeypatch, (40, 50257), dtype("bfloat16"), "MANY")
 
 
 def test_many_pieces():
     """k: the fewest powers of two pieces of at most PIECE_MOST columns dividing d."""
     assert norm_many.pieces(128, 100000) == 32  # (3125, odd)
     assert norm_many.pieces(128, 65536) == 32  # (2048)
-    assert norm_many.pieces(128, 50257) == 0  # (odd: `norm_pad`'s)
+    assert norm_many.pieces(128, 50257) == 32  # (padded: 32 of 1571, the last 15 short)
+    assert norm_many.padded(50257) == (1571, 15)
+    assert norm_many.pieces(128, 151936) == 0  # (32 pieces of 4748: too wide)

@@ -185,7 +185,7 @@ class _Many(_Wide):
         """The weight's (bias') [k, L] loaded into each of a tile's g row slots, a transfer a
         slot on the DMA engines of its partitions (`_Wide.spread_one`'s TensorE spread and
         copy out of PSUM cost ScalarE or VectorE 2.6 us each at 100000)."""
-        b, k = self.b, self.k
+        b = self.b
         sp = b.tile("lnm_sp", "sbuf", (self.P, self.L), self.bf)
         for r in range(self.g):  # (slot r on load queue r, in turn with x's rows: `load`)
             self.rows_dma(v, None, sp, r, zeros=True)
