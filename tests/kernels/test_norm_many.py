@@ -15,7 +15,7 @@ from trnsim.kernels import norm_many, norms
 @pytest.mark.parametrize("shape", [
     (11, 100000),  # (32 pieces of 3125, odd: 4 rows a tile; 5 and 6 rows a core, partial tiles)
     (17, 65536),  # (32 pieces of 2048; a core of 8 rows, the other 9)
-    (23, 50257),  # (32 padded pieces of 1571; 11 and 12 rows a core)
+    (23, 50257),  # (32 padded pieces of 1571, 4 rows a tile; 11 and 12 rows a core)
 ])  # fmt: skip
 def test_many_values(monkeypatch, shape):
     variant_at_both_lncs(monkeypatch, shape, dtype("bfloat16"), "MANY")
@@ -45,5 +45,5 @@ def test_many_pieces():
     assert norm_many.pieces(128, 100000) == 32  # (3125, odd)
     assert norm_many.pieces(128, 65536) == 32  # (2048)
     assert norm_many.pieces(128, 50257) == 32  # (padded: 32 of 1571, the last 15 short)
-    assert norm_many.padded(50257) == (1571, 15)
+    assert norm_many.padded(50257, 32) == (1571, 15)
     assert norm_many.pieces(128, 151936) == 0  # (32 pieces of 4748: too wide)

@@ -44,6 +44,9 @@ __all__ = ["pieces", "applies", "lower_many"]
 MANY_LEAST = 50000  # rows this long at least (shorter ones: `norm_wide`, the pieces plan)
 PIECE_MOST = 3200  # a piece's columns at most, k the fewest pieces that fit
 K_MOST = 32  # pieces a row at most (4 rows a tile)
+PAD_K = 32  # padded pieces a row at least (trn2 LNC 2, 16 MiB, bf16 50257: 16 of 3142, 8 rows
+# a tile, 63.1 us, the first tile in later and a row's last piece on its main piece's queue;
+# 32 of 1571 59.1)
 COLS = 128  # x's columns a stationary operand of the sums (TensorE's rows)
 S_BUFS = 4  # PSUM tiles of the sums, in turn (stage 2 lags stage 1 by 2 tiles: `LAGS`)
 Y_V = 0.25  # VectorE's share of y's columns, GpSimd the rest
@@ -55,26 +58,32 @@ STD_DIVIDE = True  # diag(std) as the identity divided by rstd, no sqrt on Scala
 DG_ON = (V,)  # diag(std)'s engines
 W_STORE_QUEUES = False  # the weight's and bias' loads on the store queues' second half (idle
 # until the stores begin), beside x's, not after its first tile
+ALWAYS_SEARCH = True  # the descent also in `norms._variant`'s trials (without it, trn2 LNC 2,
+# 16 MiB, bf16 100000: estimated 62.8 us, behind the pieces plan's 61.0; run, 59.6 against 60.0)
 SEARCH = 150  # the list schedule's descent, schedules at most
 
 
 def pieces(P: int, d: int) -> int:
     """k: the fewest power of two pieces a row (2 to K_MOST) of at most PIECE_MOST columns
-    dividing d; else K_MOST padded pieces of ceil(d / K_MOST) columns (`padded`) if that is at
-    most PIECE_MOST; 0 if neither."""
+    dividing d; else the fewest padded pieces (PAD_K at least) of ceil(d / k) columns
+    (`padded`) within PIECE_MOST; 0 if neither."""
     k = 2
     while k <= min(P, K_MOST):
         if d % k == 0 and d // k <= PIECE_MOST:
             return k
         k *= 2
-    return K_MOST if padded(d)[0] <= PIECE_MOST and K_MOST <= P else 0
+    k = PAD_K
+    while k <= min(P, K_MOST):
+        if -(-d // k) <= PIECE_MOST:
+            return k
+        k *= 2
+    return 0
 
 
-def padded(d: int) -> tuple[int, int]:
-    """(L, pad) of a row in K_MOST pieces of L = ceil(d / K_MOST) columns, the last `pad`
-    short."""
-    L = -(-d // K_MOST)
-    return L, K_MOST * L - d
+def padded(d: int, k: int) -> tuple[int, int]:
+    """(L, pad) of a row in k pieces of L = ceil(d / k) columns, the last `pad` short."""
+    L = -(-d // k)
+    return L, k * L - d
 
 
 def applies(b: KernelBuilder, cfg, x: str, out: str, weight, bias) -> bool:
@@ -95,8 +104,12 @@ def lower_many(b: KernelBuilder, cfg, x, out, weight, bias, eps, share) -> float
     w = _Many(b, cfg, x, out, weight, bias, eps, share)
     if not w.tiles:
         return 0.0
-    with Scheduled(b, cfg, shared_dma=True, fluid=True, search=SEARCH) as s:
-        w.emit()
+    searching, b.searching = b.searching, b.searching or ALWAYS_SEARCH  # (`ALWAYS_SEARCH`)
+    try:
+        with Scheduled(b, cfg, shared_dma=True, fluid=True, search=SEARCH) as s:
+            w.emit()
+    finally:
+        b.searching = searching
     b.release(*w.psum)
     return s.makespan
 
@@ -115,7 +128,7 @@ class _Many(_Wide):
         self.no_aggr = True  # (the block matrices of `setup`: "one" among them)
         self.pad = 0
         if self.d % k:  # (padded pieces: the last `pad` columns of a row's last piece zeros)
-            self.L, self.pad = padded(self.d)
+            self.L, self.pad = padded(self.d, k)
             self.long = int(self.L >= norm_wide.LONG_PIECE)
         self.psum_s = [b.psum("lnm_s", (P, self.g + 3), self.f32) for _ in range(S_BUFS)]
         self.psum += self.psum_s
