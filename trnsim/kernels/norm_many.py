@@ -49,15 +49,20 @@ PAD_K = 32  # padded pieces a row at least (trn2 LNC 2, 16 MiB, bf16 50257: 16 o
 # 32 of 1571 59.1)
 COLS = 128  # x's columns a stationary operand of the sums (TensorE's rows)
 S_BUFS = 4  # PSUM tiles of the sums, in turn (stage 2 lags stage 1 by 2 tiles: `LAGS`)
-Y_V = 0.25  # VectorE's share of y's columns, GpSimd the rest
-V_PARTS, G_PARTS = 1, 2  # ... in this many parts each
-COPY_S = 0.35  # ScalarE's share of stage 3's copies out of PSUM, VectorE the rest
+Y_V = (0.25, 0.22)  # VectorE's share of y's columns, GpSimd the rest: whole pieces, padded
+# (trn2 LNC 2, 16 MiB, bf16 100000, us: 0.2 60.6, 0.25 59.6, 0.3 60.5, 0.35 60.9; 50257 with
+# COPY_S 0.3: 0.2 58.3, 0.22 57.3, 0.25 58.2, 0.28 58.6)
+V_PARTS, G_PARTS = 1, 2  # ... in this many parts each (4 and 6: 100000 69.7 -> 69.9)
+COPY_S = (0.35, 0.3)  # ScalarE's share of stage 3's copies out of PSUM, VectorE the rest (100000:
+# 0.3 60.9, 0.35 59.6, 0.4 60.7; 50257: 0.28 58.6, 0.3 58.2, 0.32 59.0, 0.35 58.4, 0.4 59.1)
 COPY_LAST = 1  # ... but the last this many tiles', each where the list schedule finds free
 SMALL_ON = (V, S)  # the engines of stage 2's small copies out of PSUM
 STD_DIVIDE = True  # diag(std) as the identity divided by rstd, no sqrt on ScalarE
 DG_ON = (V,)  # diag(std)'s engines
 W_STORE_QUEUES = False  # the weight's and bias' loads on the store queues' second half (idle
 # until the stores begin), beside x's, not after its first tile
+PAD_ON = (G,)  # the engines of pad / k M^2 (padded pieces), () ScalarE's square (50257:
+# ScalarE's 59.3 us, GpSimd's 58.4, GpSimd's or VectorE's 59.4)
 ALWAYS_SEARCH = True  # the descent also in `norms._variant`'s trials (without it, trn2 LNC 2,
 # 16 MiB, bf16 100000: estimated 62.8 us, behind the pieces plan's 61.0; run, 59.6 against 60.0)
 SEARCH = 150  # the list schedule's descent, schedules at most
@@ -294,8 +299,11 @@ class _Many(_Wide):
             # on each of its k partitions, summed by -1s; as `norm_pad.correct`)
             sq = ap(self.b.scratch_tile(f"lnm.sq{n % S_BUFS}", "sq", (self.P, 1), self.f32),
                     slice(0, p))  # fmt: skip
-            b.emit(Activation, [mean], [sq], func="square", src=mean, dst=sq,
-                   scale=math.sqrt(self.pad / self.k))  # fmt: skip
+            c = self.pad / self.k
+            self.put([(ScalarTensorTensor, [mean, mean], [sq], dict(
+                data=mean, op0="multiply", operand0=c, op1="multiply", operand1=mean, dst=sq,
+                engine=e)) for e in PAD_ON] if PAD_ON else [(Activation, [mean], [sq], dict(
+                    func="square", src=mean, dst=sq, scale=math.sqrt(c)))])  # fmt: skip
             neg = ap(self.blk["neg"], slice(0, p), slice(0, p))
             b.emit(Matmul, [neg, sq], [var], stationary=neg, moving=sq, dst=var, accumulate=True)
         self.finish(n, p, mean, var, 1.0 / self.d)
@@ -308,7 +316,7 @@ class _Many(_Wide):
         an odd last on GpSimd, each where the list schedule finds an engine free sooner)."""
         L = self.L
         if Y_V is not None:
-            cv = round(L * Y_V / 2) * 2
+            cv = round(L * Y_V[self.pad > 0] / 2) * 2
             parts = [(c, (V,)) for c in _even_parts(cv, V_PARTS)]
             return parts + [((cv + a, cv + z), (G,)) for a, z in runs(L - cv, -(-(L - cv) //
                                                                          G_PARTS))]  # fmt: skip
@@ -324,8 +332,9 @@ class _Many(_Wide):
         them, in turn, VectorE the rest (COPY_S None: the list schedule's pick)."""
         last = self.turn_n >= len(self.tiles) - COPY_LAST  # (`COPY_LAST`)
         if scale is not None and not isinstance(scale, float) and COPY_S is not None and not last:
-            i = self.n_out = getattr(self, "n_out", 0) + 1
-            on = (S,) if int(i * COPY_S) > int((i - 1) * COPY_S) else (V,)
+            i, c = getattr(self, "n_out", 0) + 1, COPY_S[self.pad > 0]
+            self.n_out = i
+            on = (S,) if int(i * c) > int((i - 1) * c) else (V,)
         super().copy(src, dst, scale, on)
 
     def finish(self, n: int, p: int, mean, var, inv: float) -> None:
