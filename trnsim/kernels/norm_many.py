@@ -1,22 +1,36 @@
-"""bf16 `layer_norm` rows of MANY_LEAST or more with a weight and a bias, in k pieces of L = D /
-k columns (k up to K_MOST, L odd or even), `norm_wide`'s tiles and its three passes (out =
-rstd (y + std b), y = (x - mean) w), but the statistics without VectorE's bn_stats:
+"""bf16 `layer_norm` rows of MANY_LEAST or more with a weight and a bias, in k pieces of L
+columns (`pieces`: k a power of two up to K_MOST dividing D, L = D / k odd or even; else PAD_K
+padded pieces of ceil(D / k), the row's last piece `pad` short), `norm_wide`'s tiles (row r's
+piece s on partition r k + s, g = P / k rows a tile) and its three passes (out = rstd (y + std
+b), y = (x - mean) w), but the statistics without VectorE's bn_stats:
 
-1. load; TensorE sums x about the row: x's columns, COLS at a time, as the stationary operand
-   times the tile's block ones ([p, p] bf16, 1 where two partitions hold one row) accumulate
-   into PSUM [COLS, p], entry [c, q] the sum of column position c over q's row's partitions
-   and column groups (a matmul costs TensorE max(64, p) cycles for COLS columns); copied out,
-   a second matmul (fp32 ones of 1 / D) sums them into [p, 1]: each partition its row's mean
-   M (float64 sums rounded once a matmul: a row's values its own, the same at LNC 1 and 2);
-2. ScalarE: S2 = sum((M - x)^2) over its piece (`square` with scale -1 and bias M, its add
-   reduction: one pass, every term about the row's own mean, no cancellation at any mean);
-   TensorE sums S2 over the row's partitions; rstd and std; diag(std); y in column parts
-   (`norm_wide.finish`; an odd last part on GpSimd, VectorE's bf16 fast case being even);
-3. `norm_wide`'s: per PSUM tile, the identity times y plus diag(std) times the spread bias,
-   copied out times rstd; store.
+1. load, a transfer a row on queue r of its row slot r (the DMA engines of its partitions;
+   padded, the short piece on a queue of its own, the pad columns zeroed from a zero tile at
+   a buffer's first load); TensorE sums x: x's columns, COLS at a time, as the stationary
+   operand times E^T ([p, g] bf16, 1 where partition q holds row r) accumulate into PSUM
+   [COLS, g], entry [c, r] the sum of column position c over row r's partitions and column
+   groups (64 cycles a matmul: half a cycle a column);
+2. those sums copied out, each row's column repeated over its k partitions' (`bcast`), and
+   summed by a second matmul (fp32 ones of 1 / D): each partition its row's mean M (in a tile
+   of its own: y waits for it alone); ScalarE's S2 = sum((M - x)^2) over its piece (`square`
+   with scale -1 and bias M, its add reduction: one pass, every term about the row's own
+   mean, no cancellation at any mean); TensorE sums S2 over the row's partitions (padded: less
+   pad M^2 a row, pad / k M^2 a partition by GpSimd summed by -1s, as `norm_pad.correct`);
+   rstd (ScalarE), diag(std) as the identity divided by rstd (VectorE); y in two column parts,
+   VectorE's first Y_V (even: its bf16 fast case), GpSimd's the rest;
+3. `norm_wide`'s: per PSUM tile, the identity times y plus diag(std) times the bias, copied
+   out times rstd (ScalarE a COPY_S share, VectorE the rest) into x's tile; stored a transfer a
+   row (padded: the pad not stored).
 
-VectorE's bn_stats cost it a cycle an element (a core's rows of 100000: 37.5 us of its 50);
-ScalarE's square costs it 1 / 1.2 ns an element, TensorE's sums half a cycle a column.
+The weight and bias are loaded into each of the g row slots (a transfer a slot on the slot's
+queue, behind x's first tile: no TensorE spread, whose copy out of PSUM cost ScalarE 2.6 us at
+100000). Values: float64 sums rounded once a matmul, a row's values its own: the same at LNC 1
+and 2. VectorE's bn_stats cost it a cycle an element (a core's rows of 100000 in `norm_wide`'s
+tiles: 37.5 us of its 50); ScalarE's square 1 / 1.2 ns. trn2 LNC 2, 16 MiB, bf16 rows (the
+estimate choosing it, its trials with the descent: `ALWAYS_SEARCH`), us: 50257 62.04 -> 57.27
+(74.6% -> 80.9%, 32 padded pieces of 1571), 100000 60.03 -> 59.56 (77.2% -> 77.8%; every engine
+busy 41-47 us a core, TensorE the last 7 us alone on the last tiles' bias), 65536 56.88 ->
+55.45 (82.0% -> 84.1%).
 """
 
 from __future__ import annotations
@@ -48,19 +62,24 @@ PAD_K = 32  # padded pieces a row at least (trn2 LNC 2, 16 MiB, bf16 50257: 16 o
 # a tile, 63.1 us, the first tile in later and a row's last piece on its main piece's queue;
 # 32 of 1571 59.1)
 COLS = 128  # x's columns a stationary operand of the sums (TensorE's rows)
-S_BUFS = 4  # PSUM tiles of the sums, in turn (stage 2 lags stage 1 by 2 tiles: `LAGS`)
+S_BUFS = 4  # PSUM tiles of the sums, in turn (stage 2 lags stage 1 by 2 tiles: `LAGS`; 6:
+# 100000 59.6 -> 60.9 us)
 Y_V = (0.25, 0.22)  # VectorE's share of y's columns, GpSimd the rest: whole pieces, padded
 # (trn2 LNC 2, 16 MiB, bf16 100000, us: 0.2 60.6, 0.25 59.6, 0.3 60.5, 0.35 60.9; 50257 with
 # COPY_S 0.3: 0.2 58.3, 0.22 57.3, 0.25 58.2, 0.28 58.6)
-V_PARTS, G_PARTS = 1, 2  # ... in this many parts each (4 and 6: 100000 69.7 -> 69.9)
+V_PARTS, G_PARTS = 1, 2  # ... in this many parts each (4 and 6, an earlier plan: 100000 69.9
+# -> 69.7 us, the same)
 COPY_S = (0.35, 0.3)  # ScalarE's share of stage 3's copies out of PSUM, VectorE the rest (100000:
 # 0.3 60.9, 0.35 59.6, 0.4 60.7; 50257: 0.28 58.6, 0.3 58.2, 0.32 59.0, 0.35 58.4, 0.4 59.1)
 COPY_LAST = 1  # ... but the last this many tiles', each where the list schedule finds free
-SMALL_ON = (V, S)  # the engines of stage 2's small copies out of PSUM
+# (100000: 0 60.7 us, 1 59.9, 2 59.9, 3 59.8 before the stores a row; 50257: 0 58.4, 2 59.1)
+SMALL_ON = (V, S)  # the engines of stage 2's small copies out of PSUM (100000: VectorE's 60.6
+# us, ScalarE's 61.1, either 59.9)
 STD_DIVIDE = True  # diag(std) as the identity divided by rstd, no sqrt on ScalarE
-DG_ON = (V,)  # diag(std)'s engines
+DG_ON = (V,)  # diag(std)'s engines (GpSimd or VectorE: GpSimd's y waited behind it)
 W_STORE_QUEUES = False  # the weight's and bias' loads on the store queues' second half (idle
-# until the stores begin), beside x's, not after its first tile
+# until the stores begin), beside x's, not after its first tile (100000 59.6 -> 61.9 us, 50257
+# 59.3 -> 62.5)
 PAD_ON = (G,)  # the engines of pad / k M^2 (padded pieces), () ScalarE's square (50257:
 # ScalarE's 59.3 us, GpSimd's 58.4, GpSimd's or VectorE's 59.4)
 ALWAYS_SEARCH = True  # the descent also in `norms._variant`'s trials (without it, trn2 LNC 2,
