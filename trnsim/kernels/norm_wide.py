@@ -95,6 +95,9 @@ SETUP_ON = (S, V)  # the engines of the block matrices' and spreads' copies out 
 W_ROWS = 32  # the weight and bias loaded as [W_ROWS, D / W_ROWS] where k divides it (4 DMA
 # engines: as [k, L] one engine, 0.9 us for 20 KiB, GpSimd's first y pass at 19.5 us) ...
 W_OWN = True  # ... the weight on a queue of its own (at 10240, 61.05 -> 60.85 us)
+# (False now: trn2 LNC 2, 16 MiB, bf16 rows of 20000 58.34 -> 58.28 us, 24576 57.96 -> 57.83,
+# 10240 56.76 -> 56.65, but 14336 56.84 -> 57.41, 8192 55.01 -> 55.43, 16384 55.56 -> 55.70:
+# the first tile in sooner, the weight later)
 NO_AGGR = True  # the row's mean and variance from bn_stats' fields by TensorE and ScalarE,
 # VectorE's bn_aggr dropped (its chunks of equal even widths)
 DG_ON = ((G,), (S, V, G))  # diag(std)'s engines, pieces of at most DG_G columns (GpSimd: a
@@ -122,6 +125,8 @@ TAIL_ALU = 3  # a partial last tile's first L / TAIL_ALU columns (in steps of 25
 # 512 more at the tile's end, or the last 2 tiles: worse); with `EVEN_LAST`, 512 -> L / 3:
 # 12288 57.82 -> 57.58, 24576 58.08 -> 58.02, 10240 56.62 -> 56.61. A full last tile the
 # same way lost (8192 55.01 -> 55.45 at 1024, 16384 55.56 -> 56.14 at 512): it keeps TensorE
+# (L / 2: 20000 58.34 -> 58.27, but with `W_OWN` False 24576 57.83 -> 58.33, 12288 57.61 ->
+# 58.33)
 EVEN_LAST = 0.45  # a partial last tile and the one before share their rows, the last this
 # much (evened, the last's y, copies and store shorter): trn2 LNC 2, 16 MiB, bf16 rows, us,
 # 0.5: 24576 58.36 -> 58.08, 20000 59.65 -> 59.31, 14336 57.22 -> 57.10, 10240 56.70 ->
@@ -131,6 +136,14 @@ EVEN_LAST = 0.45  # a partial last tile and the one before share their rows, the
 PS_EVEN = True  # stage 3's PSUM tiles of even widths (`runs`), not full ones and a short
 # last: trn2 LNC 2, 16 MiB, bf16 rows of 20000 (pieces of 2500: 1024, 1024, 452 -> 3 of 833)
 # 58.69 -> 58.51 us, 14336 57.08 -> 56.84; 10240, 12288, 24576 the same
+# (Tried at bf16 rows of 20000, 58.34 us: the last tile's rows moved by TensorE (a permutation
+# for its identity and diag(std), rstd moved by a matmul) to partitions 64 on, a piece's rows
+# adjacent, copied out a PSUM tile at a time into tiles of their own and each stored at once, a
+# transfer a piece on the idle load queues: 58.60 (WIDE forced; 58.50 the last two tiles): the
+# last two tiles' stores share DMA engines 8 and 9 (a transfer moves at its slowest engine's
+# rate) and the moved tile loses `TAIL_ALU`. A DMA cannot take every k-th partition, so
+# without the permutation a piece's columns are no one transfer; nor the first tile's first
+# columns, to start VectorE sooner.)
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
