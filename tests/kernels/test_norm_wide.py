@@ -67,3 +67,28 @@ def test_wide_even_parts():
         assert len(parts) == k and parts[0][0] == 0 and parts[-1][1] == n
         assert all(a == z for (_, a), (z, _) in zip(parts, parts[1:]))
         assert all((z - a) % 2 == 0 for a, z in parts)
+
+
+def test_wide_wait_groups():
+    """VectorE's first bn_stats of tile n waits for the loads of the tiles after it up to
+    n + int(n WAIT_BETA) (`_wait_groups`): each later tile waited for once, none before
+    WAIT_FROM, none past the last tile or `ahead` tiles on."""
+    from trnsim.kernels.norm_wide import WAIT_BETA, WAIT_FROM, _wait_groups
+
+    assert (WAIT_FROM, WAIT_BETA) == (3, 0.25)
+    assert _wait_groups(14, 10) == {4: [5], 6: [7], 8: [9, 10], 11: [12, 13]}
+    assert _wait_groups(13, 10) == {4: [5], 6: [7], 8: [9, 10], 11: [12]}
+    assert _wait_groups(5, 10) == {} and _wait_groups(7, 10) == {4: [5]}
+    assert _wait_groups(60, 2)[41] == [42, 43]  # (n + int(n / 4) = 51: 2 ahead at most)
+    for tiles in range(1, 40):
+        groups = _wait_groups(tiles, 10)
+        waited = [m for ms in groups.values() for m in ms]
+        assert len(waited) == len(set(waited)) and all(n < tiles for n in waited)
+        assert all(min(ms) == n + 1 and n >= WAIT_FROM for n, ms in groups.items())
+        assert not set(waited) & set(groups)
+
+
+def test_wide_values_waited_loads(monkeypatch):
+    """Rows of 20000 in 13 tiles a core at LNC 1 and 7 at LNC 2: some bn_stats wait for the
+    loads of later tiles (`_wait_groups`); the values are numpy's, the same at both."""
+    variant_at_both_lncs(monkeypatch, (200, 20000), dtype("bfloat16"), "WIDE")

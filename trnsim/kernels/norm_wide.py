@@ -8,7 +8,9 @@ A tile is g = P / k rows, row r's piece s on partition r k + s (x's g rows are c
 one transfer a tile, in flat order). Per tile, in three stages (`LAGS` tiles apart; the list
 schedule, `schedule.Scheduled`, interleaves them):
 
-1. load; VectorE's `bn_stats` over the piece's chunks (of one even width: `_chunks`);
+1. load; VectorE's `bn_stats` over the piece's chunks (of one even width: `_chunks`), the
+   first of some tiles also waiting for the next tiles' loads (one wait's fixed overhead for
+   a few loads: `_wait_groups`);
 2. the row's mean M and variance from the chunks' (count, mean, M2) halves, without
    `bn_aggr` (`stats_fields`, `NO_AGGR`): TensorE sums the halves' means over the row's k
    partitions (a block matrix, 1 where two partitions hold one row; float64 sums rounded
@@ -28,9 +30,9 @@ The weight and bias are loaded once each as [W_ROWS, D / W_ROWS] (one transfer o
 over 4 DMA engines, not a copy a partition: 1.2 MiB a core at 10240) and spread to [P, L] by
 TensorE (K = W_ROWS selectors, 1 where partition q holds piece p mod k's block, times them;
 copied out once): the weight while the first tile loads, the bias after its statistics.
-trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 56.76 us (74.1% -> 81.6%), 12288 62.45 ->
-57.57, 14336 60.58 -> 56.84, 20000 64.01 -> 58.34 (79.4%), 24576 61.52 -> 57.96, 8192 61.30
--> 55.01, 16384 58.88 -> 55.56 (`norms.WIDE`, chosen by estimate).
+trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 56.08 us (74.1% -> 82.6%), 12288 62.45 ->
+57.58, 14336 60.58 -> 56.90, 20000 64.01 -> 57.98 (79.9%), 24576 61.52 -> 57.61, 8192 61.30
+-> 54.99, 16384 58.88 -> 54.82 (`norms.WIDE`, chosen by estimate).
 """
 
 from __future__ import annotations
@@ -94,10 +96,13 @@ LOAD_QUEUES = 1  # x a tile at a time (the first at the full rate: on two queues
 SETUP_ON = (S, V)  # the engines of the block matrices' and spreads' copies out of PSUM
 W_ROWS = 32  # the weight and bias loaded as [W_ROWS, D / W_ROWS] where k divides it (4 DMA
 # engines: as [k, L] one engine, 0.9 us for 20 KiB, GpSimd's first y pass at 19.5 us) ...
-W_OWN = True  # ... the weight on a queue of its own (at 10240, 61.05 -> 60.85 us)
-# (False now: trn2 LNC 2, 16 MiB, bf16 rows of 20000 58.34 -> 58.28 us, 24576 57.96 -> 57.83,
-# 10240 56.76 -> 56.65, but 14336 56.84 -> 57.41, 8192 55.01 -> 55.43, 16384 55.56 -> 55.70:
-# the first tile in sooner, the weight later)
+W_OWN = False  # ... the weight on a queue of its own (at 10240, 61.05 -> 60.85 us; with
+# `_wait_groups`, trn2 LNC 2, 16 MiB, bf16 rows, us, True -> False: 20000 58.92 -> 57.98,
+# 24576 57.96 -> 57.61, 10240 56.87 -> 56.08, 12288 57.68 -> 57.58, 16384 55.02 -> 54.82, but
+# 14336 55.99 -> 56.90, 8192 54.67 -> 54.99: the first tile in sooner, not sharing the DMA
+# engines with the weight, the weight later; without the groups, 20000 58.34 -> 58.28, 24576
+# 57.96 -> 57.83, 10240 56.76 -> 56.65, but 14336 56.84 -> 57.41, 8192 55.01 -> 55.43, 16384
+# 55.56 -> 55.70)
 NO_AGGR = True  # the row's mean and variance from bn_stats' fields by TensorE and ScalarE,
 # VectorE's bn_aggr dropped (its chunks of equal even widths)
 DG_ON = ((G,), (S, V, G))  # diag(std)'s engines, pieces of at most DG_G columns (GpSimd: a
@@ -144,6 +149,15 @@ PS_EVEN = True  # stage 3's PSUM tiles of even widths (`runs`), not full ones an
 # rate) and the moved tile loses `TAIL_ALU`. A DMA cannot take every k-th partition, so
 # without the permutation a piece's columns are no one transfer; nor the first tile's first
 # columns, to start VectorE sooner.)
+WAIT_FROM = 3  # VectorE's first bn_stats of some tiles waits for the loads of the next ones
+WAIT_BETA = 0.25  # too (`_wait_groups`): a wait costs VectorE a fixed overhead (~0.15 us) an
+# instruction, so one for a few loads done by then costs less than one a load. trn2 LNC 2, 16
+# MiB, bf16 rows, us, none -> these (`W_OWN` False): 20000 58.28 -> 57.98 (14 tiles a core:
+# 4 waits for 5, 6 for 7, 8 for 9 and 10, 11 for 12 and 13), 24576 57.83 -> 57.61, 10240
+# 56.65 -> 56.08, 12288 57.61 -> 57.58, 14336 57.41 -> 56.90, 8192 55.43 -> 54.99, 16384
+# 55.70 -> 54.82. At 20000: WAIT_BETA 0.2 58.50, 0.34 60.41, 0.5 60.23 (a load waited for
+# too soon: VectorE idle); WAIT_FROM 2 the same, 5 58.50; by hand, 3 for 4, 5 for 6 and 7, 8
+# for 9, 10 for 11, 12 for 13: 57.98; pairs from 3 or 4: 58.35
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
@@ -220,6 +234,7 @@ class _Wide:
         self.psum = [b.psum("lnw_ps", (P, SPAN * self.bank), self.f32) for _ in range(PS_TILES)]
         self.psum += [b.psum("lnw_st", (P, 2 * len(self.chunks) + 4), self.f32) for _ in range(2)]
         self.turn = 0
+        self.waits = _wait_groups(len(self.tiles), BUFS - 1 - max(LAGS))
 
     def tile(self, key: str, n: int, shape, dt) -> str:
         return self.b.scratch_tile(f"lnw.{key}{n % self.bufs}", key, shape, dt)
@@ -375,11 +390,15 @@ class _Wide:
         """Stage 1: load; bn_stats over the chunks; bn_aggr."""
         b, p = self.b, rows * self.k
         self.load(n, r0, rows)
+        more = self.waits.get(n, [])  # (`_wait_groups`)
+        for m in more:
+            self.load(m, *self.tiles[m])
         st = self.sm(n, p, "st", 0)
         for q, c in enumerate(self.chunks):
             xs = self.xt(n, p, c)
             sd = ap(st.name, slice(0, p), slice(st.index[1][0] + 6 * q, st.index[1][0] + 6 * q + 6))
-            b.emit(BnStats, [xs], [sd], src=xs, dst=sd)
+            more_xs = [self.xt(m, self.tiles[m][1] * self.k, c) for m in more] if q == 0 else []
+            b.emit(BnStats, [xs, *more_xs], [sd], src=xs, dst=sd)
         if self.c:  # ScalarE's (count, mean, M2) of the first c columns: the count set once
             # a buffer (`setup`); their sum, mean, squares about it
             e, c = st.index[1][0] + 6 * len(self.chunks), self.c
@@ -571,6 +590,22 @@ class _Wide:
             data=bs, op0="multiply", operand0=sdb, op1="add", operand1=ys, dst=t, engine=e))
             for e in (G, V)])  # fmt: skip
         self.copy(t, self.xt(n, p, (lo, hi)), rs)
+
+
+def _wait_groups(tiles: int, ahead: int) -> dict[int, list[int]]:
+    """Tile n -> the later tiles whose loads its first bn_stats waits for with its own
+    (`WAIT_BETA`): from tile WAIT_FROM on, each tile not yet waited for waits for those up to
+    n + int(n WAIT_BETA) (the loads run ahead of VectorE, more so as it goes), `ahead` at
+    most (a tile loaded early is emitted early: its buffer's tile before it must have been
+    copied out and stored by then)."""
+    out, done = {}, 0
+    for n in range(WAIT_FROM, tiles):
+        if n <= done:  # (its load waited for already)
+            continue
+        done = min(tiles - 1, n + int(n * WAIT_BETA), n + ahead)
+        if done > n:
+            out[n] = list(range(n + 1, done + 1))
+    return out
 
 
 def _chunks(n: int, most: int) -> list[tuple[int, int]]:
