@@ -8,9 +8,10 @@ A tile is g = P / k rows, row r's piece s on partition r k + s (x's g rows are c
 one transfer a tile, in flat order). Per tile, in three stages (`LAGS` tiles apart; the list
 schedule, `schedule.Scheduled`, interleaves them):
 
-1. load; VectorE's `bn_stats` over the piece's chunks (of one even width: `_chunks`), the
-   first of some tiles also waiting for the next tiles' loads (one wait's fixed overhead for
-   a few loads: `_wait_groups`);
+1. load (the first tile in parts of its rows, one a queue: `FIRST_PARTS`; stores in two:
+   `STORE_PARTS`); VectorE's `bn_stats` over the piece's chunks (of one even width:
+   `_chunks`), the first of some tiles also waiting for the next tiles' loads (one wait's
+   fixed overhead for a few loads: `_wait_groups`);
 2. the row's mean M and variance from the chunks' (count, mean, M2) halves, without
    `bn_aggr` (`stats_fields`, `NO_AGGR`): TensorE sums the halves' means over the row's k
    partitions (a block matrix, 1 where two partitions hold one row; float64 sums rounded
@@ -30,9 +31,9 @@ The weight and bias are loaded once each as [W_ROWS, D / W_ROWS] (one transfer o
 over 4 DMA engines, not a copy a partition: 1.2 MiB a core at 10240) and spread to [P, L] by
 TensorE (K = W_ROWS selectors, 1 where partition q holds piece p mod k's block, times them;
 copied out once): the weight while the first tile loads, the bias after its statistics.
-trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 56.08 us (74.1% -> 82.6%), 12288 62.45 ->
-57.58, 14336 60.58 -> 56.90, 20000 64.01 -> 57.98 (79.9%), 24576 61.52 -> 57.61, 8192 61.30
--> 54.99, 16384 58.88 -> 54.82 (`norms.WIDE`, chosen by estimate).
+trn2 LNC 2, 16 MiB, bf16 rows of 10240 62.50 -> 55.73 us (74.1% -> 83.1%), 12288 62.45 ->
+57.23, 14336 60.58 -> 56.62, 20000 64.01 -> 57.68 (80.3%), 24576 61.52 -> 57.26, 8192 61.30
+-> 54.47, 16384 58.88 -> 54.47 (`norms.WIDE`, chosen by estimate).
 """
 
 from __future__ import annotations
@@ -158,6 +159,20 @@ WAIT_BETA = 0.25  # too (`_wait_groups`): a wait costs VectorE a fixed overhead 
 # 55.70 -> 54.82. At 20000: WAIT_BETA 0.2 58.50, 0.34 60.41, 0.5 60.23 (a load waited for
 # too soon: VectorE idle); WAIT_FROM 2 the same, 5 58.50; by hand, 3 for 4, 5 for 6 and 7, 8
 # for 9, 10 for 11, 12 for 13: 57.98; pairs from 3 or 4: 58.35
+FIRST_PARTS = 0  # the first tile loaded in this many parts of its rows, each on a load queue
+# of its own (0: as many as there are), its DMA engines' share each (one engine of a transfer
+# starts engine_stagger after another: 16 engines 0.24 us, 2 engines 0.02); the first tile in
+# sooner, VectorE's first bn_stats sooner: trn2 LNC 2, 16 MiB, bf16 rows of 20000 in at 2.92
+# -> 2.70 us; us, one part -> 2, 4, 8 (the 8 load queues): 20000 57.98 -> 57.85, 57.79,
+# 57.76; 24576 57.61 -> 57.49, 57.42, 57.39; 10240 56.08 -> 55.95, 55.89, 55.86; 12288 57.58
+# -> 57.45, 57.39, 57.36; 14336 56.90 -> 56.78, 56.71, 56.68; 8192 54.99 -> 54.70, 54.83,
+# 54.59; 16384 54.82 -> 54.69, 54.63, 54.59 (16 parts, two a queue: 20000 59.49)
+STORE_PARTS = 2  # ... and every store in this many parts of its rows, the second on the next
+# store queue (the same, at the end, for the stores one after another: from 51.4 us on at
+# 20000, the last 4 tiles'): with the above, trn2 LNC 2, 16 MiB, bf16 rows of 20000 57.76 ->
+# 57.68 us, 24576 57.39 -> 57.26, 10240 55.86 -> 55.73, 12288 57.36 -> 57.23, 14336 56.68 ->
+# 56.62, 8192 54.59 -> 54.47, 16384 54.59 -> 54.47 (8 parts: 20000 57.71; 8 the last 2 tiles'
+# stores only 57.81, the last 4 57.71)
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
@@ -228,6 +243,9 @@ class _Wide:
         widths = {hi - lo for lo, hi in self.chunks}
         self.no_aggr = NO_AGGR and not self.c and len(widths) == 1 and min(widths) % 2 == 0
         qs = Queues(cfg)
+        self.first_queues = qs.loads()  # (`FIRST_PARTS`: the first tile's rows, a part a queue)
+        self.first_parts = FIRST_PARTS or self.first_queues.count
+        self.sq = qs.stores()  # (`STORE_PARTS`: a store's parts after its first)
         q = dma_queues(cfg, self.L * self.bf.itemsize)
         self.loads, self.stores = qs.loads().take(LOAD_QUEUES), qs.stores().take(q)
         self.wq = qs.loads()[LOAD_QUEUES] if W_OWN else self.loads[0]
@@ -383,8 +401,12 @@ class _Wide:
     def load(self, n: int, r0: int, rows: int) -> None:
         if n not in self.loaded:
             self.loaded.add(n)
-            src, dst = ap(self.xf, slice(r0, r0 + rows)), self.xt(n, rows * self.k)
-            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.loads[n])
+            parts = self.first_parts if n == 0 else 1  # (`FIRST_PARTS`)
+            for i, (a, z) in enumerate(runs(rows, -(-rows // parts))):
+                src = ap(self.xf, slice(r0 + a, r0 + z))
+                dst = ap(self.xt(n, rows * self.k).name, slice(a * self.k, z * self.k))
+                q = self.loads[n] if i == 0 else self.first_queues[i]
+                self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q)
 
     def first(self, n: int, r0: int, rows: int) -> None:
         """Stage 1: load; bn_stats over the chunks; bn_aggr."""
@@ -571,8 +593,12 @@ class _Wide:
                     b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc,
                            accumulate=i > 0)  # fmt: skip
             self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
-        src, dst = self.xt(n, p), ap(self.of, slice(r0, r0 + rows))
-        b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=self.stores.next())
+        first = self.stores.next()
+        for i, (a, z) in enumerate(runs(rows, -(-rows // STORE_PARTS))):  # (`STORE_PARTS`)
+            src = ap(self.xt(n, p).name, slice(a * self.k, z * self.k))
+            dst = ap(self.of, slice(r0 + a, r0 + z))
+            q = first if i == 0 else self.sq[self.stores.count + i - 1]
+            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q)
 
     def tail_alu(self, n: int, p: int, lo: int, hi: int, rs) -> None:
         """Columns [lo, hi) of tile n without TensorE (`TAIL_ALU`): (b times std as bf16, as
