@@ -85,9 +85,22 @@ STORE_QUEUES = 2  # ... the stores
 SCALAR_FIRST = 1  # ScalarE takes the statistics of this many (the last) parts of the first row
 # of each core's half of x, where it has no other work (trn2 LNC 2, 16 MiB, bf16 rows of 2^18
 # 62.55 -> 62.26 us, 2^19 63.32 -> 63.29)
+Y_SPLIT = (1, 1)  # the core's first and last this many rows' y in a tile a PSUM bank (`split`:
+# TensorE starts on a part's first bank sooner; trn2 LNC 2, 16 MiB, bf16 rows of 300000 71.96 ->
+# 71.09 us, 400000 67.25 -> 66.31, 2^18 61.80 -> 61.85, 2^19 60.62 -> 60.73; (2, 2): 71.39,
+# 66.43, 61.72, 60.93)
+DIRECT = 0.25  # a share of the parts (`direct`) whose y VectorE writes in fp32 straight into
+# PSUM, where TensorE adds std b: no identity matmul (a third of TensorE's work on them), y not
+# rounded to bf16; parts of DIRECT_MIN_C columns or more (trn2 LNC 2, 16 MiB, bf16 rows of 2^19:
+# 63.29 -> 60.62 us, 10^6 68.73 -> 65.59, 700000 69.8 -> 67.35; a share of 0.2: 61.79, 67.54;
+# 0.34: 65.80, 68.40; rows of 2^18 at 0.25: 64.7, VectorE their bound)
+DIRECT_MIN_C = 1792
+Y_BANKS = 2  # PSUM banks of the direct parts' y in turn (OUT_BANKS counts them, less one)
 VECTOR_Y = 0.2  # the parts' y on VectorE (`stt_on`; trn2 LNC 2, 16 MiB, bf16 rows of 2^18: the
 # list schedule's choice 66.9 us, 0.1 67.0, 0.2 66.4, 0.3 67.5, before the pipeline's `LAGS`)
-COPY_ON = (V,)  # the copies out of PSUM besides ScalarE (the list schedule's choice)
+COPY_ON = (V,)  # the copies out of PSUM besides ScalarE (the list schedule's choice) for parts
+COPY_V_C = (1025, DIRECT_MIN_C)  # ... of these columns (else ScalarE's: trn2 LNC 2, 16 MiB, bf16
+# rows of 2^18 (1024) 62.48 -> 61.80 us, 2^19 61.23 -> 60.62; 300000 (1172) 71.96 -> 72.67)
 AFFINE_AFTER = (1, 2)  # the weight's parts loaded behind the core's row this many rows in's
 # parts, the bias' behind this many (each at the latest before its first use) ...
 AFFINE_EARLY = (0, 1)  # ... rows of more than MIN_PARTS parts (their weight 1.4 MB a core or
@@ -136,6 +149,8 @@ class _Long:
         self.np = max(MIN_PARTS, -(-self.d // (self.P * PART_COLS)))
         self.C = 2 * -(-self.d // (2 * self.P * self.np))  # (even: y one cycle an element)
         self.npad = self.P * self.np * self.C - self.d  # (the last part's last partition's)
+        self.share = DIRECT if self.C >= DIRECT_MIN_C else 0.0  # (`direct`)
+        self.copy_on = COPY_ON if COPY_V_C[0] <= self.C < COPY_V_C[1] else ()
         self.loaded: set = set()  # (tile, part) of the weight and bias loaded
         self.padded: set = set()  # tiles whose pad columns are zeroed (once: nothing else
         # writes them)
@@ -144,7 +159,7 @@ class _Long:
         self.rows = math.prod(self.shape[:-1])
         qs = Queues(cfg)
         self.loads = qs.loads().take(LOAD_QUEUES)
-        self.stores = qs.stores().take(STORE_QUEUES)
+        self.stores = qs.stores().take(STORE_QUEUES) if STORE_QUEUES else self.loads
         self.small = qs.loads(1 / 2, 1)  # (`move`: a padded part's partition 0)
         self.bank = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
         self.nparts = 0  # parts emitted (their buffers in turn) ...
@@ -247,7 +262,11 @@ class _Long:
                    cmp="not_equal", start=0, partition_step=1, step=0, engine=G)  # fmt: skip
         self.w = b.tile("nlong_w", "sbuf", (P, self.np, self.C), self.bf)
         self.bb = b.tile("nlong_b", "sbuf", (P, self.np, self.C), self.bf)
-        self.out_ps = [b.psum("nlong_ps", (P, self.bank), self.f32) for _ in range(OUT_BANKS)]
+        nout = OUT_BANKS - (Y_BANKS - 1 if self.share else 0)
+        self.out_ps = [b.psum("nlong_ps", (P, self.bank), self.f32) for _ in range(nout)]
+        self.y_ps = [b.psum("nlong_yps", (P, self.bank), self.f32)
+                     for _ in range(Y_BANKS if self.share else 0)]  # fmt: skip
+        self.ybank = 0
         self.st_ps = [b.psum("nlong_st", (P, 2), self.f32) for _ in range(STAT_BUFS)]
 
     def load_affine(self, name: str, t: str, j: int) -> None:
@@ -397,39 +416,100 @@ class _Long:
                 src=idt, dst=dg, op0="multiply", operand0=s, engine=e))
                 for e in DIAG_ON if e != S])  # fmt: skip
 
+    def direct(self, i: int, j: int) -> bool:
+        """Whether row i's part j's y goes on VectorE straight into PSUM (`DIRECT`: a share
+        of the parts by their index in x, spread evenly: the same at LNC 1 and 2)."""
+        g, share = (self.lo + i) * self.np + j, self.share
+        return bool(share) and math.floor((g + 1) * share) > math.floor(g * share)
+
     def stt_on(self, n: int) -> tuple:
         """The engines of the core's n-th part's y: VectorE for a share VECTOR_Y of the parts,
-        spread evenly, GpSimd the rest (None: either, as the list schedule finds them free)."""
-        if VECTOR_Y is None:
+        spread evenly, GpSimd the rest (None: either, as the list schedule finds them free);
+        GpSimd all where VectorE takes the `direct` parts."""
+        vy = 0.0 if self.share else VECTOR_Y
+        if vy is None:
             return (V, G)
-        return (V,) if math.floor((n + 1) * VECTOR_Y) > math.floor(n * VECTOR_Y) else (G,)
+        return (V,) if math.floor((n + 1) * vy) > math.floor(n * vy) else (G,)
 
     def ypart(self, i: int, j: int, xt: str) -> None:
-        """Row i's part j's y = (x - mean) w (`stt_on`'s engine)."""
+        """Row i's part j's y = (x - mean) w (`stt_on`'s engine; a tile a PSUM bank, `split`),
+        or (`direct`) its y and output at once (`outpart`)."""
         n = i * self.np + j
         mean = self.col(i, "mean")
         self.load_affine(self.weight, self.w, j)  # (if not yet: `AFFINE_AFTER`)
-        xa, w = ap(xt), ap(self.w, slice(None), j, slice(None))
-        y = ap(self.tile(f"y{n % Y_BUFS}", (self.P, self.C), self.bf))
-        self.put([(ScalarTensorTensor, [xa, mean, w], [y], dict(
-            data=xa, op0="subtract", operand0=mean, op1="multiply", operand1=w, dst=y,
-            engine=e)) for e in self.stt_on(n)])  # fmt: skip
+        if self.direct(i, j):  # (VectorE's y in fp32 into PSUM, its output at once)
+            self.outpart(i, self.lo + i, j, xt)
+            return
+        for (c0, c1), y in zip(self.ycols(i), self.ytiles(i, n)):
+            cs = slice(c0, c1)
+            xa, w = ap(xt, slice(None), cs), ap(self.w, slice(None), j, cs)
+            self.put([(ScalarTensorTensor, [xa, mean, w], [y], dict(
+                data=xa, op0="subtract", operand0=mean, op1="multiply", operand1=w, dst=y,
+                engine=e)) for e in self.stt_on(n)])  # fmt: skip
 
-    def outpart(self, i: int, r: int, j: int) -> None:
-        """Row i's part j: TensorE's y + std b a bank each, copied out times rstd; stored."""
+    def split(self, i: int) -> bool:
+        """Whether the core's i-th row's y goes in a tile a PSUM bank (`Y_SPLIT`)."""
+        n = self.hi - self.lo
+        return (i < Y_SPLIT[0]) or (i >= n - Y_SPLIT[1])
+
+    def ycols(self, i: int) -> list[tuple[int, int]]:
+        C, bank = self.C, self.bank
+        if not self.split(i):
+            return [(0, C)]
+        return [(c0, min(C, c0 + bank)) for c0 in range(0, C, bank)]
+
+    def ytiles(self, i: int, n: int) -> list:
+        cols = self.ycols(i)
+        if len(cols) == 1:
+            return [ap(self.tile(f"y{n % Y_BUFS}", (self.P, self.C), self.bf))]
+        return [
+            ap(self.tile(f"y{n % Y_BUFS}k{k}", (self.P, c1 - c0), self.bf))
+            for k, (c0, c1) in enumerate(cols)
+        ]
+
+    def outpart(self, i: int, r: int, j: int, xt: str | None = None) -> None:
+        """Row i's part j: TensorE's y + std b a bank each, copied out times rstd; stored. With
+        xt (a `direct` part's x), each bank's y = (x - mean) w in fp32 first, by VectorE into
+        the bank, TensorE's std b added onto it (no identity matmul)."""
+        if xt is None and self.direct(i, j):
+            return  # (emitted with its y)
         b, P, C, bank = self.b, self.P, self.C, self.bank
         n = i * self.np + j
         self.load_affine(self.bias, self.bb, j)  # (if not yet: `AFFINE_AFTER`)
         rs, idt = self.col(i, "rs"), ap(self.ident)
         dhi, dlo = (ap(self.tile(f"{k}{i % STAT_BUFS}", (P, P), self.bf)) for k in ("dhi", "dlo"))
-        y = ap(self.tile(f"y{n % Y_BUFS}", (P, C), self.bf))
+        ys_ = {} if xt else dict(zip((c0 for c0, _ in self.ycols(i)), self.ytiles(i, n)))
         o = ap(self.tile(f"o{n % O_BUFS}", (P, C), self.bf))
         for c0 in range(0, C, bank):
+            cols = slice(c0, min(C, c0 + bank))
+            if xt is not None:
+                acc = self.y_ps[self.ybank % len(self.y_ps)]
+                self.ybank += 1
+                dst = ap(acc, slice(None), slice(0, cols.stop - c0))
+                xa, w = ap(xt, slice(None), cols), ap(self.w, slice(None), j, cols)
+                b.emit(ScalarTensorTensor, [xa, self.col(i, "mean"), w], [dst], data=xa,
+                       op0="subtract", operand0=self.col(i, "mean"), op1="multiply", operand1=w,
+                       dst=dst, engine=V)  # fmt: skip
+                bs = ap(self.bb, slice(None), j, cols)
+                for dg in (dhi, dlo)[: 1 + LO]:
+                    b.emit(Matmul, [dg, bs, dst], [dst], stationary=dg, moving=bs, dst=dst,
+                           accumulate=True)  # fmt: skip
+                oc = ap(o.name, slice(None), cols)
+                self.put([(Activation, [dst, rs], [oc], dict(func="copy", src=dst, dst=oc,
+                                                             scale=rs))]
+                         + [(TensorScalar, [dst, rs], [oc], dict(src=dst, dst=oc, op0="multiply",
+                                                                 operand0=rs, engine=e))
+                            for e in self.copy_on])  # fmt: skip
+                continue
             acc = self.out_ps[self.nbank % len(self.out_ps)]
             self.nbank += 1
-            cols = slice(c0, min(C, c0 + bank))
             dst = ap(acc, slice(None), slice(0, cols.stop - c0))
-            ys, bs = ap(y.name, slice(None), cols), ap(self.bb, slice(None), j, cols)
+            if c0 in ys_:
+                yt = ys_[c0]
+                ys = ap(yt.name, slice(None), slice(0, cols.stop - c0))
+            else:
+                ys = ap(ys_[0].name, slice(None), cols)
+            bs = ap(self.bb, slice(None), j, cols)
             b.emit(Matmul, [idt, ys], [dst], stationary=idt, moving=ys, dst=dst)
             for dg in (dhi, dlo)[: 1 + LO]:
                 b.emit(Matmul, [dg, bs], [dst], stationary=dg, moving=bs, dst=dst,
@@ -438,5 +518,5 @@ class _Long:
             self.put([(Activation, [dst, rs], [oc], dict(func="copy", src=dst, dst=oc, scale=rs))]
                      + [(TensorScalar, [dst, rs], [oc], dict(src=dst, dst=oc, op0="multiply",
                                                              operand0=rs, engine=e))
-                        for e in COPY_ON])  # fmt: skip
+                        for e in self.copy_on])  # fmt: skip
         self.move(self.out, r, j, o.name, self.stores, store=True)
