@@ -20,21 +20,28 @@ the row statistics on TensorE and ScalarE:
    partition; padded, a second of -npad / D in row 0), then the variance as the same times the
    partitions' variances plus the squares of their means less the row's (Chan's formula: no
    E[x^2] - E[x]^2, so no cancellation at any mean); ScalarE the [p, 1] steps
-   (rstd, std in two bf16 parts hi + lo), std's parts' diagonals on VectorE or GpSimd;
+   (rstd, std in two bf16 parts hi + lo), std's parts' diagonals on GpSimd or ScalarE;
 2. y = (x - mean) w: one `scalar_tensor_tensor` a part (VectorE one cycle an element for bf16,
-   a share VECTOR_Y of the parts; GpSimd two, the rest);
+   a share VECTOR_Y of the parts; GpSimd two, the rest), or a PSUM bank's columns at a time (the
+   core's first and last rows, `Y_SPLIT`);
 3. per PSUM bank: the identity times y, diag(hi) times b and diag(lo) times b accumulated (y +
    std b, std b exact in fp32), copied out times rstd by ScalarE or VectorE into the part's
-   output tile; store.
+   output tile; store. Parts of 1792 columns or more: a share `DIRECT` of them have their y
+   written in fp32 by VectorE straight into the bank (no identity matmul), and a third of the
+   last row's parts (of each half of x) go without TensorE (`alone`: VectorE or GpSimd, y in
+   fp32 then y rstd + b).
 
 The stages go in a software pipeline (`LAGS`) and then in the list schedule's order
-(`schedule.Scheduled`). trn2 LNC 2, 16 MiB, bf16 rows of 2^18: 67.8 -> 62.5 us (70.4% ->
-76.4% of the DMA bound), of 2^19: 66.6 -> 63.3 us (73.9% -> 77.7%; the norms' plans in
-pieces before), of 10^6: 72.1 -> 68.7 us (68.9% -> 72.2%; 125 pieces of 8000 before). A core's
-engines are all busy about 50 us at these widths (rows of 2^18: VectorE 52, bn_stats 38 of
-them; GpSimd 52; TensorE 49; ScalarE 45), the DMA bound 48-50 us. A row's values depend on its
-own elements only, in the same instructions whichever core takes it (ScalarE's part by the
-row's index in x): the same at LNC 1 and 2.
+(`schedule.Scheduled`). trn2 LNC 2, 16 MiB, bf16 rows of 2^18: 67.8 -> 62.5 -> 61.1 us (70.4%
+-> 76.4% -> 78.1% of the DMA bound), of 2^19: 66.6 -> 63.3 -> 59.4 us (73.9% -> 77.7% ->
+82.8%; the norms' plans in pieces before), of 10^6: 72.1 -> 68.7 -> 64.1 us (68.9% -> 72.2% ->
+77.5%; 125 pieces of 8000 before); 300000 72.0 -> 69.9, 400000 67.3 -> 66.0, 700000 69.8 ->
+66.8. A core's engines are all busy 45-51 us at these widths (rows of 2^18: VectorE 50, bn_stats
+38 of them; GpSimd 51; TensorE 49; ScalarE 48), the DMA bound 48-50 us; what is left is fill
+(GpSimd waits 6 us for the first row's mean) and drain (the last row's passes after its
+statistics). A row's values depend on its own elements only, in the same instructions
+whichever core takes it (ScalarE's statistics, the direct and alone parts by the row's index
+in x): the same at LNC 1 and 2.
 """
 
 from __future__ import annotations
