@@ -6,7 +6,7 @@ one after another, `norms.BIG_LOADS`; in two lanes on the engines the list sched
 descent over the engines: `norms.ROWS_FIRST_SEARCH`), bf16 rows of 128 (`norm_fused`: 80.6% of an
 engine bound of 47.8 us, 92.2% of the 54.6 us it was while a row of one bn_stats chunk paid a
 bn_aggr of its own, `row_bounds`; `norms.FLEX_16` 78.9% before) and bf16 rows of 512K
-(`norm_long`: 81.0%, a share of the parts' y straight into PSUM; 77.7% before, a tile a row
+(`norm_long`: 82.8%, a share of the parts' y straight into PSUM; 77.7% before, a tile a row
 73.9% before that). And the values hold (--check, LNC 1 == LNC 2)."""
 
 from __future__ import annotations

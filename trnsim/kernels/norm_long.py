@@ -76,8 +76,8 @@ PART_COLS = 2048  # a part's columns a partition at most, and parts at least MIN
 # 2 parts: 75.2, 3: 70.5, 4 (1954 columns): 68.1, 5: 71.4; rows of 700000 in 3: 69.8, 4: 67.2)
 MIN_PARTS = 2
 MIN_D = 1 << 18  # the row lengths that go here: from MIN_D (trn2 LNC 2, 16 MiB, bf16, this plan
-# against the others': 2^18 62.5 us against 67.8, 300000 72.0 against 71.8, 400000 67.3 against
-# 73.8, 2^19 63.3 against 66.6, 700000 69.8 against 72.6, 10^6 68.7 against 72.1) ...
+# against the others': 2^18 61.1 us against 67.8, 300000 69.9 against 71.8, 400000 66.0 against
+# 73.8, 2^19 59.4 against 66.6, 700000 66.8 against 72.6, 10^6 64.1 against 72.1) ...
 MAX_D = 1 << 20  # ... to below MAX_D (2^20 in 2 parts of 4096: 77.1 us, its segments 59.8)
 X_BUFS = 8  # parts of x in flight (and padded ones in PAD_BUFS more)
 PAD_BUFS = 2
