@@ -173,7 +173,7 @@ class _Long:
         self.rows = math.prod(self.shape[:-1])
         qs = Queues(cfg)
         self.loads = qs.loads().take(LOAD_QUEUES)
-        self.stores = qs.stores().take(STORE_QUEUES) if STORE_QUEUES else self.loads
+        self.stores = qs.stores().take(STORE_QUEUES)
         self.small = qs.loads(1 / 2, 1)  # (`move`: a padded part's partition 0)
         self.bank = min(cfg.core.tensor.moving_free_max, cfg.core.psum.bank_bytes // 4)
         self.nparts = 0  # parts emitted (their buffers in turn) ...
@@ -505,12 +505,14 @@ class _Long:
         return (i < Y_SPLIT[0]) or (i >= n - Y_SPLIT[1])
 
     def ycols(self, i: int) -> list[tuple[int, int]]:
+        """The core's i-th row's y tiles' columns of a part (`split`)."""
         C, bank = self.C, self.bank
         if not self.split(i):
             return [(0, C)]
         return [(c0, min(C, c0 + bank)) for c0 in range(0, C, bank)]
 
     def ytiles(self, i: int, n: int) -> list:
+        """The y tiles of the core's n-th part (of its i-th row), as `ycols` cuts it."""
         cols = self.ycols(i)
         if len(cols) == 1:
             return [ap(self.tile(f"y{n % Y_BUFS}", (self.P, self.C), self.bf))]
@@ -543,7 +545,7 @@ class _Long:
                        op0="subtract", operand0=self.col(i, "mean"), op1="multiply", operand1=w,
                        dst=dst, engine=V)  # fmt: skip
                 bs = ap(self.bb[j], slice(None), cols)
-                for dg in (dhi, dlo)[: 1 + LO]:
+                for dg in (dhi, dlo)[: 1 + LO]:  # (dst read too: accumulated onto VectorE's y)
                     b.emit(Matmul, [dg, bs, dst], [dst], stationary=dg, moving=bs, dst=dst,
                            accumulate=True)  # fmt: skip
                 oc = ap(o.name, slice(None), cols)
