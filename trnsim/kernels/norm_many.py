@@ -142,13 +142,7 @@ class _Many(_Wide):
     def __init__(self, b, cfg, x, out, weight, bias, eps, share):
         P = cfg.core.sbuf.partitions
         k = pieces(P, b.tensors[x].shape[-1])
-        force = dict(norm_wide.K_FORCE)
-        norm_wide.K_FORCE[b.tensors[x].shape[-1]] = k  # (`_Wide` cuts as `pieces` says)
-        try:
-            super().__init__(b, cfg, x, out, weight, bias, eps, share)
-        finally:
-            norm_wide.K_FORCE.clear()
-            norm_wide.K_FORCE.update(force)
+        super().__init__(b, cfg, x, out, weight, bias, eps, share, k)  # (k: this module's)
         self.no_aggr = True  # (the block matrices of `setup`: "one" among them)
         self.pad = 0
         if self.d % k:  # (padded pieces: the last `pad` columns of a row's last piece zeros)

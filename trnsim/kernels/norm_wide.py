@@ -176,14 +176,9 @@ STORE_PARTS = 2  # ... and every store in this many parts of its rows, the secon
 SEARCH = 150  # the list schedule's descent, schedules at most (0 and 300: the same at 10240)
 
 
-K_FORCE: dict = {}  # (experiments: d -> k)
-
-
 def pieces(P: int, d: int) -> int:
     """k: the fewest power of two pieces a row (2 to P) of an even width within [PIECE_LEAST,
     PIECE_MOST]; 0 if none."""
-    if d in K_FORCE:
-        return K_FORCE[d]
     k = 2
     while k <= P:
         f = d // k
@@ -217,12 +212,13 @@ def lower_wide(b: KernelBuilder, cfg, x, out, weight, bias, eps, share) -> float
 
 
 class _Wide:
-    def __init__(self, b, cfg, x, out, weight, bias, eps, share):
+    def __init__(self, b, cfg, x, out, weight, bias, eps, share, k: int = 0):
+        """The plan of x's rows in `share` in k pieces (0: `pieces`' choice)."""
         self.b, self.cfg, self.x, self.out, self.eps = b, cfg, x, out, float(eps)
         self.weight, self.bias = weight, bias
         self.P = P = cfg.core.sbuf.partitions
         self.d = d = b.tensors[x].shape[-1]
-        self.k = k = pieces(P, d)
+        self.k = k = k or pieces(P, d)
         self.L, self.g = d // k, P // k
         self.long = int(self.L >= LONG_PIECE)  # (`LONG_PIECE`)
         self.bf, self.f32 = b.tensors[x].dtype, dtype("float32")

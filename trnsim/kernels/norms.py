@@ -797,6 +797,7 @@ def _lower(b: KernelBuilder, cfg: ChipConfig, op, x, out, weight, bias, eps, var
         b.plan("norm_wide")
         return lower_wide(b, cfg, x, out, weight, bias, float(eps), share)
     if variant.get("many"):
+        b.plan("norm_many")
         return lower_many(b, cfg, x, out, weight, bias, float(eps), share)
     if pieces:
         if lay is not None:
