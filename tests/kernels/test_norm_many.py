@@ -30,6 +30,15 @@ def test_many_at_mean_1e4(monkeypatch, tmp_path, shape):
     massive_at_both_lncs(shape, tmp_path)
 
 
+@pytest.mark.parametrize("shape", [(11, 100000), (23, 50257)])
+def test_many_last_tiles_without_tensor_e(monkeypatch, shape):
+    """The last two tiles (full and partial ones) wholly on `tail_alu`'s path (y + b std in
+    fp32, times rstd: GpSimd), not TensorE and PSUM: --check and the mean error hold, and LNC
+    1 and 2 (whose last tiles hold other rows) agree bit for bit."""
+    monkeypatch.setattr(norm_many, "ALU_LAST", (1.0, 1.0))
+    variant_at_both_lncs(monkeypatch, shape, dtype("bfloat16"), "MANY")
+
+
 def test_many_padded_buffers_reused(monkeypatch):
     """Padded pieces in x's buffers used again (2 of them, 5 tiles a core at LNC 2): the pad
     zeroed at a buffer's first load stays 0 (the output's pad columns 0: the weight's and

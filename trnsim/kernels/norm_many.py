@@ -20,7 +20,9 @@ b), y = (x - mean) w), but the statistics without VectorE's bn_stats:
    VectorE's first Y_V (even: its bf16 fast case), GpSimd's the rest;
 3. `norm_wide`'s: per PSUM tile, the identity times y plus diag(std) times the bias, copied
    out times rstd (ScalarE a COPY_S share, VectorE the rest) into x's tile; stored a transfer a
-   row (padded: the pad not stored).
+   row (padded: the pad not stored). The last tile's first ALU_LAST of the columns without
+   TensorE (`tail_alu`: y + b std in fp32, times rstd, both on GpSimd, idle once the last y is
+   done: the same bits as through PSUM).
 
 The weight and bias are loaded into each of the g row slots (a transfer a slot on the slot's
 queue, behind x's first tile: no TensorE spread, whose copy out of PSUM cost ScalarE 2.6 us at
@@ -29,8 +31,9 @@ and 2. VectorE's bn_stats cost it a cycle an element (a core's rows of 100000 in
 tiles: 37.5 us of its 50); ScalarE's square 1 / 1.2 ns. trn2 LNC 2, 16 MiB, bf16 rows (the
 estimate choosing it, its trials with the descent: `ALWAYS_SEARCH`), us: 50257 62.04 -> 57.27
 (74.6% -> 80.9%, 32 padded pieces of 1571), 100000 60.03 -> 59.56 (77.2% -> 77.8%; every engine
-busy 41-47 us a core, TensorE the last 7 us alone on the last tiles' bias), 65536 56.88 ->
-55.45 (82.0% -> 84.1%).
+busy 41-47 us a core, TensorE the last 7 us alone on the last tiles' bias; half the last
+tile's columns on GpSimd, `ALU_LAST`: 58.88, 78.7%, the end the last tile's store of 2 rows on
+a quarter of the DMA engines each, 2.9 us), 65536 56.88 -> 55.45 -> 55.18 (82.0% -> 84.5%).
 """
 
 from __future__ import annotations
@@ -84,6 +87,18 @@ PAD_ON = (G,)  # the engines of pad / k M^2 (padded pieces), () ScalarE's square
 # ScalarE's 59.3 us, GpSimd's 58.4, GpSimd's or VectorE's 59.4)
 ALWAYS_SEARCH = True  # the descent also in `norms._variant`'s trials (without it, trn2 LNC 2,
 # 16 MiB, bf16 100000: estimated 62.8 us, behind the pieces plan's 61.0; run, 59.6 against 60.0)
+ALU_LAST = (0.5,)  # the last tiles' (the last first) shares of columns without TensorE
+# (`tail_alu`; trn2 LNC 2, 16 MiB, bf16 100000, us, GpSimd's: 1/3 59.36, 0.41 59.88, 0.45
+# 59.56, 0.5 58.88, 0.51 58.90, 0.53 59.56, 0.58 59.91, 0.75 59.36; (0.5, 0.1) 59.62, (0.5, 0.2)
+# 59.83, (1/3, 1/3) 60.47; norm_wide's 1/3 of a partial last tile, ScalarE or VectorE copying
+# out: 59.56; 65536 55.45 -> 55.18, 50257 57.27 the same)
+ALU_ON = (G,)  # ... their y + b std's engines (GpSimd or VectorE: 100000 61.12)
+ALU_COPY_ON = (G,)  # ... and their copies out's (VectorE: 59.57, GpSimd or VectorE 59.57,
+# ScalarE or VectorE 59.56 at 1/3)
+ALU_STEP = 256  # ... in steps of this many columns
+Y_V_LAST = ()  # VectorE's share of the last tiles' y (the last first; else `Y_V`; with
+# ALU_LAST 0.5 at 100000: 0.35 59.30, 0.45 60.03, 0.55 60.75 us)
+EVEN_LAST = None  # `norm_wide.EVEN_LAST` here (None: norm_wide's; 0.5 at 100000: 58.85)
 SEARCH = 150  # the list schedule's descent, schedules at most
 
 
@@ -144,6 +159,14 @@ class _Many(_Wide):
         k = pieces(P, b.tensors[x].shape[-1])
         super().__init__(b, cfg, x, out, weight, bias, eps, share, k)  # (k: this module's)
         self.no_aggr = True  # (the block matrices of `setup`: "one" among them)
+        if EVEN_LAST is not None and len(self.tiles) > 1:  # (`EVEN_LAST`: norm_wide's, here
+            # from the tiles of g rows)
+            lo, hi = share
+            self.tiles = [(r, min(hi, r + self.g) - r) for r in range(lo, hi, self.g)]
+            if self.tiles[-1][1] < self.g:
+                (r, a), (_, z) = self.tiles[-2:]
+                h = min(self.g, a + z - int((a + z) * EVEN_LAST))
+                self.tiles[-2:] = [(r, h), (r + h, a + z - h)]
         self.pad = 0
         if self.d % k:  # (padded pieces: the last `pad` columns of a row's last piece zeros)
             self.L, self.pad = padded(self.d, k)
@@ -155,26 +178,69 @@ class _Many(_Wide):
         self.turn_n = 0
 
     def third(self, n: int, r0: int, rows: int) -> None:
-        """`_Wide.third`, its store a transfer a row (`rows_dma`: padded, the pad not
-        stored)."""
+        """Stage 3 (`_Wide.third`): per PSUM tile, identity times y plus diag(std) times the
+        bias, copied out times rstd into x's tile, but the last tiles' first `alu_cols`
+        without TensorE (`_Wide.tail_alu`, the same bits); stored a transfer a row
+        (`rows_dma`: padded, the pad not stored)."""
         self.turn_n = n  # (`copy`: the tile's copies out)
-        emit, b = self.b.emit, self.b
-        last = []
-
-        def hold(cls, *a, **kw):  # (the tile's store: kept, then a transfer a row)
-            if cls is DmaCopy and kw.get("dst") is not None and kw["dst"].name == self.of:
-                last.append(kw)
-                return None
-            return emit(cls, *a, **kw)
-
-        b.emit = hold
-        try:
-            super().third(n, r0, rows)
-        finally:
-            b.emit = emit
+        b, p = self.b, rows * self.k
+        ib = ap(self.ib, slice(0, p), slice(0, p))
+        dg = ap(
+            self.b.scratch_tile(f"lnw.dg{n % norm_wide.Y_BUFS}", "dg", (self.P, self.P), self.bf),
+            slice(0, p),
+            slice(0, p),
+        )
+        rs = self.sm(n, p, "rs")
+        c = self.alu_cols(n, rows)
+        if c:
+            self.tail_alu(n, p, 0, c, rs)
+        for lo, hi in runs(self.L - c, norm_wide.SPAN * self.bank) if c < self.L else []:
+            lo, hi = lo + c, hi + c
+            ps = self.psum[self.turn % norm_wide.PS_TILES]
+            self.turn += 1
+            for a, z in norm_wide._banks(hi - lo, self.bank):
+                acc = ap(ps, slice(0, p), slice(a, z))
+                ys = self.yt(n, p, (lo + a, lo + z))
+                bs = ap(self.spread[self.bias], slice(0, p), slice(lo + a, lo + z))
+                mms = [(ib, ys), (dg, bs)]
+                for i, (st, mv) in enumerate(mms[::-1] if self.long else mms):
+                    b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc,
+                           accumulate=i > 0)  # fmt: skip
+            self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
         t = self.xt(n, self.P).name
         for j in range(rows):
             self.rows_dma(self.of, r0 + j, t, j, store=True)
+
+    def alu_cols(self, n: int, rows: int) -> int:
+        """Tile n's first columns normalised without TensorE (`ALU_LAST`; 0 none)."""
+        back = len(self.tiles) - 1 - n
+        if back >= len(ALU_LAST):
+            return 0
+        return min(self.L, int(self.L * ALU_LAST[back]) // ALU_STEP * ALU_STEP)
+
+    def tail_alu(self, n: int, p: int, lo: int, hi: int, rs) -> None:
+        """`_Wide.tail_alu` (fp32 y + b std on ALU_ON; its copy out times rstd on
+        ALU_COPY_ON), its scratch tiles tile n's own."""
+        b = self.b
+        sd = self.sm(n, p, "sd")
+        sdb = ap(b.scratch_tile(f"lnm.sdb{n % 2}", "sdb", (self.P, 1), self.bf), slice(0, p))
+        b.emit(TensorCopy, [sd], [sdb], src=sd, dst=sdb, engine=G)
+        t = b.scratch_tile(f"lnm.tz{n % 2}", "tz", (self.P, hi - lo), self.f32)
+        t = ap(t, slice(0, p), slice(0, hi - lo))
+        bs, ys = ap(self.spread[self.bias], slice(0, p), slice(lo, hi)), self.yt(n, p, (lo, hi))
+        self.put([(ScalarTensorTensor, [bs, sdb, ys], [t], dict(
+            data=bs, op0="multiply", operand0=sdb, op1="add", operand1=ys, dst=t, engine=e))
+            for e in ALU_ON])  # fmt: skip
+        dst = self.xt(n, p, (lo, hi))
+        ops = [(Activation, [t, rs], [dst], dict(func="copy", src=t, dst=dst, scale=rs,
+                                                 engine=S))]  # fmt: skip
+        ops += [(TensorScalar, [t, rs], [dst], dict(src=t, dst=dst, op0="multiply", operand0=rs,
+                                                    engine=e)) for e in (V, G)]  # fmt: skip
+        self.put([o for o in ops if o[3]["engine"] in ALU_COPY_ON])
+
+    def tail(self, n: int) -> bool:
+        """Whether tile n has `alu_cols` (its std needed: `finish`)."""
+        return self.alu_cols(n, self.tiles[n][1]) > 0
 
     def sm(self, n: int, p: int, key: str, w: int = 1):
         """Tile n's fp32 [p, 1] small columns `key` (all in one tile: fewer semaphores)."""
@@ -329,7 +395,11 @@ class _Many(_Wide):
         an odd last on GpSimd, each where the list schedule finds an engine free sooner)."""
         L = self.L
         if Y_V is not None:
-            cv = round(L * Y_V[self.pad > 0] / 2) * 2
+            yv = Y_V[self.pad > 0]
+            back = len(self.tiles) - 1 - n
+            if back < len(Y_V_LAST):  # (`Y_V_LAST`)
+                yv = Y_V_LAST[back]
+            cv = round(L * yv / 2) * 2
             parts = [(c, (V,)) for c in _even_parts(cv, V_PARTS)]
             return parts + [((cv + a, cv + z), (G,)) for a, z in runs(L - cv, -(-(L - cv) //
                                                                          G_PARTS))]  # fmt: skip
@@ -354,7 +424,7 @@ class _Many(_Wide):
         """rstd and std of `var` (in PSUM, times 1 / inv); diag(std); y."""
         b = self.b
         rs, sd = self.sm(n, p, "rs"), self.sm(n, p, "sd")
-        tail = n == len(self.tiles) - 1 and p < self.P  # (`tail_alu` reads std)
+        tail = self.tail(n)  # (`tail_alu` reads std)
         for func, dst in (("rsqrt", rs), ("sqrt", sd))[: 1 if STD_DIVIDE and not tail else 2]:
             b.emit(Activation, [var], [dst], func=func, src=var, dst=dst, scale=inv,
                    bias=self.eps)  # fmt: skip
