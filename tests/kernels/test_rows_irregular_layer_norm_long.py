@@ -11,7 +11,7 @@ that are a multiple of 128 in `norm_ragged`'s units as estimated (`norms.RAGGED_
 (`norms.PSUM_AFFINE_BYTES`); the row mean on
 TensorE for lanes not a multiple of 128 columns (`norm_tsums`: bf16 100000); the later core's
 one tile more, partial, on both cores (`norm_shared`: bf16 128256, 65 rows). Widths that do
-not reach 80% of their bound yet are strict xfails with their time. The plans give numpy's
+not reach 80% of their bound yet are xfails with their time. The plans give numpy's
 values (--check, fp32 rows of mean 10^4 too) and the same values at LNC 1 and 2."""
 
 from __future__ import annotations
