@@ -15,11 +15,11 @@ passes over the elements (`norm_fused`'s folding, out = rstd (y + std b), y = (x
 the row statistics on TensorE and ScalarE:
 
 1. load; VectorE's `bn_stats` over chunks of up to 512 columns (or ScalarE's mean and M2 of a
-   part, `SCALAR_FIRST`); `bn_aggr`: each partition's mean and variance; TensorE: the row mean
-   as a [128, 128] fp32 stationary of parts C / D times the partition means (on every
-   partition; padded, a second of -npad / D in row 0), then the variance as the same times the
-   partitions' variances plus the squares of their means less the row's (Chan's formula: no
-   E[x^2] - E[x]^2, so no cancellation at any mean); ScalarE the [p, 1] steps
+   part, `SCALAR_FIRST`, `SCALAR_PADDED`); `bn_aggr`: each partition's mean and variance;
+   TensorE: the row mean as a [128, 128] fp32 stationary of parts C / D times the partition
+   means (on every partition; padded, a second of -npad / D in row 0), then the variance as the
+   same times the partitions' variances plus the squares of their means less the row's (Chan's
+   formula: no E[x^2] - E[x]^2, so no cancellation at any mean); ScalarE the [p, 1] steps
    (rstd, std in two bf16 parts hi + lo), std's parts' diagonals on GpSimd or ScalarE;
 2. y = (x - mean) w: one `scalar_tensor_tensor` a part (VectorE one cycle an element for bf16,
    a share VECTOR_Y of the parts; GpSimd two, the rest), or a PSUM bank's columns at a time (the
@@ -34,14 +34,14 @@ the row statistics on TensorE and ScalarE:
 The stages go in a software pipeline (`LAGS`) and then in the list schedule's order
 (`schedule.Scheduled`). trn2 LNC 2, 16 MiB, bf16 rows of 2^18: 67.8 -> 62.5 -> 61.1 us (70.4%
 -> 76.4% -> 78.1% of the DMA bound), of 2^19: 66.6 -> 63.3 -> 59.4 us (73.9% -> 77.7% ->
-82.8%; the norms' plans in pieces before), of 10^6: 72.1 -> 68.7 -> 64.1 us (68.9% -> 72.2% ->
-77.5%; 125 pieces of 8000 before); 300000 72.0 -> 69.9, 400000 67.3 -> 66.0, 700000 69.8 ->
-66.8. A core's engines are all busy 45-51 us at these widths (rows of 2^18: VectorE 50, bn_stats
-38 of them; GpSimd 51; TensorE 49; ScalarE 48), the DMA bound 48-50 us; what is left is fill
-(GpSimd waits 6 us for the first row's mean) and drain (the last row's passes after its
-statistics). A row's values depend on its own elements only, in the same instructions
-whichever core takes it (ScalarE's statistics, the direct and alone parts by the row's index
-in x): the same at LNC 1 and 2.
+82.8%; the norms' plans in pieces before), of 10^6: 72.1 -> 68.7 -> 64.1 -> 63.7 us (68.9% ->
+72.2% -> 77.5% -> 77.9%; 125 pieces of 8000 before); 300000 72.0 -> 69.9, 400000 67.3 -> 66.0,
+700000 69.8 -> 66.8 -> 66.2. A core's engines are all busy 45-51 us at these widths (rows of
+2^18: VectorE 50, bn_stats 38 of them; GpSimd 51; TensorE 49; ScalarE 48), the DMA bound
+48-50 us; what is left is fill (GpSimd waits 6 us for the first row's mean) and drain (the last
+row's passes after its statistics). A row's values depend on its own elements only, in the
+same instructions whichever core takes it (ScalarE's statistics, the direct and alone parts by
+the row's index in x): the same at LNC 1 and 2.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ PART_COLS = 2048  # a part's columns a partition at most, and parts at least MIN
 MIN_PARTS = 2
 MIN_D = 1 << 18  # the row lengths that go here: from MIN_D (trn2 LNC 2, 16 MiB, bf16, this plan
 # against the others': 2^18 61.1 us against 67.8, 300000 69.9 against 71.8, 400000 66.0 against
-# 73.8, 2^19 59.4 against 66.6, 700000 66.8 against 72.6, 10^6 64.1 against 72.1) ...
+# 73.8, 2^19 59.4 against 66.6, 700000 66.2 against 72.6, 10^6 63.7 against 72.1) ...
 MAX_D = 1 << 20  # ... to below MAX_D (2^20 in 2 parts of 4096: 77.1 us, its segments 59.8)
 X_BUFS = 8  # parts of x in flight (and padded ones in PAD_BUFS more)
 PAD_BUFS = 2
@@ -92,6 +92,10 @@ STORE_QUEUES = 2  # ... the stores
 SCALAR_FIRST = 1  # ScalarE takes the statistics of this many (the last) parts of the first row
 # of each core's half of x, where it has no other work (trn2 LNC 2, 16 MiB, bf16 rows of 2^18
 # 62.55 -> 62.26 us, 2^19 63.32 -> 63.29)
+SCALAR_PADDED = (0,)  # ... and in padded rows of more than MIN_PARTS parts, these parts (not
+# the last: the pad's) of the first row (trn2 LNC 2, 16 MiB, bf16 rows of 10^6 with Y_BANKS_MANY 4:
+# 64.06 -> 63.73 us, 700000 66.69 -> 66.16; (1,) 64.24, 67.33 and (2,) 65.02, 67.42 at Y_BANKS 3;
+# rows of 2 parts (300000, 400000) 69.92 -> 71.05, 66.04 -> 66.56 with (0,): none there)
 Y_SPLIT = (1, 1)  # the core's first and last this many rows' y in a tile a PSUM bank (`split`:
 # TensorE starts on a part's first bank sooner; trn2 LNC 2, 16 MiB, bf16 rows of 300000 71.96 ->
 # 71.09 us, 400000 67.25 -> 66.31, 2^18 61.80 -> 61.85, 2^19 60.62 -> 60.73; (2, 2): 71.39,
@@ -107,7 +111,10 @@ ALONE_SHARE = 0.34  # a share of the last row's parts (of each half of x) normal
 # copies would be the drain (trn2 LNC 2, 16 MiB, bf16 rows of 10^6 65.01 -> 64.05 us, 700000
 # 67.46 -> 66.78; rows of 2 parts: none; 0.5: 65.92, 67.74, 2^18 61.12 -> 62.82)
 ALONE_ON = (V, G)
-Y_BANKS = 2  # PSUM banks of the direct parts' y in turn (OUT_BANKS counts them, less one)
+Y_BANKS = 2  # PSUM banks of the direct parts' y in turn (OUT_BANKS counts them, less one) ...
+Y_BANKS_MANY = 4  # ... in rows of more than MIN_PARTS parts (trn2 LNC 2, 16 MiB, bf16 rows of
+# 10^6 with SCALAR_PADDED (0,): 2: 63.94 us, 3: 63.97, 4: 63.73; 700000: 66.39, 67.15, 66.16;
+# rows of 2^19 at 3 (all rows): 59.39 -> 60.54)
 VECTOR_Y = 0.2  # the parts' y on VectorE (`stt_on`; trn2 LNC 2, 16 MiB, bf16 rows of 2^18: the
 # list schedule's choice 66.9 us, 0.1 67.0, 0.2 66.4, 0.3 67.5, before the pipeline's `LAGS`)
 COPY_ON = (V,)  # the copies out of PSUM besides ScalarE (the list schedule's choice) for parts
@@ -276,10 +283,11 @@ class _Long:
                    cmp="not_equal", start=0, partition_step=1, step=0, engine=G)  # fmt: skip
         self.w = [b.tile("nlong_w", "sbuf", (P, self.C), self.bf) for _ in range(self.np)]
         self.bb = [b.tile("nlong_b", "sbuf", (P, self.C), self.bf) for _ in range(self.np)]
-        nout = OUT_BANKS - (Y_BANKS - 1 if self.share else 0)
+        yb = Y_BANKS_MANY if self.np > MIN_PARTS else Y_BANKS
+        nout = OUT_BANKS - (yb - 1 if self.share else 0)
         self.out_ps = [b.psum("nlong_ps", (P, self.bank), self.f32) for _ in range(nout)]
         self.y_ps = [b.psum("nlong_yps", (P, self.bank), self.f32)
-                     for _ in range(Y_BANKS if self.share else 0)]  # fmt: skip
+                     for _ in range(yb if self.share else 0)]  # fmt: skip
         self.ybank = 0
         self.st_ps = [b.psum("nlong_st", (P, 2), self.f32) for _ in range(STAT_BUFS)]
 
@@ -327,11 +335,14 @@ class _Long:
                     self.outpart(i, r, j)
 
     def on_scalar(self, r: int, j: int) -> bool:
-        """Whether ScalarE takes part j's statistics of row r (`SCALAR_FIRST`; by the row's
-        index in x: the same at LNC 1 and 2)."""
-        first = r % max(1, self.rows // 2) == 0 and j >= self.np - SCALAR_FIRST
-        return first and not self.npad  # (padded rows of 10^6 ran 68.8 -> 68.1 us without; and
-        # its triple over the pad's zeros gave NaN at a mean of 10^4)
+        """Whether ScalarE takes part j's statistics of row r (`SCALAR_FIRST`, `SCALAR_PADDED`;
+        by the row's index in x: the same at LNC 1 and 2)."""
+        first = r % max(1, self.rows // 2) == 0
+        if self.npad and self.np > MIN_PARTS:
+            return first and j in SCALAR_PADDED  # (no pad in these parts)
+        return first and j >= self.np - SCALAR_FIRST and not self.npad  # (padded rows of 10^6
+        # ran 68.8 -> 68.1 us without; and its triple over the pad's zeros gave NaN at a mean of
+        # 10^4)
 
     def triples(self, r: int) -> int:
         """Row r's (count, mean, M2) triples: two a bn_stats chunk, one a ScalarE part."""
