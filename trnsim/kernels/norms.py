@@ -968,7 +968,7 @@ def _plan_name(variant: dict, path: str) -> str:
     entries += [
         (f"{n}[{i}]", e)
         for n, v in globals().items()
-        if n.isupper() and isinstance(v, tuple)
+        if n.isupper() and n != "VARIANTS" and isinstance(v, tuple)
         for i, e in enumerate(v)
         if isinstance(e, dict)
     ]
