@@ -178,35 +178,12 @@ class _Many(_Wide):
         self.turn_n = 0
 
     def third(self, n: int, r0: int, rows: int) -> None:
-        """Stage 3 (`_Wide.third`): per PSUM tile, identity times y plus diag(std) times the
-        bias, copied out times rstd into x's tile, but the last tiles' first `alu_cols`
-        without TensorE (`_Wide.tail_alu`, the same bits); stored a transfer a row
-        (`rows_dma`: padded, the pad not stored)."""
+        """Stage 3 (`_Wide.third`), the last tiles' first `alu_cols` without TensorE."""
         self.turn_n = n  # (`copy`: the tile's copies out)
-        b, p = self.b, rows * self.k
-        ib = ap(self.ib, slice(0, p), slice(0, p))
-        dg = ap(
-            self.b.scratch_tile(f"lnw.dg{n % norm_wide.Y_BUFS}", "dg", (self.P, self.P), self.bf),
-            slice(0, p),
-            slice(0, p),
-        )
-        rs = self.sm(n, p, "rs")
-        c = self.alu_cols(n, rows)
-        if c:
-            self.tail_alu(n, p, 0, c, rs)
-        for lo, hi in runs(self.L - c, norm_wide.SPAN * self.bank) if c < self.L else []:
-            lo, hi = lo + c, hi + c
-            ps = self.psum[self.turn % norm_wide.PS_TILES]
-            self.turn += 1
-            for a, z in norm_wide._banks(hi - lo, self.bank):
-                acc = ap(ps, slice(0, p), slice(a, z))
-                ys = self.yt(n, p, (lo + a, lo + z))
-                bs = ap(self.spread[self.bias], slice(0, p), slice(lo + a, lo + z))
-                mms = [(ib, ys), (dg, bs)]
-                for i, (st, mv) in enumerate(mms[::-1] if self.long else mms):
-                    b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc,
-                           accumulate=i > 0)  # fmt: skip
-            self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
+        super().third(n, r0, rows)
+
+    def store(self, n: int, r0: int, rows: int) -> None:
+        """A transfer a row (`rows_dma`: padded, the pad not stored)."""
         t = self.xt(n, self.P).name
         for j in range(rows):
             self.rows_dma(self.of, r0 + j, t, j, store=True)
@@ -218,20 +195,13 @@ class _Many(_Wide):
             return 0
         return min(self.L, int(self.L * ALU_LAST[back]) // ALU_STEP * ALU_STEP)
 
-    def tail_alu(self, n: int, p: int, lo: int, hi: int, rs) -> None:
-        """`_Wide.tail_alu` (fp32 y + b std on ALU_ON; its copy out times rstd on
-        ALU_COPY_ON), its scratch tiles tile n's own."""
-        b = self.b
-        sd = self.sm(n, p, "sd")
-        sdb = ap(b.scratch_tile(f"lnm.sdb{n % 2}", "sdb", (self.P, 1), self.bf), slice(0, p))
-        b.emit(TensorCopy, [sd], [sdb], src=sd, dst=sdb, engine=G)
-        t = b.scratch_tile(f"lnm.tz{n % 2}", "tz", (self.P, hi - lo), self.f32)
-        t = ap(t, slice(0, p), slice(0, hi - lo))
-        bs, ys = ap(self.spread[self.bias], slice(0, p), slice(lo, hi)), self.yt(n, p, (lo, hi))
-        self.put([(ScalarTensorTensor, [bs, sdb, ys], [t], dict(
-            data=bs, op0="multiply", operand0=sdb, op1="add", operand1=ys, dst=t, engine=e))
-            for e in ALU_ON])  # fmt: skip
-        dst = self.xt(n, p, (lo, hi))
+    def tail_alu(self, n: int, p: int, lo: int, hi: int, rs, on=ALU_ON) -> None:
+        """`_Wide.tail_alu`, fp32 y + b std on ALU_ON."""
+        super().tail_alu(n, p, lo, hi, rs, on)
+
+    def alu_copy(self, t, dst, rs) -> None:
+        """The copy out times rstd on ALU_COPY_ON (ScalarE's `activation` or an ALU's
+        `tensor_scalar`)."""
         ops = [(Activation, [t, rs], [dst], dict(func="copy", src=t, dst=dst, scale=rs,
                                                  engine=S))]  # fmt: skip
         ops += [(TensorScalar, [t, rs], [dst], dict(src=t, dst=dst, op0="multiply", operand0=rs,

@@ -573,8 +573,8 @@ class _Wide:
             slice(0, p),
         )
         rs = self.sm(n, p, "rs")
-        c = self.L // TAIL_ALU // 256 * 256 if n == len(self.tiles) - 1 and rows < self.g else 0
-        if c:  # (`TAIL_ALU`)
+        c = self.alu_cols(n, rows)
+        if c:
             self.tail_alu(n, p, 0, c, rs)
         for lo, hi in (runs if PS_EVEN else _banks)(self.L - c, SPAN * self.bank):
             lo, hi = lo + c, hi + c
@@ -589,29 +589,43 @@ class _Wide:
                     b.emit(Matmul, [st, mv], [acc], stationary=st, moving=mv, dst=acc,
                            accumulate=i > 0)  # fmt: skip
             self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
-        first = self.stores.next()
+        self.store(n, r0, rows)
+
+    def alu_cols(self, n: int, rows: int) -> int:
+        """Tile n's first columns normalised without TensorE (`TAIL_ALU`: a partial last
+        tile's; 0 none)."""
+        return self.L // TAIL_ALU // 256 * 256 if n == len(self.tiles) - 1 and rows < self.g else 0
+
+    def store(self, n: int, r0: int, rows: int) -> None:
+        """Tile n's rows [r0, r0 + rows) to out, in STORE_PARTS transfers."""
+        first, p = self.stores.next(), rows * self.k
         for i, (a, z) in enumerate(runs(rows, -(-rows // STORE_PARTS))):  # (`STORE_PARTS`)
             src = ap(self.xt(n, p).name, slice(a * self.k, z * self.k))
             dst = ap(self.of, slice(r0 + a, r0 + z))
             q = first if i == 0 else self.sq[self.stores.count + i - 1]
-            b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q)
+            self.b.emit(DmaCopy, [src], [dst], src=src, dst=dst, queue=q)
 
-    def tail_alu(self, n: int, p: int, lo: int, hi: int, rs) -> None:
-        """Columns [lo, hi) of tile n without TensorE (`TAIL_ALU`): (b times std as bf16, as
-        diag(std) holds it) plus y, in fp32 on GpSimd or VectorE (the product exact, the sum
+    def tail_alu(self, n: int, p: int, lo: int, hi: int, rs, on=(G, V)) -> None:
+        """Columns [lo, hi) of tile n without TensorE (`alu_cols`): (b times std as bf16, as
+        diag(std) holds it) plus y, in fp32 on an engine of `on` (the product exact, the sum
         rounded once: the bits of TensorE's float64 sum rounded once into PSUM), copied out
-        times rstd as from PSUM."""
+        times rstd as from PSUM (`alu_copy`). Its scratch tiles are tile n's own (in turn of
+        two): the last two tiles may both take this way."""
         b = self.b
         sd = self.sm(n, p, "sd")
-        sdb = ap(b.scratch_tile("lnw.sdb", "sdb", (self.P, 1), self.bf), slice(0, p))
+        sdb = ap(b.scratch_tile(f"lnw.sdb{n % 2}", "sdb", (self.P, 1), self.bf), slice(0, p))
         b.emit(TensorCopy, [sd], [sdb], src=sd, dst=sdb, engine=G)
-        t = b.scratch_tile("lnw.tz", "tz", (self.P, hi - lo), self.f32)
+        t = b.scratch_tile(f"lnw.tz{n % 2}", "tz", (self.P, hi - lo), self.f32)
         t = ap(t, slice(0, p), slice(0, hi - lo))
         bs, ys = ap(self.spread[self.bias], slice(0, p), slice(lo, hi)), self.yt(n, p, (lo, hi))
         self.put([(ScalarTensorTensor, [bs, sdb, ys], [t], dict(
             data=bs, op0="multiply", operand0=sdb, op1="add", operand1=ys, dst=t, engine=e))
-            for e in (G, V)])  # fmt: skip
-        self.copy(t, self.xt(n, p, (lo, hi)), rs)
+            for e in on])  # fmt: skip
+        self.alu_copy(t, self.xt(n, p, (lo, hi)), rs)
+
+    def alu_copy(self, t, dst, rs) -> None:
+        """`tail_alu`'s fp32 sum copied out times rstd into x's tile, as from PSUM."""
+        self.copy(t, dst, rs)
 
 
 def _wait_groups(tiles: int, ahead: int) -> dict[int, list[int]]:
