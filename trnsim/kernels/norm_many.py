@@ -398,11 +398,7 @@ class _Many(_Wide):
         for func, dst in (("rsqrt", rs), ("sqrt", sd))[: 1 if STD_DIVIDE and not tail else 2]:
             b.emit(Activation, [var], [dst], func=func, src=var, dst=dst, scale=inv,
                    bias=self.eps)  # fmt: skip
-        dg = ap(
-            self.b.scratch_tile(f"lnw.dg{n % norm_wide.Y_BUFS}", "dg", (self.P, self.P), self.bf),
-            slice(0, p),
-            slice(0, p),
-        )
+        dg = self.dg(n, p)
         ib = ap(self.ib, slice(0, p), slice(0, p))
         for c, engines in self.y_parts(n):
             xs, ys = self.xt(n, p, c), self.yt(n, p, c)

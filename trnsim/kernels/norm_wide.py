@@ -525,11 +525,7 @@ class _Wide:
         for func, dst in (("rsqrt", rs), ("sqrt", sd))[: 1 if STD_DIVIDE else 2]:
             b.emit(Activation, [var], [dst], func=func, src=var, dst=dst, scale=inv,
                    bias=self.eps)  # fmt: skip
-        dg = ap(
-            self.b.scratch_tile(f"lnw.dg{n % Y_BUFS}", "dg", (self.P, self.P), self.bf),
-            slice(0, p),
-            slice(0, p),
-        )
+        dg = self.dg(n, p)
         ib = ap(self.ib, slice(0, p), slice(0, p))
         if STD_DIVIDE:  # (diag(1 / rstd): no sqrt on ScalarE)
             self.put([(TensorScalar, [ib, rs], [dg], dict(src=ib, dst=dg, op0="divide",
@@ -567,11 +563,7 @@ class _Wide:
         times rstd into x's tile; store."""
         b, p = self.b, rows * self.k
         ib = ap(self.ib, slice(0, p), slice(0, p))
-        dg = ap(
-            self.b.scratch_tile(f"lnw.dg{n % Y_BUFS}", "dg", (self.P, self.P), self.bf),
-            slice(0, p),
-            slice(0, p),
-        )
+        dg = self.dg(n, p)
         rs = self.sm(n, p, "rs")
         c = self.alu_cols(n, rows)
         if c:
@@ -590,6 +582,12 @@ class _Wide:
                            accumulate=i > 0)  # fmt: skip
             self.copy(ap(ps, slice(0, p), slice(0, hi - lo)), self.xt(n, p, (lo, hi)), rs)
         self.store(n, r0, rows)
+
+    def dg(self, n: int, p: int):
+        """diag(std) of tile n's p partitions (in turn of Y_BUFS: stage 2 writes it, stage 3's
+        matmuls read it)."""
+        t = self.b.scratch_tile(f"lnw.dg{n % Y_BUFS}", "dg", (self.P, self.P), self.bf)
+        return ap(t, slice(0, p), slice(0, p))
 
     def alu_cols(self, n: int, rows: int) -> int:
         """Tile n's first columns normalised without TensorE (`TAIL_ALU`: a partial last
