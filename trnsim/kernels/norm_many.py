@@ -80,9 +80,8 @@ SMALL_ON = (V, S)  # the engines of stage 2's small copies out of PSUM (100000: 
 # us, ScalarE's 61.1, either 59.9)
 STD_DIVIDE = True  # diag(std) as the identity divided by rstd, no sqrt on ScalarE
 DG_ON = (V,)  # diag(std)'s engines (GpSimd or VectorE: GpSimd's y waited behind it)
-W_STORE_QUEUES = False  # the weight's and bias' loads on the store queues' second half (idle
-# until the stores begin), beside x's, not after its first tile (100000 59.6 -> 61.9 us, 50257
-# 59.3 -> 62.5)
+# (tried: the weight's and bias' loads on the store queues' second half, idle until the stores
+# begin, beside x's, not after its first tile: 100000 59.6 -> 61.9 us, 50257 59.3 -> 62.5)
 PAD_ON = (G,)  # the engines of pad / k M^2 (padded pieces), () ScalarE's square (50257:
 # ScalarE's 59.3 us, GpSimd's 58.4, GpSimd's or VectorE's 59.4)
 ALWAYS_SEARCH = True  # the descent also in `norms._variant`'s trials (without it, trn2 LNC 2,
@@ -96,9 +95,9 @@ ALU_ON = (G,)  # ... their y + b std's engines (GpSimd or VectorE: 100000 61.12)
 ALU_COPY_ON = (G,)  # ... and their copies out's (VectorE: 59.57, GpSimd or VectorE 59.57,
 # ScalarE or VectorE 59.56 at 1/3)
 ALU_STEP = 256  # ... in steps of this many columns
-Y_V_LAST = ()  # VectorE's share of the last tiles' y (the last first; else `Y_V`; with
-# ALU_LAST 0.5 at 100000: 0.35 59.30, 0.45 60.03, 0.55 60.75 us)
-EVEN_LAST = None  # `norm_wide.EVEN_LAST` here (None: norm_wide's; 0.5 at 100000: 58.85)
+# (tried, with ALU_LAST 0.5 at 100000: VectorE's share of the last tile's y other than Y_V, 0.35
+# 59.30, 0.45 60.03, 0.55 60.75 us; the last two tiles evened as `norm_wide.EVEN_LAST`, 0.5
+# 58.85, 0.7 58.98)
 SEARCH = 150  # the list schedule's descent, schedules at most
 
 
@@ -159,14 +158,6 @@ class _Many(_Wide):
         k = pieces(P, b.tensors[x].shape[-1])
         super().__init__(b, cfg, x, out, weight, bias, eps, share, k)  # (k: this module's)
         self.no_aggr = True  # (the block matrices of `setup`: "one" among them)
-        if EVEN_LAST is not None and len(self.tiles) > 1:  # (`EVEN_LAST`: norm_wide's, here
-            # from the tiles of g rows)
-            lo, hi = share
-            self.tiles = [(r, min(hi, r + self.g) - r) for r in range(lo, hi, self.g)]
-            if self.tiles[-1][1] < self.g:
-                (r, a), (_, z) = self.tiles[-2:]
-                h = min(self.g, a + z - int((a + z) * EVEN_LAST))
-                self.tiles[-2:] = [(r, h), (r + h, a + z - h)]
         self.pad = 0
         if self.d % k:  # (padded pieces: the last `pad` columns of a row's last piece zeros)
             self.L, self.pad = padded(self.d, k)
@@ -279,8 +270,6 @@ class _Many(_Wide):
             return ap(v, slice(a, z)) if r is None else ap(v, slice(r, r + 1), slice(a, z))
 
         qs = self.st_qs if store else self.qs
-        if r is None and W_STORE_QUEUES:  # (the weight's and bias': `W_STORE_QUEUES`)
-            qs = Queues(self.cfg).stores(1 / 2, 1)
         parts = [(row(0, self.d), ap(t, slice(j * k, (j + 1) * k)), qs[j])]
         if pad:
             a = (k - 1) * L
@@ -366,9 +355,6 @@ class _Many(_Wide):
         L = self.L
         if Y_V is not None:
             yv = Y_V[self.pad > 0]
-            back = len(self.tiles) - 1 - n
-            if back < len(Y_V_LAST):  # (`Y_V_LAST`)
-                yv = Y_V_LAST[back]
             cv = round(L * yv / 2) * 2
             parts = [(c, (V,)) for c in _even_parts(cv, V_PARTS)]
             return parts + [((cv + a, cv + z), (G,)) for a, z in runs(L - cv, -(-(L - cv) //
